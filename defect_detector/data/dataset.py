@@ -1,0 +1,405 @@
+"""COCO-annotated grayscale detection dataset.
+
+Annotations are validated once at construction (no image decoding); only file paths and
+per-image box arrays stay in memory. Each sample is read, converted to single-channel uint8,
+augmented in its original frame, then letterboxed to ``imgsz``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import math
+import os
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import albumentations as A
+import cv2
+import numpy as np
+import torch
+from pycocotools.coco import COCO
+
+from defect_detector.data.letterbox import boxes_to_letterbox, letterbox
+from defect_detector.data.transforms import apply_transforms
+
+logger = logging.getLogger("defect_detector.data")
+
+_BOX_SLOP = 1.0
+_MAX_WARNINGS_PER_REASON = 10
+_MAX_READ_ATTEMPTS = 16
+
+
+class DatasetError(ValueError):
+    """Bad dataset input; the message names the file (or annotation id) and the problem."""
+
+
+def to_gray_uint8(image: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Convert an OpenCV image (``IMREAD_UNCHANGED`` layout: ``[H, W]``, ``[H, W, C]`` BGR/BGRA; uint8 or uint16)
+    to single-channel uint8 ``[H, W]``.
+
+    Returns the image and the conversions applied, any of ``"colour"``, ``"alpha"``, ``"16-bit"``
+    (alpha is dropped, 16-bit is scaled by 255/65535). Other dtypes raise :class:`DatasetError`.
+    """
+    kinds: list[str] = []
+    if image.ndim == 3:
+        channels = image.shape[2]
+        if channels == 1:
+            image = image[:, :, 0]
+        elif channels == 2:
+            image, kinds = image[:, :, 0], ["alpha"]
+        elif channels == 3:
+            image, kinds = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY), ["colour"]
+        elif channels == 4:
+            image, kinds = cv2.cvtColor(image, cv2.COLOR_BGRA2GRAY), ["colour", "alpha"]
+        else:
+            raise DatasetError(f"unsupported number of channels: {channels}")
+    elif image.ndim != 2:
+        raise DatasetError(f"unsupported image shape {image.shape}")
+    if image.dtype == np.uint16:
+        image = cv2.convertScaleAbs(image, alpha=255.0 / 65535.0)
+        kinds.append("16-bit")
+    elif image.dtype != np.uint8:
+        raise DatasetError(f"unsupported pixel type {image.dtype}")
+    return np.ascontiguousarray(image), kinds
+
+
+def _decode(path: str | os.PathLike[str]) -> tuple[np.ndarray, list[str]]:
+    """Read and convert one image; :class:`DatasetError` naming ``path`` on any failure."""
+    try:
+        data = np.fromfile(path, dtype=np.uint8)
+    except OSError as exc:
+        raise DatasetError(f"{path}: cannot read image file: {exc}") from exc
+    if data.size == 0:
+        raise DatasetError(f"{path}: zero-byte image file")
+    if data[:2].tobytes() == b"\xff\xd8" and b"\xff\xd9" not in data[-4096:].tobytes():
+        raise DatasetError(f"{path}: truncated JPEG (no end-of-image marker)")
+    image = cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
+    if image is None:
+        raise DatasetError(f"{path}: corrupt or unsupported image (decode failed)")
+    try:
+        return to_gray_uint8(image)
+    except DatasetError as exc:
+        raise DatasetError(f"{path}: {exc}") from exc
+
+
+def load_image_gray(path: str | os.PathLike[str]) -> np.ndarray:
+    """Read an image file as single-channel uint8 ``[H, W]`` (colour, alpha and 16-bit are converted).
+
+    Raises :class:`DatasetError` naming the path for a missing, empty, truncated or undecodable file.
+    """
+    image, kinds = _decode(path)
+    if kinds:
+        logger.debug("%s: converted (%s) to 8-bit grayscale", path, ", ".join(kinds))
+    return image
+
+
+@dataclass(frozen=True)
+class _Record:
+    """One image: its file, COCO id, annotated size, and boxes (float32 [N, 4] xyxy) with labels (int64 [N])."""
+
+    path: str
+    image_id: int
+    width: int
+    height: int
+    boxes: np.ndarray
+    labels: np.ndarray
+
+
+class CocoDetectionDataset(torch.utils.data.Dataset):
+    """Grayscale detection samples from a COCO json.
+
+    Args:
+        ann_file: COCO json with ``images``, ``annotations``, ``categories``.
+        images_root: folder that ``file_name`` is relative to; default: the json's ``info.images_root``
+            (relative to the json's folder), else the json's folder.
+        class_names: model class order; every category name must be one of them, label = its index.
+        imgsz: letterbox size.
+        transform: augmentation from :func:`defect_detector.data.transforms.build_transforms` (original frame).
+        on_bad: ``"error"`` raises :class:`DatasetError` on the first bad input; ``"skip"`` drops it,
+            logs a warning on logger ``defect_detector.data`` and counts it in ``self.skipped``.
+
+    ``self.coco`` indexes the validated annotations (clipped boxes, skipped entries removed), so an
+    evaluator sees exactly the ground truth the samples carry. A sample is
+    ``(image float32 [1, imgsz, imgsz] in [0, 1], target)`` with ``target = {"boxes": float32 [N, 4]
+    xyxy in the letterboxed frame, "labels": int64 [N], "image_id": int, "letterbox": LetterboxMeta}``.
+    Crowd annotations (``iscrowd: 1``) stay in ``self.coco`` but are not training targets.
+    In "skip" mode an unreadable image is replaced by the next readable one; counts of such
+    replacements made inside DataLoader workers stay in the workers.
+    """
+
+    def __init__(
+        self,
+        ann_file: str | os.PathLike[str],
+        images_root: str | os.PathLike[str] | None,
+        class_names: Sequence[str],
+        imgsz: int,
+        transform: A.Compose | None = None,
+        on_bad: str = "skip",
+    ) -> None:
+        if on_bad not in ("skip", "error"):
+            raise ValueError(f"on_bad must be 'skip' or 'error', got {on_bad!r}")
+        self.ann_file = Path(ann_file)
+        self.class_names = tuple(class_names)
+        self.imgsz = imgsz
+        self.transform = transform
+        self.on_bad = on_bad
+        self.skipped: Counter[str] = Counter()
+        self._warned: set[str] = set()
+        self._unreadable: set[int] = set()
+
+        raw = _read_json(self.ann_file)
+        self.images_root = _resolve_images_root(self.ann_file, raw, images_root)
+        self.label_to_cat_id, cat_names = self._categories(raw["categories"])
+        cat_to_label = {cat_id: label for label, cat_id in self.label_to_cat_id.items()}
+        images, dropped_ids = self._images(raw["images"])
+        kept_anns = self._annotations(raw["annotations"], images, dropped_ids, cat_to_label, cat_names)
+
+        categories = [c for c in raw["categories"] if c["id"] in cat_to_label]
+        self.coco = _build_coco(raw.get("info", {}), list(images.values()), kept_anns, categories)
+        self.image_ids: list[int] = sorted(images)
+        self._records = [self._record(images[i], kept_anns.get(i, []), cat_to_label) for i in self.image_ids]
+        if sum(self.skipped.values()):
+            logger.warning("%s", self.report())
+
+    def _bad(self, reason: str, where: str, detail: str = "") -> None:
+        """Raise (on_bad='error') or count under ``reason`` and log one bad input found at ``where``."""
+        message = f"{where}: {reason}" + (f" ({detail})" if detail else "")
+        if self.on_bad == "error":
+            raise DatasetError(message)
+        self.skipped[reason] += 1
+        if self.skipped[reason] <= _MAX_WARNINGS_PER_REASON:
+            logger.warning("skipping %s", message)
+
+    def _categories(self, categories: list[Any]) -> tuple[dict[int, int], dict[int, str]]:
+        """``label -> category id`` for the class names present, and ``category id -> name`` for all categories."""
+        label_to_cat: dict[int, int] = {}
+        names: dict[int, str] = {}
+        for cat in categories:
+            if not isinstance(cat, dict) or not isinstance(cat.get("id"), int) or not isinstance(cat.get("name"), str):
+                raise DatasetError(f"{self.ann_file}: malformed category entry {cat!r}")
+            if cat["id"] in names:
+                raise DatasetError(f"{self.ann_file}: category id {cat['id']} appears twice")
+            names[cat["id"]] = cat["name"]
+            if cat["name"] in self.class_names:
+                label = self.class_names.index(cat["name"])
+                if label in label_to_cat:
+                    raise DatasetError(f"{self.ann_file}: category name {cat['name']!r} appears twice")
+                label_to_cat[label] = cat["id"]
+        return label_to_cat, names
+
+    def _images(self, entries: list[Any]) -> tuple[dict[int, dict[str, Any]], set[int]]:
+        """Images whose file exists and is non-empty, by id; and the ids of the dropped ones."""
+        images: dict[int, dict[str, Any]] = {}
+        dropped: set[int] = set()
+        for img in entries:
+            if not _valid_image_entry(img):
+                self._bad("malformed image entry", f"{self.ann_file}: {img!r}", "needs int id, file_name, positive int width and height")
+                continue
+            where = f"{self.ann_file}: image id {img['id']}"
+            if img["id"] in images:
+                self._bad("duplicate image id", where)
+                continue
+            path = self.images_root / img["file_name"]
+            try:
+                size = path.stat().st_size
+            except OSError:
+                self._bad("missing image file", str(path))
+                dropped.add(img["id"])
+                continue
+            if size == 0:
+                self._bad("zero-byte image file", str(path))
+                dropped.add(img["id"])
+                continue
+            images[img["id"]] = img
+        return images, dropped
+
+    def _annotations(
+        self,
+        entries: list[Any],
+        images: dict[int, dict[str, Any]],
+        dropped_ids: set[int],
+        cat_to_label: dict[int, int],
+        cat_names: dict[int, str],
+    ) -> dict[int, list[dict[str, Any]]]:
+        """Validate annotations; returns the kept ones (boxes clipped within the slop) per image id.
+
+        Annotations of images dropped for a bad file go with their image without being counted again.
+        """
+        kept: dict[int, list[dict[str, Any]]] = {}
+        for ann in entries:
+            if not _valid_annotation_entry(ann):
+                self._bad(
+                    "malformed annotation", f"{self.ann_file}: {ann!r}", "needs int id, image_id, category_id and a bbox of 4 numbers"
+                )
+                continue
+            where = f"{self.ann_file}: annotation id {ann['id']}"
+            if ann["image_id"] not in images:
+                if ann["image_id"] not in dropped_ids:
+                    self._bad("annotation references a missing image id", where, f"image_id {ann['image_id']}")
+                continue
+            if ann["category_id"] not in cat_to_label:
+                name = cat_names.get(ann["category_id"])
+                what = (
+                    f"category {name!r} not in class_names" if name is not None else f"category id {ann['category_id']} not in categories"
+                )
+                self._bad("unknown category", where, what)
+                continue
+            img = images[ann["image_id"]]
+            x, y, w, h = (float(v) for v in ann["bbox"])
+            if w <= 0 or h <= 0:
+                self._bad("degenerate box", where, f"width {w:g}, height {h:g}")
+                continue
+            x1, y1, x2, y2 = x, y, x + w, y + h
+            if x1 < -_BOX_SLOP or y1 < -_BOX_SLOP or x2 > img["width"] + _BOX_SLOP or y2 > img["height"] + _BOX_SLOP:
+                self._bad(
+                    "box outside image", where, f"xyxy {[x1, y1, x2, y2]} in the {img['width']}x{img['height']} image {img['file_name']}"
+                )
+                continue
+            x1, x2 = min(max(x1, 0.0), img["width"]), min(max(x2, 0.0), img["width"])
+            y1, y2 = min(max(y1, 0.0), img["height"]), min(max(y2, 0.0), img["height"])
+            if x2 <= x1 or y2 <= y1:
+                self._bad("box outside image", where, "no area inside the image")
+                continue
+            clean = dict(ann, bbox=[x1, y1, x2 - x1, y2 - y1], area=float(ann.get("area", (x2 - x1) * (y2 - y1))))
+            kept.setdefault(ann["image_id"], []).append(clean)
+        return kept
+
+    def _record(self, img: dict[str, Any], anns: list[dict[str, Any]], cat_to_label: dict[int, int]) -> _Record:
+        anns = [a for a in anns if not a.get("iscrowd", 0)]
+        boxes = np.array(
+            [[a["bbox"][0], a["bbox"][1], a["bbox"][0] + a["bbox"][2], a["bbox"][1] + a["bbox"][3]] for a in anns], dtype=np.float32
+        )
+        labels = np.array([cat_to_label[a["category_id"]] for a in anns], dtype=np.int64)
+        return _Record(
+            path=str(self.images_root / img["file_name"]),
+            image_id=int(img["id"]),
+            width=int(img["width"]),
+            height=int(img["height"]),
+            boxes=boxes.reshape(-1, 4),
+            labels=labels,
+        )
+
+    def report(self) -> str:
+        """A one-line summary, e.g. ``'ann.json: 98 images, 640 boxes; skipped: degenerate box x1; missing image file x2'``."""
+        head = f"{self.ann_file}: {len(self._records)} images, {sum(len(r.labels) for r in self._records)} boxes"
+        if not self.skipped:
+            return f"{head}; nothing skipped"
+        parts = [f"{reason} x{count}" for reason, count in sorted(self.skipped.items())]
+        return f"{head}; skipped: " + "; ".join(parts)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        n = len(self._records)
+        if not 0 <= index < n:
+            raise IndexError(f"index {index} out of range for {n} images")
+        for attempt in range(min(n, _MAX_READ_ATTEMPTS)):
+            j = (index + attempt) % n
+            if j in self._unreadable:
+                continue
+            try:
+                return self._load(self._records[j])
+            except DatasetError as exc:
+                if self.on_bad == "error":
+                    raise
+                self._unreadable.add(j)
+                self._bad("unreadable image", str(exc))
+        raise DatasetError(f"{self.ann_file}: no readable image within {_MAX_READ_ATTEMPTS} samples of index {index}")
+
+    def _load(self, rec: _Record) -> tuple[torch.Tensor, dict[str, Any]]:
+        image, kinds = _decode(rec.path)
+        for kind in kinds:
+            if kind not in self._warned:
+                self._warned.add(kind)
+                logger.warning("%s: converting %s images to 8-bit grayscale (first: %s)", self.ann_file, kind, rec.path)
+        if image.shape != (rec.height, rec.width):
+            raise DatasetError(f"{rec.path}: image is {image.shape[1]}x{image.shape[0]}, annotations say {rec.width}x{rec.height}")
+        boxes, labels = rec.boxes, rec.labels
+        if self.transform is not None:
+            image, boxes, labels = apply_transforms(self.transform, image, boxes, labels)
+        canvas, meta = letterbox(image, self.imgsz)
+        tensor = torch.from_numpy(canvas).unsqueeze(0).float().div_(255.0)
+        target = {
+            "boxes": torch.from_numpy(boxes_to_letterbox(boxes.astype(np.float32), meta)).reshape(-1, 4),
+            "labels": torch.from_numpy(labels.astype(np.int64)),
+            "image_id": rec.image_id,
+            "letterbox": meta,
+        }
+        return tensor, target
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise DatasetError(f"{path}: annotation file not found") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"{path}: cannot read annotation file: {exc}") from exc
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DatasetError(f"{path}: malformed JSON: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise DatasetError(f"{path}: malformed COCO file: top level must be an object")
+    for key in ("images", "categories"):
+        if not isinstance(raw.get(key), list):
+            raise DatasetError(f"{path}: malformed COCO file: {key!r} must be a list")
+    if not isinstance(raw.setdefault("annotations", []), list):
+        raise DatasetError(f"{path}: malformed COCO file: 'annotations' must be a list")
+    return raw
+
+
+def _resolve_images_root(ann_file: Path, raw: dict[str, Any], images_root: str | os.PathLike[str] | None) -> Path:
+    if images_root is not None:
+        return Path(images_root)
+    info = raw.get("info")
+    if isinstance(info, dict) and isinstance(info.get("images_root"), str):
+        return ann_file.parent / info["images_root"]
+    return ann_file.parent
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _valid_image_entry(img: Any) -> bool:
+    return (
+        isinstance(img, dict)
+        and isinstance(img.get("id"), int)
+        and isinstance(img.get("file_name"), str)
+        and isinstance(img.get("width"), int)
+        and isinstance(img.get("height"), int)
+        and img["width"] > 0
+        and img["height"] > 0
+    )
+
+
+def _valid_annotation_entry(ann: Any) -> bool:
+    return (
+        isinstance(ann, dict)
+        and all(isinstance(ann.get(k), int) for k in ("id", "image_id", "category_id"))
+        and isinstance(ann.get("bbox"), (list, tuple))
+        and len(ann["bbox"]) == 4
+        and all(_is_number(v) for v in ann["bbox"])
+    )
+
+
+def _build_coco(info: Any, images: list[dict[str, Any]], anns: dict[int, list[dict[str, Any]]], categories: list[dict[str, Any]]) -> COCO:
+    """A pycocotools index over the validated entries (its progress prints silenced)."""
+    coco = COCO()
+    coco.dataset = {
+        "info": info,
+        "images": sorted(images, key=lambda img: img["id"]),
+        "annotations": [a for i in sorted(anns) for a in anns[i]],
+        "categories": categories,
+    }
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco.createIndex()
+    return coco

@@ -1,0 +1,182 @@
+"""Box-aware training augmentation (albumentations), applied in the original image frame.
+
+Images are grayscale uint8 ``[H, W]``; boxes are float32 xyxy pixels ``[N, 4]`` in the same
+frame (albumentations' ``pascal_voc``), labels int64 ``[N]``. Geometric transforms fill the
+exposed border with the letterbox pad value (114, "no data"): black or white would paint copper
+or substrate depending on the board's polarity, reflection would mirror unlabelled defects into
+view, and edge replication would smear defects that touch the border.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import albumentations as A
+import cv2
+import numpy as np
+
+from defect_detector.config import AugmentConfig
+
+_BORDER = cv2.BORDER_CONSTANT
+_FILL = 114
+
+
+class SpecularGlare(A.ImageOnlyTransform):
+    """A bright, soft elliptical highlight, like a specular reflection under ring lighting.
+
+    Pixels are blended toward white: ``out = img + intensity * m * (255 - img)``, where ``m`` in [0, 1]
+    is a rotated Gaussian ellipse whose semi-axes (standard deviations) are ``size`` times the
+    shorter image side. Works on uint8 ``[H, W]`` or ``[H, W, C]`` images.
+    """
+
+    def __init__(self, intensity: tuple[float, float] = (0.3, 0.8), size: tuple[float, float] = (0.05, 0.25), p: float = 0.5):
+        super().__init__(p=p)
+        self.intensity = intensity
+        self.size = size
+
+    def get_params_dependent_on_data(self, params: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
+        h, w = params["shape"][:2]
+        side = min(h, w)
+        rnd = self.py_random
+        return {
+            "center": (rnd.uniform(0, w), rnd.uniform(0, h)),
+            "axes": (max(1.0, rnd.uniform(*self.size) * side), max(1.0, rnd.uniform(*self.size) * side)),
+            "angle": rnd.uniform(0.0, math.pi),
+            "strength": rnd.uniform(*self.intensity),
+        }
+
+    def apply(
+        self,
+        img: np.ndarray,
+        center: tuple[float, float],
+        axes: tuple[float, float],
+        angle: float,
+        strength: float,
+        **params: Any,
+    ) -> np.ndarray:
+        h, w = img.shape[:2]
+        reach = 3.0 * max(axes)
+        x0, x1 = max(0, int(center[0] - reach)), min(w, int(center[0] + reach) + 1)
+        y0, y1 = max(0, int(center[1] - reach)), min(h, int(center[1] + reach) + 1)
+        if x0 >= x1 or y0 >= y1:
+            return img
+        ys, xs = np.ogrid[y0:y1, x0:x1]
+        dx = xs.astype(np.float32) - center[0]
+        dy = ys.astype(np.float32) - center[1]
+        cos, sin = math.cos(angle), math.sin(angle)
+        u = (dx * cos + dy * sin) / axes[0]
+        v = (dy * cos - dx * sin) / axes[1]
+        weight = strength * np.exp(-0.5 * (u * u + v * v))
+        if img.ndim == 3:
+            weight = weight[..., None]
+        out = img.copy()
+        roi = out[y0:y1, x0:x1].astype(np.float32)
+        out[y0:y1, x0:x1] = np.clip(roi + weight * (255.0 - roi) + 0.5, 0, 255).astype(np.uint8)
+        return out
+
+
+def build_bbox_params(cfg: AugmentConfig) -> A.BboxParams:
+    """pascal_voc (xyxy pixel) box handling: drop boxes mostly cut off or smaller than ``min_box_size``."""
+    return A.BboxParams(
+        format="pascal_voc",
+        label_fields=["labels"],
+        min_visibility=cfg.min_visibility,
+        min_width=cfg.min_box_size,
+        min_height=cfg.min_box_size,
+        min_area=cfg.min_box_size**2,
+    )
+
+
+def build_transforms(cfg: AugmentConfig | None, train: bool, seed: int | None = None) -> A.Compose | None:
+    """The training augmentation pipeline for ``cfg``, or None (evaluation, no config, or nothing enabled).
+
+    ``seed`` fixes albumentations' own random state (it ignores numpy/random global seeds);
+    :func:`defect_detector.data.collate.build_loader` reseeds it per worker.
+    """
+    if not train or cfg is None:
+        return None
+    steps: list[A.BasicTransform] = []
+    if cfg.hflip > 0:
+        steps.append(A.HorizontalFlip(p=cfg.hflip))
+    if cfg.vflip > 0:
+        steps.append(A.VerticalFlip(p=cfg.vflip))
+    if cfg.rotate_p > 0 and cfg.rotate_deg > 0:
+        steps.append(A.Rotate(limit=(-cfg.rotate_deg, cfg.rotate_deg), border_mode=_BORDER, fill=_FILL, p=cfg.rotate_p))
+    if cfg.affine_p > 0 and (cfg.scale > 0 or cfg.translate > 0):
+        steps.append(
+            A.Affine(
+                scale=(1.0 - cfg.scale, 1.0 + cfg.scale),
+                translate_percent=(-cfg.translate, cfg.translate),
+                keep_ratio=True,
+                border_mode=_BORDER,
+                fill=_FILL,
+                p=cfg.affine_p,
+            )
+        )
+    if cfg.crop_size > 0:
+        steps.append(A.PadIfNeeded(cfg.crop_size, cfg.crop_size, position="center", border_mode=_BORDER, fill=_FILL))
+        steps.append(A.AtLeastOneBBoxRandomCrop(cfg.crop_size, cfg.crop_size))
+    photometric: list[A.BasicTransform] = []
+    if cfg.brightness > 0 or cfg.contrast > 0:
+        photometric.append(A.RandomBrightnessContrast(brightness_limit=cfg.brightness, contrast_limit=cfg.contrast, p=1.0))
+    if tuple(cfg.gamma) != (100.0, 100.0):
+        photometric.append(A.RandomGamma(gamma_limit=tuple(cfg.gamma), p=1.0))
+    if cfg.photometric_p > 0 and photometric:
+        steps.append(A.Sequential(photometric, p=cfg.photometric_p))
+    if cfg.blur_p > 0:
+        steps.append(A.OneOf([A.GaussianBlur(sigma_limit=(0.3, 1.2), p=1.0), A.MotionBlur(blur_limit=(3, 5), p=1.0)], p=cfg.blur_p))
+    if cfg.noise_p > 0:
+        noises = [A.GaussNoise(std_range=(0.01, 0.05), p=1.0), A.MultiplicativeNoise(multiplier=(0.9, 1.1), elementwise=True, p=1.0)]
+        steps.append(A.OneOf(noises, p=cfg.noise_p))
+    if cfg.glare_p > 0:
+        steps.append(SpecularGlare(p=cfg.glare_p))
+    if not steps:
+        return None
+    return A.Compose(steps, bbox_params=build_bbox_params(cfg), seed=seed)
+
+
+def _min_box_size(transform: A.Compose | None) -> float:
+    processor = transform.processors.get("bboxes") if transform is not None else None
+    if processor is None:
+        return 1.0
+    return max(1.0, float(processor.params.min_width), float(processor.params.min_height))
+
+
+def _drop_small(boxes: np.ndarray, labels: np.ndarray, min_size: float) -> tuple[np.ndarray, np.ndarray]:
+    keep = ((boxes[:, 2] - boxes[:, 0]) >= min_size) & ((boxes[:, 3] - boxes[:, 1]) >= min_size)
+    return boxes[keep], labels[keep]
+
+
+def apply_transforms(
+    transform: A.Compose | None,
+    image: np.ndarray,
+    boxes_xyxy: np.ndarray,
+    labels: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Augment one sample in its original frame.
+
+    Args:
+        transform: a pipeline from :func:`build_transforms` (None: only clip and filter).
+        image: uint8 ``[H, W]``.
+        boxes_xyxy: float32 ``[N, 4]`` xyxy pixels.
+        labels: int64 ``[N]``.
+
+    Boxes are clipped to the image first (albumentations rejects out-of-range boxes); afterwards
+    boxes narrower or shorter than the pipeline's minimum box size (at least 1 px) are dropped
+    together with their labels. Returns ``(image uint8 [H', W'], boxes float32 [M, 4], labels int64 [M])``.
+    """
+    h, w = image.shape[:2]
+    boxes = np.asarray(boxes_xyxy, dtype=np.float32).reshape(-1, 4).copy()
+    labels = np.asarray(labels, dtype=np.int64).reshape(-1)
+    boxes[:, 0::2] = boxes[:, 0::2].clip(0, w)
+    boxes[:, 1::2] = boxes[:, 1::2].clip(0, h)
+    min_size = _min_box_size(transform)
+    boxes, labels = _drop_small(boxes, labels, min_size)
+    if transform is not None:
+        out = transform(image=image, bboxes=boxes, labels=labels)
+        image = out["image"]
+        boxes = np.asarray(out["bboxes"], dtype=np.float32).reshape(-1, 4)
+        labels = np.asarray(out["labels"], dtype=np.int64).reshape(-1)
+        boxes, labels = _drop_small(boxes, labels, min_size)
+    return image, boxes, labels

@@ -1,0 +1,192 @@
+"""Evaluation: COCO mAP with pycocotools, DeepPCB's F-score protocol, confusion matrix.
+
+Predictions are the postprocess output: one dict per image with ``boxes``
+(xyxy, original-image pixels), ``scores`` and ``labels`` (0..C-1). Ground truth
+comes from the dataset's pycocotools ``COCO`` object, in original pixels.
+COCO xywh exists only inside :func:`to_coco_results`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+from pycocotools.coco import COCO
+from pycocotools.cocoeval import COCOeval
+from torchvision.ops import box_iou
+from tqdm import tqdm
+
+from defect_detector.boxes import xywh_to_xyxy, xyxy_to_xywh
+from defect_detector.model.postprocess import decode, make_anchor_points, postprocess
+
+Predictions = dict[int, dict[str, torch.Tensor]]
+
+
+@torch.no_grad()
+def predict_dataset(
+    model: torch.nn.Module,
+    loader: torch.utils.data.DataLoader,
+    device: torch.device,
+    conf: float,
+    iou: float,
+    max_det: int,
+    progress: bool = True,
+) -> Predictions:
+    """Run ``model`` over ``loader`` (batches of ``(images [B,1,S,S], targets)``) -> ``{image_id: prediction}``.
+
+    Boxes are mapped back to original-image pixels with each target's ``letterbox`` record.
+    """
+    model.eval()
+    results: Predictions = {}
+    anchors: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+    for images, targets in tqdm(loader, desc="val", leave=False, disable=not progress):
+        images = images.to(device, non_blocking=True)
+        size = (images.shape[-2], images.shape[-1])
+        if size not in anchors:
+            anchors[size] = make_anchor_points(size[0], size[1], model.strides, device)
+        raw = model(images)
+        decoded = decode(raw, *anchors[size])
+        for target, pred in zip(targets, postprocess(decoded, [t["letterbox"] for t in targets], conf, iou, max_det)):
+            results[int(target["image_id"])] = {k: v.cpu() for k, v in pred.items()}
+    return results
+
+
+def to_coco_results(predictions: Predictions, label_to_cat_id: Mapping[int, int]) -> list[dict]:
+    """Predictions -> pycocotools result list (``bbox`` in COCO xywh, original pixels)."""
+    out = []
+    for image_id, pred in predictions.items():
+        xywh = xyxy_to_xywh(pred["boxes"]).tolist()
+        for box, score, label in zip(xywh, pred["scores"].tolist(), pred["labels"].tolist()):
+            out.append(
+                {"image_id": image_id, "category_id": label_to_cat_id[label], "bbox": [round(v, 2) for v in box], "score": round(score, 5)}
+            )
+    return out
+
+
+def coco_map(coco_gt: COCO, predictions: Predictions, label_to_cat_id: Mapping[int, int], class_names: Sequence[str]) -> dict:
+    """COCO box mAP via ``COCOeval`` over the images in ``predictions``.
+
+    Returns ``map50``, ``map50_95``, ``per_class`` ``{name: AP@0.5}`` (NaN-free:
+    classes without ground truth are left out) and ``pr_curve`` float32
+    ``[101, C]`` (precision at 101 recall points, IoU 0.5, -1 = no ground truth).
+    """
+    num_classes = len(class_names)
+    empty = {"map50": 0.0, "map50_95": 0.0, "per_class": {}, "pr_curve": -np.ones((101, num_classes), np.float32)}
+    results = to_coco_results(predictions, label_to_cat_id)
+    if not results:
+        return empty
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco_dt = coco_gt.loadRes(results)
+        evaluator = COCOeval(coco_gt, coco_dt, iouType="bbox")
+        evaluator.params.imgIds = sorted(predictions)
+        evaluator.params.catIds = [label_to_cat_id[i] for i in range(num_classes)]
+        evaluator.evaluate()
+        evaluator.accumulate()
+        evaluator.summarize()
+    precision = evaluator.eval["precision"]  # [T iou, R recall, K classes, A areas, M maxDets]
+    pr50 = precision[0, :, :, 0, -1].astype(np.float32)  # [101, K]
+    per_class = {}
+    for k, name in enumerate(class_names):
+        column = pr50[:, k]
+        if (column > -1).any():
+            per_class[name] = float(column[column > -1].mean())
+    return {"map50": float(evaluator.stats[1]), "map50_95": float(evaluator.stats[0]), "per_class": per_class, "pr_curve": pr50}
+
+
+def ground_truth(coco_gt: COCO, image_id: int, cat_id_to_label: Mapping[int, int]) -> dict[str, torch.Tensor]:
+    """Ground truth of one image: ``boxes`` float32 ``[N, 4]`` xyxy original pixels, ``labels`` int64 ``[N]``."""
+    anns = [a for a in coco_gt.loadAnns(coco_gt.getAnnIds(imgIds=[image_id])) if a["category_id"] in cat_id_to_label]
+    boxes = torch.tensor([a["bbox"] for a in anns], dtype=torch.float32).reshape(-1, 4)
+    labels = torch.tensor([cat_id_to_label[a["category_id"]] for a in anns], dtype=torch.int64)
+    return {"boxes": xywh_to_xyxy(boxes), "labels": labels}
+
+
+def _greedy_matches(
+    pred: dict[str, torch.Tensor], gt: dict[str, torch.Tensor], iou_threshold: float, same_class: bool
+) -> list[tuple[int, int]]:
+    """Greedy one-to-one matching by descending score; pairs ``(pred_index, gt_index)`` with IoU > threshold."""
+    if len(pred["boxes"]) == 0 or len(gt["boxes"]) == 0:
+        return []
+    ious = box_iou(pred["boxes"], gt["boxes"])  # [P, G]
+    if same_class:
+        ious = ious * (pred["labels"][:, None] == gt["labels"][None, :])
+    taken: set[int] = set()
+    pairs = []
+    for p in torch.argsort(pred["scores"], descending=True).tolist():
+        candidates = [(float(ious[p, g]), g) for g in range(ious.shape[1]) if g not in taken and ious[p, g] > iou_threshold]
+        if candidates:
+            _, g = max(candidates)
+            taken.add(g)
+            pairs.append((p, g))
+    return pairs
+
+
+def _above(pred: dict[str, torch.Tensor], conf: float) -> dict[str, torch.Tensor]:
+    keep = pred["scores"] >= conf
+    return {k: v[keep] for k, v in pred.items()}
+
+
+def deeppcb_f1(
+    coco_gt: COCO, predictions: Predictions, cat_id_to_label: Mapping[int, int], conf: float, iou_threshold: float = 0.33
+) -> dict:
+    """DeepPCB's protocol: a detection at score >= ``conf`` is correct when it matches a
+    ground-truth box of the same class with IoU > ``iou_threshold`` (one-to-one).
+    Returns ``precision``, ``recall``, ``f1`` and the counts."""
+    tp = num_pred = num_gt = 0
+    for image_id, pred in predictions.items():
+        pred = _above(pred, conf)
+        gt = ground_truth(coco_gt, image_id, cat_id_to_label)
+        tp += len(_greedy_matches(pred, gt, iou_threshold, same_class=True))
+        num_pred += len(pred["boxes"])
+        num_gt += len(gt["boxes"])
+    precision = tp / num_pred if num_pred else 0.0
+    recall = tp / num_gt if num_gt else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1, "tp": tp, "num_pred": num_pred, "num_gt": num_gt}
+
+
+def confusion_matrix(
+    coco_gt: COCO, predictions: Predictions, cat_id_to_label: Mapping[int, int], num_classes: int, conf: float, iou_threshold: float = 0.5
+) -> np.ndarray:
+    """int64 ``[C+1, C+1]``: rows predicted class, columns true class; index C is background
+    (last row: missed ground truth; last column: detections matching nothing). Matching ignores class."""
+    matrix = np.zeros((num_classes + 1, num_classes + 1), dtype=np.int64)
+    for image_id, pred in predictions.items():
+        pred = _above(pred, conf)
+        gt = ground_truth(coco_gt, image_id, cat_id_to_label)
+        pairs = _greedy_matches(pred, gt, iou_threshold, same_class=False)
+        for p, g in pairs:
+            matrix[int(pred["labels"][p]), int(gt["labels"][g])] += 1
+        matched_p = {p for p, _ in pairs}
+        matched_g = {g for _, g in pairs}
+        for p in range(len(pred["boxes"])):
+            if p not in matched_p:
+                matrix[int(pred["labels"][p]), num_classes] += 1
+        for g in range(len(gt["boxes"])):
+            if g not in matched_g:
+                matrix[num_classes, int(gt["labels"][g])] += 1
+    return matrix
+
+
+def evaluate_predictions(
+    coco_gt: COCO, predictions: Predictions, label_to_cat_id: Mapping[int, int], class_names: Sequence[str], f1_conf: float
+) -> dict:
+    """All metrics for one prediction set; keys per DESIGN.md's ``val --out`` plus ``map50_95``
+    extras (``pr_curve``, ``confusion``, DeepPCB counts)."""
+    cat_id_to_label = {c: label for label, c in label_to_cat_id.items()}
+    metrics = coco_map(coco_gt, predictions, label_to_cat_id, class_names)
+    f1 = deeppcb_f1(coco_gt, predictions, cat_id_to_label, f1_conf)
+    metrics.update(
+        {
+            "f1_iou033": f1["f1"],
+            "precision": f1["precision"],
+            "recall": f1["recall"],
+            "deeppcb_counts": {k: f1[k] for k in ("tp", "num_pred", "num_gt")},
+            "f1_conf": f1_conf,
+            "confusion": confusion_matrix(coco_gt, predictions, cat_id_to_label, len(class_names), f1_conf),
+        }
+    )
+    return metrics

@@ -1,0 +1,474 @@
+"""Training and evaluation plots, written as PNG files.
+
+Every ``plot_*`` function renders a matplotlib figure into memory, closes it and writes the PNG bytes
+atomically with :func:`defect_detector.io.atomic_write_bytes` (parent folders are created), then returns
+the :class:`~pathlib.Path` written. :func:`draw_detections` draws boxes on an image with OpenCV and is shared
+with other modules that save annotated outputs.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import cv2
+import matplotlib
+import numpy as np
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from defect_detector.io import atomic_write_bytes  # noqa: E402
+
+DPI = 150
+GT_COLOR_BGR = (0, 200, 0)
+PRED_COLOR_BGR = (0, 0, 255)
+GRID_TILE_SIZE = 480  # side, in pixels, of each square (letterboxed) tile of the prediction grid
+GRID_MAX_COLUMNS = 4
+GRID_CAPTION_HEIGHT = 28
+GRID_GAP = 6
+GRID_PAD_VALUE = 114  # gray letterbox padding
+
+LOSS_KEYS = (("train_loss", "total loss"), ("train_box", "box loss"), ("train_cls", "cls loss"))
+MAP_KEYS = (("map50", "mAP@0.5"), ("map50_95", "mAP@0.5:0.95"))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# helpers
+
+
+def _save_figure(fig: Figure, path: str | os.PathLike[str], dpi: int = DPI) -> Path:
+    """Render ``fig`` to PNG in memory, close it, and write the bytes atomically to ``path``."""
+    path = Path(path)
+    buf = io.BytesIO()
+    try:
+        fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    finally:
+        plt.close(fig)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, buf.getvalue())
+    return path
+
+
+def _to_numpy(x: Any) -> np.ndarray:
+    """Convert a torch tensor, list or array to a numpy array (``None`` becomes an empty array)."""
+    if x is None:
+        return np.zeros((0,), dtype=np.float64)
+    if hasattr(x, "detach"):  # torch.Tensor, without importing torch here
+        x = x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def _finite_or_none(value: Any) -> float | None:
+    """Return ``value`` as a float, or ``None`` when it is missing or not finite."""
+    if value is None:
+        return None
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _class_name(label: int, class_names: Sequence[str]) -> str:
+    """Name of class ``label``; its number when it is outside ``class_names``."""
+    return class_names[label] if 0 <= label < len(class_names) else str(label)
+
+
+def _to_bgr_uint8(image: np.ndarray) -> np.ndarray:
+    """Return a new BGR uint8 copy of a grayscale ``[H,W]``/``[H,W,1]`` or BGR ``[H,W,3]`` image.
+
+    Float images with values in [0, 1] are scaled to [0, 255]; other values are clipped to [0, 255].
+    """
+    img = _to_numpy(image)
+    if img.ndim == 3 and img.shape[2] == 1:
+        img = img[:, :, 0]
+    if img.ndim not in (2, 3) or (img.ndim == 3 and img.shape[2] != 3):
+        raise ValueError(f"expected a grayscale [H,W] or BGR [H,W,3] image, got shape {img.shape}")
+    if img.dtype != np.uint8:
+        is_float = np.issubdtype(img.dtype, np.floating)
+        img = img.astype(np.float64)
+        if img.size and is_float and img.max() <= 1.0:
+            img = img * 255.0
+        img = np.clip(np.round(img), 0, 255).astype(np.uint8)
+    if img.ndim == 2:
+        return cv2.cvtColor(img, cv2.COLOR_GRAY2BGR)
+    return img.copy()
+
+
+def _line_thickness(height: int, width: int) -> int:
+    """Box line thickness that stays visible from small tiles up to 2048x1536 images (2 px at 640, 5 px at 1536)."""
+    return max(1, round(min(height, width) / 320))
+
+
+def _font_scale(height: int, width: int) -> float:
+    """OpenCV font scale proportional to image size (0.64 at 640, 1.5 at 1536), never below 0.4."""
+    return max(0.4, min(height, width) / 1000.0)
+
+
+def _text_color(color: tuple[int, int, int]) -> tuple[int, int, int]:
+    """Black or white, whichever reads better on a filled background of BGR ``color``."""
+    b, g, r = color
+    return (0, 0, 0) if 0.114 * b + 0.587 * g + 0.299 * r > 150 else (255, 255, 255)
+
+
+def _draw_boxes(
+    canvas: np.ndarray,
+    boxes: Any,
+    scores: Any,
+    labels: Any,
+    class_names: Sequence[str],
+    color: tuple[int, int, int],
+    label_at_bottom: bool = False,
+) -> None:
+    """Draw xyxy ``boxes`` with "name score" tags on BGR ``canvas`` in place.
+
+    Tags sit above the box top-left corner (or below its bottom-left corner when ``label_at_bottom``),
+    moved inside the image when they would fall outside it. ``scores`` may be ``None`` (no score shown).
+    """
+    boxes_np = _to_numpy(boxes).reshape(-1, 4).astype(np.float64)
+    labels_np = _to_numpy(labels).reshape(-1).astype(np.int64)
+    scores_np = None if scores is None else _to_numpy(scores).reshape(-1).astype(np.float64)
+    if len(labels_np) != len(boxes_np) or (scores_np is not None and len(scores_np) != len(boxes_np)):
+        raise ValueError(
+            f"boxes ({len(boxes_np)}), labels ({len(labels_np)}) and scores "
+            f"({'None' if scores_np is None else len(scores_np)}) must have the same length"
+        )
+    height, width = canvas.shape[:2]
+    thickness = _line_thickness(height, width)
+    font_scale = _font_scale(height, width)
+    font_thickness = max(1, thickness // 2)
+    font = cv2.FONT_HERSHEY_SIMPLEX
+    color = tuple(int(c) for c in color)
+    text_color = _text_color(color)
+
+    for i, box in enumerate(boxes_np):
+        if not np.all(np.isfinite(box)):
+            continue
+        x1, y1, x2, y2 = (int(round(v)) for v in box)
+        x1, x2 = sorted((min(max(x1, 0), width - 1), min(max(x2, 0), width - 1)))
+        y1, y2 = sorted((min(max(y1, 0), height - 1), min(max(y2, 0), height - 1)))
+        cv2.rectangle(canvas, (x1, y1), (x2, y2), color, thickness, lineType=cv2.LINE_AA)
+
+        text = _class_name(int(labels_np[i]), class_names)
+        if scores_np is not None:
+            text = f"{text} {scores_np[i]:.2f}"
+        (tw, th), baseline = cv2.getTextSize(text, font, font_scale, font_thickness)
+        tag_h = th + baseline + 2
+        if label_at_bottom:
+            ty = y2 if y2 + tag_h <= height else max(y2 - tag_h, 0)
+        else:
+            ty = y1 - tag_h if y1 - tag_h >= 0 else min(y1, max(height - tag_h, 0))
+        tx = min(x1, max(width - tw - 2, 0))
+        cv2.rectangle(canvas, (tx, ty), (tx + tw + 2, ty + tag_h), color, thickness=-1)
+        cv2.putText(canvas, text, (tx + 1, ty + th + 1), font, font_scale, text_color, font_thickness, lineType=cv2.LINE_AA)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# public API
+
+
+def draw_detections(
+    image: np.ndarray,
+    boxes: Any,
+    scores: Any,
+    labels: Any,
+    class_names: Sequence[str],
+    color: tuple[int, int, int] = (0, 0, 255),
+) -> np.ndarray:
+    """Return a BGR uint8 copy of ``image`` with detections drawn on it (the input is not modified).
+
+    Args:
+        image: grayscale ``[H,W]`` (or ``[H,W,1]``) or BGR ``[H,W,3]`` image, uint8 (float in [0,1] also accepted).
+        boxes: ``[N,4]`` xyxy boxes in the image's pixels (torch tensor, numpy array or nested list).
+        scores: ``[N]`` confidences shown as "name 0.87", or ``None`` to show only the class name (e.g. ground truth).
+        labels: ``[N]`` integer class indices into ``class_names`` (unknown indices are shown as numbers).
+        class_names: class names, indexed by label.
+        color: BGR colour of boxes and tag backgrounds; red by default.
+
+    Line thickness and font scale grow with the image's smaller side so tags stay readable on both
+    640x640 inputs and 2048x1536 originals.
+    """
+    canvas = _to_bgr_uint8(image)
+    _draw_boxes(canvas, boxes, scores, labels, class_names, color)
+    return canvas
+
+
+def plot_training_curves(metrics: list[dict], path: str | os.PathLike[str]) -> Path:
+    """Plot per-epoch training curves to a PNG and return its path.
+
+    Args:
+        metrics: one dict per epoch, as in ``metrics.jsonl``: ``epoch`` (int), ``train_loss``, ``train_box``,
+            ``train_cls`` (floats) and optionally ``map50``, ``map50_95`` (absent or ``None`` on epochs without
+            validation) and ``lr``. Entries are sorted by epoch; missing or non-finite values are skipped.
+        path: destination PNG.
+
+    Left panel: the three training losses vs epoch (with the learning rate on a secondary axis when present).
+    Right panel: mAP@0.5 and mAP@0.5:0.95 vs epoch, on the epochs that have them. Markers keep a single
+    epoch visible.
+    """
+    if not metrics:
+        raise ValueError("metrics is empty: nothing to plot")
+    rows = sorted(metrics, key=lambda m: m.get("epoch", 0))
+    epochs = [int(m.get("epoch", i)) for i, m in enumerate(rows)]
+
+    def series(key: str) -> tuple[list[int], list[float]]:
+        xs, ys = [], []
+        for epoch, row in zip(epochs, rows):
+            value = _finite_or_none(row.get(key))
+            if value is not None:
+                xs.append(epoch)
+                ys.append(value)
+        return xs, ys
+
+    fig, (ax_loss, ax_map) = plt.subplots(1, 2, figsize=(12, 4.5))
+
+    for key, name in LOSS_KEYS:
+        xs, ys = series(key)
+        if xs:
+            ax_loss.plot(xs, ys, marker="o", markersize=3, label=name)
+    ax_loss.set_xlabel("epoch")
+    ax_loss.set_ylabel("loss")
+    ax_loss.set_title("training losses")
+    ax_loss.grid(True, alpha=0.3)
+    handles, names = ax_loss.get_legend_handles_labels()
+
+    lr_x, lr_y = series("lr")
+    if lr_x:
+        ax_lr = ax_loss.twinx()
+        ax_lr.plot(lr_x, lr_y, color="gray", linestyle="--", linewidth=1, label="learning rate")
+        ax_lr.set_ylabel("learning rate", color="gray")
+        ax_lr.tick_params(axis="y", colors="gray")
+        ax_lr.ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
+        lr_handles, lr_names = ax_lr.get_legend_handles_labels()
+        handles, names = handles + lr_handles, names + lr_names
+    if handles:
+        ax_loss.legend(handles, names, loc="upper right", fontsize=8)
+
+    plotted_map = False
+    for key, name in MAP_KEYS:
+        xs, ys = series(key)
+        if xs:
+            ax_map.plot(xs, ys, marker="o", markersize=3, label=name)
+            plotted_map = True
+    if plotted_map:
+        ax_map.legend(loc="lower right", fontsize=8)
+        ax_map.set_ylim(0.0, 1.0)
+    else:
+        ax_map.text(0.5, 0.5, "no validation results yet", ha="center", va="center", transform=ax_map.transAxes)
+    ax_map.set_xlabel("epoch")
+    ax_map.set_ylabel("mAP")
+    ax_map.set_title("validation mAP")
+    ax_map.grid(True, alpha=0.3)
+
+    for ax in (ax_loss, ax_map):
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        if len(set(epochs)) == 1:
+            ax.set_xlim(epochs[0] - 1, epochs[0] + 1)
+
+    fig.tight_layout()
+    return _save_figure(fig, path)
+
+
+def plot_pr_curves(precision: np.ndarray, class_names: Sequence[str], path: str | os.PathLike[str]) -> Path:
+    """Plot per-class precision-recall curves at IoU 0.5 to a PNG and return its path.
+
+    Args:
+        precision: pycocotools ``COCOeval.eval["precision"][0, :, :, 0, 2]`` (IoU=0.5, all areas, maxDets=100):
+            shape ``[R, K]`` with ``R`` recall thresholds (101 in COCO, recall = ``np.linspace(0, 1, R)``) and ``K``
+            classes. Values are in [0, 1], or -1 where undefined; classes that are -1 everywhere (no ground truth)
+            are skipped.
+        class_names: the ``K`` class names.
+        path: destination PNG.
+
+    Each class's AP (mean precision over recall thresholds, ignoring -1) is shown in its legend label; the
+    mean curve over the plotted classes is drawn bold, labelled with mAP@0.5.
+    """
+    prec = _to_numpy(precision).astype(np.float64)
+    if prec.ndim != 2:
+        raise ValueError(f"precision must be [recall thresholds, classes], got shape {prec.shape}")
+    num_recall, num_classes = prec.shape
+    if num_classes != len(class_names):
+        raise ValueError(f"precision has {num_classes} classes but {len(class_names)} class names were given")
+    recall = np.linspace(0.0, 1.0, num_recall)
+    valid = prec > -1  # COCO marks undefined precision with -1
+
+    fig, ax = plt.subplots(figsize=(7, 6))
+    curves = []
+    for k in range(num_classes):
+        if not valid[:, k].any():
+            continue
+        curve = np.where(valid[:, k], prec[:, k], np.nan)
+        ap = float(prec[valid[:, k], k].mean())
+        ax.plot(recall, curve, linewidth=1, label=f"{class_names[k]} AP={ap:.3f}")
+        curves.append(curve)
+
+    if curves:
+        stack = np.stack(curves, axis=1)
+        counts = np.isfinite(stack).sum(axis=1)
+        sums = np.where(np.isfinite(stack), stack, 0.0).sum(axis=1)
+        mean_curve = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+        mean_ap = float(np.nanmean(mean_curve)) if np.isfinite(mean_curve).any() else 0.0
+        ax.plot(recall, mean_curve, color="black", linewidth=3, label=f"all classes mAP@0.5={mean_ap:.3f}")
+        ax.legend(loc="lower left", fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no classes with ground truth", ha="center", va="center", transform=ax.transAxes)
+
+    ax.set_xlim(0.0, 1.0)
+    ax.set_ylim(0.0, 1.05)
+    ax.set_xlabel("recall")
+    ax.set_ylabel("precision")
+    ax.set_title("precision-recall @ IoU 0.5")
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    return _save_figure(fig, path)
+
+
+def plot_confusion_matrix(matrix: np.ndarray, class_names: Sequence[str], path: str | os.PathLike[str]) -> Path:
+    """Plot a detection confusion matrix to a PNG and return its path.
+
+    Args:
+        matrix: integer counts of shape ``[K+1, K+1]``. Rows are the PREDICTED class, columns the TRUE class;
+            index ``K`` (the last) is "background":
+
+            - ``matrix[p, t]`` (p, t < K): predictions of class ``p`` matched to a ground-truth box of class ``t``;
+            - last row ``matrix[K, t]``: ground-truth boxes of class ``t`` that no prediction matched (false negatives);
+            - last column ``matrix[p, K]``: predictions of class ``p`` that matched no ground truth (false positives);
+            - ``matrix[K, K]`` has no meaning and is normally 0.
+        class_names: the ``K`` class names (``"background"`` is appended).
+        path: destination PNG.
+
+    Cells show the raw counts; colours show each cell as a fraction of its column (i.e. of that true class),
+    so the diagonal reads as per-class recall. All-zero columns are drawn as 0.
+    """
+    counts = _to_numpy(matrix)
+    num_classes = len(class_names)
+    if counts.shape != (num_classes + 1, num_classes + 1):
+        raise ValueError(f"matrix must have shape [{num_classes + 1}, {num_classes + 1}] for {num_classes} classes, got {counts.shape}")
+    counts = np.rint(counts.astype(np.float64)).astype(np.int64)
+    col_sums = counts.sum(axis=0, keepdims=True)
+    normalised = np.divide(counts, col_sums, out=np.zeros(counts.shape, dtype=np.float64), where=col_sums > 0)
+    names = [*class_names, "background"]
+
+    side = max(5.0, 0.7 * len(names) + 2.5)
+    fig, ax = plt.subplots(figsize=(side + 1.0, side))
+    image = ax.imshow(normalised, cmap="Blues", vmin=0.0, vmax=1.0)
+    cbar = fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    cbar.set_label("fraction of true class (column)")
+
+    font_size = 9 if len(names) <= 10 else 7
+    for p in range(len(names)):
+        for t in range(len(names)):
+            text_color = "white" if normalised[p, t] > 0.5 else "black"
+            ax.text(t, p, str(counts[p, t]), ha="center", va="center", color=text_color, fontsize=font_size)
+
+    ticks = np.arange(len(names))
+    ax.set_xticks(ticks)
+    ax.set_yticks(ticks)
+    ax.set_xticklabels(names, rotation=45, ha="right")
+    ax.set_yticklabels(names)
+    ax.set_xlabel("true class (background = false positive)")
+    ax.set_ylabel("predicted class (background = missed ground truth)")
+    ax.set_title("confusion matrix")
+    fig.tight_layout()
+    return _save_figure(fig, path)
+
+
+def _grid_tile(image: np.ndarray, prediction: dict, ground_truth: dict, class_names: Sequence[str]) -> np.ndarray:
+    """One BGR ``GRID_TILE_SIZE`` square tile: ``image`` letterboxed (aspect kept, gray padding) with boxes drawn.
+
+    Boxes are scaled into the tile before drawing, so lines and text keep a readable size whatever the original resolution.
+    """
+    source = _to_bgr_uint8(image)
+    height, width = source.shape[:2]
+    scale = GRID_TILE_SIZE / max(height, width, 1)
+    new_w, new_h = max(1, round(width * scale)), max(1, round(height * scale))
+    interpolation = cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR
+    resized = cv2.resize(source, (new_w, new_h), interpolation=interpolation)
+
+    tile = np.full((GRID_TILE_SIZE, GRID_TILE_SIZE, 3), GRID_PAD_VALUE, dtype=np.uint8)
+    left, top = (GRID_TILE_SIZE - new_w) // 2, (GRID_TILE_SIZE - new_h) // 2
+    tile[top : top + new_h, left : left + new_w] = resized
+    offset = np.array([left, top, left, top], dtype=np.float64)
+
+    gt_boxes = _to_numpy(ground_truth.get("boxes")).reshape(-1, 4).astype(np.float64) * scale + offset
+    pred_boxes = _to_numpy(prediction.get("boxes")).reshape(-1, 4).astype(np.float64) * scale + offset
+    _draw_boxes(tile, gt_boxes, None, ground_truth.get("labels"), class_names, GT_COLOR_BGR, label_at_bottom=True)
+    _draw_boxes(tile, pred_boxes, prediction.get("scores"), prediction.get("labels"), class_names, PRED_COLOR_BGR)
+    return tile
+
+
+def _caption(text: str, width: int, height: int = GRID_CAPTION_HEIGHT) -> np.ndarray:
+    """A white BGR strip ``height`` x ``width`` with black ``text`` at its left."""
+    strip = np.full((height, width, 3), 255, dtype=np.uint8)
+    cv2.putText(strip, text, (6, height - 8), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (0, 0, 0), 1, lineType=cv2.LINE_AA)
+    return strip
+
+
+def plot_prediction_grid(
+    images: Sequence[np.ndarray],
+    predictions: Sequence[dict],
+    ground_truths: Sequence[dict],
+    class_names: Sequence[str],
+    path: str | os.PathLike[str],
+    max_images: int = 16,
+) -> Path:
+    """Draw up to ``max_images`` images with ground truth and predictions in a grid of up to 4 columns; write a PNG.
+
+    Args:
+        images: grayscale uint8 ``[H,W]`` images in original pixels; sizes may differ.
+        predictions: per image, a dict with ``boxes`` (float ``[N,4]`` xyxy in original pixels), ``scores`` ``[N]`` and
+            ``labels`` (int ``[N]``); torch tensors or numpy arrays.
+        ground_truths: per image, a dict with ``boxes`` and ``labels`` in the same format.
+        class_names: class names, indexed by label.
+        path: destination PNG.
+        max_images: the first this many images are drawn.
+
+    Each image is letterboxed into a ``GRID_TILE_SIZE`` square tile; ground truth is drawn in green (class name under
+    the box) and predictions in red ("name score" above the box), each tile captioned with its index and box counts.
+    The mosaic is built with OpenCV at its final resolution (no resampling by matplotlib) and PNG-encoded with
+    ``cv2.imencode``, then written atomically.
+    """
+    if not (len(images) == len(predictions) == len(ground_truths)):
+        raise ValueError(f"got {len(images)} images, {len(predictions)} predictions and {len(ground_truths)} ground truths")
+    count = min(len(images), max_images)
+    if count <= 0:
+        raise ValueError("no images to plot")
+
+    columns = min(GRID_MAX_COLUMNS, count)
+    rows = math.ceil(count / columns)
+    cell_h, cell_w = GRID_CAPTION_HEIGHT + GRID_TILE_SIZE, GRID_TILE_SIZE
+    gap = GRID_GAP
+    mosaic = np.full((rows * (cell_h + gap) + gap, columns * (cell_w + gap) + gap, 3), 255, dtype=np.uint8)
+    for i in range(count):
+        n_gt = len(_to_numpy(ground_truths[i].get("labels")).reshape(-1))
+        n_pred = len(_to_numpy(predictions[i].get("labels")).reshape(-1))
+        cell = np.concatenate(
+            [_caption(f"#{i}  gt={n_gt}  pred={n_pred}", cell_w), _grid_tile(images[i], predictions[i], ground_truths[i], class_names)],
+            axis=0,
+        )
+        row, col = divmod(i, columns)
+        y, x = gap + row * (cell_h + gap), gap + col * (cell_w + gap)
+        mosaic[y : y + cell_h, x : x + cell_w] = cell
+
+    header = _caption("", mosaic.shape[1])
+    x = 6
+    for text, color in (("ground truth", GT_COLOR_BGR), ("prediction (name score)", PRED_COLOR_BGR)):
+        cv2.rectangle(header, (x, 8), (x + 24, GRID_CAPTION_HEIGHT - 8), color, thickness=-1)
+        cv2.putText(header, text, (x + 30, GRID_CAPTION_HEIGHT - 8), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (0, 0, 0), 1, lineType=cv2.LINE_AA)
+        x += 30 + cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, 0.5, 1)[0][0] + 24
+    mosaic = np.concatenate([header, mosaic], axis=0)
+
+    ok, encoded = cv2.imencode(".png", mosaic)
+    if not ok:
+        raise RuntimeError("OpenCV failed to encode the prediction grid as PNG")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, encoded.tobytes())
+    return path

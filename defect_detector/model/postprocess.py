@@ -1,0 +1,81 @@
+"""Anchor points, decoding of raw predictions, NMS and mapping back to original pixels."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torchvision.ops import batched_nms
+
+from defect_detector.boxes import ltrb_to_xyxy
+from defect_detector.data.letterbox import LetterboxMeta, boxes_from_letterbox
+
+PRE_NMS_TOPK = 1000
+
+
+def make_anchor_points(
+    height: int, width: int, strides: Sequence[int], device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Anchor-point centres for an input of ``height x width`` pixels.
+
+    Returns ``points [A, 2]`` (x, y) float32 in input pixels, at the centre of
+    each grid cell, and ``strides [A]`` float32; levels in ``strides`` order,
+    locations row-major, matching the head's output order.
+    """
+    points, stride_values = [], []
+    for stride in strides:
+        h, w = height // stride, width // stride
+        ys = (torch.arange(h, device=device, dtype=torch.float32) + 0.5) * stride
+        xs = (torch.arange(w, device=device, dtype=torch.float32) + 0.5) * stride
+        grid_y, grid_x = torch.meshgrid(ys, xs, indexing="ij")
+        points.append(torch.stack((grid_x, grid_y), dim=-1).reshape(-1, 2))  # [h * w, 2]
+        stride_values.append(torch.full((h * w,), float(stride), device=device))
+    return torch.cat(points), torch.cat(stride_values)
+
+
+def decode_boxes(raw_boxes: torch.Tensor, points: torch.Tensor, strides: torch.Tensor) -> torch.Tensor:
+    """Raw box outputs ``[B, A, 4]`` -> xyxy ``[B, A, 4]`` in input (letterboxed) pixels.
+
+    Each raw value becomes an edge distance ``softplus(raw) * stride``.
+    """
+    distances = F.softplus(raw_boxes.float()) * strides[:, None]
+    return ltrb_to_xyxy(distances, points)
+
+
+def decode(raw: torch.Tensor, points: torch.Tensor, strides: torch.Tensor) -> torch.Tensor:
+    """Raw predictions ``[B, A, 4 + C]`` -> ``[B, A, 4 + C]``: xyxy boxes in input pixels, then class probabilities."""
+    return torch.cat((decode_boxes(raw[..., :4], points, strides), raw[..., 4:].float().sigmoid()), dim=-1)
+
+
+def postprocess(
+    decoded: torch.Tensor,
+    metas: Sequence[LetterboxMeta | None],
+    conf: float = 0.25,
+    iou: float = 0.5,
+    max_det: int = 100,
+) -> list[dict[str, torch.Tensor]]:
+    """Score threshold, per-class NMS, top-k, and un-letterboxing.
+
+    ``decoded``: ``[B, A, 4 + C]`` from :func:`decode` (or the exported model).
+    Every (location, class) pair scoring above ``conf`` is a candidate, so one
+    location may propose several classes. ``metas[i]`` maps boxes back to the
+    original image; ``None`` keeps input pixels. Returns one dict per image:
+    ``boxes`` float32 ``[K, 4]`` xyxy in original-image pixels, ``scores``
+    float32 ``[K]``, ``labels`` int64 ``[K]`` in 0..C-1, sorted by score.
+    """
+    results = []
+    for pred, meta in zip(decoded, metas):
+        boxes, scores = pred[:, :4], pred[:, 4:]
+        anchor_idx, labels = (scores > conf).nonzero(as_tuple=True)
+        cand_scores = scores[anchor_idx, labels]
+        if cand_scores.numel() > PRE_NMS_TOPK:
+            cand_scores, order = cand_scores.topk(PRE_NMS_TOPK)
+            anchor_idx, labels = anchor_idx[order], labels[order]
+        cand_boxes = boxes[anchor_idx]
+        keep = batched_nms(cand_boxes, cand_scores, labels, iou)[:max_det]
+        out_boxes = cand_boxes[keep]
+        if meta is not None:
+            out_boxes = boxes_from_letterbox(out_boxes, meta)
+        results.append({"boxes": out_boxes.float(), "scores": cand_scores[keep].float(), "labels": labels[keep].long()})
+    return results

@@ -1,0 +1,262 @@
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from defect_detector.config import DEEPPCB_CLASSES
+from defect_detector.data.dataset import CocoDetectionDataset, DatasetError, load_image_gray, to_gray_uint8
+from defect_detector.data.letterbox import LetterboxMeta
+
+H, W = 48, 64
+
+
+def _image(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, size=(H, W), dtype=np.uint8)
+
+
+def _make_set(root: Path, n: int = 3) -> dict[str, Any]:
+    """``n`` PNGs in root/images with two boxes each; returns the COCO dict (not yet written)."""
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    images, anns = [], []
+    for i in range(n):
+        cv2.imwrite(str(root / "images" / f"img_{i}.png"), _image(i))
+        images.append({"id": 10 + i, "file_name": f"img_{i}.png", "width": W, "height": H})
+        for k, bbox in enumerate(([4, 5, 20, 10], [30, 20, 10, 25])):
+            anns.append(
+                {"id": 100 + 2 * i + k, "image_id": 10 + i, "category_id": k + 1, "bbox": bbox, "area": bbox[2] * bbox[3], "iscrowd": 0}
+            )
+    categories = [{"id": i + 1, "name": name} for i, name in enumerate(DEEPPCB_CLASSES)]
+    return {"info": {"images_root": "images"}, "images": images, "annotations": anns, "categories": categories}
+
+
+def _write(root: Path, coco: dict[str, Any]) -> Path:
+    path = root / "ann.json"
+    path.write_text(json.dumps(coco))
+    return path
+
+
+def _dataset(path: Path, on_bad: str = "skip", imgsz: int = 64) -> CocoDetectionDataset:
+    return CocoDetectionDataset(path, None, DEEPPCB_CLASSES, imgsz, on_bad=on_bad)
+
+
+def test_sample_format_and_letterbox_frame(tmp_path: Path) -> None:
+    ds = _dataset(_write(tmp_path, _make_set(tmp_path)))
+    assert len(ds) == 3 and ds.image_ids == [10, 11, 12]
+    assert ds.label_to_cat_id == {i: i + 1 for i in range(6)}
+    image, target = ds[1]
+    assert image.shape == (1, 64, 64) and image.dtype == torch.float32
+    assert 0.0 <= image.min() and image.max() <= 1.0
+    expected = torch.from_numpy(_image(1)).float() / 255
+    torch.testing.assert_close(image[0, 8:56], expected)
+    assert torch.allclose(image[0, :8], torch.tensor(114 / 255))
+    assert target["image_id"] == 11
+    assert target["letterbox"] == LetterboxMeta(scale=1.0, pad_x=0.0, pad_y=8.0, orig_h=H, orig_w=W)
+    assert target["boxes"].dtype == torch.float32 and target["labels"].dtype == torch.int64
+    torch.testing.assert_close(target["boxes"], torch.tensor([[4.0, 13.0, 24.0, 23.0], [30.0, 28.0, 40.0, 53.0]]))
+    assert target["labels"].tolist() == [0, 1]
+    assert ds.skipped == {} and "nothing skipped" in ds.report()
+
+
+def test_image_without_boxes_and_scaled_letterbox(tmp_path: Path) -> None:
+    coco = _make_set(tmp_path)
+    coco["annotations"] = [a for a in coco["annotations"] if a["image_id"] != 10]
+    ds = _dataset(_write(tmp_path, coco), imgsz=128)
+    image, target = ds[0]
+    assert image.shape == (1, 128, 128)
+    assert target["boxes"].shape == (0, 4) and target["labels"].shape == (0,)
+    _, target = ds[1]
+    torch.testing.assert_close(target["boxes"][0], torch.tensor([8.0, 10.0 + 16.0, 48.0, 30.0 + 16.0]))
+
+
+def test_images_root_argument_and_json_folder_default(tmp_path: Path) -> None:
+    coco = _make_set(tmp_path)
+    del coco["info"]
+    path = _write(tmp_path, coco)
+    with pytest.raises(DatasetError, match="missing image file"):
+        _dataset(path, on_bad="error")
+    ds = CocoDetectionDataset(path, tmp_path / "images", DEEPPCB_CLASSES, 64, on_bad="error")
+    assert len(ds) == 3
+
+
+def test_coco_index_holds_the_validated_annotations(tmp_path: Path) -> None:
+    coco = _make_set(tmp_path)
+    coco["annotations"][0]["bbox"] = [-0.5, 5, 20, 10]  # within the 1 px slop: clipped
+    coco["annotations"][1]["bbox"] = [30, 20, 0, 25]  # degenerate: dropped
+    ds = _dataset(_write(tmp_path, coco))
+    assert ds.coco.anns[100]["bbox"] == [0.0, 5.0, 19.5, 10.0]
+    assert 101 not in ds.coco.anns
+    assert sorted(ds.coco.getImgIds()) == [10, 11, 12]
+
+
+Mutation = Callable[[Path, dict[str, Any]], None]
+
+
+def _missing_image(root: Path, coco: dict[str, Any]) -> None:
+    (root / "images" / "img_1.png").unlink()
+
+
+def _zero_byte(root: Path, coco: dict[str, Any]) -> None:
+    (root / "images" / "img_1.png").write_bytes(b"")
+
+
+def _box_outside(root: Path, coco: dict[str, Any]) -> None:
+    coco["annotations"][2]["bbox"] = [50, 10, 30, 10]
+
+
+def _x2_not_after_x1(root: Path, coco: dict[str, Any]) -> None:
+    coco["annotations"][2]["bbox"] = [20, 10, -5, 10]
+
+
+def _unknown_category_id(root: Path, coco: dict[str, Any]) -> None:
+    coco["annotations"][2]["category_id"] = 99
+
+
+def _category_not_in_class_names(root: Path, coco: dict[str, Any]) -> None:
+    coco["categories"].append({"id": 7, "name": "scratch"})
+    coco["annotations"][2]["category_id"] = 7
+
+
+def _missing_image_id(root: Path, coco: dict[str, Any]) -> None:
+    coco["annotations"][2]["image_id"] = 999
+
+
+def _malformed_annotation(root: Path, coco: dict[str, Any]) -> None:
+    coco["annotations"][2]["bbox"] = [1, 2, 3]
+
+
+BAD_INPUTS: list[tuple[Mutation, str, str, int]] = [
+    # mutation, skip reason, text the error names, images left
+    (_missing_image, "missing image file", "img_1.png", 2),
+    (_zero_byte, "zero-byte image file", "img_1.png", 2),
+    (_box_outside, "box outside image", "annotation id 102", 3),
+    (_x2_not_after_x1, "degenerate box", "annotation id 102", 3),
+    (_unknown_category_id, "unknown category", "annotation id 102", 3),
+    (_category_not_in_class_names, "unknown category", "'scratch'", 3),
+    (_missing_image_id, "annotation references a missing image id", "annotation id 102", 3),
+    (_malformed_annotation, "malformed annotation", "'id': 102", 3),
+]
+
+
+@pytest.mark.parametrize(("mutate", "reason", "names", "left"), BAD_INPUTS, ids=[m.__name__.strip("_") for m, *_ in BAD_INPUTS])
+def test_bad_input_raises_in_error_mode(tmp_path: Path, mutate: Mutation, reason: str, names: str, left: int) -> None:
+    coco = _make_set(tmp_path)
+    mutate(tmp_path, coco)
+    with pytest.raises(DatasetError) as info:
+        _dataset(_write(tmp_path, coco), on_bad="error")
+    assert reason in str(info.value) and names in str(info.value)
+
+
+@pytest.mark.parametrize(("mutate", "reason", "names", "left"), BAD_INPUTS, ids=[m.__name__.strip("_") for m, *_ in BAD_INPUTS])
+def test_bad_input_is_skipped_counted_and_reported(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, mutate: Mutation, reason: str, names: str, left: int
+) -> None:
+    coco = _make_set(tmp_path)
+    mutate(tmp_path, coco)
+    with caplog.at_level(logging.WARNING, logger="defect_detector.data"):
+        ds = _dataset(_write(tmp_path, coco), on_bad="skip")
+    assert ds.skipped == {reason: 1}
+    assert f"{reason} x1" in ds.report()
+    assert any(reason in r.getMessage() and names in r.getMessage() for r in caplog.records)
+    assert len(ds) == left
+    total_boxes = sum(len(ds[i][1]["boxes"]) for i in range(len(ds)))
+    assert total_boxes == 5 if left == 3 else total_boxes == 4
+
+
+@pytest.mark.parametrize("on_bad", ["skip", "error"])
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '{"images": {}, "categories": []}'])
+def test_malformed_json_names_the_file(tmp_path: Path, on_bad: str, text: str) -> None:
+    path = tmp_path / "broken.json"
+    path.write_text(text)
+    with pytest.raises(DatasetError, match="broken.json: malformed"):
+        _dataset(path, on_bad=on_bad)
+    with pytest.raises(DatasetError, match="not found"):
+        _dataset(tmp_path / "absent.json", on_bad=on_bad)
+
+
+def _corrupt(path: Path) -> None:
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4)
+
+
+def _truncated_jpeg(path: Path) -> None:
+    ok, data = cv2.imencode(".jpg", _image(1))
+    assert ok
+    path.write_bytes(data.tobytes()[: len(data) // 2])
+
+
+@pytest.mark.parametrize(("damage", "problem"), [(_corrupt, "corrupt"), (_truncated_jpeg, "truncated JPEG")])
+def test_undecodable_image(tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: Callable[[Path], None], problem: str) -> None:
+    coco = _make_set(tmp_path)
+    coco["images"][1]["file_name"] = "img_1.jpg"
+    damage(tmp_path / "images" / "img_1.jpg")
+    path = _write(tmp_path, coco)
+
+    strict = _dataset(path, on_bad="error")
+    with pytest.raises(DatasetError, match=f"img_1.jpg: {problem}"):
+        strict[1]
+    assert strict[0][1]["image_id"] == 10
+
+    lenient = _dataset(path, on_bad="skip")
+    with caplog.at_level(logging.WARNING, logger="defect_detector.data"):
+        _, target = lenient[1]
+    assert target["image_id"] == 12
+    assert lenient.skipped == {"unreadable image": 1}
+    assert "unreadable image x1" in lenient.report()
+    assert any("img_1.jpg" in r.getMessage() for r in caplog.records)
+    assert lenient[1][1]["image_id"] == 12 and lenient.skipped["unreadable image"] == 1
+
+
+def test_every_image_unreadable_raises(tmp_path: Path) -> None:
+    coco = _make_set(tmp_path, n=2)
+    for i in range(2):
+        _corrupt(tmp_path / "images" / f"img_{i}.png")
+    ds = _dataset(_write(tmp_path, coco), on_bad="skip")
+    with pytest.raises(DatasetError, match="no readable image"):
+        ds[0]
+
+
+def test_size_mismatch_is_an_unreadable_sample(tmp_path: Path) -> None:
+    coco = _make_set(tmp_path)
+    coco["images"][0]["width"] = W + 10
+    with pytest.raises(DatasetError, match="annotations say"):
+        _dataset(_write(tmp_path, coco), on_bad="error")[0]
+
+
+def test_colour_alpha_and_16bit_are_converted_with_one_warning_per_kind(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    coco = _make_set(tmp_path, n=4)
+    gray = _image(0)
+    images = tmp_path / "images"
+    cv2.imwrite(str(images / "img_0.png"), cv2.merge([gray, gray, gray]))
+    cv2.imwrite(str(images / "img_1.png"), cv2.merge([gray, gray, gray, np.full_like(gray, 7)]))
+    cv2.imwrite(str(images / "img_2.png"), gray.astype(np.uint16) * 257)
+    cv2.imwrite(str(images / "img_3.png"), cv2.merge([gray, gray, gray]))
+    ds = _dataset(_write(tmp_path, coco))
+    with caplog.at_level(logging.WARNING, logger="defect_detector.data"):
+        for _ in range(2):
+            for i in range(4):
+                image, _ = ds[i]
+                torch.testing.assert_close(image[0, 8:56], torch.from_numpy(gray).float() / 255, atol=1 / 255, rtol=0)
+    messages = [r.getMessage() for r in caplog.records]
+    for kind in ("colour", "alpha", "16-bit"):
+        assert sum(f"converting {kind} images" in m for m in messages) == 1
+
+
+def test_to_gray_uint8_and_load_image_gray(tmp_path: Path) -> None:
+    gray = _image(3)
+    out, kinds = to_gray_uint8(gray[:, :, None])
+    assert kinds == [] and out.shape == (H, W)
+    out, kinds = to_gray_uint8((gray.astype(np.uint16) * 257)[:, :, None].repeat(3, axis=2))
+    assert kinds == ["colour", "16-bit"] and out.dtype == np.uint8
+    np.testing.assert_array_equal(out, gray)
+    with pytest.raises(DatasetError, match="unsupported pixel type"):
+        to_gray_uint8(gray.astype(np.float32))
+    path = tmp_path / "x.png"
+    cv2.imwrite(str(path), gray)
+    np.testing.assert_array_equal(load_image_gray(path), gray)
+    with pytest.raises(DatasetError, match="absent.png"):
+        load_image_gray(tmp_path / "absent.png")
