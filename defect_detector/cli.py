@@ -99,6 +99,98 @@ def _cmd_info(args: argparse.Namespace) -> None:
     print(json.dumps({"weights": str(loaded.path), "class_names": list(loaded.class_names), **summary, "metrics": loaded.metrics}, indent=2))
 
 
+def _read_json_object(path: str, what: str) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{p}: {what} file not found")
+    try:
+        obj = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{p}: malformed {what} JSON: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise ValueError(f"{p}: {what} JSON must be an object, got {type(obj).__name__}")
+    return obj
+
+
+def _cmd_export(args: argparse.Namespace) -> None:
+    from defect_detector.deploy import export
+    from defect_detector.deploy.runtime import is_torchscript_archive
+    from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, load_checkpoint
+
+    weights = Path(args.weights) if args.weights else DEFAULT_WEIGHTS
+    if weights.is_file() and is_torchscript_archive(weights):
+        raise CliError(f"{weights}: already an exported TorchScript model; export needs a training checkpoint")
+    if args.imgsz is not None and (args.imgsz < 64 or args.imgsz % 32):
+        raise CliError(f"--imgsz must be a multiple of 32 and >= 64, got {args.imgsz}")
+    if args.half and args.format == "onnx":
+        raise CliError("--half applies to TorchScript; for float16 ONNX build a TensorRT engine: trtexec --onnx=MODEL --fp16")
+    if args.triton and args.format != "torchscript":
+        raise CliError("--triton writes a TorchScript model repository; drop --format onnx")
+    loaded = load_checkpoint(weights)
+    baseline = _read_json_object(args.baseline, "baseline") if args.baseline else None
+    if args.triton:
+        report = export.export_triton(loaded, args.triton, imgsz=args.imgsz, half=args.half, baseline=baseline)
+        print(f"wrote Triton model repository {report['repository']} ({report['config']}, {report['path']})")
+    elif args.format == "onnx":
+        out = Path(args.out or f"{weights.stem}.onnx")
+        report = export.export_onnx(loaded, out, imgsz=args.imgsz, baseline=baseline)
+        print(f"wrote {out} ({report['bytes'] / 1e6:.2f} MB, opset {report['opset']}) and {export.onnx_meta_path(out)}")
+    else:
+        out = Path(args.out or f"{weights.stem}{'.fp16' if args.half else ''}.torchscript.pt")
+        report = export.export_torchscript(loaded, out, imgsz=args.imgsz, half=args.half, baseline=baseline)
+        print(f"wrote {out} ({report['bytes'] / 1e6:.2f} MB, traced on {report['device']})")
+        opt = report["meta"]["optimize_for_inference"]
+        print(f"optimize_for_inference: {'applied' if opt['applied'] else 'not applied'} ({opt['reason']})")
+    meta = report["meta"]
+    print(f"input [B, 1, {meta['imgsz']}, {meta['imgsz']}] {meta['input']['dtype']}; classes {', '.join(meta['class_names'])}; "
+          f"{len(meta['layers'])} monitored layers; baseline {'embedded' if meta['baseline'] else 'none'}")
+    parity = report["parity"]
+    if parity is None:
+        print(f"parity check skipped: {report.get('parity_skipped', 'unavailable')}")
+    else:
+        print(f"parity vs eager on {report['parity_images']} images: max abs diff pred {parity['pred']:.3g} "
+              f"(boxes {parity['boxes']:.3g} px, scores {parity['scores']:.3g}), stats {parity['stats']:.3g}")
+
+
+def _cmd_predict(args: argparse.Namespace) -> None:
+    from defect_detector.deploy.predict import run_predict, summary_line
+
+    summary = run_predict(args)
+    print(summary_line(summary))
+    for kind, path in summary["outputs"].items():
+        print(f"wrote {kind}: {path}")
+
+
+def _cmd_bench(args: argparse.Namespace) -> None:
+    from defect_detector.deploy.bench import load_bench_model, run_bench
+    from defect_detector.io import atomic_write_json
+
+    def int_list(text: str, name: str) -> list[int]:
+        try:
+            values = [int(v) for v in text.split(",") if v.strip()]
+        except ValueError as exc:
+            raise CliError(f"{name} must be comma-separated integers, got {text!r}") from exc
+        if not values or min(values) < 1:
+            raise CliError(f"{name} must list integers >= 1, got {text!r}")
+        return values
+
+    batches, threads = int_list(args.batches, "--batches"), int_list(args.threads, "--threads")
+    loaded, description = load_bench_model(args.weights, args.config)
+    result = run_bench(loaded, description, args.imgsz, batches, threads, args.iters, args.yolo)
+    for row in result["latency"]:
+        print(f"{row['candidate']:>22} b{row['batch']} t{row['threads']}: median {row['median_ms']:8.2f} ms  p90 {row['p90_ms']:8.2f} ms  "
+              f"{row['images_per_s']:7.2f} img/s  {row['gflops_per_s']:6.2f} GFLOP/s")
+    for row in result["pipeline"]:
+        print(f"pipeline {row['frame']}: preprocess {row['preprocess_ms']:.2f} ms, postprocess {row['postprocess_ms']:.2f} ms, "
+              f"decode {row['decode_ms']:.2f} ms (inside the model)")
+    print(f"drift statistics overhead (%): {result['derived']['stats_overhead_pct']}")
+    if result["derived"]["yolo_ratio"]:
+        print(f"latency ratio ours/YOLOv8n at batch 1: {result['derived']['yolo_ratio']}")
+    if args.out:
+        atomic_write_json(args.out, result)
+        print(f"wrote {args.out}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="defect-detector", description="PCB defect detection on grayscale images.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -137,6 +229,42 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("info", help="print parameters, FLOPs and metrics of a checkpoint")
     p.add_argument("--weights", help="checkpoint (default: bundled DeepPCB model)")
     p.set_defaults(func=_cmd_info)
+
+    p = sub.add_parser("export", help="export weights as TorchScript (default) or ONNX, or a Triton model repository")
+    p.add_argument("--weights", help="training checkpoint (default: bundled DeepPCB model)")
+    p.add_argument("--format", choices=["torchscript", "onnx"], default="torchscript")
+    p.add_argument("--out", help="output file (default: <weights name>.torchscript.pt or .onnx in the current folder)")
+    p.add_argument("--imgsz", type=int, help="input size (default: the model's)")
+    p.add_argument("--half", action="store_true", help="float16 TorchScript for CUDA / Jetson (traced on CUDA when available)")
+    p.add_argument("--baseline", help="drift baseline JSON to embed in meta.json")
+    p.add_argument("--triton", metavar="DIR", help="write a Triton model repository into DIR instead of --out")
+    p.set_defaults(func=_cmd_export)
+
+    p = sub.add_parser("predict", help="detect defects in an image, folder, glob, video, camera or stream")
+    p.add_argument("source", help="image, folder, glob, video file, camera index or rtsp/http URL")
+    p.add_argument("--weights", help="TorchScript export or checkpoint (default: bundled DeepPCB model)")
+    p.add_argument("--conf", type=float, default=0.25, help="score threshold")
+    p.add_argument("--iou", type=float, default=0.5, help="NMS IoU threshold (per class)")
+    p.add_argument("--max-det", type=int, default=100, help="detections kept per frame")
+    p.add_argument("--save-json", help="write detections (bbox xywh in original pixels) here; video/streams also get a .jsonl")
+    p.add_argument("--save-dir", help="write annotated images (or an .mp4 for video/streams) here")
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
+    p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.add_argument("--batch", type=int, default=1, help="frames per model call (files and video; streams use 1)")
+    p.add_argument("--latest-only", action="store_true", help="live streams: drop stale frames, always process the newest")
+    p.add_argument("--max-frames", type=int, help="stop after N frames")
+    p.set_defaults(func=_cmd_predict)
+
+    p = sub.add_parser("bench", help="latency/throughput of the eager model and the TorchScript export (optionally vs YOLOv8n)")
+    p.add_argument("--weights", help="checkpoint (default: bundled model, else random init of --config)")
+    p.add_argument("--config", default="configs/deeppcb.yaml", help="architecture used when no weights exist")
+    p.add_argument("--imgsz", type=int, default=640)
+    p.add_argument("--batches", default="1,8", help="comma-separated batch sizes")
+    p.add_argument("--threads", default="1,2", help="comma-separated torch thread counts")
+    p.add_argument("--iters", type=int, default=20, help="timed calls per candidate at batch 1 (a quarter of that for larger batches)")
+    p.add_argument("--yolo", action="store_true", help="also time a traced YOLOv8n from ultralytics' yolov8n.yaml (needs ultralytics)")
+    p.add_argument("--out", help="write the results JSON here")
+    p.set_defaults(func=_cmd_bench)
     return parser
 
 

@@ -182,18 +182,33 @@ class EvalConfig:
 
 @dataclass(frozen=True)
 class MonitorConfig:
-    """Drift detection thresholds (see monitor/drift.py)."""
+    """Drift detection (algorithm and units: monitor/drift.py).
+
+    z-scores are in units of the spread of single clean calibration frames per layer statistic.
+    ``window``: frames averaged; ``reference``: frames forming the stream's own normal level
+    (0 = compare with the calibration baseline only); ``baseline_margin``: z allowed against the
+    calibration baseline before it counts (unseen board designs sit away from it); ``rel_floor``:
+    the scale is at least this fraction of the baseline value; ``min_layers``: layers that must
+    exceed a threshold; ``debounce``: consecutive frames above it before an alert; ``recover``:
+    consecutive normal frames before a recovery event.
+    """
 
     window: int = 8
-    z_warn: float = 6.0
-    z_alert: float = 10.0
+    reference: int = 64
+    z_warn: float = 1.5
+    z_alert: float = 3.0
+    baseline_margin: float = 1.5
+    rel_floor: float = 0.02
     min_layers: int = 2
-    debounce: int = 2
-    recover: int = 3
+    debounce: int = 3
+    recover: int = 8
 
     def validate(self) -> None:
         _check(self.window >= 1, "monitor.window", "must be >= 1", self.window)
+        _check(self.reference >= 0, "monitor.reference", "must be >= 0", self.reference)
         _check(0 < self.z_warn <= self.z_alert, "monitor.z_warn", "must be > 0 and <= monitor.z_alert", self.z_warn)
+        _check(self.baseline_margin >= 0, "monitor.baseline_margin", "must be >= 0", self.baseline_margin)
+        _check(self.rel_floor >= 0, "monitor.rel_floor", "must be >= 0", self.rel_floor)
         _check(self.min_layers >= 1, "monitor.min_layers", "must be >= 1", self.min_layers)
         _check(self.debounce >= 1, "monitor.debounce", "must be >= 1", self.debounce)
         _check(self.recover >= 1, "monitor.recover", "must be >= 1", self.recover)
@@ -268,6 +283,11 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
             raise ConfigError(f"{key}: must be an integer, got {value!r}")
         return value
     if hint is float:
+        if isinstance(value, str):  # YAML 1.1 reads "1e-3" (no dot) as a string
+            try:
+                value = float(value)
+            except ValueError:
+                pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{key}: must be a number, got {value!r}")
         return float(value)

@@ -393,7 +393,8 @@ def fit(cfg: Config, resume: bool = False, exist_ok: bool = False, progress: boo
                 atomic_torch_save(ckpt, best_path)
                 if metrics:
                     _write_eval_plots(run_dir, metrics, predictions, val_set, cfg)
-            plots.plot_training_curves(state.history, run_dir / "plots" / "curves.png")
+            if metrics or is_last:
+                plots.plot_training_curves(state.history, run_dir / "plots" / "curves.png")
             log.info("epoch %d: %s", epoch + 1, _summary(record))
         if distributed:
             dist.barrier()

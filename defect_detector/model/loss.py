@@ -69,6 +69,11 @@ def task_aligned_assign(
     scores = pred_scores[:, gt_labels].T  # [G, A]
     x, y = points[:, 0], points[:, 1]
     inside = (x > gt_boxes[:, None, 0]) & (x < gt_boxes[:, None, 2]) & (y > gt_boxes[:, None, 1]) & (y < gt_boxes[:, None, 3])  # [G, A]
+    # A box smaller than the finest stride may contain no anchor point: give it the nearest one.
+    no_point = ~inside.any(1)  # [G]
+    if no_point.any():
+        centres = (gt_boxes[no_point, :2] + gt_boxes[no_point, 2:]) / 2  # [E, 2]
+        inside[no_point.nonzero().squeeze(1), torch.cdist(centres, points).argmin(1)] = True
     align = scores.pow(alpha) * ious.pow(beta) * inside
 
     k = min(topk, num_anchors)

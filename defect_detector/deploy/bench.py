@@ -1,0 +1,264 @@
+"""Latency and throughput benchmark of the deployed model (and, optionally, a traced YOLOv8n for scale).
+
+Candidates run interleaved (one call of each per round) so that background load affects them alike:
+
+- ``eager_model``: the detector as trained (no decode, no statistics), eager;
+- ``eager_stats`` / ``eager_nostats``: :class:`DeployModel` (fused, channels_last, decode) with / without the
+  monitored layers' statistics, eager;
+- ``torchscript_stats`` / ``torchscript_nostats``: the exported artifact (saved and loaded back) with / without
+  the statistics;
+- ``yolov8n`` / ``yolov8n_channels_last`` (batch 1, with ``yolo=True``): ultralytics' YOLOv8n built from
+  ``yolov8n.yaml`` (random weights, no download), fused, traced and frozen at the same size with 3 channels,
+  as ultralytics exports it (NCHW) and in channels_last like ours.
+
+Latencies are per call (a whole batch); throughput is images per second. The pipeline part times
+:meth:`Runtime.predict`'s preprocess (validate, letterbox, tensor) and postprocess (NMS, un-letterbox) stages
+on synthetic boards, plus box decoding (which the artifact runs inside the model).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from defect_detector.config import load_config
+from defect_detector.data.synth import generate_board
+from defect_detector.deploy.export import DeployModel, artifact_bytes, build_meta, quiet_jit, trace_deploy_model
+from defect_detector.deploy.runtime import Runtime
+from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, LoadedModel, load_checkpoint
+from defect_detector.model.detector import build_model
+from defect_detector.model.postprocess import decode
+from defect_detector.model.summary import count_flops
+from defect_detector.monitor.hooks import DEFAULT_LAYERS
+
+TARGETS = {"yolo_ratio_max": 0.25, "stats_overhead_pct_max": 3.0, "pipeline_ms_max_640": 2.0}
+
+
+def load_bench_model(weights: str | os.PathLike[str] | None, config: str | os.PathLike[str]) -> tuple[LoadedModel, str]:
+    """The model to benchmark and a description: ``weights``, else the bundled weights, else a randomly
+    initialised model of ``config``'s architecture (speed does not depend on the weight values)."""
+    if weights is not None or DEFAULT_WEIGHTS.is_file():
+        loaded = load_checkpoint(weights)
+        return loaded, str(loaded.path)
+    cfg = load_config(config)
+    model = build_model(cfg.model, len(cfg.data.class_names)).eval()
+    return LoadedModel(model, cfg, tuple(cfg.data.class_names), {}, Path(config)), f"random init of {config} (bundled weights not found)"
+
+
+def measure_interleaved(candidates: dict[str, Callable[[], Any]], iters: int, warmup: int = 2) -> dict[str, dict[str, float]]:
+    """Time each callable ``iters`` times, one call of each per round; ``{name: {"median_ms", "p90_ms", "min_ms"}}``."""
+    for fn in candidates.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in candidates}
+    for _ in range(iters):
+        for name, fn in candidates.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append((time.perf_counter() - start) * 1000.0)
+    return {name: _summary(values) for name, values in times.items()}
+
+
+def _summary(values: Sequence[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    p90 = ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
+    return {"median_ms": round(statistics.median(ordered), 3), "p90_ms": round(p90, 3), "min_ms": round(ordered[0], 3), "n": len(ordered)}
+
+
+def _artifact(loaded: LoadedModel, imgsz: int, layers: Sequence[str]) -> torch.jit.ScriptModule:
+    """The TorchScript artifact as ``export`` writes it (without the parity run), loaded back from bytes."""
+    deploy = DeployModel(loaded.model, imgsz, layers).float().cpu()
+    meta = build_meta(loaded.class_names, imgsz, deploy.strides, deploy.layer_names)
+    data = artifact_bytes(trace_deploy_model(deploy), meta)
+    with quiet_jit():
+        return torch.jit.load(io.BytesIO(data), map_location="cpu")
+
+
+def build_yolov8n(imgsz: int, channels_last: bool = False) -> tuple[torch.jit.ScriptModule, int] | None:
+    """YOLOv8n from ultralytics' ``yolov8n.yaml`` (no weights download), fused, traced and frozen at
+    ``[1, 3, imgsz, imgsz]`` as ultralytics' TorchScript export does; with its FLOPs. None without ultralytics."""
+    os.environ.setdefault("YOLO_OFFLINE", "1")
+    try:
+        from ultralytics import YOLO
+    except ImportError:
+        return None
+    model = YOLO("yolov8n.yaml").model.eval()
+    detect = model.model[-1]
+    detect.export, detect.format = True, "torchscript"
+    model = model.fuse(verbose=False)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    x = torch.rand(1, 3, imgsz, imgsz)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(x)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    with torch.no_grad(), quiet_jit():
+        traced = torch.jit.freeze(torch.jit.trace(model, x, strict=False, check_trace=False))
+    return traced, int(counter.get_total_flops())
+
+
+def bench_models(
+    loaded: LoadedModel, imgsz: int, batches: Sequence[int], threads: Sequence[int], iters: int, yolo: bool
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Latency rows (one per candidate, batch and thread count) and the YOLOv8n info (None when not run)."""
+    flops = count_flops(loaded.model, imgsz)
+    models: dict[str, torch.nn.Module] = {
+        "eager_model": loaded.model.eval(),
+        "eager_stats": DeployModel(loaded.model, imgsz, DEFAULT_LAYERS),
+        "eager_nostats": DeployModel(loaded.model, imgsz, ()),
+        "torchscript_stats": _artifact(loaded, imgsz, DEFAULT_LAYERS),
+        "torchscript_nostats": _artifact(loaded, imgsz, ()),
+    }
+    yolo_info: dict[str, Any] = {"available": False}
+    if yolo:
+        built = build_yolov8n(imgsz)
+        if built is not None:
+            models["yolov8n"], yolo_flops = built
+            models["yolov8n_channels_last"] = build_yolov8n(imgsz, channels_last=True)[0]
+            yolo_info = {"available": True, "gflops": yolo_flops / 1e9, "source": "ultralytics yolov8n.yaml, random init, fused, traced"}
+        else:
+            yolo_info["reason"] = "ultralytics is not installed"
+    rows = []
+    for n_threads in threads:
+        torch.set_num_threads(n_threads)
+        for batch in batches:
+            x1 = torch.rand(batch, 1, imgsz, imgsz)
+            x3 = torch.rand(batch, 3, imgsz, imgsz)
+            candidates = {}
+            for name, model in models.items():
+                if name.startswith("yolo"):
+                    if batch == 1:
+                        candidates[name] = lambda m=model, x=x3: m(x)
+                else:
+                    candidates[name] = lambda m=model, x=x1: m(x)
+            n_iters = iters if batch == 1 else max(3, iters // 4)
+            with torch.inference_mode():
+                timings = measure_interleaved(candidates, n_iters, warmup=2 if batch == 1 else 1)
+            for name, t in timings.items():
+                model_flops = yolo_info.get("gflops", 0.0) * 1e9 if name.startswith("yolo") else flops
+                rows.append({
+                    "candidate": name,
+                    "batch": batch,
+                    "threads": n_threads,
+                    **t,
+                    "images_per_s": round(batch * 1000.0 / t["median_ms"], 2),
+                    "gflops_per_s": round(model_flops * batch / (t["median_ms"] / 1000.0) / 1e9, 2),
+                })
+    return rows, yolo_info
+
+
+def bench_pipeline(
+    loaded: LoadedModel, imgsz: int, sizes: Sequence[tuple[int, int]], iters: int, conf: float = 0.25
+) -> list[dict[str, Any]]:
+    """Per-frame cost beyond the model: Runtime preprocess + postprocess medians (and decode) per frame size."""
+    deploy = DeployModel(loaded.model, imgsz, DEFAULT_LAYERS).float().cpu()
+    meta = build_meta(loaded.class_names, imgsz, deploy.strides, deploy.layer_names)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bench.torchscript.pt"
+        path.write_bytes(artifact_bytes(trace_deploy_model(deploy), meta))
+        runtime = Runtime.load(path, device="cpu")
+    raw = torch.randn(1, int(deploy.points.shape[0]), 4 + deploy.num_classes)
+    rows = []
+    for height, width in sizes:
+        frame = generate_board(height, width, np.random.default_rng(0))[0]
+        runtime.warmup()
+        runtime.predict([frame], conf=conf)
+        stages: dict[str, list[float]] = {"preprocess": [], "model": [], "postprocess": []}
+        detections = []
+        for _ in range(iters):
+            result = runtime.predict([frame], conf=conf)[0]
+            detections.append(len(result))
+            for stage in stages:
+                stages[stage].append(result.timings[stage])
+        with torch.inference_mode():
+            timed = measure_interleaved({"decode": lambda: decode(raw, deploy.points, deploy.anchor_strides)}, iters)
+        decode_ms = timed["decode"]["median_ms"]
+        medians = {stage: round(statistics.median(v), 3) for stage, v in stages.items()}
+        rows.append({
+            "frame": f"{width}x{height}",
+            **{f"{stage}_ms": v for stage, v in medians.items()},
+            "decode_ms": decode_ms,
+            "overhead_ms": round(medians["preprocess"] + medians["postprocess"], 3),
+            "overhead_with_decode_ms": round(medians["preprocess"] + medians["postprocess"] + decode_ms, 3),
+            "detections_median": statistics.median(detections),
+            "conf": conf,
+        })
+    return rows
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _find(rows: list[dict[str, Any]], candidate: str, batch: int, threads: int) -> dict[str, Any] | None:
+    return next((r for r in rows if r["candidate"] == candidate and r["batch"] == batch and r["threads"] == threads), None)
+
+
+def run_bench(
+    loaded: LoadedModel,
+    description: str,
+    imgsz: int = 640,
+    batches: Sequence[int] = (1, 8),
+    threads: Sequence[int] = (1, 2),
+    iters: int = 20,
+    yolo: bool = False,
+    pipeline_sizes: Sequence[tuple[int, int]] = ((640, 640), (1536, 2048)),
+) -> dict[str, Any]:
+    """The whole benchmark as a JSON-ready dict: environment, FLOPs, latency rows, derived ratios vs the targets."""
+    threads_before = torch.get_num_threads()
+    load_before = os.getloadavg()
+    try:
+        rows, yolo_info = bench_models(loaded, imgsz, batches, threads, iters, yolo)
+        torch.set_num_threads(max(threads))
+        pipeline = bench_pipeline(loaded, imgsz, pipeline_sizes, iters)
+    finally:
+        torch.set_num_threads(threads_before)
+    derived: dict[str, Any] = {"stats_overhead_pct": {}, "yolo_ratio": {}}
+    for n_threads in threads:
+        for batch in batches:
+            for kind in ("eager", "torchscript"):
+                with_stats, without = _find(rows, f"{kind}_stats", batch, n_threads), _find(rows, f"{kind}_nostats", batch, n_threads)
+                key = f"{kind}_b{batch}_t{n_threads}"
+                derived["stats_overhead_pct"][key] = round(100.0 * (with_stats["median_ms"] / without["median_ms"] - 1.0), 2)
+        ours = _find(rows, "torchscript_stats", 1, n_threads)
+        for yolo_name in ("yolov8n", "yolov8n_channels_last"):
+            other = _find(rows, yolo_name, 1, n_threads)
+            if other is not None:
+                derived["yolo_ratio"][f"{yolo_name}_t{n_threads}"] = round(ours["median_ms"] / other["median_ms"], 3)
+    return {
+        "weights": description,
+        "imgsz": imgsz,
+        "gflops": round(count_flops(loaded.model, imgsz) / 1e9, 4),
+        "params": sum(p.numel() for p in loaded.model.parameters()),
+        "yolov8n": yolo_info,
+        "environment": {
+            "torch": torch.__version__,
+            "cpu": _cpu_name(),
+            "cpu_count": os.cpu_count(),
+            "loadavg_before": [round(v, 2) for v in load_before],
+            "loadavg_after": [round(v, 2) for v in os.getloadavg()],
+            "note": "latencies are per call (whole batch); candidates were timed interleaved",
+        },
+        "latency": rows,
+        "pipeline": pipeline,
+        "derived": derived,
+        "targets": TARGETS,
+    }

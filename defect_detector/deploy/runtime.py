@@ -1,0 +1,262 @@
+"""Inference runtime: load an exported artifact (or a training checkpoint) and detect defects in frames.
+
+A frame is a numpy image as OpenCV returns it: ``[H, W]``, ``[H, W, 1]``, BGR ``[H, W, 3]`` or BGRA
+``[H, W, 4]``, uint8 or uint16. Frames are converted to 8-bit grayscale, letterboxed to the model's
+``imgsz`` and batched; the model returns decoded boxes and layer statistics (see ``deploy/export.py``);
+:func:`defect_detector.model.postprocess.postprocess` applies NMS and maps boxes back to each frame's
+original pixels.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from defect_detector.data.dataset import to_gray_uint8
+from defect_detector.data.letterbox import LetterboxMeta, letterbox
+from defect_detector.deploy.export import FORMAT_VERSION, META_FILE, DeployModel, build_meta, quiet_jit
+from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, load_checkpoint
+from defect_detector.model.postprocess import postprocess
+from defect_detector.monitor.hooks import DEFAULT_LAYERS
+
+log = logging.getLogger("defect_detector.deploy")
+
+_CHANNELS = (1, 3, 4)
+
+
+@dataclass
+class Detections:
+    """Detections of one frame.
+
+    ``boxes`` float32 ``[K, 4]`` xyxy in the frame's original pixels, ``scores`` float32 ``[K]``,
+    ``labels`` int64 ``[K]`` (indices into the model's class names), ``names`` the ``K`` class names,
+    all on the CPU and sorted by score. ``stats`` float32 ``[L, 2]``: mean and std of each monitored
+    layer (``Runtime.layer_names`` order). ``timings``: milliseconds per stage (``preprocess``, ``model``,
+    ``postprocess``) of the batch this frame was in, divided by the batch size. ``letterbox`` says how
+    the frame was placed on the model input.
+    """
+
+    boxes: torch.Tensor
+    scores: torch.Tensor
+    labels: torch.Tensor
+    names: list[str]
+    stats: torch.Tensor
+    timings: dict[str, float]
+    letterbox: LetterboxMeta
+    batch_size: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(self.labels.numel())
+
+
+def is_torchscript_archive(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a TorchScript archive (``torch.jit.save``): a zip with a ``code/`` folder.
+
+    A ``torch.save`` checkpoint is a zip too, but without ``code/``.
+    """
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return any("/code/" in name or name.startswith("code/") for name in archive.namelist())
+    except (zipfile.BadZipFile, OSError):
+        return False
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """``"auto"`` -> CUDA when available, else CPU; otherwise ``torch.device(device)`` (CUDA must exist)."""
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but CUDA is not available")
+    if resolved.type not in ("cpu", "cuda"):
+        raise ValueError(f"device must be auto, cpu or cuda[:N], got {device!r}")
+    return resolved
+
+
+class Runtime:
+    """A loaded model ready for :meth:`predict`. Build it with :meth:`load`.
+
+    Attributes: ``model`` (TorchScript module or eager :class:`DeployModel`), ``meta`` (the artifact's
+    ``meta.json`` as a dict), ``class_names``, ``imgsz``, ``layer_names``, ``device``, ``dtype`` (model input
+    dtype), ``kind`` (``"torchscript"`` or ``"checkpoint"``) and ``path``.
+    """
+
+    def __init__(
+        self, model: torch.nn.Module, meta: dict[str, Any], device: torch.device, dtype: torch.dtype, kind: str, path: Path
+    ) -> None:
+        self.model = model
+        self.meta = meta
+        self.class_names: tuple[str, ...] = tuple(meta["class_names"])
+        self.imgsz = int(meta["imgsz"])
+        self.layer_names: tuple[str, ...] = tuple(meta["layers"])
+        self.device = device
+        self.dtype = dtype
+        self.kind = kind
+        self.path = path
+
+    @classmethod
+    def load(
+        cls,
+        weights: str | os.PathLike[str] | None = None,
+        device: str | torch.device = "auto",
+        half: bool | str = "auto",
+        threads: int | None = None,
+        monitor_layers: Sequence[str] = DEFAULT_LAYERS,
+        imgsz: int | None = None,
+    ) -> Runtime:
+        """Load a TorchScript artifact from ``export`` or a training checkpoint (``None``: the bundled model).
+
+        ``device``: ``auto`` | ``cpu`` | ``cuda[:N]``. ``half``: ``auto`` runs float16 on CUDA (a checkpoint is
+        converted; an artifact must have been exported with ``--half``) and float32 on the CPU; ``True``
+        forces float16, ``False`` float32. ``threads`` sets ``torch.set_num_threads``. ``monitor_layers`` and
+        ``imgsz`` apply to checkpoints only (an artifact fixes them at export). Raises ``FileNotFoundError``
+        or ``ValueError`` naming the file and the problem.
+        """
+        path = Path(weights) if weights is not None else DEFAULT_WEIGHTS
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: weights file not found")
+        if threads is not None:
+            if threads < 1:
+                raise ValueError(f"threads must be >= 1, got {threads}")
+            torch.set_num_threads(threads)
+        resolved = resolve_device(device)
+        if is_torchscript_archive(path):
+            return cls._load_torchscript(path, resolved, half)
+        return cls._load_checkpoint(path, resolved, half, monitor_layers, imgsz)
+
+    @classmethod
+    def _load_torchscript(cls, path: Path, device: torch.device, half: bool | str) -> Runtime:
+        extra = {META_FILE: ""}
+        try:
+            with quiet_jit():
+                module = torch.jit.load(str(path), map_location=device, _extra_files=extra)
+        except RuntimeError as exc:
+            raise ValueError(f"{path}: not a loadable TorchScript archive: {exc}") from exc
+        if not extra[META_FILE]:
+            raise ValueError(f"{path}: TorchScript archive without {META_FILE}; export it with `defect-detector export`")
+        meta = json.loads(extra[META_FILE])
+        if meta.get("format_version") != FORMAT_VERSION:
+            raise ValueError(f"{path}: artifact format_version {meta.get('format_version')!r}, this runtime reads {FORMAT_VERSION}")
+        exported_half = bool(meta.get("half", False))
+        if half is True and not exported_half:
+            raise ValueError(f"{path}: exported in float32; re-export with --half for float16")
+        if half is False and exported_half:
+            raise ValueError(f"{path}: exported in float16 (--half); export again without --half for float32")
+        if exported_half and device.type == "cpu":
+            log.warning("%s: float16 artifact on the CPU runs slowly; export without --half for CPU use", path)
+        module.eval()
+        return cls(module, meta, device, torch.float16 if exported_half else torch.float32, "torchscript", path)
+
+    @classmethod
+    def _load_checkpoint(cls, path: Path, device: torch.device, half: bool | str, layers: Sequence[str], imgsz: int | None) -> Runtime:
+        loaded = load_checkpoint(path)
+        use_half = device.type == "cuda" if half == "auto" else bool(half)
+        size = int(imgsz or loaded.config.data.imgsz)
+        model = DeployModel(loaded.model, size, layers).to(device)
+        if use_half:
+            model.half_()
+        meta = build_meta(loaded.class_names, size, model.strides, model.layer_names, None, use_half, None, str(path))
+        return cls(model, meta, device, torch.float16 if use_half else torch.float32, "checkpoint", path)
+
+    def warmup(self, iterations: int = 2, batch: int = 1) -> None:
+        """Run the model on blank input so first-frame latency excludes one-time setup (allocation, kernel choice)."""
+        x = torch.zeros(batch, 1, self.imgsz, self.imgsz, device=self.device, dtype=self.dtype)
+        for _ in range(iterations):
+            self.infer(x)
+        self._sync()
+
+    def preprocess(self, frames: Sequence[np.ndarray]) -> tuple[torch.Tensor, list[LetterboxMeta]]:
+        """Validate, convert to gray uint8, letterbox and batch ``frames``.
+
+        Returns the model input ``[B, 1, imgsz, imgsz]`` (``self.dtype`` on ``self.device``, values x/255) and
+        one :class:`LetterboxMeta` per frame. Raises ``ValueError`` naming the frame and the problem for a
+        non-array, an empty image, a shape other than ``[H, W]`` / ``[H, W, 1|3|4]`` or a dtype other
+        than uint8 / uint16.
+        """
+        if len(frames) == 0:
+            raise ValueError("no frames to preprocess")
+        canvases, metas = [], []
+        for i, frame in enumerate(frames):
+            gray = to_gray_uint8(_check_frame(frame, i))[0]
+            canvas, meta = letterbox(gray, self.imgsz)
+            canvases.append(canvas)
+            metas.append(meta)
+        batch = torch.from_numpy(np.stack(canvases)).unsqueeze(1)  # uint8 [B, 1, S, S]
+        batch = batch.to(self.device, non_blocking=True).to(self.dtype).div_(255.0)
+        return batch, metas
+
+    def infer(self, batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Model forward: ``[B, 1, S, S]`` -> ``(pred float32 [B, A, 4 + C] letterboxed xyxy + probabilities,
+        stats float32 [B, L, 2])``, on ``self.device``."""
+        with torch.inference_mode():
+            pred, stats = self.model(batch)
+        return pred, stats
+
+    def predict(self, frames: Sequence[np.ndarray], conf: float = 0.25, iou: float = 0.5, max_det: int = 100) -> list[Detections]:
+        """Detect defects in ``frames`` (one batch); one :class:`Detections` per frame, boxes in original pixels."""
+        if not 0.0 <= conf <= 1.0 or not 0.0 <= iou <= 1.0 or max_det < 1:
+            raise ValueError(f"need 0 <= conf <= 1, 0 <= iou <= 1 and max_det >= 1, got conf={conf}, iou={iou}, max_det={max_det}")
+        start = time.perf_counter()
+        batch, metas = self.preprocess(frames)
+        self._sync()
+        t_pre = time.perf_counter()
+        pred, stats = self.infer(batch)
+        self._sync()
+        t_model = time.perf_counter()
+        with torch.inference_mode():
+            results = postprocess(pred, metas, conf, iou, max_det)
+            results = [{k: v.cpu() for k, v in r.items()} for r in results]
+            stats = stats.float().cpu()
+        t_post = time.perf_counter()
+        n = len(frames)
+        timings = {
+            "preprocess": (t_pre - start) * 1000.0 / n,
+            "model": (t_model - t_pre) * 1000.0 / n,
+            "postprocess": (t_post - t_model) * 1000.0 / n,
+        }
+        out = []
+        for i, (result, meta) in enumerate(zip(results, metas)):
+            labels = result["labels"]
+            out.append(
+                Detections(
+                    boxes=result["boxes"],
+                    scores=result["scores"],
+                    labels=labels,
+                    names=[self.class_names[j] for j in labels.tolist()],
+                    stats=stats[i],
+                    timings=dict(timings),
+                    letterbox=meta,
+                    batch_size=n,
+                )
+            )
+        return out
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+
+def _check_frame(frame: Any, index: int) -> np.ndarray:
+    """Return ``frame`` if it is an image :func:`to_gray_uint8` accepts with 1, 3 or 4 channels, else raise ``ValueError``."""
+    if not isinstance(frame, np.ndarray):
+        raise ValueError(f"frame {index}: expected a numpy array, got {type(frame).__name__}")
+    if frame.ndim not in (2, 3):
+        raise ValueError(f"frame {index}: expected shape [H, W] or [H, W, C], got {frame.shape}")
+    if frame.ndim == 3 and frame.shape[2] not in _CHANNELS:
+        raise ValueError(f"frame {index}: expected 1, 3 (BGR) or 4 (BGRA) channels, got {frame.shape[2]} (shape {frame.shape})")
+    if frame.shape[0] == 0 or frame.shape[1] == 0:
+        raise ValueError(f"frame {index}: empty image, shape {frame.shape}")
+    if frame.dtype not in (np.uint8, np.uint16):
+        raise ValueError(f"frame {index}: expected dtype uint8 or uint16, got {frame.dtype}")
+    return frame

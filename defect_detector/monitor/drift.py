@@ -1,0 +1,552 @@
+"""Drift baseline (calibration) and the streaming drift detector.
+
+A :class:`Baseline` describes, for every monitored layer and statistic (``mean``, ``std``: see
+``monitor/hooks.py``), how that per-frame value is distributed over clean reference frames.
+:class:`DriftDetector` compares a sliding window of live frames against it and emits
+:class:`DriftEvent` objects (the ``--alerts`` lines of DESIGN.md).
+
+Scoring, per layer ``l`` and statistic ``s``, for the window mean ``m`` of the last ``window`` frames::
+
+    scale    = max(base_std, eps, rel_floor * |base_mean|)       # spread of single clean frames
+    z_change = (m - reference) / scale                            # vs this stream's own normal level
+    z_base   = (m - base_mean) / scale                            # vs the calibration baseline
+    z        = max(|z_change|, |z_base| - baseline_margin)
+
+``reference`` is the mean of the last ``cfg.reference`` frames that left the window while the
+detector saw no drift: a camera on a board design the calibration never saw sits at its own level,
+often one or two single-frame standard deviations away from the calibration mean, while a camera
+fault is a change relative to the frames just before it. ``z_change`` is therefore the sensitive
+test; ``z_base`` (with a margin for new designs) is the backstop for a camera that is already
+faulty when the stream starts, before the reference exists, or that drifts so slowly that the
+reference follows it.
+
+The scale is the spread of *single* frames, not the standard error of a window mean
+(``base_std / sqrt(window)``): consecutive frames show the same board design and are strongly
+correlated, so averaging them removes little of the content variation, and the standard error
+would raise false alarms on every board change. ``rel_floor`` keeps a statistic that barely moved
+during calibration (a near-constant layer) from turning tiny numeric changes into huge z values.
+
+A layer's score is its larger ``z`` over the two statistics; a frame's score is the
+``min_layers``-th largest layer score, so ``score >= z_warn`` means at least ``min_layers`` layers
+exceed ``z_warn``. A drift alert needs ``debounce`` consecutive frames at or above ``z_warn``
+(severity ``warning``) or ``z_alert`` (``critical``; a warning escalates after ``debounce``
+critical frames); a ``recovered`` event follows ``recover`` consecutive frames below ``z_warn``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from defect_detector.config import MonitorConfig
+from defect_detector.io import atomic_write_json
+from defect_detector.monitor.hooks import DEFAULT_LAYERS, ActivationMonitor
+
+logger = logging.getLogger("defect_detector.monitor")
+
+STATISTICS = ("mean", "std")
+QUANTILE_LEVELS = (0.01, 0.05, 0.5, 0.95, 0.99)
+BASELINE_VERSION = 1
+_EPS = 1e-6
+_MIN_FRAMES = 2
+_FEW_FRAMES = 30
+
+
+class BaselineError(ValueError):
+    """A baseline file or dict is missing, unreadable or malformed; the message says where and what."""
+
+
+def _utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass
+class Baseline:
+    """Reference distribution of each monitored layer statistic over clean frames.
+
+    Arrays are float64: ``mean``, ``std`` (sample std over frames), ``min``, ``max`` are ``[L, 2]``;
+    ``quantiles`` is ``[L, 2, Q]`` at ``quantile_levels``. The last axis of size 2 follows
+    ``statistics`` = ``("mean", "std")``. ``count`` is the number of frames. ``model`` is free-form
+    information about the model that produced the statistics (weights path, class names, ...).
+    """
+
+    layer_names: list[str]
+    mean: np.ndarray
+    std: np.ndarray
+    quantiles: np.ndarray
+    min: np.ndarray
+    max: np.ndarray
+    count: int
+    imgsz: int | None = None
+    model: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+    created: str = field(default_factory=_utc_now)
+    statistics: tuple[str, ...] = STATISTICS
+    quantile_levels: tuple[float, ...] = QUANTILE_LEVELS
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dict (nested lists of floats), the inverse of :meth:`from_dict`."""
+        return {
+            "version": BASELINE_VERSION,
+            "layer_names": list(self.layer_names),
+            "statistics": list(self.statistics),
+            "quantile_levels": list(self.quantile_levels),
+            "count": int(self.count),
+            "imgsz": self.imgsz,
+            "model": self.model,
+            "source": self.source,
+            "created": self.created,
+            "mean": self.mean.tolist(),
+            "std": self.std.tolist(),
+            "quantiles": self.quantiles.tolist(),
+            "min": self.min.tolist(),
+            "max": self.max.tolist(),
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Any, where: str = "baseline") -> Baseline:
+        """Validate and build a baseline; :class:`BaselineError` names ``where`` and the bad key."""
+        if not isinstance(raw, dict):
+            raise BaselineError(f"{where}: must be a JSON object, got {type(raw).__name__}")
+        missing = [k for k in ("version", "layer_names", "mean", "std", "quantiles", "min", "max", "count") if k not in raw]
+        if missing:
+            raise BaselineError(f"{where}: missing keys {missing}")
+        if raw["version"] != BASELINE_VERSION:
+            raise BaselineError(f"{where}: version: unsupported baseline version {raw['version']!r} (expected {BASELINE_VERSION})")
+        names = raw["layer_names"]
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
+            raise BaselineError(f"{where}: layer_names: must be a non-empty list of unique layer names, got {names!r}")
+        statistics = tuple(raw.get("statistics", STATISTICS))
+        if statistics != STATISTICS:
+            raise BaselineError(f"{where}: statistics: must be {list(STATISTICS)}, got {list(statistics)}")
+        levels = raw.get("quantile_levels", list(QUANTILE_LEVELS))
+        if not isinstance(levels, list) or not levels or not all(_is_number(q) and 0 <= q <= 1 for q in levels):
+            raise BaselineError(f"{where}: quantile_levels: must be a non-empty list of numbers in [0, 1], got {levels!r}")
+        count = raw["count"]
+        if isinstance(count, bool) or not isinstance(count, int) or count < _MIN_FRAMES:
+            raise BaselineError(f"{where}: count: must be an integer >= {_MIN_FRAMES}, got {count!r}")
+        imgsz = raw.get("imgsz")
+        if imgsz is not None and (isinstance(imgsz, bool) or not isinstance(imgsz, int) or imgsz <= 0):
+            raise BaselineError(f"{where}: imgsz: must be a positive integer or null, got {imgsz!r}")
+        shape = (len(names), len(STATISTICS))
+        arrays = {key: _array(raw[key], shape, f"{where}: {key}") for key in ("mean", "std", "min", "max")}
+        quantiles = _array(raw["quantiles"], (*shape, len(levels)), f"{where}: quantiles")
+        if (arrays["std"] < 0).any():
+            raise BaselineError(f"{where}: std: must be >= 0")
+        model = raw.get("model", {})
+        if not isinstance(model, dict):
+            raise BaselineError(f"{where}: model: must be an object, got {type(model).__name__}")
+        return cls(
+            layer_names=list(names),
+            quantiles=quantiles,
+            count=count,
+            imgsz=imgsz,
+            model=model,
+            source=str(raw.get("source", "")),
+            created=str(raw.get("created", "")),
+            statistics=statistics,
+            quantile_levels=tuple(float(q) for q in levels),
+            **arrays,
+        )
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the baseline as JSON atomically (temp file + rename)."""
+        atomic_write_json(path, self.to_dict())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Baseline:
+        """Read a baseline JSON file; :class:`BaselineError` for a missing, unreadable or malformed file."""
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError as exc:
+            raise BaselineError(f"{path}: baseline file not found") from exc
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BaselineError(f"{path}: cannot read baseline file: {exc}") from exc
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise BaselineError(f"{path}: malformed baseline JSON: {exc}") from exc
+        return cls.from_dict(raw, where=str(path))
+
+    def scale(self, rel_floor: float) -> np.ndarray:
+        """float64 ``[L, 2]``: ``max(std, eps, rel_floor * |mean|)``, the unit of every z-score."""
+        return np.maximum(np.maximum(self.std, _EPS), rel_floor * np.abs(self.mean))
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _array(value: Any, shape: tuple[int, ...], where: str) -> np.ndarray:
+    try:
+        array = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise BaselineError(f"{where}: must be nested lists of numbers with shape {list(shape)}") from exc
+    if array.shape != shape:
+        raise BaselineError(f"{where}: must have shape {list(shape)}, got {list(array.shape)}")
+    if not np.isfinite(array).all():
+        raise BaselineError(f"{where}: must contain only finite numbers")
+    return array
+
+
+def _as_frames(stats: torch.Tensor | np.ndarray, num_layers: int) -> np.ndarray:
+    """``[L, 2]`` or ``[B, L, 2]`` tensor/array -> float64 ``[B, L, 2]`` on the host (one copy)."""
+    if isinstance(stats, torch.Tensor):
+        stats = stats.detach().to("cpu", torch.float64).numpy()
+    array = np.asarray(stats, dtype=np.float64)
+    if array.ndim == 2:
+        array = array[None]
+    if array.ndim != 3 or array.shape[1:] != (num_layers, len(STATISTICS)):
+        raise ValueError(f"layer statistics must have shape [L, 2] or [B, L, 2] with L = {num_layers}, got {list(array.shape)}")
+    return array
+
+
+def calibrate(
+    stats_iter: Iterable[torch.Tensor | np.ndarray],
+    layer_names: Sequence[str],
+    imgsz: int | None = None,
+    model_info: dict[str, Any] | None = None,
+    source: str = "",
+) -> Baseline:
+    """Build a :class:`Baseline` from per-frame layer statistics of clean reference frames.
+
+    ``stats_iter`` yields float ``[B, L, 2]`` (or ``[L, 2]``) tensors or arrays, layers in
+    ``layer_names`` order. Frames with a non-finite value are left out (and counted in a warning).
+    Raises ``ValueError`` for fewer than 2 usable frames; warns below 30.
+    """
+    frames: list[np.ndarray] = []
+    for stats in stats_iter:
+        frames.append(_as_frames(stats, len(layer_names)))
+    values = np.concatenate(frames) if frames else np.zeros((0, len(layer_names), len(STATISTICS)))
+    finite = np.isfinite(values).all(axis=(1, 2))
+    if not finite.all():
+        logger.warning("calibration: left out %d of %d frames with non-finite layer statistics", int((~finite).sum()), len(values))
+        values = values[finite]
+    if len(values) < _MIN_FRAMES:
+        raise ValueError(f"calibration needs at least {_MIN_FRAMES} frames with finite statistics, got {len(values)}")
+    if len(values) < _FEW_FRAMES:
+        logger.warning("calibration: only %d frames; the baseline spread is a rough estimate (use >= %d)", len(values), _FEW_FRAMES)
+    return Baseline(
+        layer_names=list(layer_names),
+        mean=values.mean(axis=0),
+        std=values.std(axis=0, ddof=1),
+        quantiles=np.moveaxis(np.quantile(values, QUANTILE_LEVELS, axis=0), 0, -1),
+        min=values.min(axis=0),
+        max=values.max(axis=0),
+        count=len(values),
+        imgsz=imgsz,
+        model=dict(model_info or {}),
+        source=source,
+    )
+
+
+StatsModel = nn.Module | Callable[[torch.Tensor], Any]
+
+
+def calibrate_dataset(
+    model: StatsModel,
+    images: Iterable[Any],
+    layers: Sequence[str] = DEFAULT_LAYERS,
+    layer_names: Sequence[str] | None = None,
+    batch_size: int = 8,
+    device: torch.device | str = "cpu",
+    model_info: dict[str, Any] | None = None,
+    source: str = "",
+    progress: bool = True,
+) -> Baseline:
+    """Run ``model`` over clean reference images and build the baseline of its layer statistics.
+
+    ``model``: an eager ``nn.Module`` (an :class:`ActivationMonitor` on ``layers`` is attached for
+    the run and removed afterwards), or a runtime-like callable / TorchScript module whose output
+    is ``(raw, stats [B, L, 2])``, in which case ``layer_names`` must name its L layers.
+    ``images``: an iterable (or dataset) of float32 ``[1, H, W]`` or ``[B, 1, H, W]`` tensors in
+    [0, 1], or of ``(image, target)`` samples; they are batched to ``batch_size``. ``imgsz`` is
+    taken from the images. Shows a tqdm progress bar when ``progress``.
+    """
+    eager = isinstance(model, nn.Module) and not isinstance(model, torch.jit.ScriptModule)
+    monitor = ActivationMonitor(model, layers) if eager else None
+    if monitor is not None:
+        names = monitor.layer_names
+    elif layer_names is not None:
+        names = list(layer_names)
+    else:
+        raise ValueError("calibrate_dataset: layer_names is required for a runtime or TorchScript model")
+    total = len(images) if hasattr(images, "__len__") else None
+    imgsz: list[int] = []
+
+    def batches() -> Iterable[torch.Tensor]:
+        pending: list[torch.Tensor] = []
+        for item in images:
+            tensor = item[0] if isinstance(item, (tuple, list)) else item
+            if tensor.ndim == 3:
+                tensor = tensor.unsqueeze(0)
+            if tensor.ndim != 4 or tensor.shape[1] != 1:
+                raise ValueError(f"calibration images must be [1, H, W] or [B, 1, H, W], got {list(tensor.shape)}")
+            pending.extend(tensor.unbind(0))
+            while len(pending) >= batch_size:
+                yield torch.stack(pending[:batch_size])
+                pending = pending[batch_size:]
+        if pending:
+            yield torch.stack(pending)
+
+    def stats_iter() -> Iterable[torch.Tensor]:
+        with tqdm(total=total, desc="calibrate", unit="img", disable=not progress) as bar, torch.inference_mode():
+            for batch in batches():
+                imgsz.append(int(batch.shape[-1]))
+                out = model(batch.to(device))
+                stats = monitor.stats() if monitor is not None else out[1]
+                bar.update(len(batch))
+                yield stats
+
+    try:
+        baseline = calibrate(stats_iter(), names, model_info=model_info, source=source)
+    finally:
+        if monitor is not None:
+            monitor.detach()
+    baseline.imgsz = imgsz[0] if imgsz else None
+    return baseline
+
+
+@dataclass
+class DriftEvent:
+    """One alert line (DESIGN.md ``--alerts``).
+
+    ``event`` is ``"drift"`` or ``"recovered"``; ``frame`` the 0-based frame index of the update
+    that raised it; ``time`` ISO 8601 UTC; ``severity`` ``"warning"``, ``"critical"`` or ``"info"``
+    (recovered); ``score`` the frame score (z units); ``layers`` the layers above ``z_warn``,
+    highest first; ``statistic`` the statistic ("mean"/"std") that moved in most of them;
+    ``observed`` / ``baseline`` per listed layer: that statistic's window mean and the normal level
+    it is compared with (the stream's own reference once established, else the calibration mean);
+    ``z`` per listed layer its z-score; ``reason`` a human-readable explanation.
+    """
+
+    event: str
+    frame: int
+    source: str
+    severity: str
+    score: float
+    layers: list[str]
+    reason: str
+    statistic: str | None = None
+    observed: dict[str, float] = field(default_factory=dict)
+    baseline: dict[str, float] = field(default_factory=dict)
+    z: dict[str, float] = field(default_factory=dict)
+    time: str = field(default_factory=_utc_now)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object written per line: DESIGN.md's keys first, then the details."""
+        return {
+            "event": self.event,
+            "frame": self.frame,
+            "source": self.source,
+            "time": self.time,
+            "severity": self.severity,
+            "score": round(float(self.score), 3),
+            "layers": list(self.layers),
+            "reason": self.reason,
+            "statistic": self.statistic,
+            "observed": {k: float(v) for k, v in self.observed.items()},
+            "baseline": {k: float(v) for k, v in self.baseline.items()},
+            "z": {k: round(float(v), 3) for k, v in self.z.items()},
+        }
+
+
+_HINTS = {
+    ("std", -1): ("activation contrast (std)", "lens dirty or out of focus?"),
+    ("std", 1): ("activation contrast (std)", "sensor noise or interference?"),
+    ("mean", 1): ("mean activation", "lighting too bright / glare?"),
+    ("mean", -1): ("mean activation", "lighting dropped?"),
+}
+_SEVERITY_RANK = {"normal": 0, "warning": 1, "critical": 2}
+
+
+class DriftDetector:
+    """Streaming drift detection against a :class:`Baseline` (algorithm: module docstring).
+
+    ``update(stats, frame_index, source)`` takes float ``[L, 2]`` (one frame) or ``[B, L, 2]``
+    (B consecutive frames starting at ``frame_index``), on any device: it is copied to the host
+    once per call. It returns the events raised, usually none. ``score`` / ``level`` hold the
+    latest frame score and ``"normal"``, ``"warning"`` or ``"critical"``; ``state`` the alert
+    state (``"normal"`` or the severity of the active alert).
+    """
+
+    def __init__(self, baseline: Baseline, cfg: MonitorConfig | None = None) -> None:
+        self.baseline = baseline
+        self.cfg = cfg or MonitorConfig()
+        self.cfg.validate()
+        self.layer_names = list(baseline.layer_names)
+        self._scale = baseline.scale(self.cfg.rel_floor)
+        self.min_layers = min(self.cfg.min_layers, len(self.layer_names))
+        self.nonfinite_frames = 0
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the window, the stream reference and any active alert (e.g. after a product change)."""
+        self._window: deque[np.ndarray] = deque()
+        self._window_sum = np.zeros_like(self._scale)
+        self._reference: deque[np.ndarray] = deque()
+        self._reference_sum = np.zeros_like(self._scale)
+        self.state = "normal"
+        self.score = 0.0
+        self.level = "normal"
+        self._above = 0
+        self._critical = 0
+        self._below = 0
+
+    @property
+    def reference(self) -> np.ndarray | None:
+        """float64 ``[L, 2]``: the stream's own normal level, or None until ``cfg.reference`` frames are in."""
+        if self.cfg.reference == 0 or len(self._reference) < self.cfg.reference:
+            return None
+        return self._reference_sum / len(self._reference)
+
+    def update(self, stats: torch.Tensor | np.ndarray, frame_index: int, source: str = "") -> list[DriftEvent]:
+        """Add one frame (``[L, 2]``) or consecutive frames (``[B, L, 2]``); returns the events raised."""
+        frames = _as_frames(stats, len(self.layer_names))
+        events: list[DriftEvent] = []
+        for offset, frame in enumerate(frames):
+            event = self._step(frame, frame_index + offset, source)
+            if event is not None:
+                events.append(event)
+        return events
+
+    def _step(self, frame: np.ndarray, frame_index: int, source: str) -> DriftEvent | None:
+        if not np.isfinite(frame).all():
+            self.nonfinite_frames += 1
+            if self.nonfinite_frames == 1:
+                logger.warning("frame %d: non-finite layer statistics; such frames are left out of drift detection", frame_index)
+            return None
+        self._window.append(frame)
+        self._window_sum += frame
+        if len(self._window) > self.cfg.window:
+            self._retire(self._window.popleft())
+        if len(self._window) < self.cfg.window:
+            return None
+        window_mean = self._window_sum / len(self._window)
+        reference = self.reference
+        z, level_ref = self._z(window_mean, reference)
+        layer_scores = np.abs(z).max(axis=1)
+        self.score = float(np.sort(layer_scores)[::-1][self.min_layers - 1])
+        self.level = "critical" if self.score >= self.cfg.z_alert else "warning" if self.score >= self.cfg.z_warn else "normal"
+        return self._transition(frame_index, source, window_mean, level_ref, z, layer_scores)
+
+    def _retire(self, frame: np.ndarray) -> None:
+        """A frame leaving the window joins the stream reference while nothing looks wrong."""
+        self._window_sum -= frame
+        if self.cfg.reference == 0 or self.state != "normal" or self.level != "normal":
+            return
+        self._reference.append(frame)
+        self._reference_sum += frame
+        if len(self._reference) > self.cfg.reference:
+            self._reference_sum -= self._reference.popleft()
+
+    def _z(self, window_mean: np.ndarray, reference: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """Signed effective z ``[L, 2]`` and, per entry, the level it was measured against."""
+        z_base = (window_mean - self.baseline.mean) / self._scale
+        effective = np.sign(z_base) * np.maximum(np.abs(z_base) - self.cfg.baseline_margin, 0.0)
+        level_ref = self.baseline.mean.copy()
+        if reference is not None:
+            z_change = (window_mean - reference) / self._scale
+            use_change = np.abs(z_change) >= np.abs(effective)
+            effective = np.where(use_change, z_change, effective)
+            level_ref = np.where(use_change, reference, level_ref)
+        return effective, level_ref
+
+    def _transition(
+        self, frame_index: int, source: str, window_mean: np.ndarray, level_ref: np.ndarray, z: np.ndarray, layer_scores: np.ndarray
+    ) -> DriftEvent | None:
+        level = self.level
+        if self.state == "normal":
+            self._above = self._above + 1 if level != "normal" else 0
+            self._critical = self._critical + 1 if level == "critical" else 0
+            if self._above >= self.cfg.debounce:
+                severity = "critical" if self._critical >= self.cfg.debounce else "warning"
+                return self._raise(severity, frame_index, source, window_mean, level_ref, z, layer_scores)
+            return None
+        if level == "normal":
+            self._below += 1
+            if self._below >= self.cfg.recover:
+                self.state, self._above, self._critical, self._below = "normal", 0, 0, 0
+                return DriftEvent(
+                    event="recovered",
+                    frame=frame_index,
+                    source=source,
+                    severity="info",
+                    score=self.score,
+                    layers=[],
+                    reason=f"layer statistics back within z_warn={self.cfg.z_warn:g} for {self.cfg.recover} frames",
+                )
+            return None
+        self._below = 0
+        self._critical = self._critical + 1 if level == "critical" else 0
+        if self.state == "warning" and self._critical >= self.cfg.debounce:
+            return self._raise("critical", frame_index, source, window_mean, level_ref, z, layer_scores)
+        return None
+
+    def _raise(
+        self,
+        severity: str,
+        frame_index: int,
+        source: str,
+        window_mean: np.ndarray,
+        level_ref: np.ndarray,
+        z: np.ndarray,
+        layer_scores: np.ndarray,
+    ) -> DriftEvent:
+        self.state = severity
+        self._below = 0
+        flagged = [i for i in np.argsort(-layer_scores, kind="stable") if layer_scores[i] >= self.cfg.z_warn]
+        statistic, direction, members = _dominant_change(z, flagged, self.cfg.z_warn)
+        names = [self.layer_names[i] for i in flagged]
+        observed = {self.layer_names[i]: float(window_mean[i, statistic]) for i in members}
+        normal = {self.layer_names[i]: float(level_ref[i, statistic]) for i in members}
+        changes = [abs(window_mean[i, statistic] - level_ref[i, statistic]) / max(abs(level_ref[i, statistic]), _EPS) for i in members]
+        what, hint = _HINTS[(STATISTICS[statistic], direction)]
+        verb = "rose" if direction > 0 else "fell"
+        where = "above" if direction > 0 else "below"
+        reason = f"{what} {verb} {100 * float(np.median(changes)):.0f}% {where} baseline in {len(members)} layers: {hint}"
+        return DriftEvent(
+            event="drift",
+            frame=frame_index,
+            source=source,
+            severity=severity,
+            score=self.score,
+            layers=names,
+            reason=reason,
+            statistic=STATISTICS[statistic],
+            observed=observed,
+            baseline=normal,
+            z={self.layer_names[i]: float(z[i, statistic]) for i in members},
+        )
+
+
+def _dominant_change(z: np.ndarray, flagged: list[int], threshold: float) -> tuple[int, int, list[int]]:
+    """The (statistic index, direction +1/-1, layer indices) group with the most layers beyond ``threshold``.
+
+    Ties go to the group with the larger total |z|. With nothing flagged, the single largest |z| decides.
+    """
+    best: tuple[int, float, int, int, list[int]] | None = None
+    for s in range(len(STATISTICS)):
+        for direction in (1, -1):
+            members = [i for i in flagged if direction * z[i, s] >= threshold]
+            key = (len(members), float(sum(abs(z[i, s]) for i in members)))
+            if members and (best is None or key > best[:2]):
+                best = (*key, s, direction, members)
+    if best is None:
+        i, s = np.unravel_index(int(np.argmax(np.abs(z))), z.shape)
+        return int(s), 1 if z[i, s] >= 0 else -1, [int(i)]
+    return best[2], best[3], best[4]
