@@ -51,12 +51,15 @@ class AugmentConfig:
     """Box-aware augmentation, applied in the original image frame (training only).
 
     Probabilities are in [0, 1]; a probability of 0 removes the transform.
-    ``crop_size`` > 0 trains on random full-resolution crops of that size that
-    contain at least one box (defects are small, so crops keep their pixels
-    while making each step cheaper); validation always uses ``data.imgsz``.
+    ``crop_size`` > 0 trains on random full-resolution crops of that size
+    (defects are small, so crops keep their pixels while making each step
+    cheaper); a fraction ``crop_focus`` of them must contain a box, the rest
+    are placed anywhere so defect-free areas are seen too. Validation always
+    uses ``data.imgsz``.
     """
 
     crop_size: int = 0
+    crop_focus: float = 1.0
 
     hflip: float = 0.5
     vflip: float = 0.5
@@ -76,7 +79,7 @@ class AugmentConfig:
     min_box_size: float = 2.0
 
     def validate(self) -> None:
-        for name in ("hflip", "vflip", "rotate_p", "affine_p", "photometric_p", "blur_p", "noise_p", "glare_p", "min_visibility"):
+        for name in ("crop_focus", "hflip", "vflip", "rotate_p", "affine_p", "photometric_p", "blur_p", "noise_p", "glare_p", "min_visibility"):
             value = getattr(self, name)
             _check(0.0 <= value <= 1.0, f"augment.{name}", "must be in [0, 1]", value)
         for name in ("rotate_deg", "scale", "translate", "brightness", "contrast", "min_box_size"):
@@ -127,7 +130,9 @@ class ModelConfig:
 @dataclass(frozen=True)
 class TrainConfig:
     """Optimisation. ``amp``: 'auto' = float16 on CUDA, off on CPU; 'bf16' forces
-    bfloat16 autocast on CPU; 'off' disables autocast."""
+    bfloat16 autocast on CPU; 'off' disables autocast. ``init_weights``: start
+    from a checkpoint's (EMA) weights instead of a random initialisation, with a
+    fresh optimizer and schedule (fine-tuning, e.g. the bundled model on your line's data)."""
 
     epochs: int = 30
     batch_size: int = 8
@@ -142,6 +147,7 @@ class TrainConfig:
     device: str = "auto"
     val_every: int = 1
     max_bad_steps: int = 50
+    init_weights: str | None = None
 
     def validate(self) -> None:
         _check(self.epochs >= 1, "train.epochs", "must be >= 1", self.epochs)

@@ -116,7 +116,9 @@ def build_transforms(cfg: AugmentConfig | None, train: bool, seed: int | None = 
         )
     if cfg.crop_size > 0:
         steps.append(A.PadIfNeeded(cfg.crop_size, cfg.crop_size, position="center", border_mode=_BORDER, fill=_FILL))
-        steps.append(A.AtLeastOneBBoxRandomCrop(cfg.crop_size, cfg.crop_size))
+        focused = A.AtLeastOneBBoxRandomCrop(cfg.crop_size, cfg.crop_size, p=cfg.crop_focus)
+        anywhere = A.RandomCrop(cfg.crop_size, cfg.crop_size, p=1.0 - cfg.crop_focus)
+        steps.append(A.OneOf([focused, anywhere], p=1.0))
     photometric: list[A.BasicTransform] = []
     if cfg.brightness > 0 or cfg.contrast > 0:
         photometric.append(A.RandomBrightnessContrast(brightness_limit=cfg.brightness, contrast_limit=cfg.contrast, p=1.0))

@@ -158,7 +158,7 @@ def train_one_epoch(
             scheduler.step()
         num_batches += 1
         num_images += images.shape[0]
-        sums["loss"] += float(loss)
+        sums["loss"] += float(loss.detach())
         sums["box"] += parts["box"]
         sums["cls"] += parts["cls"]
         rate = num_images / (time.perf_counter() - start)
@@ -308,7 +308,13 @@ def fit(cfg: Config, resume: bool = False, exist_ok: bool = False, progress: boo
             val_set, cfg.train.batch_size, train=False, workers=cfg.data.workers, seed=cfg.seed, device_type=device.type
         )
 
-    model = build_model(cfg.model, len(cfg.data.class_names)).to(device).to(memory_format=torch.channels_last)
+    model = build_model(cfg.model, len(cfg.data.class_names))
+    if cfg.train.init_weights and not resume:
+        init = torch.load(cfg.train.init_weights, map_location="cpu", weights_only=True)
+        model.load_state_dict(init.get("ema", init["model"]))
+        if _is_main():
+            log.info("initialised from %s", cfg.train.init_weights)
+    model = model.to(device).to(memory_format=torch.channels_last)
     ema = make_ema(model, cfg.train.ema_decay)
     optimizer = build_optimizer(model, cfg.train.lr, cfg.train.weight_decay)
     steps_per_epoch = math.ceil(len(train_loader) / cfg.train.accumulate)

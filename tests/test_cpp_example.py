@@ -1,0 +1,111 @@
+"""The libtorch C++ example (deploy/cpp) builds and agrees with the Python runtime.
+
+Skipped when cmake, a C++ compiler or OpenCV's CMake package is missing. Building takes about a minute.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from defect_detector.config import DEEPPCB_CLASSES, config_from_dict
+from defect_detector.data.synth import generate_board
+from defect_detector.deploy.export import export_torchscript
+from defect_detector.deploy.runtime import Runtime
+from defect_detector.model.checkpoint import load_checkpoint
+from defect_detector.model.detector import build_model
+
+CPP_DIR = Path(__file__).resolve().parent.parent / "deploy" / "cpp"
+IMGSZ = 320
+SMALL_MODEL = {"widths": [16, 32, 48, 64], "depths": [1, 1, 1, 1], "neck_channels": 32, "head_convs": 1}
+_OPENCV_CONFIGS = ("/usr/lib/*/cmake/opencv4/OpenCVConfig.cmake", "/usr/lib/cmake/opencv4/OpenCVConfig.cmake",
+                   "/usr/local/lib/cmake/opencv4/OpenCVConfig.cmake", "/usr/share/OpenCV/OpenCVConfig.cmake")
+
+
+def _missing_tool() -> str | None:
+    for tool in ("cmake", "c++"):
+        if shutil.which(tool) is None:
+            return f"{tool} not found"
+    if not os.environ.get("OpenCV_DIR") and not any(glob.glob(pattern) for pattern in _OPENCV_CONFIGS):
+        return "OpenCV C++ development files not found (apt-get install libopencv-dev)"
+    if not (Path(torch.__file__).parent / "include" / "torch" / "script.h").is_file():
+        return "this torch installation has no C++ headers"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_missing_tool() is not None, reason=str(_missing_tool()))
+
+
+def _torch_cmake_args() -> list[str]:
+    """find_package(Torch) when it can work here; the wheel's CPU libraries when it needs a missing CUDA toolkit."""
+    if torch.version.cuda and shutil.which("nvcc") is None:
+        return [f"-DTORCH_WHEEL_DIR={Path(torch.__file__).parent}", f"-DTORCH_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
+    return [f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}"]
+
+
+def _make_artifact(path: Path) -> Path:
+    cfg = config_from_dict({"model": SMALL_MODEL, "data": {"imgsz": IMGSZ}})
+    torch.manual_seed(1)
+    model = build_model(cfg.model, len(DEEPPCB_CLASSES))
+    with torch.no_grad():
+        for branch in model.head.cls_branches:
+            branch[-1].bias.fill_(-1.0)
+    state = model.state_dict()
+    ckpt = path.with_suffix(".ckpt.pt")
+    torch.save({"model": state, "ema": state, "config": cfg.to_dict(), "class_names": list(DEEPPCB_CLASSES), "metrics": {}}, ckpt)
+    export_torchscript(load_checkpoint(ckpt), path, optimize=False)
+    return path
+
+
+@pytest.fixture(scope="module")
+def executable(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    build = tmp_path_factory.mktemp("cpp_build")
+    command = ["cmake", "-S", str(CPP_DIR), "-B", str(build), *_torch_cmake_args()]
+    configure = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert configure.returncode == 0, configure.stdout[-3000:] + configure.stderr[-3000:]
+    compiled = subprocess.run(["cmake", "--build", str(build), "-j", "2"], capture_output=True, text=True, timeout=900)
+    assert compiled.returncode == 0, compiled.stdout[-3000:] + compiled.stderr[-3000:]
+    return build / "defect_detector_cpp"
+
+
+def test_cpp_matches_python_runtime(executable: Path, tmp_path: Path) -> None:
+    artifact = _make_artifact(tmp_path / "small.torchscript.pt")
+    # 640x480 into 320: scale exactly 0.5 (OpenCV's INTER_AREA averages 2x2 blocks in both builds), pad_y 40.
+    image = generate_board(480, 640, np.random.default_rng(5))[0]
+    image_path = tmp_path / "board.png"
+    assert cv2.imwrite(str(image_path), image)
+
+    run = subprocess.run([str(executable), str(artifact), str(image_path), "--conf", "0.25", "--iou", "0.5", "--threads", "1"],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert run.returncode == 0, run.stderr
+    cpp = [json.loads(line) for line in run.stdout.splitlines() if line.strip()]
+
+    python = Runtime.load(artifact, device="cpu").predict([image], conf=0.25, iou=0.5)[0]
+    assert len(python) > 0, "the test model should produce detections"
+    assert len(cpp) == len(python)
+    unmatched = list(range(len(python)))
+    for det in cpp:  # pair each C++ detection with the closest Python detection of the same class
+        same_class = [i for i in unmatched if int(python.labels[i]) == det["label"]]
+        assert same_class, f"C++ detection {det} has no Python counterpart"
+        i = min(same_class, key=lambda j: float((python.boxes[j] - torch.tensor(det["box"])).abs().max()))
+        unmatched.remove(i)
+        assert det["category_name"] == python.names[i]
+        np.testing.assert_allclose(det["box"], python.boxes[i].tolist(), atol=1.0)
+        assert det["score"] == pytest.approx(float(python.scores[i]), abs=1e-3)
+
+
+def test_cpp_reports_bad_input(executable: Path, tmp_path: Path) -> None:
+    command = [str(executable), str(tmp_path / "missing.pt"), str(tmp_path / "missing.png")]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0 and "error" in run.stderr
+    assert subprocess.run([str(executable)], capture_output=True, text=True, timeout=60).returncode == 2
+

@@ -1,0 +1,218 @@
+"""TorchScript / ONNX / Triton export: fresh-process loading, parity, meta.json, dynamic batch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from defect_detector.cli import main
+from defect_detector.config import DEEPPCB_CLASSES, config_from_dict
+from defect_detector.deploy.export import (
+    DeployModel,
+    ExportError,
+    check_parity,
+    cpu_half_supported,
+    export_onnx,
+    export_torchscript,
+    export_triton,
+    fuse_conv_bn,
+    parity_inputs,
+    trace_deploy_model,
+)
+from defect_detector.model.checkpoint import load_checkpoint
+from defect_detector.model.detector import build_model
+
+IMGSZ = 128
+SMALL_MODEL = {"widths": [16, 32, 48, 64], "depths": [1, 1, 1, 1], "neck_channels": 32, "head_convs": 1}
+
+
+def make_checkpoint(path: Path, imgsz: int = IMGSZ, cls_bias: float = -1.0) -> Path:
+    """A small random checkpoint with non-trivial BatchNorm statistics and class biases that yield detections."""
+    cfg = config_from_dict({"model": SMALL_MODEL, "data": {"imgsz": imgsz}})
+    torch.manual_seed(0)
+    model = build_model(cfg.model, len(DEEPPCB_CLASSES))
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, nn.BatchNorm2d):
+                module.running_mean.uniform_(-0.2, 0.2)
+                module.running_var.uniform_(0.5, 2.0)
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.uniform_(-0.2, 0.2)
+        for branch in model.head.cls_branches:
+            branch[-1].bias.fill_(cls_bias)
+    state = model.state_dict()
+    torch.save({"model": state, "ema": state, "config": cfg.to_dict(), "class_names": list(DEEPPCB_CLASSES), "metrics": {}}, path)
+    return path
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """One torch thread: these tests use tiny inputs, and extra threads only contend with other work on the machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_checkpoint(tmp_path_factory.mktemp("ckpt") / "small.pt")
+
+
+@pytest.fixture(scope="module")
+def artifact(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("export") / "small.torchscript.pt"
+    report = export_torchscript(load_checkpoint(checkpoint), out, baseline={"layers": {"x": [1.0, 2.0]}}, optimize=False)
+    return out, report
+
+
+def _reference(checkpoint: Path, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    loaded = load_checkpoint(checkpoint)
+    with torch.no_grad():
+        return DeployModel(loaded.model, IMGSZ, fuse=False, channels_last=False)(x)
+
+
+def test_fuse_conv_bn_keeps_outputs(checkpoint: Path) -> None:
+    model = load_checkpoint(checkpoint).model
+    fused = DeployModel(model, IMGSZ)
+    plain = DeployModel(model, IMGSZ, fuse=False, channels_last=False)
+    assert not any(isinstance(m, nn.BatchNorm2d) for m in fused.modules())
+    assert any(isinstance(m, nn.BatchNorm2d) for m in model.modules()), "the caller's model must not be modified"
+    x = torch.rand(2, 1, IMGSZ, IMGSZ)
+    with torch.no_grad():
+        for a, b in zip(fused(x), plain(x)):
+            torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="eval-mode"):
+        fuse_conv_bn(build_model(load_checkpoint(checkpoint).config.model, 6).train())
+
+
+def test_artifact_matches_eager_in_fresh_process(artifact: tuple[Path, dict], checkpoint: Path, tmp_path: Path) -> None:
+    path, report = artifact
+    assert report["parity"]["pred"] <= 1e-3 and report["parity"]["stats"] <= 1e-3
+    x = parity_inputs(IMGSZ)
+    x3 = torch.cat([x, x[:1].flip(-1)])  # batch 3: a batch size the trace never saw
+    torch.save(x3, tmp_path / "x.pt")
+    script = textwrap.dedent(
+        f"""
+        import json, torch
+        extra = {{"meta.json": ""}}
+        model = torch.jit.load({str(path)!r}, map_location="cpu", _extra_files=extra)
+        x = torch.load({str(tmp_path / "x.pt")!r})
+        with torch.no_grad():
+            outputs = {{f"b{{n}}": model(x[:n]) for n in (1, 3)}}
+        torch.save(outputs, {str(tmp_path / "out.pt")!r})
+        print(json.loads(extra["meta.json"])["imgsz"])
+        """
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(IMGSZ)
+    outputs = torch.load(tmp_path / "out.pt")
+    ref_pred, ref_stats = _reference(checkpoint, x3)
+    for n in (1, 3):
+        pred, stats = outputs[f"b{n}"]
+        assert pred.shape == (n, sum((IMGSZ // s) ** 2 for s in (8, 16, 32)), 4 + len(DEEPPCB_CLASSES))
+        assert stats.shape == (n, len(report["meta"]["layers"]), 2)
+        torch.testing.assert_close(pred, ref_pred[:n], atol=1e-3, rtol=0)
+        torch.testing.assert_close(stats, ref_stats[:n], atol=1e-3, rtol=0)
+
+
+def test_meta_round_trips(artifact: tuple[Path, dict], checkpoint: Path) -> None:
+    path, report = artifact
+    extra = {"meta.json": ""}
+    torch.jit.load(str(path), _extra_files=extra)
+    meta = json.loads(extra["meta.json"])
+    assert meta == report["meta"]
+    assert meta["format_version"] == 1
+    assert meta["class_names"] == list(DEEPPCB_CLASSES)
+    assert meta["imgsz"] == IMGSZ and meta["channels"] == 1 and meta["normalisation"] == "x/255"
+    assert meta["strides"] == [8, 16, 32]
+    assert meta["layers"] == list(DeployModel(load_checkpoint(checkpoint).model, IMGSZ).layer_names)
+    assert meta["baseline"] == {"layers": {"x": [1.0, 2.0]}}
+    assert meta["half"] is False
+    assert set(meta["outputs"]) == {"pred", "stats"}
+    assert meta["optimize_for_inference"]["applied"] is False
+
+
+def test_trace_without_monitored_layers(checkpoint: Path) -> None:
+    deploy = DeployModel(load_checkpoint(checkpoint).model, IMGSZ, layers=())
+    assert deploy.layer_names == ()
+    pred, stats = trace_deploy_model(deploy)(torch.rand(3, 1, IMGSZ, IMGSZ))
+    assert stats.shape == (3, 0, 2) and pred.shape[0] == 3
+
+
+def test_parity_check_raises_on_large_difference() -> None:
+    check_parity({"pred": 1e-4, "stats": 0.0, "boxes": 1e-4, "scores": 0.0, "stats_relative": 0.0}, False, "x")
+    with pytest.raises(ExportError, match="parity"):
+        check_parity({"pred": 0.1, "stats": 0.0, "boxes": 0.1, "scores": 0.0, "stats_relative": 0.0}, False, "x")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() and not cpu_half_supported(), reason="no float16 convolution on this machine")
+def test_half_export(checkpoint: Path, tmp_path: Path) -> None:
+    report = export_torchscript(load_checkpoint(checkpoint), tmp_path / "half.pt", half=True)
+    assert report["meta"]["half"] is True and report["meta"]["input"]["dtype"] == "float16"
+    model = torch.jit.load(str(tmp_path / "half.pt"), map_location=report["device"])
+    pred, stats = model(torch.rand(1, 1, IMGSZ, IMGSZ, device=report["device"], dtype=torch.float16))
+    assert pred.dtype == torch.float32 and stats.dtype == torch.float32
+
+
+def test_onnx_export(checkpoint: Path, tmp_path: Path) -> None:
+    out = tmp_path / "small.onnx"
+    report = export_onnx(load_checkpoint(checkpoint), out)
+    assert out.is_file() and (tmp_path / "small.meta.json").is_file()
+    assert json.loads((tmp_path / "small.meta.json").read_text())["class_names"] == list(DEEPPCB_CLASSES)
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime not installed: ONNX parity not checked")
+    assert report["parity"]["pred"] <= 1e-3
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["images"]
+    assert [o.name for o in session.get_outputs()] == ["pred", "stats"]
+    x = parity_inputs(IMGSZ, [np.full((90, 120), 200, np.uint8)] * 3)
+    pred, stats = session.run(None, {"images": x.numpy()})
+    ref_pred, ref_stats = _reference(checkpoint, x)
+    assert pred.shape[0] == 3
+    np.testing.assert_allclose(pred, ref_pred.numpy(), atol=1e-3)
+    np.testing.assert_allclose(stats, ref_stats.numpy(), atol=1e-3)
+
+
+def test_triton_repository(checkpoint: Path, tmp_path: Path) -> None:
+    report = export_triton(load_checkpoint(checkpoint), tmp_path / "repo", model_name="pcb")
+    assert (tmp_path / "repo" / "pcb" / "1" / "model.pt").is_file()
+    assert (tmp_path / "repo" / "README.md").is_file()
+    config = (tmp_path / "repo" / "pcb" / "config.pbtxt").read_text()
+    anchors = sum((IMGSZ // s) ** 2 for s in (8, 16, 32))
+    layers = len(report["meta"]["layers"])
+    assert 'platform: "pytorch_libtorch"' in config and "max_batch_size: 8" in config and "dynamic_batching" in config
+    assert f'name: "INPUT__0", data_type: TYPE_FP32, dims: [ 1, {IMGSZ}, {IMGSZ} ]' in config
+    assert f'name: "OUTPUT__0", data_type: TYPE_FP32, dims: [ {anchors}, 10 ]' in config
+    assert f'name: "OUTPUT__1", data_type: TYPE_FP32, dims: [ {layers}, 2 ]' in config
+
+
+def test_cli_export(checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "cli.torchscript.pt"
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(json.dumps({"mean": [0.0]}))
+    assert main(["export", "--weights", str(checkpoint), "--out", str(out), "--baseline", str(baseline)]) == 0
+    printed = capsys.readouterr().out
+    assert "parity vs eager" in printed and "optimize_for_inference:" in printed
+    extra = {"meta.json": ""}
+    torch.jit.load(str(out), _extra_files=extra)(torch.rand(1, 1, IMGSZ, IMGSZ))
+    meta = json.loads(extra["meta.json"])
+    assert meta["baseline"] == {"mean": [0.0]}
+    optimize = meta["optimize_for_inference"]  # the CLI times optimize_for_inference and records its choice
+    assert optimize["requested"] == "auto" and isinstance(optimize["applied"], bool) and optimize["reason"]
+    assert optimize["frozen_ms"] is not None and optimize["optimized_ms"] is not None
+    assert main(["export", "--weights", str(out)]) == 2
+    assert "already an exported TorchScript" in capsys.readouterr().err
+    assert main(["export", "--weights", str(checkpoint), "--format", "onnx", "--half"]) == 2
+    assert main(["export", "--weights", str(tmp_path / "missing.pt")]) == 2
+    assert main(["export", "--weights", str(checkpoint), "--imgsz", "100"]) == 2

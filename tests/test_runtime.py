@@ -1,0 +1,179 @@
+"""Runtime: loading artifacts and checkpoints, frame validation, and boxes mapped to original pixels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from defect_detector.config import DEEPPCB_CLASSES, config_from_dict
+from defect_detector.data.synth import generate_board
+from defect_detector.deploy.export import build_meta, export_torchscript
+from defect_detector.deploy.runtime import Runtime, is_torchscript_archive
+from defect_detector.model.checkpoint import load_checkpoint
+from defect_detector.model.detector import build_model
+from defect_detector.model.postprocess import postprocess
+
+IMGSZ = 128
+SMALL_MODEL = {"widths": [16, 32, 48, 64], "depths": [1, 1, 1, 1], "neck_channels": 32, "head_convs": 1}
+
+
+def make_checkpoint(path: Path, imgsz: int = IMGSZ, cls_bias: float = -1.0) -> Path:
+    """A small random checkpoint whose class biases yield detections at conf 0.25."""
+    cfg = config_from_dict({"model": SMALL_MODEL, "data": {"imgsz": imgsz}})
+    torch.manual_seed(0)
+    model = build_model(cfg.model, len(DEEPPCB_CLASSES))
+    with torch.no_grad():
+        for branch in model.head.cls_branches:
+            branch[-1].bias.fill_(cls_bias)
+    state = model.state_dict()
+    torch.save({"model": state, "ema": state, "config": cfg.to_dict(), "class_names": list(DEEPPCB_CLASSES), "metrics": {}}, path)
+    return path
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """One torch thread: these tests use tiny inputs, and extra threads only contend with other work on the machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_checkpoint(tmp_path_factory.mktemp("ckpt") / "small.pt")
+
+
+@pytest.fixture(scope="module")
+def runtime(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Runtime:
+    out = tmp_path_factory.mktemp("export") / "small.torchscript.pt"
+    export_torchscript(load_checkpoint(checkpoint), out, optimize=False)
+    return Runtime.load(out, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def board() -> np.ndarray:
+    return generate_board(1536, 2048, np.random.default_rng(3))[0]
+
+
+class FixedBoxModel(nn.Module):
+    """Predicts one box, ``box`` (letterboxed xyxy), with score 0.9 for class 2; every other anchor scores 0."""
+
+    def __init__(self, box: tuple[float, float, float, float], anchors: int = 100, classes: int = 6) -> None:
+        super().__init__()
+        self.box = torch.tensor(box)
+        self.anchors, self.classes = anchors, classes
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        pred = torch.zeros(x.shape[0], self.anchors, 4 + self.classes)
+        pred[:, 7, :4] = self.box
+        pred[:, 7, 4 + 2] = 0.9
+        return pred, torch.zeros(x.shape[0], 0, 2)
+
+
+def test_loads_artifact_and_checkpoint_alike(runtime: Runtime, checkpoint: Path, board: np.ndarray) -> None:
+    assert runtime.kind == "torchscript" and runtime.imgsz == IMGSZ and runtime.class_names == DEEPPCB_CLASSES
+    assert runtime.device.type == "cpu" and runtime.dtype == torch.float32
+    eager = Runtime.load(checkpoint, device="cpu")
+    assert eager.kind == "checkpoint" and eager.layer_names == runtime.layer_names
+    a, b = runtime.predict([board])[0], eager.predict([board])[0]
+    assert len(a) > 0 and len(a) == len(b)
+    torch.testing.assert_close(a.boxes, b.boxes, atol=1e-2, rtol=0)
+    assert a.names == b.names
+    torch.testing.assert_close(a.stats, b.stats, atol=1e-4, rtol=0)
+
+
+def test_predict_matches_postprocess_in_original_pixels(runtime: Runtime, board: np.ndarray) -> None:
+    result = runtime.predict([board], conf=0.25, iou=0.5, max_det=100)[0]
+    batch, metas = runtime.preprocess([board])
+    assert batch.shape == (1, 1, IMGSZ, IMGSZ) and batch.dtype == torch.float32 and float(batch.max()) <= 1.0
+    assert (metas[0].orig_h, metas[0].orig_w) == (1536, 2048)
+    pred, stats = runtime.infer(batch)
+    expected = postprocess(pred, metas, 0.25, 0.5, 100)[0]
+    torch.testing.assert_close(result.boxes, expected["boxes"])
+    torch.testing.assert_close(result.scores, expected["scores"])
+    assert result.labels.tolist() == expected["labels"].tolist()
+    assert result.names == [DEEPPCB_CLASSES[i] for i in expected["labels"].tolist()]
+    assert result.stats.shape == (len(runtime.layer_names), 2)
+    torch.testing.assert_close(result.stats, stats[0])
+    boxes = result.boxes
+    assert len(boxes) > 0
+    assert float(boxes[:, 0::2].min()) >= 0 and float(boxes[:, 0::2].max()) <= 2048
+    assert float(boxes[:, 1::2].min()) >= 0 and float(boxes[:, 1::2].max()) <= 1536
+    assert set(result.timings) == {"preprocess", "model", "postprocess"}
+
+
+def test_known_box_maps_to_original_pixels() -> None:
+    # 2048x1536 into 640: scale 0.3125, the image spans y 80..560 of the canvas (pad_y 80, pad_x 0).
+    meta = build_meta(DEEPPCB_CLASSES, 640, (8, 16, 32), ())
+    runtime = Runtime(FixedBoxModel((150.0, 120.0, 250.0, 220.0)), meta, torch.device("cpu"), torch.float32, "test", Path("fixed"))
+    frame = np.zeros((1536, 2048), np.uint8)
+    result = runtime.predict([frame, frame[:, :1024]])
+    np.testing.assert_allclose(result[0].boxes.numpy(), [[480.0, 128.0, 800.0, 448.0]], atol=1e-3)
+    assert result[0].names == ["mousebite"] and result[0].scores.tolist() == pytest.approx([0.9])
+    # 1024x1536 into 640: scale 0.41667, pad_x = (640 - 427) // 2 = 106, pad_y 0.
+    scale, pad_x = 640 / 1536, (640 - round(1024 * 640 / 1536)) // 2
+    want = [(150 - pad_x) / scale, 120 / scale, (250 - pad_x) / scale, 220 / scale]
+    np.testing.assert_allclose(result[1].boxes.numpy(), [want], atol=1e-2)
+
+
+def test_colour_and_16bit_frames_are_converted(runtime: Runtime, board: np.ndarray) -> None:
+    gray = runtime.predict([board])[0]
+    bgr = cv2.cvtColor(board, cv2.COLOR_GRAY2BGR)
+    bgra = cv2.cvtColor(board, cv2.COLOR_GRAY2BGRA)
+    wide = board.astype(np.uint16) * 257
+    for frame in (bgr, bgra, board[:, :, None], wide):
+        other = runtime.predict([frame])[0]
+        assert other.labels.tolist() == gray.labels.tolist()
+        torch.testing.assert_close(other.boxes, gray.boxes, atol=1e-3, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("frame", "message"),
+    [
+        (np.zeros((4, 8, 8, 1), np.uint8), "shape"),
+        (np.zeros((8, 8), np.float32), "dtype"),
+        (np.zeros((8, 8), np.int16), "dtype"),
+        (np.zeros((8, 8, 2), np.uint8), "channels"),
+        (np.zeros((8, 8, 5), np.uint8), "channels"),
+        (np.zeros((0, 8), np.uint8), "empty"),
+        ([[0, 1], [2, 3]], "numpy array"),
+    ],
+)
+def test_bad_frames_are_rejected(runtime: Runtime, frame: object, message: str) -> None:
+    good = np.zeros((32, 32), np.uint8)
+    with pytest.raises(ValueError, match=message) as info:
+        runtime.preprocess([good, frame])
+    assert "frame 1" in str(info.value)
+
+
+def test_load_errors(runtime: Runtime, checkpoint: Path, tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        Runtime.load(tmp_path / "missing.pt")
+    junk = tmp_path / "junk.pt"
+    junk.write_bytes(b"not a model")
+    with pytest.raises(ValueError):
+        Runtime.load(junk)
+    assert is_torchscript_archive(runtime.path) and not is_torchscript_archive(checkpoint) and not is_torchscript_archive(junk)
+    with pytest.raises(ValueError, match="--half"):
+        Runtime.load(runtime.path, device="cpu", half=True)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA"):
+            Runtime.load(runtime.path, device="cuda")
+    with pytest.raises(ValueError, match="conf"):
+        runtime.predict([np.zeros((32, 32), np.uint8)], conf=1.5)
+
+
+def test_threads_and_warmup(checkpoint: Path) -> None:
+    before = torch.get_num_threads()
+    try:
+        rt = Runtime.load(checkpoint, device="cpu", threads=1)
+        assert torch.get_num_threads() == 1
+        rt.warmup(iterations=1)
+    finally:
+        torch.set_num_threads(before)
