@@ -199,15 +199,15 @@ class MonitorConfig:
     consecutive normal frames before a recovery event.
     """
 
-    window: int = 8
-    reference: int = 64
-    z_warn: float = 1.5
-    z_alert: float = 3.0
+    window: int = 16
+    reference: int = 128
+    z_warn: float = 1.25
+    z_alert: float = 2.5
     baseline_margin: float = 1.5
     rel_floor: float = 0.02
     min_layers: int = 2
     debounce: int = 3
-    recover: int = 8
+    recover: int = 16
 
     def validate(self) -> None:
         _check(self.window >= 1, "monitor.window", "must be >= 1", self.window)
@@ -360,3 +360,43 @@ def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | None
 def save_config(cfg: Config, path: str | os.PathLike[str]) -> None:
     """Write the resolved config as YAML, atomically."""
     atomic_write_text(Path(path), yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+
+
+def config_reference_markdown() -> str:
+    """The configuration reference (every section, key, type and default) as Markdown.
+
+    The README embeds this text between ``<!-- config-reference -->`` markers; a
+    test regenerates it so the documentation cannot drift from the code.
+    """
+    lines: list[str] = []
+    for section in fields(Config):
+        default = getattr(Config(), section.name)
+        if not dataclasses.is_dataclass(default):
+            continue
+        doc = " ".join((type(default).__doc__ or "").split())
+        lines += [f"### `{section.name}`", "", doc, "", "| key | type | default |", "| --- | --- | --- |"]
+        hints = get_type_hints(type(default))
+        for f in fields(default):
+            type_name = str(hints[f.name]).replace(" | ", " or ").replace("typing.", "").replace("<class '", "").replace("'>", "")
+            lines.append(f"| `{section.name}.{f.name}` | `{type_name}` | `{_plain(getattr(default, f.name))!r}` |")
+        lines.append("")
+    top = ", ".join(f"`{f.name}` (default `{getattr(Config(), f.name)!r}`)" for f in fields(Config) if not dataclasses.is_dataclass(getattr(Config(), f.name)))
+    return "\n".join([f"Top-level keys: {top}.", ""] + lines).rstrip() + "\n"
+
+
+def _update_readme(path: Path) -> None:
+    """Rewrite the README's config-reference section from the code."""
+    import re
+
+    text = path.read_text()
+    block = "<!-- config-reference -->\n" + config_reference_markdown() + "<!-- /config-reference -->"
+    path.write_text(re.sub(r"<!-- config-reference -->\n.*?<!-- /config-reference -->", lambda _: block, text, flags=re.S))
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] == ["--update-readme"]:
+        _update_readme(Path(__file__).resolve().parent.parent / "README.md")
+    else:
+        print(config_reference_markdown())

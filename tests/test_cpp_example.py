@@ -45,11 +45,15 @@ def _missing_tool() -> str | None:
 pytestmark = pytest.mark.skipif(_missing_tool() is not None, reason=str(_missing_tool()))
 
 
-def _torch_cmake_args() -> list[str]:
-    """find_package(Torch) when it can work here; the wheel's CPU libraries when it needs a missing CUDA toolkit."""
-    if torch.version.cuda and shutil.which("nvcc") is None:
-        return [f"-DTORCH_WHEEL_DIR={Path(torch.__file__).parent}", f"-DTORCH_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
-    return [f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}"]
+def _configure(build: Path) -> subprocess.CompletedProcess:
+    """find_package(Torch) first; a CUDA-built wheel's config needs the CUDA toolkit, so without it fall back
+    to linking the wheel's CPU libraries (TORCH_WHEEL_DIR, see deploy/cpp/CMakeLists.txt)."""
+    command = ["cmake", "-S", str(CPP_DIR), "-B", str(build / "find_package"), f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    if done.returncode == 0 or "cannot find the CUDA" not in done.stdout + done.stderr:
+        return done
+    wheel = [f"-DTORCH_WHEEL_DIR={Path(torch.__file__).parent}", f"-DTORCH_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
+    return subprocess.run(["cmake", "-S", str(CPP_DIR), "-B", str(build / "wheel"), *wheel], capture_output=True, text=True, timeout=300)
 
 
 def _make_artifact(path: Path) -> Path:
@@ -68,10 +72,9 @@ def _make_artifact(path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def executable(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    build = tmp_path_factory.mktemp("cpp_build")
-    command = ["cmake", "-S", str(CPP_DIR), "-B", str(build), *_torch_cmake_args()]
-    configure = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    configure = _configure(tmp_path_factory.mktemp("cpp_build"))
     assert configure.returncode == 0, configure.stdout[-3000:] + configure.stderr[-3000:]
+    build = Path(configure.args[4])
     compiled = subprocess.run(["cmake", "--build", str(build), "-j", "2"], capture_output=True, text=True, timeout=900)
     assert compiled.returncode == 0, compiled.stdout[-3000:] + compiled.stderr[-3000:]
     return build / "defect_detector_cpp"

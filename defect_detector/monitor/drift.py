@@ -365,13 +365,14 @@ class DriftEvent:
         }
 
 
+_MEAN, _STD = 0, 1
 _HINTS = {
-    ("std", -1): ("activation contrast (std)", "lens dirty or out of focus?"),
-    ("std", 1): ("activation contrast (std)", "sensor noise or interference?"),
-    ("mean", 1): ("mean activation", "lighting too bright / glare?"),
-    ("mean", -1): ("mean activation", "lighting dropped?"),
+    (-1, -1): "lighting dropped?",
+    (1, 1): "lighting too bright / glare?",
+    (-1, 0): "lighting dropped?",
+    (1, 0): "lighting too bright / glare?",
 }
-_SEVERITY_RANK = {"normal": 0, "warning": 1, "critical": 2}
+"""Hints by (direction of the mean, direction of the std); otherwise std fell: focus, std rose: noise."""
 
 
 class DriftDetector:
@@ -509,16 +510,14 @@ class DriftDetector:
     ) -> DriftEvent:
         self.state = severity
         self._below = 0
-        flagged = [i for i in np.argsort(-layer_scores, kind="stable") if layer_scores[i] >= self.cfg.z_warn]
-        statistic, direction, members = _dominant_change(z, flagged, self.cfg.z_warn)
+        flagged = [int(i) for i in np.argsort(-layer_scores, kind="stable") if layer_scores[i] >= self.cfg.z_warn]
+        if not flagged:
+            flagged = [int(np.argmax(layer_scores))]
+        change = (window_mean - level_ref) / np.maximum(np.abs(level_ref), _EPS)
+        statistic, members, reason = _explain(z, change, flagged, self.cfg.z_warn)
         names = [self.layer_names[i] for i in flagged]
         observed = {self.layer_names[i]: float(window_mean[i, statistic]) for i in members}
         normal = {self.layer_names[i]: float(level_ref[i, statistic]) for i in members}
-        changes = [abs(window_mean[i, statistic] - level_ref[i, statistic]) / max(abs(level_ref[i, statistic]), _EPS) for i in members]
-        what, hint = _HINTS[(STATISTICS[statistic], direction)]
-        verb = "rose" if direction > 0 else "fell"
-        where = "above" if direction > 0 else "below"
-        reason = f"{what} {verb} {100 * float(np.median(changes)):.0f}% {where} baseline in {len(members)} layers: {hint}"
         return DriftEvent(
             event="drift",
             frame=frame_index,
@@ -534,19 +533,41 @@ class DriftDetector:
         )
 
 
-def _dominant_change(z: np.ndarray, flagged: list[int], threshold: float) -> tuple[int, int, list[int]]:
-    """The (statistic index, direction +1/-1, layer indices) group with the most layers beyond ``threshold``.
+def _direction(z: np.ndarray, flagged: list[int], statistic: int, threshold: float) -> tuple[int, list[int]]:
+    """Majority direction (+1 rose, -1 fell, 0 none) of ``statistic`` among ``flagged`` layers beyond ``threshold``, and those layers."""
+    up = [i for i in flagged if z[i, statistic] >= threshold]
+    down = [i for i in flagged if z[i, statistic] <= -threshold]
+    if not up and not down:
+        return 0, []
+    return (1, up) if len(up) > len(down) else (-1, down)
 
-    Ties go to the group with the larger total |z|. With nothing flagged, the single largest |z| decides.
+
+def _explain(z: np.ndarray, change: np.ndarray, flagged: list[int], threshold: float) -> tuple[int, list[int], str]:
+    """(statistic index, its layers, human-readable reason) for the change seen in the ``flagged`` layers.
+
+    ``change`` is the relative change ``[L, 2]`` against the level compared with. Mean and std falling
+    together points at the light; std alone falling at focus / the lens; std rising at noise.
     """
-    best: tuple[int, float, int, int, list[int]] | None = None
-    for s in range(len(STATISTICS)):
-        for direction in (1, -1):
-            members = [i for i in flagged if direction * z[i, s] >= threshold]
-            key = (len(members), float(sum(abs(z[i, s]) for i in members)))
-            if members and (best is None or key > best[:2]):
-                best = (*key, s, direction, members)
-    if best is None:
-        i, s = np.unravel_index(int(np.argmax(np.abs(z))), z.shape)
-        return int(s), 1 if z[i, s] >= 0 else -1, [int(i)]
-    return best[2], best[3], best[4]
+    mean_dir, mean_layers = _direction(z, flagged, _MEAN, threshold)
+    std_dir, std_layers = _direction(z, flagged, _STD, threshold)
+    if not mean_layers and not std_layers:
+        i = flagged[0]
+        statistic = _STD if abs(z[i, _STD]) >= abs(z[i, _MEAN]) else _MEAN
+        mean_dir, std_dir = (0, int(np.sign(z[i, _STD]))) if statistic == _STD else (int(np.sign(z[i, _MEAN])), 0)
+        mean_layers, std_layers = ([], [i]) if statistic == _STD else ([i], [])
+    hint = _HINTS.get((mean_dir, std_dir), "lens dirty or out of focus?" if std_dir < 0 else "sensor noise or interference?")
+
+    def phrase(what: str, direction: int, layers: list[int], statistic: int) -> str:
+        percent = 100.0 * float(np.median([abs(change[i, statistic]) for i in layers]))
+        verb, where = ("rose", "above") if direction > 0 else ("fell", "below")
+        return f"{what} {verb} {percent:.0f}% {where} baseline in {len(layers)} layers"
+
+    parts = []
+    if mean_layers:
+        parts.append(phrase("mean activation", mean_dir, mean_layers, _MEAN))
+    if std_layers:
+        parts.append(phrase("activation contrast (std)", std_dir, std_layers, _STD))
+    if mean_dir != std_dir:
+        parts.reverse()
+    statistic, members = (_STD, std_layers) if len(std_layers) >= len(mean_layers) else (_MEAN, mean_layers)
+    return statistic, members, " and ".join(parts) + f": {hint}"

@@ -1,0 +1,314 @@
+"""Where drift events and per-frame metrics go: log, JSONL file, webhook, Prometheus.
+
+:class:`AlertRouter` is the one object the inference loop talks to: ``on_frame`` feeds the
+:class:`~defect_detector.monitor.drift.DriftDetector` (if any) and fans the frame metrics and the
+resulting events out to every sink. A failing sink is logged and skipped; it never stops inference.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import os
+import queue
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from defect_detector.monitor.drift import STATISTICS, DriftDetector, DriftEvent
+
+logger = logging.getLogger("defect_detector.monitor")
+
+STAGES = ("decode", "preprocess", "model", "postprocess")
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+_SEVERITY_LEVEL = {"warning": logging.WARNING, "critical": logging.ERROR, "info": logging.INFO}
+
+
+class Sink:
+    """Receives events and frame metrics. Subclasses override what they need; defaults do nothing."""
+
+    def on_event(self, event: DriftEvent) -> None:
+        """Called for every drift / recovered event."""
+
+    def on_frame(
+        self,
+        frame_index: int,
+        source: str,
+        stats: np.ndarray | None,
+        timings: Mapping[str, float],
+        num_detections: int,
+        score: float | None,
+        layer_names: Sequence[str],
+    ) -> None:
+        """Called once per frame: ``stats`` float64 ``[L, 2]`` (or None), ``timings`` seconds per stage,
+        ``score`` the drift score (None without a detector)."""
+
+    def close(self) -> None:
+        """Release files, threads and ports."""
+
+
+class LogSink(Sink):
+    """Logs each event on ``logger`` (warning / error / info by severity)."""
+
+    def __init__(self, log: logging.Logger | None = None) -> None:
+        self.log = log or logger
+
+    def on_event(self, event: DriftEvent) -> None:
+        where = f" in {', '.join(event.layers)}" if event.layers else ""
+        self.log.log(
+            _SEVERITY_LEVEL.get(event.severity, logging.WARNING),
+            "%s %s at frame %d of %s (score %.2f)%s: %s",
+            event.severity,
+            event.event,
+            event.frame,
+            event.source,
+            event.score,
+            where,
+            event.reason,
+        )
+
+
+class JsonlSink(Sink):
+    """Appends one JSON object per event to ``path`` (DESIGN.md ``--alerts``), flushed per line.
+
+    The parent folder is created. Lines from several threads do not interleave.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a", encoding="utf-8")
+        self._lock = threading.Lock()
+
+    def on_event(self, event: DriftEvent) -> None:
+        line = json.dumps(event.to_dict(), separators=(",", ":")) + "\n"
+        with self._lock:
+            self._file.write(line)
+            self._file.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._file.closed:
+                self._file.close()
+
+
+class WebhookSink(Sink):
+    """POSTs each event as JSON to an http(s) ``url`` from a background daemon thread.
+
+    ``on_event`` never blocks: events go into a queue of ``max_queue``; when it is full the event is
+    dropped and counted in ``dropped``. Each POST waits at most ``timeout`` seconds and is retried
+    ``retries`` times with exponential backoff (``backoff``, 2x, 4x ... seconds); an event that still
+    fails is counted in ``failed``, a delivered one in ``sent``. ``close(timeout)`` lets the thread
+    drain the queue for up to ``timeout`` seconds; what is left is counted as dropped.
+    """
+
+    def __init__(self, url: str, timeout: float = 2.0, max_queue: int = 100, retries: int = 3, backoff: float = 0.5) -> None:
+        scheme = urllib.parse.urlsplit(url).scheme
+        if scheme not in ("http", "https"):
+            raise ValueError(f"webhook URL must start with http:// or https://, got {url!r}")
+        if timeout <= 0 or max_queue < 1 or retries < 0 or backoff < 0:
+            raise ValueError(
+                f"need timeout > 0, max_queue >= 1, retries >= 0 and backoff >= 0, got {timeout}, {max_queue}, {retries}, {backoff}"
+            )
+        self.url = url
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.sent = 0
+        self.failed = 0
+        self.dropped = 0
+        self._queue: queue.Queue[dict[str, Any]] = queue.Queue(maxsize=max_queue)
+        self._closing = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="drift-webhook", daemon=True)
+        self._thread.start()
+
+    def on_event(self, event: DriftEvent) -> None:
+        if self._closing.is_set():
+            self._count("dropped")
+            return
+        try:
+            self._queue.put_nowait(event.to_dict())
+        except queue.Full:
+            self._count("dropped")
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            setattr(self, name, getattr(self, name) + 1)
+
+    def _run(self) -> None:
+        while True:
+            try:
+                payload = self._queue.get(timeout=0.05)
+            except queue.Empty:
+                if self._closing.is_set():
+                    return
+                continue
+            self._count("sent" if self._post(payload) else "failed")
+
+    def _post(self, payload: dict[str, Any]) -> bool:
+        data = json.dumps(payload).encode("utf-8")
+        for attempt in range(self.retries + 1):
+            request = urllib.request.Request(self.url, data=data, headers={"Content-Type": "application/json"}, method="POST")
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    response.read()
+                return True
+            except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
+                if attempt == self.retries:
+                    logger.warning("webhook %s: giving up on an event after %d tries: %s", self.url, attempt + 1, exc)
+                    return False
+                self._closing.wait(self.backoff * (2**attempt))
+        return False
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop accepting events and give the thread up to ``timeout`` seconds to deliver the queued ones."""
+        self._closing.set()
+        self._thread.join(timeout)
+        left = self._queue.qsize()
+        if left:
+            with self._lock:
+                self.dropped += left
+            logger.warning("webhook %s: %d events not delivered before close", self.url, left)
+
+
+class PrometheusSink(Sink):
+    """Serves Prometheus metrics on ``addr:port`` (``port`` 0 = any free port; see ``self.port``).
+
+    Metrics (in a dedicated ``CollectorRegistry`` unless ``registry`` is given):
+    ``defect_detector_layer_activation{layer, statistic}`` gauge (latest frame),
+    ``defect_detector_drift_score`` gauge, ``defect_detector_drift_state`` gauge (0 normal,
+    1 warning, 2 critical), counters ``defect_detector_frames_total``,
+    ``defect_detector_alerts_total{severity}``, ``defect_detector_detections_total``, and the
+    histogram ``defect_detector_stage_latency_seconds{stage}`` (decode, preprocess, model,
+    postprocess).
+    """
+
+    def __init__(self, port: int, registry: Any = None, addr: str = "0.0.0.0") -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+        if not 0 <= port <= 65535:
+            raise ValueError(f"metrics port must be in 0..65535, got {port}")
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.layer_activation = Gauge(
+            "defect_detector_layer_activation", "Latest per-frame activation statistic of a monitored layer.",
+            ["layer", "statistic"], registry=self.registry,
+        )
+        self.drift_score = Gauge("defect_detector_drift_score", "Latest drift score (z units, monitor/drift.py).", registry=self.registry)
+        self.drift_state = Gauge("defect_detector_drift_state", "Alert state: 0 normal, 1 warning, 2 critical.", registry=self.registry)
+        self.frames = Counter("defect_detector_frames", "Frames processed.", registry=self.registry)
+        self.alerts = Counter("defect_detector_alerts", "Drift alerts raised, by severity.", ["severity"], registry=self.registry)
+        self.detections = Counter("defect_detector_detections", "Defects detected.", registry=self.registry)
+        self.latency = Histogram(
+            "defect_detector_stage_latency_seconds", "Per-frame latency of a pipeline stage.", ["stage"],
+            buckets=LATENCY_BUCKETS, registry=self.registry,
+        )
+        for severity in ("warning", "critical"):
+            self.alerts.labels(severity=severity)
+        for stage in STAGES:
+            self.latency.labels(stage=stage)
+        started = start_http_server(port, addr=addr, registry=self.registry)
+        self._server = started[0] if isinstance(started, tuple) else None
+        self.port = int(self._server.server_address[1]) if self._server is not None else port
+
+    def on_frame(
+        self,
+        frame_index: int,
+        source: str,
+        stats: np.ndarray | None,
+        timings: Mapping[str, float],
+        num_detections: int,
+        score: float | None,
+        layer_names: Sequence[str],
+    ) -> None:
+        self.frames.inc()
+        if num_detections:
+            self.detections.inc(num_detections)
+        for stage, seconds in timings.items():
+            self.latency.labels(stage=stage).observe(seconds)
+        if stats is not None:
+            for name, row in zip(layer_names, stats):
+                for statistic, value in zip(STATISTICS, row):
+                    self.layer_activation.labels(layer=name, statistic=statistic).set(float(value))
+        if score is not None:
+            self.drift_score.set(score)
+
+    def on_event(self, event: DriftEvent) -> None:
+        if event.event == "drift":
+            self.alerts.labels(severity=event.severity).inc()
+            self.drift_state.set(2 if event.severity == "critical" else 1)
+        else:
+            self.drift_state.set(0)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+class AlertRouter:
+    """Feeds a :class:`DriftDetector` (optional) and fans frame metrics and events out to ``sinks``.
+
+    ``layer_names`` name the rows of the per-frame statistics (the detector's, when there is one).
+    """
+
+    def __init__(self, detector: DriftDetector | None, sinks: Sequence[Sink], layer_names: Sequence[str] | None = None) -> None:
+        self.detector = detector
+        self.sinks = list(sinks)
+        if layer_names is None:
+            layer_names = detector.layer_names if detector is not None else []
+        self.layer_names = list(layer_names)
+        if detector is not None and self.layer_names != detector.layer_names:
+            raise ValueError(f"layer names {self.layer_names} differ from the baseline's {detector.layer_names}")
+        self.sink_errors = 0
+
+    def on_frame(
+        self,
+        frame_index: int,
+        source: str,
+        stats: torch.Tensor | np.ndarray | None,
+        timings: Mapping[str, float] | None = None,
+        num_detections: int = 0,
+    ) -> list[DriftEvent]:
+        """One frame: ``stats`` float ``[L, 2]`` (any device; one host copy), ``timings`` seconds per
+        stage (keys from ``STAGES``), ``num_detections`` defects found. Returns the events raised."""
+        values = None
+        if stats is not None:
+            values = stats.detach().to("cpu", torch.float64).numpy() if isinstance(stats, torch.Tensor) else np.asarray(stats, np.float64)
+            if values.ndim == 3 and values.shape[0] == 1:
+                values = values[0]
+            if values.shape != (len(self.layer_names), len(STATISTICS)):
+                shape = list(values.shape)
+                raise ValueError(f"frame {frame_index}: layer statistics must have shape [{len(self.layer_names)}, 2], got {shape}")
+        events: list[DriftEvent] = []
+        score = None
+        if self.detector is not None and values is not None:
+            events = self.detector.update(values, frame_index, source)
+            score = self.detector.score
+        for sink in self.sinks:
+            self._call(sink, "on_frame", frame_index, source, values, timings or {}, num_detections, score, self.layer_names)
+            for event in events:
+                self._call(sink, "on_event", event)
+        return events
+
+    def _call(self, sink: Sink, method: str, *args: Any) -> None:
+        try:
+            getattr(sink, method)(*args)
+        except Exception:
+            self.sink_errors += 1
+            if self.sink_errors <= 10:
+                logger.exception("monitoring sink %s.%s failed (inference continues)", type(sink).__name__, method)
+
+    def close(self) -> None:
+        """Close every sink (each failure is logged, the rest still close)."""
+        for sink in self.sinks:
+            self._call(sink, "close")

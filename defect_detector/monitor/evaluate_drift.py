@@ -1,0 +1,329 @@
+"""Drift benchmark: false alerts on clean streams, frames-to-alert after simulated camera faults.
+
+    python -m defect_detector.monitor.evaluate_drift --weights W \\
+        --baseline-data data/deeppcb/deeppcb_train.json --data data/deeppcb/deeppcb_val.json
+
+1. Calibrate a baseline on clean frames of ``--baseline-data`` (``--baseline-max`` images spread
+   evenly over the file, in file order).
+2. (a) Stream the clean frames of ``--data`` in file order, repeated to ``--frames`` frames, and
+   count drift alerts (all false). (b) For each fault of ``monitor/faults.py``, stream clean frames,
+   switch to faulted versions of the same frames at an onset frame (``--onsets`` onsets spread over
+   one pass of the data, each after ``window + reference`` clean frames so the stream reference
+   exists), and count the faulted frames until the first alert (the alerting frame included). A
+   fault present from frame 0 (no stream reference yet: only the baseline test) is reported too.
+3. Latency: median model forward (640x640, batch 1) with and without an ActivationMonitor, and the
+   detector's own update time.
+
+The model runs once per distinct image and fault; streams reuse the cached statistics. Results are
+printed as a table and written to ``--out`` (JSON). Scores are also recorded with alerting disabled
+(``headroom``), so thresholds can be re-chosen from one run: clean maxima must stay below
+``z_warn`` and fault maxima within 30 frames above it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from defect_detector.config import DEEPPCB_CLASSES, ModelConfig, MonitorConfig
+from defect_detector.data.dataset import CocoDetectionDataset, load_image_gray
+from defect_detector.data.letterbox import letterbox
+from defect_detector.io import atomic_write_json
+from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, load_checkpoint
+from defect_detector.model.detector import build_model
+from defect_detector.monitor import faults
+from defect_detector.monitor.drift import Baseline, DriftDetector, calibrate
+from defect_detector.monitor.hooks import DEFAULT_LAYERS, ActivationMonitor
+
+logger = logging.getLogger("defect_detector.monitor")
+
+TARGET_FRAMES_TO_ALERT = 30
+TARGET_CLEAN_FRAMES = 2000
+_NO_ALERTS = 1e9
+
+
+def load_model(weights: str | None, seed: int = 0) -> tuple[nn.Module, dict[str, Any]]:
+    """The eval-mode model: ``weights``, else the bundled weights, else a random init (``seed``) when neither exists."""
+    if weights is not None:
+        loaded = load_checkpoint(weights)
+        return loaded.model, {"weights": str(loaded.path), "trained": True, "metrics": loaded.metrics}
+    if DEFAULT_WEIGHTS.is_file():
+        loaded = load_checkpoint(None)
+        return loaded.model, {"weights": str(loaded.path), "trained": True, "metrics": loaded.metrics}
+    torch.manual_seed(seed)
+    logger.warning("no --weights and no bundled weights (%s): using a randomly initialised model", DEFAULT_WEIGHTS)
+    return build_model(ModelConfig(), len(DEEPPCB_CLASSES)).eval(), {"weights": None, "trained": False, "seed": seed}
+
+
+def image_paths(ann_file: str, images_root: str | None, max_images: int | None = None) -> list[Path]:
+    """Image files of a COCO json in image-id order; ``max_images`` spread evenly over them."""
+    dataset = CocoDetectionDataset(ann_file, images_root, DEEPPCB_CLASSES, 640)
+    paths = [dataset.images_root / dataset.coco.imgs[i]["file_name"] for i in dataset.image_ids]
+    if max_images is not None and max_images < len(paths):
+        keep = sorted({int(i) for i in np.linspace(0, len(paths) - 1, max_images).round()})
+        paths = [paths[i] for i in keep]
+    return paths
+
+
+def frame_stats(
+    model: nn.Module,
+    monitor: ActivationMonitor,
+    frames: Sequence[np.ndarray],
+    imgsz: int,
+    batch: int,
+    desc: str,
+) -> np.ndarray:
+    """Layer statistics of uint8 ``[H, W]`` frames (letterboxed to ``imgsz``) -> float64 ``[N, L, 2]``."""
+    out: list[np.ndarray] = []
+    with torch.inference_mode():
+        for start in tqdm(range(0, len(frames), batch), desc=desc, unit="batch", leave=False):
+            canvases = [letterbox(f, imgsz)[0] for f in frames[start : start + batch]]
+            x = torch.from_numpy(np.stack(canvases)).unsqueeze(1).float().div_(255.0)
+            model(x)
+            out.append(monitor.stats().double().numpy())
+    return np.concatenate(out)
+
+
+def run_stream(
+    baseline: Baseline, cfg: MonitorConfig, clean: np.ndarray, faulted: np.ndarray | None, onset: int, length: int
+) -> tuple[list[Any], list[float]]:
+    """Stream ``length`` frames: ``clean[t % N]`` before ``onset``, ``faulted[t % N]`` from it. Returns (events, scores)."""
+    detector = DriftDetector(baseline, cfg)
+    events: list[Any] = []
+    scores: list[float] = []
+    n = len(clean)
+    for t in range(length):
+        source = clean if faulted is None or t < onset else faulted
+        events += detector.update(source[t % n], t, "benchmark")
+        scores.append(detector.score)
+    return events, scores
+
+
+def first_alert(events: list[Any], onset: int) -> int | None:
+    """Faulted frames seen until the first drift alert at or after ``onset`` (alerting frame included), or None."""
+    frames = [e.frame for e in events if e.event == "drift" and e.frame >= onset]
+    return frames[0] - onset + 1 if frames else None
+
+
+def evaluate_fault(
+    baseline: Baseline, cfg: MonitorConfig, clean: np.ndarray, faulted: np.ndarray, onsets: list[int], horizon: int
+) -> dict[str, Any]:
+    """Frames-to-alert over several onsets, plus the no-alert score reached within 30 faulted frames."""
+    quiet = dataclasses.replace(cfg, z_warn=_NO_ALERTS, z_alert=_NO_ALERTS)
+    delays: list[int | None] = []
+    false_before = 0
+    reached: list[float] = []
+    for onset in onsets:
+        events, _ = run_stream(baseline, cfg, clean, faulted, onset, onset + horizon)
+        false_before += sum(e.event == "drift" and e.frame < onset for e in events)
+        delays.append(first_alert(events, onset))
+        _, scores = run_stream(baseline, quiet, clean, faulted, onset, onset + TARGET_FRAMES_TO_ALERT)
+        reached.append(max(scores[onset:]))
+    found = [d for d in delays if d is not None]
+    events, _ = run_stream(baseline, cfg, clean, faulted, 0, horizon + cfg.window)
+    return {
+        "onsets": onsets,
+        "frames_to_alert": delays,
+        "detected": len(found),
+        "detected_within_target": sum(d <= TARGET_FRAMES_TO_ALERT for d in found),
+        "median": statistics.median(found) if found else None,
+        "max": max(found) if found else None,
+        "false_alerts_before_onset": false_before,
+        "from_frame_0": first_alert(events, 0),
+        "headroom_min_score_30_frames": round(min(reached), 3),
+        "reason": next((e.reason for e in events if e.event == "drift"), None),
+    }
+
+
+def measure_overhead(model: nn.Module, imgsz: int, repeats: int, baseline: Baseline, cfg: MonitorConfig) -> dict[str, float]:
+    """Median forward latency ``[1, 1, imgsz, imgsz]`` without and with an ActivationMonitor (interleaved), and
+    the median time of one ``stats()`` + host copy + ``DriftDetector.update``."""
+    x = torch.rand(1, 1, imgsz, imgsz)
+    plain: list[float] = []
+    hooked: list[float] = []
+    monitor = ActivationMonitor(model)
+    monitor.detach()
+    with torch.inference_mode():
+        for _ in range(3):
+            model(x)
+        for _ in range(repeats):
+            for attached, times in ((False, plain), (True, hooked)):
+                if attached:
+                    monitor.attach()
+                start = time.perf_counter()
+                model(x)
+                if attached:
+                    monitor.stats()
+                times.append(time.perf_counter() - start)
+                monitor.detach()
+        monitor.attach()
+        model(x)
+        detector = DriftDetector(baseline, cfg)
+        updates: list[float] = []
+        for t in range(500):
+            start = time.perf_counter()
+            detector.update(monitor.stats()[0], t)
+            updates.append(time.perf_counter() - start)
+        monitor.detach()
+    without, with_hooks = statistics.median(plain), statistics.median(hooked)
+    update = statistics.median(updates)
+    return {
+        "repeats": repeats,
+        "forward_ms_without": round(1000 * without, 3),
+        "forward_ms_with_monitor": round(1000 * with_hooks, 3),
+        "hooks_ratio": round(with_hooks / without, 4),
+        "detector_update_ms": round(1000 * update, 4),
+        "total_ratio": round((with_hooks + update) / without, 4),
+    }
+
+
+FaultFn = Callable[[np.ndarray, int], np.ndarray]
+
+
+def fault_functions() -> dict[str, FaultFn]:
+    """Each fault at its default strength; salt-and-pepper noise differs per image (seeded by its index)."""
+    out: dict[str, FaultFn] = {}
+    for name, fn in faults.FAULTS.items():
+        if fn is faults.salt_and_pepper:
+            out[name] = lambda img, i: faults.salt_and_pepper(img, rng=np.random.default_rng(i))
+        else:
+            out[name] = lambda img, i, fn=fn: fn(img)
+    return out
+
+
+def print_table(result: dict[str, Any]) -> None:
+    clean = result["clean"]
+    print(f"\nmodel: {result['model']['description']}")
+    print(f"baseline: {result['baseline']['count']} frames of {result['baseline']['source']}")
+    print(f"monitor config: {result['monitor_config']}")
+    print(
+        f"clean stream: {clean['frames']} frames of {clean['distinct_images']} held-out images -> {clean['false_alerts']} false alerts "
+        f"(max score {clean['headroom_max_score']:.2f}; calibration replay max {result['baseline']['replay_max_score']:.2f}; "
+        f"z_warn {result['monitor_config']['z_warn']})"
+    )
+    header = f"{'fault':16s} {'detected<=30':>12s} {'median':>7s} {'max':>5s} {'from 0':>7s} {'min score@30':>12s}  reason"
+    print(header)
+    print("-" * len(header))
+    for name, r in result["faults"].items():
+        n = len(r["onsets"])
+        print(
+            f"{name:16s} {r['detected_within_target']:>5d}/{n:<6d} {_fmt(r['median']):>7s} {_fmt(r['max']):>5s} "
+            f"{_fmt(r['from_frame_0']):>7s} {r['headroom_min_score_30_frames']:>12.2f}  {r['reason'] or '-'}"
+        )
+    lat = result["latency"]
+    if not lat:
+        return
+    print(
+        f"latency (batch 1, {result['imgsz']}x{result['imgsz']}, {lat['repeats']} interleaved repeats, median): "
+        f"{lat['forward_ms_without']:.2f} ms without monitor, {lat['forward_ms_with_monitor']:.2f} ms with "
+        f"(x{lat['hooks_ratio']:.4f}); detector update {lat['detector_update_ms']:.3f} ms; total x{lat['total_ratio']:.4f}"
+    )
+
+
+def _fmt(value: Any) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m defect_detector.monitor.evaluate_drift", description=__doc__.splitlines()[0])
+    parser.add_argument("--weights", help="checkpoint (default: the bundled weights; a random init if there are none)")
+    parser.add_argument("--baseline-data", required=True, help="COCO json of clean calibration frames (training split)")
+    parser.add_argument("--baseline-images", help="images folder for --baseline-data (default: its info.images_root)")
+    parser.add_argument("--baseline-max", type=int, default=300, help="calibration images, spread evenly over the file (default 300)")
+    parser.add_argument("--data", required=True, help="COCO json of held-out clean frames to stream (validation split)")
+    parser.add_argument("--images", help="images folder for --data")
+    parser.add_argument("--data-max", type=int, help="use this many --data images, spread evenly (default: all)")
+    parser.add_argument("--frames", type=int, default=TARGET_CLEAN_FRAMES, help="clean stream length (default 2000)")
+    parser.add_argument("--onsets", type=int, default=8, help="fault onsets per fault type (default 8)")
+    parser.add_argument("--horizon", type=int, default=100, help="frames streamed after each onset (default 100)")
+    parser.add_argument("--imgsz", type=int, default=640)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--threads", type=int, help="torch.set_num_threads")
+    parser.add_argument("--latency-repeats", type=int, default=30, help="forward passes per variant for the latency ratio (0: skip)")
+    parser.add_argument("--monitor-config", help="YAML with drift thresholds (see monitor/service.py)")
+    parser.add_argument("--out", default="drift_eval.json", help="JSON results (default drift_eval.json)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from defect_detector.monitor.service import load_monitor_config
+
+    cfg = load_monitor_config(args.monitor_config) if args.monitor_config else MonitorConfig()
+    model, model_info = load_model(args.weights)
+    model_info["description"] = model_info["weights"] or "randomly initialised TinyDetector (no trained weights available)"
+    monitor = ActivationMonitor(model, DEFAULT_LAYERS)
+
+    calib_paths = image_paths(args.baseline_data, args.baseline_images, args.baseline_max)
+    calib = frame_stats(model, monitor, [load_image_gray(p) for p in calib_paths], args.imgsz, args.batch, "calibration")
+    baseline = calibrate([calib], monitor.layer_names, imgsz=args.imgsz, model_info=model_info, source=args.baseline_data)
+    quiet = dataclasses.replace(cfg, z_warn=_NO_ALERTS, z_alert=_NO_ALERTS)
+    _, replay = run_stream(baseline, quiet, calib, None, 0, max(len(calib), cfg.window + cfg.reference) * 2)
+
+    val_paths = image_paths(args.data, args.images, args.data_max)
+    val_images = [load_image_gray(p) for p in val_paths]
+    clean = frame_stats(model, monitor, val_images, args.imgsz, args.batch, "clean")
+    n = len(clean)
+    length = max(args.frames, n)
+    events, _ = run_stream(baseline, cfg, clean, None, 0, length)
+    _, clean_scores = run_stream(baseline, quiet, clean, None, 0, length)
+    warmup = cfg.window + cfg.reference
+    onsets = [warmup + 8 + int(k * n / args.onsets) for k in range(args.onsets)]
+    fault_results = {}
+    for name, fn in fault_functions().items():
+        faulted = frame_stats(model, monitor, [fn(img, i) for i, img in enumerate(val_images)], args.imgsz, args.batch, name)
+        fault_results[name] = evaluate_fault(baseline, cfg, clean, faulted, onsets, args.horizon)
+    monitor.detach()
+    latency = measure_overhead(model, args.imgsz, args.latency_repeats, baseline, cfg) if args.latency_repeats > 0 else {}
+
+    false_alerts = [e.to_dict() for e in events if e.event == "drift"]
+    result = {
+        "model": model_info,
+        "imgsz": args.imgsz,
+        "threads": torch.get_num_threads(),
+        "monitor_config": dataclasses.asdict(cfg),
+        "baseline": {
+            "source": args.baseline_data,
+            "count": baseline.count,
+            "layers": baseline.layer_names,
+            "replay_max_score": round(max(replay[cfg.window :]), 3),
+        },
+        "clean": {
+            "data": args.data,
+            "distinct_images": n,
+            "frames": length,
+            "false_alerts": len(false_alerts),
+            "false_alert_events": false_alerts[:20],
+            "headroom_max_score": round(max(clean_scores), 3),
+        },
+        "faults": fault_results,
+        "latency": latency,
+    }
+    result["targets"] = {
+        "zero_false_alerts_on_2000_clean_frames": length >= TARGET_CLEAN_FRAMES and not false_alerts,
+        "every_fault_alerts_within_30_frames": all(
+            r["detected_within_target"] == len(r["onsets"]) for r in fault_results.values()
+        ),
+        "monitor_overhead_below_3_percent": bool(latency) and latency["hooks_ratio"] < 1.03,
+    }
+    atomic_write_json(args.out, json.loads(json.dumps(result, default=float)))
+    print_table(result)
+    print(f"targets: {result['targets']}")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
