@@ -15,7 +15,7 @@ import os
 import time
 import zipfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,6 @@ class Detections:
     timings: dict[str, float]
     letterbox: LetterboxMeta
     batch_size: int = 1
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.labels.numel())

@@ -1,9 +1,10 @@
 """Training and evaluation plots, written as PNG files.
 
-Every ``plot_*`` function renders a matplotlib figure into memory, closes it and writes the PNG bytes
-atomically with :func:`defect_detector.io.atomic_write_bytes` (parent folders are created), then returns
-the :class:`~pathlib.Path` written. :func:`draw_detections` draws boxes on an image with OpenCV and is shared
-with other modules that save annotated outputs.
+Every ``plot_*`` function renders a bare matplotlib ``Figure`` (no pyplot, so notebooks keep their
+backend) and writes the PNG bytes atomically with :func:`defect_detector.io.atomic_write_bytes`
+(parent folders are created), then returns the :class:`~pathlib.Path` written.
+:func:`draw_detections` draws boxes on an image with OpenCV and is shared with other modules that
+save annotated outputs.
 """
 
 from __future__ import annotations
@@ -16,15 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import cv2
-import matplotlib
 import numpy as np
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-
-from defect_detector.io import atomic_write_bytes  # noqa: E402
+from defect_detector.io import atomic_write_bytes
 
 DPI = 150
 GT_COLOR_BGR = (0, 200, 0)
@@ -44,13 +40,10 @@ MAP_KEYS = (("map50", "mAP@0.5"), ("map50_95", "mAP@0.5:0.95"))
 
 
 def _save_figure(fig: Figure, path: str | os.PathLike[str], dpi: int = DPI) -> Path:
-    """Render ``fig`` to PNG in memory, close it, and write the bytes atomically to ``path``."""
+    """Render ``fig`` (a bare ``Figure``: no pyplot state to close) to PNG in memory and write the bytes atomically to ``path``."""
     path = Path(path)
     buf = io.BytesIO()
-    try:
-        fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
-    finally:
-        plt.close(fig)
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, buf.getvalue())
     return path
@@ -227,7 +220,8 @@ def plot_training_curves(metrics: list[dict], path: str | os.PathLike[str]) -> P
                 ys.append(value)
         return xs, ys
 
-    fig, (ax_loss, ax_map) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig = Figure(figsize=(12, 4.5))
+    ax_loss, ax_map = fig.subplots(1, 2)
 
     for key, name in LOSS_KEYS:
         xs, ys = series(key)
@@ -299,7 +293,8 @@ def plot_pr_curves(precision: np.ndarray, class_names: Sequence[str], path: str 
     recall = np.linspace(0.0, 1.0, num_recall)
     valid = prec > -1  # COCO marks undefined precision with -1
 
-    fig, ax = plt.subplots(figsize=(7, 6))
+    fig = Figure(figsize=(7, 6))
+    ax = fig.subplots()
     curves = []
     for k in range(num_classes):
         if not valid[:, k].any():
@@ -357,7 +352,8 @@ def plot_confusion_matrix(matrix: np.ndarray, class_names: Sequence[str], path: 
     names = [*class_names, "background"]
 
     side = max(5.0, 0.7 * len(names) + 2.5)
-    fig, ax = plt.subplots(figsize=(side + 1.0, side))
+    fig = Figure(figsize=(side + 1.0, side))
+    ax = fig.subplots()
     image = ax.imshow(normalised, cmap="Blues", vmin=0.0, vmax=1.0)
     cbar = fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
     cbar.set_label("fraction of true class (column)")

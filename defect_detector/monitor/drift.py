@@ -514,7 +514,7 @@ class DriftDetector:
         if not flagged:
             flagged = [int(np.argmax(layer_scores))]
         change = (window_mean - level_ref) / np.maximum(np.abs(level_ref), _EPS)
-        statistic, members, reason = _explain(z, change, flagged, self.cfg.z_warn)
+        statistic, members, reason = _explain(z, change, flagged, self.cfg.z_warn, self.min_layers)
         names = [self.layer_names[i] for i in flagged]
         observed = {self.layer_names[i]: float(window_mean[i, statistic]) for i in members}
         normal = {self.layer_names[i]: float(level_ref[i, statistic]) for i in members}
@@ -542,14 +542,20 @@ def _direction(z: np.ndarray, flagged: list[int], statistic: int, threshold: flo
     return (1, up) if len(up) > len(down) else (-1, down)
 
 
-def _explain(z: np.ndarray, change: np.ndarray, flagged: list[int], threshold: float) -> tuple[int, list[int], str]:
+def _explain(z: np.ndarray, change: np.ndarray, flagged: list[int], threshold: float, min_layers: int) -> tuple[int, list[int], str]:
     """(statistic index, its layers, human-readable reason) for the change seen in the ``flagged`` layers.
 
-    ``change`` is the relative change ``[L, 2]`` against the level compared with. Mean and std falling
-    together points at the light; std alone falling at focus / the lens; std rising at noise.
+    ``change`` is the relative change ``[L, 2]`` against the level compared with. A statistic counts
+    when it moved in at least ``min_layers`` layers (or is the one that moved most). Mean and std
+    falling together points at the light; std alone falling at focus / the lens; std rising at noise.
     """
     mean_dir, mean_layers = _direction(z, flagged, _MEAN, threshold)
     std_dir, std_layers = _direction(z, flagged, _STD, threshold)
+    enough = min(min_layers, max(len(mean_layers), len(std_layers)))
+    if len(mean_layers) < enough:
+        mean_dir, mean_layers = 0, []
+    if len(std_layers) < enough:
+        std_dir, std_layers = 0, []
     if not mean_layers and not std_layers:
         i = flagged[0]
         statistic = _STD if abs(z[i, _STD]) >= abs(z[i, _MEAN]) else _MEAN

@@ -255,6 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--latency-repeats", type=int, default=30, help="forward passes per variant for the latency ratio (0: skip)")
     parser.add_argument("--monitor-config", help="YAML with drift thresholds (see monitor/service.py)")
     parser.add_argument("--out", default="drift_eval.json", help="JSON results (default drift_eval.json)")
+    parser.add_argument("--save-stats", help="also save the per-frame statistics (calibration, clean, each fault) to this .npz")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if args.threads:
@@ -282,9 +283,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     warmup = cfg.window + cfg.reference
     onsets = [warmup + 8 + int(k * n / args.onsets) for k in range(args.onsets)]
     fault_results = {}
+    cached = {"calibration": calib, "clean": clean}
     for name, fn in fault_functions().items():
-        faulted = frame_stats(model, monitor, [fn(img, i) for i, img in enumerate(val_images)], args.imgsz, args.batch, name)
-        fault_results[name] = evaluate_fault(baseline, cfg, clean, faulted, onsets, args.horizon)
+        cached[name] = frame_stats(model, monitor, [fn(img, i) for i, img in enumerate(val_images)], args.imgsz, args.batch, name)
+        fault_results[name] = evaluate_fault(baseline, cfg, clean, cached[name], onsets, args.horizon)
+    if args.save_stats:
+        np.savez(args.save_stats, layers=np.array(monitor.layer_names), **cached)
     monitor.detach()
     latency = measure_overhead(model, args.imgsz, args.latency_repeats, baseline, cfg) if args.latency_repeats > 0 else {}
 

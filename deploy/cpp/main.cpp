@@ -13,6 +13,8 @@
 //   5. map boxes back to original pixels (clipped) and print one JSON object per detection:
 //      {"label": 2, "category_name": "mousebite", "score": 0.91, "box": [x1, y1, x2, y2]}
 
+#include <ATen/Parallel.h>
+#include <torch/cuda.h>
 #include <torch/script.h>
 
 #include <opencv2/core.hpp>

@@ -1,0 +1,130 @@
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from defect_detector.config import ModelConfig
+from defect_detector.model.detector import build_model
+from defect_detector.monitor.hooks import DEFAULT_LAYERS, ActivationMonitor, layer_stats, resolve_layers
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """Two threads on a busy 2-core machine are 100x slower than one (OpenMP barriers)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def model() -> nn.Module:
+    torch.manual_seed(0)
+    return build_model(ModelConfig(), 6).eval()
+
+
+def _hook_count(model: nn.Module) -> int:
+    return sum(len(m._forward_hooks) for m in model.modules())
+
+
+def test_attach_detach_leaves_model_as_before(model: nn.Module) -> None:
+    x = torch.rand(2, 1, 64, 64)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.inference_mode():
+        before = model(x)
+        monitor = ActivationMonitor(model)
+        assert monitor.attached and _hook_count(model) == len(DEFAULT_LAYERS)
+        hooked = model(x)
+        monitor.detach()
+        after = model(x)
+    assert not monitor.attached and _hook_count(model) == 0
+    torch.testing.assert_close(hooked, before, rtol=0, atol=0)
+    torch.testing.assert_close(after, before, rtol=0, atol=0)
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, state[key]), key
+    with pytest.raises(RuntimeError, match="no forward pass"):
+        monitor.stats()
+
+
+def test_attach_is_idempotent(model: nn.Module) -> None:
+    monitor = ActivationMonitor(model)
+    monitor.attach()
+    assert _hook_count(model) == len(DEFAULT_LAYERS)
+    monitor.detach()
+    assert _hook_count(model) == 0
+
+
+def test_stats_match_manual_computation(model: nn.Module) -> None:
+    x = torch.rand(3, 1, 64, 64)
+    monitor = ActivationMonitor(model)
+    try:
+        with torch.inference_mode():
+            model(x)
+            stats = monitor.stats()
+            b = model.backbone
+            outputs = {"backbone.stem": b.stem(x)}
+            outputs["backbone.stage1"] = b.stage1(outputs["backbone.stem"])
+            outputs["backbone.stage2"] = b.stage2(outputs["backbone.stage1"])
+            outputs["backbone.stage3"] = b.stage3(outputs["backbone.stage2"])
+            outputs["backbone.stage4"] = b.stage4(outputs["backbone.stage3"])
+    finally:
+        monitor.detach()
+    assert stats.shape == (3, len(DEFAULT_LAYERS), 2) and stats.dtype == torch.float32
+    assert monitor.layer_names == list(DEFAULT_LAYERS)
+    for name, out in outputs.items():
+        i = monitor.layer_names.index(name)
+        flat = out.reshape(3, -1).double()
+        want = torch.stack((flat.mean(1), flat.std(1, unbiased=False)), dim=1).float()
+        torch.testing.assert_close(stats[:, i], want, rtol=1e-4, atol=1e-5)
+    assert (stats[:, :, 1] >= 0).all()
+
+
+def test_layer_stats_of_known_tensor() -> None:
+    x = torch.tensor([[1.0, 3.0], [5.0, 7.0]]).reshape(1, 1, 2, 2)
+    torch.testing.assert_close(layer_stats(x), torch.tensor([[4.0, 5.0**0.5]]))
+
+
+class _Traceable(nn.Module):
+    """What the export wrapper does: the model's output plus the monitor's stats as a second output."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.monitor = ActivationMonitor(model)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.model(x), self.monitor.stats()
+
+
+def test_traced_module_reports_the_eager_stats(model: nn.Module) -> None:
+    wrapper = _Traceable(model).eval()
+    try:
+        with torch.inference_mode():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                traced = torch.jit.trace(wrapper, torch.rand(1, 1, 64, 64), check_trace=False)
+            wrapper.monitor.detach()
+            assert _hook_count(model) == 0
+            frames = torch.rand(2, 1, 64, 64)
+            raw, stats = traced(frames)
+            monitor = ActivationMonitor(model)
+            eager_raw = model(frames)
+            eager_stats = monitor.stats()
+            monitor.detach()
+    finally:
+        wrapper.monitor.detach()
+    assert stats.shape == (2, len(DEFAULT_LAYERS), 2)
+    torch.testing.assert_close(raw, eager_raw)
+    torch.testing.assert_close(stats, eager_stats)
+
+
+def test_bad_layer_pattern_names_it(model: nn.Module) -> None:
+    with pytest.raises(ValueError, match="backbone.nope"):
+        ActivationMonitor(model, ["backbone.stem", "backbone.nope"])
+    assert _hook_count(model) == 0
+
+
+def test_glob_patterns_resolve_in_model_order(model: nn.Module) -> None:
+    names = resolve_layers(model, ["neck.out?", "backbone.stage?"])
+    assert names == ["backbone.stage1", "backbone.stage2", "backbone.stage3", "backbone.stage4", "neck.out3", "neck.out4", "neck.out5"]
