@@ -191,6 +191,44 @@ def _cmd_bench(args: argparse.Namespace) -> None:
         print(f"wrote {args.out}")
 
 
+def _cmd_synth(args: argparse.Namespace) -> None:
+    from defect_detector.data.synth import write_synthetic_dataset
+
+    try:
+        width, height = (int(v) for v in args.size.lower().split("x"))
+    except ValueError as exc:
+        raise CliError(f"--size must look like WIDTHxHEIGHT, e.g. 2048x1536, got {args.size!r}") from exc
+    if min(width, height) < 64 or args.n < 1:
+        raise CliError(f"need --n >= 1 and both sides >= 64, got --n {args.n} --size {args.size}")
+    ann = write_synthetic_dataset(args.out, args.n, height, width, args.seed)
+    print(f"wrote {args.n} boards of {width}x{height} and {ann}")
+
+
+def _cmd_strip(args: argparse.Namespace) -> None:
+    import torch
+
+    from defect_detector.io import atomic_torch_save
+    from defect_detector.model.checkpoint import load_checkpoint, strip_checkpoint
+
+    load_checkpoint(args.weights)  # validates it loads into its model
+    ckpt = torch.load(args.weights, map_location="cpu", weights_only=True)
+    atomic_torch_save(strip_checkpoint(ckpt), args.out)
+    print(f"wrote {args.out} ({Path(args.out).stat().st_size / 1e6:.2f} MB): EMA weights, config, class names, metrics")
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> None:
+    from defect_detector.monitor.service import run_calibrate
+
+    baseline = run_calibrate(args.weights, args.data, args.images, args.out, imgsz=args.imgsz, max_images=args.max_images, batch=args.batch)
+    print(f"wrote {args.out}: {len(baseline.layer_names)} layers from {baseline.count} frames")
+
+
+def _cmd_demo(args: argparse.Namespace) -> None:
+    from defect_detector.demo import run_demo
+
+    run_demo(args.out, threads=args.threads)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="defect-detector", description="PCB defect detection on grayscale images.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -225,6 +263,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, help="torch CPU threads")
     p.add_argument("--out", help="write metrics JSON here")
     p.set_defaults(func=_cmd_val)
+
+    p = sub.add_parser("synth", help="write synthetic PCB boards with all six defect types and a COCO json")
+    p.add_argument("--out", required=True, help="output folder (images/ and annotations.json)")
+    p.add_argument("--n", type=int, default=32, help="number of boards")
+    p.add_argument("--size", default="640x640", help="WIDTHxHEIGHT, e.g. 2048x1536")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=_cmd_synth)
+
+    p = sub.add_parser("strip", help="inference-only copy of a checkpoint (EMA weights, config, metrics; no optimizer state)")
+    p.add_argument("weights", help="training checkpoint, e.g. runs/NAME/weights/best.pt")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=_cmd_strip)
+
+    p = sub.add_parser("calibrate", help="drift baseline: layer statistics of the model over clean reference images")
+    p.add_argument("--weights", help="checkpoint or exported TorchScript (default: bundled DeepPCB model)")
+    p.add_argument("--data", required=True, help="COCO json of clean reference images (training or validation split)")
+    p.add_argument("--images", help="images root (default: from the json)")
+    p.add_argument("--imgsz", type=int, help="input size for checkpoints (default: the model's)")
+    p.add_argument("--max-images", type=int, help="use this many images, spread evenly over the file")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--out", required=True, help="baseline JSON to write")
+    p.set_defaults(func=_cmd_calibrate)
+
+    p = sub.add_parser("demo", help="predict on the bundled samples, then show a drift alert for a simulated dirty lens")
+    p.add_argument("--out", default="out/demo", help="output folder")
+    p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser("info", help="print parameters, FLOPs and metrics of a checkpoint")
     p.add_argument("--weights", help="checkpoint (default: bundled DeepPCB model)")
