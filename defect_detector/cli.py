@@ -40,7 +40,8 @@ def _cmd_convert(args: argparse.Namespace) -> None:
         if not args.classes:
             raise CliError("convert yolo needs --classes name1,name2,...")
         coco = convert.yolo_to_coco(args.src, args.images or args.src, args.classes.split(","))
-    coco.setdefault("info", {})["images_root"] = os.path.relpath(Path(coco["info"].get("images_root", args.src)).resolve(), out.resolve().parent)
+    root = Path(coco.setdefault("info", {}).get("images_root", args.src)).resolve()
+    coco["info"]["images_root"] = os.path.relpath(root, out.resolve().parent)
     atomic_write_json(out, coco)
     print(f"wrote {out}: {len(coco['images'])} images, {len(coco['annotations'])} annotations")
     if args.val_groups:
@@ -84,7 +85,10 @@ def _cmd_val(args: argparse.Namespace) -> None:
     print(f"images: {len(predictions)} (skipped: {dataset.report()})")
     print(f"mAP@0.5 {out['map50']:.4f}  mAP@0.5:0.95 {out['map50_95']:.4f}")
     print("per-class AP@0.5: " + ", ".join(f"{k} {v:.4f}" for k, v in out["per_class"].items()))
-    print(f"DeepPCB protocol (IoU>0.33, score>={args.conf}): precision {out['precision']:.4f} recall {out['recall']:.4f} F1 {out['f1_iou033']:.4f}")
+    print(
+        f"DeepPCB protocol (IoU>0.33, score>={args.conf}): "
+        f"precision {out['precision']:.4f} recall {out['recall']:.4f} F1 {out['f1_iou033']:.4f}"
+    )
     if args.out:
         atomic_write_json(args.out, out)
         print(f"wrote {args.out}")
@@ -96,7 +100,8 @@ def _cmd_info(args: argparse.Namespace) -> None:
 
     loaded = load_checkpoint(args.weights)
     summary = model_summary(loaded.model, loaded.config.data.imgsz)
-    print(json.dumps({"weights": str(loaded.path), "class_names": list(loaded.class_names), **summary, "metrics": loaded.metrics}, indent=2))
+    info = {"weights": str(loaded.path), "class_names": list(loaded.class_names), **summary, "metrics": loaded.metrics}
+    print(json.dumps(info, indent=2))
 
 
 def _read_json_object(path: str, what: str) -> dict:

@@ -79,7 +79,18 @@ class AugmentConfig:
     min_box_size: float = 2.0
 
     def validate(self) -> None:
-        for name in ("crop_focus", "hflip", "vflip", "rotate_p", "affine_p", "photometric_p", "blur_p", "noise_p", "glare_p", "min_visibility"):
+        for name in (
+            "crop_focus",
+            "hflip",
+            "vflip",
+            "rotate_p",
+            "affine_p",
+            "photometric_p",
+            "blur_p",
+            "noise_p",
+            "glare_p",
+            "min_visibility",
+        ):
             value = getattr(self, name)
             _check(0.0 <= value <= 1.0, f"augment.{name}", "must be in [0, 1]", value)
         for name in ("rotate_deg", "scale", "translate", "brightness", "contrast", "min_box_size"):
@@ -380,7 +391,11 @@ def config_reference_markdown() -> str:
             type_name = str(hints[f.name]).replace(" | ", " or ").replace("typing.", "").replace("<class '", "").replace("'>", "")
             lines.append(f"| `{section.name}.{f.name}` | `{type_name}` | `{_plain(getattr(default, f.name))!r}` |")
         lines.append("")
-    top = ", ".join(f"`{f.name}` (default `{getattr(Config(), f.name)!r}`)" for f in fields(Config) if not dataclasses.is_dataclass(getattr(Config(), f.name)))
+    top = ", ".join(
+        f"`{f.name}` (default `{getattr(Config(), f.name)!r}`)"
+        for f in fields(Config)
+        if not dataclasses.is_dataclass(getattr(Config(), f.name))
+    )
     return "\n".join([f"Top-level keys: {top}.", ""] + lines).rstrip() + "\n"
 
 

@@ -41,8 +41,18 @@ def run_demo(out_dir: str | Path = "out/demo", samples: str | Path = SAMPLES, th
     summaries = {}
     for name, source in (("boards", boards), ("frames", frames)):
         args = argparse.Namespace(
-            source=str(source), weights=None, conf=0.3, iou=0.5, max_det=100, save_json=str(out / f"{name}.json"),
-            save_dir=str(out / name), device="auto", threads=threads, batch=4, latest_only=False, max_frames=None,
+            source=str(source),
+            weights=None,
+            conf=0.3,
+            iou=0.5,
+            max_det=100,
+            save_json=str(out / f"{name}.json"),
+            save_dir=str(out / name),
+            device="auto",
+            threads=threads,
+            batch=4,
+            latest_only=False,
+            max_frames=None,
         )
         summaries[name] = run_predict(args, runtime=runtime)
         print(f"[1] {name}: {summary_line(summaries[name])}")

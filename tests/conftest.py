@@ -34,7 +34,16 @@ def _tiny_config(ann: Path, out_dir: Path, **train: object) -> Config:
         "seed": 3,
         "out_dir": str(out_dir),
         "data": {"train": str(ann), "val": str(ann), "imgsz": 256, "workers": 0},
-        "augment": {"hflip": 0.0, "vflip": 0.0, "rotate_p": 0.0, "affine_p": 0.0, "photometric_p": 0.0, "blur_p": 0.0, "noise_p": 0.0, "glare_p": 0.0},
+        "augment": {
+            "hflip": 0.0,
+            "vflip": 0.0,
+            "rotate_p": 0.0,
+            "affine_p": 0.0,
+            "photometric_p": 0.0,
+            "blur_p": 0.0,
+            "noise_p": 0.0,
+            "glare_p": 0.0,
+        },
         "model": TINY_MODEL,
         "train": {"epochs": 2, "batch_size": 4, "lr": 0.01, "warmup_epochs": 0.5, "device": "cpu", "ema_decay": 0.9, **train},
     }

@@ -16,7 +16,10 @@ CAT_TO_LABEL = {1: 0, 2: 1}
 @pytest.fixture
 def coco() -> COCO:
     data = {
-        "images": [{"id": 1, "file_name": "a.png", "width": 100, "height": 100}, {"id": 2, "file_name": "b.png", "width": 100, "height": 100}],
+        "images": [
+            {"id": 1, "file_name": "a.png", "width": 100, "height": 100},
+            {"id": 2, "file_name": "b.png", "width": 100, "height": 100},
+        ],
         "annotations": [
             {"id": 1, "image_id": 1, "category_id": 1, "bbox": [10, 10, 20, 20], "area": 400, "iscrowd": 0},
             {"id": 2, "image_id": 1, "category_id": 2, "bbox": [50, 50, 30, 30], "area": 900, "iscrowd": 0},
@@ -32,7 +35,11 @@ def coco() -> COCO:
 
 
 def _pred(boxes: list[list[float]], scores: list[float], labels: list[int]) -> dict[str, torch.Tensor]:
-    return {"boxes": torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4), "scores": torch.tensor(scores), "labels": torch.tensor(labels)}
+    return {
+        "boxes": torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4),
+        "scores": torch.tensor(scores),
+        "labels": torch.tensor(labels),
+    }
 
 
 def test_ground_truth_is_xyxy(coco: COCO) -> None:

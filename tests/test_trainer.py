@@ -85,12 +85,33 @@ def _free_port() -> int:
 
 def test_ddp_two_processes_gloo(synth_coco: Path, tmp_path: Path) -> None:
     overrides = [
-        f"data.train={synth_coco}", f"data.val={synth_coco}", "data.imgsz=256", "data.workers=0", f"out_dir={tmp_path}", "name=ddp",
-        "model.widths=[16,32,48,64]", "model.depths=[1,1,1,1]", "model.neck_channels=32", "model.head_convs=1",
-        "train.epochs=1", "train.batch_size=2", "train.device=cpu",
+        f"data.train={synth_coco}",
+        f"data.val={synth_coco}",
+        "data.imgsz=256",
+        "data.workers=0",
+        f"out_dir={tmp_path}",
+        "name=ddp",
+        "model.widths=[16,32,48,64]",
+        "model.depths=[1,1,1,1]",
+        "model.neck_channels=32",
+        "model.head_convs=1",
+        "train.epochs=1",
+        "train.batch_size=2",
+        "train.device=cpu",
     ]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}",
-           "-m", "defect_detector.cli", "train", "--config", str(Path(__file__).parent.parent / "configs" / "synth.yaml"), *overrides]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        f"--master_port={_free_port()}",
+        "-m",
+        "defect_detector.cli",
+        "train",
+        "--config",
+        str(Path(__file__).parent.parent / "configs" / "synth.yaml"),
+        *overrides,
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
