@@ -207,18 +207,22 @@ class MonitorConfig:
     calibration baseline before it counts (unseen board designs sit away from it); ``rel_floor``:
     the scale is at least this fraction of the baseline value; ``min_layers``: layers that must
     exceed a threshold; ``debounce``: consecutive frames above it before an alert; ``recover``:
-    consecutive normal frames before a recovery event.
+    consecutive normal frames before a recovery event; ``layers``: globs choosing which of the
+    baseline's layers are scored (none matching: all are). The first layers measure how the image
+    is formed (brightness, contrast, sharpness, noise); deep layers mostly follow what is on the
+    board, and a new board design moves them more than a camera fault does.
     """
 
     window: int = 16
     reference: int = 128
-    z_warn: float = 1.25
-    z_alert: float = 2.5
-    baseline_margin: float = 1.5
+    z_warn: float = 1.5
+    z_alert: float = 3.0
+    baseline_margin: float = 3.0
     rel_floor: float = 0.02
-    min_layers: int = 2
+    min_layers: int = 1
     debounce: int = 3
     recover: int = 16
+    layers: tuple[str, ...] = ("backbone.stem", "backbone.stage1", "backbone.stage2", "backbone.stage3")
 
     def validate(self) -> None:
         _check(self.window >= 1, "monitor.window", "must be >= 1", self.window)
@@ -229,6 +233,7 @@ class MonitorConfig:
         _check(self.min_layers >= 1, "monitor.min_layers", "must be >= 1", self.min_layers)
         _check(self.debounce >= 1, "monitor.debounce", "must be >= 1", self.debounce)
         _check(self.recover >= 1, "monitor.recover", "must be >= 1", self.recover)
+        _check(all(isinstance(p, str) and p for p in self.layers), "monitor.layers", "must be a list of layer names or globs", self.layers)
 
 
 @dataclass(frozen=True)

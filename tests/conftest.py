@@ -28,12 +28,12 @@ def tiny_config():
     return _tiny_config
 
 
-def _tiny_config(ann: Path, out_dir: Path, **train: object) -> Config:
+def _tiny_config(ann: Path, out_dir: Path, imgsz: int = 256, **train: object) -> Config:
     raw = {
         "name": "tiny",
         "seed": 3,
         "out_dir": str(out_dir),
-        "data": {"train": str(ann), "val": str(ann), "imgsz": 256, "workers": 0},
+        "data": {"train": str(ann), "val": str(ann), "imgsz": imgsz, "workers": 0},
         "augment": {
             "hflip": 0.0,
             "vflip": 0.0,

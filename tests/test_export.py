@@ -31,6 +31,8 @@ from defect_detector.deploy.export import (
 from defect_detector.model.checkpoint import load_checkpoint
 from defect_detector.model.detector import build_model
 
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:FutureWarning")
+
 IMGSZ = 128
 SMALL_MODEL = {"widths": [16, 32, 48, 64], "depths": [1, 1, 1, 1], "neck_channels": 32, "head_convs": 1}
 
@@ -167,6 +169,7 @@ def test_half_export(checkpoint: Path, tmp_path: Path) -> None:
 
 
 def test_onnx_export(checkpoint: Path, tmp_path: Path) -> None:
+    pytest.importorskip("onnx", reason="onnx not installed (pip install '.[onnx]')")
     out = tmp_path / "small.onnx"
     report = export_onnx(load_checkpoint(checkpoint), out)
     assert out.is_file() and (tmp_path / "small.meta.json").is_file()

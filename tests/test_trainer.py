@@ -15,7 +15,7 @@ from defect_detector.engine.trainer import NonFiniteLossError, fit, lr_factor
 
 @pytest.fixture(scope="module")
 def synth16(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_synthetic_dataset(tmp_path_factory.mktemp("synth16"), n_images=16, height=256, width=256, seed=11)
+    return write_synthetic_dataset(tmp_path_factory.mktemp("synth16"), n_images=16, height=384, width=384, seed=11)
 
 
 def _load(path: Path) -> dict:
@@ -31,10 +31,10 @@ def test_lr_schedule_warmup_then_cosine() -> None:
 
 
 def test_overfits_tiny_synthetic_set(synth16: Path, tmp_path: Path, tiny_config) -> None:
-    cfg = tiny_config(synth16, tmp_path, epochs=80, val_every=80, lr=0.01, warmup_epochs=2.0)
+    cfg = tiny_config(synth16, tmp_path, epochs=100, val_every=100, lr=0.01, warmup_epochs=2.0, imgsz=384)
     run = fit(cfg, progress=False)
     history = [r for r in map(__import__("json").loads, (run / "metrics.jsonl").read_text().splitlines())]
-    assert len(history) == 80
+    assert len(history) == 100
     assert history[-1]["map50"] > 0.9, history[-1]
     ckpt = _load(run / "weights" / "best.pt")
     assert set(ckpt) >= {"model", "ema", "optimizer", "scaler", "epoch", "config", "class_names", "metrics"}

@@ -397,6 +397,7 @@ def export_onnx(
     example = torch.rand(TRACE_BATCH, 1, imgsz, imgsz)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=DeprecationWarning, message=r".*legacy TorchScript-based ONNX export")
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx")
         torch.onnx.export(
             deploy,
             (example,),

@@ -33,7 +33,10 @@ DEFAULT_LAYERS = (
 def layer_stats(output: torch.Tensor) -> torch.Tensor:
     """``[B, C, H, W]`` activations -> float32 ``[B, 2]``: mean and (population) std per image."""
     flat = output.float().flatten(1)  # [B, C * H * W]
-    var, mean = torch.var_mean(flat, dim=1, correction=0)
+    n = flat.shape[1]
+    mean = flat.sum(1) / n
+    # E[x^2] - E[x]^2 via a norm: one fast reduction each (torch.var_mean is ~20x slower on a CPU here).
+    var = (torch.linalg.vector_norm(flat, dim=1).square() / n - mean.square()).clamp(min=0)
     return torch.stack((mean, var.sqrt()), dim=1)
 
 
