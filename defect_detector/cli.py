@@ -159,11 +159,30 @@ def _cmd_export(args: argparse.Namespace) -> None:
 
 def _cmd_predict(args: argparse.Namespace) -> None:
     from defect_detector.deploy.predict import run_predict, summary_line
+    from defect_detector.deploy.runtime import Runtime
+    from defect_detector.monitor.service import build_monitoring
 
-    summary = run_predict(args)
+    runtime = Runtime.load(args.weights, device=args.device, threads=args.threads)
+    router = build_monitoring(args, runtime.meta.get("baseline"), runtime.layer_names)
+    callbacks = []
+    if router is not None:
+
+        def monitor(frame, result) -> None:  # (Frame, Detections | None), called by run_predict per frame
+            if result is not None:
+                timings = {"decode": frame.decode_ms / 1000.0, **{k: v / 1000.0 for k, v in result.timings.items()}}
+                router.on_frame(frame.index, frame.source_name, result.stats, timings, len(result))
+
+        callbacks.append(monitor)
+    try:
+        summary = run_predict(args, on_frame=callbacks, runtime=runtime)
+    finally:
+        if router is not None:
+            router.close()
     print(summary_line(summary))
     for kind, path in summary["outputs"].items():
         print(f"wrote {kind}: {path}")
+    if args.alerts:
+        print(f"drift events: {args.alerts}")
 
 
 def _cmd_bench(args: argparse.Namespace) -> None:
@@ -235,6 +254,8 @@ def _cmd_demo(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from defect_detector.monitor.service import add_monitor_arguments
+
     parser = argparse.ArgumentParser(prog="defect-detector", description="PCB defect detection on grayscale images.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -323,6 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=1, help="frames per model call (files and video; streams use 1)")
     p.add_argument("--latest-only", action="store_true", help="live streams: drop stale frames, always process the newest")
     p.add_argument("--max-frames", type=int, help="stop after N frames")
+    add_monitor_arguments(p)
     p.set_defaults(func=_cmd_predict)
 
     p = sub.add_parser("bench", help="latency/throughput of the eager model and the TorchScript export (optionally vs YOLOv8n)")
