@@ -140,7 +140,7 @@ def train_one_epoch(
             raw = model(images)
         loss, parts = criterion(raw, targets, points, point_strides)
         if not torch.isfinite(loss):
-            _count_bad_step(state, max_bad_steps, f"non-finite loss {float(loss)}")
+            _count_bad_step(state, max_bad_steps, f"non-finite loss {float(loss.detach())}")
             optimizer.zero_grad(set_to_none=True)
             continue
         scaler.scale(loss / accumulate).backward()
