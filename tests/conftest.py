@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
 
@@ -13,6 +14,16 @@ from defect_detector.config import Config, config_from_dict  # noqa: E402
 from defect_detector.data.synth import write_synthetic_dataset  # noqa: E402
 
 TINY_MODEL = {"widths": [16, 32, 48, 64], "depths": [1, 1, 1, 1], "neck_channels": 32, "head_convs": 1}
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch thread for a module of tiny-input tests: on a busy 2-core machine extra threads only contend
+    (OpenMP barriers made small forward passes up to 100x slower)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

@@ -17,17 +17,15 @@ import cv2
 import numpy as np
 import pytest
 import torch
+from small_checkpoint import write_small_checkpoint
 
-from defect_detector.config import DEEPPCB_CLASSES, config_from_dict
 from defect_detector.data.synth import generate_board
 from defect_detector.deploy.export import export_torchscript
 from defect_detector.deploy.runtime import Runtime
 from defect_detector.model.checkpoint import load_checkpoint
-from defect_detector.model.detector import build_model
 
 CPP_DIR = Path(__file__).resolve().parent.parent / "deploy" / "cpp"
 IMGSZ = 320
-SMALL_MODEL = {"widths": [16, 32, 48, 64], "depths": [1, 1, 1, 1], "neck_channels": 32, "head_convs": 1}
 _OPENCV_CONFIGS = ("/usr/lib/*/cmake/opencv4/OpenCVConfig.cmake", "/usr/lib/cmake/opencv4/OpenCVConfig.cmake",
                    "/usr/local/lib/cmake/opencv4/OpenCVConfig.cmake", "/usr/share/OpenCV/OpenCVConfig.cmake")
 
@@ -58,15 +56,7 @@ def _configure(build: Path) -> subprocess.CompletedProcess:
 
 
 def _make_artifact(path: Path) -> Path:
-    cfg = config_from_dict({"model": SMALL_MODEL, "data": {"imgsz": IMGSZ}})
-    torch.manual_seed(1)
-    model = build_model(cfg.model, len(DEEPPCB_CLASSES))
-    with torch.no_grad():
-        for branch in model.head.cls_branches:
-            branch[-1].bias.fill_(-1.0)
-    state = model.state_dict()
-    ckpt = path.with_suffix(".ckpt.pt")
-    torch.save({"model": state, "ema": state, "config": cfg.to_dict(), "class_names": list(DEEPPCB_CLASSES), "metrics": {}}, ckpt)
+    ckpt = write_small_checkpoint(path.with_suffix(".ckpt.pt"), IMGSZ, seed=1)
     export_torchscript(load_checkpoint(ckpt), path, optimize=False)
     return path
 

@@ -14,18 +14,11 @@ from defect_detector.monitor import faults
 from defect_detector.monitor.drift import Baseline, BaselineError, DriftDetector, calibrate, calibrate_dataset
 from defect_detector.monitor.hooks import DEFAULT_LAYERS, ActivationMonitor
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 SIZE = 256
 LAYERS = [f"layer{i}" for i in range(4)]
 DESIGN_KEYS = ["event", "frame", "source", "time", "severity", "score", "layers", "reason"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Two threads on a busy 2-core machine are far slower than one (OpenMP barriers)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _model() -> torch.nn.Module:

@@ -12,10 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from small_checkpoint import write_small_checkpoint
 from torch import nn
 
 from defect_detector.cli import main
-from defect_detector.config import DEEPPCB_CLASSES, config_from_dict
+from defect_detector.config import DEEPPCB_CLASSES
 from defect_detector.deploy.export import (
     DeployModel,
     ExportError,
@@ -31,43 +32,14 @@ from defect_detector.deploy.export import (
 from defect_detector.model.checkpoint import load_checkpoint
 from defect_detector.model.detector import build_model
 
-pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:FutureWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:FutureWarning"), pytest.mark.usefixtures("one_thread")]
 
 IMGSZ = 128
-SMALL_MODEL = {"widths": [16, 32, 48, 64], "depths": [1, 1, 1, 1], "neck_channels": 32, "head_convs": 1}
-
-
-def make_checkpoint(path: Path, imgsz: int = IMGSZ, cls_bias: float = -1.0) -> Path:
-    """A small random checkpoint with non-trivial BatchNorm statistics and class biases that yield detections."""
-    cfg = config_from_dict({"model": SMALL_MODEL, "data": {"imgsz": imgsz}})
-    torch.manual_seed(0)
-    model = build_model(cfg.model, len(DEEPPCB_CLASSES))
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, nn.BatchNorm2d):
-                module.running_mean.uniform_(-0.2, 0.2)
-                module.running_var.uniform_(0.5, 2.0)
-                module.weight.uniform_(0.5, 1.5)
-                module.bias.uniform_(-0.2, 0.2)
-        for branch in model.head.cls_branches:
-            branch[-1].bias.fill_(cls_bias)
-    state = model.state_dict()
-    torch.save({"model": state, "ema": state, "config": cfg.to_dict(), "class_names": list(DEEPPCB_CLASSES), "metrics": {}}, path)
-    return path
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One torch thread: these tests use tiny inputs, and extra threads only contend with other work on the machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_checkpoint(tmp_path_factory.mktemp("ckpt") / "small.pt")
+    return write_small_checkpoint(tmp_path_factory.mktemp("ckpt") / "small.pt", IMGSZ, randomize_bn=True)
 
 
 @pytest.fixture(scope="module")

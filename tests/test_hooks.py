@@ -8,14 +8,7 @@ from defect_detector.config import ModelConfig
 from defect_detector.model.detector import build_model
 from defect_detector.monitor.hooks import DEFAULT_LAYERS, ActivationMonitor, layer_stats, resolve_layers
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Two threads on a busy 2-core machine are 100x slower than one (OpenMP barriers)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,36 @@
+"""A small random checkpoint shared by the deployment tests (not a test module)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from defect_detector.config import DEEPPCB_CLASSES, config_from_dict
+from defect_detector.model.detector import build_model
+
+SMALL_MODEL = {"widths": [16, 32, 48, 64], "depths": [1, 1, 1, 1], "neck_channels": 32, "head_convs": 1}
+
+
+def write_small_checkpoint(path: Path, imgsz: int = 128, cls_bias: float = -1.0, randomize_bn: bool = False, seed: int = 0) -> Path:
+    """Write a seeded random checkpoint whose class biases yield detections at conf 0.25.
+
+    ``randomize_bn`` gives BatchNorm non-trivial statistics, so conv+BN folding is really exercised.
+    """
+    cfg = config_from_dict({"model": SMALL_MODEL, "data": {"imgsz": imgsz}})
+    torch.manual_seed(seed)
+    model = build_model(cfg.model, len(DEEPPCB_CLASSES))
+    with torch.no_grad():
+        if randomize_bn:
+            for module in model.modules():
+                if isinstance(module, nn.BatchNorm2d):
+                    module.running_mean.uniform_(-0.2, 0.2)
+                    module.running_var.uniform_(0.5, 2.0)
+                    module.weight.uniform_(0.5, 1.5)
+                    module.bias.uniform_(-0.2, 0.2)
+        for branch in model.head.cls_branches:
+            branch[-1].bias.fill_(cls_bias)
+    state = model.state_dict()
+    torch.save({"model": state, "ema": state, "config": cfg.to_dict(), "class_names": list(DEEPPCB_CLASSES), "metrics": {}}, path)
+    return path
