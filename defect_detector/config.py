@@ -143,7 +143,8 @@ class TrainConfig:
     """Optimisation. ``amp``: 'auto' = float16 on CUDA, off on CPU; 'bf16' forces
     bfloat16 autocast on CPU; 'off' disables autocast. ``init_weights``: start
     from a checkpoint's (EMA) weights instead of a random initialisation, with a
-    fresh optimizer and schedule (fine-tuning, e.g. the bundled model on your line's data)."""
+    fresh optimizer and schedule (fine-tuning, e.g. the bundled model on your line's data);
+    tensors whose shape differs (another class count or model width) keep their fresh values."""
 
     epochs: int = 30
     batch_size: int = 8
@@ -201,12 +202,14 @@ class EvalConfig:
 class MonitorConfig:
     """Drift detection (algorithm and units: monitor/drift.py).
 
-    z-scores are in units of the spread of single clean calibration frames per layer statistic.
+    ``z_warn`` / ``z_alert`` bound the drift score, a Mahalanobis distance in units of the spread of
+    single clean calibration frames; per-statistic z-scores (same units) only explain an alert.
     ``window``: frames averaged; ``reference``: frames forming the stream's own normal level
     (0 = compare with the calibration baseline only); ``baseline_margin``: z allowed against the
     calibration baseline before it counts (unseen board designs sit away from it); ``rel_floor``:
-    the scale is at least this fraction of the baseline value; ``min_layers``: layers that must
-    exceed a threshold; ``debounce``: consecutive frames above it before an alert; ``recover``:
+    the scale is at least this fraction of the baseline value; ``shrinkage``: how far the
+    calibration correlation between statistics is pulled towards none (0 = as measured, 1 = each
+    statistic on its own); ``debounce``: consecutive frames above it before an alert; ``recover``:
     consecutive normal frames before a recovery event; ``layers``: globs choosing which of the
     baseline's layers are scored (none matching: all are). The first layers measure how the image
     is formed (brightness, contrast, sharpness, noise); deep layers mostly follow what is on the
@@ -214,12 +217,12 @@ class MonitorConfig:
     """
 
     window: int = 16
-    reference: int = 128
-    z_warn: float = 1.5
-    z_alert: float = 3.0
+    reference: int = 256
+    z_warn: float = 5.5
+    z_alert: float = 8.0
     baseline_margin: float = 3.0
     rel_floor: float = 0.02
-    min_layers: int = 1
+    shrinkage: float = 0.0
     debounce: int = 3
     recover: int = 16
     layers: tuple[str, ...] = ("backbone.stem", "backbone.stage1", "backbone.stage2", "backbone.stage3")
@@ -230,7 +233,7 @@ class MonitorConfig:
         _check(0 < self.z_warn <= self.z_alert, "monitor.z_warn", "must be > 0 and <= monitor.z_alert", self.z_warn)
         _check(self.baseline_margin >= 0, "monitor.baseline_margin", "must be >= 0", self.baseline_margin)
         _check(self.rel_floor >= 0, "monitor.rel_floor", "must be >= 0", self.rel_floor)
-        _check(self.min_layers >= 1, "monitor.min_layers", "must be >= 1", self.min_layers)
+        _check(0.0 <= self.shrinkage <= 1.0, "monitor.shrinkage", "must be in [0, 1]", self.shrinkage)
         _check(self.debounce >= 1, "monitor.debounce", "must be >= 1", self.debounce)
         _check(self.recover >= 1, "monitor.recover", "must be >= 1", self.recover)
         _check(all(isinstance(p, str) and p for p in self.layers), "monitor.layers", "must be a list of layer names or globs", self.layers)

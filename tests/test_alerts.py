@@ -181,7 +181,7 @@ class _Recorder(Sink):
 
 def test_router_feeds_detector_and_survives_a_broken_sink(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     baseline = _baseline()
-    cfg = MonitorConfig(window=2, reference=0, z_warn=3.0, z_alert=6.0, baseline_margin=0.0, min_layers=2, debounce=2, recover=2)
+    cfg = MonitorConfig(window=2, reference=0, z_warn=3.0, z_alert=6.0, baseline_margin=0.0, debounce=2, recover=2)
     recorder = _Recorder()
     router = AlertRouter(DriftDetector(baseline, cfg), [_Broken(), LogSink(), JsonlSink(tmp_path / "a.jsonl"), recorder])
     high = torch.tensor(baseline.mean + 8 * baseline.std, dtype=torch.float32)

@@ -6,7 +6,7 @@ from torch import nn
 
 from defect_detector.config import ModelConfig
 from defect_detector.model.detector import build_model
-from defect_detector.monitor.hooks import DEFAULT_LAYERS, ActivationMonitor, layer_stats, resolve_layers
+from defect_detector.monitor.hooks import DEFAULT_LAYERS, MAX_STAT_ROWS, ActivationMonitor, layer_stats, resolve_layers
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -76,6 +76,21 @@ def test_stats_match_manual_computation(model: nn.Module) -> None:
 def test_layer_stats_of_known_tensor() -> None:
     x = torch.tensor([[1.0, 3.0], [5.0, 7.0]]).reshape(1, 1, 2, 2)
     torch.testing.assert_close(layer_stats(x), torch.tensor([[4.0, 5.0**0.5]]))
+
+
+def test_layer_stats_of_a_tall_layer_reads_evenly_spaced_rows() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(2, 32, 320, 320) * 3.0 + 1.0  # the stem at 640 px: every 4th row is read
+    step = -(-320 // MAX_STAT_ROWS)
+    rows = x[:, :, step // 2 :: step, :].double().flatten(1)
+    want = torch.stack((rows.mean(1), rows.std(1, unbiased=False)), dim=1).float()
+    torch.testing.assert_close(layer_stats(x), want, rtol=1e-3, atol=1e-4)  # float32 sums of 0.8 M values
+    torch.testing.assert_close(layer_stats(x.contiguous(memory_format=torch.channels_last)), want, rtol=1e-3, atol=1e-4)
+    torch.testing.assert_close(layer_stats(x), torch.tensor([[1.0, 3.0], [1.0, 3.0]]), atol=0.02, rtol=0.01)  # close to the whole layer's
+    short = x[:, :, :MAX_STAT_ROWS]
+    flat = short.double().flatten(1)
+    whole = torch.stack((flat.mean(1), flat.std(1, unbiased=False)), 1).float()
+    torch.testing.assert_close(layer_stats(short), whole, rtol=1e-3, atol=1e-4)  # not taller than MAX_STAT_ROWS: every row
 
 
 class _Traceable(nn.Module):

@@ -50,3 +50,12 @@ def test_decode_probabilities() -> None:
     points, strides = torch.zeros(3, 2), torch.full((3,), 8.0)
     out = decode(raw, points, strides)
     assert out.shape == (2, 3, 6) and torch.allclose(out[..., 4:], torch.full((2, 3, 2), 0.5))
+
+
+def test_postprocess_drops_boxes_wholly_in_padding() -> None:
+    # Canvas rows 0..20 are padding (pad_y=20): the first box lies entirely above the image.
+    decoded = _decoded([[10, 2, 30, 18], [10, 30, 30, 50]], [[0.9], [0.8]])
+    meta = LetterboxMeta(scale=1.0, pad_x=0.0, pad_y=20.0, orig_h=100, orig_w=100)
+    (out,) = postprocess(decoded, [meta], conf=0.25, iou=0.5, max_det=1)
+    assert out["boxes"].tolist() == [[10.0, 10.0, 30.0, 30.0]]  # max_det counts real detections only
+    assert out["scores"].tolist() == [0.800000011920929]

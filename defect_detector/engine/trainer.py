@@ -27,6 +27,7 @@ from defect_detector.data.transforms import build_transforms
 from defect_detector.engine import plots
 from defect_detector.engine.evaluate import evaluate_predictions, predict_dataset
 from defect_detector.io import atomic_torch_save, atomic_write_text
+from defect_detector.model.checkpoint import load_matching_weights
 from defect_detector.model.detector import TinyDetector, build_model
 from defect_detector.model.loss import DetectionLoss
 from defect_detector.model.postprocess import make_anchor_points
@@ -310,10 +311,11 @@ def fit(cfg: Config, resume: bool = False, exist_ok: bool = False, progress: boo
 
     model = build_model(cfg.model, len(cfg.data.class_names))
     if cfg.train.init_weights and not resume:
-        init = torch.load(cfg.train.init_weights, map_location="cpu", weights_only=True)
-        model.load_state_dict(init.get("ema", init["model"]))
+        loaded, skipped = load_matching_weights(model, cfg.train.init_weights)
         if _is_main():
-            log.info("initialised from %s", cfg.train.init_weights)
+            log.info(
+                "initialised %d tensors from %s; %d kept fresh (shape or name differs)", len(loaded), cfg.train.init_weights, len(skipped)
+            )
     model = model.to(device).to(memory_format=torch.channels_last)
     ema = make_ema(model, cfg.train.ema_decay)
     optimizer = build_optimizer(model, cfg.train.lr, cfg.train.weight_decay)

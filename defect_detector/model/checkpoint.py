@@ -25,6 +25,18 @@ class LoadedModel:
     path: Path
 
 
+RETIRED_CONFIG_KEYS = {"monitor": ("min_layers",)}
+"""Keys older versions wrote into checkpoints; they no longer configure anything and are dropped on load."""
+
+
+def _without_retired_keys(raw: dict[str, Any]) -> dict[str, Any]:
+    out = dict(raw)
+    for section, keys in RETIRED_CONFIG_KEYS.items():
+        if isinstance(out.get(section), dict):
+            out[section] = {k: v for k, v in out[section].items() if k not in keys}
+    return out
+
+
 def load_checkpoint(path: str | Path | None = None, device: torch.device | str = "cpu", use_ema: bool = True) -> LoadedModel:
     """Load a training checkpoint (``.pt``) with ``weights_only=True``.
 
@@ -41,7 +53,7 @@ def load_checkpoint(path: str | Path | None = None, device: torch.device | str =
         raise ValueError(f"{path}: not a readable checkpoint ({type(exc).__name__}: {exc})") from exc
     if not isinstance(ckpt, dict) or "config" not in ckpt or "model" not in ckpt:
         raise ValueError(f"{path}: not a defect_detector checkpoint (needs 'model' and 'config' entries)")
-    cfg = config_from_dict(ckpt["config"])
+    cfg = config_from_dict(_without_retired_keys(ckpt["config"]))
     class_names = tuple(ckpt.get("class_names", cfg.data.class_names))
     model = build_model(cfg.model, len(class_names))
     state = ckpt["ema"] if use_ema and "ema" in ckpt else ckpt["model"]
@@ -61,3 +73,23 @@ def strip_checkpoint(ckpt: dict[str, Any]) -> dict[str, Any]:
         "metrics": ckpt.get("metrics", {}),
         "epoch": ckpt.get("epoch", -1),
     }
+
+
+def load_matching_weights(model: torch.nn.Module, path: str | Path) -> tuple[list[str], list[str]]:
+    """Copy into ``model`` every tensor of the checkpoint at ``path`` whose name and shape match.
+
+    Uses the checkpoint's EMA weights when present, else its ``model`` weights.
+    Tensors of other shapes (a wider stage, a different class count) keep their
+    fresh initialisation, so a model can start from a checkpoint of another size
+    or another label set. Returns ``(loaded, skipped)`` parameter/buffer names of
+    ``model``; raises ``ValueError`` when nothing matches (wrong file).
+    """
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    source = ckpt["ema"] if "ema" in ckpt else ckpt["model"]
+    own = model.state_dict()
+    loaded = [k for k, v in own.items() if k in source and source[k].shape == v.shape]
+    skipped = [k for k in own if k not in loaded]
+    if not loaded:
+        raise ValueError(f"{path}: no tensor matches this model by name and shape; is it a defect_detector checkpoint?")
+    model.load_state_dict({**own, **{k: source[k] for k in loaded}})
+    return loaded, skipped

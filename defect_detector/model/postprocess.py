@@ -62,7 +62,8 @@ def postprocess(
     location may propose several classes. ``metas[i]`` maps boxes back to the
     original image; ``None`` keeps input pixels. Returns one dict per image:
     ``boxes`` float32 ``[K, 4]`` xyxy in original-image pixels, ``scores``
-    float32 ``[K]``, ``labels`` int64 ``[K]`` in 0..C-1, sorted by score.
+    float32 ``[K]``, ``labels`` int64 ``[K]`` in 0..C-1, sorted by score. Boxes that
+    lie wholly in the letterbox padding (zero area once clipped) are dropped.
     """
     results = []
     for pred, meta in zip(decoded, metas):
@@ -73,9 +74,13 @@ def postprocess(
             cand_scores, order = cand_scores.topk(PRE_NMS_TOPK)
             anchor_idx, labels = anchor_idx[order], labels[order]
         cand_boxes = boxes[anchor_idx]
-        keep = batched_nms(cand_boxes, cand_scores, labels, iou)[:max_det]
-        out_boxes = cand_boxes[keep]
+        keep = batched_nms(cand_boxes, cand_scores, labels, iou)
+        out_boxes, out_scores, out_labels = cand_boxes[keep], cand_scores[keep], labels[keep]
         if meta is not None:
             out_boxes = boxes_from_letterbox(out_boxes, meta)
-        results.append({"boxes": out_boxes.float(), "scores": cand_scores[keep].float(), "labels": labels[keep].long()})
+            # A box lying wholly in the letterbox padding clips to zero area: not a detection.
+            inside = (out_boxes[:, 2] > out_boxes[:, 0]) & (out_boxes[:, 3] > out_boxes[:, 1])
+            out_boxes, out_scores, out_labels = out_boxes[inside], out_scores[inside], out_labels[inside]
+        out_boxes, out_scores, out_labels = out_boxes[:max_det], out_scores[:max_det], out_labels[:max_det]
+        results.append({"boxes": out_boxes.float(), "scores": out_scores.float(), "labels": out_labels.long()})
     return results

@@ -5,34 +5,43 @@ A :class:`Baseline` describes, for every monitored layer and statistic (``mean``
 :class:`DriftDetector` compares a sliding window of live frames against it and emits
 :class:`DriftEvent` objects (the ``--alerts`` lines of DESIGN.md).
 
-Scoring, per layer ``l`` and statistic ``s``, for the window mean ``m`` of the last ``window`` frames::
+Scoring. Per layer ``l`` and statistic ``s``, with ``m`` the mean of the last ``window`` frames::
 
-    scale    = max(base_std, eps, rel_floor * |base_mean|)       # spread of single clean frames
-    z_change = (m - reference) / scale                            # vs this stream's own normal level
-    z_base   = (m - base_mean) / scale                            # vs the calibration baseline
-    z        = max(|z_change|, |z_base| - baseline_margin)
+    scale = max(base_std, eps, rel_floor * |base_mean|)       # spread of single clean frames
+    u     = (m - reference) / scale                          # vs this stream's own normal level
+    v     = (m - base_mean) / scale                          # vs the calibration baseline
+
+Over the scored layers (``cfg.layers``) these form vectors, and the frame score is a Mahalanobis
+distance with ``R``, the correlation of the statistics over the calibration frames (their
+covariance in ``scale`` units, shrunk towards its diagonal by ``cfg.shrinkage``)::
+
+    score = max(sqrt(u' R^-1 u), sqrt(v' R^-1 v) - baseline_margin)
+
+Why a covariance: what is on the board (how much copper, how dense the tracks) moves every layer
+statistic together, in the directions the calibration frames already vary in, so ``R^-1`` discounts
+them; a camera fault changes how the image is formed and moves the statistics against that pattern
+(contrast falls while the mean holds, the stem loses edges while deeper layers do not), which the
+same distance magnifies. Judged one statistic at a time, a defocused lens moved no statistic of the
+bundled model by more than a board change does; together they separate. A baseline with fewer than
+3 frames per scored statistic cannot estimate the correlations: they are ignored (``R`` diagonal).
 
 ``reference`` is the mean of the last ``cfg.reference`` frames that left the window while the
 detector saw no drift: a camera on a board design the calibration never saw sits at its own level,
 often one or two single-frame standard deviations away from the calibration mean, while a camera
-fault is a change relative to the frames just before it. ``z_change`` is therefore the sensitive
-test; ``z_base`` (with a margin for new designs) is the backstop for a camera that is already
-faulty when the stream starts, before the reference exists, or that drifts so slowly that the
-reference follows it.
+fault is a change relative to the frames just before it. ``u`` is therefore the sensitive test;
+``v`` (with a margin for new designs) is the backstop for a camera that is already faulty when the
+stream starts, before the reference exists, or that drifts so slowly that the reference follows it.
 
 The scale is the spread of *single* frames, not the standard error of a window mean
 (``base_std / sqrt(window)``): consecutive frames show the same board design and are strongly
 correlated, so averaging them removes little of the content variation, and the standard error
 would raise false alarms on every board change. ``rel_floor`` keeps a statistic that barely moved
-during calibration (a near-constant layer) from turning tiny numeric changes into huge z values.
+during calibration (a near-constant layer) from turning tiny numeric changes into huge values.
 
-A layer's score is its larger ``z`` over the two statistics; a frame's score is the
-``min_layers``-th largest score of the scored layers (``cfg.layers``), so ``score >= z_warn`` means
-at least ``min_layers`` of them exceed ``z_warn``. By default only the first backbone layers are
-scored: camera faults change how the image is formed (brightness, contrast, sharpness, noise),
-which those layers measure, while deep layers mostly follow what is on the board. On DeepPCB with
-the trained model, a switch between two held-out board designs moves deep-layer statistics by
-more than 3 single-frame standard deviations, more than any simulated camera fault does.
+By default only the first backbone layers are scored: camera faults change how the image is formed
+(brightness, contrast, sharpness, noise), which those layers measure, while deep layers mostly
+follow what is on the board. Per-statistic z-scores (``u`` or ``v`` less the margin, whichever is
+larger) name the layers and statistic in an alert's reason.
 
 A drift alert needs ``debounce`` consecutive frames at or above ``z_warn`` (severity ``warning``)
 or ``z_alert`` (``critical``; a warning escalates after ``debounce`` critical frames); a
@@ -66,10 +75,12 @@ logger = logging.getLogger("defect_detector.monitor")
 
 STATISTICS = ("mean", "std")
 QUANTILE_LEVELS = (0.01, 0.05, 0.5, 0.95, 0.99)
-BASELINE_VERSION = 1
+BASELINE_VERSION = 2
 _EPS = 1e-6
 _MIN_FRAMES = 2
 _FEW_FRAMES = 30
+_FRAMES_PER_STATISTIC = 3  # fewer calibration frames than this per scored statistic: no reliable correlations
+_EXPLAIN_Z = 1.0  # per-statistic |z| from which a layer is named in an alert
 
 
 class BaselineError(ValueError):
@@ -85,7 +96,8 @@ class Baseline:
     """Reference distribution of each monitored layer statistic over clean frames.
 
     Arrays are float64: ``mean``, ``std`` (sample std over frames), ``min``, ``max`` are ``[L, 2]``;
-    ``quantiles`` is ``[L, 2, Q]`` at ``quantile_levels``. The last axis of size 2 follows
+    ``quantiles`` is ``[L, 2, Q]`` at ``quantile_levels``; ``covariance`` is ``[2L, 2L]``, the sample
+    covariance over frames of the statistics flattened layer-major (entry ``2 * l + s``). The last axis of size 2 follows
     ``statistics`` = ``("mean", "std")``. ``count`` is the number of frames. ``model`` is free-form
     information about the model that produced the statistics (weights path, class names, ...).
     """
@@ -96,6 +108,7 @@ class Baseline:
     quantiles: np.ndarray
     min: np.ndarray
     max: np.ndarray
+    covariance: np.ndarray
     count: int
     imgsz: int | None = None
     model: dict[str, Any] = field(default_factory=dict)
@@ -121,6 +134,7 @@ class Baseline:
             "quantiles": self.quantiles.tolist(),
             "min": self.min.tolist(),
             "max": self.max.tolist(),
+            "covariance": self.covariance.tolist(),
         }
 
     @classmethod
@@ -128,11 +142,14 @@ class Baseline:
         """Validate and build a baseline; :class:`BaselineError` names ``where`` and the bad key."""
         if not isinstance(raw, dict):
             raise BaselineError(f"{where}: must be a JSON object, got {type(raw).__name__}")
-        missing = [k for k in ("version", "layer_names", "mean", "std", "quantiles", "min", "max", "count") if k not in raw]
+        missing = [k for k in ("version", "layer_names", "mean", "std", "quantiles", "min", "max", "covariance", "count") if k not in raw]
         if missing:
             raise BaselineError(f"{where}: missing keys {missing}")
         if raw["version"] != BASELINE_VERSION:
-            raise BaselineError(f"{where}: version: unsupported baseline version {raw['version']!r} (expected {BASELINE_VERSION})")
+            raise BaselineError(
+                f"{where}: version: unsupported baseline version {raw['version']!r} (expected {BASELINE_VERSION}); "
+                "run `defect-detector calibrate` again to rebuild it"
+            )
         names = raw["layer_names"]
         if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
             raise BaselineError(f"{where}: layer_names: must be a non-empty list of unique layer names, got {names!r}")
@@ -151,6 +168,9 @@ class Baseline:
         shape = (len(names), len(STATISTICS))
         arrays = {key: _array(raw[key], shape, f"{where}: {key}") for key in ("mean", "std", "min", "max")}
         quantiles = _array(raw["quantiles"], (*shape, len(levels)), f"{where}: quantiles")
+        covariance = _array(raw["covariance"], (2 * len(names), 2 * len(names)), f"{where}: covariance")
+        if not np.allclose(covariance, covariance.T) or (np.diag(covariance) < 0).any():
+            raise BaselineError(f"{where}: covariance: must be symmetric with a non-negative diagonal")
         if (arrays["std"] < 0).any():
             raise BaselineError(f"{where}: std: must be >= 0")
         model = raw.get("model", {})
@@ -159,6 +179,7 @@ class Baseline:
         return cls(
             layer_names=list(names),
             quantiles=quantiles,
+            covariance=covariance,
             count=count,
             imgsz=imgsz,
             model=model,
@@ -254,6 +275,7 @@ def calibrate(
         quantiles=np.moveaxis(np.quantile(values, QUANTILE_LEVELS, axis=0), 0, -1),
         min=values.min(axis=0),
         max=values.max(axis=0),
+        covariance=np.atleast_2d(np.cov(values.reshape(len(values), -1), rowvar=False)),
         count=len(values),
         imgsz=imgsz,
         model=dict(model_info or {}),
@@ -334,8 +356,9 @@ class DriftEvent:
 
     ``event`` is ``"drift"`` or ``"recovered"``; ``frame`` the 0-based frame index of the update
     that raised it; ``time`` ISO 8601 UTC; ``severity`` ``"warning"``, ``"critical"`` or ``"info"``
-    (recovered); ``score`` the frame score (z units); ``layers`` the layers above ``z_warn``,
-    highest first; ``statistic`` the statistic ("mean"/"std") that moved in most of them;
+    (recovered); ``score`` the frame score (Mahalanobis distance, module docstring); ``layers`` the
+    scored layers with a statistic at ``|z| >= 1`` (else the one that moved most), highest first;
+    ``statistic`` the statistic ("mean"/"std") that moved in most of them;
     ``observed`` / ``baseline`` per listed layer: that statistic's window mean and the normal level
     it is compared with (the stream's own reference once established, else the calibration mean);
     ``z`` per listed layer its z-score; ``reason`` a human-readable explanation.
@@ -403,9 +426,33 @@ class DriftDetector:
         if not self.scored:
             logger.warning("monitor.layers %s match none of the baseline's layers; scoring all of them", list(self.cfg.layers))
             self.scored = list(range(len(self.layer_names)))
-        self.min_layers = min(self.cfg.min_layers, len(self.scored))
+        self._entries = np.array([2 * i + k for i in self.scored for k in range(len(STATISTICS))])  # into the flattened [2L]
+        self._precision = self._precision_matrix()
         self.nonfinite_frames = 0
         self.reset()
+
+    def _precision_matrix(self) -> np.ndarray:
+        """``R^-1`` over the scored entries: the calibration covariance in ``scale`` units, shrunk towards its diagonal."""
+        scale = self._scale.reshape(-1)[self._entries]
+        covariance = self.baseline.covariance[np.ix_(self._entries, self._entries)] / np.outer(scale, scale)
+        shrinkage = self.cfg.shrinkage
+        if self.baseline.count < _FRAMES_PER_STATISTIC * len(self._entries):
+            logger.warning(
+                "baseline has %d frames for %d scored statistics: their correlations are ignored; calibrate on >= %d frames",
+                self.baseline.count,
+                len(self._entries),
+                _FRAMES_PER_STATISTIC * len(self._entries),
+            )
+            shrinkage = 1.0
+        shrunk = (1.0 - shrinkage) * covariance + shrinkage * np.diag(np.diag(covariance))
+        # A statistic that never moved during calibration has zero variance: keep R invertible.
+        shrunk += np.eye(len(shrunk)) * 1e-6
+        return np.linalg.pinv(shrunk, hermitian=True)
+
+    def _distance(self, deviation: np.ndarray) -> float:
+        """Mahalanobis length of a ``[L, 2]`` deviation in ``scale`` units, over the scored entries."""
+        x = deviation.reshape(-1)[self._entries]
+        return float(math.sqrt(max(float(x @ self._precision @ x), 0.0)))
 
     def reset(self) -> None:
         """Forget the window, the stream reference and any active alert (e.g. after a product change)."""
@@ -451,10 +498,13 @@ class DriftDetector:
             return None
         window_mean = self._window_sum / len(self._window)
         reference = self.reference
+        score = self._distance((window_mean - self.baseline.mean) / self._scale) - self.cfg.baseline_margin
+        if reference is not None:
+            score = max(score, self._distance((window_mean - reference) / self._scale))
+        self.score = max(score, 0.0)
         z, level_ref = self._z(window_mean, reference)
         layer_scores = np.zeros(len(self.layer_names))
         layer_scores[self.scored] = np.abs(z[self.scored]).max(axis=1)
-        self.score = float(np.sort(layer_scores)[::-1][self.min_layers - 1])
         self.level = "critical" if self.score >= self.cfg.z_alert else "warning" if self.score >= self.cfg.z_warn else "normal"
         return self._transition(frame_index, source, window_mean, level_ref, z, layer_scores)
 
@@ -469,7 +519,7 @@ class DriftDetector:
             self._reference_sum -= self._reference.popleft()
 
     def _z(self, window_mean: np.ndarray, reference: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """Signed effective z ``[L, 2]`` and, per entry, the level it was measured against."""
+        """Per-statistic signed z ``[L, 2]`` (for the alert's reason) and, per entry, the level it was measured against."""
         z_base = (window_mean - self.baseline.mean) / self._scale
         effective = np.sign(z_base) * np.maximum(np.abs(z_base) - self.cfg.baseline_margin, 0.0)
         level_ref = self.baseline.mean.copy()
@@ -523,11 +573,11 @@ class DriftDetector:
     ) -> DriftEvent:
         self.state = severity
         self._below = 0
-        flagged = [int(i) for i in np.argsort(-layer_scores, kind="stable") if layer_scores[i] >= self.cfg.z_warn]
+        flagged = [int(i) for i in np.argsort(-layer_scores, kind="stable") if layer_scores[i] >= _EXPLAIN_Z]
         if not flagged:
             flagged = [int(np.argmax(layer_scores))]
         change = (window_mean - level_ref) / np.maximum(np.abs(level_ref), _EPS)
-        statistic, members, reason = _explain(z, change, flagged, self.cfg.z_warn, self.min_layers)
+        statistic, members, reason = _explain(z, change, flagged, _EXPLAIN_Z)
         names = [self.layer_names[i] for i in flagged]
         observed = {self.layer_names[i]: float(window_mean[i, statistic]) for i in members}
         normal = {self.layer_names[i]: float(level_ref[i, statistic]) for i in members}
@@ -555,20 +605,15 @@ def _direction(z: np.ndarray, flagged: list[int], statistic: int, threshold: flo
     return (1, up) if len(up) > len(down) else (-1, down)
 
 
-def _explain(z: np.ndarray, change: np.ndarray, flagged: list[int], threshold: float, min_layers: int) -> tuple[int, list[int], str]:
+def _explain(z: np.ndarray, change: np.ndarray, flagged: list[int], threshold: float) -> tuple[int, list[int], str]:
     """(statistic index, its layers, human-readable reason) for the change seen in the ``flagged`` layers.
 
     ``change`` is the relative change ``[L, 2]`` against the level compared with. A statistic counts
-    when it moved in at least ``min_layers`` layers (or is the one that moved most). Mean and std
-    falling together points at the light; std alone falling at focus / the lens; std rising at noise.
+    in the layers where ``|z| >= threshold`` (else the one that moved most). Mean and std falling
+    together points at the light; std alone falling at focus / the lens; std rising at noise.
     """
     mean_dir, mean_layers = _direction(z, flagged, _MEAN, threshold)
     std_dir, std_layers = _direction(z, flagged, _STD, threshold)
-    enough = min(min_layers, max(len(mean_layers), len(std_layers)))
-    if len(mean_layers) < enough:
-        mean_dir, mean_layers = 0, []
-    if len(std_layers) < enough:
-        std_dir, std_layers = 0, []
     if not mean_layers and not std_layers:
         i = flagged[0]
         statistic = _STD if abs(z[i, _STD]) >= abs(z[i, _MEAN]) else _MEAN
