@@ -202,7 +202,9 @@ class PrometheusSink(Sink):
             "defect_detector_layer_activation", "Latest per-frame activation statistic of a monitored layer.",
             ["layer", "statistic"], registry=self.registry,
         )
-        self.drift_score = Gauge("defect_detector_drift_score", "Latest drift score (z units, monitor/drift.py).", registry=self.registry)
+        self.drift_score = Gauge(
+            "defect_detector_drift_score", "Latest drift score (Mahalanobis distance, monitor/drift.py).", registry=self.registry
+        )
         self.drift_state = Gauge("defect_detector_drift_state", "Alert state: 0 normal, 1 warning, 2 critical.", registry=self.registry)
         self.frames = Counter("defect_detector_frames", "Frames processed.", registry=self.registry)
         self.alerts = Counter("defect_detector_alerts", "Drift alerts raised, by severity.", ["severity"], registry=self.registry)
