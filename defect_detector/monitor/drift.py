@@ -502,11 +502,8 @@ class DriftDetector:
         if reference is not None:
             score = max(score, self._distance((window_mean - reference) / self._scale))
         self.score = max(score, 0.0)
-        z, level_ref = self._z(window_mean, reference)
-        layer_scores = np.zeros(len(self.layer_names))
-        layer_scores[self.scored] = np.abs(z[self.scored]).max(axis=1)
         self.level = "critical" if self.score >= self.cfg.z_alert else "warning" if self.score >= self.cfg.z_warn else "normal"
-        return self._transition(frame_index, source, window_mean, level_ref, z, layer_scores)
+        return self._transition(frame_index, source, window_mean, reference)
 
     def _retire(self, frame: np.ndarray) -> None:
         """A frame leaving the window joins the stream reference while nothing looks wrong."""
@@ -530,16 +527,14 @@ class DriftDetector:
             level_ref = np.where(use_change, reference, level_ref)
         return effective, level_ref
 
-    def _transition(
-        self, frame_index: int, source: str, window_mean: np.ndarray, level_ref: np.ndarray, z: np.ndarray, layer_scores: np.ndarray
-    ) -> DriftEvent | None:
+    def _transition(self, frame_index: int, source: str, window_mean: np.ndarray, reference: np.ndarray | None) -> DriftEvent | None:
         level = self.level
         if self.state == "normal":
             self._above = self._above + 1 if level != "normal" else 0
             self._critical = self._critical + 1 if level == "critical" else 0
             if self._above >= self.cfg.debounce:
                 severity = "critical" if self._critical >= self.cfg.debounce else "warning"
-                return self._raise(severity, frame_index, source, window_mean, level_ref, z, layer_scores)
+                return self._raise(severity, frame_index, source, window_mean, reference)
             return None
         if level == "normal":
             self._below += 1
@@ -558,21 +553,16 @@ class DriftDetector:
         self._below = 0
         self._critical = self._critical + 1 if level == "critical" else 0
         if self.state == "warning" and self._critical >= self.cfg.debounce:
-            return self._raise("critical", frame_index, source, window_mean, level_ref, z, layer_scores)
+            return self._raise("critical", frame_index, source, window_mean, reference)
         return None
 
-    def _raise(
-        self,
-        severity: str,
-        frame_index: int,
-        source: str,
-        window_mean: np.ndarray,
-        level_ref: np.ndarray,
-        z: np.ndarray,
-        layer_scores: np.ndarray,
-    ) -> DriftEvent:
+    def _raise(self, severity: str, frame_index: int, source: str, window_mean: np.ndarray, reference: np.ndarray | None) -> DriftEvent:
+        """The alert event; its per-statistic z-scores (only needed to explain it) are computed here."""
         self.state = severity
         self._below = 0
+        z, level_ref = self._z(window_mean, reference)
+        layer_scores = np.zeros(len(self.layer_names))
+        layer_scores[self.scored] = np.abs(z[self.scored]).max(axis=1)
         flagged = [int(i) for i in np.argsort(-layer_scores, kind="stable") if layer_scores[i] >= _EXPLAIN_Z]
         if not flagged:
             flagged = [int(np.argmax(layer_scores))]
