@@ -37,3 +37,8 @@ def test_load_matching_weights_rejects_an_unrelated_file(tmp_path: Path) -> None
     torch.save({"model": {"fc.weight": torch.zeros(2, 2)}}, path)
     with pytest.raises(ValueError, match="no tensor matches"):
         load_matching_weights(build_model(SMALL, num_classes=6), path)
+    (tmp_path / "corrupt.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="corrupt.pt: not a readable checkpoint"):
+        load_matching_weights(build_model(SMALL, num_classes=6), tmp_path / "corrupt.pt")
+    with pytest.raises(FileNotFoundError, match="missing.pt: weights file not found"):
+        load_matching_weights(build_model(SMALL, num_classes=6), tmp_path / "missing.pt")

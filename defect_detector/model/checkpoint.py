@@ -37,6 +37,19 @@ def _without_retired_keys(raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _read_checkpoint(path: Path, device: torch.device | str) -> dict[str, Any]:
+    """``torch.load(weights_only=True)`` of a dict with a ``model`` entry; clear errors naming ``path`` otherwise."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: weights file not found")
+    try:
+        ckpt = torch.load(path, map_location=device, weights_only=True)
+    except Exception as exc:
+        raise ValueError(f"{path}: not a readable checkpoint ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(ckpt, dict) or "model" not in ckpt:
+        raise ValueError(f"{path}: not a defect_detector checkpoint (needs 'model' and 'config' entries)")
+    return ckpt
+
+
 def load_checkpoint(path: str | Path | None = None, device: torch.device | str = "cpu", use_ema: bool = True) -> LoadedModel:
     """Load a training checkpoint (``.pt``) with ``weights_only=True``.
 
@@ -45,13 +58,8 @@ def load_checkpoint(path: str | Path | None = None, device: torch.device | str =
     ``ValueError`` with the path and the problem.
     """
     path = Path(path) if path is not None else DEFAULT_WEIGHTS
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: weights file not found")
-    try:
-        ckpt = torch.load(path, map_location=device, weights_only=True)
-    except Exception as exc:
-        raise ValueError(f"{path}: not a readable checkpoint ({type(exc).__name__}: {exc})") from exc
-    if not isinstance(ckpt, dict) or "config" not in ckpt or "model" not in ckpt:
+    ckpt = _read_checkpoint(path, device)
+    if "config" not in ckpt:
         raise ValueError(f"{path}: not a defect_detector checkpoint (needs 'model' and 'config' entries)")
     cfg = config_from_dict(_without_retired_keys(ckpt["config"]))
     class_names = tuple(ckpt.get("class_names", cfg.data.class_names))
@@ -82,9 +90,10 @@ def load_matching_weights(model: torch.nn.Module, path: str | Path) -> tuple[lis
     Tensors of other shapes (a wider stage, a different class count) keep their
     fresh initialisation, so a model can start from a checkpoint of another size
     or another label set. Returns ``(loaded, skipped)`` parameter/buffer names of
-    ``model``; raises ``ValueError`` when nothing matches (wrong file).
+    ``model``; raises ``FileNotFoundError`` for a missing file and ``ValueError`` for an
+    unreadable one or when nothing matches (wrong file).
     """
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    ckpt = _read_checkpoint(Path(path), "cpu")
     source = ckpt["ema"] if "ema" in ckpt else ckpt["model"]
     own = model.state_dict()
     loaded = [k for k, v in own.items() if k in source and source[k].shape == v.shape]
