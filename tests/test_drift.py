@@ -110,6 +110,9 @@ def test_calibrate_skips_nonfinite_frames_and_needs_two() -> None:
     [
         (lambda raw: raw.pop("mean"), "missing keys"),
         (lambda raw: raw.update(version=99), "version"),
+        (lambda raw: raw.update(version=1, covariance=None) or raw.pop("covariance"), "version 1 .*calibrate` again"),
+        (lambda raw: raw.pop("covariance"), r"missing keys \['covariance'\]"),
+        (lambda raw: raw.update(covariance=np.eye(2 * len(LAYERS)).tolist() + [[0.0] * 8]), "covariance: must have shape"),
         (lambda raw: raw.update(mean=raw["mean"][:-1]), "mean: must have shape"),
         (lambda raw: raw["std"][0].__setitem__(0, "x"), "std"),
         (lambda raw: raw.update(layer_names=["a", "a", "b", "c"]), "layer_names"),

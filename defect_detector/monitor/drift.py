@@ -142,14 +142,16 @@ class Baseline:
         """Validate and build a baseline; :class:`BaselineError` names ``where`` and the bad key."""
         if not isinstance(raw, dict):
             raise BaselineError(f"{where}: must be a JSON object, got {type(raw).__name__}")
-        missing = [k for k in ("version", "layer_names", "mean", "std", "quantiles", "min", "max", "covariance", "count") if k not in raw]
-        if missing:
-            raise BaselineError(f"{where}: missing keys {missing}")
+        if "version" not in raw:
+            raise BaselineError(f"{where}: missing keys ['version']")
         if raw["version"] != BASELINE_VERSION:
             raise BaselineError(
                 f"{where}: version: unsupported baseline version {raw['version']!r} (expected {BASELINE_VERSION}); "
                 "run `defect-detector calibrate` again to rebuild it"
             )
+        missing = [k for k in ("layer_names", "mean", "std", "quantiles", "min", "max", "covariance", "count") if k not in raw]
+        if missing:
+            raise BaselineError(f"{where}: missing keys {missing}")
         names = raw["layer_names"]
         if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
             raise BaselineError(f"{where}: layer_names: must be a non-empty list of unique layer names, got {names!r}")
