@@ -33,7 +33,7 @@ def _cmd_convert(args: argparse.Namespace) -> None:
         split = Path(args.split)
         if not split.is_absolute() and not split.exists():
             split = Path(args.src) / split
-        coco = convert.deeppcb_to_coco(args.src, split)
+        coco = convert.deeppcb_to_coco(args.src, split, templates=args.templates)
     elif args.format == "voc":
         coco = convert.voc_to_coco(args.src, args.images or args.src, args.classes.split(",") if args.classes else None)
     else:
@@ -268,6 +268,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--images", help="images folder (VOC/YOLO; default SRC)")
     p.add_argument("--classes", help="comma-separated class names (YOLO: required, in id order)")
     p.add_argument("--val-groups", help="DeepPCB: comma-separated board groups to hold out; also writes OUT_train.json and OUT_val.json")
+    p.add_argument(
+        "--templates",
+        action="store_true",
+        help="DeepPCB: also list each pair's defect-free template (<id>_temp.jpg) as an image without defects "
+        "(training negatives; never in the OUT_val.json of --val-groups)",
+    )
     p.add_argument("--out", required=True, help="output COCO json")
     p.set_defaults(func=_cmd_convert)
 

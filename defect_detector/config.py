@@ -54,7 +54,9 @@ class AugmentConfig:
     ``crop_size`` > 0 trains on random full-resolution crops of that size
     (defects are small, so crops keep their pixels while making each step
     cheaper); a fraction ``crop_focus`` of them must contain a box, the rest
-    are placed anywhere so defect-free areas are seen too. Validation always
+    are placed anywhere so defect-free areas are seen too. ``transpose`` swaps
+    rows and columns; with both flips it reaches all 8 right-angle orientations,
+    which suits layouts with no preferred direction (PCBs). Validation always
     uses ``data.imgsz``.
     """
 
@@ -63,6 +65,7 @@ class AugmentConfig:
 
     hflip: float = 0.5
     vflip: float = 0.5
+    transpose: float = 0.0
     rotate_deg: float = 5.0
     rotate_p: float = 0.3
     scale: float = 0.1
@@ -83,6 +86,7 @@ class AugmentConfig:
             "crop_focus",
             "hflip",
             "vflip",
+            "transpose",
             "rotate_p",
             "affine_p",
             "photometric_p",

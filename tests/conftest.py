@@ -7,8 +7,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import settings
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
+# No per-example time limit: timing is not a test assertion here, and a loaded 2-core machine is slow.
+settings.register_profile("no_deadline", deadline=None)
+settings.load_profile("no_deadline")
 
 from defect_detector.config import Config, config_from_dict  # noqa: E402
 from defect_detector.data.synth import write_synthetic_dataset  # noqa: E402

@@ -51,6 +51,17 @@ def test_deeppcb_one_image_per_pair_with_exactly_its_boxes(tmp_path: Path, trail
     assert len({a["id"] for a in coco["annotations"]}) == 6
 
 
+def test_deeppcb_templates_are_defect_free_images_kept_out_of_validation(tmp_path: Path) -> None:
+    coco = deeppcb_to_coco(tmp_path, _fake_deeppcb(tmp_path, trailing_newline=True), templates=True)
+    names = [img["file_name"] for img in coco["images"]]
+    assert names == [f"group{g}/{g}/{s}_{kind}.jpg" for g, s, _ in PAIRS for kind in ("test", "temp")]
+    templates = {img["id"] for img in coco["images"] if img["file_name"].endswith("_temp.jpg")}
+    assert not any(a["image_id"] in templates for a in coco["annotations"]) and len(coco["annotations"]) == 6
+    train, val = split_deeppcb_by_group(coco, ["20085"])
+    assert [img["file_name"] for img in val["images"]] == ["group20085/20085/20085000_test.jpg"]
+    assert [img["file_name"] for img in train["images"]] == names[:4]
+
+
 def test_deeppcb_coco_loads_as_dataset(tmp_path: Path) -> None:
     coco = deeppcb_to_coco(tmp_path, _fake_deeppcb(tmp_path, trailing_newline=False))
     path = tmp_path / "out" / "ann.json"

@@ -8,8 +8,10 @@ import cv2
 import numpy as np
 import pytest
 import torch
+from torch.utils.data import DataLoader
 
 from defect_detector.config import DEEPPCB_CLASSES
+from defect_detector.data.collate import collate
 from defect_detector.data.dataset import CocoDetectionDataset, DatasetError, load_image_gray, to_gray_uint8
 from defect_detector.data.letterbox import LetterboxMeta
 
@@ -209,6 +211,18 @@ def test_undecodable_image(tmp_path: Path, caplog: pytest.LogCaptureFixture, dam
     assert "unreadable image x1" in lenient.report()
     assert any("img_1.jpg" in r.getMessage() for r in caplog.records)
     assert lenient[1][1]["image_id"] == 12 and lenient.skipped["unreadable image"] == 1
+
+
+def test_unreadable_images_found_in_loader_workers_are_counted_in_the_main_process(tmp_path: Path) -> None:
+    coco = _make_set(tmp_path, n=4)
+    for i in (1, 2):
+        coco["images"][i]["file_name"] = f"img_{i}.jpg"
+        _corrupt(tmp_path / "images" / f"img_{i}.jpg")
+    ds = _dataset(_write(tmp_path, coco))
+    loader = DataLoader(ds, batch_size=1, num_workers=2, collate_fn=collate)
+    seen = [targets[0]["image_id"] for _, targets in loader]
+    assert sorted(set(seen)) == [10, 13] and len(seen) == 4
+    assert ds.skipped == {"unreadable image": 2} and "unreadable image x2" in ds.report()
 
 
 def test_every_image_unreadable_raises(tmp_path: Path) -> None:

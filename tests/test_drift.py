@@ -148,7 +148,12 @@ def test_clean_boards_never_alert(streams: dict) -> None:
 
 @pytest.mark.parametrize(
     ("fault", "words"),
-    [("defocus", "fell"), ("contrast_loss", "fell"), ("lighting_drop", "fell"), ("salt_and_pepper", "rose")],
+    [
+        ("defocus", "fell"),
+        ("contrast_loss", "fell"),
+        ("lighting_drop", "fell"),
+        ("salt_and_pepper", "rose"),
+    ],
 )
 def test_each_fault_alerts_within_30_frames(streams: dict, fault: str, words: str) -> None:
     cfg = MonitorConfig()
@@ -190,6 +195,16 @@ def test_debounce_needs_consecutive_frames() -> None:
     events = detector.update(high, frame + 2)
     assert [e.event for e in events] == ["drift"] and events[0].frame == frame + 2 and events[0].severity == "warning"
     assert "rose" in events[0].reason and "lighting too bright" in events[0].reason
+
+
+@pytest.mark.parametrize(
+    ("rise", "hint"), [((5.0, 5.0), "lighting too bright"), ((4.0, 8.0), "sensor noise"), ((0.0, 6.0), "sensor noise")]
+)
+def test_reason_tells_light_from_noise(rise: tuple[float, float], hint: str) -> None:
+    baseline, _ = _synthetic_baseline()
+    cfg = MonitorConfig(window=1, reference=0, z_warn=3.0, z_alert=20.0, baseline_margin=0.0, debounce=1)
+    events = DriftDetector(baseline, cfg).update(baseline.mean + np.array(rise) * baseline.std, 0)
+    assert [e.event for e in events] == ["drift"] and hint in events[0].reason, events[0].reason
 
 
 def test_escalation_and_recovery() -> None:

@@ -6,7 +6,7 @@ from torch import nn
 
 from defect_detector.config import ModelConfig
 from defect_detector.model.detector import build_model
-from defect_detector.monitor.hooks import DEFAULT_LAYERS, MAX_STAT_ROWS, ActivationMonitor, layer_stats, resolve_layers
+from defect_detector.monitor.hooks import DEFAULT_LAYERS, MAX_STAT_ROWS, ActivationMonitor, layer_stats, layer_sums, resolve_layers
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -65,8 +65,8 @@ def test_stats_match_manual_computation(model: nn.Module) -> None:
         monitor.detach()
     assert stats.shape == (3, len(DEFAULT_LAYERS), 2) and stats.dtype == torch.float32
     assert monitor.layer_names == list(DEFAULT_LAYERS)
-    for name, out in outputs.items():
-        i = monitor.layer_names.index(name)
+    for i, name in enumerate(monitor.layer_names):
+        out = outputs[name]
         flat = out.reshape(3, -1).double()
         want = torch.stack((flat.mean(1), flat.std(1, unbiased=False)), dim=1).float()
         torch.testing.assert_close(stats[:, i], want, rtol=1e-4, atol=1e-5)
@@ -91,6 +91,21 @@ def test_layer_stats_of_a_tall_layer_reads_evenly_spaced_rows() -> None:
     flat = short.double().flatten(1)
     whole = torch.stack((flat.mean(1), flat.std(1, unbiased=False)), 1).float()
     torch.testing.assert_close(layer_stats(short), whole, rtol=1e-3, atol=1e-4)  # not taller than MAX_STAT_ROWS: every row
+
+
+@pytest.mark.parametrize("height", [MAX_STAT_ROWS, 320, 322])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_layer_sums_add_up_the_rows_read(height: int, channels_last: bool) -> None:
+    torch.manual_seed(1)
+    x = torch.randn(3, 8, height, 48) + 0.5
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    step = -(-height // MAX_STAT_ROWS)
+    read = (x[:, :, step // 2 :: step, :] if height > MAX_STAT_ROWS else x).double().flatten(1)
+    sums, count = layer_sums(x)
+    assert isinstance(count, int) and count == read.shape[1]
+    want = torch.stack((read.sum(1), read.square().sum(1)), dim=1).float()
+    torch.testing.assert_close(sums, want, rtol=1e-4, atol=1e-2)
 
 
 class _Traceable(nn.Module):

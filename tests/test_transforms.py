@@ -127,6 +127,15 @@ def test_build_transforms_none_and_zero_probabilities() -> None:
     assert [type(t).__name__ for t in only_flip.transforms] == ["HorizontalFlip"]
 
 
+def test_transpose_swaps_axes_and_box_coordinates() -> None:
+    only = AugmentConfig(hflip=0, vflip=0, transpose=1.0, rotate_p=0, affine_p=0, photometric_p=0, blur_p=0, noise_p=0, glare_p=0)
+    image, boxes, labels = _scene()
+    out_image, out_boxes, out_labels = apply_transforms(build_transforms(only, True, seed=0), image, boxes, labels)
+    np.testing.assert_array_equal(out_image, image.T)
+    np.testing.assert_allclose(out_boxes, boxes[:, [1, 0, 3, 2]], atol=1e-4)
+    np.testing.assert_array_equal(out_labels, labels)
+
+
 def test_same_seed_same_augmentation() -> None:
     image, boxes, labels = _scene()
     a = apply_transforms(build_transforms(AugmentConfig(), True, seed=3), image, boxes, labels)

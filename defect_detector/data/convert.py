@@ -47,13 +47,18 @@ def _annotation(ann_id: int, image_id: int, category_id: int, x1: float, y1: flo
     return {"id": ann_id, "image_id": image_id, "category_id": category_id, "bbox": [x1, y1, w, h], "area": w * h, "iscrowd": 0}
 
 
-def deeppcb_to_coco(src_dir: str | os.PathLike[str], split_file: str | os.PathLike[str]) -> dict[str, Any]:
+TEMPLATE_SUFFIX = "_temp.jpg"
+
+
+def deeppcb_to_coco(src_dir: str | os.PathLike[str], split_file: str | os.PathLike[str], templates: bool = False) -> dict[str, Any]:
     """COCO dict for the DeepPCB pairs listed in ``split_file``.
 
     Each split line is ``groupX/X/<id>.jpg groupX/X_not/<id>.txt`` (relative to ``src_dir``); the
     inspected image is ``groupX/X/<id>_test.jpg``. Annotation lines are ``x1 y1 x2 y2 type``
     (pixels, type 1..6 = category id, see ``DEEPPCB_CLASSES``). A malformed line raises
-    :class:`DatasetError` naming the file and line number.
+    :class:`DatasetError` naming the file and line number. With ``templates``, each pair's defect-free
+    template ``groupX/X/<id>_temp.jpg`` follows its inspected image as an image without annotations
+    (hard negatives: the same pads, holes and tracks, none of them a defect).
     """
     src = Path(src_dir)
     split = Path(split_file)
@@ -81,6 +86,10 @@ def deeppcb_to_coco(src_dir: str | os.PathLike[str], split_file: str | os.PathLi
         images.append({"id": image_id, "file_name": file_name, "width": width, "height": height})
         for x1, y1, x2, y2, category_id in _read_deeppcb_txt(src / txt_rel):
             annotations.append(_annotation(len(annotations) + 1, image_id, category_id, x1, y1, x2, y2))
+        if templates:
+            template = stem + TEMPLATE_SUFFIX
+            width, height = _image_size(src / template)
+            images.append({"id": len(images) + 1, "file_name": template, "width": width, "height": height})
     return _coco(images, annotations, DEEPPCB_CLASSES, src, f"DeepPCB split {split.name}")
 
 
@@ -205,7 +214,9 @@ def split_deeppcb_by_group(coco: dict[str, Any], val_groups: Sequence[str]) -> t
     """Split a DeepPCB COCO dict by board group (the ``groupNNNNN`` folder of ``file_name``).
 
     ``val_groups`` accepts ``"group20085"`` or ``"20085"``. Returns ``(train, val)`` dicts that keep
-    image/annotation ids, categories and info. An unknown group raises :class:`DatasetError`.
+    image/annotation ids, categories and info. Templates (``*_temp.jpg``) of held-out groups are left
+    out of both: validation scores inspected images only, as DeepPCB's protocol does. An unknown group
+    raises :class:`DatasetError`.
     """
     wanted = {g if g.startswith("group") else f"group{g}" for g in val_groups}
     present = {_group(img["file_name"]) for img in coco["images"]}
@@ -214,7 +225,11 @@ def split_deeppcb_by_group(coco: dict[str, Any], val_groups: Sequence[str]) -> t
         raise DatasetError(f"unknown DeepPCB group(s) {', '.join(missing)} (present: {', '.join(sorted(present))})")
     parts = []
     for in_val in (False, True):
-        images = [img for img in coco["images"] if (_group(img["file_name"]) in wanted) == in_val]
+        images = [
+            img
+            for img in coco["images"]
+            if (_group(img["file_name"]) in wanted) == in_val and not (in_val and img["file_name"].endswith(TEMPLATE_SUFFIX))
+        ]
         ids = {img["id"] for img in images}
         part = {k: copy.deepcopy(v) for k, v in coco.items() if k not in ("images", "annotations")}
         part["images"] = copy.deepcopy(images)

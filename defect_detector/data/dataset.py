@@ -129,8 +129,9 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
     ``(image float32 [1, imgsz, imgsz] in [0, 1], target)`` with ``target = {"boxes": float32 [N, 4]
     xyxy in the letterboxed frame, "labels": int64 [N], "image_id": int, "letterbox": LetterboxMeta}``.
     Crowd annotations (``iscrowd: 1``) stay in ``self.coco`` but are not training targets.
-    In "skip" mode an unreadable image is replaced by the next readable one; counts of such
-    replacements made inside DataLoader workers stay in the workers.
+    In "skip" mode an unreadable image is replaced by the next readable one. Which images proved
+    unreadable is kept in shared memory, so ``skipped`` and ``report()`` in the main process include
+    those found inside DataLoader workers.
     """
 
     def __init__(
@@ -149,9 +150,9 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
         self.imgsz = imgsz
         self.transform = transform
         self.on_bad = on_bad
-        self.skipped: Counter[str] = Counter()
+        self._found: Counter[str] = Counter()
         self._warned: set[str] = set()
-        self._unreadable: set[int] = set()
+        self._unreadable_warnings = 0
 
         raw = _read_json(self.ann_file)
         self.images_root = _resolve_images_root(self.ann_file, raw, images_root)
@@ -164,6 +165,7 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
         self.coco = _build_coco(raw.get("info", {}), list(images.values()), kept_anns, categories)
         self.image_ids: list[int] = sorted(images)
         self._records = [self._record(images[i], kept_anns.get(i, []), cat_to_label) for i in self.image_ids]
+        self._unreadable = torch.zeros(len(self._records), dtype=torch.bool).share_memory_()  # [N], set by any worker
         if sum(self.skipped.values()):
             logger.warning("%s", self.report())
 
@@ -172,9 +174,19 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
         message = f"{where}: {reason}" + (f" ({detail})" if detail else "")
         if self.on_bad == "error":
             raise DatasetError(message)
-        self.skipped[reason] += 1
-        if self.skipped[reason] <= _MAX_WARNINGS_PER_REASON:
+        self._found[reason] += 1
+        if self._found[reason] <= _MAX_WARNINGS_PER_REASON:
             logger.warning("skipping %s", message)
+
+    @property
+    def skipped(self) -> Counter[str]:
+        """Bad inputs skipped so far, by reason: those found while reading the annotations, plus the images
+        found unreadable when loaded, by this process or any DataLoader worker."""
+        counts = Counter(self._found)
+        unreadable = int(self._unreadable.sum())
+        if unreadable:
+            counts["unreadable image"] = unreadable
+        return counts
 
     def _categories(self, categories: list[Any]) -> tuple[dict[int, int], dict[int, str]]:
         """``label -> category id`` for the class names present, and ``category id -> name`` for all categories."""
@@ -302,15 +314,17 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
             raise IndexError(f"index {index} out of range for {n} images")
         for attempt in range(min(n, _MAX_READ_ATTEMPTS)):
             j = (index + attempt) % n
-            if j in self._unreadable:
+            if self._unreadable[j]:
                 continue
             try:
                 return self._load(self._records[j])
             except DatasetError as exc:
                 if self.on_bad == "error":
                     raise
-                self._unreadable.add(j)
-                self._bad("unreadable image", str(exc))
+                self._unreadable[j] = True
+                self._unreadable_warnings += 1
+                if self._unreadable_warnings <= _MAX_WARNINGS_PER_REASON:
+                    logger.warning("skipping %s: unreadable image", exc)
         raise DatasetError(f"{self.ann_file}: no readable image within {_MAX_READ_ATTEMPTS} samples of index {index}")
 
     def _load(self, rec: _Record) -> tuple[torch.Tensor, dict[str, Any]]:

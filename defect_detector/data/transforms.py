@@ -101,6 +101,8 @@ def build_transforms(cfg: AugmentConfig | None, train: bool, seed: int | None = 
         steps.append(A.HorizontalFlip(p=cfg.hflip))
     if cfg.vflip > 0:
         steps.append(A.VerticalFlip(p=cfg.vflip))
+    if cfg.transpose > 0:
+        steps.append(A.Transpose(p=cfg.transpose))
     if cfg.rotate_p > 0 and cfg.rotate_deg > 0:
         steps.append(A.Rotate(limit=(-cfg.rotate_deg, cfg.rotate_deg), border_mode=_BORDER, fill=_FILL, p=cfg.rotate_p))
     if cfg.affine_p > 0 and (cfg.scale > 0 or cfg.translate > 0):

@@ -56,8 +56,11 @@ def load_bench_model(weights: str | os.PathLike[str] | None, config: str | os.Pa
     return LoadedModel(model, cfg, tuple(cfg.data.class_names), {}, Path(config)), f"random init of {config} (bundled weights not found)"
 
 
-def measure_interleaved(candidates: dict[str, Callable[[], Any]], iters: int, warmup: int = 2) -> dict[str, dict[str, float]]:
-    """Time each callable ``iters`` times, one call of each per round; ``{name: {"median_ms", "p90_ms", "min_ms"}}``."""
+def measure_interleaved(
+    candidates: dict[str, Callable[[], Any]], iters: int, warmup: int = 2, raw: dict[str, list[float]] | None = None
+) -> dict[str, dict[str, float]]:
+    """Time each callable ``iters`` times, one call of each per round; ``{name: {"median_ms", "p90_ms", "min_ms"}}``.
+    ``raw``, when given, receives every call's time in ms, in round order, per name."""
     for fn in candidates.values():
         for _ in range(warmup):
             fn()
@@ -67,7 +70,15 @@ def measure_interleaved(candidates: dict[str, Callable[[], Any]], iters: int, wa
             start = time.perf_counter()
             fn()
             times[name].append((time.perf_counter() - start) * 1000.0)
+    if raw is not None:
+        raw.update(times)
     return {name: _summary(values) for name, values in times.items()}
+
+
+def paired_ratio(times: list[float], reference: list[float]) -> float:
+    """Median over rounds of ``times[i] / reference[i]`` (two candidates timed in the same rounds): unlike a
+    ratio of medians, it cancels the machine speeding up or slowing down between rounds."""
+    return statistics.median(a / b for a, b in zip(times, reference))
 
 
 def _summary(values: Sequence[float]) -> dict[str, float]:
@@ -144,8 +155,14 @@ def bench_models(
                 else:
                     candidates[name] = lambda m=model, x=x1: m(x)
             n_iters = iters if batch == 1 else max(3, iters // 4)
+            raw: dict[str, list[float]] = {}
             with torch.inference_mode():
-                timings = measure_interleaved(candidates, n_iters, warmup=2 if batch == 1 else 1)
+                timings = measure_interleaved(candidates, n_iters, warmup=2 if batch == 1 else 1, raw=raw)
+            for kind in ("eager", "torchscript"):
+                timings[f"{kind}_stats"]["paired_vs_nostats"] = round(paired_ratio(raw[f"{kind}_stats"], raw[f"{kind}_nostats"]), 4)
+            for name in ("yolov8n", "yolov8n_channels_last"):
+                if name in raw:
+                    timings["torchscript_stats"][f"paired_vs_{name}"] = round(paired_ratio(raw["torchscript_stats"], raw[name]), 4)
             for name, t in timings.items():
                 model_flops = yolo_info.get("gflops", 0.0) * 1e9 if name.startswith("yolo") else flops
                 rows.append({
@@ -237,13 +254,15 @@ def run_bench(
             for kind in ("eager", "torchscript"):
                 with_stats, without = _find(rows, f"{kind}_stats", batch, n_threads), _find(rows, f"{kind}_nostats", batch, n_threads)
                 derived["stats_overhead_pct"][f"{kind}_b{batch}_t{n_threads}"] = {
-                    stat: round(100.0 * (with_stats[stat] / without[stat] - 1.0), 2) for stat in ("median_ms", "min_ms")
+                    **{stat: round(100.0 * (with_stats[stat] / without[stat] - 1.0), 2) for stat in ("median_ms", "min_ms")},
+                    "paired": round(100.0 * (with_stats["paired_vs_nostats"] - 1.0), 2),
                 }
         ours = _find(rows, "torchscript_stats", 1, n_threads)
         for yolo_name in ("yolov8n", "yolov8n_channels_last"):
             other = _find(rows, yolo_name, 1, n_threads)
             if other is not None:
                 ratios = {stat: round(ours[stat] / other[stat], 3) for stat in ("median_ms", "min_ms")}
+                ratios["paired"] = round(ours[f"paired_vs_{yolo_name}"], 3)
                 derived["yolo_ratio"][f"{yolo_name}_t{n_threads}"] = ratios
     return {
         "weights": description,
@@ -258,7 +277,8 @@ def run_bench(
             "loadavg_before": [round(v, 2) for v in load_before],
             "loadavg_after": [round(v, 2) for v in os.getloadavg()],
             "note": "latencies are per call (whole batch); candidates were timed interleaved; on a loaded machine min_ms "
-            "is the better estimate of the compute cost, median_ms of what a deployment sharing the CPU would see",
+            "is the better estimate of the compute cost, median_ms of what a deployment sharing the CPU would see; "
+            "'paired' is the median of the per-round ratios, which cancels drift in machine speed between rounds",
         },
         "latency": rows,
         "pipeline": pipeline,

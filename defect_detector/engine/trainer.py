@@ -346,6 +346,7 @@ def fit(cfg: Config, resume: bool = False, exist_ok: bool = False, progress: boo
 
     train_model: torch.nn.Module = DistributedDataParallel(model) if distributed else model
     run_start = time.perf_counter()
+    unreadable_before = 0
     for epoch in range(start_epoch, cfg.train.epochs):
         if stop_after_epochs is not None and epoch - start_epoch >= stop_after_epochs:
             break
@@ -381,7 +382,11 @@ def fit(cfg: Config, resume: bool = False, exist_ok: bool = False, progress: boo
             "images_per_s": stats["images_per_s"] * world,
             "epoch_seconds": stats["seconds"],
             "bad_steps": state.bad_steps,
+            "unreadable_images": train_set.skipped["unreadable image"],
         }
+        if record["unreadable_images"] > unreadable_before and _is_main():
+            log.warning("%d training images are unreadable; each was replaced by its next readable neighbour", record["unreadable_images"])
+        unreadable_before = record["unreadable_images"]
         metrics: dict[str, Any] = {}
         is_last = epoch + 1 == cfg.train.epochs
         if val_loader is not None and ((epoch + 1) % cfg.train.val_every == 0 or is_last):

@@ -597,12 +597,17 @@ def _direction(z: np.ndarray, flagged: list[int], statistic: int, threshold: flo
     return (1, up) if len(up) > len(down) else (-1, down)
 
 
+def _median_abs(z: np.ndarray, layers: list[int], statistic: int) -> float:
+    return float(np.median(np.abs(z[layers, statistic])))
+
+
 def _explain(z: np.ndarray, change: np.ndarray, flagged: list[int], threshold: float) -> tuple[int, list[int], str]:
     """(statistic index, its layers, human-readable reason) for the change seen in the ``flagged`` layers.
 
     ``change`` is the relative change ``[L, 2]`` against the level compared with. A statistic counts
     in the layers where ``|z| >= threshold`` (else the one that moved most). Mean and std falling
-    together points at the light; std alone falling at focus / the lens; std rising at noise.
+    together points at the light; std alone falling at focus / the lens; std rising alone, or more
+    than the mean, at noise.
     """
     mean_dir, mean_layers = _direction(z, flagged, _MEAN, threshold)
     std_dir, std_layers = _direction(z, flagged, _STD, threshold)
@@ -612,6 +617,8 @@ def _explain(z: np.ndarray, change: np.ndarray, flagged: list[int], threshold: f
         mean_dir, std_dir = (0, int(np.sign(z[i, _STD]))) if statistic == _STD else (int(np.sign(z[i, _MEAN])), 0)
         mean_layers, std_layers = ([], [i]) if statistic == _STD else ([i], [])
     hint = _HINTS.get((mean_dir, std_dir), "lens dirty or out of focus?" if std_dir < 0 else "sensor noise or interference?")
+    if (mean_dir, std_dir) == (1, 1) and _median_abs(z, std_layers, _STD) > _median_abs(z, mean_layers, _MEAN):
+        hint = "sensor noise or interference?"  # both rose, the spread more than the level: noise rather than light
 
     def phrase(what: str, direction: int, layers: list[int], statistic: int) -> str:
         percent = 100.0 * float(np.median([abs(change[i, statistic]) for i in layers]))

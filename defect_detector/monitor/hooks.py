@@ -14,6 +14,7 @@ deployed artifact reports numbers identical to the eager path.
 from __future__ import annotations
 
 import fnmatch
+import math
 from collections.abc import Sequence
 
 import torch
@@ -24,36 +25,72 @@ DEFAULT_LAYERS = (
     "backbone.stage1",
     "backbone.stage2",
     "backbone.stage3",
-    "backbone.stage4",
 )
-"""Monitored by default: the stem and every backbone stage. The neck outputs (``neck.out3``, ``neck.out4``,
+"""Monitored by default: the stem and backbone stages 1-3, the layers the drift detector scores by default
+(``MonitorConfig.layers``). Stage 4 and the neck outputs (``backbone.stage4``, ``neck.out3``, ``neck.out4``,
 ``neck.out5``, or ``neck.out*``) can be added by name; they follow board content more than the camera,
-and their statistics would cost more than the 3% of model time the monitor is allowed on a CPU."""
+and every extra layer costs model time against the 3% the monitor is allowed on a CPU."""
 
 MAX_STAT_ROWS = 80
-"""A layer taller than this is read on ``ceil(H / MAX_STAT_ROWS)``-th rows only (see :func:`layer_stats`)."""
+"""A layer taller than this is read on ``ceil(H / MAX_STAT_ROWS)``-th rows only (see :func:`layer_sums`)."""
 
 
-def layer_stats(output: torch.Tensor) -> torch.Tensor:
-    """``[B, C, H, W]`` activations (any memory format) -> float32 ``[B, 2]``: mean and (population) std per image.
+def _rows(output: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """``[B, C, H, W]`` -> (``[B * R, K]`` image rows, ``R``): ``R = H`` rows of ``K = W * C`` values per image
+    (channels_last storage) or ``R = C * H`` rows of ``K = W`` (contiguous storage). A view when the strides
+    allow it, row-sliced layers included; otherwise reshape copies. ``R`` is a Python int, so a traced
+    graph keeps its batch dimension dynamic."""
+    channels, height, width = (int(d) for d in output.shape[1:])
+    if channels > 1 and output.stride(1) == 1:
+        return output.permute(0, 2, 3, 1).reshape(-1, width * channels), height  # [B*H, W*C]
+    return output.reshape(-1, width), channels * height  # [B*C*H, W]
+
+
+def _sampled(output: torch.Tensor) -> torch.Tensor:
+    """The part of a ``[B, C, H, W]`` layer output that the statistics read: every ``ceil(H / MAX_STAT_ROWS)``-th
+    row of a layer taller than :data:`MAX_STAT_ROWS`, starting half a step in (all of a shorter layer)."""
+    height = int(output.shape[2])
+    if height <= MAX_STAT_ROWS:
+        return output
+    step = -(-height // MAX_STAT_ROWS)
+    return output[:, :, step // 2 :: step, :]  # [B, C, ~H/step, W]
+
+
+def layer_sums(output: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """``[B, C, H, W]`` activations (any memory format) -> (float32 ``[B, 2]``: sum and sum of squares per
+    image, ``n``: how many values per image they add up).
 
     A layer taller than ``MAX_STAT_ROWS`` is read on every ``step``-th row (``step = ceil(H / MAX_STAT_ROWS)``),
     evenly spread over the image: at 640 px the stem (stride 2) is read every 8 input pixels, which keeps the
     statistics as sensitive to camera faults as the whole layer (measured with
-    ``monitor/evaluate_drift.py``; every 50 pixels was not) at a quarter of the cost. Whole rows keep the
-    reduction contiguous in both memory formats. The step depends only on the shape, so eager and traced
-    models agree.
+    ``monitor/evaluate_drift.py``; every 50 pixels was not) at a quarter of the cost. The sums run along
+    contiguous rows in either memory format: flattening a channels_last tensor would copy it (~10x the
+    cost), and one norm over the strided 4-D view of the stem is ~5x slower than a norm per row. The
+    step depends only on the shape, so eager and traced models agree.
     """
-    if output.dim() == 4 and output.shape[2] > MAX_STAT_ROWS:
-        step = -(-output.shape[2] // MAX_STAT_ROWS)
-        output = output[:, :, step // 2 :: step, :]  # [B, C, ~H/step, W]
-    dims = tuple(range(1, output.dim()))
-    n = output[0].numel()
-    # Reduce over dims in place: flattening a channels_last tensor would copy it (~10x the cost here).
-    # E[x^2] - E[x]^2 via a norm: one fast reduction each (torch.var_mean is ~20x slower on a CPU here).
-    mean = output.sum(dims, dtype=torch.float32) / n
-    var = (torch.linalg.vector_norm(output, dim=dims, dtype=torch.float32).square() / n - mean.square()).clamp(min=0)
-    return torch.stack((mean, var.sqrt()), dim=1)
+    sampled = _sampled(output)
+    rows, per_image = _rows(sampled)
+    per_row = torch.stack(
+        (rows.sum(1, dtype=torch.float32), torch.linalg.vector_norm(rows, dim=1, dtype=torch.float32).square()), dim=1
+    )  # [B*R, 2]
+    count = math.prod(int(d) for d in sampled.shape[1:])  # a Python int: a constant in a traced graph
+    return per_row.reshape(-1, per_image, 2).sum(1), count  # [B, R, 2] -> [B, 2]
+
+
+def stats_from_sums(sums: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """float32 ``[..., 2]`` sums and sums of squares of ``counts`` values (broadcast against ``sums[..., 0]``)
+    -> float32 ``[..., 2]``: their mean and population std, ``sqrt(E[x^2] - E[x]^2)`` (clamped at 0;
+    ``torch.var_mean`` is ~20x slower on a CPU here)."""
+    mean = sums[..., 0] / counts
+    var = (sums[..., 1] / counts - mean.square()).clamp(min=0)
+    return torch.stack((mean, var.sqrt()), dim=-1)
+
+
+def layer_stats(output: torch.Tensor) -> torch.Tensor:
+    """``[B, C, H, W]`` activations (any memory format) -> float32 ``[B, 2]``: mean and (population) std per
+    image, over the values :func:`layer_sums` reads."""
+    sums, count = layer_sums(output)
+    return stats_from_sums(sums, torch.tensor(float(count), device=sums.device))
 
 
 def resolve_layers(model: nn.Module, patterns: Sequence[str]) -> list[str]:
@@ -73,7 +110,9 @@ def resolve_layers(model: nn.Module, patterns: Sequence[str]) -> list[str]:
 
 
 class ActivationMonitor:
-    """Records :func:`layer_stats` of chosen layers on every forward pass.
+    """Records :func:`layer_stats` of chosen layers on every forward pass (each hook keeps the layer's
+    :func:`layer_sums`; :meth:`stats` turns all of them into means and stds at once, which keeps the
+    traced graph short).
 
     Usage::
 
@@ -87,6 +126,7 @@ class ActivationMonitor:
         self.model = model
         self.layer_names = resolve_layers(model, layers)
         self._latest: dict[str, torch.Tensor] = {}
+        self._counts: dict[str, int] = {}
         self._handles: list[torch.utils.hooks.RemovableHandle] = []
         self.attach()
 
@@ -100,7 +140,7 @@ class ActivationMonitor:
 
     def _hook(self, name: str):
         def record(module: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
-            self._latest[name] = layer_stats(output)
+            self._latest[name], self._counts[name] = layer_sums(output)
 
         return record
 
@@ -109,7 +149,9 @@ class ActivationMonitor:
         missing = [n for n in self.layer_names if n not in self._latest]
         if missing:
             raise RuntimeError(f"no forward pass recorded yet for layers {missing}")
-        return torch.stack([self._latest[n] for n in self.layer_names], dim=1)
+        sums = torch.stack([self._latest[n] for n in self.layer_names], dim=1)  # [B, L, 2]
+        counts = torch.tensor([float(self._counts[n]) for n in self.layer_names], device=sums.device)  # [L]
+        return stats_from_sums(sums, counts)
 
     def detach(self) -> None:
         """Remove every hook and forget recorded values."""
@@ -117,6 +159,7 @@ class ActivationMonitor:
             handle.remove()
         self._handles.clear()
         self._latest.clear()
+        self._counts.clear()
 
     @property
     def attached(self) -> bool:
