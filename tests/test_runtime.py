@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import cv2
@@ -13,7 +14,7 @@ from torch import nn
 
 from defect_detector.config import DEEPPCB_CLASSES
 from defect_detector.data.synth import generate_board
-from defect_detector.deploy.export import build_meta, export_torchscript
+from defect_detector.deploy.export import ExportError, build_meta, export_torchscript
 from defect_detector.deploy.runtime import Runtime, is_torchscript_archive
 from defect_detector.model.checkpoint import load_checkpoint
 from defect_detector.model.postprocess import postprocess
@@ -65,6 +66,26 @@ def test_loads_artifact_and_checkpoint_alike(runtime: Runtime, checkpoint: Path,
     torch.testing.assert_close(a.boxes, b.boxes, atol=1e-2, rtol=0)
     assert a.names == b.names
     torch.testing.assert_close(a.stats, b.stats, atol=1e-4, rtol=0)
+
+
+def test_checkpoint_is_traced_on_the_cpu_unless_asked_not_to(
+    checkpoint: Path, board: np.ndarray, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    traced = Runtime.load(checkpoint, device="cpu")
+    eager = Runtime.load(checkpoint, device="cpu", trace=False)
+    assert isinstance(traced.model, torch.jit.ScriptModule) and not isinstance(eager.model, torch.jit.ScriptModule)
+    batch, _ = eager.preprocess([board])
+    for got, want in zip(traced.infer(batch), eager.infer(batch)):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise ExportError("traced model differs from eager")
+
+    monkeypatch.setattr("defect_detector.deploy.runtime.trace_deploy_model", fail)
+    with caplog.at_level(logging.WARNING, logger="defect_detector"):
+        fallback = Runtime.load(checkpoint, device="cpu")
+    assert not isinstance(fallback.model, torch.jit.ScriptModule) and len(fallback.predict([board])[0]) > 0
+    assert any("tracing failed" in r.getMessage() for r in caplog.records)
 
 
 def test_predict_matches_postprocess_in_original_pixels(runtime: Runtime, board: np.ndarray) -> None:
