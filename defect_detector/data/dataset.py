@@ -32,6 +32,7 @@ logger = logging.getLogger("defect_detector.data")
 
 _BOX_SLOP = 1.0
 _MAX_WARNINGS_PER_REASON = 10
+_UNREADABLE = "unreadable image"
 _MAX_READ_ATTEMPTS = 16
 
 
@@ -152,7 +153,6 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
         self.on_bad = on_bad
         self._found: Counter[str] = Counter()
         self._warned: set[str] = set()
-        self._unreadable_warnings = 0
 
         raw = _read_json(self.ann_file)
         self.images_root = _resolve_images_root(self.ann_file, raw, images_root)
@@ -181,11 +181,13 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
     @property
     def skipped(self) -> Counter[str]:
         """Bad inputs skipped so far, by reason: those found while reading the annotations, plus the images
-        found unreadable when loaded, by this process or any DataLoader worker."""
+        found unreadable when loaded, by this process or any DataLoader worker (``_found`` counts those of
+        this process only, so their count comes from the shared flags)."""
         counts = Counter(self._found)
+        del counts[_UNREADABLE]
         unreadable = int(self._unreadable.sum())
         if unreadable:
-            counts["unreadable image"] = unreadable
+            counts[_UNREADABLE] = unreadable
         return counts
 
     def _categories(self, categories: list[Any]) -> tuple[dict[int, int], dict[int, str]]:
@@ -322,9 +324,7 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
                 if self.on_bad == "error":
                     raise
                 self._unreadable[j] = True
-                self._unreadable_warnings += 1
-                if self._unreadable_warnings <= _MAX_WARNINGS_PER_REASON:
-                    logger.warning("skipping %s: unreadable image", exc)
+                self._bad(_UNREADABLE, str(exc))
         raise DatasetError(f"{self.ann_file}: no readable image within {_MAX_READ_ATTEMPTS} samples of index {index}")
 
     def _load(self, rec: _Record) -> tuple[torch.Tensor, dict[str, Any]]:

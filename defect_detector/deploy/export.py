@@ -175,7 +175,8 @@ def quiet_jit() -> Iterator[None]:
     is still the format libtorch, Triton's PyTorch backend and the C++ example load."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=FutureWarning, message=r".*torch\.jit\..*deprecated")
-        # layer_stats picks its row step from the layer height: a constant for the traced imgsz, as intended.
+        # The layer statistics read layer shapes as Python ints (row step, row and value counts): constants
+        # for the traced imgsz, as intended.
         warnings.filterwarnings("ignore", category=torch.jit.TracerWarning, module=r"defect_detector\.monitor\.hooks")
         yield
 
