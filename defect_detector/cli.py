@@ -129,6 +129,8 @@ def _cmd_export(args: argparse.Namespace) -> None:
         raise CliError(f"--imgsz must be a multiple of 32 and >= 64, got {args.imgsz}")
     if args.half and args.format == "onnx":
         raise CliError("--half applies to TorchScript; for float16 ONNX build a TensorRT engine: trtexec --onnx=MODEL --fp16")
+    if args.portable and (args.format != "torchscript" or args.half or args.triton):
+        raise CliError("--portable applies to a float32 TorchScript export (ONNX, --half and --triton are always portable)")
     if args.triton and args.format != "torchscript":
         raise CliError("--triton writes a TorchScript model repository; drop --format onnx")
     loaded = load_checkpoint(weights)
@@ -142,19 +144,24 @@ def _cmd_export(args: argparse.Namespace) -> None:
         print(f"wrote {out} ({report['bytes'] / 1e6:.2f} MB, opset {report['opset']}) and {export.onnx_meta_path(out)}")
     else:
         out = Path(args.out or f"{weights.stem}{'.fp16' if args.half else ''}.torchscript.pt")
-        report = export.export_torchscript(loaded, out, imgsz=args.imgsz, half=args.half, baseline=baseline)
-        print(f"wrote {out} ({report['bytes'] / 1e6:.2f} MB, traced on {report['device']})")
+        report = export.export_torchscript(loaded, out, imgsz=args.imgsz, half=args.half, baseline=baseline, portable=args.portable)
+        cpu_only = " with CPU-only oneDNN conv+SiLU kernels (--portable for CUDA)" if report["meta"]["cpu_only"] else ""
+        print(f"wrote {out} ({report['bytes'] / 1e6:.2f} MB, traced on {report['device']}{cpu_only})")
         opt = report["meta"]["optimize_for_inference"]
         print(f"optimize_for_inference: {'applied' if opt['applied'] else 'not applied'} ({opt['reason']})")
     meta = report["meta"]
-    print(f"input [B, 1, {meta['imgsz']}, {meta['imgsz']}] {meta['input']['dtype']}; classes {', '.join(meta['class_names'])}; "
-          f"{len(meta['layers'])} monitored layers; baseline {'embedded' if meta['baseline'] else 'none'}")
+    print(
+        f"input [B, 1, {meta['imgsz']}, {meta['imgsz']}] {meta['input']['dtype']}; classes {', '.join(meta['class_names'])}; "
+        f"{len(meta['layers'])} monitored layers; baseline {'embedded' if meta['baseline'] else 'none'}"
+    )
     parity = report["parity"]
     if parity is None:
         print(f"parity check skipped: {report.get('parity_skipped', 'unavailable')}")
     else:
-        print(f"parity vs eager on {report['parity_images']} images: max abs diff pred {parity['pred']:.3g} "
-              f"(boxes {parity['boxes']:.3g} px, scores {parity['scores']:.3g}), stats {parity['stats']:.3g}")
+        print(
+            f"parity vs eager on {report['parity_images']} images: max abs diff pred {parity['pred']:.3g} "
+            f"(boxes {parity['boxes']:.3g} px, scores {parity['scores']:.3g}), stats {parity['stats']:.3g}"
+        )
 
 
 def _cmd_predict(args: argparse.Namespace) -> None:
@@ -202,12 +209,18 @@ def _cmd_bench(args: argparse.Namespace) -> None:
     loaded, description = load_bench_model(args.weights, args.config)
     result = run_bench(loaded, description, args.imgsz, batches, threads, args.iters, args.yolo)
     for row in result["latency"]:
-        print(f"{row['candidate']:>22} b{row['batch']} t{row['threads']}: median {row['median_ms']:8.2f} ms  p90 {row['p90_ms']:8.2f} ms  "
-              f"{row['images_per_s']:7.2f} img/s  {row['gflops_per_s']:6.2f} GFLOP/s")
+        print(
+            f"{row['candidate']:>22} b{row['batch']} t{row['threads']}: median {row['median_ms']:8.2f} ms  p90 {row['p90_ms']:8.2f} ms  "
+            f"{row['images_per_s']:7.2f} img/s  {row['gflops_per_s']:6.2f} GFLOP/s"
+        )
     for row in result["pipeline"]:
-        print(f"pipeline {row['frame']}: preprocess {row['preprocess_ms']:.2f} ms, postprocess {row['postprocess_ms']:.2f} ms, "
-              f"decode {row['decode_ms']:.2f} ms (inside the model)")
+        print(
+            f"pipeline {row['frame']}: preprocess {row['preprocess_ms']:.2f} ms, postprocess {row['postprocess_ms']:.2f} ms, "
+            f"decode {row['decode_ms']:.2f} ms (inside the model)"
+        )
     print(f"drift statistics overhead (%): {result['derived']['stats_overhead_pct']}")
+    if result["derived"]["onednn_fusion_ratio"]:
+        print(f"latency ratio oneDNN-fused / portable artifact: {result['derived']['onednn_fusion_ratio']}")
     if result["derived"]["yolo_ratio"]:
         print(f"latency ratio ours/YOLOv8n at batch 1: {result['derived']['yolo_ratio']}")
     if args.out:
@@ -333,6 +346,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="output file (default: <weights name>.torchscript.pt or .onnx in the current folder)")
     p.add_argument("--imgsz", type=int, help="input size (default: the model's)")
     p.add_argument("--half", action="store_true", help="float16 TorchScript for CUDA / Jetson (traced on CUDA when available)")
+    p.add_argument(
+        "--portable",
+        action="store_true",
+        help="float32 TorchScript that also runs on CUDA (default when traced on the CPU: faster oneDNN conv+SiLU kernels, CPU only)",
+    )
     p.add_argument("--baseline", help="drift baseline JSON to embed in meta.json")
     p.add_argument("--triton", metavar="DIR", help="write a Triton model repository into DIR instead of --out")
     p.set_defaults(func=_cmd_export)

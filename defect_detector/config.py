@@ -116,12 +116,14 @@ class AugmentConfig:
 @dataclass(frozen=True)
 class ModelConfig:
     """TinyDetector size. ``widths`` are the channels at strides 4, 8, 16, 32;
-    ``depths`` the number of depthwise-separable blocks per stage."""
+    ``depths`` the number of depthwise-separable blocks per stage. ``head_convs``: blocks in each class branch
+    of the head, and in each box branch unless ``head_box_convs`` says otherwise (null: the same)."""
 
     widths: tuple[int, int, int, int] = (32, 64, 128, 192)
     depths: tuple[int, int, int, int] = (1, 3, 3, 2)
     neck_channels: int = 64
     head_convs: int = 2
+    head_box_convs: int | None = None
     strides: tuple[int, ...] = (8, 16, 32)
 
     def validate(self) -> None:
@@ -139,6 +141,7 @@ class ModelConfig:
             self.neck_channels,
         )
         _check(self.head_convs >= 1, "model.head_convs", "must be >= 1", self.head_convs)
+        _check(self.head_box_convs is None or self.head_box_convs >= 1, "model.head_box_convs", "must be >= 1 or null", self.head_box_convs)
         _check(tuple(self.strides) == (8, 16, 32), "model.strides", "must be [8, 16, 32]", self.strides)
 
 

@@ -35,6 +35,7 @@ def test_unknown_top_level_key_is_named() -> None:
         ({"data": {"imgsz": 100}}, r"data\.imgsz"),
         ({"augment": {"hflip": 1.5}}, r"augment\.hflip"),
         ({"model": {"widths": [16, 32, 48]}}, r"model\.widths"),
+        ({"model": {"head_box_convs": 0}}, r"model\.head_box_convs"),
         ({"train": {"amp": "fp8"}}, r"train\.amp"),
         ({"data": {"class_names": ["a", "a"]}}, r"data\.class_names"),
     ],

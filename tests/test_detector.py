@@ -44,6 +44,16 @@ def test_bundled_size_targets() -> None:
     assert count_flops(model, 640) < 2e9
 
 
+@pytest.mark.parametrize(("convs", "box_convs", "want_box"), [(2, None, 2), (1, 2, 2), (2, 1, 1)])
+def test_head_branch_depths(convs: int, box_convs: int | None, want_box: int) -> None:
+    cfg = ModelConfig(widths=(16, 32, 48, 64), depths=(1, 1, 1, 1), neck_channels=32, head_convs=convs, head_box_convs=box_convs)
+    model = build_model(cfg, num_classes=6)
+    for cls_branch, box_branch in zip(model.head.cls_branches, model.head.box_branches):
+        assert sum(isinstance(m, DWSeparable) for m in cls_branch) == convs
+        assert sum(isinstance(m, DWSeparable) for m in box_branch) == want_box
+    assert model(torch.rand(1, 1, 64, 64)).shape == (1, 64 + 16 + 4, 10)
+
+
 def test_forward_is_raw_and_gradients_flow() -> None:
     model = build_model(ModelConfig(widths=(16, 32, 48, 64), depths=(1, 1, 1, 1), neck_channels=32), num_classes=3)
     raw = model(torch.rand(1, 1, 64, 64))

@@ -29,6 +29,8 @@ from defect_detector.deploy.export import (
     parity_inputs,
     trace_deploy_model,
 )
+from defect_detector.deploy.onednn import onednn_available
+from defect_detector.deploy.runtime import archive_meta
 from defect_detector.model.checkpoint import load_checkpoint
 from defect_detector.model.detector import build_model
 
@@ -114,6 +116,7 @@ def test_meta_round_trips(artifact: tuple[Path, dict], checkpoint: Path) -> None
     assert meta["layers"] == list(DeployModel(load_checkpoint(checkpoint).model, IMGSZ).layer_names)
     assert meta["baseline"] == {"layers": {"x": [1.0, 2.0]}}
     assert meta["half"] is False
+    assert meta["cpu_only"] is onednn_available()  # traced on the CPU: oneDNN conv+SiLU kernels where available
     assert set(meta["outputs"]) == {"pred", "stats"}
     assert meta["optimize_for_inference"]["applied"] is False
 
@@ -186,6 +189,13 @@ def test_cli_export(checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixt
     optimize = meta["optimize_for_inference"]  # the CLI times optimize_for_inference and records its choice
     assert optimize["requested"] == "auto" and isinstance(optimize["applied"], bool) and optimize["reason"]
     assert optimize["frozen_ms"] is not None and optimize["optimized_ms"] is not None
+    assert meta["cpu_only"] is onednn_available()
+    portable = tmp_path / "portable.torchscript.pt"
+    assert main(["export", "--weights", str(checkpoint), "--out", str(portable), "--portable"]) == 0
+    assert "CPU-only" not in capsys.readouterr().out
+    assert archive_meta(portable)["cpu_only"] is False
+    assert main(["export", "--weights", str(checkpoint), "--format", "onnx", "--portable"]) == 2
+    assert "--portable applies to a float32 TorchScript" in capsys.readouterr().err
     assert main(["export", "--weights", str(out)]) == 2
     assert "already an exported TorchScript" in capsys.readouterr().err
     assert main(["export", "--weights", str(checkpoint), "--format", "onnx", "--half"]) == 2

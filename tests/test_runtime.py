@@ -15,7 +15,8 @@ from torch import nn
 from defect_detector.config import DEEPPCB_CLASSES
 from defect_detector.data.synth import generate_board
 from defect_detector.deploy.export import ExportError, build_meta, export_torchscript
-from defect_detector.deploy.runtime import Runtime, is_torchscript_archive
+from defect_detector.deploy.onednn import onednn_available
+from defect_detector.deploy.runtime import Runtime, archive_meta, is_torchscript_archive
 from defect_detector.model.checkpoint import load_checkpoint
 from defect_detector.model.postprocess import postprocess
 
@@ -167,6 +168,17 @@ def test_load_errors(runtime: Runtime, checkpoint: Path, tmp_path: Path) -> None
             Runtime.load(runtime.path, device="cuda")
     with pytest.raises(ValueError, match="conf"):
         runtime.predict([np.zeros((32, 32), np.uint8)], conf=1.5)
+
+
+@pytest.mark.skipif(not onednn_available(), reason="no oneDNN conv+SiLU kernel: artifacts are portable")
+def test_cpu_only_artifact_stays_on_the_cpu(runtime: Runtime, checkpoint: Path, caplog: pytest.LogCaptureFixture) -> None:
+    assert runtime.meta["cpu_only"] is True and archive_meta(runtime.path) == runtime.meta
+    assert archive_meta(checkpoint) == {} and Runtime.load(checkpoint, device="cpu").meta["cpu_only"] is True
+    with pytest.raises(ValueError, match="--portable"):  # an explicit CUDA request is refused before anything loads
+        Runtime._load_torchscript(runtime.path, torch.device("cuda"), "auto", explicit_device=True)
+    with caplog.at_level(logging.WARNING, logger="defect_detector"):
+        auto = Runtime._load_torchscript(runtime.path, torch.device("cuda"), "auto", explicit_device=False)
+    assert auto.device.type == "cpu" and any("running on the CPU" in r.getMessage() for r in caplog.records)
 
 
 def test_threads_and_warmup(checkpoint: Path) -> None:

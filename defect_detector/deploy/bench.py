@@ -6,7 +6,9 @@ Candidates run interleaved (one call of each per round) so that background load 
 - ``eager_stats`` / ``eager_nostats``: :class:`DeployModel` (fused, channels_last, decode) with / without the
   monitored layers' statistics, eager;
 - ``torchscript_stats`` / ``torchscript_nostats``: the exported artifact (saved and loaded back) with / without
-  the statistics;
+  the statistics, as ``export`` writes it on this machine (oneDNN conv + SiLU kernels where available);
+- ``torchscript_portable`` (only where oneDNN fusion is available): the ``export --portable`` artifact, with
+  statistics, which also runs on CUDA;
 - ``yolov8n`` / ``yolov8n_channels_last`` (batch 1, with ``yolo=True``): ultralytics' YOLOv8n built from
   ``yolov8n.yaml`` (random weights, no download), fused, traced and frozen at the same size with 3 channels,
   as ultralytics exports it (NCHW) and in channels_last like ours.
@@ -35,6 +37,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from defect_detector.config import load_config
 from defect_detector.data.synth import generate_board
 from defect_detector.deploy.export import DeployModel, artifact_bytes, build_meta, quiet_jit, trace_deploy_model
+from defect_detector.deploy.onednn import onednn_available
 from defect_detector.deploy.runtime import Runtime
 from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, LoadedModel, load_checkpoint
 from defect_detector.model.detector import build_model
@@ -87,10 +90,10 @@ def _summary(values: Sequence[float]) -> dict[str, float]:
     return {"median_ms": round(statistics.median(ordered), 3), "p90_ms": round(p90, 3), "min_ms": round(ordered[0], 3), "n": len(ordered)}
 
 
-def _artifact(loaded: LoadedModel, imgsz: int, layers: Sequence[str]) -> torch.jit.ScriptModule:
-    """The TorchScript artifact as ``export`` writes it (without the parity run), loaded back from bytes."""
-    deploy = DeployModel(loaded.model, imgsz, layers).float().cpu()
-    meta = build_meta(loaded.class_names, imgsz, deploy.strides, deploy.layer_names)
+def _artifact(loaded: LoadedModel, imgsz: int, layers: Sequence[str], cpu_fusion: bool) -> torch.jit.ScriptModule:
+    """The TorchScript artifact as ``export`` writes it on the CPU (without the parity run), loaded back from bytes."""
+    deploy = DeployModel(loaded.model, imgsz, layers, cpu_fusion=cpu_fusion).float().cpu()
+    meta = build_meta(loaded.class_names, imgsz, deploy.strides, deploy.layer_names, cpu_only=cpu_fusion)
     data = artifact_bytes(trace_deploy_model(deploy), meta)
     with quiet_jit():
         return torch.jit.load(io.BytesIO(data), map_location="cpu")
@@ -129,9 +132,11 @@ def bench_models(
         "eager_model": loaded.model.eval(),
         "eager_stats": DeployModel(loaded.model, imgsz, DEFAULT_LAYERS),
         "eager_nostats": DeployModel(loaded.model, imgsz, ()),
-        "torchscript_stats": _artifact(loaded, imgsz, DEFAULT_LAYERS),
-        "torchscript_nostats": _artifact(loaded, imgsz, ()),
+        "torchscript_stats": _artifact(loaded, imgsz, DEFAULT_LAYERS, onednn_available()),
+        "torchscript_nostats": _artifact(loaded, imgsz, (), onednn_available()),
     }
+    if onednn_available():
+        models["torchscript_portable"] = _artifact(loaded, imgsz, DEFAULT_LAYERS, False)
     yolo_info: dict[str, Any] = {"available": False}
     if yolo:
         built = build_yolov8n(imgsz)
@@ -160,6 +165,9 @@ def bench_models(
                 timings = measure_interleaved(candidates, n_iters, warmup=2 if batch == 1 else 1, raw=raw)
             for kind in ("eager", "torchscript"):
                 timings[f"{kind}_stats"]["paired_vs_nostats"] = round(paired_ratio(raw[f"{kind}_stats"], raw[f"{kind}_nostats"]), 4)
+            if "torchscript_portable" in raw:
+                fusion_ratio = paired_ratio(raw["torchscript_stats"], raw["torchscript_portable"])
+                timings["torchscript_stats"]["paired_vs_portable"] = round(fusion_ratio, 4)
             for name in ("yolov8n", "yolov8n_channels_last"):
                 if name in raw:
                     timings["torchscript_stats"][f"paired_vs_{name}"] = round(paired_ratio(raw["torchscript_stats"], raw[name]), 4)
@@ -248,7 +256,7 @@ def run_bench(
         pipeline = bench_pipeline(loaded, imgsz, pipeline_sizes, iters)
     finally:
         torch.set_num_threads(threads_before)
-    derived: dict[str, Any] = {"stats_overhead_pct": {}, "yolo_ratio": {}}
+    derived: dict[str, Any] = {"stats_overhead_pct": {}, "yolo_ratio": {}, "onednn_fusion_ratio": {}}
     for n_threads in threads:
         for batch in batches:
             for kind in ("eager", "torchscript"):
@@ -257,6 +265,9 @@ def run_bench(
                     **{stat: round(100.0 * (with_stats[stat] / without[stat] - 1.0), 2) for stat in ("median_ms", "min_ms")},
                     "paired": round(100.0 * (with_stats["paired_vs_nostats"] - 1.0), 2),
                 }
+            fused = _find(rows, "torchscript_stats", batch, n_threads)
+            if "paired_vs_portable" in fused:
+                derived["onednn_fusion_ratio"][f"b{batch}_t{n_threads}"] = round(fused["paired_vs_portable"], 3)
         ours = _find(rows, "torchscript_stats", 1, n_threads)
         for yolo_name in ("yolov8n", "yolov8n_channels_last"):
             other = _find(rows, yolo_name, 1, n_threads)

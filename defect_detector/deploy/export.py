@@ -42,6 +42,7 @@ from torch.nn.utils.fusion import fuse_conv_bn_eval
 from defect_detector.data.dataset import to_gray_uint8
 from defect_detector.data.letterbox import letterbox
 from defect_detector.data.synth import generate_board
+from defect_detector.deploy.onednn import fuse_conv_silu, onednn_available
 from defect_detector.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from defect_detector.model.checkpoint import LoadedModel
 from defect_detector.model.layers import ConvBNAct
@@ -89,7 +90,9 @@ class DeployModel(nn.Module):
     """The deployed computation: detector + decode + layer statistics for a fixed ``imgsz``.
 
     Wraps a copy of ``model`` (the caller's model is not modified), with BatchNorm folded (``fuse``) and
-    weights in channels_last memory format (``channels_last``). Anchor points are float32 buffers for
+    weights in channels_last memory format (``channels_last``). ``cpu_fusion`` (needs ``fuse``) also runs
+    every conv + SiLU as one oneDNN kernel (:mod:`defect_detector.deploy.onednn`): faster, but the model
+    then runs only on the CPU in float32. Anchor points are float32 buffers for
     ``imgsz x imgsz`` inputs. ``forward(x)``: ``x`` float ``[B, 1, imgsz, imgsz]`` in [0, 1] (the
     model's dtype) -> ``(pred float32 [B, A, 4 + C], stats float32 [B, L, 2])`` as described in the
     module docstring. ``layers`` are module names (or globs) of the detector, resolved in model order
@@ -103,13 +106,19 @@ class DeployModel(nn.Module):
         layers: Sequence[str] = DEFAULT_LAYERS,
         fuse: bool = True,
         channels_last: bool = True,
+        cpu_fusion: bool = False,
     ) -> None:
         super().__init__()
+        if cpu_fusion and not fuse:
+            raise ValueError("cpu_fusion needs fuse=True (the oneDNN kernel takes the BatchNorm-folded convolution)")
         detector = copy.deepcopy(model).eval()
         if fuse:
             fuse_conv_bn(detector)
         if channels_last:
             detector = detector.to(memory_format=torch.channels_last)
+        if cpu_fusion:
+            fuse_conv_silu(detector)
+        self.cpu_fusion = cpu_fusion
         self.model = detector
         self.imgsz = int(imgsz)
         self.strides = tuple(int(s) for s in model.strides)
@@ -147,8 +156,12 @@ def build_meta(
     half: bool = False,
     optimize: dict[str, Any] | None = None,
     source: str | None = None,
+    cpu_only: bool = False,
 ) -> dict[str, Any]:
-    """The ``meta.json`` describing an exported model (also used for a checkpoint loaded eagerly)."""
+    """The ``meta.json`` describing an exported model (also used for a checkpoint loaded eagerly).
+
+    ``cpu_only``: the graph holds CPU-only kernels (oneDNN conv + SiLU, see ``DeployModel(cpu_fusion=True)``).
+    """
     return {
         "format_version": FORMAT_VERSION,
         "class_names": list(class_names),
@@ -162,6 +175,7 @@ def build_meta(
         "layers": list(layers),
         "baseline": baseline,
         "half": bool(half),
+        "cpu_only": bool(cpu_only),
         "torch_version": torch.__version__,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "optimize_for_inference": optimize or {"applied": False, "reason": "not exported"},
@@ -249,8 +263,13 @@ def choose_optimization(
     if device.type != "cpu" or half:
         info["reason"] = "only tried for CPU float32 exports"
         return frozen, info
+    try:
+        with torch.no_grad(), quiet_jit():
+            candidate = torch.jit.optimize_for_inference(trace_deploy_model(deploy, device))
+    except RuntimeError as exc:
+        info["reason"] = f"optimize_for_inference failed on this graph: {exc}"
+        return frozen, info
     with torch.no_grad(), quiet_jit():
-        candidate = torch.jit.optimize_for_inference(trace_deploy_model(deploy, device))
         x = torch.rand(1, 1, deploy.imgsz, deploy.imgsz, device=device)
         frozen_ms, optimized_ms = [], []
         for _ in range(2):  # alternate to share background load fairly
@@ -339,12 +358,15 @@ def export_torchscript(
     optimize: bool | str = "auto",
     check_images: Sequence[np.ndarray] | None = None,
     layers: Sequence[str] = DEFAULT_LAYERS,
+    portable: bool = False,
 ) -> dict[str, Any]:
     """Trace, freeze, check and atomically save ``loaded`` as a TorchScript artifact with ``meta.json``.
 
     ``imgsz`` defaults to the training config's. ``half`` traces a float16 model: on CUDA when available,
     else on the CPU when :func:`cpu_half_supported` (the artifact is meant for CUDA/Jetson; CPU float16
-    is slow). Parity: the saved bytes are loaded back and compared with the unfused float32 eager model on
+    is slow). A float32 export traced on the CPU runs conv + SiLU as oneDNN kernels (``DeployModel``'s
+    ``cpu_fusion``; meta ``cpu_only``) unless ``portable``, which keeps a graph that also runs on CUDA.
+    Parity: the saved bytes are loaded back and compared with the unfused float32 eager model on
     ``check_images`` (default: two synthetic boards), float32 within :data:`FP32_TOLERANCE`, float16
     within :data:`FP16_BOX_TOLERANCE` px and :data:`FP16_TOLERANCE`. Returns a report with the meta,
     parity diffs, file size and path; raises :class:`ExportError` on a failed check.
@@ -352,12 +374,15 @@ def export_torchscript(
     imgsz = int(imgsz or loaded.config.data.imgsz)
     device = _resolve_device(half)
     dtype = torch.float16 if half else torch.float32
-    deploy = DeployModel(loaded.model, imgsz, layers).float().to(device)
+    cpu_fusion = device.type == "cpu" and not half and not portable and onednn_available()
+    deploy = DeployModel(loaded.model, imgsz, layers, cpu_fusion=cpu_fusion).float().to(device)
     if half:
         deploy.half_()
     frozen = trace_deploy_model(deploy, device, dtype)
     module, optimize_info = choose_optimization(deploy, frozen, optimize, device, half)
-    meta = build_meta(loaded.class_names, imgsz, deploy.strides, deploy.layer_names, baseline, half, optimize_info, str(loaded.path))
+    meta = build_meta(
+        loaded.class_names, imgsz, deploy.strides, deploy.layer_names, baseline, half, optimize_info, str(loaded.path), cpu_fusion
+    )
     data = artifact_bytes(module, meta)
 
     restored, restored_meta = load_artifact_bytes(data, device)
@@ -426,8 +451,13 @@ def export_onnx(
         diffs = _max_diffs(got, _reference(loaded, imgsz, deploy.layer_names, x))
         check_parity(diffs, False, "ONNX")
         report["parity"], report["parity_images"] = diffs, len(x)
-        log.debug("ONNX parity on %d images (onnxruntime %s): max abs diff pred %.3g, stats %.3g",
-                 len(x), ort.__version__, diffs["pred"], diffs["stats"])
+        log.debug(
+            "ONNX parity on %d images (onnxruntime %s): max abs diff pred %.3g, stats %.3g",
+            len(x),
+            ort.__version__,
+            diffs["pred"],
+            diffs["stats"],
+        )
     out_path = Path(out_path)
     atomic_write_bytes(out_path, data)
     atomic_write_json(onnx_meta_path(out_path), meta)

@@ -26,7 +26,7 @@ class TinyDetector(nn.Module):
         self.num_classes = num_classes
         self.backbone = TinyBackbone(cfg.widths, cfg.depths)
         self.neck = TinyPAN(self.backbone.out_channels, cfg.neck_channels)
-        self.head = DecoupledHead(cfg.neck_channels, num_classes, len(self.strides), cfg.head_convs)
+        self.head = DecoupledHead(cfg.neck_channels, num_classes, len(self.strides), cfg.head_convs, cfg.head_box_convs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.neck(self.backbone(x)))

@@ -22,15 +22,17 @@ class DecoupledHead(nn.Module):
     ``A = sum(h * w)`` over levels in stride order, locations row-major.
     """
 
-    def __init__(self, channels: int, num_classes: int, num_levels: int, convs: int) -> None:
+    def __init__(self, channels: int, num_classes: int, num_levels: int, convs: int, box_convs: int | None = None) -> None:
         super().__init__()
         self.num_classes = num_classes
+        box_convs = convs if box_convs is None else box_convs
         self.cls_branches = nn.ModuleList(
             nn.Sequential(*[DWSeparable(channels, channels) for _ in range(convs)], nn.Conv2d(channels, num_classes, 1))
             for _ in range(num_levels)
         )
         self.box_branches = nn.ModuleList(
-            nn.Sequential(*[DWSeparable(channels, channels) for _ in range(convs)], nn.Conv2d(channels, 4, 1)) for _ in range(num_levels)
+            nn.Sequential(*[DWSeparable(channels, channels) for _ in range(box_convs)], nn.Conv2d(channels, 4, 1))
+            for _ in range(num_levels)
         )
         for branch in self.cls_branches:
             nn.init.constant_(branch[-1].bias, -math.log((1 - PRIOR_PROB) / PRIOR_PROB))

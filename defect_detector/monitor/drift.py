@@ -75,7 +75,8 @@ logger = logging.getLogger("defect_detector.monitor")
 
 STATISTICS = ("mean", "std")
 QUANTILE_LEVELS = (0.01, 0.05, 0.5, 0.95, 0.99)
-BASELINE_VERSION = 2
+BASELINE_VERSION = 3
+"""3: statistics read on every ``ceil(H / 40)``-th row of tall layers (2: every ``ceil(H / 80)``-th; 1: no covariance)."""
 _EPS = 1e-6
 _MIN_FRAMES = 2
 _FEW_FRAMES = 30
