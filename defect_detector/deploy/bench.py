@@ -128,14 +128,15 @@ def bench_models(
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Latency rows (one per candidate, batch and thread count) and the YOLOv8n info (None when not run)."""
     flops = count_flops(loaded.model, imgsz)
+    fusion = onednn_available()
     models: dict[str, torch.nn.Module] = {
         "eager_model": loaded.model.eval(),
         "eager_stats": DeployModel(loaded.model, imgsz, DEFAULT_LAYERS),
         "eager_nostats": DeployModel(loaded.model, imgsz, ()),
-        "torchscript_stats": _artifact(loaded, imgsz, DEFAULT_LAYERS, onednn_available()),
-        "torchscript_nostats": _artifact(loaded, imgsz, (), onednn_available()),
+        "torchscript_stats": _artifact(loaded, imgsz, DEFAULT_LAYERS, fusion),
+        "torchscript_nostats": _artifact(loaded, imgsz, (), fusion),
     }
-    if onednn_available():
+    if fusion:
         models["torchscript_portable"] = _artifact(loaded, imgsz, DEFAULT_LAYERS, False)
     yolo_info: dict[str, Any] = {"available": False}
     if yolo:

@@ -118,7 +118,6 @@ class DeployModel(nn.Module):
             detector = detector.to(memory_format=torch.channels_last)
         if cpu_fusion:
             fuse_conv_silu(detector)
-        self.cpu_fusion = cpu_fusion
         self.model = detector
         self.imgsz = int(imgsz)
         self.strides = tuple(int(s) for s in model.strides)

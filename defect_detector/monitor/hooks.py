@@ -64,7 +64,7 @@ def layer_sums(output: torch.Tensor) -> tuple[torch.Tensor, int]:
     evenly spread over the image: at 640 px the stem (stride 2) and stages 1-3 are all read every 16 input
     pixels. That caught the simulated camera faults as reading every 8 pixels did (``monitor/evaluate_drift.py``:
     the same 8 of 8 onsets per fault, median delays within half a frame, no false alert; every 50 pixels
-    missed faults) for 25% less statistics time. The sums run along
+    missed faults) for 20-25% less statistics time. The sums run along
     contiguous rows in either memory format: flattening a channels_last tensor would copy it (~10x the
     cost), and one norm over the strided 4-D view of the stem is ~5x slower than a norm per row. The
     step depends only on the shape, so eager and traced models agree.
