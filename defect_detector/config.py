@@ -56,8 +56,12 @@ class AugmentConfig:
     cheaper); a fraction ``crop_focus`` of them must contain a box, the rest
     are placed anywhere so defect-free areas are seen too. ``transpose`` swaps
     rows and columns; with both flips it reaches all 8 right-angle orientations,
-    which suits layouts with no preferred direction (PCBs). Validation always
-    uses ``data.imgsz``.
+    which suits layouts with no preferred direction (PCBs). ``invert_negatives``
+    is the probability of inverting (``255 - x``) a sample that holds no box
+    after cropping: copper and substrate swap grey levels, and a defect-free
+    image stays defect-free, so the model sees normal structures of the opposite
+    polarity (holes and gaps in large copper areas) as negatives. Validation
+    always uses ``data.imgsz``.
     """
 
     crop_size: int = 0
@@ -78,6 +82,7 @@ class AugmentConfig:
     blur_p: float = 0.1
     noise_p: float = 0.1
     glare_p: float = 0.1
+    invert_negatives: float = 0.0
     min_visibility: float = 0.4
     min_box_size: float = 2.0
 
@@ -93,6 +98,7 @@ class AugmentConfig:
             "blur_p",
             "noise_p",
             "glare_p",
+            "invert_negatives",
             "min_visibility",
         ):
             value = getattr(self, name)

@@ -23,7 +23,7 @@ SAMPLES = Path(__file__).resolve().parent.parent / "data" / "samples"
 DEFAULT_BASELINE = DEFAULT_WEIGHTS.with_name("deeppcb_baseline.json")
 CLEAN_FRAMES = 48
 FAULT_FRAMES = 40
-OPERATING_CONF = 0.5
+OPERATING_CONF = 0.4
 """The bundled model's operating point (best DeepPCB F-score on the held-out groups, README)."""
 DEMO_REFERENCE = 32
 """The demo stream is short: its own normal level is learned from 32 frames (the default, 256, suits a live camera)."""

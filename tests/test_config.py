@@ -38,6 +38,7 @@ def test_unknown_top_level_key_is_named() -> None:
         ({"model": {"head_box_convs": 0}}, r"model\.head_box_convs"),
         ({"train": {"amp": "fp8"}}, r"train\.amp"),
         ({"data": {"class_names": ["a", "a"]}}, r"data\.class_names"),
+        ({"augment": {"invert_negatives": 1.5}}, r"augment\.invert_negatives"),
     ],
 )
 def test_bad_values_are_named(raw: dict, key: str) -> None:

@@ -4,7 +4,13 @@ import numpy as np
 import pytest
 
 from defect_detector.config import AugmentConfig
-from defect_detector.data.transforms import SpecularGlare, apply_transforms, build_bbox_params, build_transforms
+from defect_detector.data.transforms import (
+    InvertNegatives,
+    SpecularGlare,
+    apply_transforms,
+    build_bbox_params,
+    build_transforms,
+)
 
 GEOMETRIC_ONLY = AugmentConfig(
     hflip=0.5,
@@ -153,3 +159,39 @@ def test_specular_glare_brightens_a_soft_ellipse() -> None:
     assert (out == 50).mean() > 0.3
     white = np.full((50, 50), 255, np.uint8)
     assert (SpecularGlare(p=1.0)(image=white)["image"] == 255).all()
+
+
+NEGATIVES_ONLY = AugmentConfig(
+    hflip=0, vflip=0, rotate_p=0, affine_p=0, photometric_p=0, blur_p=0, noise_p=0, glare_p=0, invert_negatives=1.0
+)
+
+
+def test_invert_negatives_inverts_only_samples_without_boxes() -> None:
+    transform = build_transforms(NEGATIVES_ONLY, True, seed=0)
+    assert isinstance(transform.transforms[-1], InvertNegatives)
+    image, boxes, labels = _scene()
+    kept_image, kept_boxes, kept_labels = apply_transforms(transform, image, boxes, labels)
+    np.testing.assert_array_equal(kept_image, image)
+    np.testing.assert_array_equal(kept_boxes, boxes)
+    np.testing.assert_array_equal(kept_labels, labels)
+    negative, no_boxes, no_labels = apply_transforms(transform, image, boxes[:0], labels[:0])
+    np.testing.assert_array_equal(negative, 255 - image)
+    assert no_boxes.shape == (0, 4) and no_labels.shape == (0,)
+
+
+def test_invert_negatives_sees_the_boxes_left_after_cropping() -> None:
+    """A crop of a defect image that holds no box is a negative; one that holds a box is not."""
+    cropped = AugmentConfig(**{**NEGATIVES_ONLY.__dict__, "crop_size": 64, "crop_focus": 0.5})
+    transform = build_transforms(cropped, True, seed=0)
+    image = np.zeros((256, 256), np.uint8)
+    boxes = np.array([[40, 40, 52, 52], [180, 200, 192, 212]], np.float32)
+    for x1, y1, x2, y2 in boxes.astype(int):
+        image[y1:y2, x1:x2] = 200
+    labels = np.array([0, 1], np.int64)
+    seen = {True: 0, False: 0}
+    for _ in range(60):
+        out_image, out_boxes, _ = apply_transforms(transform, image, boxes, labels)
+        inverted = out_image.mean() > 127  # a crop is mostly black background
+        assert inverted == (len(out_boxes) == 0)
+        seen[inverted] += 1
+    assert seen[True] > 0 and seen[False] > 0

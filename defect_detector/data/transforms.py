@@ -76,6 +76,21 @@ class SpecularGlare(A.ImageOnlyTransform):
         return out
 
 
+class InvertNegatives(A.ImageOnlyTransform):
+    """Invert a uint8 image (``255 - x``) only if the sample holds no box at this point of the pipeline.
+
+    A defect-free image stays defect-free when copper and substrate swap grey levels, so the
+    inverted image is a valid negative; an image with boxes is left alone, because inversion would
+    turn missing copper into extra copper and change what its labels mean.
+    """
+
+    def get_params_dependent_on_data(self, params: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
+        return {"negative": len(data.get("bboxes", ())) == 0}
+
+    def apply(self, img: np.ndarray, negative: bool, **params: Any) -> np.ndarray:
+        return 255 - img if negative else img
+
+
 def build_bbox_params(cfg: AugmentConfig) -> A.BboxParams:
     """pascal_voc (xyxy pixel) box handling: drop boxes mostly cut off or smaller than ``min_box_size``."""
     return A.BboxParams(
@@ -135,6 +150,8 @@ def build_transforms(cfg: AugmentConfig | None, train: bool, seed: int | None = 
         steps.append(A.OneOf(noises, p=cfg.noise_p))
     if cfg.glare_p > 0:
         steps.append(SpecularGlare(p=cfg.glare_p))
+    if cfg.invert_negatives > 0:
+        steps.append(InvertNegatives(p=cfg.invert_negatives))
     if not steps:
         return None
     return A.Compose(steps, bbox_params=build_bbox_params(cfg), seed=seed)
