@@ -194,11 +194,19 @@ def test_debounce_needs_consecutive_frames() -> None:
     assert detector.update(high, frame) == [] and detector.update(high, frame + 1) == []
     events = detector.update(high, frame + 2)
     assert [e.event for e in events] == ["drift"] and events[0].frame == frame + 2 and events[0].severity == "warning"
-    assert "rose" in events[0].reason and "lighting too bright" in events[0].reason
+    assert "rose" in events[0].reason and "lighting or exposure changed" in events[0].reason
 
 
 @pytest.mark.parametrize(
-    ("rise", "hint"), [((5.0, 5.0), "lighting too bright"), ((4.0, 8.0), "sensor noise"), ((0.0, 6.0), "sensor noise")]
+    ("rise", "hint"),
+    [
+        ((5.0, 5.0), "lighting or exposure changed"),
+        ((-5.0, -5.0), "lighting or exposure changed"),
+        ((-6.0, 0.0), "lighting or exposure changed"),
+        ((4.0, 8.0), "sensor noise"),
+        ((0.0, 6.0), "sensor noise"),
+        ((0.0, -6.0), "lens dirty"),
+    ],
 )
 def test_reason_tells_light_from_noise(rise: tuple[float, float], hint: str) -> None:
     baseline, _ = _synthetic_baseline()

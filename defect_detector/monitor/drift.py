@@ -399,13 +399,13 @@ class DriftEvent:
 
 
 _MEAN, _STD = 0, 1
-_HINTS = {
-    (-1, -1): "lighting dropped?",
-    (1, 1): "lighting too bright / glare?",
-    (-1, 0): "lighting dropped?",
-    (1, 0): "lighting too bright / glare?",
-}
-"""Hints by (direction of the mean, direction of the std); otherwise std fell: focus, std rose: noise."""
+_LIGHT = "lighting or exposure changed?"
+_HINTS = {(-1, -1): _LIGHT, (1, 1): _LIGHT, (-1, 0): _LIGHT, (1, 0): _LIGHT}
+"""Hints by (direction of the mean, direction of the std); otherwise std fell: focus, std rose: noise.
+
+The light hint names no direction: whether a layer's mean activation rises or falls when the image
+darkens depends on the weights (the bundled v0.5 model's rises, v0.4's fell). The reason's first
+part states the measured direction of the activation."""
 
 
 class DriftDetector:
