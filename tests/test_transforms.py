@@ -1,3 +1,5 @@
+import dataclasses
+
 import albumentations as A
 import cv2
 import numpy as np
@@ -181,7 +183,7 @@ def test_invert_negatives_inverts_only_samples_without_boxes() -> None:
 
 def test_invert_negatives_sees_the_boxes_left_after_cropping() -> None:
     """A crop of a defect image that holds no box is a negative; one that holds a box is not."""
-    cropped = AugmentConfig(**{**NEGATIVES_ONLY.__dict__, "crop_size": 64, "crop_focus": 0.5})
+    cropped = dataclasses.replace(NEGATIVES_ONLY, crop_size=64, crop_focus=0.5)
     transform = build_transforms(cropped, True, seed=0)
     image = np.zeros((256, 256), np.uint8)
     boxes = np.array([[40, 40, 52, 52], [180, 200, 192, 212]], np.float32)

@@ -400,12 +400,9 @@ class DriftEvent:
 
 _MEAN, _STD = 0, 1
 _LIGHT = "lighting or exposure changed?"
-_HINTS = {(-1, -1): _LIGHT, (1, 1): _LIGHT, (-1, 0): _LIGHT, (1, 0): _LIGHT}
-"""Hints by (direction of the mean, direction of the std); otherwise std fell: focus, std rose: noise.
-
-The light hint names no direction: whether a layer's mean activation rises or falls when the image
-darkens depends on the weights (the bundled v0.5 model's rises, v0.4's fell). The reason's first
-part states the measured direction of the activation."""
+"""The hint when the mean moved and the std moved the same way or not at all. It names no direction:
+whether a layer's mean activation rises or falls when the image darkens depends on the weights (the
+bundled v0.5 model's rises, v0.4's fell); the reason's first part states the measured direction."""
 
 
 class DriftDetector:
@@ -606,9 +603,9 @@ def _explain(z: np.ndarray, change: np.ndarray, flagged: list[int], threshold: f
     """(statistic index, its layers, human-readable reason) for the change seen in the ``flagged`` layers.
 
     ``change`` is the relative change ``[L, 2]`` against the level compared with. A statistic counts
-    in the layers where ``|z| >= threshold`` (else the one that moved most). Mean and std falling
-    together points at the light; std alone falling at focus / the lens; std rising alone, or more
-    than the mean, at noise.
+    in the layers where ``|z| >= threshold`` (else the one that moved most). The mean moving, with the
+    std moving the same way or not at all, points at the light; std alone falling at focus / the lens;
+    std rising alone, or more than the mean, at noise.
     """
     mean_dir, mean_layers = _direction(z, flagged, _MEAN, threshold)
     std_dir, std_layers = _direction(z, flagged, _STD, threshold)
@@ -617,7 +614,10 @@ def _explain(z: np.ndarray, change: np.ndarray, flagged: list[int], threshold: f
         statistic = _STD if abs(z[i, _STD]) >= abs(z[i, _MEAN]) else _MEAN
         mean_dir, std_dir = (0, int(np.sign(z[i, _STD]))) if statistic == _STD else (int(np.sign(z[i, _MEAN])), 0)
         mean_layers, std_layers = ([], [i]) if statistic == _STD else ([i], [])
-    hint = _HINTS.get((mean_dir, std_dir), "lens dirty or out of focus?" if std_dir < 0 else "sensor noise or interference?")
+    if mean_dir != 0 and std_dir in (0, mean_dir):
+        hint = _LIGHT
+    else:
+        hint = "lens dirty or out of focus?" if std_dir < 0 else "sensor noise or interference?"
     if (mean_dir, std_dir) == (1, 1) and _median_abs(z, std_layers, _STD) > _median_abs(z, mean_layers, _MEAN):
         hint = "sensor noise or interference?"  # both rose, the spread more than the level: noise rather than light
 
