@@ -66,7 +66,7 @@ def _cmd_val(args: argparse.Namespace) -> None:
 
     from defect_detector.data.collate import build_loader
     from defect_detector.data.dataset import CocoDetectionDataset
-    from defect_detector.engine.evaluate import evaluate_predictions, predict_dataset
+    from defect_detector.engine.evaluate import evaluate_predictions, per_group_map, predict_dataset
     from defect_detector.io import atomic_write_json
     from defect_detector.model.checkpoint import load_checkpoint
     from defect_detector.model.summary import model_summary
@@ -76,22 +76,31 @@ def _cmd_val(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads) if args.threads else None
     dataset = CocoDetectionDataset(args.data, args.images, loaded.class_names, args.imgsz or cfg.data.imgsz, None, "skip")
     loader = build_loader(dataset, args.batch_size, train=False, workers=args.workers, seed=0)
-    predictions = predict_dataset(loaded.model, loader, torch.device("cpu"), cfg.eval.conf, cfg.eval.nms_iou, cfg.eval.max_det)
+    tta = args.tta or cfg.eval.tta
+    predictions = predict_dataset(loaded.model, loader, torch.device("cpu"), cfg.eval.conf, cfg.eval.nms_iou, cfg.eval.max_det, tta=tta)
     metrics = evaluate_predictions(dataset.coco, predictions, dataset.label_to_cat_id, loaded.class_names, args.conf)
     summary = model_summary(loaded.model, dataset.imgsz)
     out = {k: metrics[k] for k in ("map50", "map50_95", "per_class", "f1_iou033", "precision", "recall")}
-    out.update({"f1_conf": args.conf, "images": len(predictions), "weights": str(loaded.path), **summary})
+    out.update({"f1_conf": args.conf, "tta": tta, "images": len(predictions), "weights": str(loaded.path), **summary})
+    out["per_group"] = per_group_map(dataset.coco, predictions, dataset.label_to_cat_id, loaded.class_names)
     print(f"model: {summary['params'] / 1e6:.3f} M parameters, {summary['gflops']:.3f} GFLOPs at 1x1x{dataset.imgsz}x{dataset.imgsz}")
     print(f"images: {len(predictions)} (skipped: {dataset.report()})")
-    print(f"mAP@0.5 {out['map50']:.4f}  mAP@0.5:0.95 {out['map50_95']:.4f}")
+    print(f"mAP@0.5 {out['map50']:.4f}  mAP@0.5:0.95 {out['map50_95']:.4f}  (test-time augmentation: {tta})")
     print("per-class AP@0.5: " + ", ".join(f"{k} {v:.4f}" for k, v in out["per_class"].items()))
     print(
         f"DeepPCB protocol (IoU>0.33, score>={args.conf}): "
         f"precision {out['precision']:.4f} recall {out['recall']:.4f} F1 {out['f1_iou033']:.4f}"
     )
+    for group, m in out["per_group"].items():
+        print(f"  {group} ({m['images']} images, ranked alone): mAP@0.5 {m['map50']:.4f}  mAP@0.5:0.95 {m['map50_95']:.4f}")
     if args.out:
         atomic_write_json(args.out, out)
         print(f"wrote {args.out}")
+    if args.plots:
+        from defect_detector.engine.trainer import write_eval_plots
+
+        write_eval_plots(Path(args.plots), metrics, predictions, dataset, loaded.class_names, args.conf)
+        print(f"wrote PR curves, confusion matrix (score >= {args.conf}) and a grid of predictions to {args.plots}")
 
 
 def _cmd_info(args: argparse.Namespace) -> None:
@@ -169,7 +178,7 @@ def _cmd_predict(args: argparse.Namespace) -> None:
     from defect_detector.deploy.runtime import Runtime
     from defect_detector.monitor.service import build_monitoring
 
-    runtime = Runtime.load(args.weights, device=args.device, threads=args.threads)
+    runtime = Runtime.load(args.weights, device=args.device, threads=args.threads, tta=args.tta)
     router = build_monitoring(args, runtime.meta.get("baseline"), runtime.layer_names)
     callbacks = []
     if router is not None:
@@ -218,6 +227,11 @@ def _cmd_bench(args: argparse.Namespace) -> None:
             f"pipeline {row['frame']}: preprocess {row['preprocess_ms']:.2f} ms, postprocess {row['postprocess_ms']:.2f} ms, "
             f"decode {row['decode_ms']:.2f} ms (inside the model)"
         )
+    threads_tta = max(threads)
+    print(
+        f"test-time augmentation, model time per {args.imgsz}x{args.imgsz} frame at {threads_tta} threads: "
+        + ", ".join(f"{mode} {t['median_ms']:.1f} ms (x{t['paired_vs_none']:.2f})" for mode, t in result["tta"].items())
+    )
     print(f"drift statistics overhead (%): {result['derived']['stats_overhead_pct']}")
     if result["derived"]["onednn_fusion_ratio"]:
         print(f"latency ratio oneDNN-fused / portable artifact: {result['derived']['onednn_fusion_ratio']}")
@@ -253,6 +267,17 @@ def _cmd_strip(args: argparse.Namespace) -> None:
     print(f"wrote {args.out} ({Path(args.out).stat().st_size / 1e6:.2f} MB): EMA weights, config, class names, metrics")
 
 
+def _cmd_average(args: argparse.Namespace) -> None:
+    from defect_detector.io import atomic_torch_save
+    from defect_detector.model.checkpoint import average_checkpoints, load_checkpoint
+
+    ckpt = average_checkpoints(args.weights, args.set or [])
+    atomic_torch_save(ckpt, args.out)
+    loaded = load_checkpoint(args.out)  # the written file loads with weights_only=True into its model
+    print(f"wrote {args.out} ({Path(args.out).stat().st_size / 1e6:.2f} MB): mean of {len(args.weights)} checkpoints' weights")
+    print(f"config: eval.tta={loaded.config.eval.tta}" + (f" (set: {', '.join(args.set)})" if args.set else ""))
+
+
 def _cmd_calibrate(args: argparse.Namespace) -> None:
     from defect_detector.monitor.service import run_calibrate
 
@@ -264,6 +289,9 @@ def _cmd_demo(args: argparse.Namespace) -> None:
     from defect_detector.demo import run_demo
 
     run_demo(args.out, threads=args.threads)
+
+
+TTA_HELP = "test-time augmentation: none, flip2, flip4 or d8 (1, 2, 4 or 8 orientations per image, averaged; default: the model's eval.tta)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -306,7 +334,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.add_argument("--tta", help=TTA_HELP)
     p.add_argument("--out", help="write metrics JSON here")
+    p.add_argument("--plots", help="write PR curves, confusion matrix and a prediction grid (PNG) to this folder")
     p.set_defaults(func=_cmd_val)
 
     p = sub.add_parser("synth", help="write synthetic PCB boards with all six defect types and a COCO json")
@@ -320,6 +350,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("weights", help="training checkpoint, e.g. runs/NAME/weights/best.pt")
     p.add_argument("--out", required=True)
     p.set_defaults(func=_cmd_strip)
+
+    p = sub.add_parser("average", help="inference checkpoint whose weights are the mean of fine-tunes of one parent (a model soup)")
+    p.add_argument("weights", nargs="+", help="two or more checkpoints of one architecture (runs/A/weights/best.pt ...)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override for the result, e.g. eval.tta=d8 (repeatable)")
+    p.set_defaults(func=_cmd_average)
 
     p = sub.add_parser("calibrate", help="drift baseline: layer statistics of the model over clean reference images")
     p.add_argument("--weights", help="checkpoint or exported TorchScript (default: bundled DeepPCB model)")
@@ -368,6 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=1, help="frames per model call (files and video; streams use 1)")
     p.add_argument("--latest-only", action="store_true", help="live streams: drop stale frames, always process the newest")
     p.add_argument("--max-frames", type=int, help="stop after N frames")
+    p.add_argument("--tta", help=TTA_HELP)
     add_monitor_arguments(p)
     p.set_defaults(func=_cmd_predict)
 

@@ -17,6 +17,7 @@ from typing import Any, get_args, get_origin, get_type_hints
 import yaml
 
 from defect_detector.io import atomic_write_text
+from defect_detector.model.tta import TTA_MODES
 
 DEEPPCB_CLASSES = ("open", "short", "mousebite", "spur", "copper", "pin-hole")
 
@@ -198,17 +199,22 @@ class TrainConfig:
 @dataclass(frozen=True)
 class EvalConfig:
     """Postprocess thresholds. ``conf`` is the low threshold used for mAP;
-    ``f1_conf`` the operating point for DeepPCB's F-score."""
+    ``f1_conf`` the operating point for DeepPCB's F-score. ``tta``: the test-time augmentation
+    that ``val`` and ``predict`` use with this model unless ``--tta`` says otherwise (``none``,
+    ``flip2``, ``flip4``, ``d8``: 1, 2, 4 or 8 orientations, each one more model pass; see
+    model/tta.py); validation during training always runs one pass."""
 
     conf: float = 0.001
     nms_iou: float = 0.6
     max_det: int = 100
     f1_conf: float = 0.3
+    tta: str = "none"
 
     def validate(self) -> None:
         for name in ("conf", "nms_iou", "f1_conf"):
             _check(0.0 <= getattr(self, name) <= 1.0, f"eval.{name}", "must be in [0, 1]", getattr(self, name))
         _check(self.max_det >= 1, "eval.max_det", "must be >= 1", self.max_det)
+        _check(self.tta in TTA_MODES, "eval.tta", f"must be one of {', '.join(TTA_MODES)}", self.tta)
 
 
 @dataclass(frozen=True)

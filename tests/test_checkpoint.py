@@ -3,11 +3,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from defect_detector.config import ModelConfig
-from defect_detector.model.checkpoint import load_matching_weights
+from defect_detector.cli import main
+from defect_detector.config import DEEPPCB_CLASSES, ConfigError, ModelConfig, config_from_dict
+from defect_detector.model.checkpoint import average_checkpoints, load_checkpoint, load_matching_weights
 from defect_detector.model.detector import build_model
 
 SMALL = ModelConfig(widths=(8, 16, 24, 32), depths=(1, 1, 1, 1), neck_channels=16, head_convs=1)
+TINY = {"widths": [8, 16, 24, 32], "depths": [1, 1, 1, 1], "neck_channels": 16, "head_convs": 1}
 
 
 def test_load_matching_weights_copies_same_shapes_and_keeps_the_rest(tmp_path: Path) -> None:
@@ -42,3 +44,40 @@ def test_load_matching_weights_rejects_an_unrelated_file(tmp_path: Path) -> None
         load_matching_weights(build_model(SMALL, num_classes=6), tmp_path / "corrupt.pt")
     with pytest.raises(FileNotFoundError, match="missing.pt: weights file not found"):
         load_matching_weights(build_model(SMALL, num_classes=6), tmp_path / "missing.pt")
+
+
+def _small_checkpoint(path: Path, seed: int, widths: list[int] | None = None) -> Path:
+    cfg = config_from_dict({"model": {**TINY, **({"widths": widths} if widths else {})}, "data": {"imgsz": 64}})
+    torch.manual_seed(seed)
+    state = build_model(cfg.model, len(DEEPPCB_CLASSES)).state_dict()
+    torch.save({"model": state, "ema": state, "config": cfg.to_dict(), "class_names": list(DEEPPCB_CLASSES)}, path)
+    return path
+
+
+def test_average_checkpoints_is_the_mean_and_takes_overrides(tmp_path: Path) -> None:
+    paths = [_small_checkpoint(tmp_path / f"{seed}.pt", seed) for seed in (1, 2, 3)]
+    states = [torch.load(p, weights_only=True)["ema"] for p in paths]
+    soup = average_checkpoints(paths, ["eval.tta=d8"])
+    for key, value in soup["model"].items():
+        if value.is_floating_point():
+            torch.testing.assert_close(value, sum(s[key] for s in states) / 3)
+        else:
+            assert torch.equal(value, states[0][key])
+    assert soup["config"]["eval"]["tta"] == "d8" and soup["metrics"]["averaged_from"] == [str(p) for p in paths]
+    out = tmp_path / "soup.pt"
+    assert main(["average", *map(str, paths[:2]), "--out", str(out), "--set", "eval.tta=flip2"]) == 0
+    loaded = load_checkpoint(out)
+    assert loaded.config.eval.tta == "flip2" and loaded.class_names == DEEPPCB_CLASSES
+
+
+def test_average_checkpoints_names_what_does_not_fit(tmp_path: Path) -> None:
+    a = _small_checkpoint(tmp_path / "a.pt", 1)
+    wide = _small_checkpoint(tmp_path / "wide.pt", 2, widths=[16, 32, 48, 96])
+    with pytest.raises(ValueError, match="at least two"):
+        average_checkpoints([a])
+    with pytest.raises(ValueError, match="wide.pt: model config"):
+        average_checkpoints([a, wide])
+    with pytest.raises(ConfigError, match="eval.tta"):
+        average_checkpoints([a, a], ["eval.tta=d4"])
+    assert main(["average", str(a), str(tmp_path / "missing.pt"), "--out", str(tmp_path / "x.pt")]) == 2
+    assert not (tmp_path / "x.pt").exists()

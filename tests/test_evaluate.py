@@ -1,24 +1,37 @@
 import contextlib
 import io
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from pycocotools.coco import COCO
+from small_checkpoint import write_small_checkpoint
 
-from defect_detector.engine.evaluate import coco_map, confusion_matrix, deeppcb_f1, evaluate_predictions, ground_truth, to_coco_results
+from defect_detector.cli import main
+from defect_detector.data.synth import write_synthetic_dataset
+from defect_detector.engine.evaluate import (
+    coco_map,
+    confusion_matrix,
+    deeppcb_f1,
+    evaluate_predictions,
+    ground_truth,
+    image_groups,
+    per_group_map,
+    to_coco_results,
+)
 
 NAMES = ("open", "short")
 LABEL_TO_CAT = {0: 1, 1: 2}
 CAT_TO_LABEL = {1: 0, 2: 1}
 
 
-@pytest.fixture
-def coco() -> COCO:
+def _coco(file_names: tuple[str, str]) -> COCO:
     data = {
         "images": [
-            {"id": 1, "file_name": "a.png", "width": 100, "height": 100},
-            {"id": 2, "file_name": "b.png", "width": 100, "height": 100},
+            {"id": 1, "file_name": file_names[0], "width": 100, "height": 100},
+            {"id": 2, "file_name": file_names[1], "width": 100, "height": 100},
         ],
         "annotations": [
             {"id": 1, "image_id": 1, "category_id": 1, "bbox": [10, 10, 20, 20], "area": 400, "iscrowd": 0},
@@ -32,6 +45,11 @@ def coco() -> COCO:
         c.dataset = data
         c.createIndex()
     return c
+
+
+@pytest.fixture
+def coco() -> COCO:
+    return _coco(("a.png", "b.png"))
 
 
 def _pred(boxes: list[list[float]], scores: list[float], labels: list[int]) -> dict[str, torch.Tensor]:
@@ -87,3 +105,47 @@ def test_score_threshold_and_empty_results(coco: COCO) -> None:
 def test_coco_results_are_xywh() -> None:
     out = to_coco_results({5: _pred([[10, 20, 30, 60]], [0.5], [1])}, LABEL_TO_CAT)
     assert out == [{"image_id": 5, "category_id": 2, "bbox": [10.0, 20.0, 20.0, 40.0], "score": 0.5}]
+
+
+def test_image_groups_use_the_first_folder() -> None:
+    assert image_groups(_coco(("g1/x/a.png", "g2\\b.png")), [2, 1]) == {"g1": [1], "g2": [2]}
+    assert image_groups(_coco(("a.png", "b.png")), [1, 2]) == {".": [1, 2]}
+
+
+def test_per_group_map_ranks_each_group_alone() -> None:
+    coco = _coco(("g1/a.png", "g2/b.png"))
+    # Group g1 is found exactly; g2's only defect is missed, and a false 'open' on g2 outranks g1's.
+    preds = {
+        1: _pred([[10, 10, 30, 30], [50, 50, 80, 80]], [0.5, 0.8], [0, 1]),
+        2: _pred([[60, 60, 90, 90]], [0.9], [0]),
+    }
+    groups = per_group_map(coco, preds, LABEL_TO_CAT, NAMES)
+    assert groups["g1"] == {"images": 1, "map50": pytest.approx(1.0), "map50_95": pytest.approx(1.0)}
+    assert groups["g2"]["images"] == 1 and groups["g2"]["map50"] == pytest.approx(0.0)
+    together = coco_map(coco, preds, LABEL_TO_CAT, NAMES)["map50"]
+    assert 0.0 < together < 1.0
+    assert per_group_map(_coco(("a.png", "b.png")), preds, LABEL_TO_CAT, NAMES) == {}
+
+
+def test_val_command_writes_design_keys_and_groups(tmp_path: Path, one_thread: None) -> None:
+    ann = write_synthetic_dataset(tmp_path / "boards", n_images=4, height=128, width=128, seed=1)
+    root = ann.parent
+    data = json.loads(ann.read_text())
+    for i, img in enumerate(data["images"]):  # two boards in each of folders g0 and g1
+        folder = root / "images" / f"g{i % 2}"
+        folder.mkdir(exist_ok=True)
+        (root / "images" / img["file_name"]).rename(folder / img["file_name"])
+        img["file_name"] = f"g{i % 2}/{img['file_name']}"
+    ann.write_text(json.dumps(data))
+    checkpoint = write_small_checkpoint(tmp_path / "small.pt", imgsz=128)
+    out = tmp_path / "metrics.json"
+    plots = tmp_path / "plots"
+    args = ["--workers", "0", "--tta", "flip2", "--out", str(out), "--plots", str(plots)]
+    assert main(["val", "--weights", str(checkpoint), "--data", str(ann), *args]) == 0
+    metrics = json.loads(out.read_text())
+    assert {"map50", "map50_95", "per_class", "f1_iou033", "precision", "recall"} <= metrics.keys()
+    assert metrics["images"] == 4 and metrics["tta"] == "flip2"
+    assert sorted(p.name for p in plots.iterdir()) == ["confusion_matrix.png", "pr_curves.png", "val_predictions.png"]
+    assert {g: m["images"] for g, m in metrics["per_group"].items()} == {"g0": 2, "g1": 2}
+    assert main(["val", "--weights", str(checkpoint), "--data", str(tmp_path / "missing.json")]) == 2
+    assert main(["val", "--weights", str(checkpoint), "--data", str(ann), "--workers", "0", "--tta", "d4"]) == 2

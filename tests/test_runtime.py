@@ -19,6 +19,7 @@ from defect_detector.deploy.onednn import onednn_available
 from defect_detector.deploy.runtime import Runtime, archive_meta, is_torchscript_archive
 from defect_detector.model.checkpoint import load_checkpoint
 from defect_detector.model.postprocess import postprocess
+from defect_detector.model.tta import merge_predictions, orient_images, orientations
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -189,3 +190,51 @@ def test_threads_and_warmup(checkpoint: Path) -> None:
         rt.warmup(iterations=1)
     finally:
         torch.set_num_threads(before)
+
+
+def test_tta_merges_orientations_and_keeps_the_frames_statistics(runtime: Runtime, board: np.ndarray) -> None:
+    batch, _ = runtime.preprocess([board, board[::-1].copy()])
+    assert runtime.tta == "none"
+    pred, stats = runtime.infer(batch)
+    runtime.set_tta("flip4")
+    try:
+        tta_pred, tta_stats = runtime.infer(batch)
+        modes = orientations("flip4")
+        runtime.set_tta("none")
+        each_pred, _ = runtime.infer(orient_images(batch, modes))  # [4 * 2, A, 4 + C]
+    finally:
+        runtime.set_tta("none")
+    assert tta_pred.shape == pred.shape and tta_stats.shape == stats.shape
+    torch.testing.assert_close(tta_stats, stats)  # drift statistics: the frames as given, not the mirrored copies
+    torch.testing.assert_close(tta_pred, merge_predictions(each_pred, modes, runtime.meta["strides"], runtime.imgsz))
+    assert not torch.allclose(tta_pred, pred, atol=1e-3)
+
+
+def test_tta_in_one_batch_as_on_cuda_matches_one_call_per_orientation(
+    runtime: Runtime, board: np.ndarray, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batch, _ = runtime.preprocess([board])
+    runtime.set_tta("d8")
+    try:
+        looped = runtime.infer(batch)  # the CPU path: one model call per orientation
+        monkeypatch.setattr(runtime, "device", torch.device("cuda"))  # only selects the one-batch path
+        batched = runtime.infer(batch)
+    finally:
+        runtime.set_tta("none")
+    for got, want in zip(batched, looped):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_tta_default_comes_from_the_model(checkpoint: Path, tmp_path: Path) -> None:
+    ckpt = torch.load(checkpoint, weights_only=True)
+    ckpt["config"]["eval"]["tta"] = "flip2"
+    flip2 = tmp_path / "flip2.pt"
+    torch.save(ckpt, flip2)
+    assert Runtime.load(flip2, device="cpu", trace=False).tta == "flip2"
+    assert Runtime.load(flip2, device="cpu", trace=False, tta="d8").tta == "d8"
+    out = tmp_path / "flip2.torchscript.pt"
+    export_torchscript(load_checkpoint(flip2), out, optimize=False)
+    assert archive_meta(out)["tta"] == "flip2" and Runtime.load(out, device="cpu").tta == "flip2"
+    assert Runtime.load(out, device="cpu", tta="none").tta == "none"
+    with pytest.raises(ValueError, match="unknown TTA mode 'x'"):
+        Runtime.load(out, device="cpu", tta="x")

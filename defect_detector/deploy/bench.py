@@ -43,6 +43,7 @@ from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, LoadedModel, load_
 from defect_detector.model.detector import build_model
 from defect_detector.model.postprocess import decode
 from defect_detector.model.summary import count_flops
+from defect_detector.model.tta import TTA_MODES
 from defect_detector.monitor.hooks import DEFAULT_LAYERS
 
 TARGETS = {"yolo_ratio_max": 0.25, "stats_overhead_pct_max": 3.0, "pipeline_ms_max_640": 2.0}
@@ -224,6 +225,28 @@ def bench_pipeline(
     return rows
 
 
+def bench_tta(loaded: LoadedModel, imgsz: int, iters: int) -> dict[str, dict[str, float]]:
+    """Model time of one ``imgsz`` board frame through ``Runtime.infer`` in each test-time augmentation mode,
+    timed interleaved: ``{mode: {"median_ms", "min_ms", ..., "paired_vs_none"}}`` (median per-round ratio)."""
+    deploy = DeployModel(loaded.model, imgsz, DEFAULT_LAYERS).float().cpu()
+    meta = build_meta(loaded.class_names, imgsz, deploy.strides, deploy.layer_names)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bench.torchscript.pt"
+        path.write_bytes(artifact_bytes(trace_deploy_model(deploy), meta))
+        runtime = Runtime.load(path, device="cpu")
+    batch, _ = runtime.preprocess([generate_board(imgsz, imgsz, np.random.default_rng(0))[0]])
+
+    def run(mode: str) -> None:
+        runtime.set_tta(mode)
+        runtime.infer(batch)
+
+    raw: dict[str, list[float]] = {}
+    timings = measure_interleaved({mode: lambda m=mode: run(m) for mode in TTA_MODES}, iters, raw=raw)
+    for mode in TTA_MODES:
+        timings[mode]["paired_vs_none"] = round(paired_ratio(raw[mode], raw["none"]), 3)
+    return timings
+
+
 def _cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -255,6 +278,7 @@ def run_bench(
         rows, yolo_info = bench_models(loaded, imgsz, batches, threads, iters, yolo)
         torch.set_num_threads(max(threads))
         pipeline = bench_pipeline(loaded, imgsz, pipeline_sizes, iters)
+        tta = bench_tta(loaded, imgsz, max(3, iters // 4))
     finally:
         torch.set_num_threads(threads_before)
     derived: dict[str, Any] = {"stats_overhead_pct": {}, "yolo_ratio": {}, "onednn_fusion_ratio": {}}
@@ -294,6 +318,7 @@ def run_bench(
         },
         "latency": rows,
         "pipeline": pipeline,
+        "tta": tta,
         "derived": derived,
         "targets": TARGETS,
     }

@@ -156,10 +156,13 @@ def build_meta(
     optimize: dict[str, Any] | None = None,
     source: str | None = None,
     cpu_only: bool = False,
+    tta: str = "none",
 ) -> dict[str, Any]:
     """The ``meta.json`` describing an exported model (also used for a checkpoint loaded eagerly).
 
     ``cpu_only``: the graph holds CPU-only kernels (oneDNN conv + SiLU, see ``DeployModel(cpu_fusion=True)``).
+    ``tta``: the model's test-time augmentation mode (its config's ``eval.tta``), which :class:`Runtime`
+    applies around the graph by default; the graph itself is always one pass.
     """
     return {
         "format_version": FORMAT_VERSION,
@@ -179,6 +182,7 @@ def build_meta(
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "optimize_for_inference": optimize or {"applied": False, "reason": "not exported"},
         "source_weights": source,
+        "tta": tta,
     }
 
 
@@ -380,7 +384,16 @@ def export_torchscript(
     frozen = trace_deploy_model(deploy, device, dtype)
     module, optimize_info = choose_optimization(deploy, frozen, optimize, device, half)
     meta = build_meta(
-        loaded.class_names, imgsz, deploy.strides, deploy.layer_names, baseline, half, optimize_info, str(loaded.path), cpu_fusion
+        loaded.class_names,
+        imgsz,
+        deploy.strides,
+        deploy.layer_names,
+        baseline,
+        half,
+        optimize_info,
+        str(loaded.path),
+        cpu_fusion,
+        loaded.config.eval.tta,
     )
     data = artifact_bytes(module, meta)
 
@@ -418,7 +431,9 @@ def export_onnx(
     """
     imgsz = int(imgsz or loaded.config.data.imgsz)
     deploy = DeployModel(loaded.model, imgsz, layers).float().cpu()
-    meta = build_meta(loaded.class_names, imgsz, deploy.strides, deploy.layer_names, baseline, False, None, str(loaded.path))
+    meta = build_meta(
+        loaded.class_names, imgsz, deploy.strides, deploy.layer_names, baseline, False, None, str(loaded.path), tta=loaded.config.eval.tta
+    )
     meta["onnx_opset"] = ONNX_OPSET
     buffer = io.BytesIO()
     example = torch.rand(TRACE_BATCH, 1, imgsz, imgsz)

@@ -159,7 +159,7 @@ def run_predict(args: argparse.Namespace, on_frame: Sequence[FrameCallback] = ()
     """Run detection over ``args.source`` and write the requested outputs; returns a summary dict.
 
     ``args`` fields: ``source, weights, conf, iou, max_det, save_json, save_dir, device, threads, batch,
-    latest_only, max_frames`` (as parsed by the ``predict`` subcommand). Live sources run one frame per
+    latest_only, max_frames`` and optionally ``tta`` (as parsed by the ``predict`` subcommand). Live sources run one frame per
     batch. Ctrl-C stops the loop cleanly: outputs so far are written and ``summary["interrupted"]`` is True.
     Summary keys: ``frames`` (consumed), ``processed``, ``skipped`` (error frames), ``dropped`` (stale stream
     frames), ``detections``, ``reconnects``, ``gaps``, ``gave_up``, ``fps``, ``wall_s``, ``mean_ms`` (per stage,
@@ -170,7 +170,7 @@ def run_predict(args: argparse.Namespace, on_frame: Sequence[FrameCallback] = ()
     if args.max_frames is not None and args.max_frames < 1:
         raise ValueError(f"--max-frames must be >= 1, got {args.max_frames}")
     source = open_source(args.source, latest_only=args.latest_only)
-    runtime = runtime or Runtime.load(args.weights, device=args.device, threads=args.threads)
+    runtime = runtime or Runtime.load(args.weights, device=args.device, threads=args.threads, tta=getattr(args, "tta", None))
     runtime.warmup()
     batch_size = 1 if source.is_stream else args.batch
     outputs = _Outputs(source, runtime.class_names, args.save_json, args.save_dir)

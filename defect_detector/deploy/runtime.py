@@ -28,6 +28,7 @@ from defect_detector.deploy.export import FORMAT_VERSION, META_FILE, DeployModel
 from defect_detector.deploy.onednn import onednn_available
 from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, load_checkpoint
 from defect_detector.model.postprocess import postprocess
+from defect_detector.model.tta import merge_predictions, orient_images, orientations
 from defect_detector.monitor.hooks import DEFAULT_LAYERS
 
 log = logging.getLogger("defect_detector.deploy")
@@ -99,7 +100,8 @@ class Runtime:
 
     Attributes: ``model`` (TorchScript module or eager :class:`DeployModel`), ``meta`` (the artifact's
     ``meta.json`` as a dict), ``class_names``, ``imgsz``, ``layer_names``, ``device``, ``dtype`` (model input
-    dtype), ``kind`` (``"torchscript"`` or ``"checkpoint"``) and ``path``.
+    dtype), ``kind`` (``"torchscript"`` or ``"checkpoint"``), ``path`` and ``tta`` (the test-time augmentation
+    mode :meth:`infer` applies; default: the model's own, ``meta["tta"]``, else ``none``).
     """
 
     def __init__(
@@ -114,6 +116,7 @@ class Runtime:
         self.dtype = dtype
         self.kind = kind
         self.path = path
+        self.set_tta(str(meta.get("tta", "none")))
 
     @classmethod
     def load(
@@ -125,6 +128,7 @@ class Runtime:
         monitor_layers: Sequence[str] = DEFAULT_LAYERS,
         imgsz: int | None = None,
         trace: bool = True,
+        tta: str | None = None,
     ) -> Runtime:
         """Load a TorchScript artifact from ``export`` or a training checkpoint (``None``: the bundled model).
 
@@ -134,7 +138,8 @@ class Runtime:
         ``imgsz`` and ``trace`` apply to checkpoints only (an artifact fixes them at export). With ``trace``, a
         checkpoint run in float32 on the CPU is traced and frozen at load, as ``export`` does (checked against
         the eager model; a few seconds at 640), with conv + SiLU as oneDNN kernels where this torch build has
-        them (``DeployModel``'s ``cpu_fusion``). If tracing fails, it runs eagerly and logs why.
+        them (``DeployModel``'s ``cpu_fusion``). If tracing fails, it runs eagerly and logs why. ``tta``
+        overrides the model's test-time augmentation mode (see :meth:`set_tta`).
         Raises ``FileNotFoundError`` or ``ValueError`` naming the file and the problem.
         """
         path = Path(weights) if weights is not None else DEFAULT_WEIGHTS
@@ -144,10 +149,23 @@ class Runtime:
             if threads < 1:
                 raise ValueError(f"threads must be >= 1, got {threads}")
             torch.set_num_threads(threads)
+        if tta is not None:
+            orientations(tta)
         resolved = resolve_device(device)
         if is_torchscript_archive(path):
-            return cls._load_torchscript(path, resolved, half, explicit_device=str(device) != "auto")
-        return cls._load_checkpoint(path, resolved, half, monitor_layers, imgsz, trace)
+            runtime = cls._load_torchscript(path, resolved, half, explicit_device=str(device) != "auto")
+        else:
+            runtime = cls._load_checkpoint(path, resolved, half, monitor_layers, imgsz, trace)
+        if tta is not None:
+            runtime.set_tta(tta)
+        return runtime
+
+    def set_tta(self, mode: str) -> None:
+        """Use test-time augmentation ``mode`` (``none``, ``flip2``, ``flip4``, ``d8``: see model/tta.py) in
+        :meth:`infer`: each frame runs in that many orientations, one model pass each, and the predictions
+        are averaged. ``ValueError`` for an unknown mode."""
+        self._orientations = orientations(mode)
+        self.tta = mode
 
     @classmethod
     def _load_torchscript(cls, path: Path, device: torch.device, half: bool | str, explicit_device: bool = True) -> Runtime:
@@ -201,7 +219,9 @@ class Runtime:
             except (ExportError, RuntimeError) as exc:
                 cpu_fusion = False
                 log.warning("%s: tracing failed, running the eager model: %s", path, exc)
-        meta = build_meta(loaded.class_names, size, model.strides, model.layer_names, None, use_half, None, str(path), cpu_fusion)
+        meta = build_meta(
+            loaded.class_names, size, model.strides, model.layer_names, None, use_half, None, str(path), cpu_fusion, loaded.config.eval.tta
+        )
         return cls(module, meta, device, torch.float16 if use_half else torch.float32, "checkpoint", path)
 
     def warmup(self, iterations: int = 2, batch: int = 1) -> None:
@@ -233,10 +253,24 @@ class Runtime:
 
     def infer(self, batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Model forward: ``[B, 1, S, S]`` -> ``(pred float32 [B, A, 4 + C] letterboxed xyxy + probabilities,
-        stats float32 [B, L, 2])``, on ``self.device``."""
+        stats float32 [B, L, 2])``, on ``self.device``.
+
+        With test-time augmentation, every frame runs in ``T`` orientations, ``pred`` is their merged average and
+        ``stats`` are those of the frames as given (the identity orientation), so drift baselines need no
+        augmentation. On CUDA the orientations run as one ``[T*B, 1, S, S]`` batch; on the CPU as ``T`` calls of
+        ``B`` frames, which measured 20-25% faster here than one large batch (d8, batch 1, 1 and 2 threads).
+        """
+        modes = self._orientations
         with torch.inference_mode():
-            pred, stats = self.model(batch)
-        return pred, stats
+            if len(modes) == 1:
+                return self.model(batch)
+            if self.device.type == "cuda":
+                pred, stats = self.model(orient_images(batch, modes))  # [T*B, A, 4 + C], [T*B, L, 2]
+            else:
+                outputs = [self.model(orient_images(batch, (mode,))) for mode in modes]
+                pred, stats = torch.cat([p for p, _ in outputs]), outputs[0][1]  # [T*B, A, 4 + C], [B, L, 2]
+            merged = merge_predictions(pred, modes, self.meta["strides"], self.imgsz)  # [B, A, 4 + C]
+        return merged, stats[: batch.shape[0]]
 
     def predict(self, frames: Sequence[np.ndarray], conf: float = 0.25, iou: float = 0.5, max_det: int = 100) -> list[Detections]:
         """Detect defects in ``frames`` (one batch); one :class:`Detections` per frame, boxes in original pixels."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -21,6 +22,7 @@ from tqdm import tqdm
 
 from defect_detector.boxes import xywh_to_xyxy, xyxy_to_xywh
 from defect_detector.model.postprocess import decode, make_anchor_points, postprocess
+from defect_detector.model.tta import merge_predictions, orient_images, orientations
 
 Predictions = dict[int, dict[str, torch.Tensor]]
 
@@ -34,11 +36,14 @@ def predict_dataset(
     iou: float,
     max_det: int,
     progress: bool = True,
+    tta: str = "none",
 ) -> Predictions:
     """Run ``model`` over ``loader`` (batches of ``(images [B,1,S,S], targets)``) -> ``{image_id: prediction}``.
 
+    ``tta`` names a test-time augmentation mode of :mod:`defect_detector.model.tta` (``none``: one pass).
     Boxes are mapped back to original-image pixels with each target's ``letterbox`` record.
     """
+    modes = orientations(tta)
     model.eval()
     results: Predictions = {}
     anchors: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
@@ -47,8 +52,11 @@ def predict_dataset(
         size = (images.shape[-2], images.shape[-1])
         if size not in anchors:
             anchors[size] = make_anchor_points(size[0], size[1], model.strides, device)
-        raw = model(images)
-        decoded = decode(raw, *anchors[size])
+        if len(modes) == 1:
+            decoded = decode(model(images), *anchors[size])
+        else:
+            decoded = decode(model(orient_images(images, modes)), *anchors[size])  # [T*B, A, 4 + C]
+            decoded = merge_predictions(decoded, modes, model.strides, size[0])  # [B, A, 4 + C]
         for target, pred in zip(targets, postprocess(decoded, [t["letterbox"] for t in targets], conf, iou, max_det)):
             results[int(target["image_id"])] = {k: v.cpu() for k, v in pred.items()}
     return results
@@ -94,6 +102,32 @@ def coco_map(coco_gt: COCO, predictions: Predictions, label_to_cat_id: Mapping[i
         if (column > -1).any():
             per_class[name] = float(column[column > -1].mean())
     return {"map50": float(evaluator.stats[1]), "map50_95": float(evaluator.stats[0]), "per_class": per_class, "pr_curve": pr50}
+
+
+def image_groups(coco_gt: COCO, image_ids: Sequence[int]) -> dict[str, list[int]]:
+    """``{group: [image_id, ...]}``: an image's group is the first folder of its ``file_name``
+    (DeepPCB: ``group92000/92000/92000000_test.jpg`` -> ``group92000``); files at the top level form group ``.``."""
+    groups: dict[str, list[int]] = defaultdict(list)
+    for image_id in sorted(image_ids):
+        parts = coco_gt.imgs[image_id]["file_name"].replace("\\", "/").split("/")
+        groups[parts[0] if len(parts) > 1 else "."].append(image_id)
+    return dict(sorted(groups.items()))
+
+
+def per_group_map(coco_gt: COCO, predictions: Predictions, label_to_cat_id: Mapping[int, int], class_names: Sequence[str]) -> dict:
+    """COCO mAP of each image group alone (see :func:`image_groups`): ``{group: {"images", "map50", "map50_95"}}``.
+
+    Empty when all images form one group. A group's mAP ranks only its own detections, so
+    groups scoring higher alone than together means scores are not comparable across groups.
+    """
+    groups = image_groups(coco_gt, list(predictions))
+    if len(groups) < 2:
+        return {}
+    out = {}
+    for name, ids in groups.items():
+        m = coco_map(coco_gt, {i: predictions[i] for i in ids}, label_to_cat_id, class_names)
+        out[name] = {"images": len(ids), "map50": m["map50"], "map50_95": m["map50_95"]}
+    return out
 
 
 def ground_truth(coco_gt: COCO, image_id: int, cat_id_to_label: Mapping[int, int]) -> dict[str, torch.Tensor]:

@@ -8,6 +8,7 @@ import math
 import os
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -405,7 +406,7 @@ def fit(cfg: Config, resume: bool = False, exist_ok: bool = False, progress: boo
             if improved or (val_set is None and is_last):
                 atomic_torch_save(ckpt, best_path)
                 if metrics:
-                    _write_eval_plots(run_dir, metrics, predictions, val_set, cfg)
+                    write_eval_plots(run_dir / "plots", metrics, predictions, val_set, cfg.data.class_names, cfg.eval.f1_conf)
             if metrics or is_last:
                 plots.plot_training_curves(state.history, run_dir / "plots" / "curves.png")
             log.info("epoch %d: %s", epoch + 1, _summary(record))
@@ -429,13 +430,14 @@ def _append_jsonl(path: Path, record: dict[str, Any]) -> None:
     atomic_write_text(path, existing + json.dumps(record) + "\n")
 
 
-def _write_eval_plots(run_dir: Path, metrics: dict, predictions: dict, val_set: CocoDetectionDataset, cfg: Config) -> None:
-    """PR curves, confusion matrix and a grid of validation predictions for the best epoch."""
+def write_eval_plots(
+    plots_dir: Path, metrics: dict, predictions: dict, val_set: CocoDetectionDataset, names: Sequence[str], conf: float
+) -> None:
+    """``pr_curves.png``, ``confusion_matrix.png`` and ``val_predictions.png`` (the first 8 images, detections
+    at score >= ``conf``) in ``plots_dir`` from ``evaluate_predictions`` ``metrics`` and ``predict_dataset`` output."""
     from defect_detector.data.dataset import load_image_gray
     from defect_detector.engine.evaluate import ground_truth
 
-    plots_dir = run_dir / "plots"
-    names = cfg.data.class_names
     plots.plot_pr_curves(metrics["pr_curve"], names, plots_dir / "pr_curves.png")
     plots.plot_confusion_matrix(metrics["confusion"], names, plots_dir / "confusion_matrix.png")
     cat_to_label = {c: label for label, c in val_set.label_to_cat_id.items()}
@@ -445,7 +447,7 @@ def _write_eval_plots(run_dir: Path, metrics: dict, predictions: dict, val_set: 
         info = val_set.coco.loadImgs([image_id])[0]
         images.append(load_image_gray(val_set.images_root / info["file_name"]))
         preds.append({k: v for k, v in predictions[image_id].items()})
-        keep = preds[-1]["scores"] >= cfg.eval.f1_conf
+        keep = preds[-1]["scores"] >= conf
         preds[-1] = {k: v[keep] for k, v in preds[-1].items()}
         gts.append(ground_truth(val_set.coco, image_id, cat_to_label))
     plots.plot_prediction_grid(images, preds, gts, names, plots_dir / "val_predictions.png")

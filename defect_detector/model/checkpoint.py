@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from defect_detector.config import Config, config_from_dict
+from defect_detector.config import Config, apply_overrides, config_from_dict
 from defect_detector.model.detector import TinyDetector, build_model
 
 DEFAULT_WEIGHTS = Path(__file__).resolve().parent.parent / "weights" / "deeppcb.pt"
@@ -80,6 +81,41 @@ def strip_checkpoint(ckpt: dict[str, Any]) -> dict[str, Any]:
         "class_names": ckpt["class_names"],
         "metrics": ckpt.get("metrics", {}),
         "epoch": ckpt.get("epoch", -1),
+    }
+
+
+def average_checkpoints(paths: Sequence[str | Path], overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """Uniform weight average ("model soup") of two or more checkpoints of one architecture and class list.
+
+    Each checkpoint contributes the weights :func:`load_checkpoint` uses (EMA when present). Floating-point
+    tensors, BatchNorm running statistics included, are averaged; integer buffers come from the first
+    checkpoint. Averaging suits fine-tunes of one parent, which share a loss basin; independently trained
+    models do not average into a working one. Returns an inference-only checkpoint like
+    :func:`strip_checkpoint`'s: the averaged ``model``, the first checkpoint's config with ``overrides``
+    (``key=value``, validated) applied, its class names, and ``metrics = {"averaged_from": [paths]}``.
+    Raises ``ValueError`` naming the checkpoint whose class names or architecture differ from the first's.
+    """
+    if len(paths) < 2:
+        raise ValueError(f"averaging needs at least two checkpoints, got {len(paths)}")
+    first = load_checkpoint(paths[0])
+    total = {k: v.double() if v.is_floating_point() else v for k, v in first.model.state_dict().items()}
+    for path in paths[1:]:
+        other = load_checkpoint(path)
+        if other.class_names != first.class_names:
+            raise ValueError(f"{path}: class names {list(other.class_names)} differ from {paths[0]}'s {list(first.class_names)}")
+        if other.config.model != first.config.model:
+            raise ValueError(f"{path}: model config {other.config.model} differs from {paths[0]}'s {first.config.model}")
+        for k, v in other.model.state_dict().items():
+            if v.is_floating_point():
+                total[k] += v.double()
+    state = {k: (v / len(paths)).float() if v.is_floating_point() else v for k, v in total.items()}
+    config = config_from_dict(apply_overrides(first.config.to_dict(), list(overrides)))
+    return {
+        "model": state,
+        "config": config.to_dict(),
+        "class_names": list(first.class_names),
+        "metrics": {"averaged_from": [str(p) for p in paths]},
+        "epoch": -1,
     }
 
 

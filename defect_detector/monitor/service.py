@@ -160,7 +160,7 @@ def run_calibrate(
 
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
-    runtime = Runtime.load(weights, device=device, imgsz=imgsz)
+    runtime = Runtime.load(weights, device=device, imgsz=imgsz, tta="none")  # statistics come from the identity pass alone
     if not runtime.layer_names:
         raise ValueError(f"{runtime.path}: the model reports no layer statistics (exported without monitored layers)")
     dataset = CocoDetectionDataset(data_json, images_root, runtime.class_names, runtime.imgsz, None, "skip")
