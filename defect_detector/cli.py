@@ -179,6 +179,7 @@ def _cmd_predict(args: argparse.Namespace) -> None:
     from defect_detector.monitor.service import build_monitoring
 
     runtime = Runtime.load(args.weights, device=args.device, threads=args.threads, tta=args.tta)
+    print(f"model: {runtime.path.name} ({runtime.kind}, {runtime.device}); test-time augmentation: {runtime.tta}")
     router = build_monitoring(args, runtime.meta.get("baseline"), runtime.layer_names)
     callbacks = []
     if router is not None:

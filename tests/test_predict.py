@@ -115,5 +115,9 @@ def test_predict_errors(checkpoint: Path, tmp_path: Path, capsys: pytest.Capture
     assert cv2.imwrite(str(tmp_path / "a.png"), np.zeros((32, 32), np.uint8))
     assert main(["predict", str(tmp_path), "--weights", str(tmp_path / "missing.pt")]) == 2
     assert "weights file not found" in capsys.readouterr().err
+    assert main(["predict", str(tmp_path), "--weights", str(checkpoint), "--tta", "d4"]) == 2
+    assert "unknown TTA mode 'd4'" in capsys.readouterr().err
+    assert main(["predict", str(tmp_path), "--weights", str(checkpoint), "--tta", "flip2"]) == 0
+    assert "test-time augmentation: flip2" in capsys.readouterr().out
     with pytest.raises(ValueError, match="--batch"):
         run_predict(argparse.Namespace(**{**vars(build_parser().parse_args(["predict", "x"])), "batch": 0}))
