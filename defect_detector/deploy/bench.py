@@ -186,16 +186,22 @@ def bench_models(
     return rows, yolo_info
 
 
-def bench_pipeline(
-    loaded: LoadedModel, imgsz: int, sizes: Sequence[tuple[int, int]], iters: int, conf: float = 0.25
-) -> list[dict[str, Any]]:
-    """Per-frame cost beyond the model: Runtime preprocess + postprocess medians (and decode) per frame size."""
+def _portable_runtime(loaded: LoadedModel, imgsz: int) -> tuple[Runtime, DeployModel]:
+    """A CPU :class:`Runtime` over a portable TorchScript artifact of ``loaded`` (traced via a temp file), and its eager wrapper."""
     deploy = DeployModel(loaded.model, imgsz, DEFAULT_LAYERS).float().cpu()
     meta = build_meta(loaded.class_names, imgsz, deploy.strides, deploy.layer_names)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.torchscript.pt"
         path.write_bytes(artifact_bytes(trace_deploy_model(deploy), meta))
         runtime = Runtime.load(path, device="cpu")
+    return runtime, deploy
+
+
+def bench_pipeline(
+    loaded: LoadedModel, imgsz: int, sizes: Sequence[tuple[int, int]], iters: int, conf: float = 0.25
+) -> list[dict[str, Any]]:
+    """Per-frame cost beyond the model: Runtime preprocess + postprocess medians (and decode) per frame size."""
+    runtime, deploy = _portable_runtime(loaded, imgsz)
     raw = torch.randn(1, int(deploy.points.shape[0]), 4 + deploy.num_classes)
     rows = []
     for height, width in sizes:
@@ -228,12 +234,7 @@ def bench_pipeline(
 def bench_tta(loaded: LoadedModel, imgsz: int, iters: int) -> dict[str, dict[str, float]]:
     """Model time of one ``imgsz`` board frame through ``Runtime.infer`` in each test-time augmentation mode,
     timed interleaved: ``{mode: {"median_ms", "min_ms", ..., "paired_vs_none"}}`` (median per-round ratio)."""
-    deploy = DeployModel(loaded.model, imgsz, DEFAULT_LAYERS).float().cpu()
-    meta = build_meta(loaded.class_names, imgsz, deploy.strides, deploy.layer_names)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "bench.torchscript.pt"
-        path.write_bytes(artifact_bytes(trace_deploy_model(deploy), meta))
-        runtime = Runtime.load(path, device="cpu")
+    runtime, _ = _portable_runtime(loaded, imgsz)
     batch, _ = runtime.preprocess([generate_board(imgsz, imgsz, np.random.default_rng(0))[0]])
 
     def run(mode: str) -> None:
