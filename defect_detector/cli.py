@@ -228,10 +228,10 @@ def _cmd_bench(args: argparse.Namespace) -> None:
             f"pipeline {row['frame']}: preprocess {row['preprocess_ms']:.2f} ms, postprocess {row['postprocess_ms']:.2f} ms, "
             f"decode {row['decode_ms']:.2f} ms (inside the model)"
         )
-    threads_tta = max(threads)
+    tta = result["tta"]
     print(
-        f"test-time augmentation, model time per {args.imgsz}x{args.imgsz} frame at {threads_tta} threads: "
-        + ", ".join(f"{mode} {t['median_ms']:.1f} ms (x{t['paired_vs_none']:.2f})" for mode, t in result["tta"].items())
+        f"test-time augmentation, model time per {args.imgsz}x{args.imgsz} frame at {tta['threads']} threads: "
+        + ", ".join(f"{mode} {t['median_ms']:.1f} ms (x{t['paired_vs_none']:.2f})" for mode, t in tta["modes"].items())
     )
     print(f"drift statistics overhead (%): {result['derived']['stats_overhead_pct']}")
     if result["derived"]["onednn_fusion_ratio"]:

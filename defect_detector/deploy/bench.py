@@ -319,7 +319,7 @@ def run_bench(
         },
         "latency": rows,
         "pipeline": pipeline,
-        "tta": tta,
+        "tta": {"threads": max(threads), "modes": tta},
         "derived": derived,
         "targets": TARGETS,
     }

@@ -401,8 +401,8 @@ class DriftEvent:
 _MEAN, _STD = 0, 1
 _LIGHT = "lighting or exposure changed?"
 """The hint when the mean moved and the std moved the same way or not at all. It names no direction:
-whether a layer's mean activation rises or falls when the image darkens depends on the weights (the
-bundled v0.5 model's rises, v0.4's fell); the reason's first part states the measured direction."""
+whether a layer's mean activation rises or falls when the image darkens depends on the weights (under a
+lighting drop, v0.5's rose while v0.4's and v0.6's fell); the reason's first part states the measured direction."""
 
 
 class DriftDetector:
