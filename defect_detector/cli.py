@@ -77,18 +77,19 @@ def _cmd_val(args: argparse.Namespace) -> None:
     dataset = CocoDetectionDataset(args.data, args.images, loaded.class_names, args.imgsz or cfg.data.imgsz, None, "skip")
     loader = build_loader(dataset, args.batch_size, train=False, workers=args.workers, seed=0)
     tta = args.tta or cfg.eval.tta
+    f1_conf = cfg.eval.f1_conf if args.conf is None else args.conf
     predictions = predict_dataset(loaded.model, loader, torch.device("cpu"), cfg.eval.conf, cfg.eval.nms_iou, cfg.eval.max_det, tta=tta)
-    metrics = evaluate_predictions(dataset.coco, predictions, dataset.label_to_cat_id, loaded.class_names, args.conf)
+    metrics = evaluate_predictions(dataset.coco, predictions, dataset.label_to_cat_id, loaded.class_names, f1_conf)
     summary = model_summary(loaded.model, dataset.imgsz)
     out = {k: metrics[k] for k in ("map50", "map50_95", "per_class", "f1_iou033", "precision", "recall")}
-    out.update({"f1_conf": args.conf, "tta": tta, "images": len(predictions), "weights": str(loaded.path), **summary})
+    out.update({"f1_conf": f1_conf, "tta": tta, "images": len(predictions), "weights": str(loaded.path), **summary})
     out["per_group"] = per_group_map(dataset.coco, predictions, dataset.label_to_cat_id, loaded.class_names)
     print(f"model: {summary['params'] / 1e6:.3f} M parameters, {summary['gflops']:.3f} GFLOPs at 1x1x{dataset.imgsz}x{dataset.imgsz}")
     print(f"images: {len(predictions)} (skipped: {dataset.report()})")
     print(f"mAP@0.5 {out['map50']:.4f}  mAP@0.5:0.95 {out['map50_95']:.4f}  (test-time augmentation: {tta})")
     print("per-class AP@0.5: " + ", ".join(f"{k} {v:.4f}" for k, v in out["per_class"].items()))
     print(
-        f"DeepPCB protocol (IoU>0.33, score>={args.conf}): "
+        f"DeepPCB protocol (IoU>0.33, score>={f1_conf}): "
         f"precision {out['precision']:.4f} recall {out['recall']:.4f} F1 {out['f1_iou033']:.4f}"
     )
     for group, m in out["per_group"].items():
@@ -99,8 +100,8 @@ def _cmd_val(args: argparse.Namespace) -> None:
     if args.plots:
         from defect_detector.engine.trainer import write_eval_plots
 
-        write_eval_plots(Path(args.plots), metrics, predictions, dataset, loaded.class_names, args.conf)
-        print(f"wrote PR curves, confusion matrix (score >= {args.conf}) and a grid of predictions to {args.plots}")
+        write_eval_plots(Path(args.plots), metrics, predictions, dataset, loaded.class_names, f1_conf)
+        print(f"wrote PR curves, confusion matrix (score >= {f1_conf}) and a grid of predictions to {args.plots}")
 
 
 def _cmd_info(args: argparse.Namespace) -> None:
@@ -128,8 +129,7 @@ def _read_json_object(path: str, what: str) -> dict:
 
 def _cmd_export(args: argparse.Namespace) -> None:
     from defect_detector.deploy import export
-    from defect_detector.deploy.runtime import is_torchscript_archive
-    from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, load_checkpoint
+    from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, is_torchscript_archive, load_checkpoint
 
     weights = Path(args.weights) if args.weights else DEFAULT_WEIGHTS
     if weights.is_file() and is_torchscript_archive(weights):
@@ -173,6 +173,10 @@ def _cmd_export(args: argparse.Namespace) -> None:
         )
 
 
+MAP_CONF = 0.001
+"""Score threshold below which detections barely change mAP (the models' ``eval.conf``)."""
+
+
 def _cmd_predict(args: argparse.Namespace) -> None:
     from defect_detector.deploy.predict import run_predict, summary_line
     from defect_detector.deploy.runtime import Runtime
@@ -180,6 +184,9 @@ def _cmd_predict(args: argparse.Namespace) -> None:
 
     runtime = Runtime.load(args.weights, device=args.device, threads=args.threads, tta=args.tta)
     print(f"model: {runtime.path.name} ({runtime.kind}, {runtime.device}); test-time augmentation: {runtime.tta}")
+    if args.save_json and args.conf > MAP_CONF:
+        print(f"note: --save-json keeps detections scoring >= {args.conf}; "
+              f"to score mAP (pycocotools) keep the whole ranking: --conf {MAP_CONF}")
     router = build_monitoring(args, runtime.meta.get("baseline"), runtime.layer_names)
     callbacks = []
     if router is not None:
@@ -331,7 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, help="COCO json")
     p.add_argument("--images", help="images root (default: from the json)")
     p.add_argument("--imgsz", type=int, help="input size (default: the model's)")
-    p.add_argument("--conf", type=float, default=0.3, help="score threshold for the DeepPCB F-score")
+    p.add_argument("--conf", type=float, help="score threshold for the DeepPCB F-score (default: the model's eval.f1_conf)")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--threads", type=int, help="torch CPU threads")

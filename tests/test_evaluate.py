@@ -138,13 +138,18 @@ def test_val_command_writes_design_keys_and_groups(tmp_path: Path, one_thread: N
         img["file_name"] = f"g{i % 2}/{img['file_name']}"
     ann.write_text(json.dumps(data))
     checkpoint = write_small_checkpoint(tmp_path / "small.pt", imgsz=128)
+    ckpt = torch.load(checkpoint, weights_only=True)
+    ckpt["config"]["eval"]["f1_conf"] = 0.45  # the model's operating point is val's default --conf
+    torch.save(ckpt, checkpoint)
     out = tmp_path / "metrics.json"
     plots = tmp_path / "plots"
     args = ["--workers", "0", "--tta", "flip2", "--out", str(out), "--plots", str(plots)]
     assert main(["val", "--weights", str(checkpoint), "--data", str(ann), *args]) == 0
     metrics = json.loads(out.read_text())
     assert {"map50", "map50_95", "per_class", "f1_iou033", "precision", "recall"} <= metrics.keys()
-    assert metrics["images"] == 4 and metrics["tta"] == "flip2"
+    assert metrics["images"] == 4 and metrics["tta"] == "flip2" and metrics["f1_conf"] == 0.45
+    assert main(["val", "--weights", str(checkpoint), "--data", str(ann), "--workers", "0", "--conf", "0.2", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["f1_conf"] == 0.2
     assert sorted(p.name for p in plots.iterdir()) == ["confusion_matrix.png", "pr_curves.png", "val_predictions.png"]
     assert {g: m["images"] for g, m in metrics["per_group"].items()} == {"g0": 2, "g1": 2}
     assert main(["val", "--weights", str(checkpoint), "--data", str(tmp_path / "missing.json")]) == 2

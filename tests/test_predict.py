@@ -48,6 +48,7 @@ def test_predict_folder_writes_original_pixel_json_and_annotations(
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "frames 3 (processed 2, skipped 1)" in printed
+    assert "to score mAP (pycocotools) keep the whole ranking: --conf 0.001" in printed
 
     records = json.loads(out_json.read_text())
     assert records, "the test model should produce detections"
@@ -117,7 +118,9 @@ def test_predict_errors(checkpoint: Path, tmp_path: Path, capsys: pytest.Capture
     assert "weights file not found" in capsys.readouterr().err
     assert main(["predict", str(tmp_path), "--weights", str(checkpoint), "--tta", "d4"]) == 2
     assert "unknown TTA mode 'd4'" in capsys.readouterr().err
-    assert main(["predict", str(tmp_path), "--weights", str(checkpoint), "--tta", "flip2"]) == 0
-    assert "test-time augmentation: flip2" in capsys.readouterr().out
+    keep_all = ["--conf", "0.001", "--save-json", str(tmp_path / "p.json")]
+    assert main(["predict", str(tmp_path), "--weights", str(checkpoint), "--tta", "flip2", *keep_all]) == 0
+    printed = capsys.readouterr().out
+    assert "test-time augmentation: flip2" in printed and "to score mAP" not in printed
     with pytest.raises(ValueError, match="--batch"):
         run_predict(argparse.Namespace(**{**vars(build_parser().parse_args(["predict", "x"])), "batch": 0}))

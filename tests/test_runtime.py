@@ -16,8 +16,8 @@ from defect_detector.config import DEEPPCB_CLASSES
 from defect_detector.data.synth import generate_board
 from defect_detector.deploy.export import ExportError, build_meta, export_torchscript
 from defect_detector.deploy.onednn import onednn_available
-from defect_detector.deploy.runtime import Runtime, archive_meta, is_torchscript_archive
-from defect_detector.model.checkpoint import load_checkpoint
+from defect_detector.deploy.runtime import Runtime, archive_meta
+from defect_detector.model.checkpoint import is_torchscript_archive, load_checkpoint
 from defect_detector.model.postprocess import postprocess
 from defect_detector.model.tta import merge_predictions, orient_images, orientations
 
@@ -162,6 +162,8 @@ def test_load_errors(runtime: Runtime, checkpoint: Path, tmp_path: Path) -> None
     with pytest.raises(ValueError):
         Runtime.load(junk)
     assert is_torchscript_archive(runtime.path) and not is_torchscript_archive(checkpoint) and not is_torchscript_archive(junk)
+    with pytest.raises(ValueError, match="exported TorchScript model, not a training checkpoint"):
+        load_checkpoint(runtime.path)
     with pytest.raises(ValueError, match="--half"):
         Runtime.load(runtime.path, device="cpu", half=True)
     if not torch.cuda.is_available():

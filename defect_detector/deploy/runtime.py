@@ -26,7 +26,7 @@ from defect_detector.data.dataset import to_gray_uint8
 from defect_detector.data.letterbox import LetterboxMeta, letterbox
 from defect_detector.deploy.export import FORMAT_VERSION, META_FILE, DeployModel, ExportError, build_meta, quiet_jit, trace_deploy_model
 from defect_detector.deploy.onednn import onednn_available
-from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, load_checkpoint
+from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, is_torchscript_archive, load_checkpoint
 from defect_detector.model.postprocess import postprocess
 from defect_detector.model.tta import merge_predictions, orient_images, orientations
 from defect_detector.monitor.hooks import DEFAULT_LAYERS
@@ -59,18 +59,6 @@ class Detections:
 
     def __len__(self) -> int:
         return int(self.labels.numel())
-
-
-def is_torchscript_archive(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is a TorchScript archive (``torch.jit.save``): a zip with a ``code/`` folder.
-
-    A ``torch.save`` checkpoint is a zip too, but without ``code/``.
-    """
-    try:
-        with zipfile.ZipFile(path) as archive:
-            return any("/code/" in name or name.startswith("code/") for name in archive.namelist())
-    except (zipfile.BadZipFile, OSError):
-        return False
 
 
 def archive_meta(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,10 +40,27 @@ def _without_retired_keys(raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def is_torchscript_archive(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a TorchScript archive (``torch.jit.save``): a zip with a ``code/`` folder.
+
+    A ``torch.save`` checkpoint is a zip too, but without ``code/``.
+    """
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return any("/code/" in name or name.startswith("code/") for name in archive.namelist())
+    except (zipfile.BadZipFile, OSError):
+        return False
+
+
 def _read_checkpoint(path: Path, device: torch.device | str) -> dict[str, Any]:
     """``torch.load(weights_only=True)`` of a dict with a ``model`` entry; clear errors naming ``path`` otherwise."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: weights file not found")
+    if is_torchscript_archive(path):
+        raise ValueError(
+            f"{path}: an exported TorchScript model, not a training checkpoint; "
+            "this command needs the .pt written by train (predict and Runtime take either)"
+        )
     try:
         ckpt = torch.load(path, map_location=device, weights_only=True)
     except Exception as exc:
