@@ -129,11 +129,9 @@ def _read_json_object(path: str, what: str) -> dict:
 
 def _cmd_export(args: argparse.Namespace) -> None:
     from defect_detector.deploy import export
-    from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, is_torchscript_archive, load_checkpoint
+    from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, load_checkpoint
 
     weights = Path(args.weights) if args.weights else DEFAULT_WEIGHTS
-    if weights.is_file() and is_torchscript_archive(weights):
-        raise CliError(f"{weights}: already an exported TorchScript model; export needs a training checkpoint")
     if args.imgsz is not None and (args.imgsz < 64 or args.imgsz % 32):
         raise CliError(f"--imgsz must be a multiple of 32 and >= 64, got {args.imgsz}")
     if args.half and args.format == "onnx":
@@ -173,20 +171,17 @@ def _cmd_export(args: argparse.Namespace) -> None:
         )
 
 
-MAP_CONF = 0.001
-"""Score threshold below which detections barely change mAP (the models' ``eval.conf``)."""
-
-
 def _cmd_predict(args: argparse.Namespace) -> None:
+    from defect_detector.config import EvalConfig
     from defect_detector.deploy.predict import run_predict, summary_line
     from defect_detector.deploy.runtime import Runtime
     from defect_detector.monitor.service import build_monitoring
 
     runtime = Runtime.load(args.weights, device=args.device, threads=args.threads, tta=args.tta)
     print(f"model: {runtime.path.name} ({runtime.kind}, {runtime.device}); test-time augmentation: {runtime.tta}")
-    if args.save_json and args.conf > MAP_CONF:
+    if args.save_json and args.conf > EvalConfig.conf:  # the score threshold val uses for mAP
         print(f"note: --save-json keeps detections scoring >= {args.conf}; "
-              f"to score mAP (pycocotools) keep the whole ranking: --conf {MAP_CONF}")
+              f"to score mAP (pycocotools) keep the whole ranking: --conf {EvalConfig.conf}")
     router = build_monitoring(args, runtime.meta.get("baseline"), runtime.layer_names)
     callbacks = []
     if router is not None:

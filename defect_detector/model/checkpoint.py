@@ -58,7 +58,7 @@ def _read_checkpoint(path: Path, device: torch.device | str) -> dict[str, Any]:
         raise FileNotFoundError(f"{path}: weights file not found")
     if is_torchscript_archive(path):
         raise ValueError(
-            f"{path}: an exported TorchScript model, not a training checkpoint; "
+            f"{path}: already an exported TorchScript model, not a training checkpoint; "
             "this command needs the .pt written by train (predict and Runtime take either)"
         )
     try:
