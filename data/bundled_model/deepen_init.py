@@ -14,12 +14,11 @@ them). Run from the repository root, e.g.:
 from __future__ import annotations
 
 import argparse
-import io
 
 import torch
 
 from defect_detector.config import ModelConfig
-from defect_detector.io import atomic_write_bytes
+from defect_detector.io import atomic_torch_save
 from defect_detector.model.detector import build_model
 
 
@@ -85,9 +84,7 @@ def main() -> None:
     new_state, new_model = deepen_state(state, dict(ckpt["config"]["model"]), len(ckpt["class_names"]), add)
     check_identity(state, dict(ckpt["config"]["model"]), new_state, new_model, len(ckpt["class_names"]))
     out = {"model": new_state, "config": {**ckpt["config"], "model": new_model}, "class_names": ckpt["class_names"]}
-    buffer = io.BytesIO()
-    torch.save(out, buffer)
-    atomic_write_bytes(args.dst, buffer.getvalue())
+    atomic_torch_save(out, args.dst)
     print(f"{args.dst}: {len(new_state)} tensors ({len(new_state) - len(state)} new), model {new_model}")
 
 

@@ -12,12 +12,11 @@ set to match. Run from the repository root, e.g. for the v0.4 bundled model:
 from __future__ import annotations
 
 import argparse
-import io
 import re
 
 import torch
 
-from defect_detector.io import atomic_write_bytes
+from defect_detector.io import atomic_torch_save
 
 
 def slim_head_state(state: dict[str, torch.Tensor], kinds: set[str]) -> dict[str, torch.Tensor]:
@@ -47,9 +46,7 @@ def main() -> None:
     model["head_convs"] = 1 if "cls" in kinds else 2
     model["head_box_convs"] = 1 if "box" in kinds else 2
     out = {"model": slim_head_state(state, kinds), "config": {**ckpt["config"], "model": model}, "class_names": ckpt["class_names"]}
-    buffer = io.BytesIO()
-    torch.save(out, buffer)
-    atomic_write_bytes(args.dst, buffer.getvalue())
+    atomic_torch_save(out, args.dst)
     print(f"{args.dst}: {len(out['model'])} tensors (from {len(state)}), model {model}")
 
 
