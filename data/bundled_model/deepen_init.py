@@ -5,8 +5,8 @@ of ``backbone.stage<STAGE>`` and sets ``model.depths`` to match. A new block's p
 weight 0 and bias 0, so the block outputs ``SiLU(0) = 0`` and its residual passes the input through unchanged:
 the deeper network computes exactly the function of the source checkpoint (in train and eval mode) until
 fine-tuning grows the new blocks (their convolution weights are random, from ``torch.manual_seed(0)``, and get
-gradients once the BatchNorm weight moves off 0). Every existing tensor is copied unchanged (the EMA weights where the source has
-them). Run from the repository root, e.g.:
+gradients once the BatchNorm weight moves off 0). Every existing tensor is copied from the weights
+``load_checkpoint`` uses (EMA where the source has them). Run from the repository root, e.g.:
 
     python data/bundled_model/deepen_init.py defect_detector/weights/deeppcb.pt runs/deep_init.pt --add 3=2 4=2
 """
@@ -14,55 +14,49 @@ them). Run from the repository root, e.g.:
 from __future__ import annotations
 
 import argparse
+import copy
+import dataclasses
 
 import torch
 
-from defect_detector.config import ModelConfig
+from defect_detector.config import Config
 from defect_detector.io import atomic_torch_save
-from defect_detector.model.detector import build_model
+from defect_detector.model.checkpoint import load_checkpoint
+from defect_detector.model.detector import TinyDetector, build_model
 
 
-def _model_config(model_cfg: dict) -> ModelConfig:
-    return ModelConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in model_cfg.items()})
-
-
-def deepen_state(
-    state: dict[str, torch.Tensor], model_cfg: dict, num_classes: int, add: dict[int, int], seed: int = 0
-) -> tuple[dict[str, torch.Tensor], dict]:
-    """Return ``(state, model_cfg)`` of the deeper model; new blocks are identity-initialised."""
-    depths = list(model_cfg["depths"])
+def deepen(source: TinyDetector, cfg: Config, add: dict[int, int], seed: int = 0) -> tuple[TinyDetector, Config]:
+    """Return ``(model, config)`` with ``add[stage]`` identity-initialised blocks appended to each named stage."""
+    depths = list(cfg.model.depths)
     for stage, count in add.items():
         depths[stage - 1] += count
-    new_cfg = {**model_cfg, "depths": depths}
+    new_cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, depths=tuple(depths)))
+    new_cfg.validate()
     torch.manual_seed(seed)  # the new blocks' convolution weights: random, but the same on every run
-    model = build_model(_model_config(new_cfg), num_classes)
-    own = model.state_dict()
-    missing = [k for k in own if k not in state]
-    mismatched = [k for k in own if k in state and state[k].shape != own[k].shape]
-    if mismatched:
-        raise SystemExit(f"shapes differ for {mismatched[:3]}...: the source is not the same model family")
-    out = {k: state.get(k, own[k]) for k in own}
-    for key in missing:
-        if key.endswith("pointwise.1.weight") or key.endswith("pointwise.1.bias"):
-            out[key] = torch.zeros_like(own[key])
-    return out, new_cfg
-
-
-def _built(state: dict[str, torch.Tensor], model_cfg: dict, num_classes: int) -> torch.nn.Module:
-    model = build_model(_model_config(model_cfg), num_classes)
+    model = build_model(new_cfg.model, source.num_classes)
+    state = model.state_dict()
+    old = source.state_dict()
+    for key in state:
+        if key in old:
+            state[key] = old[key]
+        elif key.endswith(("pointwise.1.weight", "pointwise.1.bias")):
+            state[key] = torch.zeros_like(state[key])
     model.load_state_dict(state)
-    return model
+    return model, new_cfg
 
 
-def check_identity(src: dict, src_cfg: dict, dst: dict, dst_cfg: dict, num_classes: int) -> None:
-    """Fail unless both models give the same raw predictions on a random ``[2, 1, 128, 128]`` input, in train and eval mode."""
+def check_identity(source: TinyDetector, deeper: TinyDetector) -> None:
+    """Fail unless both models give the same raw predictions on a random ``[2, 1, 128, 128]`` input, in train and eval mode.
+
+    Runs on copies: a train-mode pass updates BatchNorm running statistics, which must not reach the saved file.
+    """
+    source, deeper = copy.deepcopy(source), copy.deepcopy(deeper)
     x = torch.rand(2, 1, 128, 128, generator=torch.Generator().manual_seed(0))
-    a, b = _built(src, src_cfg, num_classes), _built(dst, dst_cfg, num_classes)
     for train in (False, True):
-        a.train(train)
-        b.train(train)
+        source.train(train)
+        deeper.train(train)
         with torch.no_grad():
-            diff = (a(x) - b(x)).abs().max().item()
+            diff = (source(x) - deeper(x)).abs().max().item()
         if diff > 0:
             raise SystemExit(f"the deeper model is not the identity extension of the source (max difference {diff:g})")
 
@@ -79,13 +73,15 @@ def main() -> None:
         if stage not in {"1", "2", "3", "4"} or not count.isdigit() or int(count) < 1:
             raise SystemExit(f"--add {item!r}: expected STAGE=N with STAGE 1-4 and N >= 1")
         add[int(stage)] = int(count)
-    ckpt = torch.load(args.src, map_location="cpu", weights_only=True)
-    state = ckpt.get("ema", ckpt["model"])
-    new_state, new_model = deepen_state(state, dict(ckpt["config"]["model"]), len(ckpt["class_names"]), add)
-    check_identity(state, dict(ckpt["config"]["model"]), new_state, new_model, len(ckpt["class_names"]))
-    out = {"model": new_state, "config": {**ckpt["config"], "model": new_model}, "class_names": ckpt["class_names"]}
-    atomic_torch_save(out, args.dst)
-    print(f"{args.dst}: {len(new_state)} tensors ({len(new_state) - len(state)} new), model {new_model}")
+    try:
+        source = load_checkpoint(args.src)
+    except (FileNotFoundError, ValueError) as exc:
+        raise SystemExit(str(exc)) from exc
+    model, cfg = deepen(source.model, source.config, add)
+    check_identity(source.model, model)
+    state = model.state_dict()
+    atomic_torch_save({"model": state, "config": cfg.to_dict(), "class_names": list(source.class_names)}, args.dst)
+    print(f"{args.dst}: {len(state)} tensors ({len(state) - len(source.model.state_dict())} new), model depths {list(cfg.model.depths)}")
 
 
 if __name__ == "__main__":
