@@ -180,8 +180,10 @@ def _cmd_predict(args: argparse.Namespace) -> None:
     runtime = Runtime.load(args.weights, device=args.device, threads=args.threads, tta=args.tta)
     print(f"model: {runtime.path.name} ({runtime.kind}, {runtime.device}); test-time augmentation: {runtime.tta}")
     if args.save_json and args.conf > EvalConfig.conf:  # the score threshold val uses for mAP
-        print(f"note: --save-json keeps detections scoring >= {args.conf}; "
-              f"to score mAP (pycocotools) keep the whole ranking: --conf {EvalConfig.conf}")
+        print(
+            f"note: --save-json keeps detections scoring >= {args.conf}; "
+            f"to score mAP (pycocotools) keep the whole ranking: --conf {EvalConfig.conf}"
+        )
     router = build_monitoring(args, runtime.meta.get("baseline"), runtime.layer_names)
     callbacks = []
     if router is not None:
