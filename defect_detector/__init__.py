@@ -1,3 +1,3 @@
 """defect_detector: small, fast PCB defect detection on grayscale images."""
 
-__version__ = "0.6.1"
+__version__ = "0.7.0"

@@ -40,6 +40,14 @@ def _cmd_convert(args: argparse.Namespace) -> None:
         if not args.classes:
             raise CliError("convert yolo needs --classes name1,name2,...")
         coco = convert.yolo_to_coco(args.src, args.images or args.src, args.classes.split(","))
+    if args.references:
+        if args.format == "deeppcb":
+            raise CliError("convert deeppcb: --references is for voc and yolo (DeepPCB's templates are found by name)")
+        missing = convert.attach_references(coco, args.references)
+        if missing:
+            log.warning(
+                "%d of %d images have no reference in %s (first: %s)", len(missing), len(coco["images"]), args.references, missing[0]
+            )
     root = Path(coco.setdefault("info", {}).get("images_root", args.src)).resolve()
     coco["info"]["images_root"] = os.path.relpath(root, out.resolve().parent)
     atomic_write_json(out, coco)
@@ -74,17 +82,25 @@ def _cmd_val(args: argparse.Namespace) -> None:
     loaded = load_checkpoint(args.weights)
     cfg = loaded.config
     torch.set_num_threads(args.threads) if args.threads else None
-    dataset = CocoDetectionDataset(args.data, args.images, loaded.class_names, args.imgsz or cfg.data.imgsz, None, "skip")
+    pairs = cfg.model.in_channels == 2
+    register = pairs and cfg.data.register_val and not args.no_register
+    dataset = CocoDetectionDataset(
+        args.data, args.images, loaded.class_names, args.imgsz or cfg.data.imgsz, None, "skip", reference=pairs, register=register
+    )
     loader = build_loader(dataset, args.batch_size, train=False, workers=args.workers, seed=0)
     tta = args.tta or cfg.eval.tta
     f1_conf = cfg.eval.f1_conf if args.conf is None else args.conf
     predictions = predict_dataset(loaded.model, loader, torch.device("cpu"), cfg.eval.conf, cfg.eval.nms_iou, cfg.eval.max_det, tta=tta)
     metrics = evaluate_predictions(dataset.coco, predictions, dataset.label_to_cat_id, loaded.class_names, f1_conf)
     summary = model_summary(loaded.model, dataset.imgsz)
-    out = {k: metrics[k] for k in ("map50", "map50_95", "per_class", "f1_iou033", "precision", "recall")}
+    out = {k: metrics[k] for k in ("map50", "map50_95", "per_class", "f1_iou033", "precision", "recall", "operating_points")}
     out.update({"f1_conf": f1_conf, "tta": tta, "images": len(predictions), "weights": str(loaded.path), **summary})
     out["per_group"] = per_group_map(dataset.coco, predictions, dataset.label_to_cat_id, loaded.class_names)
-    print(f"model: {summary['params'] / 1e6:.3f} M parameters, {summary['gflops']:.3f} GFLOPs at 1x1x{dataset.imgsz}x{dataset.imgsz}")
+    channels = cfg.model.in_channels
+    print(
+        f"model: {summary['params'] / 1e6:.3f} M parameters, {summary['gflops']:.3f} GFLOPs at 1x{channels}x{dataset.imgsz}x{dataset.imgsz}"
+        + (f" (image + reference, {'registered' if register else 'as given'})" if pairs else "")
+    )
     print(f"images: {len(predictions)} (skipped: {dataset.report()})")
     print(f"mAP@0.5 {out['map50']:.4f}  mAP@0.5:0.95 {out['map50_95']:.4f}  (test-time augmentation: {tta})")
     print("per-class AP@0.5: " + ", ".join(f"{k} {v:.4f}" for k, v in out["per_class"].items()))
@@ -94,6 +110,9 @@ def _cmd_val(args: argparse.Namespace) -> None:
     )
     for group, m in out["per_group"].items():
         print(f"  {group} ({m['images']} images, ranked alone): mAP@0.5 {m['map50']:.4f}  mAP@0.5:0.95 {m['map50_95']:.4f}")
+    for op in out["operating_points"]:
+        at = f"conf >= {op['conf']:.4g}" if op["conf"] is not None else f"not reached (max {op['achieved_recall']:.2%}, all detections)"
+        print(f"catch {op['recall']:.1%} of defects (any class, IoU>0.33): {at} -> {op['false_calls_per_image']:.2f} false calls/board")
     if args.out:
         atomic_write_json(args.out, out)
         print(f"wrote {args.out}")
@@ -158,7 +177,8 @@ def _cmd_export(args: argparse.Namespace) -> None:
         print(f"optimize_for_inference: {'applied' if opt['applied'] else 'not applied'} ({opt['reason']})")
     meta = report["meta"]
     print(
-        f"input [B, 1, {meta['imgsz']}, {meta['imgsz']}] {meta['input']['dtype']}; classes {', '.join(meta['class_names'])}; "
+        f"input [B, {meta['channels']}, {meta['imgsz']}, {meta['imgsz']}] {meta['input']['dtype']}; "
+        f"classes {', '.join(meta['class_names'])}; "
         f"{len(meta['layers'])} monitored layers; baseline {'embedded' if meta['baseline'] else 'none'}"
     )
     parity = report["parity"]
@@ -175,10 +195,13 @@ def _cmd_predict(args: argparse.Namespace) -> None:
     from defect_detector.config import EvalConfig
     from defect_detector.deploy.predict import run_predict, summary_line
     from defect_detector.deploy.runtime import Runtime
+    from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
     from defect_detector.monitor.service import build_monitoring
 
-    runtime = Runtime.load(args.weights, device=args.device, threads=args.threads, tta=args.tta)
-    print(f"model: {runtime.path.name} ({runtime.kind}, {runtime.device}); test-time augmentation: {runtime.tta}")
+    weights = args.weights or (DEFAULT_REFERENCE_WEIGHTS if args.reference else None)
+    runtime = Runtime.load(weights, device=args.device, threads=args.threads, tta=args.tta)
+    what = "golden-template model (image + reference)" if runtime.channels == 2 else "single-image model"
+    print(f"model: {runtime.path.name} ({runtime.kind}, {runtime.device}, {what}); test-time augmentation: {runtime.tta}")
     if args.save_json and args.conf > EvalConfig.conf:  # the score threshold val uses for mAP
         print(
             f"note: --save-json keeps detections scoring >= {args.conf}; "
@@ -242,6 +265,15 @@ def _cmd_bench(args: argparse.Namespace) -> None:
         print(f"latency ratio oneDNN-fused / portable artifact: {result['derived']['onednn_fusion_ratio']}")
     if result["derived"]["yolo_ratio"]:
         print(f"latency ratio ours/YOLOv8n at batch 1: {result['derived']['yolo_ratio']}")
+    reg, target = result["registration"], result["targets"]
+    print(
+        f"registration of the reference at {reg['frame']} ({reg['torch_threads']} torch / {reg['cv2_threads']} OpenCV threads), "
+        f"against one model pass of {reg['model']['median_ms']:.2f} ms: every frame {reg['register_full']['median_ms']:.2f} ms "
+        f"(x{reg['register_full_ratio']:.3f}, target <= {target['registration_full_ratio_max']}), fixed golden board "
+        f"{reg['register_fixed']['median_ms']:.2f} ms (x{reg['register_fixed_ratio']:.3f}), transform reused "
+        f"{reg['register_reuse']['median_ms']:.2f} ms (x{reg['register_reuse_ratio']:.3f}, "
+        f"target <= {target['registration_reuse_ratio_max']})"
+    )
     if args.out:
         atomic_write_json(args.out, result)
         print(f"wrote {args.out}")
@@ -268,8 +300,11 @@ def _cmd_strip(args: argparse.Namespace) -> None:
 
     load_checkpoint(args.weights)  # validates it loads into its model
     ckpt = torch.load(args.weights, map_location="cpu", weights_only=True)
-    atomic_torch_save(strip_checkpoint(ckpt), args.out)
+    atomic_torch_save(strip_checkpoint(ckpt, args.set or []), args.out)
+    load_checkpoint(args.out)
     print(f"wrote {args.out} ({Path(args.out).stat().st_size / 1e6:.2f} MB): EMA weights, config, class names, metrics")
+    if args.set:
+        print(f"config set: {', '.join(args.set)}")
 
 
 def _cmd_average(args: argparse.Namespace) -> None:
@@ -320,6 +355,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="DeepPCB: also list each pair's defect-free template (<id>_temp.jpg) as an image without defects "
         "(training negatives; never in the OUT_val.json of --val-groups)",
     )
+    p.add_argument(
+        "--references",
+        help="VOC/YOLO: folder of golden (defect-free) images; each image's reference is the file with its relative path, "
+        "else its file name",
+    )
     p.add_argument("--out", required=True, help="output COCO json")
     p.set_defaults(func=_cmd_convert)
 
@@ -340,6 +380,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--threads", type=int, help="torch CPU threads")
     p.add_argument("--tta", help=TTA_HELP)
+    p.add_argument(
+        "--no-register",
+        action="store_true",
+        help="reference models: use each json reference as given (already aligned) instead of registering it to its image",
+    )
     p.add_argument("--out", help="write metrics JSON here")
     p.add_argument("--plots", help="write PR curves, confusion matrix and a prediction grid (PNG) to this folder")
     p.set_defaults(func=_cmd_val)
@@ -354,6 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("strip", help="inference-only copy of a checkpoint (EMA weights, config, metrics; no optimizer state)")
     p.add_argument("weights", help="training checkpoint, e.g. runs/NAME/weights/best.pt")
     p.add_argument("--out", required=True)
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override for the result, e.g. eval.f1_conf=0.5 (repeatable)")
     p.set_defaults(func=_cmd_strip)
 
     p = sub.add_parser("average", help="inference checkpoint whose weights are the mean of fine-tunes of one parent (a model soup)")
@@ -398,7 +444,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("predict", help="detect defects in an image, folder, glob, video, camera or stream")
     p.add_argument("source", help="image, folder, glob, video file, camera index or rtsp/http URL")
-    p.add_argument("--weights", help="TorchScript export or checkpoint (default: bundled DeepPCB model)")
+    p.add_argument(
+        "--weights", help="TorchScript export or checkpoint (default: bundled DeepPCB model; with --reference the bundled reference model)"
+    )
+    p.add_argument(
+        "--reference",
+        help="golden (defect-free) board: one image for every frame, or a folder with each frame's reference under its relative path "
+        "(else its file name); registered to each frame, frames that do not match are skipped and counted",
+    )
     p.add_argument("--conf", type=float, default=0.25, help="score threshold")
     p.add_argument("--iou", type=float, default=0.5, help="NMS IoU threshold (per class)")
     p.add_argument("--max-det", type=int, default=100, help="detections kept per frame")

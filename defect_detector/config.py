@@ -28,7 +28,14 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class DataConfig:
-    """Where the COCO annotations and images are, and how images are shaped."""
+    """Where the COCO annotations and images are, and how images are shaped.
+
+    Reference models (``model.in_channels: 2``) read each image's golden ``reference`` from the json.
+    ``register_train`` / ``register_val``: align each reference to its image with
+    ``data/register.py`` before augmentation (training) or inference (validation). Off for training
+    data whose pairs are already aligned (DeepPCB's are): the simulated residual
+    (``augment.ref_shift``, ``augment.ref_rotate``) then stands in for registration error.
+    A pair that does not register is a counted skip."""
 
     train: str = ""
     val: str = ""
@@ -38,6 +45,8 @@ class DataConfig:
     imgsz: int = 640
     on_bad_sample: str = "skip"
     workers: int = 2
+    register_train: bool = False
+    register_val: bool = True
 
     def validate(self) -> None:
         _check(self.imgsz % 32 == 0 and self.imgsz >= 64, "data.imgsz", "must be a multiple of 32 and >= 64", self.imgsz)
@@ -63,6 +72,12 @@ class AugmentConfig:
     image stays defect-free, so the model sees normal structures of the opposite
     polarity (holes and gaps in large copper areas) as negatives. Validation
     always uses ``data.imgsz``.
+
+    Pairs (reference models): geometric transforms move the image and its reference together;
+    photometric ones (brightness, contrast, gamma, blur, noise, glare) are drawn independently for
+    each, since the golden image was captured under other light. With probability ``ref_p`` the
+    reference alone is then moved by a random rigid residual of up to ``ref_shift`` pixels and
+    ``ref_rotate`` degrees, the error left after registration.
     """
 
     crop_size: int = 0
@@ -86,6 +101,9 @@ class AugmentConfig:
     invert_negatives: float = 0.0
     min_visibility: float = 0.4
     min_box_size: float = 2.0
+    ref_shift: float = 2.0
+    ref_rotate: float = 0.3
+    ref_p: float = 1.0
 
     def validate(self) -> None:
         for name in (
@@ -101,10 +119,11 @@ class AugmentConfig:
             "glare_p",
             "invert_negatives",
             "min_visibility",
+            "ref_p",
         ):
             value = getattr(self, name)
             _check(0.0 <= value <= 1.0, f"augment.{name}", "must be in [0, 1]", value)
-        for name in ("rotate_deg", "scale", "translate", "brightness", "contrast", "min_box_size"):
+        for name in ("rotate_deg", "scale", "translate", "brightness", "contrast", "min_box_size", "ref_shift", "ref_rotate"):
             _check(getattr(self, name) >= 0, f"augment.{name}", "must be >= 0", getattr(self, name))
         _check(
             self.crop_size == 0 or (self.crop_size % 32 == 0 and self.crop_size >= 64),
@@ -124,8 +143,11 @@ class AugmentConfig:
 class ModelConfig:
     """TinyDetector size. ``widths`` are the channels at strides 4, 8, 16, 32;
     ``depths`` the number of depthwise-separable blocks per stage. ``head_convs``: blocks in each class branch
-    of the head, and in each box branch unless ``head_box_convs`` says otherwise (null: the same)."""
+    of the head, and in each box branch unless ``head_box_convs`` says otherwise (null: the same).
+    ``in_channels``: 1 for the single-image model; 2 for golden-template inspection (channel 0 the
+    image, channel 1 its registered reference, fused at the stem)."""
 
+    in_channels: int = 1
     widths: tuple[int, int, int, int] = (32, 64, 128, 192)
     depths: tuple[int, int, int, int] = (1, 3, 3, 2)
     neck_channels: int = 64
@@ -134,6 +156,7 @@ class ModelConfig:
     strides: tuple[int, ...] = (8, 16, 32)
 
     def validate(self) -> None:
+        _check(self.in_channels in (1, 2), "model.in_channels", "must be 1 (image) or 2 (image + reference)", self.in_channels)
         _check(
             len(self.widths) == 4 and all(w > 0 and w % 8 == 0 for w in self.widths),
             "model.widths",

@@ -2,7 +2,7 @@ from pathlib import Path
 
 from small_checkpoint import write_small_checkpoint
 
-from defect_detector.deploy.bench import bench_tta, measure_interleaved, paired_ratio
+from defect_detector.deploy.bench import bench_registration, bench_tta, measure_interleaved, paired_ratio, run_bench
 from defect_detector.model.checkpoint import load_checkpoint
 from defect_detector.model.tta import TTA_MODES
 
@@ -30,3 +30,25 @@ def test_bench_tta_times_every_mode_against_one_pass(tmp_path: Path, one_thread:
     assert list(timings) == list(TTA_MODES)
     assert timings["none"]["paired_vs_none"] == 1.0
     assert all(t["median_ms"] > 0 and t["paired_vs_none"] > 0 for t in timings.values())
+
+
+def test_bench_registration_against_the_model(tmp_path: Path, one_thread: None) -> None:
+    loaded = load_checkpoint(write_small_checkpoint(tmp_path / "ref.pt", imgsz=128, in_channels=2))
+    result = bench_registration(loaded, imgsz=128, iters=3)
+    assert result["frame"] == "128x128" and result["model_channels"] == 2 and result["torch_threads"] == 1
+    assert result["ok"] is True and result["score"] > 0.5  # the bench pair registers
+    assert result["reused_fraction"] == 1.0  # the reuse candidate really reuses the cached transform
+    for name in ("model", "register_full", "register_fixed", "register_reuse"):
+        assert result[name]["n"] == 3 and result[name]["median_ms"] > 0
+    assert all(result[f"register_{k}_ratio"] > 0 for k in ("full", "fixed", "reuse"))
+
+
+def test_run_bench_feeds_a_reference_model_two_channels(tmp_path: Path, one_thread: None) -> None:
+    loaded = load_checkpoint(write_small_checkpoint(tmp_path / "ref.pt", imgsz=64, in_channels=2))
+    result = run_bench(loaded, "test", imgsz=64, batches=(1,), threads=(1,), iters=2, pipeline_sizes=((64, 96),))
+    # a 1-channel input anywhere (latency candidates, pipeline, TTA, registration's model) would have raised
+    assert {row["candidate"] for row in result["latency"]} >= {"eager_model", "torchscript_stats", "torchscript_nostats"}
+    assert result["pipeline"][0]["frame"] == "96x64" and result["registration"]["model_channels"] == 2
+    assert set(result["derived"]["registration_ratio"]) == {"full", "fixed", "reuse"}
+    assert result["derived"]["registration_ratio"]["reuse"] == result["registration"]["register_reuse_ratio"]
+    assert result["targets"]["registration_full_ratio_max"] == 0.25 and result["targets"]["registration_reuse_ratio_max"] == 0.05

@@ -81,3 +81,23 @@ def test_average_checkpoints_names_what_does_not_fit(tmp_path: Path) -> None:
         average_checkpoints([a, a], ["eval.tta=d4"])
     assert main(["average", str(a), str(tmp_path / "missing.pt"), "--out", str(tmp_path / "x.pt")]) == 2
     assert not (tmp_path / "x.pt").exists()
+
+
+def test_strip_keeps_the_ema_weights_and_applies_validated_config_overrides(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = config_from_dict({"model": {**TINY, "in_channels": 2}})
+    torch.manual_seed(0)
+    ema = build_model(cfg.model, len(DEEPPCB_CLASSES)).state_dict()
+    raw = {k: torch.zeros_like(v) for k, v in ema.items()}
+    src = tmp_path / "last.pt"
+    torch.save({"model": raw, "ema": ema, "optimizer": {}, "config": cfg.to_dict(), "class_names": list(DEEPPCB_CLASSES)}, src)
+    out = tmp_path / "small.pt"
+    assert main(["strip", str(src), "--out", str(out), "--set", "eval.f1_conf=0.55", "--set", "data.register_val=false"]) == 0
+    assert "config set: eval.f1_conf=0.55, data.register_val=false" in capsys.readouterr().out
+    loaded = load_checkpoint(out)
+    assert loaded.config.eval.f1_conf == 0.55 and loaded.config.data.register_val is False and loaded.config.model.in_channels == 2
+    assert "optimizer" not in torch.load(out, weights_only=True)
+    for k, v in loaded.model.state_dict().items():
+        torch.testing.assert_close(v, ema[k])
+    assert main(["strip", str(src), "--out", str(tmp_path / "bad.pt"), "--set", "eval.f1_conf=2"]) == 2
+    assert "eval.f1_conf: must be in [0, 1], got 2.0" in capsys.readouterr().err
+    assert not (tmp_path / "bad.pt").exists()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from defect_detector.config import DEEPPCB_CLASSES
-from defect_detector.data.convert import deeppcb_to_coco, split_deeppcb_by_group, voc_to_coco, yolo_to_coco
+from defect_detector.data.convert import attach_references, deeppcb_to_coco, split_deeppcb_by_group, voc_to_coco, yolo_to_coco
 from defect_detector.data.dataset import CocoDetectionDataset, DatasetError
 from defect_detector.io import atomic_write_json
 
@@ -175,3 +175,38 @@ def test_yolo_round_trip(tmp_path: Path) -> None:
     (labels / "a.txt").write_text("0 0.5 0.5 0.1 0.1\n9 0.5 0.5 0.1 0.1\n")
     with pytest.raises(DatasetError, match=r"a\.txt:2: class 9 out of range"):
         yolo_to_coco(labels, tmp_path / "images", DEEPPCB_CLASSES)
+
+
+def test_deeppcb_reference_is_each_boards_template(tmp_path: Path) -> None:
+    coco = deeppcb_to_coco(tmp_path, _fake_deeppcb(tmp_path, trailing_newline=True), templates=True)
+    for img in coco["images"]:
+        stem = img["file_name"].rsplit("_", 1)[0]
+        assert img["reference"] == f"{stem}_temp.jpg"  # a template is its own reference: no difference, no defect
+    (tmp_path / "group00041" / "00041" / "00041001_temp.jpg").unlink()
+    with pytest.raises(DatasetError, match="00041001_temp.jpg: missing template"):
+        deeppcb_to_coco(tmp_path, tmp_path / "trainval.txt")
+
+
+def test_attach_references_by_relative_path_then_file_name(tmp_path: Path) -> None:
+    _write_images(tmp_path / "images")
+    refs = tmp_path / "golden"
+    (refs / "sub").mkdir(parents=True)
+    names = sorted(BOXES)
+    cv2.imwrite(str(refs / names[0]), np.zeros((48, 64), np.uint8))  # same relative path
+    cv2.imwrite(str(refs / "sub" / names[1]), np.zeros((48, 64), np.uint8))  # same file name, elsewhere
+    coco = yolo_to_coco(tmp_path / "images", tmp_path / "images", DEEPPCB_CLASSES)
+    missing = attach_references(coco, refs)
+    by_name = {img["file_name"]: img.get("reference") for img in coco["images"]}
+    assert by_name[names[0]] == f"../golden/{names[0]}"
+    assert by_name[names[1]] == f"../golden/sub/{names[1]}"
+    assert missing == names[2:] and all(by_name[n] is None for n in names[2:])
+    ds = CocoDetectionDataset(_write_json(tmp_path, coco), None, DEEPPCB_CLASSES, 64, reference=True)
+    assert len(ds) == 2 and ds.skipped == {"image has no reference": len(names) - 2}
+    with pytest.raises(DatasetError, match="nowhere: references folder not found"):
+        attach_references(coco, tmp_path / "nowhere")
+
+
+def _write_json(root: Path, coco: dict) -> Path:
+    path = root / "ann.json"
+    atomic_write_json(path, coco)
+    return path

@@ -18,16 +18,22 @@ import numpy as np
 import pytest
 import torch
 from small_checkpoint import write_small_checkpoint
+from torch import nn
 
-from defect_detector.data.synth import generate_board
-from defect_detector.deploy.export import export_torchscript
-from defect_detector.deploy.runtime import Runtime
+from defect_detector.config import DEEPPCB_CLASSES
+from defect_detector.data.synth import generate_board, generate_board_pair
+from defect_detector.deploy.export import artifact_bytes, build_meta, export_torchscript, quiet_jit
+from defect_detector.deploy.runtime import Detections, Runtime
 from defect_detector.model.checkpoint import load_checkpoint
 
 CPP_DIR = Path(__file__).resolve().parent.parent / "deploy" / "cpp"
 IMGSZ = 320
-_OPENCV_CONFIGS = ("/usr/lib/*/cmake/opencv4/OpenCVConfig.cmake", "/usr/lib/cmake/opencv4/OpenCVConfig.cmake",
-                   "/usr/local/lib/cmake/opencv4/OpenCVConfig.cmake", "/usr/share/OpenCV/OpenCVConfig.cmake")
+_OPENCV_CONFIGS = (
+    "/usr/lib/*/cmake/opencv4/OpenCVConfig.cmake",
+    "/usr/lib/cmake/opencv4/OpenCVConfig.cmake",
+    "/usr/local/lib/cmake/opencv4/OpenCVConfig.cmake",
+    "/usr/share/OpenCV/OpenCVConfig.cmake",
+)
 
 
 def _missing_tool() -> str | None:
@@ -55,10 +61,29 @@ def _configure(build: Path) -> subprocess.CompletedProcess:
     return subprocess.run(["cmake", "-S", str(CPP_DIR), "-B", str(build / "wheel"), *wheel], capture_output=True, text=True, timeout=300)
 
 
-def _make_artifact(path: Path) -> Path:
-    ckpt = write_small_checkpoint(path.with_suffix(".ckpt.pt"), IMGSZ, seed=1)
+def _make_artifact(path: Path, in_channels: int = 1) -> Path:
+    ckpt = write_small_checkpoint(path.with_suffix(".ckpt.pt"), IMGSZ, seed=1, in_channels=in_channels)
     export_torchscript(load_checkpoint(ckpt), path, optimize=False)
     return path
+
+
+def _run(executable: Path, *args: str) -> subprocess.CompletedProcess:
+    command = [str(executable), *args, "--conf", "0.25", "--iou", "0.5", "--threads", "1"]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def _assert_same_detections(cpp: list[dict], python: Detections) -> None:
+    assert len(python) > 0, "the test model should produce detections"
+    assert len(cpp) == len(python)
+    unmatched = list(range(len(python)))
+    for det in cpp:  # pair each C++ detection with the closest Python detection of the same class
+        same_class = [i for i in unmatched if int(python.labels[i]) == det["label"]]
+        assert same_class, f"C++ detection {det} has no Python counterpart"
+        i = min(same_class, key=lambda j: float((python.boxes[j] - torch.tensor(det["box"])).abs().max()))
+        unmatched.remove(i)
+        assert det["category_name"] == python.names[i]
+        np.testing.assert_allclose(det["box"], python.boxes[i].tolist(), atol=1.0)
+        assert det["score"] == pytest.approx(float(python.scores[i]), abs=1e-3)
 
 
 @pytest.fixture(scope="module")
@@ -79,23 +104,69 @@ def test_cpp_matches_python_runtime(executable: Path, tmp_path: Path) -> None:
     image_path = tmp_path / "board.png"
     assert cv2.imwrite(str(image_path), image)
 
-    run = subprocess.run([str(executable), str(artifact), str(image_path), "--conf", "0.25", "--iou", "0.5", "--threads", "1"],
-                         capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    run = _run(executable, str(artifact), str(image_path))
     assert run.returncode == 0, run.stderr
     cpp = [json.loads(line) for line in run.stdout.splitlines() if line.strip()]
+    _assert_same_detections(cpp, Runtime.load(artifact, device="cpu").predict([image], conf=0.25, iou=0.5)[0])
+    refused = _run(executable, str(artifact), str(image_path), "--reference", str(image_path))
+    assert refused.returncode == 2 and "takes 1 input channel" in refused.stderr
 
-    python = Runtime.load(artifact, device="cpu").predict([image], conf=0.25, iou=0.5)[0]
-    assert len(python) > 0, "the test model should produce detections"
-    assert len(cpp) == len(python)
-    unmatched = list(range(len(python)))
-    for det in cpp:  # pair each C++ detection with the closest Python detection of the same class
-        same_class = [i for i in unmatched if int(python.labels[i]) == det["label"]]
-        assert same_class, f"C++ detection {det} has no Python counterpart"
-        i = min(same_class, key=lambda j: float((python.boxes[j] - torch.tensor(det["box"])).abs().max()))
-        unmatched.remove(i)
-        assert det["category_name"] == python.names[i]
-        np.testing.assert_allclose(det["box"], python.boxes[i].tolist(), atol=1.0)
-        assert det["score"] == pytest.approx(float(python.scores[i]), abs=1e-3)
+
+def test_cpp_reference_model_matches_python_runtime(executable: Path, tmp_path: Path) -> None:
+    artifact = _make_artifact(tmp_path / "ref.torchscript.pt", in_channels=2)
+    image, template = generate_board_pair(480, 640, np.random.default_rng(6))[:2]  # scale 0.5, pad_y 40, as above
+    image_path, reference_path = tmp_path / "board.png", tmp_path / "golden.png"
+    assert cv2.imwrite(str(image_path), image) and cv2.imwrite(str(reference_path), template)
+    python = Runtime.load(artifact, device="cpu").predict([image], conf=0.25, iou=0.5, references=[template])[0]
+    for args in (["--reference", str(reference_path)], [str(reference_path)]):  # flag or third positional argument
+        run = _run(executable, str(artifact), str(image_path), *args)
+        assert run.returncode == 0, run.stderr
+        _assert_same_detections([json.loads(line) for line in run.stdout.splitlines() if line.strip()], python)
+    missing = _run(executable, str(artifact), str(image_path))
+    assert missing.returncode == 2 and "reference model" in missing.stderr
+    small = tmp_path / "small.png"
+    assert cv2.imwrite(str(small), template[:-1])
+    wrong_size = _run(executable, str(artifact), str(image_path), "--reference", str(small))
+    assert wrong_size.returncode == 1 and "register it" in wrong_size.stderr
+
+
+class CentroidModel(nn.Module):
+    """``[B, 2, S, S]`` -> ``pred [B, 2, 4 + 6]``: for input channel ``c``, a 40 px box around that channel's intensity
+    centroid (letterboxed pixels) with score 0.9 for class ``c``; ``stats [B, 0, 2]``. Its output shows where each
+    channel's content landed on the canvas, which an untrained detector's scores hardly do."""
+
+    def __init__(self, imgsz: int) -> None:
+        super().__init__()
+        coords = torch.arange(imgsz, dtype=torch.float32)
+        self.register_buffer("xs", coords.view(1, 1, 1, -1))
+        self.register_buffer("ys", coords.view(1, 1, -1, 1))
+        self.register_buffer("scores", torch.eye(2, len(DEEPPCB_CLASSES)) * 0.9)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mass = x.sum((2, 3))  # [B, 2]
+        cx, cy = (x * self.xs).sum((2, 3)) / mass, (x * self.ys).sum((2, 3)) / mass
+        boxes = torch.stack([cx - 20, cy - 20, cx + 20, cy + 20], dim=-1)  # [B, 2, 4]
+        pred = torch.cat([boxes, self.scores.expand(x.shape[0], -1, -1)], dim=-1)
+        return pred, pred[:, :0, :2]
+
+
+def test_cpp_stacks_the_reference_as_channel_1_with_the_image_geometry(executable: Path, tmp_path: Path) -> None:
+    with torch.no_grad(), quiet_jit():
+        traced = torch.jit.trace(CentroidModel(IMGSZ).eval(), torch.rand(1, 2, IMGSZ, IMGSZ))
+    artifact = tmp_path / "centroid.torchscript.pt"
+    artifact.write_bytes(artifact_bytes(traced, build_meta(DEEPPCB_CLASSES, IMGSZ, (8, 16, 32), (), channels=2)))
+    image = np.zeros((480, 640), np.uint8)
+    image[300:360, 500:600] = 250  # bright patch low right
+    reference = np.zeros((480, 640), np.uint8)
+    reference[20:80, 30:90] = 250  # bright patch top left: a centroid far from the image's
+    image_path, reference_path = tmp_path / "image.png", tmp_path / "reference.png"
+    assert cv2.imwrite(str(image_path), image) and cv2.imwrite(str(reference_path), reference)
+    python = Runtime.load(artifact, device="cpu").predict([image], conf=0.25, iou=0.5, references=[reference])[0]
+    assert python.labels.tolist() == [0, 1]
+    assert float(python.boxes[1, 0]) < float(python.boxes[0, 0]) - 20  # class 1 (the reference's) lies left
+    run = _run(executable, str(artifact), str(image_path), "--reference", str(reference_path))
+    assert run.returncode == 0, run.stderr
+    _assert_same_detections([json.loads(line) for line in run.stdout.splitlines() if line.strip()], python)
 
 
 def test_cpp_reports_bad_input(executable: Path, tmp_path: Path) -> None:
@@ -103,4 +174,5 @@ def test_cpp_reports_bad_input(executable: Path, tmp_path: Path) -> None:
     run = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert run.returncode != 0 and "error" in run.stderr
     assert subprocess.run([str(executable)], capture_output=True, text=True, timeout=60).returncode == 2
-
+    for bad in (["--conf", "high"], ["--conf"], ["--unknown", "1"]):  # a usage error, not a crash
+        assert subprocess.run([*command, *bad], capture_output=True, text=True, timeout=60).returncode == 2

@@ -274,3 +274,90 @@ def test_to_gray_uint8_and_load_image_gray(tmp_path: Path) -> None:
     np.testing.assert_array_equal(load_image_gray(path), gray)
     with pytest.raises(DatasetError, match="absent.png"):
         load_image_gray(tmp_path / "absent.png")
+
+
+def _make_pairs(root: Path, n: int = 3) -> dict[str, Any]:
+    """:func:`_make_set` plus a golden reference per image (``ref_<i>.png``: the image, brightened)."""
+    coco = _make_set(root, n)
+    for i, img in enumerate(coco["images"]):
+        cv2.imwrite(str(root / "images" / f"ref_{i}.png"), np.clip(_image(i).astype(int) + 1, 0, 255).astype(np.uint8))
+        img["reference"] = f"ref_{i}.png"
+    return coco
+
+
+def _pair_dataset(path: Path, on_bad: str = "skip", register: bool = False) -> CocoDetectionDataset:
+    return CocoDetectionDataset(path, None, DEEPPCB_CLASSES, 64, on_bad=on_bad, reference=True, register=register)
+
+
+def test_reference_samples_stack_image_and_reference(tmp_path: Path) -> None:
+    ds = _pair_dataset(_write(tmp_path, _make_pairs(tmp_path)))
+    image, target = ds[0]
+    assert image.shape == (2, 64, 64) and image.dtype == torch.float32
+    gray = torch.from_numpy(_image(0)).float() / 255.0
+    pad = int(target["letterbox"].pad_y)
+    np.testing.assert_allclose(image[0, pad : pad + H], gray, atol=1e-6)
+    np.testing.assert_allclose(image[1, pad : pad + H], (gray * 255 + 1).clamp(max=255) / 255.0, atol=1e-6)
+    assert float(image[1, 0, 0]) == pytest.approx(114 / 255)  # both channels share the image's letterbox
+    batch, targets = collate([ds[0], ds[1]])
+    assert batch.shape == (2, 2, 64, 64) and len(targets) == 2
+
+
+def test_missing_reference_is_skipped_and_counted(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    coco = _make_pairs(tmp_path)
+    (tmp_path / "images" / "ref_1.png").unlink()
+    del coco["images"][2]["reference"]
+    with caplog.at_level(logging.WARNING, logger="defect_detector.data"):
+        ds = _pair_dataset(_write(tmp_path, coco))
+    assert ds.image_ids == [10]
+    assert ds.skipped == {"missing reference file": 1, "image has no reference": 1}
+    assert "ref_1.png" in caplog.text
+    with pytest.raises(DatasetError, match="ref_1.png: missing reference file"):
+        _pair_dataset(_write(tmp_path, coco), on_bad="error")
+
+
+def test_unreadable_reference_is_a_counted_skip(tmp_path: Path) -> None:
+    coco = _make_pairs(tmp_path)
+    (tmp_path / "images" / "ref_0.png").write_bytes(b"not an image")
+    ds = _pair_dataset(_write(tmp_path, coco))
+    image, target = ds[0]  # replaced by the next readable sample
+    assert target["image_id"] == 11 and image.shape == (2, 64, 64)
+    assert ds.skipped == {"unreadable reference": 1}
+
+
+def test_reference_of_another_size_without_registration_is_refused(tmp_path: Path) -> None:
+    coco = _make_pairs(tmp_path, n=1)
+    cv2.imwrite(str(tmp_path / "images" / "ref_0.png"), np.zeros((H + 2, W), np.uint8))
+    with pytest.raises(DatasetError, match=r"ref_0.png: reference is 64x50, its image .*img_0.png is 64x48"):
+        _pair_dataset(_write(tmp_path, coco), on_bad="error")[0]
+
+
+def test_json_without_references_stops_a_reference_dataset(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError, match="no image entry has a 'reference'"):
+        _pair_dataset(_write(tmp_path, _make_set(tmp_path)))
+
+
+SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples"
+
+
+def test_registration_aligns_a_moved_reference_and_refuses_another_board(tmp_path: Path) -> None:
+    board = load_image_gray(SAMPLES / "golden" / "50600000_test.jpg")
+    moved = cv2.warpAffine(board, np.float32([[1, 0, 6], [0, 1, -4]]), (640, 640), borderValue=114)
+    cv2.imwrite(str(tmp_path / "board.png"), board)
+    cv2.imwrite(str(tmp_path / "moved.png"), moved)
+    cv2.imwrite(str(tmp_path / "other.png"), load_image_gray(SAMPLES / "golden" / "92000000_test.jpg"))
+    images = [
+        {"id": 1, "file_name": "board.png", "width": 640, "height": 640, "reference": "moved.png"},
+        {"id": 2, "file_name": "board.png", "width": 640, "height": 640, "reference": "other.png"},
+    ]
+    coco = {"images": images, "annotations": [], "categories": [{"id": 1, "name": "open"}]}
+    path = _write(tmp_path, coco)
+    ds = CocoDetectionDataset(path, None, DEEPPCB_CLASSES, 640, reference=True, register=True)
+    image, target = ds[0]
+    inner = (slice(20, 620), slice(20, 620))  # away from the border the move exposed
+    assert float((image[0][inner] - image[1][inner]).abs().mean()) < 0.01  # registered back onto the board
+    unregistered = CocoDetectionDataset(path, None, DEEPPCB_CLASSES, 640, reference=True, register=False)[0][0]
+    assert float((unregistered[0][inner] - unregistered[1][inner]).abs().mean()) > 0.05
+    _, target = ds[1]  # the other board's template does not fit: replaced by the next sample, and counted
+    assert target["image_id"] == 1 and ds.skipped == {"reference does not match its image": 1}
+    with pytest.raises(DatasetError, match=r"other.png: does not match .*board.png \(registration score"):
+        CocoDetectionDataset(path, None, DEEPPCB_CLASSES, 640, on_bad="error", reference=True, register=True)[1]

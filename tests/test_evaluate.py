@@ -12,12 +12,15 @@ from small_checkpoint import write_small_checkpoint
 from defect_detector.cli import main
 from defect_detector.data.synth import write_synthetic_dataset
 from defect_detector.engine.evaluate import (
+    _above,
+    _greedy_matches,
     coco_map,
     confusion_matrix,
     deeppcb_f1,
     evaluate_predictions,
     ground_truth,
     image_groups,
+    operating_points,
     per_group_map,
     to_coco_results,
 )
@@ -25,6 +28,15 @@ from defect_detector.engine.evaluate import (
 NAMES = ("open", "short")
 LABEL_TO_CAT = {0: 1, 1: 2}
 CAT_TO_LABEL = {1: 0, 2: 1}
+
+
+def _index(data: dict) -> COCO:
+    """A pycocotools index over a COCO dict (its progress prints silenced)."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        c = COCO()
+        c.dataset = data
+        c.createIndex()
+    return c
 
 
 def _coco(file_names: tuple[str, str]) -> COCO:
@@ -40,11 +52,7 @@ def _coco(file_names: tuple[str, str]) -> COCO:
         ],
         "categories": [{"id": 1, "name": "open"}, {"id": 2, "name": "short"}],
     }
-    with contextlib.redirect_stdout(io.StringIO()):
-        c = COCO()
-        c.dataset = data
-        c.createIndex()
-    return c
+    return _index(data)
 
 
 @pytest.fixture
@@ -71,6 +79,11 @@ def test_perfect_predictions_score_one(coco: COCO) -> None:
     assert m["map50"] == pytest.approx(1.0) and m["map50_95"] == pytest.approx(1.0)
     assert m["per_class"] == {"open": pytest.approx(1.0), "short": pytest.approx(1.0)}
     assert (m["f1_iou033"], m["precision"], m["recall"]) == (1.0, 1.0, 1.0)
+    # Catching all three defects needs the lowest of their scores, and costs no false call.
+    assert [(op["recall"], op["conf"], op["false_calls_per_image"]) for op in m["operating_points"]] == [
+        (0.99, pytest.approx(0.7), 0.0),
+        (0.995, pytest.approx(0.7), 0.0),
+    ]
 
 
 def test_wrong_class_and_missed_box(coco: COCO) -> None:
@@ -127,7 +140,7 @@ def test_per_group_map_ranks_each_group_alone() -> None:
     assert per_group_map(_coco(("a.png", "b.png")), preds, LABEL_TO_CAT, NAMES) == {}
 
 
-def test_val_command_writes_design_keys_and_groups(tmp_path: Path, one_thread: None) -> None:
+def test_val_command_writes_design_keys_and_groups(tmp_path: Path, one_thread: None, capsys: pytest.CaptureFixture[str]) -> None:
     ann = write_synthetic_dataset(tmp_path / "boards", n_images=4, height=128, width=128, seed=1)
     root = ann.parent
     data = json.loads(ann.read_text())
@@ -148,9 +161,152 @@ def test_val_command_writes_design_keys_and_groups(tmp_path: Path, one_thread: N
     metrics = json.loads(out.read_text())
     assert {"map50", "map50_95", "per_class", "f1_iou033", "precision", "recall"} <= metrics.keys()
     assert metrics["images"] == 4 and metrics["tta"] == "flip2" and metrics["f1_conf"] == 0.45
+    assert [op["recall"] for op in metrics["operating_points"]] == [0.99, 0.995]
+    assert all({"conf", "false_calls_per_image"} <= op.keys() and op["images"] == 4 for op in metrics["operating_points"])
+    printed = capsys.readouterr().out
+    assert "catch 99.0% of defects" in printed and "catch 99.5% of defects" in printed and "false calls/board" in printed
     assert main(["val", "--weights", str(checkpoint), "--data", str(ann), "--workers", "0", "--conf", "0.2", "--out", str(out)]) == 0
     assert json.loads(out.read_text())["f1_conf"] == 0.2
     assert sorted(p.name for p in plots.iterdir()) == ["confusion_matrix.png", "pr_curves.png", "val_predictions.png"]
     assert {g: m["images"] for g, m in metrics["per_group"].items()} == {"g0": 2, "g1": 2}
     assert main(["val", "--weights", str(checkpoint), "--data", str(tmp_path / "missing.json")]) == 2
     assert main(["val", "--weights", str(checkpoint), "--data", str(ann), "--workers", "0", "--tta", "d4"]) == 2
+
+
+def _coco_from(images: list[int], boxes: list[tuple[int, int, list[float]]]) -> COCO:
+    """COCO ground truth of 100x100 ``images`` with ``boxes`` ``(image_id, category_id, xywh)``."""
+    data = {
+        "images": [{"id": i, "file_name": f"{i}.png", "width": 100, "height": 100} for i in images],
+        "annotations": [
+            {"id": k + 1, "image_id": i, "category_id": c, "bbox": b, "area": b[2] * b[3], "iscrowd": 0}
+            for k, (i, c, b) in enumerate(boxes)
+        ],
+        "categories": [{"id": 1, "name": "open"}, {"id": 2, "name": "short"}],
+    }
+    return _index(data)
+
+
+def _direct(coco: COCO, preds: dict, conf: float, iou: float = 0.33) -> tuple[int, int, int]:
+    """(caught defects, false calls, defects) with only the detections at score >= conf, matched from scratch."""
+    caught = false_calls = num_gt = 0
+    for image_id, pred in preds.items():
+        kept = _above(pred, conf)
+        gt = ground_truth(coco, image_id, CAT_TO_LABEL)
+        pairs = _greedy_matches(kept, gt, iou, same_class=False)
+        caught += len(pairs)
+        false_calls += len(kept["boxes"]) - len(pairs)
+        num_gt += len(gt["boxes"])
+    return caught, false_calls, num_gt
+
+
+# Two boards, four defects: A, B on board 1; C, D on board 2.
+FOUR = [(1, 1, [10, 10, 20, 20]), (1, 2, [50, 50, 30, 30]), (2, 1, [0, 0, 40, 40]), (2, 2, [60, 60, 30, 30])]
+
+
+def _four_preds(with_d: bool = True) -> dict:
+    # Ranked: 0.9 A, 0.8 false, 0.7 C, 0.65 second box on C (false: one-to-one), 0.6 false, 0.4 B (as 'open'), 0.3 D, 0.2, 0.05 false.
+    board2 = [[0, 0, 40, 40], [1, 1, 41, 41], [45, 0, 55, 10], [60, 60, 90, 90], [0, 80, 10, 90]]
+    scores2, labels2 = [0.7, 0.65, 0.6, 0.3, 0.05], [0, 0, 1, 1, 0]
+    if not with_d:
+        del board2[3], scores2[3], labels2[3]
+    return {
+        1: _pred([[10, 10, 30, 30], [80, 0, 95, 15], [50, 50, 80, 80], [0, 50, 10, 60]], [0.9, 0.8, 0.4, 0.2], [0, 1, 0, 1]),
+        2: _pred(board2, scores2, labels2),
+    }
+
+
+def test_operating_points_known_answers() -> None:
+    coco, preds = _coco_from([1, 2], FOUR), _four_preds()
+    ops = operating_points(coco, preds, CAT_TO_LABEL, recalls=(0.5, 0.75, 0.99, 0.995))
+    f32 = [float(torch.tensor(v)) for v in (0.7, 0.4, 0.3, 0.3)]  # thresholds are the float32 scores themselves
+    assert [op["conf"] for op in ops] == f32
+    assert [op["false_calls"] for op in ops] == [1, 3, 3, 3]
+    assert [op["false_calls_per_image"] for op in ops] == [0.5, 1.5, 1.5, 1.5]
+    assert [op["achieved_recall"] for op in ops] == [0.5, 0.75, 1.0, 1.0]
+    assert [op["recall"] for op in ops] == [0.5, 0.75, 0.99, 0.995] and {op["images"] for op in ops} == {2}
+    assert [op["recall"] for op in operating_points(coco, preds, CAT_TO_LABEL)] == [0.99, 0.995]  # the defaults
+    for op in ops:  # applied from scratch, each threshold catches its share; the next score up does not
+        caught, false_calls, num_gt = _direct(coco, preds, op["conf"])
+        assert caught / num_gt >= op["recall"] and false_calls == op["false_calls"]
+        higher = sorted({s for p in preds.values() for s in p["scores"].tolist() if s > op["conf"]})
+        assert _direct(coco, preds, higher[0])[0] / num_gt < op["recall"]
+
+
+def test_operating_points_unreachable_recall() -> None:
+    # Defect D has no detection at all: 3 of 4 is the most any threshold catches.
+    coco, preds = _coco_from([1, 2], FOUR), _four_preds(with_d=False)
+    low, high = operating_points(coco, preds, CAT_TO_LABEL, recalls=(0.75, 0.99))
+    assert low["conf"] == float(torch.tensor(0.4)) and low["false_calls"] == 3
+    assert high["conf"] is None and high["achieved_recall"] == 0.75
+    assert high["false_calls"] == 5 and high["false_calls_per_image"] == 2.5  # every false detection, down to 0.05
+    # A board with defects and no detections, and no boards at all.
+    empty = operating_points(coco, {1: _pred([], [], []), 2: _pred([], [], [])}, CAT_TO_LABEL)
+    assert [(op["conf"], op["achieved_recall"], op["false_calls_per_image"], op["images"]) for op in empty] == [(None, 0.0, 0.0, 2)] * 2
+    assert operating_points(coco, {}, CAT_TO_LABEL)[0] | {"recall": 0.99} == {
+        "recall": 0.99,
+        "conf": None,
+        "achieved_recall": 0.0,
+        "false_calls_per_image": 0.0,
+        "false_calls": 0,
+        "images": 0,
+    }
+
+
+def test_operating_points_ignore_class() -> None:
+    # The only defect is a 'short' reported as 'open': it is still caught, and the detection is no false call.
+    coco = _coco_from([1, 2], [(1, 2, [50, 50, 30, 30])])
+    preds = {1: _pred([[50, 50, 80, 80]], [0.6], [0]), 2: _pred([], [], [])}
+    assert deeppcb_f1(coco, preds, CAT_TO_LABEL, conf=0.5)["tp"] == 0  # the F-score wants the class
+    (op,) = operating_points(coco, preds, CAT_TO_LABEL, recalls=(0.99,))
+    assert (op["conf"], op["achieved_recall"], op["false_calls"], op["images"]) == (float(torch.tensor(0.6)), 1.0, 0, 2)
+
+
+def test_operating_points_iou_threshold_is_033() -> None:
+    # A 20x20 box shifted right by dx has IoU (20 - dx) / (20 + dx) with the 20x20 defect:
+    # dx = 10 -> 1/3 > 0.33 catches it; dx = 10.2 -> 0.3245 does not, and is a false call.
+    coco = _coco_from([1], [(1, 1, [10, 10, 20, 20])])
+    hit = {1: _pred([[20, 10, 40, 30]], [0.5], [0])}
+    miss = {1: _pred([[20.2, 10, 40.2, 30]], [0.5], [0])}
+    assert operating_points(coco, hit, CAT_TO_LABEL, recalls=(0.99,))[0]["conf"] == 0.5
+    (op,) = operating_points(coco, miss, CAT_TO_LABEL, recalls=(0.99,))
+    assert (op["conf"], op["achieved_recall"], op["false_calls"]) == (None, 0.0, 1)
+    assert operating_points(coco, hit, CAT_TO_LABEL, recalls=(0.99,), iou_threshold=0.34)[0]["conf"] is None
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_operating_points_match_a_direct_sweep(seed: int) -> None:
+    # Crowded boards: overlapping defects, several detections per defect near the IoU limit, tied scores.
+    rng = np.random.default_rng(seed)
+    boxes, preds = [], {}
+    for image_id in range(1, 7):
+        gts = []
+        for _ in range(int(rng.integers(0, 5))):
+            x, y = rng.uniform(0, 60, 2)
+            w, h = rng.uniform(10, 30, 2)
+            gts.append([x, y, w, h])
+            boxes.append((image_id, int(rng.integers(1, 3)), [float(v) for v in (x, y, w, h)]))
+        dets = []
+        for x, y, w, h in gts:
+            for _ in range(int(rng.integers(0, 4))):
+                dx, dy = rng.normal(0, 0.35 * w), rng.normal(0, 0.35 * h)
+                dets.append([x + dx, y + dy, x + dx + w, y + dy + h])
+        for _ in range(int(rng.integers(0, 4))):
+            x, y = rng.uniform(0, 80, 2)
+            dets.append([x, y, x + 15, y + 15])
+        scores = np.round(rng.uniform(0.001, 1, len(dets)), 1).clip(0.001).tolist()
+        preds[image_id] = _pred(dets, scores, rng.integers(0, 2, len(dets)).tolist())
+    coco = _coco_from(list(preds), boxes)
+    targets = (0.2, 0.5, 0.75, 0.9, 0.99, 0.995, 1.0)
+    thresholds = sorted({s for p in preds.values() for s in p["scores"].tolist()}, reverse=True)
+    direct = {t: _direct(coco, preds, t) for t in thresholds}
+    num_gt = len(boxes)
+    for target, op in zip(targets, operating_points(coco, preds, CAT_TO_LABEL, recalls=targets)):
+        reaching = [t for t in thresholds if num_gt and direct[t][0] / num_gt >= target]
+        if reaching:  # the highest threshold that reaches the target, with its false calls
+            assert op["conf"] == reaching[0] and op["false_calls"] == direct[reaching[0]][1]
+            assert op["achieved_recall"] == direct[reaching[0]][0] / num_gt >= target
+        else:
+            lowest = direct[thresholds[-1]] if thresholds else (0, 0, num_gt)
+            assert op["conf"] is None and op["false_calls"] == lowest[1]
+            assert op["achieved_recall"] == (lowest[0] / num_gt if num_gt else 0.0)
+        assert op["false_calls_per_image"] == op["false_calls"] / len(preds)

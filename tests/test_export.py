@@ -17,6 +17,8 @@ from torch import nn
 
 from defect_detector.cli import main
 from defect_detector.config import DEEPPCB_CLASSES
+from defect_detector.data.letterbox import letterbox
+from defect_detector.data.synth import generate_board_pair
 from defect_detector.deploy.export import (
     DeployModel,
     ExportError,
@@ -27,6 +29,7 @@ from defect_detector.deploy.export import (
     export_triton,
     fuse_conv_bn,
     parity_inputs,
+    shifted_copy,
     trace_deploy_model,
 )
 from defect_detector.deploy.onednn import onednn_available
@@ -49,6 +52,12 @@ def artifact(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> tupl
     out = tmp_path_factory.mktemp("export") / "small.torchscript.pt"
     report = export_torchscript(load_checkpoint(checkpoint), out, baseline={"layers": {"x": [1.0, 2.0]}}, optimize=False)
     return out, report
+
+
+@pytest.fixture(scope="module")
+def reference_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-channel (image + registered reference) model."""
+    return write_small_checkpoint(tmp_path_factory.mktemp("ref_ckpt") / "ref.pt", IMGSZ, randomize_bn=True, in_channels=2)
 
 
 def _reference(checkpoint: Path, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -112,6 +121,7 @@ def test_meta_round_trips(artifact: tuple[Path, dict], checkpoint: Path) -> None
     assert meta["format_version"] == 1
     assert meta["class_names"] == list(DEEPPCB_CLASSES)
     assert meta["imgsz"] == IMGSZ and meta["channels"] == 1 and meta["normalisation"] == "x/255"
+    assert meta["reference"] is False and meta["input"]["shape"] == ["B", 1, IMGSZ, IMGSZ]
     assert meta["strides"] == [8, 16, 32]
     assert meta["layers"] == list(DeployModel(load_checkpoint(checkpoint).model, IMGSZ).layer_names)
     assert meta["baseline"] == {"layers": {"x": [1.0, 2.0]}}
@@ -201,3 +211,67 @@ def test_cli_export(checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["export", "--weights", str(checkpoint), "--format", "onnx", "--half"]) == 2
     assert main(["export", "--weights", str(tmp_path / "missing.pt")]) == 2
     assert main(["export", "--weights", str(checkpoint), "--imgsz", "100"]) == 2
+
+
+def test_parity_inputs_for_a_reference_model_stack_a_shifted_copy() -> None:
+    image = np.random.default_rng(0).integers(0, 256, (90, 120), dtype=np.uint8)
+    x = parity_inputs(IMGSZ, [image], channels=2)
+    assert x.shape == (1, 2, IMGSZ, IMGSZ) and x.dtype == torch.float32
+    torch.testing.assert_close(x[:, :1], parity_inputs(IMGSZ, [image]))  # channel 0: the 1-channel input
+    want = letterbox(shifted_copy(image, 3, 2), IMGSZ)[0]  # channel 1: the shifted copy, same letterbox
+    np.testing.assert_array_equal((x[0, 1] * 255).round().byte().numpy(), want)
+    assert not torch.equal(x[:, 0], x[:, 1])
+    assert parity_inputs(IMGSZ, channels=2).shape == (2, 2, IMGSZ, IMGSZ)
+    moved = shifted_copy(image, 3, 2)
+    assert (moved[:2] == 114).all() and (moved[:, :3] == 114).all() and np.array_equal(moved[2:, 3:], image[:-2, :-3])
+
+
+def test_reference_artifact_matches_eager(reference_checkpoint: Path, tmp_path: Path) -> None:
+    loaded = load_checkpoint(reference_checkpoint)
+    out = tmp_path / "ref.torchscript.pt"
+    check = [generate_board_pair(96, 128, np.random.default_rng(1))[0], np.full((70, 50), 90, np.uint8)]
+    report = export_torchscript(loaded, out, optimize="auto", check_images=check)
+    assert report["parity_images"] == 2 and report["parity"]["pred"] <= 1e-3 and report["parity"]["stats"] <= 1e-3
+    meta = archive_meta(out)
+    assert meta == report["meta"]
+    assert meta["channels"] == 2 and meta["reference"] is True and meta["input"]["shape"] == ["B", 2, IMGSZ, IMGSZ]
+    model = torch.jit.load(str(out), map_location="cpu")
+    image, template = generate_board_pair(90, 120, np.random.default_rng(2))[:2]
+    planes = [letterbox(image, IMGSZ)[0], letterbox(shifted_copy(template, 1, 1), IMGSZ)[0]]
+    x = torch.from_numpy(np.stack(planes)[None]).float().div(255.0).repeat(3, 1, 1, 1)  # [3, 2, S, S]: a batch never traced
+    x[1, 1] = 114 / 255  # frame 1: a blank reference
+    with torch.no_grad():
+        got = model(x)
+    want = _reference(reference_checkpoint, x)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, atol=1e-3, rtol=0)
+    assert float((got[0][0] - got[0][1]).abs().max()) > 1e-4, "the reference channel must change the prediction"
+    assert not torch.allclose(got[1][0], got[1][1], atol=1e-3), "... and the layer statistics"
+    with pytest.raises(RuntimeError):
+        model(x[:, :1])  # a 1-channel input does not fit a reference model
+
+
+def test_reference_triton_repository(reference_checkpoint: Path, tmp_path: Path) -> None:
+    report = export_triton(load_checkpoint(reference_checkpoint), tmp_path / "repo", model_name="pcb_ref")
+    assert report["meta"]["channels"] == 2
+    config = (tmp_path / "repo" / "pcb_ref" / "config.pbtxt").read_text()
+    assert f'name: "INPUT__0", data_type: TYPE_FP32, dims: [ 2, {IMGSZ}, {IMGSZ} ]' in config
+    readme = (tmp_path / "repo" / "README.md").read_text()
+    assert f"[B, 2, {IMGSZ}, {IMGSZ}]" in readme and "registered" in readme
+
+
+def test_reference_onnx_export(reference_checkpoint: Path, tmp_path: Path) -> None:
+    pytest.importorskip("onnx", reason="onnx not installed (pip install '.[onnx]')")
+    out = tmp_path / "ref.onnx"
+    report = export_onnx(load_checkpoint(reference_checkpoint), out)
+    meta = json.loads((tmp_path / "ref.meta.json").read_text())
+    assert meta["channels"] == 2 and meta["reference"] is True and meta["input"]["shape"] == ["B", 2, IMGSZ, IMGSZ]
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime not installed: ONNX parity not checked")
+    assert report["parity"]["pred"] <= 1e-3
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    assert session.get_inputs()[0].shape[1:] == [2, IMGSZ, IMGSZ]
+    x = parity_inputs(IMGSZ, [np.full((90, 120), 200, np.uint8)] * 3, channels=2)
+    pred, stats = session.run(None, {"images": x.numpy()})
+    ref_pred, ref_stats = _reference(reference_checkpoint, x)
+    np.testing.assert_allclose(pred, ref_pred.numpy(), atol=1e-3)
+    np.testing.assert_allclose(stats, ref_stats.numpy(), atol=1e-3)

@@ -43,8 +43,22 @@ def test_predict_folder_writes_original_pixel_json_and_annotations(
     checkpoint: Path, boards: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out_json, out_dir = tmp_path / "pred.json", tmp_path / "annotated"
-    argv = ["predict", str(boards), "--weights", str(checkpoint), "--save-json", str(out_json), "--save-dir", str(out_dir),
-            "--threads", "1", "--batch", "2", "--device", "cpu"]
+    argv = [
+        "predict",
+        str(boards),
+        "--weights",
+        str(checkpoint),
+        "--save-json",
+        str(out_json),
+        "--save-dir",
+        str(out_dir),
+        "--threads",
+        "1",
+        "--batch",
+        "2",
+        "--device",
+        "cpu",
+    ]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "frames 3 (processed 2, skipped 1)" in printed
@@ -124,3 +138,93 @@ def test_predict_errors(checkpoint: Path, tmp_path: Path, capsys: pytest.Capture
     assert "test-time augmentation: flip2" in printed and "to score mAP" not in printed
     with pytest.raises(ValueError, match="--batch"):
         run_predict(argparse.Namespace(**{**vars(build_parser().parse_args(["predict", "x"])), "batch": 0}))
+
+
+REF_H, REF_W = 240, 320
+
+
+@pytest.fixture(scope="module")
+def reference_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_small_checkpoint(tmp_path_factory.mktemp("ref_ckpt") / "ref.pt", IMGSZ, in_channels=2)
+
+
+def _shifted(image: np.ndarray, dx: float, dy: float) -> np.ndarray:
+    matrix = np.float32([[1, 0, dx], [0, 1, dy]])
+    return cv2.warpAffine(image, matrix, (image.shape[1], image.shape[0]), borderMode=cv2.BORDER_REPLICATE)
+
+
+@pytest.fixture(scope="module")
+def board_pairs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Two frames, a golden folder holding each frame's reference (moved by a few pixels), and a third frame
+    whose reference is another board."""
+    root = tmp_path_factory.mktemp("pairs")
+    frames, golden = root / "frames", root / "golden"
+    frames.mkdir()
+    golden.mkdir()
+    for i in range(3):
+        board = generate_board(REF_H, REF_W, np.random.default_rng(10 + i))[0]
+        assert cv2.imwrite(str(frames / f"board_{i}.png"), board)
+        ref = _shifted(board, 3.0, -2.0) if i < 2 else generate_board(REF_H, REF_W, np.random.default_rng(99))[0]
+        assert cv2.imwrite(str(golden / f"board_{i}.png"), ref)
+    assert cv2.imwrite(str(frames / "no_golden.png"), generate_board(REF_H, REF_W, np.random.default_rng(7))[0])
+    return frames, golden
+
+
+def test_predict_with_a_reference_folder_gives_original_pixels_and_skips_unmatched_frames(
+    reference_checkpoint: Path, board_pairs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from defect_detector.data.register import register
+
+    frames, golden = board_pairs
+    out_json = tmp_path / "pred.json"
+    argv = ["predict", str(frames), "--weights", str(reference_checkpoint), "--reference", str(golden), "--save-json", str(out_json),
+            "--threads", "1", "--device", "cpu", "--conf", "0.25"]  # fmt: skip
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "golden-template model" in printed
+    assert "frames 4 (processed 2, skipped 2" in printed
+    assert "no reference x1" in printed and "reference does not match x1" in printed
+    records = json.loads(out_json.read_text())
+    assert {r["file_name"] for r in records} == {"board_0.png", "board_1.png"}
+    runtime = Runtime.load(reference_checkpoint, device="cpu")
+    for name in ("board_0.png", "board_1.png"):
+        frame = cv2.imread(str(frames / name), cv2.IMREAD_GRAYSCALE)
+        warped, reg = register(cv2.imread(str(golden / name), cv2.IMREAD_GRAYSCALE), frame)
+        assert reg.ok
+        (want,) = runtime.predict([frame], conf=0.25, references=[warped])
+        got = np.array([r["bbox"] for r in records if r["file_name"] == name], np.float32).reshape(-1, 4)
+        assert len(got) == len(want) > 0
+        wx, wy = want.boxes[:, 0].numpy(), want.boxes[:, 1].numpy()
+        np.testing.assert_allclose(np.sort(got[:, 0]), np.sort(wx), atol=0.02)  # same boxes, in the frame's own pixels
+        np.testing.assert_allclose(np.sort(got[:, 1]), np.sort(wy), atol=0.02)
+        assert (got[:, 0] >= 0).all() and (got[:, 0] + got[:, 2] <= REF_W + 0.01).all() and (got[:, 1] + got[:, 3] <= REF_H + 0.01).all()
+
+
+def test_predict_with_one_golden_image_for_every_frame(
+    reference_checkpoint: Path, board_pairs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    frames, golden = board_pairs
+    single = tmp_path / "frames"
+    single.mkdir()
+    board = cv2.imread(str(frames / "board_0.png"), cv2.IMREAD_GRAYSCALE)
+    for i, (dx, dy) in enumerate(((0.0, 0.0), (1.5, -1.0), (-2.0, 2.5))):  # one fixture, the board placed slightly differently
+        assert cv2.imwrite(str(single / f"shot_{i}.png"), _shifted(board, dx, dy))
+    out_json = tmp_path / "pred.json"
+    argv = ["predict", str(single), "--weights", str(reference_checkpoint), "--reference", str(golden / "board_0.png"),
+            "--save-json", str(out_json), "--threads", "1", "--device", "cpu"]  # fmt: skip
+    assert main(argv) == 0
+    assert "frames 3 (processed 3, skipped 0)" in capsys.readouterr().out
+    records = json.loads(out_json.read_text())
+    assert {r["file_name"] for r in records} == {f"shot_{i}.png" for i in range(3)}
+
+
+def test_reference_flag_must_match_the_model(
+    checkpoint: Path, reference_checkpoint: Path, board_pairs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    frames, golden = board_pairs
+    assert main(["predict", str(frames), "--weights", str(checkpoint), "--reference", str(golden), "--device", "cpu"]) == 2
+    assert "is a single-image model: --reference needs a reference model" in capsys.readouterr().err
+    assert main(["predict", str(frames), "--weights", str(reference_checkpoint), "--device", "cpu"]) == 2
+    assert "is a golden-template model: give each frame's reference with --reference REF" in capsys.readouterr().err
+    assert main(["predict", str(frames), "--weights", str(reference_checkpoint), "--reference", "nowhere", "--device", "cpu"]) == 2
+    assert "nowhere: reference image or folder not found" in capsys.readouterr().err

@@ -13,8 +13,9 @@ from small_checkpoint import write_small_checkpoint
 from torch import nn
 
 from defect_detector.config import DEEPPCB_CLASSES
-from defect_detector.data.synth import generate_board
-from defect_detector.deploy.export import ExportError, build_meta, export_torchscript
+from defect_detector.data.letterbox import letterbox
+from defect_detector.data.synth import generate_board, generate_board_pair
+from defect_detector.deploy.export import ExportError, build_meta, export_torchscript, shifted_copy
 from defect_detector.deploy.onednn import onednn_available
 from defect_detector.deploy.runtime import Runtime, archive_meta
 from defect_detector.model.checkpoint import is_torchscript_archive, load_checkpoint
@@ -31,11 +32,33 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_small_checkpoint(tmp_path_factory.mktemp("ckpt") / "small.pt", IMGSZ)
 
 
-@pytest.fixture(scope="module")
-def runtime(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Runtime:
-    out = tmp_path_factory.mktemp("export") / "small.torchscript.pt"
+def _exported_runtime(checkpoint: Path, folder: Path) -> Runtime:
+    """``checkpoint`` exported to TorchScript in ``folder`` (no optimisation pass) and loaded on the CPU."""
+    out = folder / f"{checkpoint.stem}.torchscript.pt"
     export_torchscript(load_checkpoint(checkpoint), out, optimize=False)
     return Runtime.load(out, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def runtime(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Runtime:
+    return _exported_runtime(checkpoint, tmp_path_factory.mktemp("export"))
+
+
+@pytest.fixture(scope="module")
+def reference_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_small_checkpoint(tmp_path_factory.mktemp("ref_ckpt") / "ref.pt", IMGSZ, in_channels=2)
+
+
+@pytest.fixture(scope="module")
+def reference_runtime(reference_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Runtime:
+    return _exported_runtime(reference_checkpoint, tmp_path_factory.mktemp("ref_export"))
+
+
+@pytest.fixture(scope="module")
+def board_pair() -> tuple[np.ndarray, np.ndarray]:
+    """A non-square 600x800 (H x W) board and its template, moved by 2 px as a registered reference would be."""
+    image, template = generate_board_pair(600, 800, np.random.default_rng(4))[:2]
+    return image, shifted_copy(template, 2, 1)
 
 
 @pytest.fixture(scope="module")
@@ -240,3 +263,86 @@ def test_tta_default_comes_from_the_model(checkpoint: Path, tmp_path: Path) -> N
     assert Runtime.load(out, device="cpu", tta="none").tta == "none"
     with pytest.raises(ValueError, match="unknown TTA mode 'x'"):
         Runtime.load(out, device="cpu", tta="x")
+
+
+class RecordingBoxModel(FixedBoxModel):
+    """:class:`FixedBoxModel` that keeps its last input."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.seen = x.clone()
+        return super().forward(x)
+
+
+def test_reference_runtime_reads_channels(reference_runtime: Runtime, reference_checkpoint: Path, runtime: Runtime) -> None:
+    assert reference_runtime.channels == 2 and reference_runtime.meta["reference"] is True and runtime.channels == 1
+    assert Runtime.load(reference_checkpoint, device="cpu", trace=False).channels == 2  # eager: from the model
+    old_meta = {k: v for k, v in build_meta(DEEPPCB_CLASSES, 640, (8, 16, 32), ()).items() if k not in ("channels", "reference")}
+    assert Runtime(FixedBoxModel((0, 0, 1, 1)), old_meta, torch.device("cpu"), torch.float32, "test", Path("old")).channels == 1
+    reference_runtime.warmup(iterations=1, batch=2)  # a 1-channel warm-up input would not fit this model
+
+
+def test_predict_with_references_in_original_pixels(reference_runtime: Runtime, board_pair: tuple[np.ndarray, np.ndarray]) -> None:
+    image, reference = board_pair
+    results = reference_runtime.predict([image], conf=0.25, references=[reference])
+    batch, metas = reference_runtime.preprocess([image], [reference])
+    assert batch.shape == (1, 2, IMGSZ, IMGSZ) and batch.dtype == torch.float32
+    assert (metas[0].orig_h, metas[0].orig_w) == (600, 800) and metas[0].pad_y > 0  # non-square: padded rows
+    for channel, source in enumerate((image, reference)):  # both letterboxed with the frame's geometry
+        np.testing.assert_array_equal((batch[0, channel] * 255).round().byte().numpy(), letterbox(source, IMGSZ)[0])
+    pred, _ = reference_runtime.infer(batch)
+    expected = postprocess(pred, metas, 0.25, 0.5, 100)[0]
+    boxes = results[0].boxes
+    assert len(boxes) > 0
+    torch.testing.assert_close(boxes, expected["boxes"])
+    assert float(boxes[:, 0::2].max()) <= 800 and float(boxes[:, 1::2].max()) <= 600 and float(boxes.min()) >= 0
+    assert float(boxes[:, 0::2].max()) > IMGSZ or float(boxes[:, 1::2].max()) > IMGSZ  # not letterboxed pixels
+    blank = np.full_like(reference, 114)  # the reference must reach the model:
+    other_pred, other_stats = reference_runtime.infer(reference_runtime.preprocess([image], [blank])[0])
+    assert float((other_pred - pred).abs().max()) > 1e-4 and not torch.allclose(other_stats, results[0].stats[None], atol=1e-3)
+
+
+def test_known_box_with_a_reference_maps_to_original_pixels() -> None:
+    meta = build_meta(DEEPPCB_CLASSES, 640, (8, 16, 32), (), channels=2)
+    model = RecordingBoxModel((150.0, 120.0, 250.0, 220.0))
+    runtime = Runtime(model, meta, torch.device("cpu"), torch.float32, "test", Path("fixed"))
+    frame = np.zeros((1536, 2048), np.uint8)
+    reference = np.full((1536, 2048, 3), 255, np.uint8)  # BGR: converted to gray like a frame
+    result = runtime.predict([frame], references=[reference])
+    np.testing.assert_allclose(result[0].boxes.numpy(), [[480.0, 128.0, 800.0, 448.0]], atol=1e-3)
+    assert model.seen.shape == (1, 2, 640, 640)
+    assert float(model.seen[0, 0, 320, 320]) == 0.0 and float(model.seen[0, 1, 320, 320]) == 1.0
+    assert float(model.seen[0, 1, 10, 320]) == pytest.approx(114 / 255)  # padding rows (pad_y 80) as in channel 0
+
+
+def test_reference_errors_name_the_frame(reference_runtime: Runtime, runtime: Runtime, board_pair: tuple[np.ndarray, np.ndarray]) -> None:
+    image, reference = board_pair
+    with pytest.raises(ValueError, match="frame 0: no reference"):
+        reference_runtime.predict([image])
+    with pytest.raises(ValueError, match="frame 1: no reference"):
+        reference_runtime.predict([image, image], references=[reference, None])
+    with pytest.raises(ValueError, match="2 references for 1 frames"):
+        reference_runtime.predict([image], references=[reference, reference])
+    with pytest.raises(ValueError, match=r"frame 1: reference is 800x599 px, the frame 800x600"):
+        reference_runtime.preprocess([image, image], [reference, reference[:-1]])
+    with pytest.raises(ValueError, match="reference of frame 0: expected dtype"):
+        reference_runtime.preprocess([image], [reference.astype(np.float32)])
+    with pytest.raises(ValueError, match="frame 0: a reference was given, but this model takes 1 input channel"):
+        runtime.predict([image], references=[reference])
+    assert len(runtime.predict([image], references=[None])) == 1  # no reference at all is fine for a 1-channel model
+
+
+def test_tta_orients_the_reference_with_its_frame(reference_runtime: Runtime, board_pair: tuple[np.ndarray, np.ndarray]) -> None:
+    image, reference = board_pair
+    batch, _ = reference_runtime.preprocess([image], [reference])
+    modes = orientations("d8")
+    oriented = orient_images(batch, modes)  # [8, 2, S, S]
+    for channel in (0, 1):
+        torch.testing.assert_close(oriented[:, channel : channel + 1], orient_images(batch[:, channel : channel + 1], modes))
+    reference_runtime.set_tta("flip2")
+    try:
+        tta_pred, _ = reference_runtime.infer(batch)
+        reference_runtime.set_tta("none")
+        each, _ = reference_runtime.infer(orient_images(batch, orientations("flip2")))
+    finally:
+        reference_runtime.set_tta("none")
+    torch.testing.assert_close(tta_pred, merge_predictions(each, orientations("flip2"), reference_runtime.meta["strides"], IMGSZ))

@@ -127,8 +127,15 @@ def test_video_file_read_end_to_end(tmp_path: Path) -> None:
 def test_stream_failure_is_retried_with_backoff(caplog: pytest.LogCaptureFixture) -> None:
     # 3 frames, then the stream drops; the first reopen fails, the second yields 2 more frames; then nothing opens.
     factory = FakeFactory([FakeCapture(3), FakeCapture(0, opened=False), FakeCapture(2, raise_on_read=True, start=100)])
-    source = FrameSource("rtsp://fake", "stream", target="rtsp://fake", capture_factory=factory,
-                         reconnect_attempts=3, reconnect_delay=0.001, max_reconnect_delay=0.004)
+    source = FrameSource(
+        "rtsp://fake",
+        "stream",
+        target="rtsp://fake",
+        capture_factory=factory,
+        reconnect_attempts=3,
+        reconnect_delay=0.001,
+        max_reconnect_delay=0.004,
+    )
     with caplog.at_level("WARNING", logger="defect_detector.deploy"), source:
         frames = list(source)
     assert [f.index for f in frames] == [0, 1, 2, 3, 4]

@@ -9,8 +9,10 @@ from defect_detector.config import AugmentConfig
 from defect_detector.data.transforms import (
     InvertNegatives,
     SpecularGlare,
+    apply_pair_transforms,
     apply_transforms,
     build_bbox_params,
+    build_pair_transforms,
     build_transforms,
 )
 
@@ -197,3 +199,54 @@ def test_invert_negatives_sees_the_boxes_left_after_cropping() -> None:
         assert inverted == (len(out_boxes) == 0)
         seen[inverted] += 1
     assert seen[True] > 0 and seen[False] > 0
+
+
+PAIR_GEOMETRY = dataclasses.replace(GEOMETRIC_ONLY, transpose=0.5, crop_size=160, crop_focus=0.5, ref_p=0.0)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_pair_geometry_moves_image_and_reference_together(seed: int) -> None:
+    image, boxes, labels = _scene()
+    transform = build_pair_transforms(PAIR_GEOMETRY, train=True, seed=seed)
+    out_image, out_ref, out_boxes, out_labels = apply_pair_transforms(transform, image, image.copy(), boxes, labels)
+    assert out_image.shape == out_ref.shape == (160, 160)
+    np.testing.assert_array_equal(out_image, out_ref)  # every rectangle at the same place in both channels
+    assert len(out_boxes) == len(out_labels)
+
+
+def test_pair_photometric_jitter_is_drawn_independently() -> None:
+    cfg = AugmentConfig(
+        hflip=0.0, vflip=0.0, rotate_p=0.0, affine_p=0.0, brightness=0.3, contrast=0.3, photometric_p=1.0, blur_p=0.0, noise_p=0.0,
+        glare_p=0.0, ref_p=0.0,
+    )  # fmt: skip
+    image, boxes, labels = _scene()
+    means = []
+    for seed in range(6):
+        out_image, out_ref, _, _ = apply_pair_transforms(build_pair_transforms(cfg, True, seed), image, image.copy(), boxes, labels)
+        means.append(abs(float(out_image.mean()) - float(out_ref.mean())))
+    assert max(means) > 2.0  # same input, different lighting draws
+
+
+def test_pair_residual_moves_the_reference_alone_within_its_bounds() -> None:
+    cfg = AugmentConfig(
+        hflip=0.0, vflip=0.0, rotate_p=0.0, affine_p=0.0, photometric_p=0.0, blur_p=0.0, noise_p=0.0, glare_p=0.0,
+        ref_shift=3.0, ref_rotate=0.5, ref_p=1.0,
+    )  # fmt: skip
+    image, boxes, labels = _scene()
+    moved = 0
+    for seed in range(10):
+        out_image, out_ref, out_boxes, _ = apply_pair_transforms(build_pair_transforms(cfg, True, seed), image, image.copy(), boxes, labels)
+        np.testing.assert_array_equal(out_image, image)
+        np.testing.assert_array_equal(out_boxes, boxes)
+        got, want = _objects(out_ref), _objects(image)
+        for label, box in want.items():
+            # 3 px of shift plus 0.5 degrees about the centre move no corner of a 320x240 scene by more than ~4.4 px
+            assert np.abs(got[label] - box).max() <= 5.0
+        moved += int(not np.array_equal(out_ref, image))
+    assert moved == 10
+
+
+def test_pair_transforms_refuse_a_reference_of_another_size() -> None:
+    image, boxes, labels = _scene()
+    with pytest.raises(ValueError, match="reference is 100x50, image is 320x240"):
+        apply_pair_transforms(None, image, np.zeros((50, 100), np.uint8), boxes, labels)

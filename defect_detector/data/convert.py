@@ -56,9 +56,11 @@ def deeppcb_to_coco(src_dir: str | os.PathLike[str], split_file: str | os.PathLi
     Each split line is ``groupX/X/<id>.jpg groupX/X_not/<id>.txt`` (relative to ``src_dir``); the
     inspected image is ``groupX/X/<id>_test.jpg``. Annotation lines are ``x1 y1 x2 y2 type``
     (pixels, type 1..6 = category id, see ``DEEPPCB_CLASSES``). A malformed line raises
-    :class:`DatasetError` naming the file and line number. With ``templates``, each pair's defect-free
-    template ``groupX/X/<id>_temp.jpg`` follows its inspected image as an image without annotations
-    (hard negatives: the same pads, holes and tracks, none of them a defect).
+    :class:`DatasetError` naming the file and line number. Each inspected image's ``reference`` is its
+    defect-free template ``groupX/X/<id>_temp.jpg`` (golden-template inspection). With ``templates``,
+    each template also follows its inspected image as an image without annotations (hard negatives:
+    the same pads, holes and tracks, none of them a defect), with itself as its reference (a pair with
+    no difference and no defect).
     """
     src = Path(src_dir)
     split = Path(split_file)
@@ -82,14 +84,16 @@ def deeppcb_to_coco(src_dir: str | os.PathLike[str], split_file: str | os.PathLi
             raise DatasetError(f"{split}:{line_no}: {image_rel} is listed twice")
         seen.add(file_name)
         width, height = _image_size(src / file_name)
+        template = stem + TEMPLATE_SUFFIX
+        if not (src / template).is_file():
+            raise DatasetError(f"{src / template}: missing template (the reference of {file_name})")
         image_id = len(images) + 1
-        images.append({"id": image_id, "file_name": file_name, "width": width, "height": height})
+        images.append({"id": image_id, "file_name": file_name, "width": width, "height": height, "reference": template})
         for x1, y1, x2, y2, category_id in _read_deeppcb_txt(src / txt_rel):
             annotations.append(_annotation(len(annotations) + 1, image_id, category_id, x1, y1, x2, y2))
         if templates:
-            template = stem + TEMPLATE_SUFFIX
             width, height = _image_size(src / template)
-            images.append({"id": len(images) + 1, "file_name": template, "width": width, "height": height})
+            images.append({"id": len(images) + 1, "file_name": template, "width": width, "height": height, "reference": template})
     return _coco(images, annotations, DEEPPCB_CLASSES, src, f"DeepPCB split {split.name}")
 
 
@@ -204,6 +208,31 @@ def yolo_to_coco(labels_dir: str | os.PathLike[str], images_dir: str | os.PathLi
             x2, y2 = (cx + bw / 2) * width, (cy + bh / 2) * height
             annotations.append(_annotation(len(annotations) + 1, image_id, cls + 1, x1, y1, x2, y2))
     return _coco(images, annotations, names, root, f"converted from YOLO {labels_dir}")
+
+
+def attach_references(coco: dict[str, Any], references_dir: str | os.PathLike[str]) -> list[str]:
+    """Give each image entry of ``coco`` its golden ``reference``: the file in ``references_dir`` with the
+    image's relative path, else the first with its file name (searched recursively). ``reference`` is
+    written relative to ``info.images_root``. Returns the ``file_name`` of the images left without one
+    (the dataset then counts them as bad inputs for a reference model). Modifies ``coco`` in place.
+    """
+    refs = Path(references_dir)
+    if not refs.is_dir():
+        raise DatasetError(f"{refs}: references folder not found")
+    root = Path(coco["info"]["images_root"]).resolve()
+    by_name: dict[str, Path] = {}
+    for path in sorted(refs.rglob("*")):
+        if path.suffix.lower() in IMAGE_SUFFIXES:
+            by_name.setdefault(path.name, path)
+    missing = []
+    for img in coco["images"]:
+        candidate = refs / img["file_name"]
+        found = candidate if candidate.is_file() else by_name.get(Path(img["file_name"]).name)
+        if found is None:
+            missing.append(img["file_name"])
+            continue
+        img["reference"] = os.path.relpath(found.resolve(), root)
+    return missing
 
 
 def _group(file_name: str) -> str:

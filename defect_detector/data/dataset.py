@@ -26,18 +26,29 @@ import torch
 from pycocotools.coco import COCO
 
 from defect_detector.data.letterbox import boxes_to_letterbox, letterbox
-from defect_detector.data.transforms import apply_transforms
+from defect_detector.data.transforms import PairTransform, apply_pair_transforms, apply_transforms
 
 logger = logging.getLogger("defect_detector.data")
 
 _BOX_SLOP = 1.0
 _MAX_WARNINGS_PER_REASON = 10
 _UNREADABLE = "unreadable image"
+_UNREADABLE_REFERENCE = "unreadable reference"
+_MISREGISTERED = "reference does not match its image"
+_LOAD_FAILURES = (_UNREADABLE, _UNREADABLE_REFERENCE, _MISREGISTERED)  # codes 1, 2, 3 in the shared flags
 _MAX_READ_ATTEMPTS = 16
 
 
 class DatasetError(ValueError):
     """Bad dataset input; the message names the file (or annotation id) and the problem."""
+
+
+class SampleError(DatasetError):
+    """A sample that cannot be loaded; ``reason`` is one of the load-failure reasons counted in ``skipped``."""
+
+    def __init__(self, message: str, reason: str = _UNREADABLE) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 def to_gray_uint8(image: np.ndarray) -> tuple[np.ndarray, list[str]]:
@@ -102,7 +113,8 @@ def load_image_gray(path: str | os.PathLike[str]) -> np.ndarray:
 
 @dataclass(frozen=True)
 class _Record:
-    """One image: its file, COCO id, annotated size, and boxes (float32 [N, 4] xyxy) with labels (int64 [N])."""
+    """One image: its file, COCO id, annotated size, boxes (float32 [N, 4] xyxy) with labels (int64 [N]),
+    and its reference file (reference datasets only)."""
 
     path: str
     image_id: int
@@ -110,6 +122,7 @@ class _Record:
     height: int
     boxes: np.ndarray
     labels: np.ndarray
+    reference: str | None = None
 
 
 class CocoDetectionDataset(torch.utils.data.Dataset):
@@ -124,10 +137,17 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
         transform: augmentation from :func:`defect_detector.data.transforms.build_transforms` (original frame).
         on_bad: ``"error"`` raises :class:`DatasetError` on the first bad input; ``"skip"`` drops it,
             logs a warning on logger ``defect_detector.data`` and counts it in ``self.skipped``.
+        reference: pair each image with its golden reference (the image entry's ``reference`` file,
+            relative to ``images_root``); samples become ``[2, imgsz, imgsz]`` (image, reference) and
+            ``transform`` must come from :func:`~defect_detector.data.transforms.build_pair_transforms`.
+            An entry without a reference, or whose reference file is missing, is a bad input.
+        register: align each reference to its image (:func:`defect_detector.data.register.register`)
+            before augmentation; a pair that does not register is a bad input, never used misaligned.
 
     ``self.coco`` indexes the validated annotations (clipped boxes, skipped entries removed), so an
     evaluator sees exactly the ground truth the samples carry. A sample is
-    ``(image float32 [1, imgsz, imgsz] in [0, 1], target)`` with ``target = {"boxes": float32 [N, 4]
+    ``(image float32 [C, imgsz, imgsz] in [0, 1], target)`` (C = 1, or 2 with ``reference``: image, reference)
+    with ``target = {"boxes": float32 [N, 4]
     xyxy in the letterboxed frame, "labels": int64 [N], "image_id": int, "letterbox": LetterboxMeta}``.
     Crowd annotations (``iscrowd: 1``) stay in ``self.coco`` but are not training targets.
     In "skip" mode an unreadable image is replaced by the next readable one. Which images proved
@@ -141,8 +161,10 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
         images_root: str | os.PathLike[str] | None,
         class_names: Sequence[str],
         imgsz: int,
-        transform: A.Compose | None = None,
+        transform: A.Compose | PairTransform | None = None,
         on_bad: str = "skip",
+        reference: bool = False,
+        register: bool = False,
     ) -> None:
         if on_bad not in ("skip", "error"):
             raise ValueError(f"on_bad must be 'skip' or 'error', got {on_bad!r}")
@@ -151,6 +173,8 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
         self.imgsz = imgsz
         self.transform = transform
         self.on_bad = on_bad
+        self.reference = reference
+        self.register = register
         self._found: Counter[str] = Counter()
         self._warned: set[str] = set()
 
@@ -158,6 +182,11 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
         self.images_root = _resolve_images_root(self.ann_file, raw, images_root)
         self.label_to_cat_id, cat_names = self._categories(raw["categories"])
         cat_to_label = {cat_id: label for label, cat_id in self.label_to_cat_id.items()}
+        if reference and raw["images"] and not any(isinstance(img, dict) and "reference" in img for img in raw["images"]):
+            raise DatasetError(
+                f"{self.ann_file}: no image entry has a 'reference'; a reference model needs each image's golden board "
+                "(convert deeppcb writes them; convert voc|yolo --references DIR)"
+            )
         images, dropped_ids = self._images(raw["images"])
         kept_anns = self._annotations(raw["annotations"], images, dropped_ids, cat_to_label, cat_names)
 
@@ -165,7 +194,7 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
         self.coco = _build_coco(raw.get("info", {}), list(images.values()), kept_anns, categories)
         self.image_ids: list[int] = sorted(images)
         self._records = [self._record(images[i], kept_anns.get(i, []), cat_to_label) for i in self.image_ids]
-        self._unreadable = torch.zeros(len(self._records), dtype=torch.bool).share_memory_()  # [N], set by any worker
+        self._failed = torch.zeros(len(self._records), dtype=torch.int8).share_memory_()  # [N] load-failure code, any worker
         if sum(self.skipped.values()):
             logger.warning("%s", self.report())
 
@@ -184,10 +213,11 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
         found unreadable when loaded, by this process or any DataLoader worker (``_found`` counts those of
         this process only, so their count comes from the shared flags)."""
         counts = Counter(self._found)
-        del counts[_UNREADABLE]
-        unreadable = int(self._unreadable.sum())
-        if unreadable:
-            counts[_UNREADABLE] = unreadable
+        for code, reason in enumerate(_LOAD_FAILURES, start=1):
+            del counts[reason]
+            found = int((self._failed == code).sum())
+            if found:
+                counts[reason] = found
         return counts
 
     def _categories(self, categories: list[Any]) -> tuple[dict[int, int], dict[int, str]]:
@@ -230,8 +260,28 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
                 self._bad("zero-byte image file", str(path))
                 dropped.add(img["id"])
                 continue
+            if self.reference and not self._reference_ok(img, where):
+                dropped.add(img["id"])
+                continue
             images[img["id"]] = img
         return images, dropped
+
+    def _reference_ok(self, img: dict[str, Any], where: str) -> bool:
+        """Whether an image entry names a reference file that exists and is non-empty (else counted as bad)."""
+        name = img.get("reference")
+        if not isinstance(name, str) or not name:
+            self._bad("image has no reference", where, "a reference model needs each image entry's 'reference' file")
+            return False
+        path = self.images_root / name
+        try:
+            size = path.stat().st_size
+        except OSError:
+            self._bad("missing reference file", str(path), f"reference of {img['file_name']}")
+            return False
+        if size == 0:
+            self._bad("zero-byte reference file", str(path))
+            return False
+        return True
 
     def _annotations(
         self,
@@ -297,6 +347,7 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
             height=int(img["height"]),
             boxes=boxes.reshape(-1, 4),
             labels=labels,
+            reference=str(self.images_root / img["reference"]) if self.reference else None,
         )
 
     def report(self) -> str:
@@ -316,30 +367,64 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
             raise IndexError(f"index {index} out of range for {n} images")
         for attempt in range(min(n, _MAX_READ_ATTEMPTS)):
             j = (index + attempt) % n
-            if self._unreadable[j]:
+            if self._failed[j]:
                 continue
             try:
                 return self._load(self._records[j])
             except DatasetError as exc:
                 if self.on_bad == "error":
                     raise
-                self._unreadable[j] = True
-                self._bad(_UNREADABLE, str(exc))
+                reason = exc.reason if isinstance(exc, SampleError) else _UNREADABLE
+                self._failed[j] = _LOAD_FAILURES.index(reason) + 1
+                self._bad(reason, str(exc))
         raise DatasetError(f"{self.ann_file}: no readable image within {_MAX_READ_ATTEMPTS} samples of index {index}")
 
-    def _load(self, rec: _Record) -> tuple[torch.Tensor, dict[str, Any]]:
-        image, kinds = _decode(rec.path)
+    def _read(self, path: str, reason: str) -> np.ndarray:
+        """Decode ``path`` as uint8 ``[H, W]`` (warning once per conversion kind); :class:`SampleError` with ``reason``."""
+        try:
+            image, kinds = _decode(path)
+        except DatasetError as exc:
+            raise SampleError(str(exc), reason) from exc
         for kind in kinds:
             if kind not in self._warned:
                 self._warned.add(kind)
-                logger.warning("%s: converting %s images to 8-bit grayscale (first: %s)", self.ann_file, kind, rec.path)
+                logger.warning("%s: converting %s images to 8-bit grayscale (first: %s)", self.ann_file, kind, path)
+        return image
+
+    def _aligned_reference(self, rec: _Record, image: np.ndarray) -> np.ndarray:
+        """The record's reference as uint8 ``[H, W]`` in the image's frame (registered when ``self.register``)."""
+        assert rec.reference is not None
+        reference = self._read(rec.reference, _UNREADABLE_REFERENCE)
+        if self.register:
+            from defect_detector.data.register import register
+
+            reference, result = register(reference, image)
+            if not result.ok:
+                raise SampleError(f"{rec.reference}: does not match {rec.path} (registration score {result.score:.2f})", _MISREGISTERED)
+        elif reference.shape != image.shape:
+            raise SampleError(
+                f"{rec.reference}: reference is {reference.shape[1]}x{reference.shape[0]}, its image {rec.path} is "
+                f"{image.shape[1]}x{image.shape[0]} (turn registration on, or supply references of the image's size)",
+                _MISREGISTERED,
+            )
+        return reference
+
+    def _load(self, rec: _Record) -> tuple[torch.Tensor, dict[str, Any]]:
+        image = self._read(rec.path, _UNREADABLE)
         if image.shape != (rec.height, rec.width):
             raise DatasetError(f"{rec.path}: image is {image.shape[1]}x{image.shape[0]}, annotations say {rec.width}x{rec.height}")
         boxes, labels = rec.boxes, rec.labels
-        if self.transform is not None:
-            image, boxes, labels = apply_transforms(self.transform, image, boxes, labels)
-        canvas, meta = letterbox(image, self.imgsz)
-        tensor = torch.from_numpy(canvas).unsqueeze(0).float().div_(255.0)
+        if self.reference:
+            reference = self._aligned_reference(rec, image)
+            image, reference, boxes, labels = apply_pair_transforms(self.transform, image, reference, boxes, labels)
+            canvas, meta = letterbox(image, self.imgsz)
+            channels = np.stack([canvas, letterbox(reference, self.imgsz)[0]])
+        else:
+            if self.transform is not None:
+                image, boxes, labels = apply_transforms(self.transform, image, boxes, labels)
+            canvas, meta = letterbox(image, self.imgsz)
+            channels = canvas[None]
+        tensor = torch.from_numpy(channels).float().div_(255.0)
         target = {
             "boxes": torch.from_numpy(boxes_to_letterbox(boxes.astype(np.float32), meta)).reshape(-1, 4),
             "labels": torch.from_numpy(labels.astype(np.int64)),

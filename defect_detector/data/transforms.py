@@ -91,6 +91,31 @@ class InvertNegatives(A.ImageOnlyTransform):
         return 255 - img if negative else img
 
 
+class RigidJitter(A.ImageOnlyTransform):
+    """Move an image by a random rigid transform: a shift of up to ``shift`` pixels along each axis
+    and a rotation of up to ``degrees`` about the image centre (bilinear; the exposed border is
+    filled with 114). Simulates the residual error of registering a reference to its frame."""
+
+    def __init__(self, shift: float = 2.0, degrees: float = 0.3, p: float = 1.0):
+        super().__init__(p=p)
+        self.shift = shift
+        self.degrees = degrees
+
+    def get_params(self) -> dict[str, Any]:
+        rnd = self.py_random
+        return {
+            "dx": rnd.uniform(-self.shift, self.shift),
+            "dy": rnd.uniform(-self.shift, self.shift),
+            "angle": rnd.uniform(-self.degrees, self.degrees),
+        }
+
+    def apply(self, img: np.ndarray, dx: float, dy: float, angle: float, **params: Any) -> np.ndarray:
+        h, w = img.shape[:2]
+        matrix = cv2.getRotationMatrix2D(((w - 1) / 2.0, (h - 1) / 2.0), angle, 1.0)
+        matrix[:, 2] += (dx, dy)
+        return cv2.warpAffine(img, matrix, (w, h), flags=cv2.INTER_LINEAR, borderMode=_BORDER, borderValue=_FILL)
+
+
 def build_bbox_params(cfg: AugmentConfig) -> A.BboxParams:
     """pascal_voc (xyxy pixel) box handling: drop boxes mostly cut off or smaller than ``min_box_size``."""
     return A.BboxParams(
@@ -103,14 +128,8 @@ def build_bbox_params(cfg: AugmentConfig) -> A.BboxParams:
     )
 
 
-def build_transforms(cfg: AugmentConfig | None, train: bool, seed: int | None = None) -> A.Compose | None:
-    """The training augmentation pipeline for ``cfg``, or None (evaluation, no config, or nothing enabled).
-
-    ``seed`` fixes albumentations' own random state (it ignores numpy/random global seeds);
-    :func:`defect_detector.data.collate.build_loader` reseeds it per worker.
-    """
-    if not train or cfg is None:
-        return None
+def _geometric_steps(cfg: AugmentConfig) -> list[A.BasicTransform]:
+    """Transforms that move pixels (and boxes); for pairs they act on the image and its reference alike."""
     steps: list[A.BasicTransform] = []
     if cfg.hflip > 0:
         steps.append(A.HorizontalFlip(p=cfg.hflip))
@@ -136,6 +155,14 @@ def build_transforms(cfg: AugmentConfig | None, train: bool, seed: int | None = 
         focused = A.AtLeastOneBBoxRandomCrop(cfg.crop_size, cfg.crop_size, p=cfg.crop_focus)
         anywhere = A.RandomCrop(cfg.crop_size, cfg.crop_size, p=1.0 - cfg.crop_focus)
         steps.append(A.OneOf([focused, anywhere], p=1.0))
+    if cfg.invert_negatives > 0:
+        steps.append(InvertNegatives(p=cfg.invert_negatives))
+    return steps
+
+
+def _photometric_steps(cfg: AugmentConfig) -> list[A.BasicTransform]:
+    """Transforms of grey levels only (lighting, optics, sensor); for pairs each image draws its own."""
+    steps: list[A.BasicTransform] = []
     photometric: list[A.BasicTransform] = []
     if cfg.brightness > 0 or cfg.contrast > 0:
         photometric.append(A.RandomBrightnessContrast(brightness_limit=cfg.brightness, contrast_limit=cfg.contrast, p=1.0))
@@ -150,14 +177,82 @@ def build_transforms(cfg: AugmentConfig | None, train: bool, seed: int | None = 
         steps.append(A.OneOf(noises, p=cfg.noise_p))
     if cfg.glare_p > 0:
         steps.append(SpecularGlare(p=cfg.glare_p))
-    if cfg.invert_negatives > 0:
-        steps.append(InvertNegatives(p=cfg.invert_negatives))
+    return steps
+
+
+def build_transforms(cfg: AugmentConfig | None, train: bool, seed: int | None = None) -> A.Compose | None:
+    """The training augmentation pipeline for ``cfg``, or None (evaluation, no config, or nothing enabled).
+
+    ``seed`` fixes albumentations' own random state (it ignores numpy/random global seeds);
+    :func:`defect_detector.data.collate.build_loader` reseeds it per worker. The inversion of
+    negatives runs last, after the photometric steps, as it always has.
+    """
+    if not train or cfg is None:
+        return None
+    geometric = _geometric_steps(cfg)
+    invert = [t for t in geometric if isinstance(t, InvertNegatives)]
+    steps = [t for t in geometric if not isinstance(t, InvertNegatives)] + _photometric_steps(cfg) + invert
     if not steps:
         return None
     return A.Compose(steps, bbox_params=build_bbox_params(cfg), seed=seed)
 
 
-def _min_box_size(transform: A.Compose | None) -> float:
+class PairTransform:
+    """Augmentation of an (image, reference) pair, both uint8 ``[H, W]`` in the image's frame.
+
+    ``geometric`` (albumentations, the reference as an ``additional_targets`` image) moves both and
+    the boxes identically; ``photometric`` runs once on the image and once, with its own draw, on the
+    reference; ``residual`` then moves the reference alone by a small random rigid transform (the
+    error registration leaves). Each part is an ``A.Compose`` or None; ``set_random_seed`` seeds all.
+    """
+
+    def __init__(self, geometric: A.Compose | None, photometric: A.Compose | None, residual: A.Compose | None) -> None:
+        self.geometric = geometric
+        self.photometric = photometric
+        self.residual = residual
+
+    def set_random_seed(self, seed: int) -> None:
+        for offset, part in enumerate((self.geometric, self.photometric, self.residual)):
+            if part is not None:
+                part.set_random_seed(seed + offset)
+
+    def __call__(
+        self, image: np.ndarray, reference: np.ndarray, boxes: np.ndarray, labels: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Returns ``(image, reference, boxes float32 [M, 4], labels int64 [M])`` in the augmented frame."""
+        if self.geometric is not None:
+            out = self.geometric(image=image, reference=reference, bboxes=boxes, labels=labels)
+            image, reference, boxes, labels = out["image"], out["reference"], out["bboxes"], out["labels"]
+        if self.photometric is not None:
+            image = self.photometric(image=image)["image"]
+            reference = self.photometric(image=reference)["image"]
+        if self.residual is not None:
+            reference = self.residual(image=reference)["image"]
+        return image, reference, np.asarray(boxes, np.float32).reshape(-1, 4), np.asarray(labels, np.int64).reshape(-1)
+
+
+def build_pair_transforms(cfg: AugmentConfig | None, train: bool, seed: int | None = None) -> PairTransform | None:
+    """The pair-aware training pipeline for reference models (see :class:`PairTransform`), or None."""
+    if not train or cfg is None:
+        return None
+    geometric = _geometric_steps(cfg)
+    photometric = _photometric_steps(cfg)
+    residual = None
+    if cfg.ref_p > 0 and (cfg.ref_shift > 0 or cfg.ref_rotate > 0):
+        move = RigidJitter(cfg.ref_shift, cfg.ref_rotate, p=cfg.ref_p)
+        residual = A.Compose([move], seed=seed)
+    return PairTransform(
+        A.Compose(geometric, bbox_params=build_bbox_params(cfg), additional_targets={"reference": "image"}, seed=seed)
+        if geometric
+        else None,
+        A.Compose(photometric, seed=seed) if photometric else None,
+        residual,
+    )
+
+
+def _min_box_size(transform: A.Compose | PairTransform | None) -> float:
+    if isinstance(transform, PairTransform):
+        transform = transform.geometric
     processor = transform.processors.get("bboxes") if transform is not None else None
     if processor is None:
         return 1.0
@@ -167,6 +262,16 @@ def _min_box_size(transform: A.Compose | None) -> float:
 def _drop_small(boxes: np.ndarray, labels: np.ndarray, min_size: float) -> tuple[np.ndarray, np.ndarray]:
     keep = ((boxes[:, 2] - boxes[:, 0]) >= min_size) & ((boxes[:, 3] - boxes[:, 1]) >= min_size)
     return boxes[keep], labels[keep]
+
+
+def _clip_and_filter(shape: tuple[int, ...], boxes_xyxy: np.ndarray, labels: np.ndarray, min_size: float) -> tuple[np.ndarray, np.ndarray]:
+    """Boxes clipped to an image of ``shape`` ``(H, W)``, then those under ``min_size`` dropped with their labels."""
+    h, w = shape[:2]
+    boxes = np.asarray(boxes_xyxy, dtype=np.float32).reshape(-1, 4).copy()
+    labels = np.asarray(labels, dtype=np.int64).reshape(-1)
+    boxes[:, 0::2] = boxes[:, 0::2].clip(0, w)
+    boxes[:, 1::2] = boxes[:, 1::2].clip(0, h)
+    return _drop_small(boxes, labels, min_size)
 
 
 def apply_transforms(
@@ -187,13 +292,8 @@ def apply_transforms(
     boxes narrower or shorter than the pipeline's minimum box size (at least 1 px) are dropped
     together with their labels. Returns ``(image uint8 [H', W'], boxes float32 [M, 4], labels int64 [M])``.
     """
-    h, w = image.shape[:2]
-    boxes = np.asarray(boxes_xyxy, dtype=np.float32).reshape(-1, 4).copy()
-    labels = np.asarray(labels, dtype=np.int64).reshape(-1)
-    boxes[:, 0::2] = boxes[:, 0::2].clip(0, w)
-    boxes[:, 1::2] = boxes[:, 1::2].clip(0, h)
     min_size = _min_box_size(transform)
-    boxes, labels = _drop_small(boxes, labels, min_size)
+    boxes, labels = _clip_and_filter(image.shape, boxes_xyxy, labels, min_size)
     if transform is not None:
         out = transform(image=image, bboxes=boxes, labels=labels)
         image = out["image"]
@@ -201,3 +301,22 @@ def apply_transforms(
         labels = np.asarray(out["labels"], dtype=np.int64).reshape(-1)
         boxes, labels = _drop_small(boxes, labels, min_size)
     return image, boxes, labels
+
+
+def apply_pair_transforms(
+    transform: PairTransform | None,
+    image: np.ndarray,
+    reference: np.ndarray,
+    boxes_xyxy: np.ndarray,
+    labels: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`apply_transforms` for an (image uint8 ``[H, W]``, reference uint8 ``[H, W]``) pair in the image's
+    frame. Returns ``(image [H', W'], reference [H', W'], boxes float32 [M, 4], labels int64 [M])``."""
+    if reference.shape != image.shape:
+        raise ValueError(f"reference is {reference.shape[1]}x{reference.shape[0]}, image is {image.shape[1]}x{image.shape[0]}")
+    min_size = _min_box_size(transform)
+    boxes, labels = _clip_and_filter(image.shape, boxes_xyxy, labels, min_size)
+    if transform is not None:
+        image, reference, boxes, labels = transform(image, reference, boxes, labels)
+        boxes, labels = _drop_small(boxes, labels, min_size)
+    return image, reference, boxes, labels

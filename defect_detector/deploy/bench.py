@@ -13,9 +13,13 @@ Candidates run interleaved (one call of each per round) so that background load 
   ``yolov8n.yaml`` (random weights, no download), fused, traced and frozen at the same size with 3 channels,
   as ultralytics exports it (NCHW) and in channels_last like ours.
 
-Latencies are per call (a whole batch); throughput is images per second. The pipeline part times
-:meth:`Runtime.predict`'s preprocess (validate, letterbox, tensor) and postprocess (NMS, un-letterbox) stages
-on synthetic boards, plus box decoding (which the artifact runs inside the model).
+Latencies are per call (a whole batch); throughput is images per second. Every candidate of ours gets the
+model's input channels (``in_channels``: 2 for a reference model, the image and its registered reference).
+The pipeline part times :meth:`Runtime.predict`'s preprocess (validate, letterbox, tensor; for a reference
+model the reference too) and postprocess (NMS, un-letterbox) stages on synthetic boards, plus box decoding
+(which the artifact runs inside the model). The registration part (:func:`bench_registration`) times aligning
+a golden reference to a frame (``data/register.py``), fully and with the cached transform reused, against
+the model's one-pass TorchScript latency in the same rounds.
 """
 
 from __future__ import annotations
@@ -30,13 +34,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import cv2
 import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from defect_detector.config import load_config
-from defect_detector.data.synth import generate_board
-from defect_detector.deploy.export import DeployModel, artifact_bytes, build_meta, quiet_jit, trace_deploy_model
+from defect_detector.data.register import RegisterConfig, Registrar, register
+from defect_detector.data.synth import generate_board, generate_board_pair
+from defect_detector.deploy.export import DeployModel, artifact_bytes, build_meta, model_channels, quiet_jit, trace_deploy_model
 from defect_detector.deploy.onednn import onednn_available
 from defect_detector.deploy.runtime import Runtime
 from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, LoadedModel, load_checkpoint
@@ -46,7 +52,13 @@ from defect_detector.model.summary import count_flops
 from defect_detector.model.tta import TTA_MODES
 from defect_detector.monitor.hooks import DEFAULT_LAYERS
 
-TARGETS = {"yolo_ratio_max": 0.25, "stats_overhead_pct_max": 3.0, "pipeline_ms_max_640": 2.0}
+TARGETS = {
+    "yolo_ratio_max": 0.25,
+    "stats_overhead_pct_max": 3.0,
+    "pipeline_ms_max_640": 2.0,
+    "registration_full_ratio_max": 0.25,
+    "registration_reuse_ratio_max": 0.05,
+}
 
 
 def load_bench_model(weights: str | os.PathLike[str] | None, config: str | os.PathLike[str]) -> tuple[LoadedModel, str]:
@@ -94,7 +106,7 @@ def _summary(values: Sequence[float]) -> dict[str, float]:
 def _artifact(loaded: LoadedModel, imgsz: int, layers: Sequence[str], cpu_fusion: bool) -> torch.jit.ScriptModule:
     """The TorchScript artifact as ``export`` writes it on the CPU (without the parity run), loaded back from bytes."""
     deploy = DeployModel(loaded.model, imgsz, layers, cpu_fusion=cpu_fusion).float().cpu()
-    meta = build_meta(loaded.class_names, imgsz, deploy.strides, deploy.layer_names, cpu_only=cpu_fusion)
+    meta = build_meta(loaded.class_names, imgsz, deploy.strides, deploy.layer_names, cpu_only=cpu_fusion, channels=deploy.in_channels)
     data = artifact_bytes(trace_deploy_model(deploy), meta)
     with quiet_jit():
         return torch.jit.load(io.BytesIO(data), map_location="cpu")
@@ -127,7 +139,9 @@ def build_yolov8n(imgsz: int, channels_last: bool = False) -> tuple[torch.jit.Sc
 def bench_models(
     loaded: LoadedModel, imgsz: int, batches: Sequence[int], threads: Sequence[int], iters: int, yolo: bool
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Latency rows (one per candidate, batch and thread count) and the YOLOv8n info (None when not run)."""
+    """Latency rows (one per candidate, batch and thread count) and the YOLOv8n info (None when not run).
+
+    Our candidates run on random float32 ``[batch, in_channels, imgsz, imgsz]``, YOLOv8n on ``[1, 3, imgsz, imgsz]``."""
     flops = count_flops(loaded.model, imgsz)
     fusion = onednn_available()
     models: dict[str, torch.nn.Module] = {
@@ -148,11 +162,12 @@ def bench_models(
             yolo_info = {"available": True, "gflops": yolo_flops / 1e9, "source": "ultralytics yolov8n.yaml, random init, fused, traced"}
         else:
             yolo_info["reason"] = "ultralytics is not installed"
+    channels = model_channels(loaded.model)
     rows = []
     for n_threads in threads:
         torch.set_num_threads(n_threads)
         for batch in batches:
-            x1 = torch.rand(batch, 1, imgsz, imgsz)
+            x1 = torch.rand(batch, channels, imgsz, imgsz)  # ours: [B, in_channels, S, S]
             x3 = torch.rand(batch, 3, imgsz, imgsz)
             candidates = {}
             for name, model in models.items():
@@ -175,21 +190,23 @@ def bench_models(
                     timings["torchscript_stats"][f"paired_vs_{name}"] = round(paired_ratio(raw["torchscript_stats"], raw[name]), 4)
             for name, t in timings.items():
                 model_flops = yolo_info.get("gflops", 0.0) * 1e9 if name.startswith("yolo") else flops
-                rows.append({
-                    "candidate": name,
-                    "batch": batch,
-                    "threads": n_threads,
-                    **t,
-                    "images_per_s": round(batch * 1000.0 / t["median_ms"], 2),
-                    "gflops_per_s": round(model_flops * batch / (t["median_ms"] / 1000.0) / 1e9, 2),
-                })
+                rows.append(
+                    {
+                        "candidate": name,
+                        "batch": batch,
+                        "threads": n_threads,
+                        **t,
+                        "images_per_s": round(batch * 1000.0 / t["median_ms"], 2),
+                        "gflops_per_s": round(model_flops * batch / (t["median_ms"] / 1000.0) / 1e9, 2),
+                    }
+                )
     return rows, yolo_info
 
 
 def _portable_runtime(loaded: LoadedModel, imgsz: int) -> tuple[Runtime, DeployModel]:
     """A CPU :class:`Runtime` over a portable TorchScript artifact of ``loaded`` (traced via a temp file), and its eager wrapper."""
     deploy = DeployModel(loaded.model, imgsz, DEFAULT_LAYERS).float().cpu()
-    meta = build_meta(loaded.class_names, imgsz, deploy.strides, deploy.layer_names)
+    meta = build_meta(loaded.class_names, imgsz, deploy.strides, deploy.layer_names, channels=deploy.in_channels)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.torchscript.pt"
         path.write_bytes(artifact_bytes(trace_deploy_model(deploy), meta))
@@ -200,18 +217,19 @@ def _portable_runtime(loaded: LoadedModel, imgsz: int) -> tuple[Runtime, DeployM
 def bench_pipeline(
     loaded: LoadedModel, imgsz: int, sizes: Sequence[tuple[int, int]], iters: int, conf: float = 0.25
 ) -> list[dict[str, Any]]:
-    """Per-frame cost beyond the model: Runtime preprocess + postprocess medians (and decode) per frame size."""
+    """Per-frame cost beyond the model: Runtime preprocess + postprocess medians (and decode) per frame size
+    ``(height, width)``; a reference model's preprocess includes letterboxing the (already aligned) reference."""
     runtime, deploy = _portable_runtime(loaded, imgsz)
     raw = torch.randn(1, int(deploy.points.shape[0]), 4 + deploy.num_classes)
     rows = []
     for height, width in sizes:
-        frame = generate_board(height, width, np.random.default_rng(0))[0]
+        frame, references = _board_and_references(runtime.channels, height, width)
         runtime.warmup()
-        runtime.predict([frame], conf=conf)
+        runtime.predict([frame], conf=conf, references=references)
         stages: dict[str, list[float]] = {"preprocess": [], "model": [], "postprocess": []}
         detections = []
         for _ in range(iters):
-            result = runtime.predict([frame], conf=conf)[0]
+            result = runtime.predict([frame], conf=conf, references=references)[0]
             detections.append(len(result))
             for stage in stages:
                 stages[stage].append(result.timings[stage])
@@ -219,23 +237,35 @@ def bench_pipeline(
             timed = measure_interleaved({"decode": lambda: decode(raw, deploy.points, deploy.anchor_strides)}, iters)
         decode_ms = timed["decode"]["median_ms"]
         medians = {stage: round(statistics.median(v), 3) for stage, v in stages.items()}
-        rows.append({
-            "frame": f"{width}x{height}",
-            **{f"{stage}_ms": v for stage, v in medians.items()},
-            "decode_ms": decode_ms,
-            "overhead_ms": round(medians["preprocess"] + medians["postprocess"], 3),
-            "overhead_with_decode_ms": round(medians["preprocess"] + medians["postprocess"] + decode_ms, 3),
-            "detections_median": statistics.median(detections),
-            "conf": conf,
-        })
+        rows.append(
+            {
+                "frame": f"{width}x{height}",
+                **{f"{stage}_ms": v for stage, v in medians.items()},
+                "decode_ms": decode_ms,
+                "overhead_ms": round(medians["preprocess"] + medians["postprocess"], 3),
+                "overhead_with_decode_ms": round(medians["preprocess"] + medians["postprocess"] + decode_ms, 3),
+                "detections_median": statistics.median(detections),
+                "conf": conf,
+            }
+        )
     return rows
+
+
+def _board_and_references(channels: int, height: int, width: int) -> tuple[np.ndarray, list[np.ndarray] | None]:
+    """A synthetic uint8 ``[height, width]`` board, and for a 2-channel model its defect-free template as the
+    (already aligned) reference of :meth:`Runtime.predict`; None for a 1-channel model."""
+    if channels == 1:
+        return generate_board(height, width, np.random.default_rng(0))[0], None
+    image, template = generate_board_pair(height, width, np.random.default_rng(0))[:2]
+    return image, [template]
 
 
 def bench_tta(loaded: LoadedModel, imgsz: int, iters: int) -> dict[str, dict[str, float]]:
     """Model time of one ``imgsz`` board frame through ``Runtime.infer`` in each test-time augmentation mode,
     timed interleaved: ``{mode: {"median_ms", "min_ms", ..., "paired_vs_none"}}`` (median per-round ratio)."""
     runtime, _ = _portable_runtime(loaded, imgsz)
-    batch, _ = runtime.preprocess([generate_board(imgsz, imgsz, np.random.default_rng(0))[0]])
+    frame, references = _board_and_references(runtime.channels, imgsz, imgsz)
+    batch, _ = runtime.preprocess([frame], references)
 
     def run(mode: str) -> None:
         runtime.set_tta(mode)
@@ -246,6 +276,53 @@ def bench_tta(loaded: LoadedModel, imgsz: int, iters: int) -> dict[str, dict[str
     for mode in TTA_MODES:
         timings[mode]["paired_vs_none"] = round(paired_ratio(raw[mode], raw["none"]), 3)
     return timings
+
+
+REGISTRATION_MOTION = (0.6, 4.5, -3.2)  # degrees, dx, dy (px): how far the bench's golden board sits from the frame
+
+
+def registration_pair(size: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``(frame, reference)``, both uint8 ``[size, size]``: a synthetic defective board, and its defect-free template
+    rotated and shifted by :data:`REGISTRATION_MOTION` (border 114), so registration has a real motion to find."""
+    image, template = generate_board_pair(size, size, np.random.default_rng(seed))[:2]
+    angle, dx, dy = REGISTRATION_MOTION
+    matrix = cv2.getRotationMatrix2D(((size - 1) / 2, (size - 1) / 2), angle, 1.0)
+    matrix[:, 2] += (dx, dy)
+    return image, cv2.warpAffine(template, matrix, (size, size), flags=cv2.INTER_LINEAR, borderValue=114)
+
+
+def bench_registration(loaded: LoadedModel, imgsz: int, iters: int) -> dict[str, Any]:
+    """Registration cost at ``imgsz x imgsz`` frames against the model, timed interleaved in the same rounds.
+
+    Candidates: ``model`` (the TorchScript artifact as ``export`` writes it on this CPU, one pass of
+    ``[1, in_channels, imgsz, imgsz]``), ``register_full`` (:func:`register` per frame: reference prepared and
+    transform estimated every time), ``register_fixed`` (a :class:`Registrar` over one golden board with reuse
+    off: transform estimated every frame) and ``register_reuse`` (the Registrar's cached transform, scored and
+    kept). Returns the summaries, ``<candidate>_ratio`` (median per-round ratio to ``model``), the fraction of
+    reuse calls that really reused, and the registration's ``score`` / ``ok`` on this pair.
+    """
+    artifact = _artifact(loaded, imgsz, DEFAULT_LAYERS, onednn_available())
+    x = torch.rand(1, model_channels(loaded.model), imgsz, imgsz)
+    image, reference = registration_pair(imgsz)
+    fixed = Registrar(reference, RegisterConfig(reuse=False))
+    cached = Registrar(reference)
+    first = cached(image)[1]  # primes the cache
+    reused: list[bool] = []
+    candidates = {
+        "model": lambda: artifact(x),
+        "register_full": lambda: register(reference, image),
+        "register_fixed": lambda: fixed(image),
+        "register_reuse": lambda: reused.append(cached(image)[1].reused),
+    }
+    raw: dict[str, list[float]] = {}
+    with torch.inference_mode():
+        timings = measure_interleaved(candidates, iters, raw=raw)
+    result: dict[str, Any] = {"frame": f"{imgsz}x{imgsz}", "model_channels": model_channels(loaded.model)}
+    result.update({"torch_threads": torch.get_num_threads(), "cv2_threads": cv2.getNumThreads(), **timings})
+    for name in ("register_full", "register_fixed", "register_reuse"):
+        result[f"{name}_ratio"] = round(paired_ratio(raw[name], raw["model"]), 4)
+    result.update({"reused_fraction": round(sum(reused) / len(reused), 3), "score": round(first.score, 4), "ok": first.ok})
+    return result
 
 
 def _cpu_name() -> str:
@@ -272,7 +349,9 @@ def run_bench(
     yolo: bool = False,
     pipeline_sizes: Sequence[tuple[int, int]] = ((640, 640), (1536, 2048)),
 ) -> dict[str, Any]:
-    """The whole benchmark as a JSON-ready dict: environment, FLOPs, latency rows, derived ratios vs the targets."""
+    """The whole benchmark as a JSON-ready dict: environment, FLOPs, latency rows, pipeline and TTA costs,
+    ``registration`` (:func:`bench_registration`, at ``max(threads)`` torch threads) and derived ratios vs the
+    targets (``derived["registration_ratio"]``: ``full`` / ``fixed`` / ``reuse`` time over the model's)."""
     threads_before = torch.get_num_threads()
     load_before = os.getloadavg()
     try:
@@ -280,9 +359,11 @@ def run_bench(
         torch.set_num_threads(max(threads))
         pipeline = bench_pipeline(loaded, imgsz, pipeline_sizes, iters)
         tta = bench_tta(loaded, imgsz, max(3, iters // 4))
+        registration = bench_registration(loaded, imgsz, iters)
     finally:
         torch.set_num_threads(threads_before)
     derived: dict[str, Any] = {"stats_overhead_pct": {}, "yolo_ratio": {}, "onednn_fusion_ratio": {}}
+    derived["registration_ratio"] = {k: registration[f"register_{k}_ratio"] for k in ("full", "fixed", "reuse")}
     for n_threads in threads:
         for batch in batches:
             for kind in ("eager", "torchscript"):
@@ -320,6 +401,7 @@ def run_bench(
         "latency": rows,
         "pipeline": pipeline,
         "tta": {"threads": max(threads), "modes": tta},
+        "registration": registration,
         "derived": derived,
         "targets": TARGETS,
     }

@@ -3,8 +3,10 @@
 The exported graph is :class:`DeployModel`: the detector, box decoding and the drift statistics of the
 monitored layers, for one fixed square input size. NMS and un-letterboxing stay in the runtime.
 
-- Input: float32 ``[B, 1, S, S]`` (float16 for a ``half`` export), a letterboxed grayscale image divided
-  by 255; the batch size is dynamic.
+- Input: float32 ``[B, C, S, S]`` (float16 for a ``half`` export), divided by 255, with ``C`` the model's
+  ``in_channels`` (meta ``channels``): channel 0 the letterboxed grayscale image; for a reference model
+  (``C = 2``, meta ``reference: true``) channel 1 its golden reference, already registered into the image's
+  pixel frame and letterboxed with the image's ``LetterboxMeta``. The batch size is dynamic.
 - Output 0 ``pred``: float32 ``[B, A, 4 + C]``: xyxy boxes in letterboxed pixels, then C class
   probabilities, for the ``A`` anchor points of strides 8, 16, 32.
 - Output 1 ``stats``: float32 ``[B, L, 2]``: mean and std of each monitored layer's output
@@ -41,7 +43,7 @@ from torch.nn.utils.fusion import fuse_conv_bn_eval
 
 from defect_detector.data.dataset import to_gray_uint8
 from defect_detector.data.letterbox import letterbox
-from defect_detector.data.synth import generate_board
+from defect_detector.data.synth import generate_board, generate_board_pair
 from defect_detector.deploy.onednn import fuse_conv_silu, onednn_available
 from defect_detector.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from defect_detector.model.checkpoint import LoadedModel
@@ -69,6 +71,11 @@ class ExportError(ValueError):
     """The model cannot be exported as asked (unsupported option, or the parity check failed)."""
 
 
+def model_channels(model: nn.Module) -> int:
+    """Input channels of a detector (``in_channels``; 1 for models built before reference inspection existed)."""
+    return int(getattr(model, "in_channels", 1))
+
+
 def fuse_conv_bn(model: nn.Module) -> int:
     """Fold the BatchNorm of every :class:`ConvBNAct` into its convolution, in place (eval mode only).
 
@@ -92,11 +99,11 @@ class DeployModel(nn.Module):
     Wraps a copy of ``model`` (the caller's model is not modified), with BatchNorm folded (``fuse``) and
     weights in channels_last memory format (``channels_last``). ``cpu_fusion`` (needs ``fuse``) also runs
     every conv + SiLU as one oneDNN kernel (:mod:`defect_detector.deploy.onednn`): faster, but the model
-    then runs only on the CPU in float32. Anchor points are float32 buffers for
-    ``imgsz x imgsz`` inputs. ``forward(x)``: ``x`` float ``[B, 1, imgsz, imgsz]`` in [0, 1] (the
-    model's dtype) -> ``(pred float32 [B, A, 4 + C], stats float32 [B, L, 2])`` as described in the
-    module docstring. ``layers`` are module names (or globs) of the detector, resolved in model order
-    into ``layer_names``; an empty sequence monitors nothing (``L = 0``).
+    then runs only on the CPU in float32. Anchor points are float32 buffers for ``imgsz x imgsz`` inputs.
+    ``forward(x)``: ``x`` float ``[B, in_channels, imgsz, imgsz]`` in [0, 1] (the model's dtype;
+    ``in_channels`` is the detector's, see the module docstring) -> ``(pred float32 [B, A, 4 + C],
+    stats float32 [B, L, 2])`` as described in the module docstring. ``layers`` are module names (or globs)
+    of the detector, resolved in model order into ``layer_names``; an empty sequence monitors nothing (``L = 0``).
     """
 
     def __init__(
@@ -119,6 +126,7 @@ class DeployModel(nn.Module):
         if cpu_fusion:
             fuse_conv_silu(detector)
         self.model = detector
+        self.in_channels = model_channels(model)
         self.imgsz = int(imgsz)
         self.strides = tuple(int(s) for s in model.strides)
         if self.imgsz % max(self.strides) != 0:
@@ -157,9 +165,12 @@ def build_meta(
     source: str | None = None,
     cpu_only: bool = False,
     tta: str = "none",
+    channels: int = 1,
 ) -> dict[str, Any]:
     """The ``meta.json`` describing an exported model (also used for a checkpoint loaded eagerly).
 
+    ``channels``: the model's input channels C (1: the image; 2: the image and its registered reference,
+    written as ``"reference": true``); the input is ``["B", C, imgsz, imgsz]``.
     ``cpu_only``: the graph holds CPU-only kernels (oneDNN conv + SiLU, see ``DeployModel(cpu_fusion=True)``).
     ``tta``: the model's test-time augmentation mode (its config's ``eval.tta``), which :class:`Runtime`
     applies around the graph by default; the graph itself is always one pass.
@@ -168,10 +179,11 @@ def build_meta(
         "format_version": FORMAT_VERSION,
         "class_names": list(class_names),
         "imgsz": int(imgsz),
-        "channels": 1,
+        "channels": int(channels),
+        "reference": int(channels) == 2,
         "normalisation": "x/255",
         "letterbox": {"pad_value": 114, "centred": True},
-        "input": {"name": "images", "dtype": "float16" if half else "float32", "shape": ["B", 1, int(imgsz), int(imgsz)]},
+        "input": {"name": "images", "dtype": "float16" if half else "float32", "shape": ["B", int(channels), int(imgsz), int(imgsz)]},
         "outputs": OUTPUTS,
         "strides": [int(s) for s in strides],
         "layers": list(layers),
@@ -203,17 +215,18 @@ def trace_deploy_model(
 ) -> torch.jit.ScriptModule:
     """``torch.jit.trace`` ``deploy`` on a batch of :data:`TRACE_BATCH`, check batches 1 and 3 against eager, then freeze.
 
-    ``deploy`` must already be on ``device`` in ``dtype``. Raises :class:`ExportError` when the traced graph
-    does not reproduce eager outputs at another batch size (the batch dimension must stay dynamic).
+    Inputs are random ``[B, deploy.in_channels, S, S]``. ``deploy`` must already be on ``device`` in ``dtype``.
+    Raises :class:`ExportError` when the traced graph does not reproduce eager outputs at another batch size
+    (the batch dimension must stay dynamic).
     """
-    size = deploy.imgsz
+    size, channels = deploy.imgsz, deploy.in_channels
     generator = torch.Generator().manual_seed(0)
-    example = torch.rand(TRACE_BATCH, 1, size, size, generator=generator).to(device, dtype)
+    example = torch.rand(TRACE_BATCH, channels, size, size, generator=generator).to(device, dtype)
     with torch.no_grad(), quiet_jit():
         traced = torch.jit.trace(deploy, example, check_trace=False)
         frozen = torch.jit.freeze(traced.eval())
         for batch in (1, 3):
-            x = torch.rand(batch, 1, size, size, generator=generator).to(device, dtype)
+            x = torch.rand(batch, channels, size, size, generator=generator).to(device, dtype)
             got, want = frozen(x), deploy(x)
             for name, a, b in zip(("pred", "stats"), got, want):
                 if a.shape != b.shape or not torch.allclose(a, b, atol=FP32_TOLERANCE * 10, rtol=1e-3):
@@ -273,7 +286,7 @@ def choose_optimization(
         info["reason"] = f"optimize_for_inference failed on this graph: {exc}"
         return frozen, info
     with torch.no_grad(), quiet_jit():
-        x = torch.rand(1, 1, deploy.imgsz, deploy.imgsz, device=device)
+        x = torch.rand(1, deploy.in_channels, deploy.imgsz, deploy.imgsz, device=device)
         frozen_ms, optimized_ms = [], []
         for _ in range(2):  # alternate to share background load fairly
             frozen_ms.append(_median_ms(frozen, x, iters // 2 or 1))
@@ -293,14 +306,43 @@ def choose_optimization(
     return candidate, info
 
 
-def parity_inputs(imgsz: int, check_images: Sequence[np.ndarray] | None = None, seed: int = 0) -> torch.Tensor:
-    """Letterboxed float32 ``[N, 1, imgsz, imgsz]`` in [0, 1] from ``check_images`` (any size, gray or colour),
-    or from two synthetic non-square boards when None."""
-    if check_images is None:
-        rng = np.random.default_rng(seed)
+PARITY_REFERENCE_SHIFT = (3, 2)  # (dx, dy) original pixels: the parity reference is a slightly misaligned copy
+
+
+def shifted_copy(image: np.ndarray, dx: int, dy: int, fill: int = 114) -> np.ndarray:
+    """uint8 ``[H, W]`` ``image`` moved by ``dx, dy`` >= 0 pixels (right, down), uncovered pixels ``fill``: same size and frame."""
+    out = np.full_like(image, fill)
+    h, w = image.shape
+    dx, dy = min(dx, w), min(dy, h)
+    out[dy:, dx:] = image[: h - dy, : w - dx]
+    return out
+
+
+def parity_inputs(imgsz: int, check_images: Sequence[np.ndarray] | None = None, seed: int = 0, channels: int = 1) -> torch.Tensor:
+    """Letterboxed float32 ``[N, channels, imgsz, imgsz]`` in [0, 1] from ``check_images`` (any size, gray or colour),
+    or from two synthetic non-square boards when None.
+
+    ``channels`` 2 (a reference model): channel 1 is each image's reference in the image's pixel frame,
+    letterboxed with the image's geometry: a copy of the image shifted by :data:`PARITY_REFERENCE_SHIFT`
+    (for the synthetic boards, their defect-free template shifted so), so the two channels differ.
+    """
+    if channels not in (1, 2):
+        raise ValueError(f"channels must be 1 or 2, got {channels}")
+    rng = np.random.default_rng(seed)
+    pairs: list[tuple[np.ndarray, np.ndarray]]
+    if check_images is None and channels == 1:
         check_images = [generate_board(imgsz * 3 // 4, imgsz, rng, n_defects=(4, 6))[0] for _ in range(2)]
-    canvases = [letterbox(to_gray_uint8(image)[0], imgsz)[0] for image in check_images]
-    return torch.from_numpy(np.stack(canvases)).unsqueeze(1).float().div_(255.0)
+    if check_images is None:
+        boards = [generate_board_pair(imgsz * 3 // 4, imgsz, rng, n_defects=(4, 6))[:2] for _ in range(2)]
+        pairs = [(image, shifted_copy(template, *PARITY_REFERENCE_SHIFT)) for image, template in boards]
+    else:
+        grays = [to_gray_uint8(image)[0] for image in check_images]
+        pairs = [(gray, shifted_copy(gray, *PARITY_REFERENCE_SHIFT)) for gray in grays]
+    stacks = []
+    for image, reference in pairs:
+        planes = [letterbox(image, imgsz)[0]] + ([letterbox(reference, imgsz)[0]] if channels == 2 else [])
+        stacks.append(np.stack(planes))  # uint8 [channels, S, S]
+    return torch.from_numpy(np.stack(stacks)).float().div_(255.0)
 
 
 def _max_diffs(got: Sequence[torch.Tensor], want: Sequence[torch.Tensor]) -> dict[str, float]:
@@ -370,7 +412,8 @@ def export_torchscript(
     is slow). A float32 export traced on the CPU runs conv + SiLU as oneDNN kernels (``DeployModel``'s
     ``cpu_fusion``; meta ``cpu_only``) unless ``portable``, which keeps a graph that also runs on CUDA.
     Parity: the saved bytes are loaded back and compared with the unfused float32 eager model on
-    ``check_images`` (default: two synthetic boards), float32 within :data:`FP32_TOLERANCE`, float16
+    ``check_images`` (default: two synthetic boards; for a 2-channel model each with a shifted copy as its
+    reference, see :func:`parity_inputs`), float32 within :data:`FP32_TOLERANCE`, float16
     within :data:`FP16_BOX_TOLERANCE` px and :data:`FP16_TOLERANCE`. Returns a report with the meta,
     parity diffs, file size and path; raises :class:`ExportError` on a failed check.
     """
@@ -394,13 +437,14 @@ def export_torchscript(
         str(loaded.path),
         cpu_fusion,
         loaded.config.eval.tta,
+        deploy.in_channels,
     )
     data = artifact_bytes(module, meta)
 
     restored, restored_meta = load_artifact_bytes(data, device)
     if restored_meta != meta:
         raise ExportError("meta.json did not round-trip through the saved artifact")
-    x = parity_inputs(imgsz, check_images)
+    x = parity_inputs(imgsz, check_images, channels=deploy.in_channels)
     with torch.no_grad():
         got = restored(x.to(device, dtype))
     diffs = _max_diffs(got, _reference(loaded, imgsz, deploy.layer_names, x))
@@ -420,7 +464,8 @@ def export_onnx(
     check_images: Sequence[np.ndarray] | None = None,
     layers: Sequence[str] = DEFAULT_LAYERS,
 ) -> dict[str, Any]:
-    """Export ``loaded`` as ONNX (opset :data:`ONNX_OPSET`), input ``images`` and outputs ``pred``, ``stats``.
+    """Export ``loaded`` as ONNX (opset :data:`ONNX_OPSET`), input ``images`` float32 ``[B, C, S, S]`` (C: the
+    model's channels, meta ``channels``) and outputs ``pred``, ``stats``.
 
     Uses the TorchScript-based exporter (``dynamo=False``): it traces the same :class:`DeployModel`
     (hooks included) and needs neither ``onnx`` nor ``onnxscript``. The batch axis is dynamic. The meta
@@ -431,12 +476,22 @@ def export_onnx(
     """
     imgsz = int(imgsz or loaded.config.data.imgsz)
     deploy = DeployModel(loaded.model, imgsz, layers).float().cpu()
+    channels = deploy.in_channels
     meta = build_meta(
-        loaded.class_names, imgsz, deploy.strides, deploy.layer_names, baseline, False, None, str(loaded.path), tta=loaded.config.eval.tta
+        loaded.class_names,
+        imgsz,
+        deploy.strides,
+        deploy.layer_names,
+        baseline,
+        False,
+        None,
+        str(loaded.path),
+        tta=loaded.config.eval.tta,
+        channels=channels,
     )
     meta["onnx_opset"] = ONNX_OPSET
     buffer = io.BytesIO()
-    example = torch.rand(TRACE_BATCH, 1, imgsz, imgsz)
+    example = torch.rand(TRACE_BATCH, channels, imgsz, imgsz)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=DeprecationWarning, message=r".*legacy TorchScript-based ONNX export")
         warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx")
@@ -459,7 +514,7 @@ def export_onnx(
         log.warning("onnxruntime is not installed: ONNX parity check skipped (pip install onnxruntime)")
         report["parity_skipped"] = "onnxruntime not installed"
     else:
-        x = parity_inputs(imgsz, check_images)
+        x = parity_inputs(imgsz, check_images, channels=channels)
         session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
         got = [torch.from_numpy(a) for a in session.run(["pred", "stats"], {"images": x.numpy()})]
         diffs = _max_diffs(got, _reference(loaded, imgsz, deploy.layer_names, x))
@@ -500,8 +555,10 @@ TRITON_OUTPUTS = ("OUTPUT__0", "OUTPUT__1")
 
 
 def triton_config(model_name: str, meta: dict[str, Any], max_batch_size: int = 8) -> str:
-    """``config.pbtxt`` for Triton's PyTorch (libtorch) backend serving an artifact described by ``meta``."""
-    size = meta["imgsz"]
+    """``config.pbtxt`` for Triton's PyTorch (libtorch) backend serving an artifact described by ``meta``.
+
+    Input dims (without the batch axis) ``[C, S, S]``, C = ``meta["channels"]`` (1 for metas that predate it)."""
+    size, channels = meta["imgsz"], int(meta.get("channels", 1))
     anchors = sum((size // s) ** 2 for s in meta["strides"])
     outputs_dims = ([anchors, 4 + len(meta["class_names"])], [len(meta["layers"]), 2])
     input_type = "TYPE_FP16" if meta["half"] else "TYPE_FP32"
@@ -511,7 +568,7 @@ def triton_config(model_name: str, meta: dict[str, Any], max_batch_size: int = 8
         'platform: "pytorch_libtorch"',
         f"max_batch_size: {max_batch_size}",
         "input [",
-        f'  {{ name: "{TRITON_INPUT}", data_type: {input_type}, dims: [ 1, {size}, {size} ] }}',
+        f'  {{ name: "{TRITON_INPUT}", data_type: {input_type}, dims: [ {channels}, {size}, {size} ] }}',
         "]",
         "output [",
         ",\n".join(output_lines),
@@ -529,7 +586,7 @@ Generated by `defect-detector export --triton`. Layout:
     {name}/config.pbtxt      PyTorch (libtorch) backend, max_batch_size {max_batch}, dynamic batching
     {name}/1/model.pt        the TorchScript artifact (meta.json inside it)
 
-Input  `{inp}`: {dtype} [B, 1, {size}, {size}], a letterboxed grayscale image / 255 (pad value 114, centred).
+Input  `{inp}`: {dtype} [B, {channels}, {size}, {size}], {input_text}
 Output `OUTPUT__0`: float32 [B, {anchors}, {cols}]: xyxy boxes in letterboxed pixels, then class probabilities
 for {classes}.
 Output `OUTPUT__1`: float32 [B, {layers}, 2]: mean and std of the monitored layers {layer_names}.
@@ -537,6 +594,13 @@ NMS and mapping boxes back to the original image are the client's job.
 
 Serve: `tritonserver --model-repository=$PWD` (see deploy/triton/README.md in the source tree).
 """
+
+_TRITON_INPUT_TEXT = {
+    1: "a letterboxed grayscale image / 255 (pad value 114, centred).",
+    2: "/ 255: channel 0 the letterboxed grayscale image (pad value 114, centred), channel 1\n"
+    "its golden reference, already registered into the image's pixel frame (the client's job:\n"
+    "defect_detector.data.register in Python) and letterboxed with the image's scale and padding.",
+}
 
 
 def export_triton(
@@ -565,6 +629,8 @@ def export_triton(
         inp=TRITON_INPUT,
         dtype="float16" if meta["half"] else "float32",
         size=size,
+        channels=meta["channels"],
+        input_text=_TRITON_INPUT_TEXT[meta["channels"]],
         anchors=sum((size // s) ** 2 for s in meta["strides"]),
         cols=4 + len(meta["class_names"]),
         classes=", ".join(meta["class_names"]),

@@ -9,6 +9,7 @@ written; ``result`` is the frame's :class:`Detections` (with ``stats [L, 2]``), 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -23,6 +24,7 @@ import numpy as np
 from tqdm import tqdm
 
 from defect_detector.boxes import xyxy_to_xywh
+from defect_detector.deploy.references import ReferenceError, References
 from defect_detector.deploy.runtime import Detections, Runtime
 from defect_detector.deploy.sources import Frame, FrameSource, open_source
 from defect_detector.engine.plots import draw_detections
@@ -155,14 +157,50 @@ def _batches(frames: Iterator[Frame], size: int, max_frames: int | None) -> Iter
         yield batch
 
 
+def check_reference_use(runtime: Runtime, reference: str | None) -> None:
+    """``ValueError`` unless a reference is given exactly when the model takes one (``runtime.channels == 2``)."""
+    if runtime.channels == 2 and not reference:
+        raise ValueError(f"{runtime.path.name} is a golden-template model: give each frame's reference with --reference REF")
+    if runtime.channels == 1 and reference:
+        raise ValueError(
+            f"{runtime.path.name} is a single-image model: --reference needs a reference model (in_channels 2; "
+            "leave --weights out for the bundled one)"
+        )
+
+
+def _align(batch: list[Frame], references: References | None) -> tuple[list[Frame], list[Frame], list[np.ndarray] | None]:
+    """``(batch, inspectable frames, their registered references)``; references are None without ``references``.
+    A frame whose reference is missing or does not register comes back in ``batch`` with its ``error`` set
+    (its image kept for drawing) and is left out of the inspectable frames."""
+    good = [f for f in batch if f.image is not None]
+    if references is None:
+        return batch, good, None
+    out, kept, warped = [], [], []
+    for frame in batch:
+        if frame.image is None:
+            out.append(frame)
+            continue
+        try:
+            ref, _ = references.align(frame.image, frame.file_name)
+        except ReferenceError as exc:
+            out.append(dataclasses.replace(frame, error=str(exc)))
+            continue
+        out.append(frame)
+        kept.append(frame)
+        warped.append(ref)
+    return out, kept, warped
+
+
 def run_predict(args: argparse.Namespace, on_frame: Sequence[FrameCallback] = (), runtime: Runtime | None = None) -> dict[str, Any]:
     """Run detection over ``args.source`` and write the requested outputs; returns a summary dict.
 
     ``args`` fields: ``source, weights, conf, iou, max_det, save_json, save_dir, device, threads, batch,
-    latest_only, max_frames`` and optionally ``tta`` (as parsed by the ``predict`` subcommand). Live sources run one frame per
+    latest_only, max_frames`` and optionally ``tta`` and ``reference`` (as parsed by the ``predict`` subcommand; a reference
+    model needs ``reference``, see :mod:`defect_detector.deploy.references`). Live sources run one frame per
     batch. Ctrl-C stops the loop cleanly: outputs so far are written and ``summary["interrupted"]`` is True.
     Summary keys: ``frames`` (consumed), ``processed``, ``skipped`` (error frames), ``dropped`` (stale stream
-    frames), ``detections``, ``reconnects``, ``gaps``, ``gave_up``, ``fps``, ``wall_s``, ``mean_ms`` (per stage,
+    frames), ``no_reference`` (frames skipped for a missing, unreadable or unregistrable reference, by reason),
+    ``detections``, ``reconnects``, ``gaps``, ``gave_up``, ``fps``, ``wall_s``, ``mean_ms`` (per stage,
     per frame), ``outputs`` (written paths), ``interrupted``.
     """
     if args.batch < 1:
@@ -170,7 +208,10 @@ def run_predict(args: argparse.Namespace, on_frame: Sequence[FrameCallback] = ()
     if args.max_frames is not None and args.max_frames < 1:
         raise ValueError(f"--max-frames must be >= 1, got {args.max_frames}")
     source = open_source(args.source, latest_only=args.latest_only)
+    reference = getattr(args, "reference", None)
     runtime = runtime or Runtime.load(args.weights, device=args.device, threads=args.threads, tta=getattr(args, "tta", None))
+    check_reference_use(runtime, reference)
+    references = References(reference) if reference else None
     runtime.warmup()
     batch_size = 1 if source.is_stream else args.batch
     outputs = _Outputs(source, runtime.class_names, args.save_json, args.save_dir)
@@ -183,8 +224,8 @@ def run_predict(args: argparse.Namespace, on_frame: Sequence[FrameCallback] = ()
     try:
         with source:
             for batch in _batches(iter(source), batch_size, args.max_frames):
-                good = [f for f in batch if f.image is not None]
-                results = runtime.predict([f.image for f in good], args.conf, args.iou, args.max_det) if good else []
+                batch, good, refs = _align(batch, references)
+                results = runtime.predict([f.image for f in good], args.conf, args.iou, args.max_det, references=refs) if good else []
                 by_index = {f.index: r for f, r in zip(good, results)}
                 for frame in batch:
                     result = by_index.get(frame.index)
@@ -222,6 +263,7 @@ def run_predict(args: argparse.Namespace, on_frame: Sequence[FrameCallback] = ()
         "processed": processed,
         "skipped": skipped,
         "dropped": stats.dropped,
+        "no_reference": dict(references.skipped) if references is not None else {},
         "detections": detections,
         "reconnects": stats.reconnects,
         "gaps": len(stats.gaps),
@@ -239,6 +281,8 @@ def summary_line(summary: dict[str, Any]) -> str:
     ms = summary["mean_ms"]
     latency = ", ".join(f"{s} {ms[s]:.2f}" for s in STAGES) if summary["processed"] else "n/a"
     extra = f", dropped {summary['dropped']}, reconnects {summary['reconnects']}" if summary["kind"] in ("camera", "stream") else ""
+    if summary.get("no_reference"):
+        extra += ", of them without a usable reference: " + ", ".join(f"{why} x{n}" for why, n in sorted(summary["no_reference"].items()))
     return (
         f"frames {summary['frames']} (processed {summary['processed']}, skipped {summary['skipped']}{extra}), "
         f"detections {summary['detections']}, {summary['fps']:.2f} fps; mean ms per frame: {latency}"

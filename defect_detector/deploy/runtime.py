@@ -5,6 +5,11 @@ A frame is a numpy image as OpenCV returns it: ``[H, W]``, ``[H, W, 1]``, BGR ``
 ``imgsz`` and batched; the model returns decoded boxes and layer statistics (see ``deploy/export.py``);
 :func:`defect_detector.model.postprocess.postprocess` applies NMS and maps boxes back to each frame's
 original pixels.
+
+A reference model (``channels == 2``, meta ``"reference": true``) also takes one golden reference per frame:
+uint8 (or uint16 / colour, converted the same way) ``[H, W]`` with the frame's ``H, W``, already registered
+into the frame's pixel frame (``defect_detector.data.register``: the runtime does not align anything). It is
+letterboxed with its frame's :class:`LetterboxMeta` and stacked as channel 1 of the model input.
 """
 
 from __future__ import annotations
@@ -87,9 +92,10 @@ class Runtime:
     """A loaded model ready for :meth:`predict`. Build it with :meth:`load`.
 
     Attributes: ``model`` (TorchScript module or eager :class:`DeployModel`), ``meta`` (the artifact's
-    ``meta.json`` as a dict), ``class_names``, ``imgsz``, ``layer_names``, ``device``, ``dtype`` (model input
-    dtype), ``kind`` (``"torchscript"`` or ``"checkpoint"``), ``path`` and ``tta`` (the test-time augmentation
-    mode :meth:`infer` applies; default: the model's own, ``meta["tta"]``, else ``none``).
+    ``meta.json`` as a dict), ``class_names``, ``imgsz``, ``channels`` (model input channels, meta ``channels``,
+    1 when absent: 1 the image, 2 the image and its registered reference), ``layer_names``, ``device``,
+    ``dtype`` (model input dtype), ``kind`` (``"torchscript"`` or ``"checkpoint"``), ``path`` and ``tta`` (the
+    test-time augmentation mode :meth:`infer` applies; default: the model's own, ``meta["tta"]``, else ``none``).
     """
 
     def __init__(
@@ -99,6 +105,9 @@ class Runtime:
         self.meta = meta
         self.class_names: tuple[str, ...] = tuple(meta["class_names"])
         self.imgsz = int(meta["imgsz"])
+        self.channels = int(meta.get("channels", 1))
+        if self.channels not in (1, 2):
+            raise ValueError(f"{path}: meta.json channels must be 1 or 2, got {self.channels}")
         self.layer_names: tuple[str, ...] = tuple(meta["layers"])
         self.device = device
         self.dtype = dtype
@@ -208,45 +217,85 @@ class Runtime:
                 cpu_fusion = False
                 log.warning("%s: tracing failed, running the eager model: %s", path, exc)
         meta = build_meta(
-            loaded.class_names, size, model.strides, model.layer_names, None, use_half, None, str(path), cpu_fusion, loaded.config.eval.tta
+            loaded.class_names,
+            size,
+            model.strides,
+            model.layer_names,
+            None,
+            use_half,
+            None,
+            str(path),
+            cpu_fusion,
+            loaded.config.eval.tta,
+            model.in_channels,
         )
         return cls(module, meta, device, torch.float16 if use_half else torch.float32, "checkpoint", path)
 
     def warmup(self, iterations: int = 2, batch: int = 1) -> None:
-        """Run the model on blank input so first-frame latency excludes one-time setup (allocation, kernel choice)."""
-        x = torch.zeros(batch, 1, self.imgsz, self.imgsz, device=self.device, dtype=self.dtype)
+        """Run the model on blank ``[batch, channels, S, S]`` input so first-frame latency excludes one-time setup."""
+        x = torch.zeros(batch, self.channels, self.imgsz, self.imgsz, device=self.device, dtype=self.dtype)
         for _ in range(iterations):
             self.infer(x)
         self._sync()
 
-    def preprocess(self, frames: Sequence[np.ndarray]) -> tuple[torch.Tensor, list[LetterboxMeta]]:
-        """Validate, convert to gray uint8, letterbox and batch ``frames``.
+    def preprocess(
+        self, frames: Sequence[np.ndarray], references: Sequence[np.ndarray | None] | None = None
+    ) -> tuple[torch.Tensor, list[LetterboxMeta]]:
+        """Validate, convert to gray uint8, letterbox and batch ``frames`` (and, for a reference model, ``references``).
 
-        Returns the model input ``[B, 1, imgsz, imgsz]`` (``self.dtype`` on ``self.device``, values x/255) and
-        one :class:`LetterboxMeta` per frame. Raises ``ValueError`` naming the frame and the problem for a
-        non-array, an empty image, a shape other than ``[H, W]`` / ``[H, W, 1|3|4]`` or a dtype other
-        than uint8 / uint16.
+        ``references``: required for a 2-channel model, one per frame (see the module docstring: ``[H, W]`` of its
+        frame, already registered into it), letterboxed with its frame's meta into channel 1; must be None (or all
+        None) for a 1-channel model. Returns the model input ``[B, channels, imgsz, imgsz]`` (``self.dtype`` on
+        ``self.device``, values x/255) and one :class:`LetterboxMeta` per frame. Raises ``ValueError`` naming the
+        frame and the problem for a non-array, an empty image, a shape other than ``[H, W]`` / ``[H, W, 1|3|4]``,
+        a dtype other than uint8 / uint16, or a reference missing, unexpected or of another size than its frame.
         """
         if len(frames) == 0:
             raise ValueError("no frames to preprocess")
+        pairs = self._reference_list(frames, references)
         canvases, metas = [], []
-        for i, frame in enumerate(frames):
+        for i, (frame, reference) in enumerate(zip(frames, pairs)):
             gray = to_gray_uint8(_check_frame(frame, i))[0]
             canvas, meta = letterbox(gray, self.imgsz)
-            canvases.append(canvas)
+            planes = [canvas]
+            if reference is not None:
+                ref = to_gray_uint8(_check_frame(reference, i, "reference of frame"))[0]
+                if ref.shape != gray.shape:
+                    raise ValueError(
+                        f"frame {i}: reference is {ref.shape[1]}x{ref.shape[0]} px, the frame {gray.shape[1]}x{gray.shape[0]}; "
+                        "register it into the frame first (defect_detector.data.register)"
+                    )
+                planes.append(letterbox(ref, self.imgsz)[0])
+            canvases.append(np.stack(planes))  # uint8 [channels, S, S]
             metas.append(meta)
-        batch = torch.from_numpy(np.stack(canvases)).unsqueeze(1)  # uint8 [B, 1, S, S]
+        batch = torch.from_numpy(np.stack(canvases))  # uint8 [B, channels, S, S]
         batch = batch.to(self.device, non_blocking=True).to(self.dtype).div_(255.0)
         return batch, metas
 
+    def _reference_list(self, frames: Sequence[np.ndarray], references: Sequence[np.ndarray | None] | None) -> list[np.ndarray | None]:
+        """One reference (or None) per frame, checked against the model's channel count; ``ValueError`` naming the frame."""
+        given = [None] * len(frames) if references is None else list(references)
+        if len(given) != len(frames):
+            raise ValueError(f"got {len(given)} references for {len(frames)} frames; pass one per frame")
+        for i, reference in enumerate(given):
+            if self.channels == 2 and reference is None:
+                raise ValueError(
+                    f"frame {i}: no reference; this is a reference model (2 input channels): pass references=, "
+                    "one registered golden image per frame"
+                )
+            if self.channels == 1 and reference is not None:
+                raise ValueError(f"frame {i}: a reference was given, but this model takes 1 input channel (no reference)")
+        return given
+
     def infer(self, batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Model forward: ``[B, 1, S, S]`` -> ``(pred float32 [B, A, 4 + C] letterboxed xyxy + probabilities,
+        """Model forward: ``[B, channels, S, S]`` -> ``(pred float32 [B, A, 4 + C] letterboxed xyxy + probabilities,
         stats float32 [B, L, 2])``, on ``self.device``.
 
         With test-time augmentation, every frame runs in ``T`` orientations, ``pred`` is their merged average and
         ``stats`` are those of the frames as given (the identity orientation), so drift baselines need no
-        augmentation. On CUDA the orientations run as one ``[T*B, 1, S, S]`` batch; on the CPU as ``T`` calls of
-        ``B`` frames, which measured 20-25% faster here than one large batch (d8, batch 1, 1 and 2 threads).
+        augmentation. Every channel (the image and its reference) is oriented alike. On CUDA the orientations run
+        as one ``[T*B, channels, S, S]`` batch; on the CPU as ``T`` calls of ``B`` frames, which measured 20-25%
+        faster here than one large batch (d8, batch 1, 1 and 2 threads).
         """
         modes = self._orientations
         with torch.inference_mode():
@@ -260,12 +309,23 @@ class Runtime:
             merged = merge_predictions(pred, modes, self.meta["strides"], self.imgsz)  # [B, A, 4 + C]
         return merged, stats[: batch.shape[0]]
 
-    def predict(self, frames: Sequence[np.ndarray], conf: float = 0.25, iou: float = 0.5, max_det: int = 100) -> list[Detections]:
-        """Detect defects in ``frames`` (one batch); one :class:`Detections` per frame, boxes in original pixels."""
+    def predict(
+        self,
+        frames: Sequence[np.ndarray],
+        conf: float = 0.25,
+        iou: float = 0.5,
+        max_det: int = 100,
+        references: Sequence[np.ndarray | None] | None = None,
+    ) -> list[Detections]:
+        """Detect defects in ``frames`` (one batch); one :class:`Detections` per frame, boxes in original pixels.
+
+        ``references``: one registered golden image per frame, required by (and only accepted by) a 2-channel
+        model; see :meth:`preprocess`. The ``preprocess`` timing includes letterboxing them (not registration).
+        """
         if not 0.0 <= conf <= 1.0 or not 0.0 <= iou <= 1.0 or max_det < 1:
             raise ValueError(f"need 0 <= conf <= 1, 0 <= iou <= 1 and max_det >= 1, got conf={conf}, iou={iou}, max_det={max_det}")
         start = time.perf_counter()
-        batch, metas = self.preprocess(frames)
+        batch, metas = self.preprocess(frames, references)
         self._sync()
         t_pre = time.perf_counter()
         pred, stats = self.infer(batch)
@@ -304,16 +364,18 @@ class Runtime:
             torch.cuda.synchronize(self.device)
 
 
-def _check_frame(frame: Any, index: int) -> np.ndarray:
-    """Return ``frame`` if it is an image :func:`to_gray_uint8` accepts with 1, 3 or 4 channels, else raise ``ValueError``."""
+def _check_frame(frame: Any, index: int, what: str = "frame") -> np.ndarray:
+    """Return ``frame`` if it is an image :func:`to_gray_uint8` accepts with 1, 3 or 4 channels, else raise ``ValueError``
+    starting ``"{what} {index}: "``."""
+    name = f"{what} {index}"
     if not isinstance(frame, np.ndarray):
-        raise ValueError(f"frame {index}: expected a numpy array, got {type(frame).__name__}")
+        raise ValueError(f"{name}: expected a numpy array, got {type(frame).__name__}")
     if frame.ndim not in (2, 3):
-        raise ValueError(f"frame {index}: expected shape [H, W] or [H, W, C], got {frame.shape}")
+        raise ValueError(f"{name}: expected shape [H, W] or [H, W, C], got {frame.shape}")
     if frame.ndim == 3 and frame.shape[2] not in _CHANNELS:
-        raise ValueError(f"frame {index}: expected 1, 3 (BGR) or 4 (BGRA) channels, got {frame.shape[2]} (shape {frame.shape})")
+        raise ValueError(f"{name}: expected 1, 3 (BGR) or 4 (BGRA) channels, got {frame.shape[2]} (shape {frame.shape})")
     if frame.shape[0] == 0 or frame.shape[1] == 0:
-        raise ValueError(f"frame {index}: empty image, shape {frame.shape}")
+        raise ValueError(f"{name}: empty image, shape {frame.shape}")
     if frame.dtype not in (np.uint8, np.uint16):
-        raise ValueError(f"frame {index}: expected dtype uint8 or uint16, got {frame.dtype}")
+        raise ValueError(f"{name}: expected dtype uint8 or uint16, got {frame.dtype}")
     return frame

@@ -277,8 +277,9 @@ class FrameSource:
                         log.error("%s: giving up after %d reconnect attempts (%s)", self.source, self.reconnect_attempts, gap_reason)
                         return
                     delay = min(self.reconnect_delay * 2 ** (attempts - 1), self.max_reconnect_delay)
-                    log.warning("%s: %s; reconnect attempt %d/%d in %.2f s",
-                                self.source, gap_reason, attempts, self.reconnect_attempts, delay)
+                    log.warning(
+                        "%s: %s; reconnect attempt %d/%d in %.2f s", self.source, gap_reason, attempts, self.reconnect_attempts, delay
+                    )
                     if self._stop.wait(delay):
                         return
                     capture = self._open_capture()
@@ -306,8 +307,9 @@ class FrameSource:
                     gap = Gap(gap_start, time.time() - gap_start, gap_reason, attempts)
                     with self._lock:
                         self.stats.gaps.append(gap)
-                    log.warning("%s: stream resumed after a %.2f s gap (%s, %d attempts)",
-                                self.source, gap.seconds, gap.reason, gap.attempts)
+                    log.warning(
+                        "%s: stream resumed after a %.2f s gap (%s, %d attempts)", self.source, gap.seconds, gap.reason, gap.attempts
+                    )
                     gap_start, attempts = None, 0
                 timestamp = capture.get(cv2.CAP_PROP_POS_MSEC) / 1000.0 if self.kind == "video" else time.time()
                 try:

@@ -141,7 +141,10 @@ def ground_truth(coco_gt: COCO, image_id: int, cat_id_to_label: Mapping[int, int
 def _greedy_matches(
     pred: dict[str, torch.Tensor], gt: dict[str, torch.Tensor], iou_threshold: float, same_class: bool
 ) -> list[tuple[int, int]]:
-    """Greedy one-to-one matching by descending score; pairs ``(pred_index, gt_index)`` with IoU > threshold."""
+    """Greedy one-to-one matching by descending score; pairs ``(pred_index, gt_index)`` with IoU > threshold.
+
+    Ties keep index order (stable sort), so the matching of the detections at score >= t is the
+    first part of the matching of all detections: :func:`operating_points` relies on that."""
     if len(pred["boxes"]) == 0 or len(gt["boxes"]) == 0:
         return []
     ious = box_iou(pred["boxes"], gt["boxes"])  # [P, G]
@@ -149,7 +152,7 @@ def _greedy_matches(
         ious = ious * (pred["labels"][:, None] == gt["labels"][None, :])
     taken: set[int] = set()
     pairs = []
-    for p in torch.argsort(pred["scores"], descending=True).tolist():
+    for p in torch.argsort(pred["scores"], descending=True, stable=True).tolist():
         candidates = [(float(ious[p, g]), g) for g in range(ious.shape[1]) if g not in taken and ious[p, g] > iou_threshold]
         if candidates:
             _, g = max(candidates)
@@ -205,11 +208,74 @@ def confusion_matrix(
     return matrix
 
 
+def operating_points(
+    coco_gt: COCO,
+    predictions: Predictions,
+    cat_id_to_label: Mapping[int, int],
+    recalls: Sequence[float] = (0.99, 0.995),
+    iou_threshold: float = 0.33,
+) -> list[dict]:
+    """The inspector's operating points: for each target recall, the highest score threshold ``conf``
+    at which the detections with score >= ``conf`` catch at least that share of the defects, and the
+    false calls per board it costs.
+
+    Matching ignores class: a ground-truth box is caught by a detection of any class with IoU >
+    ``iou_threshold``, one-to-one, greedy by descending score (:func:`_greedy_matches`); a false call
+    is a detection at score >= ``conf`` that matches no ground-truth box. Boards are the images in
+    ``predictions``. One matching of all detections serves every threshold: greedy matching visits
+    detections by descending score, so the detections at score >= t are matched exactly as a
+    matching of them alone would (ties are all in or all out, in a stable order).
+
+    Returns one dict per target: ``recall`` (the target), ``conf`` (None when no threshold reaches
+    the target, e.g. a defect without any detection, or no ground truth at all), ``achieved_recall``
+    at ``conf`` (without one: the most reached, at the lowest score), ``false_calls`` (at ``conf``, or
+    at the lowest score), ``false_calls_per_image`` and ``images``.
+    """
+    scores, hits = [], []
+    num_gt = 0
+    for image_id, pred in predictions.items():
+        gt = ground_truth(coco_gt, image_id, cat_id_to_label)
+        num_gt += len(gt["boxes"])
+        hit = np.zeros(len(pred["scores"]), dtype=bool)
+        matched = [p for p, _ in _greedy_matches(pred, gt, iou_threshold, same_class=False)]
+        hit[matched] = True
+        scores.append(pred["scores"].detach().cpu().double().numpy().reshape(-1))  # float64 holds float32 scores exactly
+        hits.append(hit)
+    images = len(predictions)
+    score = np.concatenate(scores) if scores else np.zeros(0, np.float64)
+    hit = np.concatenate(hits) if hits else np.zeros(0, bool)
+    order = np.argsort(-score, kind="stable")
+    score, hit = score[order], hit[order]
+    tp = np.cumsum(hit)  # caught defects with the detections ranked 0..i
+    fp = np.cumsum(~hit)
+    # A threshold at a score keeps every detection of that score: the end of each run of equal scores.
+    ends = np.flatnonzero(np.append(score[1:] != score[:-1], True)) if len(score) else np.zeros(0, np.int64)
+    out = []
+    for target in recalls:
+        reached = np.flatnonzero(tp[ends] / num_gt >= target) if num_gt and len(ends) else np.zeros(0, np.int64)
+        if len(reached):
+            end = int(ends[reached[0]])
+            conf, caught, false_calls = float(score[end]), int(tp[end]), int(fp[end])
+        else:
+            conf, caught, false_calls = None, int(tp[-1]) if len(tp) else 0, int(fp[-1]) if len(fp) else 0
+        out.append(
+            {
+                "recall": float(target),
+                "conf": conf,
+                "achieved_recall": caught / num_gt if num_gt else 0.0,
+                "false_calls_per_image": false_calls / images if images else 0.0,
+                "false_calls": false_calls,
+                "images": images,
+            }
+        )
+    return out
+
+
 def evaluate_predictions(
     coco_gt: COCO, predictions: Predictions, label_to_cat_id: Mapping[int, int], class_names: Sequence[str], f1_conf: float
 ) -> dict:
-    """All metrics for one prediction set; keys per DESIGN.md's ``val --out`` plus ``map50_95``
-    extras (``pr_curve``, ``confusion``, DeepPCB counts)."""
+    """All metrics for one prediction set; keys per DESIGN.md's ``val --out`` (``operating_points``:
+    :func:`operating_points` at recall 0.99 and 0.995) plus extras (``pr_curve``, ``confusion``, DeepPCB counts)."""
     cat_id_to_label = {c: label for label, c in label_to_cat_id.items()}
     metrics = coco_map(coco_gt, predictions, label_to_cat_id, class_names)
     f1 = deeppcb_f1(coco_gt, predictions, cat_id_to_label, f1_conf)
@@ -221,6 +287,7 @@ def evaluate_predictions(
             "deeppcb_counts": {k: f1[k] for k in ("tp", "num_pred", "num_gt")},
             "f1_conf": f1_conf,
             "confusion": confusion_matrix(coco_gt, predictions, cat_id_to_label, len(class_names), f1_conf),
+            "operating_points": operating_points(coco_gt, predictions, cat_id_to_label),
         }
     )
     return metrics

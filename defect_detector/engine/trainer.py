@@ -24,7 +24,7 @@ from tqdm import tqdm
 from defect_detector.config import Config, save_config
 from defect_detector.data.collate import build_loader
 from defect_detector.data.dataset import CocoDetectionDataset
-from defect_detector.data.transforms import build_transforms
+from defect_detector.data.transforms import build_pair_transforms, build_transforms
 from defect_detector.engine import plots
 from defect_detector.engine.evaluate import evaluate_predictions, predict_dataset
 from defect_detector.io import atomic_torch_save, atomic_write_text
@@ -237,19 +237,31 @@ def checkpoint_dict(
 
 
 def _build_datasets(cfg: Config) -> tuple[CocoDetectionDataset, CocoDetectionDataset | None]:
+    """Training and (if configured) validation datasets; reference models read image + reference pairs."""
     train_size = cfg.augment.crop_size or cfg.data.imgsz
+    pairs = cfg.model.in_channels == 2
+    transform = build_pair_transforms(cfg.augment, train=True) if pairs else build_transforms(cfg.augment, train=True)
     train_set = CocoDetectionDataset(
         cfg.data.train,
         cfg.data.train_images,
         cfg.data.class_names,
         train_size,
-        build_transforms(cfg.augment, train=True),
+        transform,
         cfg.data.on_bad_sample,
+        reference=pairs,
+        register=pairs and cfg.data.register_train,
     )
     val_set = None
     if cfg.data.val:
         val_set = CocoDetectionDataset(
-            cfg.data.val, cfg.data.val_images, cfg.data.class_names, cfg.data.imgsz, None, cfg.data.on_bad_sample
+            cfg.data.val,
+            cfg.data.val_images,
+            cfg.data.class_names,
+            cfg.data.imgsz,
+            None,
+            cfg.data.on_bad_sample,
+            reference=pairs,
+            register=pairs and cfg.data.register_val,
         )
     return train_set, val_set
 

@@ -15,6 +15,7 @@ from defect_detector.config import Config, apply_overrides, config_from_dict
 from defect_detector.model.detector import TinyDetector, build_model
 
 DEFAULT_WEIGHTS = Path(__file__).resolve().parent.parent / "weights" / "deeppcb.pt"
+DEFAULT_REFERENCE_WEIGHTS = DEFAULT_WEIGHTS.with_name("deeppcb_ref.pt")  # golden-template model (in_channels 2)
 
 
 @dataclass
@@ -92,11 +93,13 @@ def load_checkpoint(path: str | Path | None = None, device: torch.device | str =
     return LoadedModel(model.to(device).eval(), cfg, class_names, dict(ckpt.get("metrics", {})), path)
 
 
-def strip_checkpoint(ckpt: dict[str, Any]) -> dict[str, Any]:
-    """Inference-only checkpoint: EMA weights as ``model``, config, class names, metrics (no optimizer state)."""
+def strip_checkpoint(ckpt: dict[str, Any], overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """Inference-only checkpoint: EMA weights as ``model``, config (with ``key=value`` ``overrides`` applied and
+    validated, e.g. ``eval.f1_conf=0.5``), class names, metrics (no optimizer state)."""
+    config = ckpt["config"] if not overrides else config_from_dict(apply_overrides(ckpt["config"], list(overrides))).to_dict()
     return {
         "model": ckpt.get("ema", ckpt["model"]),
-        "config": ckpt["config"],
+        "config": config,
         "class_names": ckpt["class_names"],
         "metrics": ckpt.get("metrics", {}),
         "epoch": ckpt.get("epoch", -1),

@@ -13,12 +13,13 @@ def count_parameters(model: torch.nn.Module) -> int:
 
 @torch.no_grad()
 def count_flops(model: torch.nn.Module, imgsz: int) -> int:
-    """FLOPs of one forward pass on a ``[1, 1, imgsz, imgsz]`` input (a multiply-add counts as 2)."""
+    """FLOPs of one forward pass on a ``[1, C, imgsz, imgsz]`` input (C: the model's ``in_channels``, default 1;
+    a multiply-add counts as 2)."""
     was_training = model.training
     model.eval()
     param = next(model.parameters())
     with FlopCounterMode(display=False) as counter:
-        model(torch.zeros(1, 1, imgsz, imgsz, device=param.device, dtype=param.dtype))
+        model(torch.zeros(1, getattr(model, "in_channels", 1), imgsz, imgsz, device=param.device, dtype=param.dtype))
     model.train(was_training)
     return int(counter.get_total_flops())
 

@@ -199,8 +199,10 @@ class PrometheusSink(Sink):
             raise ValueError(f"metrics port must be in 0..65535, got {port}")
         self.registry = registry if registry is not None else CollectorRegistry()
         self.layer_activation = Gauge(
-            "defect_detector_layer_activation", "Latest per-frame activation statistic of a monitored layer.",
-            ["layer", "statistic"], registry=self.registry,
+            "defect_detector_layer_activation",
+            "Latest per-frame activation statistic of a monitored layer.",
+            ["layer", "statistic"],
+            registry=self.registry,
         )
         self.drift_score = Gauge(
             "defect_detector_drift_score", "Latest drift score (Mahalanobis distance, monitor/drift.py).", registry=self.registry
@@ -210,8 +212,11 @@ class PrometheusSink(Sink):
         self.alerts = Counter("defect_detector_alerts", "Drift alerts raised, by severity.", ["severity"], registry=self.registry)
         self.detections = Counter("defect_detector_detections", "Defects detected.", registry=self.registry)
         self.latency = Histogram(
-            "defect_detector_stage_latency_seconds", "Per-frame latency of a pipeline stage.", ["stage"],
-            buckets=LATENCY_BUCKETS, registry=self.registry,
+            "defect_detector_stage_latency_seconds",
+            "Per-frame latency of a pipeline stage.",
+            ["stage"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
         )
         for severity in ("warning", "critical"):
             self.alerts.labels(severity=severity)

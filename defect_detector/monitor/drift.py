@@ -305,7 +305,8 @@ def calibrate_dataset(
     ``model``: an eager ``nn.Module`` (an :class:`ActivationMonitor` on ``layers`` is attached for
     the run and removed afterwards), or a runtime-like callable / TorchScript module whose output
     is ``(raw, stats [B, L, 2])``, in which case ``layer_names`` must name its L layers.
-    ``images``: an iterable (or dataset) of float32 ``[1, H, W]`` or ``[B, 1, H, W]`` tensors in
+    ``images``: an iterable (or dataset) of float32 ``[C, H, W]`` or ``[B, C, H, W]`` tensors (C = 1, or 2 for a
+    reference model: image and registered reference) in
     [0, 1], or of ``(image, target)`` samples; they are batched to ``batch_size``. ``imgsz`` is
     taken from the images. Shows a tqdm progress bar when ``progress``.
     """
@@ -326,8 +327,8 @@ def calibrate_dataset(
             tensor = item[0] if isinstance(item, (tuple, list)) else item
             if tensor.ndim == 3:
                 tensor = tensor.unsqueeze(0)
-            if tensor.ndim != 4 or tensor.shape[1] != 1:
-                raise ValueError(f"calibration images must be [1, H, W] or [B, 1, H, W], got {list(tensor.shape)}")
+            if tensor.ndim != 4 or tensor.shape[1] not in (1, 2):
+                raise ValueError(f"calibration images must be [C, H, W] or [B, C, H, W] with C 1 or 2, got {list(tensor.shape)}")
             pending.extend(tensor.unbind(0))
             while len(pending) >= batch_size:
                 yield torch.stack(pending[:batch_size])

@@ -330,9 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     result["targets"] = {
         "zero_false_alerts_on_2000_clean_frames": length >= TARGET_CLEAN_FRAMES and not false_alerts,
-        "every_fault_alerts_within_30_frames": all(
-            r["detected_within_target"] == len(r["onsets"]) for r in fault_results.values()
-        ),
+        "every_fault_alerts_within_30_frames": all(r["detected_within_target"] == len(r["onsets"]) for r in fault_results.values()),
         "monitor_overhead_below_3_percent": bool(latency) and latency["hooks_ratio"] < 1.03,
     }
     atomic_write_json(args.out, json.loads(json.dumps(result, default=float)))

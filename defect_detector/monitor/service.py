@@ -150,7 +150,8 @@ def run_calibrate(
 
     ``weights``: a checkpoint or exported TorchScript artifact (None: the bundled model), run exactly
     as ``predict`` runs it (``deploy.runtime.Runtime``). ``data_json``: COCO json of clean reference
-    images (training or validation split), read with ``images_root`` (default: the json's
+    images (training or validation split; for a reference model, with their ``reference`` entries, registered as
+    ``predict`` registers them), read with ``images_root`` (default: the json's
     ``info.images_root``). ``imgsz`` applies to checkpoints (an artifact fixes it); ``max_images``
     takes that many images spread evenly over the file. Writes ``out`` atomically and returns the
     baseline. Raises ``FileNotFoundError`` / ``ValueError`` naming the file and the problem.
@@ -163,7 +164,10 @@ def run_calibrate(
     runtime = Runtime.load(weights, device=device, imgsz=imgsz, tta="none")  # statistics come from the identity pass alone
     if not runtime.layer_names:
         raise ValueError(f"{runtime.path}: the model reports no layer statistics (exported without monitored layers)")
-    dataset = CocoDetectionDataset(data_json, images_root, runtime.class_names, runtime.imgsz, None, "skip")
+    pairs = runtime.channels == 2
+    dataset = CocoDetectionDataset(
+        data_json, images_root, runtime.class_names, runtime.imgsz, None, "skip", reference=pairs, register=pairs
+    )
     if len(dataset) == 0:
         raise ValueError(f"{data_json}: no readable images")
     indices = evenly_spaced(len(dataset), max_images)

@@ -1,11 +1,16 @@
 // Run an exported defect_detector TorchScript model on one image with libtorch + OpenCV.
 //
-//   defect_detector_cpp MODEL.torchscript.pt IMAGE [--conf 0.25] [--iou 0.5] [--max-det 100] [--threads N]
+//   defect_detector_cpp MODEL.torchscript.pt IMAGE [REFERENCE] [--reference REFERENCE] [--conf 0.25] [--iou 0.5]
+//                       [--max-det 100] [--threads N]
 //
 // Steps (the same as the Python runtime, defect_detector/deploy/runtime.py):
-//   1. read meta.json from the archive (class names, imgsz, half) with a minimal parser;
+//   1. read meta.json from the archive (class names, imgsz, channels, half) with a minimal parser;
 //   2. read IMAGE as 8-bit grayscale and letterbox it to imgsz x imgsz (aspect kept, centred, pad 114,
 //      INTER_AREA when shrinking, INTER_LINEAR when enlarging), divide by 255;
+//      a reference model (meta.json "channels": 2) also needs REFERENCE, the golden board ALREADY REGISTERED
+//      into IMAGE's pixel frame (same width and height): this example does not align anything (registration
+//      lives in Python, defect_detector/data/register.py). It is letterboxed with IMAGE's geometry and stacked
+//      as channel 1: input [1, 2, imgsz, imgsz];
 //   3. run the model: outputs (pred [1, A, 4 + C] xyxy letterboxed pixels + class probabilities,
 //      stats [1, L, 2]);
 //   4. keep (anchor, class) pairs scoring above --conf (at most 1000, highest first), NMS per class
@@ -38,6 +43,7 @@ constexpr int kPadValue = 114;
 
 struct Meta {
   int imgsz = 0;
+  int channels = 1;  // 1: the image; 2: the image and its registered reference
   bool half = false;
   std::vector<std::string> class_names;
 };
@@ -56,18 +62,27 @@ struct Detection {
   float x1, y1, x2, y2;
 };
 
-// Value text after the first top-level-looking occurrence of "key": (the export writes imgsz, half and
-// class_names before any nested object, so the first occurrence is the top-level one).
+// Value text after the first occurrence of "key": (the export writes imgsz, channels and class_names before
+// any nested object, and no nested key is called half, so the first occurrence is the top-level one).
+// npos when the key is absent.
+size_t find_value(const std::string& json, const std::string& key) {
+  size_t pos = json.find("\"" + key + "\":");
+  if (pos == std::string::npos) return pos;
+  return json.find_first_not_of(" \t\r\n", pos + key.size() + 3);
+}
+
 size_t value_start(const std::string& json, const std::string& key) {
-  size_t pos = json.find("\"" + key + "\"");
+  const size_t pos = find_value(json, key);
   if (pos == std::string::npos) throw std::runtime_error("meta.json has no \"" + key + "\"");
-  pos = json.find(':', pos);
-  return json.find_first_not_of(" \t\r\n", pos + 1);
+  return pos;
 }
 
 Meta parse_meta(const std::string& json) {
   Meta meta;
   meta.imgsz = std::stoi(json.substr(value_start(json, "imgsz")));
+  const size_t channels = find_value(json, "channels");  // absent in artifacts older than reference models
+  if (channels != std::string::npos) meta.channels = std::stoi(json.substr(channels));
+  if (meta.channels != 1 && meta.channels != 2) throw std::runtime_error("meta.json: channels must be 1 or 2");
   meta.half = json.compare(value_start(json, "half"), 4, "true") == 0;
   size_t pos = value_start(json, "class_names");
   const size_t end = json.find(']', pos);
@@ -149,50 +164,101 @@ void to_original(Detection& d, const Placement& pl) {
 }
 
 int usage() {
-  std::cerr << "usage: defect_detector_cpp MODEL.torchscript.pt IMAGE [--conf 0.25] [--iou 0.5] [--max-det 100] [--threads N]\n";
+  std::cerr << "usage: defect_detector_cpp MODEL.torchscript.pt IMAGE [REFERENCE] [--reference REFERENCE] [--conf 0.25] [--iou 0.5] "
+               "[--max-det 100] [--threads N]\n";
   return 2;
+}
+
+// The letterboxed model input planes: IMAGE, then (reference model) REFERENCE with IMAGE's geometry.
+std::vector<cv::Mat> input_planes(const Meta& meta, const std::string& image_path, const std::string& reference_path,
+                                  Placement& placement) {
+  const cv::Mat gray = cv::imread(image_path, cv::IMREAD_GRAYSCALE);
+  if (gray.empty()) throw std::runtime_error(image_path + ": cannot read image");
+  std::vector<cv::Mat> planes{letterbox(gray, meta.imgsz, placement)};
+  if (meta.channels == 1) return planes;
+  const cv::Mat reference = cv::imread(reference_path, cv::IMREAD_GRAYSCALE);
+  if (reference.empty()) throw std::runtime_error(reference_path + ": cannot read reference image");
+  if (reference.size() != gray.size()) {
+    throw std::runtime_error(reference_path + ": reference is " + std::to_string(reference.cols) + "x" + std::to_string(reference.rows) +
+                             " px, the image " + std::to_string(gray.cols) + "x" + std::to_string(gray.rows) +
+                             "; register it into the image's pixel frame first");
+  }
+  Placement same{};
+  planes.push_back(letterbox(reference, meta.imgsz, same));  // same size -> the image's scale and padding
+  return planes;
+}
+
+struct Options {
+  std::string model_path, image_path, reference_path;
+  float conf = 0.25f, iou = 0.5f;
+  int max_det = 100, threads = 0;
+};
+
+// MODEL IMAGE [REFERENCE] [--flag value ...]; false on a malformed command line.
+bool parse_args(int argc, char** argv, Options& opt) {
+  if (argc < 3) return false;
+  opt.model_path = argv[1];
+  opt.image_path = argv[2];
+  int first_flag = 3;
+  if (argc > 3 && std::string(argv[3]).rfind("--", 0) != 0) opt.reference_path = argv[first_flag++];
+  if ((argc - first_flag) % 2 != 0) return false;
+  try {
+    for (int i = first_flag; i + 1 < argc; i += 2) {
+      const std::string flag = argv[i];
+      if (flag == "--reference") opt.reference_path = argv[i + 1];
+      else if (flag == "--conf") opt.conf = std::stof(argv[i + 1]);
+      else if (flag == "--iou") opt.iou = std::stof(argv[i + 1]);
+      else if (flag == "--max-det") opt.max_det = std::stoi(argv[i + 1]);
+      else if (flag == "--threads") opt.threads = std::stoi(argv[i + 1]);
+      else return false;
+    }
+  } catch (const std::exception&) {  // not a number
+    return false;
+  }
+  return true;
+}
+
+// The model input [1, planes, S, S] (x / 255, the model's dtype, on device) from uint8 [S, S] canvases.
+torch::Tensor to_input(const std::vector<cv::Mat>& planes, const Meta& meta, const torch::Device& device) {
+  std::vector<torch::Tensor> channels;  // [1, 1, S, S] uint8 each, viewing the OpenCV canvases
+  for (const cv::Mat& plane : planes) channels.push_back(torch::from_blob(plane.data, {1, 1, meta.imgsz, meta.imgsz}, torch::kUInt8));
+  return torch::cat(channels, 1).to(device).to(meta.half ? torch::kHalf : torch::kFloat32).div(255.0);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 3) return usage();
-  const std::string model_path = argv[1], image_path = argv[2];
-  float conf = 0.25f, iou = 0.5f;
-  int max_det = 100, threads = 0;
-  for (int i = 3; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (flag == "--conf") conf = std::stof(argv[i + 1]);
-    else if (flag == "--iou") iou = std::stof(argv[i + 1]);
-    else if (flag == "--max-det") max_det = std::stoi(argv[i + 1]);
-    else if (flag == "--threads") threads = std::stoi(argv[i + 1]);
-    else return usage();
-  }
+  Options opt;
+  if (!parse_args(argc, argv, opt)) return usage();
   try {
-    if (threads > 0) at::set_num_threads(threads);
+    if (opt.threads > 0) at::set_num_threads(opt.threads);
     const torch::Device device = torch::cuda::is_available() ? torch::kCUDA : torch::kCPU;
     torch::jit::ExtraFilesMap extra{{"meta.json", ""}};
-    torch::jit::Module module = torch::jit::load(model_path, device, extra);
+    torch::jit::Module module = torch::jit::load(opt.model_path, device, extra);
     module.eval();
     const Meta meta = parse_meta(extra.at("meta.json"));
+    if (meta.channels == 2 && opt.reference_path.empty()) {
+      std::cerr << "error: " << opt.model_path << " is a reference model (meta.json channels 2): pass the golden REFERENCE image, "
+                << "already registered into IMAGE's pixel frame\n";
+      return 2;
+    }
+    if (meta.channels == 1 && !opt.reference_path.empty()) {
+      std::cerr << "error: " << opt.model_path << " takes 1 input channel (no reference); drop REFERENCE\n";
+      return 2;
+    }
 
-    const cv::Mat gray = cv::imread(image_path, cv::IMREAD_GRAYSCALE);
-    if (gray.empty()) throw std::runtime_error(image_path + ": cannot read image");
     Placement placement{};
-    const cv::Mat canvas = letterbox(gray, meta.imgsz, placement);
+    const std::vector<cv::Mat> planes = input_planes(meta, opt.image_path, opt.reference_path, placement);
 
     const auto start = std::chrono::steady_clock::now();
-    torch::Tensor input = torch::from_blob(canvas.data, {1, 1, meta.imgsz, meta.imgsz}, torch::kUInt8)
-                              .to(device)
-                              .to(meta.half ? torch::kHalf : torch::kFloat32)
-                              .div(255.0);
+    const torch::Tensor input = to_input(planes, meta, device);  // [1, channels, S, S]
     torch::Tensor pred;
     {
       c10::InferenceMode guard;
       const auto outputs = module.forward({input}).toTuple();
       pred = outputs->elements()[0].toTensor()[0].to(torch::kCPU, torch::kFloat32).contiguous();
     }
-    std::vector<Detection> detections = select(pred, conf, iou, max_det);
+    std::vector<Detection> detections = select(pred, opt.conf, opt.iou, opt.max_det);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 
     for (auto& d : detections) {
