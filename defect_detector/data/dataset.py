@@ -26,6 +26,7 @@ import torch
 from pycocotools.coco import COCO
 
 from defect_detector.data.letterbox import boxes_to_letterbox, letterbox
+from defect_detector.data.register import register as register_reference
 from defect_detector.data.transforms import PairTransform, apply_pair_transforms, apply_transforms
 
 logger = logging.getLogger("defect_detector.data")
@@ -396,9 +397,7 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
         assert rec.reference is not None
         reference = self._read(rec.reference, _UNREADABLE_REFERENCE)
         if self.register:
-            from defect_detector.data.register import register
-
-            reference, result = register(reference, image)
+            reference, result = register_reference(reference, image)
             if not result.ok:
                 raise SampleError(f"{rec.reference}: does not match {rec.path} (registration score {result.score:.2f})", _MISREGISTERED)
         elif reference.shape != image.shape:

@@ -155,9 +155,12 @@ def _geometric_steps(cfg: AugmentConfig) -> list[A.BasicTransform]:
         focused = A.AtLeastOneBBoxRandomCrop(cfg.crop_size, cfg.crop_size, p=cfg.crop_focus)
         anywhere = A.RandomCrop(cfg.crop_size, cfg.crop_size, p=1.0 - cfg.crop_focus)
         steps.append(A.OneOf([focused, anywhere], p=1.0))
-    if cfg.invert_negatives > 0:
-        steps.append(InvertNegatives(p=cfg.invert_negatives))
     return steps
+
+
+def _invert_steps(cfg: AugmentConfig) -> list[A.BasicTransform]:
+    """The inversion of negatives (it reads the boxes left after cropping); for pairs it inverts both images."""
+    return [InvertNegatives(p=cfg.invert_negatives)] if cfg.invert_negatives > 0 else []
 
 
 def _photometric_steps(cfg: AugmentConfig) -> list[A.BasicTransform]:
@@ -189,9 +192,7 @@ def build_transforms(cfg: AugmentConfig | None, train: bool, seed: int | None = 
     """
     if not train or cfg is None:
         return None
-    geometric = _geometric_steps(cfg)
-    invert = [t for t in geometric if isinstance(t, InvertNegatives)]
-    steps = [t for t in geometric if not isinstance(t, InvertNegatives)] + _photometric_steps(cfg) + invert
+    steps = _geometric_steps(cfg) + _photometric_steps(cfg) + _invert_steps(cfg)
     if not steps:
         return None
     return A.Compose(steps, bbox_params=build_bbox_params(cfg), seed=seed)
@@ -235,7 +236,7 @@ def build_pair_transforms(cfg: AugmentConfig | None, train: bool, seed: int | No
     """The pair-aware training pipeline for reference models (see :class:`PairTransform`), or None."""
     if not train or cfg is None:
         return None
-    geometric = _geometric_steps(cfg)
+    geometric = _geometric_steps(cfg) + _invert_steps(cfg)
     photometric = _photometric_steps(cfg)
     residual = None
     if cfg.ref_p > 0 and (cfg.ref_shift > 0 or cfg.ref_rotate > 0):

@@ -172,9 +172,8 @@ def _align(batch: list[Frame], references: References | None) -> tuple[list[Fram
     """``(batch, inspectable frames, their registered references)``; references are None without ``references``.
     A frame whose reference is missing or does not register comes back in ``batch`` with its ``error`` set
     (its image kept for drawing) and is left out of the inspectable frames."""
-    good = [f for f in batch if f.image is not None]
     if references is None:
-        return batch, good, None
+        return batch, [f for f in batch if f.image is not None], None
     out, kept, warped = [], [], []
     for frame in batch:
         if frame.image is None:
