@@ -35,7 +35,10 @@ class DataConfig:
     ``data/register.py`` before augmentation (training) or inference (validation). Off for training
     data whose pairs are already aligned (DeepPCB's are): the simulated residual
     (``augment.ref_shift``, ``augment.ref_rotate``) then stands in for registration error.
-    A pair that does not register is a counted skip."""
+    A pair that does not register is a counted skip.
+    ``pixel_scale``: model input pixels per original image pixel that the model was trained at (1.0:
+    native resolution). ``train`` records it; ``predict`` tiles frames that letterboxing would shrink
+    well below it (``data/tiles.py``). None: not recorded (frames are letterboxed)."""
 
     train: str = ""
     val: str = ""
@@ -47,8 +50,10 @@ class DataConfig:
     workers: int = 2
     register_train: bool = False
     register_val: bool = True
+    pixel_scale: float | None = None
 
     def validate(self) -> None:
+        _check(self.pixel_scale is None or self.pixel_scale > 0, "data.pixel_scale", "must be > 0 or null", self.pixel_scale)
         _check(self.imgsz % 32 == 0 and self.imgsz >= 64, "data.imgsz", "must be a multiple of 32 and >= 64", self.imgsz)
         _check(len(self.class_names) > 0, "data.class_names", "must not be empty", self.class_names)
         _check(len(set(self.class_names)) == len(self.class_names), "data.class_names", "must be unique", self.class_names)

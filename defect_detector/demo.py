@@ -40,7 +40,8 @@ def run_demo(out_dir: str | Path = "out/demo", samples: str | Path = SAMPLES, th
     from defect_detector.deploy.predict import run_predict, summary_line
     from defect_detector.deploy.runtime import Runtime
     from defect_detector.monitor.alerts import AlertRouter, JsonlSink
-    from defect_detector.monitor.drift import Baseline, DriftDetector
+    from defect_detector.monitor.baseline import Baseline
+    from defect_detector.monitor.drift import DriftDetector
     from defect_detector.monitor.faults import defocus
 
     samples, out = Path(samples), Path(out_dir)

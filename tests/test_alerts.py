@@ -14,7 +14,8 @@ import torch
 
 from defect_detector.config import MonitorConfig
 from defect_detector.monitor.alerts import AlertRouter, JsonlSink, LogSink, PrometheusSink, Sink, WebhookSink
-from defect_detector.monitor.drift import DriftDetector, DriftEvent, calibrate
+from defect_detector.monitor.baseline import calibrate
+from defect_detector.monitor.drift import DriftDetector, DriftEvent
 from defect_detector.monitor.service import MonitorSetupError, add_monitor_arguments, build_monitoring, load_monitor_config
 
 LAYERS = ["backbone.stem", "backbone.stage1", "neck.out3"]

@@ -12,7 +12,8 @@ from defect_detector.data.synth import generate_board, write_synthetic_dataset
 from defect_detector.model.checkpoint import load_checkpoint
 from defect_detector.model.detector import build_model
 from defect_detector.monitor import faults
-from defect_detector.monitor.drift import Baseline, BaselineError, DriftDetector, calibrate, calibrate_dataset
+from defect_detector.monitor.baseline import Baseline, BaselineError, calibrate, calibrate_dataset
+from defect_detector.monitor.drift import DriftDetector
 from defect_detector.monitor.hooks import DEFAULT_LAYERS, ActivationMonitor
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -31,6 +31,7 @@ from defect_detector.data.dataset import to_gray_uint8
 from defect_detector.data.letterbox import LetterboxMeta, letterbox
 from defect_detector.deploy.export import FORMAT_VERSION, META_FILE, DeployModel, ExportError, build_meta, quiet_jit, trace_deploy_model
 from defect_detector.deploy.onednn import onednn_available
+from defect_detector.devices import resolve_device
 from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, is_torchscript_archive, load_checkpoint
 from defect_detector.model.postprocess import postprocess
 from defect_detector.model.tta import merge_predictions, orient_images, orientations
@@ -74,18 +75,6 @@ def archive_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
             return json.loads(archive.read(name)) if name else {}
     except (zipfile.BadZipFile, OSError, ValueError):
         return {}
-
-
-def resolve_device(device: str | torch.device) -> torch.device:
-    """``"auto"`` -> CUDA when available, else CPU; otherwise ``torch.device(device)`` (CUDA must exist)."""
-    if str(device) == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    resolved = torch.device(device)
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} requested but CUDA is not available")
-    if resolved.type not in ("cpu", "cuda"):
-        raise ValueError(f"device must be auto, cpu or cuda[:N], got {device!r}")
-    return resolved
 
 
 class Runtime:

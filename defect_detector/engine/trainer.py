@@ -25,6 +25,7 @@ from defect_detector.config import Config, save_config
 from defect_detector.data.collate import build_loader
 from defect_detector.data.dataset import CocoDetectionDataset
 from defect_detector.data.transforms import build_pair_transforms, build_transforms
+from defect_detector.devices import resolve_device
 from defect_detector.engine import plots
 from defect_detector.engine.evaluate import evaluate_predictions, predict_dataset
 from defect_detector.io import atomic_torch_save, atomic_write_text
@@ -47,17 +48,6 @@ class StepState:
     bad_steps: int = 0
     optimizer_steps: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
-
-
-def resolve_device(name: str) -> torch.device:
-    """'auto' -> CUDA when available, else CPU (under torchrun, the local rank's GPU)."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and "LOCAL_RANK" in os.environ:
-        name = f"cuda:{os.environ['LOCAL_RANK']}"
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"train.device={name!r} but CUDA is not available")
-    return torch.device(name)
 
 
 def resolve_amp(amp: str, device: torch.device) -> torch.dtype | None:

@@ -27,6 +27,8 @@ class LoadedModel:
     class_names: tuple[str, ...]
     metrics: dict[str, Any]
     path: Path
+    baseline: dict[str, Any] | None = None
+    """The drift baseline the checkpoint carries (``Baseline.to_dict()`` form, see monitor/baseline.py), or None."""
 
 
 RETIRED_CONFIG_KEYS = {"monitor": ("min_layers",)}
@@ -90,20 +92,28 @@ def load_checkpoint(path: str | Path | None = None, device: torch.device | str =
         model.load_state_dict(state)
     except RuntimeError as exc:
         raise ValueError(f"{path}: weights do not fit the model its config describes: {exc}") from exc
-    return LoadedModel(model.to(device).eval(), cfg, class_names, dict(ckpt.get("metrics", {})), path)
+    baseline = ckpt.get("baseline")
+    if baseline is not None and not isinstance(baseline, dict):
+        raise ValueError(f"{path}: 'baseline' entry must be a drift baseline object, got {type(baseline).__name__}")
+    return LoadedModel(model.to(device).eval(), cfg, class_names, dict(ckpt.get("metrics", {})), path, baseline)
 
 
-def strip_checkpoint(ckpt: dict[str, Any], overrides: Sequence[str] = ()) -> dict[str, Any]:
+def strip_checkpoint(ckpt: dict[str, Any], overrides: Sequence[str] = (), baseline: dict[str, Any] | None = None) -> dict[str, Any]:
     """Inference-only checkpoint: EMA weights as ``model``, config (with ``key=value`` ``overrides`` applied and
-    validated, e.g. ``eval.f1_conf=0.5``), class names, metrics (no optimizer state)."""
+    validated, e.g. ``eval.f1_conf=0.5``), class names, metrics (no optimizer state) and the drift baseline:
+    ``baseline`` when given (a ``Baseline.to_dict()``; the caller validates it), else the one ``ckpt`` carries."""
     config = ckpt["config"] if not overrides else config_from_dict(apply_overrides(ckpt["config"], list(overrides))).to_dict()
-    return {
+    out = {
         "model": ckpt.get("ema", ckpt["model"]),
         "config": config,
         "class_names": ckpt["class_names"],
         "metrics": ckpt.get("metrics", {}),
         "epoch": ckpt.get("epoch", -1),
     }
+    baseline = baseline if baseline is not None else ckpt.get("baseline")
+    if baseline is not None:
+        out["baseline"] = baseline
+    return out
 
 
 def average_checkpoints(paths: Sequence[str | Path], overrides: Sequence[str] = ()) -> dict[str, Any]:

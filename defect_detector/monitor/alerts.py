@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from defect_detector.monitor.drift import STATISTICS, DriftDetector, DriftEvent
+from defect_detector.monitor.baseline import STATISTICS
+from defect_detector.monitor.drift import DriftDetector, DriftEvent
 
 logger = logging.getLogger("defect_detector.monitor")
 

@@ -45,7 +45,8 @@ from defect_detector.io import atomic_write_json
 from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, load_checkpoint
 from defect_detector.model.detector import build_model
 from defect_detector.monitor import faults
-from defect_detector.monitor.drift import Baseline, DriftDetector, calibrate
+from defect_detector.monitor.baseline import Baseline, calibrate
+from defect_detector.monitor.drift import DriftDetector
 from defect_detector.monitor.hooks import DEFAULT_LAYERS, ActivationMonitor
 
 logger = logging.getLogger("defect_detector.monitor")

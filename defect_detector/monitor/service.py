@@ -24,7 +24,8 @@ import yaml
 
 from defect_detector.config import ConfigError, MonitorConfig, config_from_dict
 from defect_detector.monitor.alerts import AlertRouter, JsonlSink, LogSink, PrometheusSink, Sink, WebhookSink
-from defect_detector.monitor.drift import Baseline, BaselineError, DriftDetector, calibrate_dataset
+from defect_detector.monitor.baseline import Baseline, BaselineError, calibrate_dataset
+from defect_detector.monitor.drift import DriftDetector
 
 logger = logging.getLogger("defect_detector.monitor")
 

@@ -1,0 +1,306 @@
+"""Drift baseline: how each monitored layer statistic is distributed over clean calibration frames.
+
+:func:`calibrate` builds a :class:`Baseline` from per-frame statistics, :func:`calibrate_dataset` runs a
+model over clean images first. ``defect-detector calibrate`` writes one as JSON; ``strip --baseline``
+and ``export --baseline`` carry it inside the weights, so ``predict`` monitors drift without extra files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from defect_detector.io import atomic_write_json
+from defect_detector.monitor.hooks import DEFAULT_LAYERS, ActivationMonitor
+
+logger = logging.getLogger("defect_detector.monitor")
+
+STATISTICS = ("mean", "std")
+QUANTILE_LEVELS = (0.01, 0.05, 0.5, 0.95, 0.99)
+BASELINE_VERSION = 3
+"""3: statistics read on every ``ceil(H / 40)``-th row of tall layers (2: every ``ceil(H / 80)``-th; 1: no covariance)."""
+_EPS = 1e-6
+_MIN_FRAMES = 2
+_FEW_FRAMES = 30
+
+
+class BaselineError(ValueError):
+    """A baseline file or dict is missing, unreadable or malformed; the message says where and what."""
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass
+class Baseline:
+    """Reference distribution of each monitored layer statistic over clean frames.
+
+    Arrays are float64: ``mean``, ``std`` (sample std over frames), ``min``, ``max`` are ``[L, 2]``;
+    ``quantiles`` is ``[L, 2, Q]`` at ``quantile_levels``; ``covariance`` is ``[2L, 2L]``, the sample
+    covariance over frames of the statistics flattened layer-major (entry ``2 * l + s``). The last axis of size 2 follows
+    ``statistics`` = ``("mean", "std")``. ``count`` is the number of frames. ``model`` is free-form
+    information about the model that produced the statistics (weights path, class names, ...).
+    """
+
+    layer_names: list[str]
+    mean: np.ndarray
+    std: np.ndarray
+    quantiles: np.ndarray
+    min: np.ndarray
+    max: np.ndarray
+    covariance: np.ndarray
+    count: int
+    imgsz: int | None = None
+    model: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+    created: str = field(default_factory=utc_now)
+    statistics: tuple[str, ...] = STATISTICS
+    quantile_levels: tuple[float, ...] = QUANTILE_LEVELS
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dict (nested lists of floats), the inverse of :meth:`from_dict`."""
+        return {
+            "version": BASELINE_VERSION,
+            "layer_names": list(self.layer_names),
+            "statistics": list(self.statistics),
+            "quantile_levels": list(self.quantile_levels),
+            "count": int(self.count),
+            "imgsz": self.imgsz,
+            "model": self.model,
+            "source": self.source,
+            "created": self.created,
+            "mean": self.mean.tolist(),
+            "std": self.std.tolist(),
+            "quantiles": self.quantiles.tolist(),
+            "min": self.min.tolist(),
+            "max": self.max.tolist(),
+            "covariance": self.covariance.tolist(),
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Any, where: str = "baseline") -> Baseline:
+        """Validate and build a baseline; :class:`BaselineError` names ``where`` and the bad key."""
+        if not isinstance(raw, dict):
+            raise BaselineError(f"{where}: must be a JSON object, got {type(raw).__name__}")
+        if "version" not in raw:
+            raise BaselineError(f"{where}: missing keys ['version']")
+        if raw["version"] != BASELINE_VERSION:
+            raise BaselineError(
+                f"{where}: version: unsupported baseline version {raw['version']!r} (expected {BASELINE_VERSION}); "
+                "run `defect-detector calibrate` again to rebuild it"
+            )
+        missing = [k for k in ("layer_names", "mean", "std", "quantiles", "min", "max", "covariance", "count") if k not in raw]
+        if missing:
+            raise BaselineError(f"{where}: missing keys {missing}")
+        names = raw["layer_names"]
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
+            raise BaselineError(f"{where}: layer_names: must be a non-empty list of unique layer names, got {names!r}")
+        statistics = tuple(raw.get("statistics", STATISTICS))
+        if statistics != STATISTICS:
+            raise BaselineError(f"{where}: statistics: must be {list(STATISTICS)}, got {list(statistics)}")
+        levels = raw.get("quantile_levels", list(QUANTILE_LEVELS))
+        if not isinstance(levels, list) or not levels or not all(_is_number(q) and 0 <= q <= 1 for q in levels):
+            raise BaselineError(f"{where}: quantile_levels: must be a non-empty list of numbers in [0, 1], got {levels!r}")
+        count = raw["count"]
+        if isinstance(count, bool) or not isinstance(count, int) or count < _MIN_FRAMES:
+            raise BaselineError(f"{where}: count: must be an integer >= {_MIN_FRAMES}, got {count!r}")
+        imgsz = raw.get("imgsz")
+        if imgsz is not None and (isinstance(imgsz, bool) or not isinstance(imgsz, int) or imgsz <= 0):
+            raise BaselineError(f"{where}: imgsz: must be a positive integer or null, got {imgsz!r}")
+        shape = (len(names), len(STATISTICS))
+        arrays = {key: _array(raw[key], shape, f"{where}: {key}") for key in ("mean", "std", "min", "max")}
+        quantiles = _array(raw["quantiles"], (*shape, len(levels)), f"{where}: quantiles")
+        covariance = _array(raw["covariance"], (2 * len(names), 2 * len(names)), f"{where}: covariance")
+        if not np.allclose(covariance, covariance.T) or (np.diag(covariance) < 0).any():
+            raise BaselineError(f"{where}: covariance: must be symmetric with a non-negative diagonal")
+        if (arrays["std"] < 0).any():
+            raise BaselineError(f"{where}: std: must be >= 0")
+        model = raw.get("model", {})
+        if not isinstance(model, dict):
+            raise BaselineError(f"{where}: model: must be an object, got {type(model).__name__}")
+        return cls(
+            layer_names=list(names),
+            quantiles=quantiles,
+            covariance=covariance,
+            count=count,
+            imgsz=imgsz,
+            model=model,
+            source=str(raw.get("source", "")),
+            created=str(raw.get("created", "")),
+            statistics=statistics,
+            quantile_levels=tuple(float(q) for q in levels),
+            **arrays,
+        )
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the baseline as JSON atomically (temp file + rename)."""
+        atomic_write_json(path, self.to_dict())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Baseline:
+        """Read a baseline JSON file; :class:`BaselineError` for a missing, unreadable or malformed file."""
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError as exc:
+            raise BaselineError(f"{path}: baseline file not found") from exc
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BaselineError(f"{path}: cannot read baseline file: {exc}") from exc
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise BaselineError(f"{path}: malformed baseline JSON: {exc}") from exc
+        return cls.from_dict(raw, where=str(path))
+
+    def scale(self, rel_floor: float) -> np.ndarray:
+        """float64 ``[L, 2]``: ``max(std, eps, rel_floor * |mean|)``, the unit of every z-score."""
+        return np.maximum(np.maximum(self.std, _EPS), rel_floor * np.abs(self.mean))
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _array(value: Any, shape: tuple[int, ...], where: str) -> np.ndarray:
+    try:
+        array = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise BaselineError(f"{where}: must be nested lists of numbers with shape {list(shape)}") from exc
+    if array.shape != shape:
+        raise BaselineError(f"{where}: must have shape {list(shape)}, got {list(array.shape)}")
+    if not np.isfinite(array).all():
+        raise BaselineError(f"{where}: must contain only finite numbers")
+    return array
+
+
+def as_frames(stats: torch.Tensor | np.ndarray, num_layers: int) -> np.ndarray:
+    """``[L, 2]`` or ``[B, L, 2]`` tensor/array -> float64 ``[B, L, 2]`` on the host (one copy)."""
+    if isinstance(stats, torch.Tensor):
+        stats = stats.detach().to("cpu", torch.float64).numpy()
+    array = np.asarray(stats, dtype=np.float64)
+    if array.ndim == 2:
+        array = array[None]
+    if array.ndim != 3 or array.shape[1:] != (num_layers, len(STATISTICS)):
+        raise ValueError(f"layer statistics must have shape [L, 2] or [B, L, 2] with L = {num_layers}, got {list(array.shape)}")
+    return array
+
+
+def calibrate(
+    stats_iter: Iterable[torch.Tensor | np.ndarray],
+    layer_names: Sequence[str],
+    imgsz: int | None = None,
+    model_info: dict[str, Any] | None = None,
+    source: str = "",
+) -> Baseline:
+    """Build a :class:`Baseline` from per-frame layer statistics of clean reference frames.
+
+    ``stats_iter`` yields float ``[B, L, 2]`` (or ``[L, 2]``) tensors or arrays, layers in
+    ``layer_names`` order. Frames with a non-finite value are left out (and counted in a warning).
+    Raises ``ValueError`` for fewer than 2 usable frames; warns below 30.
+    """
+    frames: list[np.ndarray] = []
+    for stats in stats_iter:
+        frames.append(as_frames(stats, len(layer_names)))
+    values = np.concatenate(frames) if frames else np.zeros((0, len(layer_names), len(STATISTICS)))
+    finite = np.isfinite(values).all(axis=(1, 2))
+    if not finite.all():
+        logger.warning("calibration: left out %d of %d frames with non-finite layer statistics", int((~finite).sum()), len(values))
+        values = values[finite]
+    if len(values) < _MIN_FRAMES:
+        raise ValueError(f"calibration needs at least {_MIN_FRAMES} frames with finite statistics, got {len(values)}")
+    if len(values) < _FEW_FRAMES:
+        logger.warning("calibration: only %d frames; the baseline spread is a rough estimate (use >= %d)", len(values), _FEW_FRAMES)
+    return Baseline(
+        layer_names=list(layer_names),
+        mean=values.mean(axis=0),
+        std=values.std(axis=0, ddof=1),
+        quantiles=np.moveaxis(np.quantile(values, QUANTILE_LEVELS, axis=0), 0, -1),
+        min=values.min(axis=0),
+        max=values.max(axis=0),
+        covariance=np.atleast_2d(np.cov(values.reshape(len(values), -1), rowvar=False)),
+        count=len(values),
+        imgsz=imgsz,
+        model=dict(model_info or {}),
+        source=source,
+    )
+
+
+StatsModel = nn.Module | Callable[[torch.Tensor], Any]
+
+
+def calibrate_dataset(
+    model: StatsModel,
+    images: Iterable[Any],
+    layers: Sequence[str] = DEFAULT_LAYERS,
+    layer_names: Sequence[str] | None = None,
+    batch_size: int = 8,
+    device: torch.device | str = "cpu",
+    model_info: dict[str, Any] | None = None,
+    source: str = "",
+    progress: bool = True,
+) -> Baseline:
+    """Run ``model`` over clean reference images and build the baseline of its layer statistics.
+
+    ``model``: an eager ``nn.Module`` (an :class:`ActivationMonitor` on ``layers`` is attached for
+    the run and removed afterwards), or a runtime-like callable / TorchScript module whose output
+    is ``(raw, stats [B, L, 2])``, in which case ``layer_names`` must name its L layers.
+    ``images``: an iterable (or dataset) of float32 ``[C, H, W]`` or ``[B, C, H, W]`` tensors (C = 1, or 2 for a
+    reference model: image and registered reference) in
+    [0, 1], or of ``(image, target)`` samples; they are batched to ``batch_size``. ``imgsz`` is
+    taken from the images. Shows a tqdm progress bar when ``progress``.
+    """
+    eager = isinstance(model, nn.Module) and not isinstance(model, torch.jit.ScriptModule)
+    monitor = ActivationMonitor(model, layers) if eager else None
+    if monitor is not None:
+        names = monitor.layer_names
+    elif layer_names is not None:
+        names = list(layer_names)
+    else:
+        raise ValueError("calibrate_dataset: layer_names is required for a runtime or TorchScript model")
+    total = len(images) if hasattr(images, "__len__") else None
+    imgsz: list[int] = []
+
+    def batches() -> Iterable[torch.Tensor]:
+        pending: list[torch.Tensor] = []
+        for item in images:
+            tensor = item[0] if isinstance(item, (tuple, list)) else item
+            if tensor.ndim == 3:
+                tensor = tensor.unsqueeze(0)
+            if tensor.ndim != 4 or tensor.shape[1] not in (1, 2):
+                raise ValueError(f"calibration images must be [C, H, W] or [B, C, H, W] with C 1 or 2, got {list(tensor.shape)}")
+            pending.extend(tensor.unbind(0))
+            while len(pending) >= batch_size:
+                yield torch.stack(pending[:batch_size])
+                pending = pending[batch_size:]
+        if pending:
+            yield torch.stack(pending)
+
+    def stats_iter() -> Iterable[torch.Tensor]:
+        with tqdm(total=total, desc="calibrate", unit="img", disable=not progress) as bar, torch.inference_mode():
+            for batch in batches():
+                imgsz.append(int(batch.shape[-1]))
+                out = model(batch.to(device))
+                stats = monitor.stats() if monitor is not None else out[1]
+                bar.update(len(batch))
+                yield stats
+
+    try:
+        baseline = calibrate(stats_iter(), names, model_info=model_info, source=source)
+    finally:
+        if monitor is not None:
+            monitor.detach()
+    baseline.imgsz = imgsz[0] if imgsz else None
+    return baseline
