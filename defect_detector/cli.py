@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
 
@@ -133,19 +134,6 @@ def _cmd_info(args: argparse.Namespace) -> None:
     print(json.dumps(info, indent=2))
 
 
-def _read_json_object(path: str, what: str) -> dict:
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"{p}: {what} file not found")
-    try:
-        obj = json.loads(p.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{p}: malformed {what} JSON: {exc}") from exc
-    if not isinstance(obj, dict):
-        raise ValueError(f"{p}: {what} JSON must be an object, got {type(obj).__name__}")
-    return obj
-
-
 def _cmd_export(args: argparse.Namespace) -> None:
     from defect_detector.deploy import export
     from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, load_checkpoint
@@ -155,12 +143,12 @@ def _cmd_export(args: argparse.Namespace) -> None:
         raise CliError(f"--imgsz must be a multiple of 32 and >= 64, got {args.imgsz}")
     if args.half and args.format == "onnx":
         raise CliError("--half applies to TorchScript; for float16 ONNX build a TensorRT engine: trtexec --onnx=MODEL --fp16")
-    if args.portable and (args.format != "torchscript" or args.half or args.triton):
-        raise CliError("--portable applies to a float32 TorchScript export (ONNX, --half and --triton are always portable)")
+    if args.portable and (args.format != "torchscript" or args.half):
+        raise CliError("--portable applies to a float32 TorchScript export (ONNX and --half are always portable; --triton implies it)")
     if args.triton and args.format != "torchscript":
         raise CliError("--triton writes a TorchScript model repository; drop --format onnx")
     loaded = load_checkpoint(weights)
-    baseline = _read_json_object(args.baseline, "baseline") if args.baseline else None
+    baseline = args.baseline  # a file, or None for the checkpoint's own baseline; checked against the model by the export
     if args.triton:
         report = export.export_triton(loaded, args.triton, imgsz=args.imgsz, half=args.half, baseline=baseline)
         print(f"wrote Triton model repository {report['repository']} ({report['config']}, {report['path']})")
@@ -179,7 +167,8 @@ def _cmd_export(args: argparse.Namespace) -> None:
     print(
         f"input [B, {meta['channels']}, {meta['imgsz']}, {meta['imgsz']}] {meta['input']['dtype']}; "
         f"classes {', '.join(meta['class_names'])}; "
-        f"{len(meta['layers'])} monitored layers; baseline {'embedded' if meta['baseline'] else 'none'}"
+        f"{len(meta['layers'])} monitored layers; "
+        f"baseline {'none' if meta['baseline'] is None else 'embedded from ' + report['baseline_source']}"
     )
     parity = report["parity"]
     if parity is None:
@@ -193,35 +182,40 @@ def _cmd_export(args: argparse.Namespace) -> None:
 
 def _cmd_predict(args: argparse.Namespace) -> None:
     from defect_detector.config import EvalConfig
-    from defect_detector.deploy.predict import run_predict, summary_line
-    from defect_detector.deploy.runtime import Runtime
-    from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
-    from defect_detector.monitor.service import build_monitoring
+    from defect_detector.deploy.inspector import Inspector, summary_line
+    from defect_detector.model.tta import orientations
 
-    weights = args.weights or (DEFAULT_REFERENCE_WEIGHTS if args.reference else None)
-    runtime = Runtime.load(weights, device=args.device, threads=args.threads, tta=args.tta)
-    what = "golden-template model (image + reference)" if runtime.channels == 2 else "single-image model"
-    print(f"model: {runtime.path.name} ({runtime.kind}, {runtime.device}, {what}); test-time augmentation: {runtime.tta}")
-    if args.save_json and args.conf > EvalConfig.conf:  # the score threshold val uses for mAP
-        print(
-            f"note: --save-json keeps detections scoring >= {args.conf}; "
-            f"to score mAP (pycocotools) keep the whole ranking: --conf {EvalConfig.conf}"
-        )
-    router = build_monitoring(args, runtime.meta.get("baseline"), runtime.layer_names)
-    callbacks = []
-    if router is not None:
-
-        def monitor(frame, result) -> None:  # (Frame, Detections | None), called by run_predict per frame
-            if result is not None:
-                timings = {"decode": frame.decode_ms / 1000.0, **{k: v / 1000.0 for k, v in result.timings.items()}}
-                router.on_frame(frame.index, frame.source_name, result.stats, timings, len(result))
-
-        callbacks.append(monitor)
-    try:
-        summary = run_predict(args, on_frame=callbacks, runtime=runtime)
-    finally:
-        if router is not None:
-            router.close()
+    inspector = Inspector.load(
+        args.weights,
+        reference=args.reference,
+        device=args.device,
+        threads=args.threads,
+        tta=args.tta,
+        conf=args.conf,
+        iou=args.iou,
+        max_det=args.max_det,
+        tile=args.tile,
+        monitor=not args.no_monitor,
+        baseline=args.baseline,
+        monitor_config=args.monitor_config,
+        alerts=args.alerts,
+        webhook=args.webhook,
+        metrics_port=args.metrics_port,
+        metrics_addr=args.metrics_addr,
+    )
+    with inspector:
+        runtime = inspector.runtime
+        what = "golden-template model (image + reference)" if runtime.channels == 2 else "single-image model"
+        n = len(orientations(runtime.tta))
+        passes = f"{n} model passes per frame (test-time augmentation {runtime.tta})" if n > 1 else "one model pass per frame"
+        drift = "on (baseline from " + ("--baseline" if args.baseline else "the weights") + ")" if inspector.monitoring else "off"
+        print(f"model: {runtime.path.name} ({runtime.kind}, {runtime.device}, {what}); {passes}; drift monitoring {drift}")
+        if args.save_json and args.conf > EvalConfig.conf:  # the score threshold val uses for mAP
+            print(
+                f"note: --save-json keeps detections scoring >= {args.conf}; "
+                f"to score mAP (pycocotools) keep the whole ranking: --conf {EvalConfig.conf}"
+            )
+        summary = inspector.run(args.source, args.batch, args.max_frames, args.latest_only, args.save_json, args.save_dir)
     print(summary_line(summary))
     for kind, path in summary["outputs"].items():
         print(f"wrote {kind}: {path}")
@@ -298,13 +292,28 @@ def _cmd_strip(args: argparse.Namespace) -> None:
     from defect_detector.io import atomic_torch_save
     from defect_detector.model.checkpoint import load_checkpoint, strip_checkpoint
 
-    load_checkpoint(args.weights)  # validates it loads into its model
+    loaded = load_checkpoint(args.weights)  # validates it loads into its model
+    baseline = _checked_baseline(args.baseline, loaded) if args.baseline else None
     ckpt = torch.load(args.weights, map_location="cpu", weights_only=True)
-    atomic_torch_save(strip_checkpoint(ckpt, args.set or []), args.out)
-    load_checkpoint(args.out)
+    atomic_torch_save(strip_checkpoint(ckpt, args.set or [], baseline), args.out)
+    stripped = load_checkpoint(args.out)
     print(f"wrote {args.out} ({Path(args.out).stat().st_size / 1e6:.2f} MB): EMA weights, config, class names, metrics")
     if args.set:
         print(f"config set: {', '.join(args.set)}")
+    carried = f"from {args.baseline}" if args.baseline else "kept from the input" if stripped.baseline else "none"
+    print(f"drift baseline: {carried} (predict monitors drift whenever the weights carry one)")
+
+
+def _checked_baseline(path: str, loaded: Any) -> dict[str, Any]:
+    """The baseline file at ``path`` as a dict, checked against the checkpoint's monitored layers, input size and classes."""
+    from defect_detector.deploy.export.baseline import check_baseline
+    from defect_detector.monitor.baseline import Baseline
+    from defect_detector.monitor.hooks import DEFAULT_LAYERS, resolve_layers
+
+    baseline = Baseline.load(path)
+    layers = resolve_layers(loaded.model, DEFAULT_LAYERS)
+    check_baseline(baseline, path, layers, loaded.config.data.imgsz, loaded.class_names)
+    return baseline.to_dict()
 
 
 def _cmd_average(args: argparse.Namespace) -> None:
@@ -331,12 +340,25 @@ def _cmd_demo(args: argparse.Namespace) -> None:
     run_demo(args.out, threads=args.threads)
 
 
-TTA_HELP = "test-time augmentation: none, flip2, flip4 or d8 (1, 2, 4 or 8 orientations per image, averaged; default: the model's eval.tta)"
+TTA_HELP = (
+    "test-time augmentation: none (default), flip2, flip4 or d8: 1, 2, 4 or 8 orientations per image, averaged; "
+    "each costs one model pass (d8: 8x the model time per frame)"
+)
+
+
+def add_monitor_arguments(parser: argparse.ArgumentParser) -> None:
+    """The drift-monitoring flags of ``predict``."""
+    group = parser.add_argument_group("drift monitoring (on whenever the weights carry a baseline)")
+    group.add_argument("--no-monitor", action="store_true", help="do not watch layer statistics for drift")
+    group.add_argument("--baseline", metavar="PATH", help="drift baseline JSON from `calibrate` (default: the one the weights carry)")
+    group.add_argument("--alerts", metavar="PATH", help="append drift / recovered / rebaseline events to this JSONL file")
+    group.add_argument("--webhook", metavar="URL", help="POST each drift event as JSON to this http(s) URL")
+    group.add_argument("--metrics-port", metavar="N", type=int, help="serve Prometheus metrics on this port (0: any free port)")
+    group.add_argument("--metrics-addr", metavar="ADDR", default="0.0.0.0", help="address for the metrics server (default 0.0.0.0)")
+    group.add_argument("--monitor-config", metavar="YAML", help="drift thresholds: a YAML with a `monitor:` section or the section itself")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from defect_detector.monitor.service import add_monitor_arguments
-
     parser = argparse.ArgumentParser(prog="defect-detector", description="PCB defect detection on grayscale images.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -400,6 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("weights", help="training checkpoint, e.g. runs/NAME/weights/best.pt")
     p.add_argument("--out", required=True)
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override for the result, e.g. eval.f1_conf=0.5 (repeatable)")
+    p.add_argument("--baseline", help="drift baseline JSON from `calibrate` to carry in the result (checked against the model)")
     p.set_defaults(func=_cmd_strip)
 
     p = sub.add_parser("average", help="inference checkpoint whose weights are the mean of fine-tunes of one parent (a model soup)")
@@ -436,10 +459,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--portable",
         action="store_true",
-        help="float32 TorchScript that also runs on CUDA (default when traced on the CPU: faster oneDNN conv+SiLU kernels, CPU only)",
+        help="float32 TorchScript that also runs on CUDA (default when traced on the CPU: faster oneDNN conv+SiLU kernels, CPU only; "
+        "implied by --triton)",
     )
-    p.add_argument("--baseline", help="drift baseline JSON to embed in meta.json")
-    p.add_argument("--triton", metavar="DIR", help="write a Triton model repository into DIR instead of --out")
+    p.add_argument(
+        "--baseline",
+        help="drift baseline JSON to embed in meta.json (default: the checkpoint's own, if any); "
+        "its layers, imgsz and class names must match the export",
+    )
+    p.add_argument(
+        "--triton",
+        metavar="DIR",
+        help="write a Triton model repository into DIR instead of --out (always the portable graph, for a GPU server)",
+    )
     p.set_defaults(func=_cmd_export)
 
     p = sub.add_parser("predict", help="detect defects in an image, folder, glob, video, camera or stream")
@@ -463,6 +495,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--latest-only", action="store_true", help="live streams: drop stale frames, always process the newest")
     p.add_argument("--max-frames", type=int, help="stop after N frames")
     p.add_argument("--tta", help=TTA_HELP)
+    tile = p.add_mutually_exclusive_group()
+    tile.add_argument(
+        "--tile",
+        dest="tile",
+        action="store_true",
+        default=None,
+        help="inspect each frame in overlapping tiles at the model's training scale (default: when letterboxing would shrink it)",
+    )
+    tile.add_argument("--no-tile", dest="tile", action="store_false", help="letterbox each whole frame to the model's input size")
     add_monitor_arguments(p)
     p.set_defaults(func=_cmd_predict)
 

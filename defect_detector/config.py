@@ -18,6 +18,7 @@ import yaml
 
 from defect_detector.io import atomic_write_text
 from defect_detector.model.tta import TTA_MODES
+from defect_detector.monitor.hooks import DEFAULT_LAYERS
 
 DEEPPCB_CLASSES = ("open", "short", "mousebite", "spur", "copper", "pin-hole")
 
@@ -251,14 +252,17 @@ class MonitorConfig:
 
     ``z_warn`` / ``z_alert`` bound the drift score, a Mahalanobis distance in units of the spread of
     single clean calibration frames; per-statistic z-scores (same units) only explain an alert.
-    ``window``: frames averaged; ``reference``: frames forming the stream's own normal level
-    (0 = compare with the calibration baseline only); ``baseline_margin``: z allowed against the
+    ``window``: frames averaged; ``reference``: clean frames that form the line reference, once at the
+    start and after each deliberate rebaseline, then frozen (0 = compare with the calibration baseline
+    only); ``z_clear``: an alert is recovered only after ``recover`` consecutive frames score below it
+    (hysteresis below ``z_warn``; None: ``0.9 * z_warn``); ``baseline_margin``: z allowed against the
     calibration baseline before it counts (unseen board designs sit away from it); ``rel_floor``:
     the scale is at least this fraction of the baseline value; ``shrinkage``: how far the
     calibration correlation between statistics is pulled towards none (0 = as measured, 1 = each
     statistic on its own); ``debounce``: consecutive frames above it before an alert; ``recover``:
-    consecutive normal frames before a recovery event; ``layers``: globs choosing which of the
-    baseline's layers are scored (none matching: all are). The first layers measure how the image
+    consecutive frames below ``z_clear`` before a recovery event; ``layers``: globs choosing which of the
+    baseline's layers are scored (default: ``DEFAULT_LAYERS`` of monitor/hooks.py, the stem and
+    backbone stages 1-3; none matching: all are). The first layers measure how the image
     is formed (brightness, contrast, sharpness, noise); deep layers mostly follow what is on the
     board, and a new board design moves them more than a camera fault does.
     """
@@ -267,17 +271,20 @@ class MonitorConfig:
     reference: int = 256
     z_warn: float = 5.5
     z_alert: float = 8.0
-    baseline_margin: float = 3.0
+    z_clear: float | None = None
+    baseline_margin: float = 2.0
     rel_floor: float = 0.02
     shrinkage: float = 0.0
     debounce: int = 3
-    recover: int = 16
-    layers: tuple[str, ...] = ("backbone.stem", "backbone.stage1", "backbone.stage2", "backbone.stage3")
+    recover: int = 8
+    layers: tuple[str, ...] = DEFAULT_LAYERS
 
     def validate(self) -> None:
         _check(self.window >= 1, "monitor.window", "must be >= 1", self.window)
         _check(self.reference >= 0, "monitor.reference", "must be >= 0", self.reference)
         _check(0 < self.z_warn <= self.z_alert, "monitor.z_warn", "must be > 0 and <= monitor.z_alert", self.z_warn)
+        clear_ok = self.z_clear is None or 0 < self.z_clear <= self.z_warn
+        _check(clear_ok, "monitor.z_clear", "must be > 0 and <= monitor.z_warn (or null)", self.z_clear)
         _check(self.baseline_margin >= 0, "monitor.baseline_margin", "must be >= 0", self.baseline_margin)
         _check(self.rel_floor >= 0, "monitor.rel_floor", "must be >= 0", self.rel_floor)
         _check(0.0 <= self.shrinkage <= 1.0, "monitor.shrinkage", "must be in [0, 1]", self.shrinkage)

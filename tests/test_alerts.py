@@ -1,4 +1,3 @@
-import argparse
 import json
 import logging
 import socket
@@ -16,7 +15,7 @@ from defect_detector.config import MonitorConfig
 from defect_detector.monitor.alerts import AlertRouter, JsonlSink, LogSink, PrometheusSink, Sink, WebhookSink
 from defect_detector.monitor.baseline import calibrate
 from defect_detector.monitor.drift import DriftDetector, DriftEvent
-from defect_detector.monitor.service import MonitorSetupError, add_monitor_arguments, build_monitoring, load_monitor_config
+from defect_detector.monitor.service import MonitorSetupError, build_monitoring, load_monitor_config
 
 LAYERS = ["backbone.stem", "backbone.stage1", "neck.out3"]
 DESIGN_KEYS = ["event", "frame", "source", "time", "severity", "score", "layers", "reason"]
@@ -200,34 +199,31 @@ def test_router_feeds_detector_and_survives_a_broken_sink(tmp_path: Path, caplog
         router.on_frame(9, "cam0", torch.zeros(2, 2))
 
 
-def _args(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_monitor_arguments(parser)
-    return parser.parse_args(list(argv))
-
-
 def test_build_monitoring_modes(tmp_path: Path) -> None:
     baseline = _baseline()
     path = tmp_path / "baseline.json"
     baseline.save(path)
-    assert build_monitoring(_args(), None, LAYERS) is None
+    assert build_monitoring(LAYERS) is None
     with pytest.raises(MonitorSetupError, match="need a drift baseline"):
-        build_monitoring(_args("--alerts", str(tmp_path / "a.jsonl")), None, LAYERS)
+        build_monitoring(LAYERS, alerts=tmp_path / "a.jsonl")
     with pytest.raises(MonitorSetupError, match="calibrate again"):
-        build_monitoring(_args("--baseline", str(path)), None, LAYERS[:2])
+        build_monitoring(LAYERS[:2], baseline=path)
     with pytest.raises(MonitorSetupError, match="not found"):
-        build_monitoring(_args("--baseline", str(tmp_path / "nope.json")), None, LAYERS)
+        build_monitoring(LAYERS, baseline=tmp_path / "nope.json")
+    with pytest.raises(MonitorSetupError, match="--no-monitor"):
+        build_monitoring(LAYERS, embedded=baseline.to_dict(), monitor=False, alerts=tmp_path / "a.jsonl")
+    assert build_monitoring(LAYERS, embedded=baseline.to_dict(), monitor=False) is None
 
-    router = build_monitoring(_args("--baseline", str(path), "--alerts", str(tmp_path / "a.jsonl")), None, LAYERS)
+    router = build_monitoring(LAYERS, baseline=path, alerts=tmp_path / "a.jsonl")
     assert router is not None and router.detector is not None
     assert [type(s).__name__ for s in router.sinks] == ["LogSink", "JsonlSink"]
     router.close()
 
-    router = build_monitoring(_args(), baseline.to_dict(), LAYERS)
+    router = build_monitoring(LAYERS, embedded=baseline.to_dict())  # on by default when the weights carry a baseline
     assert router is not None and router.detector is not None and router.detector.baseline.to_dict() == baseline.to_dict()
     router.close()
 
-    router = build_monitoring(_args("--metrics-port", "0", "--metrics-addr", "127.0.0.1"), None, LAYERS)
+    router = build_monitoring(LAYERS, metrics_port=0, metrics_addr="127.0.0.1")
     try:
         assert router is not None and router.detector is None
         router.on_frame(0, "cam0", torch.zeros(len(LAYERS), 2), {"model": 0.01}, 2)
@@ -245,8 +241,7 @@ def test_monitor_config_yaml(tmp_path: Path) -> None:
     assert load_monitor_config(tmp_path / "section.yaml") == MonitorConfig(window=6, reference=0)
     with pytest.raises(MonitorSetupError, match="windw"):
         load_monitor_config(tmp_path / "bad.yaml")
-    args = _args("--monitor-config", str(tmp_path / "section.yaml"))
     baseline = _baseline()
-    router = build_monitoring(args, baseline.to_dict(), LAYERS)
+    router = build_monitoring(LAYERS, embedded=baseline.to_dict(), monitor_config=tmp_path / "section.yaml")
     assert router.detector.cfg.window == 6
     router.close()

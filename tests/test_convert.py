@@ -7,7 +7,8 @@ import pytest
 
 from defect_detector.config import DEEPPCB_CLASSES
 from defect_detector.data.convert import attach_references, deeppcb_to_coco, split_deeppcb_by_group, voc_to_coco, yolo_to_coco
-from defect_detector.data.dataset import CocoDetectionDataset, DatasetError
+from defect_detector.data.dataset import CocoDetectionDataset
+from defect_detector.data.errors import DatasetError
 from defect_detector.io import atomic_write_json
 
 # (group, image id, annotation lines) for a tiny DeepPCB-shaped tree

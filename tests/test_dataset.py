@@ -12,7 +12,9 @@ from torch.utils.data import DataLoader
 
 from defect_detector.config import DEEPPCB_CLASSES
 from defect_detector.data.collate import collate
-from defect_detector.data.dataset import CocoDetectionDataset, DatasetError, load_image_gray, to_gray_uint8
+from defect_detector.data.dataset import CocoDetectionDataset
+from defect_detector.data.errors import DatasetError
+from defect_detector.data.images import load_image_gray
 from defect_detector.data.letterbox import LetterboxMeta
 
 H, W = 48, 64
@@ -258,22 +260,6 @@ def test_colour_alpha_and_16bit_are_converted_with_one_warning_per_kind(tmp_path
     messages = [r.getMessage() for r in caplog.records]
     for kind in ("colour", "alpha", "16-bit"):
         assert sum(f"converting {kind} images" in m for m in messages) == 1
-
-
-def test_to_gray_uint8_and_load_image_gray(tmp_path: Path) -> None:
-    gray = _image(3)
-    out, kinds = to_gray_uint8(gray[:, :, None])
-    assert kinds == [] and out.shape == (H, W)
-    out, kinds = to_gray_uint8((gray.astype(np.uint16) * 257)[:, :, None].repeat(3, axis=2))
-    assert kinds == ["colour", "16-bit"] and out.dtype == np.uint8
-    np.testing.assert_array_equal(out, gray)
-    with pytest.raises(DatasetError, match="unsupported pixel type"):
-        to_gray_uint8(gray.astype(np.float32))
-    path = tmp_path / "x.png"
-    cv2.imwrite(str(path), gray)
-    np.testing.assert_array_equal(load_image_gray(path), gray)
-    with pytest.raises(DatasetError, match="absent.png"):
-        load_image_gray(tmp_path / "absent.png")
 
 
 def _make_pairs(root: Path, n: int = 3) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from defect_detector.model.detector import build_model
 from defect_detector.monitor import faults
 from defect_detector.monitor.baseline import Baseline, BaselineError, calibrate, calibrate_dataset
 from defect_detector.monitor.drift import DriftDetector
+from defect_detector.monitor.explain import HINTS, describe
 from defect_detector.monitor.hooks import DEFAULT_LAYERS, ActivationMonitor
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -41,11 +42,12 @@ def _stats(model: torch.nn.Module, monitor: ActivationMonitor, frames: list[np.n
 
 @pytest.fixture(scope="module")
 def streams() -> dict:
-    """Baseline from 32 synthetic boards; stats of 16 other boards, clean and with each fault."""
+    """Baseline (with simulated-fault statistics) from 32 synthetic boards; stats of 16 other boards, clean and
+    with each fault."""
     model = _model()
+    images = [torch.from_numpy(b).float().div(255).unsqueeze(0) for b in _boards(range(32))]
+    baseline = calibrate_dataset(model, images, batch_size=8, progress=False)
     monitor = ActivationMonitor(model)
-    calibration = [_stats(model, monitor, _boards(range(start, start + 8))) for start in range(0, 32, 8)]
-    baseline = calibrate(calibration, monitor.layer_names, imgsz=SIZE)
     fresh = _boards(range(1000, 1016))
     clean = _stats(model, monitor, fresh)
     faulted = {
@@ -84,6 +86,15 @@ def test_baseline_json_round_trip(tmp_path: Path, streams: dict) -> None:
     for key in ("mean", "std", "quantiles", "min", "max"):
         np.testing.assert_array_equal(getattr(loaded, key), getattr(baseline, key))
     assert Baseline.from_dict(json.loads(json.dumps(baseline.to_dict()))).to_dict() == baseline.to_dict()
+    assert set(loaded.faults) == {"clean", "defocus", "contrast_loss", "lighting_drop", "salt_and_pepper"}
+    assert {v.shape for v in loaded.faults.values()} == {(32, len(DEFAULT_LAYERS), 2)}
+
+
+def test_version_3_baselines_still_load_without_fault_statistics() -> None:
+    raw = _synthetic_baseline()[0].to_dict()
+    raw["version"] = 3
+    raw.pop("faults")
+    assert Baseline.from_dict(raw).faults is None
 
 
 def test_calibrate_matches_numpy() -> None:
@@ -118,6 +129,11 @@ def test_calibrate_skips_nonfinite_frames_and_needs_two() -> None:
         (lambda raw: raw["std"][0].__setitem__(0, "x"), "std"),
         (lambda raw: raw.update(layer_names=["a", "a", "b", "c"]), "layer_names"),
         (lambda raw: raw.update(count=1), "count"),
+        (lambda raw: raw.update(faults={"defocus": [[[0.0, 0.0]] * 4] * 3}), "faults: must map 'clean'"),
+        (
+            lambda raw: raw.update(faults={"clean": [[[0.0, 0.0]] * 4] * 3, "defocus": [[[0.0, 0.0]] * 3] * 3}),
+            "faults.defocus: must have shape",
+        ),
     ],
 )
 def test_malformed_baseline_is_rejected(tmp_path: Path, mutate, match: str) -> None:
@@ -139,12 +155,14 @@ def test_missing_or_unparsable_baseline_file(tmp_path: Path) -> None:
         Baseline.from_dict([1, 2])
 
 
-def test_clean_boards_never_alert(streams: dict) -> None:
-    detector = DriftDetector(streams["baseline"], MonitorConfig())
+def test_clean_boards_never_alert_and_set_the_line_reference_once(streams: dict) -> None:
+    cfg = MonitorConfig()
+    detector = DriftDetector(streams["baseline"], cfg)
     events = _stream(detector, streams["clean"], None, 0, 1000)
-    assert events == []
-    assert detector.reference is not None and detector.state == "normal"
-    assert detector.score < MonitorConfig().z_warn
+    assert [e.event for e in events] == ["rebaseline"]  # the line reference, set once and logged
+    assert events[0].frame == cfg.window - 1 + cfg.reference - 1 and "line reference set" in events[0].reason
+    assert detector.line_reference is not None and detector.state == "normal"
+    assert detector.score < cfg.z_warn
 
 
 @pytest.mark.parametrize(
@@ -156,7 +174,7 @@ def test_clean_boards_never_alert(streams: dict) -> None:
         ("salt_and_pepper", "rose"),
     ],
 )
-def test_each_fault_alerts_within_30_frames(streams: dict, fault: str, words: str) -> None:
+def test_each_fault_alerts_within_30_frames_and_names_its_cause(streams: dict, fault: str, words: str) -> None:
     cfg = MonitorConfig()
     for onset in (300, 307):
         detector = DriftDetector(streams["baseline"], cfg)
@@ -167,18 +185,54 @@ def test_each_fault_alerts_within_30_frames(streams: dict, fault: str, words: st
         assert onset <= first.frame < onset + 30
         assert first.severity in ("warning", "critical") and first.score >= cfg.z_warn
         assert first.layers and set(first.layers) <= set(DEFAULT_LAYERS)
-        assert words in first.reason and "baseline" in first.reason
+        assert words in first.reason and "normal" in first.reason
+        assert first.cause == fault and first.reason.endswith(HINTS[fault]), first.reason
         line = first.to_dict()
         assert list(line)[: len(DESIGN_KEYS)] == DESIGN_KEYS
         assert line["statistic"] in ("mean", "std") and set(line["observed"]) == set(line["baseline"])
+        assert line["cause"] == fault
         assert datetime.fromisoformat(line["time"].replace("Z", "+00:00")).tzinfo is not None
         json.dumps(line)
 
 
-def test_fault_from_the_first_frame_alerts_on_the_baseline_test(streams: dict) -> None:
+def test_hints_differ_per_fault() -> None:
+    assert len(set(HINTS.values())) == 4
+    assert "focus" in HINTS["defocus"] and "contrast" in HINTS["contrast_loss"]
+    assert "lighting" in HINTS["lighting_drop"] and "noise" in HINTS["salt_and_pepper"]
+
+
+@pytest.mark.parametrize("fault", ["defocus", "lighting_drop", "salt_and_pepper"])
+def test_a_persistent_fault_stays_alerted_until_it_ends(streams: dict, fault: str) -> None:
+    cfg = MonitorConfig()
+    detector = DriftDetector(streams["baseline"], cfg)
+    clean, faulted = streams["clean"], streams["faulted"][fault]
+    onset, end = 300, 500
+    events = [e for e in _stream(detector, clean, faulted, onset, end) if e.event != "rebaseline"]
+    assert events and events[0].event == "drift" and events[0].frame < onset + 30
+    assert all(e.event == "drift" for e in events), [(e.event, e.frame) for e in events]  # no recovered while faulty
+    assert detector.state in ("warning", "critical")
+    after = _stream(detector, clean, None, 10**9, 100, start=end)
+    assert [e.event for e in after] == ["recovered"] and after[0].frame < end + 30
+
+
+def test_fault_from_the_first_frame_alerts_on_the_baseline_test_and_never_becomes_normal(streams: dict) -> None:
     detector = DriftDetector(streams["baseline"], MonitorConfig())
-    events = _stream(detector, streams["clean"], streams["faulted"]["lighting_drop"], 0, 60)
-    assert any(e.event == "drift" for e in events)
+    events = _stream(detector, streams["clean"], streams["faulted"]["lighting_drop"], 0, 600)
+    assert [e.event for e in events] == ["drift"]  # no line reference is ever taken from faulty frames
+    assert detector.line_reference is None and detector.state != "normal"
+
+
+def test_rebaseline_is_deliberate_and_logged(streams: dict, caplog: pytest.LogCaptureFixture) -> None:
+    cfg = MonitorConfig(reference=32)
+    detector = DriftDetector(streams["baseline"], cfg)
+    clean, faulted = streams["clean"], streams["faulted"]["defocus"]
+    _stream(detector, clean, faulted, 100, 150)
+    assert detector.state != "normal"
+    with caplog.at_level("INFO", logger="defect_detector.monitor"):
+        event = detector.rebaseline(150, "cam0", "new board design")
+    assert event.event == "rebaseline" and "new board design" in event.reason and detector.line_reference is None
+    assert any("line reference cleared" in r.getMessage() for r in caplog.records)
+    assert detector.state == "normal"
 
 
 def test_debounce_needs_consecutive_frames() -> None:
@@ -195,25 +249,23 @@ def test_debounce_needs_consecutive_frames() -> None:
     assert detector.update(high, frame) == [] and detector.update(high, frame + 1) == []
     events = detector.update(high, frame + 2)
     assert [e.event for e in events] == ["drift"] and events[0].frame == frame + 2 and events[0].severity == "warning"
-    assert "rose" in events[0].reason and "lighting or exposure changed" in events[0].reason
+    assert "rose" in events[0].reason and events[0].cause is None  # a baseline without fault statistics names no cause
 
 
 @pytest.mark.parametrize(
-    ("rise", "hint"),
+    ("z", "text"),
     [
-        ((5.0, 5.0), "lighting or exposure changed"),
-        ((-5.0, -5.0), "lighting or exposure changed"),
-        ((-6.0, 0.0), "lighting or exposure changed"),
-        ((4.0, 8.0), "sensor noise"),
-        ((0.0, 6.0), "sensor noise"),
-        ((0.0, -6.0), "lens dirty"),
+        (((5.0, 0.2), (4.0, 0.1)), "mean activation rose"),
+        (((-6.0, 0.0), (-2.0, 0.3)), "mean activation fell"),
+        (((0.1, -6.0), (0.2, -3.0)), "activation contrast (std) fell"),
+        (((0.0, 0.5), (0.3, 0.4)), "activation contrast (std) rose"),
     ],
 )
-def test_reason_tells_light_from_noise(rise: tuple[float, float], hint: str) -> None:
-    baseline, _ = _synthetic_baseline()
-    cfg = MonitorConfig(window=1, reference=0, z_warn=3.0, z_alert=20.0, baseline_margin=0.0, debounce=1)
-    events = DriftDetector(baseline, cfg).update(baseline.mean + np.array(rise) * baseline.std, 0)
-    assert [e.event for e in events] == ["drift"] and hint in events[0].reason, events[0].reason
+def test_describe_names_the_statistic_and_direction(z: tuple, text: str) -> None:
+    z = np.array(z)
+    statistic, members, said = describe(z, z * 0.05, [0, 1])
+    assert said.startswith(text), said
+    assert members and all(abs(z[i, statistic]) > 0 for i in members)
 
 
 def test_escalation_and_recovery() -> None:
@@ -227,22 +279,23 @@ def test_escalation_and_recovery() -> None:
     for t, stats in enumerate(sequence):
         events += detector.update(stats, t, "cam0")
     assert [(e.event, e.severity) for e in events] == [("drift", "warning"), ("drift", "critical"), ("recovered", "info")]
-    assert "contrast (std) fell" in events[0].reason and "out of focus" in events[0].reason
+    assert "contrast (std) fell" in events[0].reason
     recovered = events[-1]
     assert recovered.frame == 14 + 1 + 3 - 1 and recovered.source == "cam0"
     assert detector.state == "normal"
 
 
-def test_recovery_after_fault_ends(streams: dict) -> None:
-    cfg = MonitorConfig()
-    detector = DriftDetector(streams["baseline"], cfg)
-    clean, faulted = streams["clean"], streams["faulted"]["defocus"]
-    events = _stream(detector, clean, faulted, 300, 360)
-    assert events and {e.event for e in events} == {"drift"} and detector.state == "critical"
-    events = _stream(detector, clean, None, 10**9, 100, start=360)
-    assert [e.event for e in events] == ["recovered"]
-    assert 360 + cfg.recover <= events[0].frame <= 360 + cfg.window + cfg.recover + 1
-    assert _stream(detector, clean, None, 10**9, 300, start=460) == []
+def test_recovery_needs_the_clean_level_not_just_below_the_alert_threshold() -> None:
+    baseline, _ = _synthetic_baseline()
+    cfg = MonitorConfig(window=1, reference=0, z_warn=4.0, z_alert=20.0, z_clear=2.0, baseline_margin=0.0, debounce=1, recover=2)
+    detector = DriftDetector(baseline, cfg)
+    off = baseline.mean.copy()
+    off[0, 1] -= 5.0 * baseline.std[0, 1]
+    near = baseline.mean.copy()
+    near[0, 1] -= 3.0 * baseline.std[0, 1]  # under z_warn, above z_clear: still faulty
+    events = [e.event for t, x in enumerate([off] + [near] * 20) for e in detector.update(x, t)]
+    assert events == ["drift"] and detector.state == "warning"
+    assert [e.event for t in range(3) for e in detector.update(baseline.mean, 30 + t)] == ["recovered"]
 
 
 def test_batches_equal_single_frames_and_bad_shapes(streams: dict) -> None:
@@ -264,7 +317,7 @@ def test_nonfinite_frames_are_skipped() -> None:
     detector = DriftDetector(baseline, MonitorConfig(window=4, reference=8))
     bad = np.full((len(LAYERS), 2), np.nan)
     for t in range(40):
-        assert detector.update(bad if t % 5 == 0 else frames[t], t) == []
+        assert [e.event for e in detector.update(bad if t % 5 == 0 else frames[t], t)] in ([], ["rebaseline"])
     assert detector.nonfinite_frames == 8
 
 
@@ -311,6 +364,8 @@ def test_monitor_config_validation() -> None:
         MonitorConfig(z_warn=5.0, z_alert=2.0).validate()
     with pytest.raises(ConfigError, match="monitor.reference"):
         MonitorConfig(reference=-1).validate()
+    with pytest.raises(ConfigError, match="monitor.z_clear"):
+        MonitorConfig(z_warn=4.0, z_clear=4.5).validate()
     assert dataclasses.replace(MonitorConfig(), reference=0).reference == 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from small_checkpoint import write_small_checkpoint
+from test_export_baseline import make_baseline
 from torch import nn
 
 from defect_detector.cli import main
@@ -50,7 +52,9 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def artifact(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("export") / "small.torchscript.pt"
-    report = export_torchscript(load_checkpoint(checkpoint), out, baseline={"layers": {"x": [1.0, 2.0]}}, optimize=False)
+    loaded = load_checkpoint(checkpoint)
+    baseline = make_baseline(list(DeployModel(loaded.model, IMGSZ).layer_names)).to_dict()
+    report = export_torchscript(loaded, out, baseline=baseline, optimize=False)
     return out, report
 
 
@@ -124,7 +128,8 @@ def test_meta_round_trips(artifact: tuple[Path, dict], checkpoint: Path) -> None
     assert meta["reference"] is False and meta["input"]["shape"] == ["B", 1, IMGSZ, IMGSZ]
     assert meta["strides"] == [8, 16, 32]
     assert meta["layers"] == list(DeployModel(load_checkpoint(checkpoint).model, IMGSZ).layer_names)
-    assert meta["baseline"] == {"layers": {"x": [1.0, 2.0]}}
+    assert meta["baseline"]["layer_names"] == meta["layers"] and meta["baseline"]["imgsz"] == IMGSZ
+    assert meta["pixel_scale"] is None  # the small checkpoint's config does not record data.pixel_scale
     assert meta["half"] is False
     assert meta["cpu_only"] is onednn_available()  # traced on the CPU: oneDNN conv+SiLU kernels where available
     assert set(meta["outputs"]) == {"pred", "stats"}
@@ -172,9 +177,32 @@ def test_onnx_export(checkpoint: Path, tmp_path: Path) -> None:
     np.testing.assert_allclose(stats, ref_stats.numpy(), atol=1e-3)
 
 
+ONEDNN_OP = "mkldnn::_convolution_pointwise"  # the fused conv+SiLU op of deploy/onednn.py
+
+
+@pytest.mark.skipif(not onednn_available(), reason="no oneDNN conv+SiLU op in this torch build")
+def test_default_cpu_export_holds_the_onednn_op(artifact: tuple[Path, dict]) -> None:
+    """The positive control for the Triton test below: the op is visible in a loaded module's inlined graph."""
+    path, report = artifact
+    assert report["device"] == "cpu" and report["meta"]["cpu_only"] is True
+    assert ONEDNN_OP in str(torch.jit.load(str(path), map_location="cpu").inlined_graph)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("onnx") is not None, reason="onnx is installed")
+def test_onnx_export_without_onnx_is_one_clear_error(checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "small.onnx"
+    assert main(["export", "--weights", str(checkpoint), "--format", "onnx", "--out", str(out)]) == 2
+    assert f"{out}: ONNX export needs the onnx package" in capsys.readouterr().err and not out.exists()
+
+
 def test_triton_repository(checkpoint: Path, tmp_path: Path) -> None:
     report = export_triton(load_checkpoint(checkpoint), tmp_path / "repo", model_name="pcb")
-    assert (tmp_path / "repo" / "pcb" / "1" / "model.pt").is_file()
+    model = torch.jit.load(str(tmp_path / "repo" / "pcb" / "1" / "model.pt"), map_location="cpu")
+    graph = str(model.inlined_graph)  # the portable graph even when exported on the CPU: no oneDNN fused kernels
+    assert "aten::_convolution" in graph and ONEDNN_OP not in graph and "mkldnn" not in graph
+    assert report["meta"]["cpu_only"] is False and archive_meta(tmp_path / "repo" / "pcb" / "1" / "model.pt")["cpu_only"] is False
+    pred, _ = model(torch.rand(2, 1, IMGSZ, IMGSZ))
+    assert pred.shape[0] == 2
     assert (tmp_path / "repo" / "README.md").is_file()
     config = (tmp_path / "repo" / "pcb" / "config.pbtxt").read_text()
     anchors = sum((IMGSZ // s) ** 2 for s in (8, 16, 32))
@@ -187,22 +215,24 @@ def test_triton_repository(checkpoint: Path, tmp_path: Path) -> None:
 
 def test_cli_export(checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "cli.torchscript.pt"
-    baseline = tmp_path / "baseline.json"
-    baseline.write_text(json.dumps({"mean": [0.0]}))
-    assert main(["export", "--weights", str(checkpoint), "--out", str(out), "--baseline", str(baseline)]) == 0
+    baseline = make_baseline(list(DeployModel(load_checkpoint(checkpoint).model, IMGSZ).layer_names))
+    baseline.save(tmp_path / "baseline.json")
+    assert main(["export", "--weights", str(checkpoint), "--out", str(out), "--baseline", str(tmp_path / "baseline.json")]) == 0
     printed = capsys.readouterr().out
     assert "parity vs eager" in printed and "optimize_for_inference:" in printed
+    assert f"baseline embedded from file {tmp_path / 'baseline.json'}" in printed
     extra = {"meta.json": ""}
     torch.jit.load(str(out), _extra_files=extra)(torch.rand(1, 1, IMGSZ, IMGSZ))
     meta = json.loads(extra["meta.json"])
-    assert meta["baseline"] == {"mean": [0.0]}
+    assert meta["baseline"] == baseline.to_dict()
     optimize = meta["optimize_for_inference"]  # the CLI times optimize_for_inference and records its choice
     assert optimize["requested"] == "auto" and isinstance(optimize["applied"], bool) and optimize["reason"]
     assert optimize["frozen_ms"] is not None and optimize["optimized_ms"] is not None
     assert meta["cpu_only"] is onednn_available()
     portable = tmp_path / "portable.torchscript.pt"
     assert main(["export", "--weights", str(checkpoint), "--out", str(portable), "--portable"]) == 0
-    assert "CPU-only" not in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "CPU-only" not in printed and "baseline none" in printed
     assert archive_meta(portable)["cpu_only"] is False
     assert main(["export", "--weights", str(checkpoint), "--format", "onnx", "--portable"]) == 2
     assert "--portable applies to a float32 TorchScript" in capsys.readouterr().err

@@ -15,6 +15,8 @@ from torch import nn
 from defect_detector.config import DEEPPCB_CLASSES
 from defect_detector.data.letterbox import letterbox
 from defect_detector.data.synth import generate_board, generate_board_pair
+from defect_detector.data.tiles import crop_tiles, merge_tile_detections, pool_tile_stats
+from defect_detector.deploy import runtime as runtime_module
 from defect_detector.deploy.export import ExportError, build_meta, export_torchscript, shifted_copy
 from defect_detector.deploy.onednn import onednn_available
 from defect_detector.deploy.runtime import Runtime, archive_meta
@@ -250,17 +252,17 @@ def test_tta_in_one_batch_as_on_cuda_matches_one_call_per_orientation(
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
 
 
-def test_tta_default_comes_from_the_model(checkpoint: Path, tmp_path: Path) -> None:
+def test_tta_default_is_one_pass_whatever_the_model_says(checkpoint: Path, tmp_path: Path) -> None:
     ckpt = torch.load(checkpoint, weights_only=True)
     ckpt["config"]["eval"]["tta"] = "flip2"
     flip2 = tmp_path / "flip2.pt"
     torch.save(ckpt, flip2)
-    assert Runtime.load(flip2, device="cpu", trace=False).tta == "flip2"
+    assert Runtime.load(flip2, device="cpu", trace=False).tta == "none"
     assert Runtime.load(flip2, device="cpu", trace=False, tta="d8").tta == "d8"
     out = tmp_path / "flip2.torchscript.pt"
     export_torchscript(load_checkpoint(flip2), out, optimize=False)
-    assert archive_meta(out)["tta"] == "flip2" and Runtime.load(out, device="cpu").tta == "flip2"
-    assert Runtime.load(out, device="cpu", tta="none").tta == "none"
+    assert archive_meta(out)["tta"] == "flip2" and Runtime.load(out, device="cpu").tta == "none"
+    assert Runtime.load(out, device="cpu", tta="flip2").tta == "flip2"
     with pytest.raises(ValueError, match="unknown TTA mode 'x'"):
         Runtime.load(out, device="cpu", tta="x")
 
@@ -346,3 +348,128 @@ def test_tta_orients_the_reference_with_its_frame(reference_runtime: Runtime, bo
     finally:
         reference_runtime.set_tta("none")
     torch.testing.assert_close(tta_pred, merge_predictions(each, orientations("flip2"), reference_runtime.meta["strides"], IMGSZ))
+
+
+class SpotModel(nn.Module):
+    """A stand-in detector that sees only what its input shows: one box (class 1, ``short``, score 0.9) around the
+    pixels of channel 0 brighter than 0.9, in input pixels; one monitored "layer", channel 0 itself (mean and
+    population std). Records the batch size and input of every call."""
+
+    def __init__(self, anchors: int = 100, classes: int = 6) -> None:
+        super().__init__()
+        self.anchors, self.classes = anchors, classes
+        self.calls: list[int] = []
+        self.seen: list[torch.Tensor] = []
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.calls.append(x.shape[0])
+        self.seen.append(x.clone())
+        pred = torch.zeros(x.shape[0], self.anchors, 4 + self.classes)
+        for b in range(x.shape[0]):
+            ys, xs = (x[b, 0] > 0.9).nonzero(as_tuple=True)
+            if len(xs):
+                pred[b, 7, :4] = torch.stack((xs.min(), ys.min(), xs.max() + 1, ys.max() + 1)).float()
+                pred[b, 7, 4 + 1] = 0.9
+        flat = x[:, 0].flatten(1).float()
+        return pred, torch.stack((flat.mean(1), flat.std(1, unbiased=False)), dim=-1)[:, None]  # [B, 1, 2]
+
+
+def _spot_runtime(pixel_scale: float | None = 1.0, channels: int = 1) -> Runtime:
+    meta = build_meta(DEEPPCB_CLASSES, 640, (8, 16, 32), ("input",), channels=channels)
+    meta["pixel_scale"] = pixel_scale
+    return Runtime(SpotModel(), meta, torch.device("cpu"), torch.float32, "test", Path("spot"))
+
+
+def _frame_with_spot(x1: int, y1: int, x2: int, y2: int) -> np.ndarray:
+    frame = np.full((1536, 2048), 40, np.uint8)
+    frame[y1:y2, x1:x2] = 255
+    return frame
+
+
+def test_tile_plan_auto_threshold_and_sizes() -> None:
+    native = _spot_runtime(1.0)
+    record = native.tile_plan(1536, 2048)
+    assert record is not None and (record.tile, record.overlap, len(record)) == (640, 96, 12)
+    assert native.tile_plan(640, 640) is None and native.tile_plan(600, 800) is None  # letterbox scale 1.0 and 0.8
+    assert native.tile_plan(900, 900) is not None  # 0.71 < 1.0 / 1.25
+    assert native.tile_plan(1536, 2048, tile=False) is None and len(native.tile_plan(640, 640, tile=True)) == 1
+    unknown = _spot_runtime(None)
+    assert unknown.tile_plan(1536, 2048) is None  # no recorded training scale: letterbox
+    forced = unknown.tile_plan(1536, 2048, tile=True)
+    assert (forced.tile, forced.overlap) == (640, 96)
+    half = _spot_runtime(0.5)  # trained on images shrunk 2x: tiles of 1280 px
+    assert half.tile_plan(1280, 1280) is None
+    assert (half.tile_plan(1536, 2048).tile, half.tile_plan(1536, 2048).overlap) == (1280, 192)
+
+
+def test_tiled_frame_reports_a_cut_defect_once_in_frame_pixels() -> None:
+    # Tiles at x 0, 469, 939, 1408 and y 0, 448, 896: the spot at x 1080..1140, y 620..660 is cut by the right edge
+    # of tile column 1 (1109) and the bottom edge of tile row 0 (640); only tile (939, 448) holds it whole.
+    runtime = _spot_runtime(1.0)
+    frame = _frame_with_spot(1080, 620, 1140, 660)
+    tiled = runtime.predict([frame])[0]  # auto: 2048x1536 letterboxed would shrink 3.2x
+    assert tiled.boxes.tolist() == [[1080.0, 620.0, 1140.0, 660.0]] and tiled.names == ["short"]
+    assert tiled.tiles is not None and len(tiled.tiles) == 12 and runtime.model.calls == [2] * 6  # MAX_BATCH_CPU
+    assert (tiled.letterbox.scale, tiled.letterbox.orig_w, tiled.letterbox.orig_h) == (1.0, 640, 640)
+    crops = np.stack(crop_tiles(frame, tiled.tiles)).astype(np.float64) / 255.0  # the pixels all tiles hold
+    torch.testing.assert_close(tiled.stats, torch.tensor([[crops.mean(), crops.std()]], dtype=torch.float32))
+    whole = runtime.predict([frame], tile=False)[0]  # 3.2x smaller: the box is only found to within a few pixels
+    assert whole.tiles is None and whole.letterbox.scale == pytest.approx(0.3125)
+    np.testing.assert_allclose(whole.boxes.numpy(), [[1080.0, 620.0, 1140.0, 660.0]], atol=4.0)
+    assert set(tiled.timings) == {"preprocess", "model", "postprocess"}
+
+
+def test_all_tiles_of_all_frames_run_in_one_batch_or_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    runtime = _spot_runtime(1.0)
+    frames = [_frame_with_spot(100, 100, 150, 130), np.full((640, 640), 40, np.uint8), _frame_with_spot(1500, 1400, 1560, 1500)]
+    monkeypatch.setattr(runtime_module, "MAX_BATCH_CPU", 32)
+    results = runtime.predict(frames)
+    assert runtime.model.calls == [12 + 1 + 12]
+    assert [r.tiles is None for r in results] == [False, True, False] and [len(r) for r in results] == [1, 0, 1]
+    assert results[2].boxes.tolist() == [[1500.0, 1400.0, 1560.0, 1500.0]] and results[0].batch_size == 3
+    monkeypatch.setattr(runtime_module, "MAX_BATCH_CPU", 10)
+    runtime.model.calls.clear()
+    chunked = runtime.predict(frames)
+    assert runtime.model.calls == [10, 10, 5]
+    for a, b in zip(results, chunked):
+        assert torch.equal(a.boxes, b.boxes) and torch.equal(a.stats, b.stats)
+
+
+def test_tiles_of_a_reference_are_cut_with_their_frame() -> None:
+    runtime = _spot_runtime(1.0, channels=2)
+    frame = _frame_with_spot(1080, 620, 1140, 660)
+    reference = (np.arange(1536 * 2048, dtype=np.int64).reshape(1536, 2048) % 251).astype(np.uint8)
+    result = runtime.predict([frame], references=[reference])[0]
+    assert result.boxes.tolist() == [[1080.0, 620.0, 1140.0, 660.0]]
+    seen = torch.cat(runtime.model.seen)  # [12, 2, 640, 640], in chunks
+    for channel, image in enumerate((frame, reference)):
+        want = np.stack(crop_tiles(image, result.tiles))
+        np.testing.assert_array_equal((seen[:, channel] * 255).round().byte().numpy(), want)
+
+
+def test_tiled_predict_with_a_real_model(runtime: Runtime, board: np.ndarray) -> None:
+    frame = board[:256, :300]  # imgsz 128: tiles of 128 px overlapping by >= 64 (96 capped at half a tile): 4 x 3
+    result = runtime.predict([frame], conf=0.1, tile=True)[0]
+    record = result.tiles
+    assert (
+        record is not None
+        and (record.tile, record.overlap, len(record)) == (IMGSZ, 64, 12)
+        and result.stats.shape == (len(runtime.layer_names), 2)
+    )
+    batch = torch.from_numpy(np.stack(crop_tiles(frame, record))[:, None]).float() / 255.0
+    pred, stats = runtime.infer(batch)
+    per_tile = postprocess(pred, [result.letterbox] * len(record), 0.1, 0.5, 100)
+    merged = merge_tile_detections(per_tile, record, 0.5, 100, margin=4.0)
+    assert len(result) > 0
+    torch.testing.assert_close(result.boxes, merged["boxes"])
+    torch.testing.assert_close(result.stats, pool_tile_stats(stats))
+
+
+def test_checkpoint_records_its_pixel_scale(checkpoint: Path, tmp_path: Path) -> None:
+    assert Runtime.load(checkpoint, device="cpu", trace=False).pixel_scale is None
+    ckpt = torch.load(checkpoint, weights_only=True)
+    ckpt["config"]["data"]["pixel_scale"] = 0.5
+    torch.save(ckpt, tmp_path / "half.pt")
+    half = Runtime.load(tmp_path / "half.pt", device="cpu", trace=False)
+    assert half.meta["pixel_scale"] == 0.5 and half.pixel_scale == 0.5
+    assert half.tile_plan(1536, 2048).tile == 2 * IMGSZ

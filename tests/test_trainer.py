@@ -1,3 +1,4 @@
+import dataclasses
 import math
 import os
 import socket
@@ -8,9 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from defect_detector.config import load_config
 from defect_detector.data.synth import write_synthetic_dataset
 from defect_detector.engine import trainer
-from defect_detector.engine.trainer import NonFiniteLossError, fit, lr_factor
+from defect_detector.engine.trainer import NonFiniteLossError, fit, lr_factor, with_pixel_scale
 
 
 @pytest.fixture(scope="module")
@@ -56,9 +58,23 @@ def test_resume_reproduces_uninterrupted_run(synth_coco: Path, tmp_path: Path, t
     assert (resumed / "metrics.jsonl").read_text().count("\n") == 3
 
 
+def test_pixel_scale_is_the_median_training_scale(synth_coco: Path, tmp_path: Path, tiny_config) -> None:
+    cfg = tiny_config(synth_coco, tmp_path, imgsz=256)
+    assert cfg.data.pixel_scale is None
+    sizes = [(384, 384), (512, 256), (256, 1024)]  # letterboxed into 256: scales 0.667, 0.5, 0.25
+    assert with_pixel_scale(cfg, sizes).data.pixel_scale == pytest.approx(0.5)
+    cropped = dataclasses.replace(cfg, augment=dataclasses.replace(cfg.augment, crop_size=128))
+    assert with_pixel_scale(cropped, sizes).data.pixel_scale == 1.0  # full-resolution crops, whatever the image size
+    recorded = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, pixel_scale=0.3))
+    assert with_pixel_scale(recorded, sizes) is recorded and with_pixel_scale(cfg, []) is cfg
+
+
 def test_existing_run_is_not_overwritten(synth_coco: Path, tmp_path: Path, tiny_config) -> None:
-    cfg = tiny_config(synth_coco, tmp_path, epochs=1, val_every=5)
-    fit(cfg, progress=False)
+    cfg = tiny_config(synth_coco, tmp_path, epochs=1, val_every=5, imgsz=192)
+    run = fit(cfg, progress=False)
+    # The run records the scale it trained at (256 px boards letterboxed into 192): in config.yaml and checkpoints.
+    assert load_config(run / "config.yaml").data.pixel_scale == pytest.approx(0.75)
+    assert _load(run / "weights" / "last.pt")["config"]["data"]["pixel_scale"] == pytest.approx(0.75)
     with pytest.raises(FileExistsError, match="--resume"):
         fit(cfg, progress=False)
     fit(cfg, exist_ok=True, progress=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from defect_detector.model.tta import IDENTITY, TTA_MODES, Orientation, merge_predictions, orient_images, orientations
+from defect_detector.model.tta import IDENTITY, TTA_MODES, Orientation, merge_predictions, orient_images, orientations, tta_forward
 
 STRIDES = (4, 8)
 SIZE = 32
@@ -69,3 +69,25 @@ def test_bad_input_is_named() -> None:
         orient_images(torch.zeros(1, 1, 32, 64), orientations("flip2"))
     with pytest.raises(ValueError, match="multiple of 4 orientations"):
         merge_predictions(torch.zeros(6, 80, 6), orientations("flip4"), STRIDES, SIZE)
+
+
+def test_tta_forward_in_one_batch_or_one_call_per_orientation() -> None:
+    # A stand-in deployed model: an equivariant detector that also returns per-image statistics and counts its calls.
+    calls: list[int] = []
+
+    def forward(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        calls.append(x.shape[0])
+        return equivariant_predictions(x), x.flatten(1).mean(1, keepdim=True)  # [N, A, 6], [N, 1]
+
+    images = torch.rand(2, 1, SIZE, SIZE)
+    modes = orientations("d8")
+    want = merge_predictions(equivariant_predictions(orient_images(images, modes)), modes, STRIDES, SIZE)
+    for one_batch, expected_calls in ((True, [16]), (False, [2] * 8)):
+        calls.clear()
+        pred, (stats,) = tta_forward(forward, images, modes, STRIDES, SIZE, one_batch)
+        assert calls == expected_calls
+        torch.testing.assert_close(pred, want)
+        torch.testing.assert_close(stats, images.flatten(1).mean(1, keepdim=True))  # the identity pass: images as given
+    calls.clear()
+    plain, extras = tta_forward(equivariant_predictions, images, orientations("none"), STRIDES, SIZE, one_batch=False)
+    assert extras == () and torch.equal(plain, equivariant_predictions(images))  # one pass, output as is

@@ -3,7 +3,9 @@
 import cv2
 
 from defect_detector.data.collate import build_loader, collate
-from defect_detector.data.dataset import CocoDetectionDataset, DatasetError, load_image_gray, to_gray_uint8
+from defect_detector.data.dataset import CocoDetectionDataset
+from defect_detector.data.errors import DatasetError
+from defect_detector.data.images import IMAGE_SUFFIXES, load_image_gray, to_gray_uint8
 from defect_detector.data.letterbox import LetterboxMeta, boxes_from_letterbox, boxes_to_letterbox, letterbox
 from defect_detector.data.transforms import apply_transforms, build_transforms
 
@@ -12,6 +14,7 @@ from defect_detector.data.transforms import apply_transforms, build_transforms
 cv2.setNumThreads(1)
 
 __all__ = [
+    "IMAGE_SUFFIXES",
     "CocoDetectionDataset",
     "DatasetError",
     "LetterboxMeta",

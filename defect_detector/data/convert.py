@@ -18,9 +18,8 @@ from typing import Any
 import cv2
 
 from defect_detector.config import DEEPPCB_CLASSES
-from defect_detector.data.dataset import DatasetError
-
-IMAGE_SUFFIXES = (".bmp", ".jpeg", ".jpg", ".png", ".tif", ".tiff")
+from defect_detector.data.errors import DatasetError
+from defect_detector.data.images import IMAGE_SUFFIXES
 
 
 def _image_size(path: Path) -> tuple[int, int]:
@@ -176,7 +175,7 @@ def yolo_to_coco(labels_dir: str | os.PathLike[str], images_dir: str | os.PathLi
     """COCO dict from YOLO labels: one ``<stem>.txt`` per image with lines ``class cx cy w h``
     (class index into ``class_names``, centre and size normalised to [0, 1]).
 
-    Every image in ``images_dir`` (sorted; suffixes in ``IMAGE_SUFFIXES``) becomes an image entry;
+    Every image in ``images_dir`` (sorted; suffixes in :data:`~defect_detector.data.images.IMAGE_SUFFIXES`) becomes an image entry;
     a missing label file means no objects. Image sizes are read from the files.
     """
     root = Path(images_dir)

@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import albumentations as A
-import cv2
 import numpy as np
 import torch
 from pycocotools.coco import COCO
 
+from defect_detector.data.errors import DatasetError
+from defect_detector.data.images import decode_gray
 from defect_detector.data.letterbox import boxes_to_letterbox, letterbox
 from defect_detector.data.register import register as register_reference
 from defect_detector.data.transforms import PairTransform, apply_pair_transforms, apply_transforms
@@ -40,76 +41,12 @@ _LOAD_FAILURES = (_UNREADABLE, _UNREADABLE_REFERENCE, _MISREGISTERED)  # codes 1
 _MAX_READ_ATTEMPTS = 16
 
 
-class DatasetError(ValueError):
-    """Bad dataset input; the message names the file (or annotation id) and the problem."""
-
-
 class SampleError(DatasetError):
     """A sample that cannot be loaded; ``reason`` is one of the load-failure reasons counted in ``skipped``."""
 
     def __init__(self, message: str, reason: str = _UNREADABLE) -> None:
         super().__init__(message)
         self.reason = reason
-
-
-def to_gray_uint8(image: np.ndarray) -> tuple[np.ndarray, list[str]]:
-    """Convert an OpenCV image (``IMREAD_UNCHANGED`` layout: ``[H, W]``, ``[H, W, C]`` BGR/BGRA; uint8 or uint16)
-    to single-channel uint8 ``[H, W]``.
-
-    Returns the image and the conversions applied, any of ``"colour"``, ``"alpha"``, ``"16-bit"``
-    (alpha is dropped, 16-bit is scaled by 255/65535). Other dtypes raise :class:`DatasetError`.
-    """
-    kinds: list[str] = []
-    if image.ndim == 3:
-        channels = image.shape[2]
-        if channels == 1:
-            image = image[:, :, 0]
-        elif channels == 2:
-            image, kinds = image[:, :, 0], ["alpha"]
-        elif channels == 3:
-            image, kinds = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY), ["colour"]
-        elif channels == 4:
-            image, kinds = cv2.cvtColor(image, cv2.COLOR_BGRA2GRAY), ["colour", "alpha"]
-        else:
-            raise DatasetError(f"unsupported number of channels: {channels}")
-    elif image.ndim != 2:
-        raise DatasetError(f"unsupported image shape {image.shape}")
-    if image.dtype == np.uint16:
-        image = cv2.convertScaleAbs(image, alpha=255.0 / 65535.0)
-        kinds.append("16-bit")
-    elif image.dtype != np.uint8:
-        raise DatasetError(f"unsupported pixel type {image.dtype}")
-    return np.ascontiguousarray(image), kinds
-
-
-def _decode(path: str | os.PathLike[str]) -> tuple[np.ndarray, list[str]]:
-    """Read and convert one image; :class:`DatasetError` naming ``path`` on any failure."""
-    try:
-        data = np.fromfile(path, dtype=np.uint8)
-    except OSError as exc:
-        raise DatasetError(f"{path}: cannot read image file: {exc}") from exc
-    if data.size == 0:
-        raise DatasetError(f"{path}: zero-byte image file")
-    if data[:2].tobytes() == b"\xff\xd8" and b"\xff\xd9" not in data[-4096:].tobytes():
-        raise DatasetError(f"{path}: truncated JPEG (no end-of-image marker)")
-    image = cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
-    if image is None:
-        raise DatasetError(f"{path}: corrupt or unsupported image (decode failed)")
-    try:
-        return to_gray_uint8(image)
-    except DatasetError as exc:
-        raise DatasetError(f"{path}: {exc}") from exc
-
-
-def load_image_gray(path: str | os.PathLike[str]) -> np.ndarray:
-    """Read an image file as single-channel uint8 ``[H, W]`` (colour, alpha and 16-bit are converted).
-
-    Raises :class:`DatasetError` naming the path for a missing, empty, truncated or undecodable file.
-    """
-    image, kinds = _decode(path)
-    if kinds:
-        logger.debug("%s: converted (%s) to 8-bit grayscale", path, ", ".join(kinds))
-    return image
 
 
 @dataclass(frozen=True)
@@ -383,7 +320,7 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
     def _read(self, path: str, reason: str) -> np.ndarray:
         """Decode ``path`` as uint8 ``[H, W]`` (warning once per conversion kind); :class:`SampleError` with ``reason``."""
         try:
-            image, kinds = _decode(path)
+            image, kinds = decode_gray(path)
         except DatasetError as exc:
             raise SampleError(str(exc), reason) from exc
         for kind in kinds:

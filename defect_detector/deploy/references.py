@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from defect_detector.data.dataset import DatasetError, load_image_gray
+from defect_detector.data.errors import DatasetError
+from defect_detector.data.images import IMAGE_SUFFIXES, load_image_gray
 from defect_detector.data.register import RegisterConfig, Registrar, Registration
-from defect_detector.deploy.sources import IMAGE_SUFFIXES
 
 log = logging.getLogger("defect_detector.deploy")
 
@@ -40,7 +40,7 @@ class References:
     ``path``: one image or a folder (see the module docstring). ``cfg``: registration settings.
     ``skipped`` counts the frames refused, by reason (``no reference``, ``unreadable reference``,
     ``reference does not match``). Raises ``FileNotFoundError`` when ``path`` does not exist and
-    :class:`~defect_detector.data.dataset.DatasetError` for a single reference image that cannot be read.
+    :class:`~defect_detector.data.errors.DatasetError` for a single reference image that cannot be read.
     """
 
     def __init__(self, path: str | os.PathLike[str], cfg: RegisterConfig | None = None) -> None:

@@ -1,7 +1,7 @@
 """Inference runtime: load an exported artifact (or a training checkpoint) and detect defects in frames.
 
-A frame is a numpy image as OpenCV returns it: ``[H, W]``, ``[H, W, 1]``, BGR ``[H, W, 3]`` or BGRA
-``[H, W, 4]``, uint8 or uint16. Frames are converted to 8-bit grayscale, letterboxed to the model's
+A frame is a numpy image as OpenCV returns it (``deploy/frames.py``: ``[H, W]``, ``[H, W, 1|3|4]``, uint8 or
+uint16). Frames are converted to 8-bit grayscale, letterboxed to the model's
 ``imgsz`` and batched; the model returns decoded boxes and layer statistics (see ``deploy/export.py``);
 :func:`defect_detector.model.postprocess.postprocess` applies NMS and maps boxes back to each frame's
 original pixels.
@@ -10,6 +10,15 @@ A reference model (``channels == 2``, meta ``"reference": true``) also takes one
 uint8 (or uint16 / colour, converted the same way) ``[H, W]`` with the frame's ``H, W``, already registered
 into the frame's pixel frame (``defect_detector.data.register``: the runtime does not align anything). It is
 letterboxed with its frame's :class:`LetterboxMeta` and stacked as channel 1 of the model input.
+
+Frames larger than the training scale are tiled (``predict(tile=...)``, :meth:`Runtime.tile_plan`): cut into
+overlapping tiles of ``round(imgsz / pixel_scale)`` original pixels (``data/tiles.py``), each letterboxed to
+``imgsz`` (a no-op for a full tile), all tiles of all frames batched through the model, and the tiles' boxes
+merged back into the frame (:func:`~defect_detector.data.tiles.merge_tile_detections`). A reference is cut
+with its frame's :class:`~defect_detector.data.tiles.TileRecord`.
+
+One model pass per input is the default: test-time augmentation only runs when asked for (``tta=``,
+:meth:`Runtime.set_tta`), whatever the model's ``eval.tta`` / ``meta["tta"]`` says.
 """
 
 from __future__ import annotations
@@ -27,19 +36,36 @@ from typing import Any
 import numpy as np
 import torch
 
-from defect_detector.data.dataset import to_gray_uint8
 from defect_detector.data.letterbox import LetterboxMeta, letterbox
+from defect_detector.data.tiles import EDGE_MARGIN, TileRecord, crop_tiles, merge_tile_detections, plan_tiles, pool_tile_stats
 from defect_detector.deploy.export import FORMAT_VERSION, META_FILE, DeployModel, ExportError, build_meta, quiet_jit, trace_deploy_model
+from defect_detector.deploy.frames import gray_planes
 from defect_detector.deploy.onednn import onednn_available
 from defect_detector.devices import resolve_device
 from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, is_torchscript_archive, load_checkpoint
 from defect_detector.model.postprocess import postprocess
-from defect_detector.model.tta import merge_predictions, orient_images, orientations
+from defect_detector.model.tta import orientations, tta_forward
 from defect_detector.monitor.hooks import DEFAULT_LAYERS
 
 log = logging.getLogger("defect_detector.deploy")
 
-_CHANNELS = (1, 3, 4)
+TILE_WHEN_SHRUNK = 1.25
+"""Auto tiling: a frame is tiled when letterboxing would scale it below ``pixel_scale / TILE_WHEN_SHRUNK``, i.e.
+show its defects over 1.25x smaller than in training; milder shrinking (a 800x600 board into 640: 0.8) is
+letterboxed whole, within the range scale augmentation and defect sizes already cover."""
+
+TILE_OVERLAP = 96
+"""Least overlap of neighbouring tiles, in model-input pixels (``round(96 / pixel_scale)`` original pixels):
+wider than DeepPCB's defects (99% of the training boxes are under ~80 px), so each lies whole in some tile."""
+
+MAX_BATCH = 32
+"""Most model inputs (letterboxed frames or tiles, before test-time augmentation) per model call on an accelerator:
+:meth:`Runtime.predict` runs a larger set (many frames, or frames of many tiles) in chunks of this many."""
+
+MAX_BATCH_CPU = 2
+""":data:`MAX_BATCH` on the CPU. Per-input time of the bundled model at 640, 1 thread, measured here: batch 1 38 ms,
+2 34, 3 35, 4 44, 6 47, 12 52-59 ms (larger batches' activations outgrow the caches), so a 12-tile frame runs as
+6 calls of 2."""
 
 
 @dataclass
@@ -50,8 +76,10 @@ class Detections:
     ``labels`` int64 ``[K]`` (indices into the model's class names), ``names`` the ``K`` class names,
     all on the CPU and sorted by score. ``stats`` float32 ``[L, 2]``: mean and std of each monitored
     layer (``Runtime.layer_names`` order). ``timings``: milliseconds per stage (``preprocess``, ``model``,
-    ``postprocess``) of the batch this frame was in, divided by the batch size. ``letterbox`` says how
-    the frame was placed on the model input.
+    ``postprocess``) of the batch this frame was in, divided by the number of frames in it. ``letterbox`` says
+    how the frame was placed on the model input. ``tiles``: None for a frame letterboxed whole; for a tiled frame
+    its :class:`TileRecord` (tile origins in the frame), ``letterbox`` then says how each tile (``tile x tile``
+    original pixels, all alike) was placed on the model input, and ``stats`` pool all its tiles' activations.
     """
 
     boxes: torch.Tensor
@@ -62,6 +90,7 @@ class Detections:
     timings: dict[str, float]
     letterbox: LetterboxMeta
     batch_size: int = 1
+    tiles: TileRecord | None = None
 
     def __len__(self) -> int:
         return int(self.labels.numel())
@@ -83,8 +112,10 @@ class Runtime:
     Attributes: ``model`` (TorchScript module or eager :class:`DeployModel`), ``meta`` (the artifact's
     ``meta.json`` as a dict), ``class_names``, ``imgsz``, ``channels`` (model input channels, meta ``channels``,
     1 when absent: 1 the image, 2 the image and its registered reference), ``layer_names``, ``device``,
-    ``dtype`` (model input dtype), ``kind`` (``"torchscript"`` or ``"checkpoint"``), ``path`` and ``tta`` (the
-    test-time augmentation mode :meth:`infer` applies; default: the model's own, ``meta["tta"]``, else ``none``).
+    ``dtype`` (model input dtype), ``kind`` (``"torchscript"`` or ``"checkpoint"``), ``path``, ``tta`` (the
+    test-time augmentation mode :meth:`infer` applies: ``none``, one pass, unless ``load(tta=)`` or :meth:`set_tta`
+    chose another; the model's ``meta["tta"]`` is not applied by default) and ``pixel_scale`` (``meta["pixel_scale"]``:
+    model input pixels per original pixel in training, or None when not recorded; see :meth:`tile_plan`).
     """
 
     def __init__(
@@ -102,7 +133,9 @@ class Runtime:
         self.dtype = dtype
         self.kind = kind
         self.path = path
-        self.set_tta(str(meta.get("tta", "none")))
+        scale = meta.get("pixel_scale")
+        self.pixel_scale: float | None = float(scale) if scale is not None else None
+        self.set_tta("none")
 
     @classmethod
     def load(
@@ -124,8 +157,8 @@ class Runtime:
         ``imgsz`` and ``trace`` apply to checkpoints only (an artifact fixes them at export). With ``trace``, a
         checkpoint run in float32 on the CPU is traced and frozen at load, as ``export`` does (checked against
         the eager model; a few seconds at 640), with conv + SiLU as oneDNN kernels where this torch build has
-        them (``DeployModel``'s ``cpu_fusion``). If tracing fails, it runs eagerly and logs why. ``tta``
-        overrides the model's test-time augmentation mode (see :meth:`set_tta`).
+        them (``DeployModel``'s ``cpu_fusion``). If tracing fails, it runs eagerly and logs why. ``tta``: the
+        test-time augmentation mode (see :meth:`set_tta`); None: ``none``, one model pass.
         Raises ``FileNotFoundError`` or ``ValueError`` naming the file and the problem.
         """
         path = Path(weights) if weights is not None else DEFAULT_WEIGHTS
@@ -210,7 +243,7 @@ class Runtime:
             size,
             model.strides,
             model.layer_names,
-            None,
+            _carried_baseline(loaded, model.layer_names, size),
             use_half,
             None,
             str(path),
@@ -218,6 +251,7 @@ class Runtime:
             loaded.config.eval.tta,
             model.in_channels,
         )
+        meta["pixel_scale"] = loaded.config.data.pixel_scale
         return cls(module, meta, device, torch.float16 if use_half else torch.float32, "checkpoint", path)
 
     def warmup(self, iterations: int = 2, batch: int = 1) -> None:
@@ -226,6 +260,23 @@ class Runtime:
         for _ in range(iterations):
             self.infer(x)
         self._sync()
+
+    def tile_plan(self, height: int, width: int, tile: bool | None = None) -> TileRecord | None:
+        """How :meth:`predict` places a ``height x width`` frame: its :class:`TileRecord`, or None to letterbox it whole.
+
+        ``tile`` None (auto): tile when the model records its training ``pixel_scale`` and the letterbox scale
+        ``min(imgsz / height, imgsz / width)`` is below ``pixel_scale / TILE_WHEN_SHRUNK``; True always tiles,
+        False never. Tiles are ``round(imgsz / pixel_scale)`` original pixels square (``imgsz`` when no scale is
+        recorded), overlapping by at least ``round(TILE_OVERLAP / pixel_scale)`` pixels (at most half a tile).
+        """
+        scale = self.pixel_scale
+        if tile is None:
+            tile = scale is not None and min(self.imgsz / height, self.imgsz / width) < scale / TILE_WHEN_SHRUNK
+        if not tile:
+            return None
+        side = max(1, round(self.imgsz / scale)) if scale else self.imgsz
+        overlap = round(TILE_OVERLAP / scale) if scale else TILE_OVERLAP
+        return plan_tiles(height, width, side, min(overlap, side // 2))
 
     def preprocess(
         self, frames: Sequence[np.ndarray], references: Sequence[np.ndarray | None] | None = None
@@ -238,28 +289,33 @@ class Runtime:
         ``self.device``, values x/255) and one :class:`LetterboxMeta` per frame. Raises ``ValueError`` naming the
         frame and the problem for a non-array, an empty image, a shape other than ``[H, W]`` / ``[H, W, 1|3|4]``,
         a dtype other than uint8 / uint16, or a reference missing, unexpected or of another size than its frame.
+        Frames are letterboxed whole; :meth:`predict` tiles them (see :meth:`tile_plan`).
         """
+        batch, metas, _ = self._prepare(frames, references, tile=False)
+        return batch, metas
+
+    def _prepare(
+        self, frames: Sequence[np.ndarray], references: Sequence[np.ndarray | None] | None, tile: bool | None
+    ) -> tuple[torch.Tensor, list[LetterboxMeta], list[TileRecord | None]]:
+        """:meth:`preprocess` with tiling: the model input ``[N, channels, imgsz, imgsz]`` of all frames (one row per
+        letterboxed frame, or one per tile in ``TileRecord.origins`` order, frame by frame), one :class:`LetterboxMeta`
+        per row and one tile record (None: letterboxed) per frame."""
         if len(frames) == 0:
             raise ValueError("no frames to preprocess")
         pairs = self._reference_list(frames, references)
-        canvases, metas = [], []
+        canvases, metas, records = [], [], []
         for i, (frame, reference) in enumerate(zip(frames, pairs)):
-            gray = to_gray_uint8(_check_frame(frame, i))[0]
-            canvas, meta = letterbox(gray, self.imgsz)
-            planes = [canvas]
-            if reference is not None:
-                ref = to_gray_uint8(_check_frame(reference, i, "reference of frame"))[0]
-                if ref.shape != gray.shape:
-                    raise ValueError(
-                        f"frame {i}: reference is {ref.shape[1]}x{ref.shape[0]} px, the frame {gray.shape[1]}x{gray.shape[0]}; "
-                        "register it into the frame first (defect_detector.data.register)"
-                    )
-                planes.append(letterbox(ref, self.imgsz)[0])
-            canvases.append(np.stack(planes))  # uint8 [channels, S, S]
-            metas.append(meta)
-        batch = torch.from_numpy(np.stack(canvases))  # uint8 [B, channels, S, S]
+            planes = gray_planes(frame, reference, i)  # uint8 [H, W]: the frame (and its reference)
+            record = self.tile_plan(*planes[0].shape, tile=tile)
+            records.append(record)
+            inputs = zip(*(crop_tiles(p, record) for p in planes)) if record is not None else [planes]
+            for views in inputs:  # one model input: the frame, or one tile of it (and of its reference)
+                boxed = [letterbox(view, self.imgsz) for view in views]
+                canvases.append(np.stack([canvas for canvas, _ in boxed]))  # uint8 [channels, S, S]
+                metas.append(boxed[0][1])
+        batch = torch.from_numpy(np.stack(canvases))  # uint8 [N, channels, S, S]
         batch = batch.to(self.device, non_blocking=True).to(self.dtype).div_(255.0)
-        return batch, metas
+        return batch, metas, records
 
     def _reference_list(self, frames: Sequence[np.ndarray], references: Sequence[np.ndarray | None] | None) -> list[np.ndarray | None]:
         """One reference (or None) per frame, checked against the model's channel count; ``ValueError`` naming the frame."""
@@ -280,23 +336,16 @@ class Runtime:
         """Model forward: ``[B, channels, S, S]`` -> ``(pred float32 [B, A, 4 + C] letterboxed xyxy + probabilities,
         stats float32 [B, L, 2])``, on ``self.device``.
 
-        With test-time augmentation, every frame runs in ``T`` orientations, ``pred`` is their merged average and
-        ``stats`` are those of the frames as given (the identity orientation), so drift baselines need no
-        augmentation. Every channel (the image and its reference) is oriented alike. On CUDA the orientations run
-        as one ``[T*B, channels, S, S]`` batch; on the CPU as ``T`` calls of ``B`` frames, which measured 20-25%
-        faster here than one large batch (d8, batch 1, 1 and 2 threads).
+        With test-time augmentation (:func:`~defect_detector.model.tta.tta_forward`), every input runs in ``T``
+        orientations, ``pred`` is their merged average and ``stats`` are those of the inputs as given (the
+        identity orientation), so drift baselines need no augmentation. Every channel (the image and its
+        reference) is oriented alike. On CUDA the orientations run as one ``[T*B, channels, S, S]`` batch; on
+        the CPU as ``T`` calls of ``B`` inputs.
         """
-        modes = self._orientations
         with torch.inference_mode():
-            if len(modes) == 1:
-                return self.model(batch)
-            if self.device.type == "cuda":
-                pred, stats = self.model(orient_images(batch, modes))  # [T*B, A, 4 + C], [T*B, L, 2]
-            else:
-                outputs = [self.model(orient_images(batch, (mode,))) for mode in modes]
-                pred, stats = torch.cat([p for p, _ in outputs]), outputs[0][1]  # [T*B, A, 4 + C], [B, L, 2]
-            merged = merge_predictions(pred, modes, self.meta["strides"], self.imgsz)  # [B, A, 4 + C]
-        return merged, stats[: batch.shape[0]]
+            one_batch = self.device.type == "cuda"
+            pred, (stats,) = tta_forward(self.model, batch, self._orientations, self.meta["strides"], self.imgsz, one_batch)
+        return pred, stats
 
     def predict(
         self,
@@ -305,25 +354,33 @@ class Runtime:
         iou: float = 0.5,
         max_det: int = 100,
         references: Sequence[np.ndarray | None] | None = None,
+        tile: bool | None = None,
     ) -> list[Detections]:
         """Detect defects in ``frames`` (one batch); one :class:`Detections` per frame, boxes in original pixels.
 
         ``references``: one registered golden image per frame, required by (and only accepted by) a 2-channel
         model; see :meth:`preprocess`. The ``preprocess`` timing includes letterboxing them (not registration).
+        ``tile``: None tiles the frames that letterboxing would shrink well below the training scale, True tiles
+        every frame, False letterboxes every frame whole (see :meth:`tile_plan`). All letterboxed frames and tiles
+        of the call run through the model together, in chunks of :data:`MAX_BATCH` (:data:`MAX_BATCH_CPU` on the
+        CPU); a tiled frame's boxes are
+        merged across its tiles (:func:`~defect_detector.data.tiles.merge_tile_detections`) and its ``stats``
+        pooled over them (:func:`~defect_detector.data.tiles.pool_tile_stats`).
         """
         if not 0.0 <= conf <= 1.0 or not 0.0 <= iou <= 1.0 or max_det < 1:
             raise ValueError(f"need 0 <= conf <= 1, 0 <= iou <= 1 and max_det >= 1, got conf={conf}, iou={iou}, max_det={max_det}")
         start = time.perf_counter()
-        batch, metas = self.preprocess(frames, references)
+        batch, metas, records = self._prepare(frames, references, tile)
         self._sync()
         t_pre = time.perf_counter()
-        pred, stats = self.infer(batch)
+        chunk = MAX_BATCH_CPU if self.device.type == "cpu" else MAX_BATCH
+        outputs = [self.infer(batch[i : i + chunk]) for i in range(0, batch.shape[0], chunk)]
+        pred, stats = torch.cat([p for p, _ in outputs]), torch.cat([s for _, s in outputs])  # [N, A, 4 + C], [N, L, 2]
         self._sync()
         t_model = time.perf_counter()
         with torch.inference_mode():
-            results = postprocess(pred, metas, conf, iou, max_det)
-            results = [{k: v.cpu() for k, v in r.items()} for r in results]
-            stats = stats.float().cpu()
+            rows = [{k: v.cpu() for k, v in r.items()} for r in postprocess(pred, metas, conf, iou, max_det)]
+            per_frame = self._per_frame(rows, stats.float().cpu(), metas, records, iou, max_det)
         t_post = time.perf_counter()
         n = len(frames)
         timings = {
@@ -332,20 +389,35 @@ class Runtime:
             "postprocess": (t_post - t_model) * 1000.0 / n,
         }
         out = []
-        for i, (result, meta) in enumerate(zip(results, metas)):
+        for (result, frame_stats, meta), record in zip(per_frame, records):
             labels = result["labels"]
+            names = [self.class_names[j] for j in labels.tolist()]
             out.append(
-                Detections(
-                    boxes=result["boxes"],
-                    scores=result["scores"],
-                    labels=labels,
-                    names=[self.class_names[j] for j in labels.tolist()],
-                    stats=stats[i],
-                    timings=dict(timings),
-                    letterbox=meta,
-                    batch_size=n,
-                )
+                Detections(result["boxes"], result["scores"], labels, names, frame_stats, dict(timings), meta, batch_size=n, tiles=record)
             )
+        return out
+
+    def _per_frame(
+        self,
+        rows: list[dict[str, torch.Tensor]],
+        stats: torch.Tensor,
+        metas: list[LetterboxMeta],
+        records: list[TileRecord | None],
+        iou: float,
+        max_det: int,
+    ) -> list[tuple[dict[str, torch.Tensor], torch.Tensor, LetterboxMeta]]:
+        """Per frame ``(detections in frame pixels, stats [L, 2], letterbox meta of its first input row)`` from the
+        per-row postprocess output (tile pixels for tiles), ``stats [N, L, 2]`` and :meth:`_prepare`'s rows."""
+        out, first = [], 0
+        for record in records:
+            if record is None:
+                out.append((rows[first], stats[first], metas[first]))
+                first += 1
+                continue
+            margin = EDGE_MARGIN * record.tile / self.imgsz  # EDGE_MARGIN is in model pixels
+            tiles = slice(first, first + len(record))
+            out.append((merge_tile_detections(rows[tiles], record, iou, max_det, margin), pool_tile_stats(stats[tiles]), metas[first]))
+            first += len(record)
         return out
 
     def _sync(self) -> None:
@@ -353,18 +425,13 @@ class Runtime:
             torch.cuda.synchronize(self.device)
 
 
-def _check_frame(frame: Any, index: int, what: str = "frame") -> np.ndarray:
-    """Return ``frame`` if it is an image :func:`to_gray_uint8` accepts with 1, 3 or 4 channels, else raise ``ValueError``
-    starting ``"{what} {index}: "``."""
-    name = f"{what} {index}"
-    if not isinstance(frame, np.ndarray):
-        raise ValueError(f"{name}: expected a numpy array, got {type(frame).__name__}")
-    if frame.ndim not in (2, 3):
-        raise ValueError(f"{name}: expected shape [H, W] or [H, W, C], got {frame.shape}")
-    if frame.ndim == 3 and frame.shape[2] not in _CHANNELS:
-        raise ValueError(f"{name}: expected 1, 3 (BGR) or 4 (BGRA) channels, got {frame.shape[2]} (shape {frame.shape})")
-    if frame.shape[0] == 0 or frame.shape[1] == 0:
-        raise ValueError(f"{name}: empty image, shape {frame.shape}")
-    if frame.dtype not in (np.uint8, np.uint16):
-        raise ValueError(f"{name}: expected dtype uint8 or uint16, got {frame.dtype}")
-    return frame
+def _carried_baseline(loaded: Any, layers: Sequence[str], imgsz: int) -> dict[str, Any] | None:
+    """The drift baseline the checkpoint carries, when it fits the model as loaded (layers, input size, classes);
+    otherwise None, with a warning saying why (``predict`` then runs without drift monitoring unless given ``--baseline``)."""
+    from defect_detector.deploy.export.baseline import export_baseline
+
+    try:
+        return export_baseline(loaded, None, layers, imgsz)[0]
+    except ValueError as exc:
+        log.warning("%s; drift monitoring needs --baseline", exc)
+        return None

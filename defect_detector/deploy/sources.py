@@ -32,11 +32,11 @@ from typing import Any, Protocol
 import cv2
 import numpy as np
 
-from defect_detector.data.dataset import DatasetError, load_image_gray, to_gray_uint8
+from defect_detector.data.errors import DatasetError
+from defect_detector.data.images import IMAGE_SUFFIXES, load_image_gray, to_gray_uint8
 
 log = logging.getLogger("defect_detector.deploy")
 
-IMAGE_SUFFIXES = frozenset(".bmp .dib .jpg .jpeg .jpe .jp2 .png .webp .pbm .pgm .ppm .pnm .tif .tiff".split())
 VIDEO_SUFFIXES = frozenset(".avi .mp4 .m4v .mov .mkv .webm .mpg .mpeg .wmv .flv .ts .mjpeg .mjpg .gif".split())
 _STREAM_SCHEMES = ("rtsp://", "rtsps://", "rtmp://", "http://", "https://", "udp://", "tcp://")
 _GLOB_CHARS = "*?["

@@ -9,6 +9,7 @@ COCO xywh exists only inside :func:`to_coco_results`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -22,7 +23,7 @@ from tqdm import tqdm
 
 from defect_detector.boxes import xywh_to_xyxy, xyxy_to_xywh
 from defect_detector.model.postprocess import decode, make_anchor_points, postprocess
-from defect_detector.model.tta import merge_predictions, orient_images, orientations
+from defect_detector.model.tta import orientations, tta_forward
 
 Predictions = dict[int, dict[str, torch.Tensor]]
 
@@ -52,14 +53,16 @@ def predict_dataset(
         size = (images.shape[-2], images.shape[-1])
         if size not in anchors:
             anchors[size] = make_anchor_points(size[0], size[1], model.strides, device)
-        if len(modes) == 1:
-            decoded = decode(model(images), *anchors[size])
-        else:
-            decoded = decode(model(orient_images(images, modes)), *anchors[size])  # [T*B, A, 4 + C]
-            decoded = merge_predictions(decoded, modes, model.strides, size[0])  # [B, A, 4 + C]
+        forward = functools.partial(_decoded_pass, model, *anchors[size])
+        decoded, _ = tta_forward(forward, images, modes, model.strides, size[0], one_batch=device.type == "cuda")  # [B, A, 4 + C]
         for target, pred in zip(targets, postprocess(decoded, [t["letterbox"] for t in targets], conf, iou, max_det)):
             results[int(target["image_id"])] = {k: v.cpu() for k, v in pred.items()}
     return results
+
+
+def _decoded_pass(model: torch.nn.Module, points: torch.Tensor, strides: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
+    """One model pass, decoded: ``[N, C, S, S]`` -> ``[N, A, 4 + K]`` xyxy input pixels + class probabilities."""
+    return decode(model(images), points, strides)
 
 
 def to_coco_results(predictions: Predictions, label_to_cat_id: Mapping[int, int]) -> list[dict]:

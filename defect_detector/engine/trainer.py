@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -256,6 +257,17 @@ def _build_datasets(cfg: Config) -> tuple[CocoDetectionDataset, CocoDetectionDat
     return train_set, val_set
 
 
+def with_pixel_scale(cfg: Config, sizes: Sequence[tuple[int, int]]) -> Config:
+    """``cfg`` with ``data.pixel_scale`` resolved when it is None: the scale (model input pixels per original pixel)
+    at which training samples reach the model. With ``augment.crop_size`` crops are cut at full resolution and
+    letterboxed to their own size: 1.0. Otherwise the median over the training images' ``(height, width)`` ``sizes``
+    of the letterbox scale ``min(imgsz / h, imgsz / w)``. Unchanged when already set or without images."""
+    if cfg.data.pixel_scale is not None or not sizes:
+        return cfg
+    scale = 1.0 if cfg.augment.crop_size > 0 else float(np.median([min(cfg.data.imgsz / h, cfg.data.imgsz / w) for h, w in sizes]))
+    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, pixel_scale=scale))
+
+
 def validate(
     model: TinyDetector,
     loader: torch.utils.data.DataLoader,
@@ -293,11 +305,12 @@ def fit(cfg: Config, resume: bool = False, exist_ok: bool = False, progress: boo
                 raise FileExistsError(f"{run_dir} already holds a run: pass --resume to continue it, --exist-ok to replace it, or name=NEW")
             (run_dir / "metrics.jsonl").unlink(missing_ok=True)
         weights_dir.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, run_dir / "config.yaml")
 
     seed_everything(cfg.seed)
     train_set, val_set = _build_datasets(cfg)
+    cfg = with_pixel_scale(cfg, [(img["height"], img["width"]) for img in train_set.coco.imgs.values()])
     if _is_main():
+        save_config(cfg, run_dir / "config.yaml")
         log.info("train: %d images (%s); val: %d images", len(train_set), train_set.report(), len(val_set) if val_set else 0)
     sampler = (
         DistributedSampler(train_set, num_replicas=world, rank=rank, shuffle=True, seed=cfg.seed, drop_last=True) if distributed else None
@@ -437,7 +450,7 @@ def write_eval_plots(
 ) -> None:
     """``pr_curves.png``, ``confusion_matrix.png`` and ``val_predictions.png`` (the first 8 images, detections
     at score >= ``conf``) in ``plots_dir`` from ``evaluate_predictions`` ``metrics`` and ``predict_dataset`` output."""
-    from defect_detector.data.dataset import load_image_gray
+    from defect_detector.data.images import load_image_gray
     from defect_detector.engine.evaluate import ground_truth
 
     plots.plot_pr_curves(metrics["pr_curve"], names, plots_dir / "pr_curves.png")

@@ -9,7 +9,7 @@ once, on the merged set, as without augmentation.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import torch
@@ -34,6 +34,10 @@ TTA_MODES: dict[str, tuple[Orientation, ...]] = {
 }
 """Orientation sets by name; each starts with the identity, so the first ``B`` rows of an augmented batch
 are the original images."""
+
+Forward = Callable[[torch.Tensor], torch.Tensor | tuple[torch.Tensor, ...]]
+"""A model pass ``[N, C, S, S] -> decoded [N, A, 4 + K]`` (xyxy in input pixels, then class probabilities), or a
+tuple of that and further per-image outputs ``[N, ...]`` (the deployed model's layer statistics ``[N, L, 2]``)."""
 
 
 def orientations(mode: str) -> tuple[Orientation, ...]:
@@ -94,3 +98,31 @@ def merge_predictions(decoded: torch.Tensor, modes: Sequence[Orientation], strid
         total[..., :4] += torch.stack((x1, y1, x2, y2), dim=-1)
         total[..., 4:] += pred[..., 4:]
     return total / num_modes
+
+
+def tta_forward(
+    forward: Forward, batch: torch.Tensor, modes: Sequence[Orientation], strides: Sequence[int], size: int, one_batch: bool
+) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+    """Run ``forward`` (see :data:`Forward`) on ``batch`` ``[B, C, S, S]`` in each orientation of ``modes`` and merge.
+
+    Every channel (an image and its reference) is oriented alike. With ``one_batch`` (for CUDA) the orientations
+    run as one ``[T*B, C, S, S]`` batch; otherwise as ``T`` calls of ``B`` images, which measured 20-25% faster on
+    the CPU than one large batch (d8, batch 1, 1 and 2 threads). Returns ``(pred [B, A, 4 + K], extras)``:
+    ``pred`` the predictions averaged back into the original orientation (:func:`merge_predictions`, float32),
+    ``extras`` the further outputs of the identity pass (the images as given, so drift statistics need no
+    augmentation), ``()`` when ``forward`` returns one tensor. With only the identity, one plain pass: its
+    outputs as ``forward`` returns them.
+    """
+
+    def split(out: torch.Tensor | tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        return (out, ()) if isinstance(out, torch.Tensor) else (out[0], tuple(out[1:]))
+
+    if tuple(modes) == (IDENTITY,):
+        return split(forward(batch))
+    if one_batch:
+        pred, extras = split(forward(orient_images(batch, modes)))  # [T*B, A, 4 + K], [T*B, ...]
+        extras = tuple(e[: batch.shape[0]] for e in extras)
+    else:
+        outputs = [split(forward(orient_images(batch, (mode,)))) for mode in modes]
+        pred, extras = torch.cat([p for p, _ in outputs]), outputs[0][1]  # [T*B, A, 4 + K], [B, ...]
+    return merge_predictions(pred, modes, strides, size), extras

@@ -308,6 +308,11 @@ class AlertRouter:
                 self._call(sink, "on_event", event)
         return events
 
+    def emit(self, event: DriftEvent) -> None:
+        """Send an event raised outside :meth:`on_frame` (a deliberate rebaseline) to every sink."""
+        for sink in self.sinks:
+            self._call(sink, "on_event", event)
+
     def _call(self, sink: Sink, method: str, *args: Any) -> None:
         try:
             getattr(sink, method)(*args)

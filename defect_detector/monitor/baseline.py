@@ -29,8 +29,12 @@ logger = logging.getLogger("defect_detector.monitor")
 
 STATISTICS = ("mean", "std")
 QUANTILE_LEVELS = (0.01, 0.05, 0.5, 0.95, 0.99)
-BASELINE_VERSION = 3
-"""3: statistics read on every ``ceil(H / 40)``-th row of tall layers (2: every ``ceil(H / 80)``-th; 1: no covariance)."""
+BASELINE_VERSION = 4
+"""4: with the statistics of simulated camera faults (``faults``); 3: without (alerts then name no cause);
+statistics read on every ``ceil(H / 40)``-th row of tall layers (2: every ``ceil(H / 80)``-th; 1: no covariance)."""
+READABLE_VERSIONS = (3, 4)
+FAULT_FRAMES = 64
+"""Calibration frames that ``calibrate_dataset`` also runs with each simulated fault (``monitor/faults.py``)."""
 _EPS = 1e-6
 _MIN_FRAMES = 2
 _FEW_FRAMES = 30
@@ -53,6 +57,9 @@ class Baseline:
     covariance over frames of the statistics flattened layer-major (entry ``2 * l + s``). The last axis of size 2 follows
     ``statistics`` = ``("mean", "std")``. ``count`` is the number of frames. ``model`` is free-form
     information about the model that produced the statistics (weights path, class names, ...).
+    ``faults`` (or None): float64 ``[N, L, 2]`` statistics of N calibration frames under each simulated
+    fault of ``monitor/faults.py`` (by name), and of the same frames clean (``"clean"``); the drift
+    detector names an alert's likely cause from them (``monitor/explain.py``).
     """
 
     layer_names: list[str]
@@ -69,6 +76,7 @@ class Baseline:
     created: str = field(default_factory=utc_now)
     statistics: tuple[str, ...] = STATISTICS
     quantile_levels: tuple[float, ...] = QUANTILE_LEVELS
+    faults: dict[str, np.ndarray] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict (nested lists of floats), the inverse of :meth:`from_dict`."""
@@ -88,6 +96,7 @@ class Baseline:
             "min": self.min.tolist(),
             "max": self.max.tolist(),
             "covariance": self.covariance.tolist(),
+            "faults": {k: v.tolist() for k, v in self.faults.items()} if self.faults else None,
         }
 
     @classmethod
@@ -97,7 +106,7 @@ class Baseline:
             raise BaselineError(f"{where}: must be a JSON object, got {type(raw).__name__}")
         if "version" not in raw:
             raise BaselineError(f"{where}: missing keys ['version']")
-        if raw["version"] != BASELINE_VERSION:
+        if raw["version"] not in READABLE_VERSIONS:
             raise BaselineError(
                 f"{where}: version: unsupported baseline version {raw['version']!r} (expected {BASELINE_VERSION}); "
                 "run `defect-detector calibrate` again to rebuild it"
@@ -142,6 +151,7 @@ class Baseline:
             created=str(raw.get("created", "")),
             statistics=statistics,
             quantile_levels=tuple(float(q) for q in levels),
+            faults=_faults(raw.get("faults"), shape, where),
             **arrays,
         )
 
@@ -168,6 +178,18 @@ class Baseline:
     def scale(self, rel_floor: float) -> np.ndarray:
         """float64 ``[L, 2]``: ``max(std, eps, rel_floor * |mean|)``, the unit of every z-score."""
         return np.maximum(np.maximum(self.std, _EPS), rel_floor * np.abs(self.mean))
+
+
+def _faults(raw: Any, shape: tuple[int, int], where: str) -> dict[str, np.ndarray] | None:
+    """The ``faults`` entry: None, or ``{"clean": [N, L, 2], <fault>: [N, L, 2], ...}`` with one N >= 2."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or "clean" not in raw or len(raw) < 2:
+        raise BaselineError(f"{where}: faults: must map 'clean' and fault names to per-frame statistics")
+    frames = len(raw["clean"]) if isinstance(raw["clean"], list) else 0
+    if frames < _MIN_FRAMES:
+        raise BaselineError(f"{where}: faults: need at least {_MIN_FRAMES} frames per fault, got {frames}")
+    return {str(k): _array(v, (frames, *shape), f"{where}: faults.{k}") for k, v in raw.items()}
 
 
 def _is_number(value: Any) -> bool:
@@ -204,12 +226,14 @@ def calibrate(
     imgsz: int | None = None,
     model_info: dict[str, Any] | None = None,
     source: str = "",
+    faults: dict[str, np.ndarray] | None = None,
 ) -> Baseline:
     """Build a :class:`Baseline` from per-frame layer statistics of clean reference frames.
 
     ``stats_iter`` yields float ``[B, L, 2]`` (or ``[L, 2]``) tensors or arrays, layers in
     ``layer_names`` order. Frames with a non-finite value are left out (and counted in a warning).
-    Raises ``ValueError`` for fewer than 2 usable frames; warns below 30.
+    ``faults``: see :class:`Baseline` (from :func:`fault_statistics`). Raises ``ValueError`` for fewer
+    than 2 usable frames; warns below 30.
     """
     frames: list[np.ndarray] = []
     for stats in stats_iter:
@@ -235,10 +259,55 @@ def calibrate(
         imgsz=imgsz,
         model=dict(model_info or {}),
         source=source,
+        faults=faults,
     )
 
 
 StatsModel = nn.Module | Callable[[torch.Tensor], Any]
+
+
+def _batched(images: Iterable[Any], batch_size: int) -> Iterable[torch.Tensor]:
+    """Float ``[C, H, W]`` / ``[B, C, H, W]`` tensors (or ``(tensor, target)`` samples) -> ``[batch_size, C, H, W]`` batches."""
+    pending: list[torch.Tensor] = []
+    for item in images:
+        tensor = item[0] if isinstance(item, (tuple, list)) else item
+        if tensor.ndim == 3:
+            tensor = tensor.unsqueeze(0)
+        if tensor.ndim != 4 or tensor.shape[1] not in (1, 2):
+            raise ValueError(f"calibration images must be [C, H, W] or [B, C, H, W] with C 1 or 2, got {list(tensor.shape)}")
+        pending.extend(tensor.unbind(0))
+        while len(pending) >= batch_size:
+            yield torch.stack(pending[:batch_size])
+            pending = pending[batch_size:]
+    if pending:
+        yield torch.stack(pending)
+
+
+def faulted(image: torch.Tensor, fault: str, seed: int) -> torch.Tensor:
+    """Float ``[C, H, W]`` model input in [0, 1] with camera fault ``fault`` (``monitor/faults.py``) applied to
+    channel 0, the camera's image (a reference channel is a stored golden image and stays as it is)."""
+    from defect_detector.monitor import faults
+
+    gray = (image[0] * 255.0).round().clamp(0, 255).to(torch.uint8).cpu().numpy()
+    fn = faults.FAULTS[fault]
+    out = fn(gray, rng=np.random.default_rng(seed)) if fn is faults.salt_and_pepper else fn(gray)
+    result = image.clone()
+    result[0] = torch.from_numpy(out).to(image.device, image.dtype) / 255.0
+    return result
+
+
+def fault_statistics(
+    forward: Callable[[torch.Tensor], torch.Tensor], images: Sequence[torch.Tensor], num_layers: int, batch_size: int
+) -> dict[str, np.ndarray]:
+    """``Baseline.faults``: float64 ``[N, L, 2]`` statistics of the N float ``[C, H, W]`` ``images``, clean and
+    with each fault of ``monitor/faults.py``; ``forward`` maps a ``[B, C, H, W]`` batch to ``[B, L, 2]``."""
+    from defect_detector.monitor.faults import FAULTS
+
+    out: dict[str, np.ndarray] = {}
+    for name in ("clean", *FAULTS):
+        batch = [image if name == "clean" else faulted(image, name, i) for i, image in enumerate(images)]
+        out[name] = np.concatenate([as_frames(forward(b), num_layers) for b in _batched(batch, batch_size)])
+    return out
 
 
 def calibrate_dataset(
@@ -251,6 +320,7 @@ def calibrate_dataset(
     model_info: dict[str, Any] | None = None,
     source: str = "",
     progress: bool = True,
+    fault_frames: int = FAULT_FRAMES,
 ) -> Baseline:
     """Run ``model`` over clean reference images and build the baseline of its layer statistics.
 
@@ -258,9 +328,10 @@ def calibrate_dataset(
     the run and removed afterwards), or a runtime-like callable / TorchScript module whose output
     is ``(raw, stats [B, L, 2])``, in which case ``layer_names`` must name its L layers.
     ``images``: an iterable (or dataset) of float32 ``[C, H, W]`` or ``[B, C, H, W]`` tensors (C = 1, or 2 for a
-    reference model: image and registered reference) in
-    [0, 1], or of ``(image, target)`` samples; they are batched to ``batch_size``. ``imgsz`` is
-    taken from the images. Shows a tqdm progress bar when ``progress``.
+    reference model: image and registered reference) in [0, 1], or of ``(image, target)`` samples; they are
+    batched to ``batch_size``. ``imgsz`` is taken from the images. Up to ``fault_frames`` of them, spread over
+    the run, are also run with each simulated camera fault (``Baseline.faults``; 0: none). Shows a tqdm
+    progress bar when ``progress``.
     """
     eager = isinstance(model, nn.Module) and not isinstance(model, torch.jit.ScriptModule)
     monitor = ActivationMonitor(model, layers) if eager else None
@@ -271,34 +342,29 @@ def calibrate_dataset(
     else:
         raise ValueError("calibrate_dataset: layer_names is required for a runtime or TorchScript model")
     total = len(images) if hasattr(images, "__len__") else None
+    every = max(1, (total or fault_frames) // max(fault_frames, 1))
+    kept: list[torch.Tensor] = []
     imgsz: list[int] = []
 
-    def batches() -> Iterable[torch.Tensor]:
-        pending: list[torch.Tensor] = []
-        for item in images:
-            tensor = item[0] if isinstance(item, (tuple, list)) else item
-            if tensor.ndim == 3:
-                tensor = tensor.unsqueeze(0)
-            if tensor.ndim != 4 or tensor.shape[1] not in (1, 2):
-                raise ValueError(f"calibration images must be [C, H, W] or [B, C, H, W] with C 1 or 2, got {list(tensor.shape)}")
-            pending.extend(tensor.unbind(0))
-            while len(pending) >= batch_size:
-                yield torch.stack(pending[:batch_size])
-                pending = pending[batch_size:]
-        if pending:
-            yield torch.stack(pending)
+    def forward(batch: torch.Tensor) -> torch.Tensor:
+        out = model(batch.to(device))
+        return monitor.stats() if monitor is not None else out[1]
 
     def stats_iter() -> Iterable[torch.Tensor]:
+        seen = 0
         with tqdm(total=total, desc="calibrate", unit="img", disable=not progress) as bar, torch.inference_mode():
-            for batch in batches():
+            for batch in _batched(images, batch_size):
                 imgsz.append(int(batch.shape[-1]))
-                out = model(batch.to(device))
-                stats = monitor.stats() if monitor is not None else out[1]
+                kept.extend(batch[i] for i in range(len(batch)) if (seen + i) % every == 0 and len(kept) < fault_frames)
+                seen += len(batch)
                 bar.update(len(batch))
-                yield stats
+                yield forward(batch)
 
     try:
         baseline = calibrate(stats_iter(), names, model_info=model_info, source=source)
+        if len(kept) >= 2:
+            with torch.inference_mode():
+                baseline.faults = fault_statistics(forward, kept, len(names), batch_size)
     finally:
         if monitor is not None:
             monitor.detach()

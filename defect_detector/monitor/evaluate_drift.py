@@ -5,12 +5,15 @@
 
 1. Calibrate a baseline on clean frames of ``--baseline-data`` (``--baseline-max`` images spread
    evenly over the file, in file order).
+   The first ``FAULT_FRAMES`` of them are also run with each fault, so alerts can name their cause.
 2. (a) Stream the clean frames of ``--data`` in file order, repeated to ``--frames`` frames, and
    count drift alerts (all false). (b) For each fault of ``monitor/faults.py``, stream clean frames,
    switch to faulted versions of the same frames at an onset frame (``--onsets`` onsets spread over
-   one pass of the data, each after ``window + reference`` clean frames so the stream reference
-   exists), and count the faulted frames until the first alert (the alerting frame included). A
-   fault present from frame 0 (no stream reference yet: only the baseline test) is reported too.
+   one pass of the data, each after ``window + reference`` clean frames so the line reference
+   exists) for ``--fault-frames`` frames, then back to clean frames. Per onset: the faulted frames
+   until the first alert (the alerting frame included), whether a ``recovered`` came while the fault
+   lasted, the clean frames until ``recovered`` after it ended, and whether the alert named the
+   fault's cause. A fault present from frame 0 (no line reference yet: only the baseline test) too.
 3. Latency: model forward (640x640, batch 1) with and without an ActivationMonitor in alternating
    back-to-back pairs (median of the per-pair ratios), and the detector's own update time.
 
@@ -39,13 +42,14 @@ from torch import nn
 from tqdm import tqdm
 
 from defect_detector.config import DEEPPCB_CLASSES, ModelConfig, MonitorConfig
-from defect_detector.data.dataset import CocoDetectionDataset, load_image_gray
+from defect_detector.data.dataset import CocoDetectionDataset
+from defect_detector.data.images import load_image_gray
 from defect_detector.data.letterbox import letterbox
 from defect_detector.io import atomic_write_json
 from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, load_checkpoint
 from defect_detector.model.detector import build_model
 from defect_detector.monitor import faults
-from defect_detector.monitor.baseline import Baseline, calibrate
+from defect_detector.monitor.baseline import FAULT_FRAMES, Baseline, calibrate, fault_statistics
 from defect_detector.monitor.drift import DriftDetector
 from defect_detector.monitor.hooks import DEFAULT_LAYERS, ActivationMonitor
 
@@ -99,44 +103,52 @@ def frame_stats(
 
 
 def run_stream(
-    baseline: Baseline, cfg: MonitorConfig, clean: np.ndarray, faulted: np.ndarray | None, onset: int, length: int
+    baseline: Baseline, cfg: MonitorConfig, clean: np.ndarray, faulted: np.ndarray | None, onset: int, length: int, end: int | None = None
 ) -> tuple[list[Any], list[float]]:
-    """Stream ``length`` frames: ``clean[t % N]`` before ``onset``, ``faulted[t % N]`` from it. Returns (events, scores)."""
+    """Stream ``length`` frames: ``faulted[t % N]`` for ``onset <= t < end`` (``end`` None: to the end), else
+    ``clean[t % N]``. Returns (events, scores)."""
     detector = DriftDetector(baseline, cfg)
     events: list[Any] = []
     scores: list[float] = []
     n = len(clean)
     for t in range(length):
-        source = clean if faulted is None or t < onset else faulted
-        events += detector.update(source[t % n], t, "benchmark")
+        fault = faulted is not None and onset <= t and (end is None or t < end)
+        events += detector.update((faulted if fault else clean)[t % n], t, "benchmark")
         scores.append(detector.score)
     return events, scores
 
 
-def first_alert(events: list[Any], onset: int) -> int | None:
-    """Faulted frames seen until the first drift alert at or after ``onset`` (alerting frame included), or None."""
-    frames = [e.frame for e in events if e.event == "drift" and e.frame >= onset]
-    return frames[0] - onset + 1 if frames else None
+def first_event(events: list[Any], kind: str, start: int, stop: int | None = None) -> int | None:
+    """Frames from ``start`` until the first ``kind`` event at or after it (that frame included; before ``stop``), or None."""
+    frames = [e.frame for e in events if e.event == kind and e.frame >= start and (stop is None or e.frame < stop)]
+    return frames[0] - start + 1 if frames else None
 
 
 def evaluate_fault(
-    baseline: Baseline, cfg: MonitorConfig, clean: np.ndarray, faulted: np.ndarray, onsets: list[int], horizon: int
+    baseline: Baseline, cfg: MonitorConfig, clean: np.ndarray, faulted: np.ndarray, onsets: list[int], duration: int, name: str
 ) -> dict[str, Any]:
-    """Frames-to-alert over several onsets, plus the no-alert score reached within 30 faulted frames."""
-    quiet = dataclasses.replace(cfg, z_warn=_NO_ALERTS, z_alert=_NO_ALERTS)
+    """Per onset: frames to alert, recovered while faulty, frames to recovered after the fault, cause named."""
+    quiet = dataclasses.replace(cfg, z_warn=_NO_ALERTS, z_alert=_NO_ALERTS, z_clear=None)
     delays: list[int | None] = []
-    false_before = 0
+    recoveries: list[int | None] = []
+    flaps = false_before = named = 0
     reached: list[float] = []
     reasons: list[str] = []
     for onset in onsets:
-        events, _ = run_stream(baseline, cfg, clean, faulted, onset, onset + horizon)
+        end = onset + duration
+        events, _ = run_stream(baseline, cfg, clean, faulted, onset, end + TARGET_FRAMES_TO_ALERT * 2, end)
         false_before += sum(e.event == "drift" and e.frame < onset for e in events)
-        delays.append(first_alert(events, onset))
-        reasons += [e.reason for e in events if e.event == "drift" and e.frame >= onset][:1]
+        delays.append(first_event(events, "drift", onset, end))
+        flaps += sum(e.event == "recovered" and onset <= e.frame < end for e in events)
+        recoveries.append(first_event(events, "recovered", end))
+        alerts = [e for e in events if e.event == "drift" and onset <= e.frame < end]
+        named += bool(alerts) and alerts[0].cause == name
+        reasons += [a.reason for a in alerts][:1]
         _, scores = run_stream(baseline, quiet, clean, faulted, onset, onset + TARGET_FRAMES_TO_ALERT)
         reached.append(max(scores[onset:]))
     found = [d for d in delays if d is not None]
-    events, _ = run_stream(baseline, cfg, clean, faulted, 0, horizon + cfg.window)
+    back = [r for r in recoveries if r is not None]
+    events, _ = run_stream(baseline, cfg, clean, faulted, 0, duration)
     return {
         "onsets": onsets,
         "frames_to_alert": delays,
@@ -144,8 +156,12 @@ def evaluate_fault(
         "detected_within_target": sum(d <= TARGET_FRAMES_TO_ALERT for d in found),
         "median": statistics.median(found) if found else None,
         "max": max(found) if found else None,
+        "recovered_while_faulty": flaps,
+        "frames_to_recovered": recoveries,
+        "recovered_within_target": sum(r <= TARGET_FRAMES_TO_ALERT for r in back),
+        "cause_named": named,
         "false_alerts_before_onset": false_before,
-        "from_frame_0": first_alert(events, 0),
+        "from_frame_0": first_event(events, "drift", 0),
         "headroom_min_score_30_frames": round(min(reached), 3),
         "reason": reasons[0] if reasons else None,
     }
@@ -218,6 +234,18 @@ def fault_functions() -> dict[str, FaultFn]:
     return out
 
 
+def _fault_stats(model: nn.Module, monitor: ActivationMonitor, paths: Sequence[Path], args: argparse.Namespace) -> dict[str, np.ndarray]:
+    """``Baseline.faults`` of calibration images, letterboxed as :func:`frame_stats` does."""
+    tensors = [torch.from_numpy(letterbox(load_image_gray(p), args.imgsz)[0]).unsqueeze(0).float().div_(255.0) for p in paths]
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        model(x)
+        return monitor.stats()
+
+    with torch.inference_mode():
+        return fault_statistics(forward, tensors, len(monitor.layer_names), args.batch)
+
+
 def print_table(result: dict[str, Any]) -> None:
     clean = result["clean"]
     print(f"\nmodel: {result['model']['description']}")
@@ -228,14 +256,18 @@ def print_table(result: dict[str, Any]) -> None:
         f"(max score {clean['headroom_max_score']:.2f}; calibration replay max {result['baseline']['replay_max_score']:.2f}; "
         f"z_warn {result['monitor_config']['z_warn']})"
     )
-    header = f"{'fault':16s} {'detected<=30':>12s} {'median':>7s} {'max':>5s} {'from 0':>7s} {'min score@30':>12s}  reason"
+    header = (
+        f"{'fault':16s} {'detected<=30':>12s} {'median':>7s} {'max':>5s} {'from 0':>7s} {'min score@30':>12s} "
+        f"{'rec. faulty':>11s} {'rec.<=30':>8s} {'cause':>6s}  reason"
+    )
     print(header)
     print("-" * len(header))
     for name, r in result["faults"].items():
         n = len(r["onsets"])
         print(
             f"{name:16s} {r['detected_within_target']:>5d}/{n:<6d} {_fmt(r['median']):>7s} {_fmt(r['max']):>5s} "
-            f"{_fmt(r['from_frame_0']):>7s} {r['headroom_min_score_30_frames']:>12.2f}  {r['reason'] or '-'}"
+            f"{_fmt(r['from_frame_0']):>7s} {r['headroom_min_score_30_frames']:>12.2f} {r['recovered_while_faulty']:>11d} "
+            f"{r['recovered_within_target']:>4d}/{n:<3d} {r['cause_named']:>3d}/{n:<2d}  {r['reason'] or '-'}"
         )
     lat = result["latency"]
     if not lat:
@@ -262,7 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data-max", type=int, help="use this many --data images, spread evenly (default: all)")
     parser.add_argument("--frames", type=int, default=TARGET_CLEAN_FRAMES, help="clean stream length (default 2000)")
     parser.add_argument("--onsets", type=int, default=8, help="fault onsets per fault type (default 8)")
-    parser.add_argument("--horizon", type=int, default=100, help="frames streamed after each onset (default 100)")
+    parser.add_argument("--fault-frames", type=int, default=200, help="faulty frames after each onset (default 200)")
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--threads", type=int, help="torch.set_num_threads")
@@ -283,7 +315,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     calib_paths = image_paths(args.baseline_data, args.baseline_images, args.baseline_max)
     calib = frame_stats(model, monitor, [load_image_gray(p) for p in calib_paths], args.imgsz, args.batch, "calibration")
-    baseline = calibrate([calib], monitor.layer_names, imgsz=args.imgsz, model_info=model_info, source=args.baseline_data)
+    faults_of = _fault_stats(model, monitor, calib_paths[:: max(1, len(calib_paths) // FAULT_FRAMES)][:FAULT_FRAMES], args)
+    baseline = calibrate([calib], monitor.layer_names, imgsz=args.imgsz, model_info=model_info, source=args.baseline_data, faults=faults_of)
     quiet = dataclasses.replace(cfg, z_warn=_NO_ALERTS, z_alert=_NO_ALERTS)
     _, replay = run_stream(baseline, quiet, calib, None, 0, max(len(calib), cfg.window + cfg.reference) * 2)
 
@@ -300,7 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cached = {"calibration": calib, "clean": clean}
     for name, fn in fault_functions().items():
         cached[name] = frame_stats(model, monitor, [fn(img, i) for i, img in enumerate(val_images)], args.imgsz, args.batch, name)
-        fault_results[name] = evaluate_fault(baseline, cfg, clean, cached[name], onsets, args.horizon)
+        fault_results[name] = evaluate_fault(baseline, cfg, clean, cached[name], onsets, args.fault_frames, name)
     if args.save_stats:
         np.savez(args.save_stats, layers=np.array(monitor.layer_names), **cached)
     monitor.detach()
@@ -332,6 +365,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     result["targets"] = {
         "zero_false_alerts_on_2000_clean_frames": length >= TARGET_CLEAN_FRAMES and not false_alerts,
         "every_fault_alerts_within_30_frames": all(r["detected_within_target"] == len(r["onsets"]) for r in fault_results.values()),
+        "no_recovered_while_faulty": all(r["recovered_while_faulty"] == 0 for r in fault_results.values()),
+        "recovered_within_30_frames_after": all(r["recovered_within_target"] == len(r["onsets"]) for r in fault_results.values()),
+        "every_cause_named": all(r["cause_named"] == len(r["onsets"]) for r in fault_results.values()),
         "monitor_overhead_below_3_percent": bool(latency) and latency["hooks_ratio"] < 1.03,
     }
     atomic_write_json(args.out, json.loads(json.dumps(result, default=float)))

@@ -1,9 +1,9 @@
-"""Glue between the command line and drift monitoring.
+"""Setting up drift monitoring, and calibration.
 
-``predict``: :func:`add_monitor_arguments` adds the flags, :func:`build_monitoring` turns the parsed
-arguments into an :class:`~defect_detector.monitor.alerts.AlertRouter` (or None), and the inference
-loop calls ``router.on_frame(...)`` per frame and ``router.close()`` at the end.
-``calibrate``: :func:`run_calibrate` builds and writes a baseline.
+:func:`build_monitoring` turns a baseline and the requested sinks into an
+:class:`~defect_detector.monitor.alerts.AlertRouter` (or None); the inspector
+(``deploy/inspector.py``) calls it and feeds the router per frame.
+:func:`run_calibrate` builds and writes a baseline (``defect-detector calibrate``).
 
 Errors a user can fix (missing or malformed files, a baseline for other layers) raise
 :class:`MonitorSetupError` (a ``ValueError``) with one clear line.
@@ -11,7 +11,6 @@ Errors a user can fix (missing or malformed files, a baseline for other layers) 
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 from collections.abc import Sequence
@@ -34,17 +33,6 @@ class MonitorSetupError(ValueError):
     """Monitoring cannot start as asked; the message says why in one line."""
 
 
-def add_monitor_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--baseline``, ``--alerts``, ``--webhook``, ``--metrics-port``, ``--metrics-addr`` and ``--monitor-config``."""
-    group = parser.add_argument_group("drift monitoring")
-    group.add_argument("--baseline", metavar="PATH", help="drift baseline JSON from `calibrate` (default: the artifact's own)")
-    group.add_argument("--alerts", metavar="PATH", help="append drift / recovered events to this JSONL file")
-    group.add_argument("--webhook", metavar="URL", help="POST each drift event as JSON to this http(s) URL")
-    group.add_argument("--metrics-port", metavar="N", type=int, help="serve Prometheus metrics on this port (0: any free port)")
-    group.add_argument("--metrics-addr", metavar="ADDR", default="0.0.0.0", help="address for the metrics server (default 0.0.0.0)")
-    group.add_argument("--monitor-config", metavar="YAML", help="drift thresholds: a YAML with a `monitor:` section or the section itself")
-
-
 def load_monitor_config(path: str | os.PathLike[str]) -> MonitorConfig:
     """Read drift thresholds from YAML: a run config with a ``monitor`` section, or just that section's keys."""
     path = Path(path)
@@ -64,37 +52,45 @@ def load_monitor_config(path: str | os.PathLike[str]) -> MonitorConfig:
 
 
 def build_monitoring(
-    args: argparse.Namespace,
-    baseline_from_artifact: dict[str, Any] | None,
     layer_names: Sequence[str],
-    monitor_config: MonitorConfig | None = None,
+    baseline: str | os.PathLike[str] | None = None,
+    embedded: dict[str, Any] | None = None,
+    monitor: bool = True,
+    alerts: str | os.PathLike[str] | None = None,
+    webhook: str | None = None,
+    metrics_port: int | None = None,
+    metrics_addr: str = "0.0.0.0",
+    monitor_config: str | os.PathLike[str] | MonitorConfig | None = None,
 ) -> AlertRouter | None:
-    """The router for a ``predict`` run, or None when nothing is monitored.
+    """The router of an inspection run, or None when nothing is monitored.
 
-    Drift detection is on when ``--baseline`` is given (it wins) or the artifact's meta embeds a
-    baseline (``baseline_from_artifact``). ``layer_names``: the layers whose statistics the model
-    outputs, in order; the baseline must cover the same ones. Thresholds: ``--monitor-config``, else
-    ``monitor_config`` (e.g. the checkpoint's), else the defaults. ``--metrics-port`` alone serves frame,
-    detection and latency metrics without drift detection. ``--alerts`` / ``--webhook`` without any
-    baseline is an error.
+    Drift detection is on when ``monitor`` and a baseline exist: the ``baseline`` file (it wins), else the
+    one the weights carry (``embedded``, a ``Baseline.to_dict()``). ``layer_names``: the layers whose
+    statistics the model outputs, in order; the baseline must cover the same ones. Thresholds:
+    ``monitor_config`` (a YAML path or a :class:`MonitorConfig`), else the defaults. Drift events are
+    logged, and appended to ``alerts`` (JSONL) / POSTed to ``webhook`` when given; ``metrics_port``
+    serves Prometheus metrics (frames, detections, latency; drift too when on). ``alerts`` / ``webhook``
+    without a baseline, or with ``monitor`` off, is a :class:`MonitorSetupError`.
     """
-    baseline = _baseline(getattr(args, "baseline", None), baseline_from_artifact)
-    alerts, webhook, port = getattr(args, "alerts", None), getattr(args, "webhook", None), getattr(args, "metrics_port", None)
-    if baseline is None:
+    if not monitor and (alerts or webhook or baseline):
+        raise MonitorSetupError("drift monitoring is off (--no-monitor): drop --baseline, --alerts and --webhook, or turn it on")
+    found = _baseline(str(baseline) if baseline else None, embedded) if monitor else None
+    if found is None:
         if alerts or webhook:
             raise MonitorSetupError(
-                "--alerts/--webhook need a drift baseline: pass --baseline (from `defect-detector calibrate`) "
-                "or use an artifact exported with one"
+                "--alerts/--webhook need a drift baseline: the weights carry none; pass --baseline (from `defect-detector calibrate`)"
             )
-        if port is None:
+        if metrics_port is None:
             return None
-    if baseline is not None and list(baseline.layer_names) != list(layer_names):
+    if found is not None and list(found.layer_names) != list(layer_names):
         raise MonitorSetupError(
-            f"the baseline covers layers {baseline.layer_names} but the model reports {list(layer_names)}; "
-            "calibrate again with these weights"
+            f"the baseline covers layers {found.layer_names} but the model reports {list(layer_names)}; calibrate again with these weights"
         )
-    cfg = load_monitor_config(args.monitor_config) if getattr(args, "monitor_config", None) else monitor_config or MonitorConfig()
-    detector = DriftDetector(baseline, cfg) if baseline is not None else None
+    if isinstance(monitor_config, MonitorConfig):
+        cfg = monitor_config
+    else:
+        cfg = load_monitor_config(monitor_config) if monitor_config else MonitorConfig()
+    detector = DriftDetector(found, cfg) if found is not None else None
     sinks: list[Sink] = []
     try:
         if detector is not None:
@@ -103,8 +99,8 @@ def build_monitoring(
             sinks.append(JsonlSink(alerts))
         if webhook:
             sinks.append(WebhookSink(webhook))
-        if port is not None:
-            sink = PrometheusSink(port, addr=getattr(args, "metrics_addr", "0.0.0.0"))
+        if metrics_port is not None:
+            sink = PrometheusSink(metrics_port, addr=metrics_addr)
             logger.info("serving Prometheus metrics on port %d", sink.port)
             sinks.append(sink)
     except (OSError, ValueError) as exc:

@@ -1,0 +1,84 @@
+"""Reading image files as single-channel uint8, the one pixel format the detector consumes.
+
+:data:`IMAGE_SUFFIXES` is the set of file suffixes treated as images everywhere (folder and glob sources,
+reference folders, the YOLO and reference converters): the still-image formats OpenCV decodes to 8- or
+16-bit pixels. Float formats (``.hdr``, ``.pfm``, ``.exr``) are left out because :func:`to_gray_uint8`
+rejects them, and ``.gif`` is read as a video.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import cv2
+import numpy as np
+
+from defect_detector.data.errors import DatasetError
+
+logger = logging.getLogger("defect_detector.data")
+
+IMAGE_SUFFIXES = frozenset(".bmp .dib .jpg .jpeg .jpe .jp2 .png .webp .pbm .pgm .ppm .pnm .tif .tiff".split())
+
+
+def to_gray_uint8(image: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Convert an OpenCV image (``IMREAD_UNCHANGED`` layout: ``[H, W]``, ``[H, W, C]`` BGR/BGRA; uint8 or uint16)
+    to single-channel uint8 ``[H, W]``.
+
+    Returns the image and the conversions applied, any of ``"colour"``, ``"alpha"``, ``"16-bit"``
+    (alpha is dropped, 16-bit is scaled by 255/65535). Other dtypes raise :class:`DatasetError`.
+    """
+    kinds: list[str] = []
+    if image.ndim == 3:
+        channels = image.shape[2]
+        if channels == 1:
+            image = image[:, :, 0]
+        elif channels == 2:
+            image, kinds = image[:, :, 0], ["alpha"]
+        elif channels == 3:
+            image, kinds = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY), ["colour"]
+        elif channels == 4:
+            image, kinds = cv2.cvtColor(image, cv2.COLOR_BGRA2GRAY), ["colour", "alpha"]
+        else:
+            raise DatasetError(f"unsupported number of channels: {channels}")
+    elif image.ndim != 2:
+        raise DatasetError(f"unsupported image shape {image.shape}")
+    if image.dtype == np.uint16:
+        image = cv2.convertScaleAbs(image, alpha=255.0 / 65535.0)
+        kinds.append("16-bit")
+    elif image.dtype != np.uint8:
+        raise DatasetError(f"unsupported pixel type {image.dtype}")
+    return np.ascontiguousarray(image), kinds
+
+
+def decode_gray(path: str | os.PathLike[str]) -> tuple[np.ndarray, list[str]]:
+    """Read and convert one image file; returns what :func:`to_gray_uint8` returns.
+
+    Raises :class:`DatasetError` naming ``path`` for a missing, empty, truncated or undecodable file.
+    """
+    try:
+        data = np.fromfile(path, dtype=np.uint8)
+    except OSError as exc:
+        raise DatasetError(f"{path}: cannot read image file: {exc}") from exc
+    if data.size == 0:
+        raise DatasetError(f"{path}: zero-byte image file")
+    if data[:2].tobytes() == b"\xff\xd8" and b"\xff\xd9" not in data[-4096:].tobytes():
+        raise DatasetError(f"{path}: truncated JPEG (no end-of-image marker)")
+    image = cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
+    if image is None:
+        raise DatasetError(f"{path}: corrupt or unsupported image (decode failed)")
+    try:
+        return to_gray_uint8(image)
+    except DatasetError as exc:
+        raise DatasetError(f"{path}: {exc}") from exc
+
+
+def load_image_gray(path: str | os.PathLike[str]) -> np.ndarray:
+    """Read an image file as single-channel uint8 ``[H, W]`` (colour, alpha and 16-bit are converted).
+
+    Raises :class:`DatasetError` naming the path for a missing, empty, truncated or undecodable file.
+    """
+    image, kinds = decode_gray(path)
+    if kinds:
+        logger.debug("%s: converted (%s) to 8-bit grayscale", path, ", ".join(kinds))
+    return image

@@ -1,0 +1,126 @@
+"""What ``predict`` writes: ``--save-json`` (a JSON list, plus per-frame JSONL for video and streams) and
+``--save-dir`` (annotated images, or one annotated ``.mp4``). Every file is written to a temporary name
+and renamed into place when complete, so an interrupted run never leaves a half-written output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import cv2
+import numpy as np
+
+from defect_detector.boxes import xyxy_to_xywh
+from defect_detector.deploy.draw import draw_detections
+from defect_detector.deploy.runtime import Detections
+from defect_detector.deploy.sources import Frame, FrameSource
+from defect_detector.io import atomic_write_bytes, atomic_write_json
+
+_DEFAULT_VIDEO_FPS = 10.0
+
+
+def detection_records(frame: Frame, result: Detections, with_frame: bool) -> list[dict[str, Any]]:
+    """``--save-json`` entries of one frame: ``{"file_name", "category_name", "bbox": [x, y, w, h], "score"}``
+    (+ ``"frame"``) with ``bbox`` in original-image pixels (COCO xywh, rounded to 0.01 px)."""
+    xywh = xyxy_to_xywh(result.boxes).tolist()
+    records = []
+    for box, name, score in zip(xywh, result.names, result.scores.tolist()):
+        bbox = [round(v, 2) for v in box]
+        record: dict[str, Any] = {"file_name": frame.file_name, "category_name": name, "bbox": bbox, "score": round(score, 5)}
+        if with_frame:
+            record["frame"] = frame.index
+        records.append(record)
+    return records
+
+
+class Outputs:
+    """``--save-json`` (one list, written atomically at the end; plus a JSONL line per frame, flushed, for
+    video and stream sources) and ``--save-dir`` (annotated images with the source's relative names, or
+    one annotated ``.mp4`` for video and stream sources, renamed into place when closed)."""
+
+    def __init__(self, source: FrameSource, class_names: Sequence[str], save_json: str | None, save_dir: str | None) -> None:
+        self.source = source
+        self.class_names = list(class_names)
+        self.per_frame = source.kind in ("video", "camera", "stream")
+        self.save_json = Path(save_json) if save_json else None
+        self.save_dir = Path(save_dir) if save_dir else None
+        self.records: list[dict[str, Any]] = []
+        self.jsonl: TextIO | None = None
+        self.jsonl_path: Path | None = None
+        if self.save_json and self.per_frame:
+            self.jsonl_path = self.save_json.with_suffix(".jsonl")
+            self.jsonl_path.parent.mkdir(parents=True, exist_ok=True)
+            self.jsonl = self.jsonl_path.open("w", encoding="utf-8")
+        self.video: cv2.VideoWriter | None = None
+        self.video_path: Path | None = None
+        self.video_tmp: Path | None = None
+        self.video_size: tuple[int, int] | None = None
+
+    def add(self, frame: Frame, result: Detections | None) -> None:
+        records = detection_records(frame, result, self.per_frame) if result is not None else []
+        self.records += records
+        if self.jsonl is not None:
+            line: dict[str, Any] = {"frame": frame.index, "file_name": frame.file_name, "timestamp": frame.timestamp}
+            if result is None:
+                line["error"] = frame.error
+            else:
+                line["detections"] = [{k: r[k] for k in ("category_name", "bbox", "score")} for r in records]
+            self.jsonl.write(json.dumps(line) + "\n")
+            self.jsonl.flush()
+        if self.save_dir is not None and frame.image is not None:
+            if result is None:
+                annotated = cv2.cvtColor(frame.image, cv2.COLOR_GRAY2BGR)
+            else:
+                annotated = draw_detections(frame.image, result.boxes, result.scores, result.labels, self.class_names)
+            if self.per_frame:
+                self._write_video_frame(annotated)
+            else:
+                self._write_image(frame.file_name, annotated)
+
+    def _write_image(self, name: str, image: np.ndarray) -> None:
+        path = self.save_dir / name
+        ok, encoded = cv2.imencode(path.suffix or ".png", image)
+        if not ok:
+            path = path.with_suffix(".png")
+            ok, encoded = cv2.imencode(".png", image)
+        if not ok:
+            raise ValueError(f"{path}: cannot encode the annotated image")
+        atomic_write_bytes(path, encoded.tobytes())
+
+    def _write_video_frame(self, image: np.ndarray) -> None:
+        height, width = image.shape[:2]
+        if self.video is None:
+            name = self.source.source.strip()
+            stem = {"video": Path(name).stem, "camera": f"camera{name}"}.get(self.source.kind, "stream")
+            self.video_path = self.save_dir / f"{stem}.mp4"
+            self.video_tmp = self.video_path.with_name(f".{self.video_path.stem}.tmp.mp4")
+            self.video_path.parent.mkdir(parents=True, exist_ok=True)
+            fps = self.source.fps or _DEFAULT_VIDEO_FPS
+            self.video = cv2.VideoWriter(str(self.video_tmp), cv2.VideoWriter_fourcc(*"mp4v"), fps, (width, height))
+            if not self.video.isOpened():
+                raise ValueError(f"{self.video_path}: cannot open an mp4 (mp4v) video writer")
+            self.video_size = (width, height)
+        if (width, height) != self.video_size:
+            image = cv2.resize(image, self.video_size, interpolation=cv2.INTER_AREA)
+        self.video.write(image)
+
+    def close(self) -> dict[str, str]:
+        """Finish every output; returns the written paths by kind."""
+        written: dict[str, str] = {}
+        if self.jsonl is not None:
+            self.jsonl.close()
+            written["jsonl"] = str(self.jsonl_path)
+        if self.save_json is not None:
+            atomic_write_json(self.save_json, self.records)
+            written["json"] = str(self.save_json)
+        if self.video is not None:
+            self.video.release()
+            os.replace(self.video_tmp, self.video_path)
+            written["video"] = str(self.video_path)
+        if self.save_dir is not None and "video" not in written:
+            written["images"] = str(self.save_dir)
+        return written
