@@ -1,22 +1,26 @@
-# `make test` and `make demo` create .venv and install the project on first use;
-# later runs skip the install unless pyproject.toml changed.
+# `make test` and `make demo` create .venv and install the project on first use, pinned by constraints.txt;
+# later runs skip the install unless pyproject.toml or constraints.txt changed.
+# `make install CONSTRAINTS=` installs without the pins (e.g. on a Python other than constraints.txt's 3.11).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+CONSTRAINTS ?= constraints.txt
+EXTRAS ?= dev,onnx
+PYTEST_ARGS ?=
 export NO_ALBUMENTATIONS_UPDATE := 1
 
 .PHONY: test demo lint install
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+	$(PY) -m pip install --quiet --disable-pip-version-check $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(VENV)/bin/defect-detector demo

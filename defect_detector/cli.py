@@ -16,13 +16,20 @@ from typing import Any
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
 
-from defect_detector import __version__  # noqa: E402
+from defect_detector.cli_errors import error_line, is_expected  # noqa: E402
+from defect_detector.cli_parser import build_parser  # noqa: E402
 
 log = logging.getLogger("defect_detector")
 
 
 class CliError(Exception):
     """A user-facing error: printed as one line, exit code 2."""
+
+
+def _check_imgsz(imgsz: int | None, flag: str = "--imgsz") -> None:
+    """``imgsz`` (None: the model's) must be a multiple of 32 (the model's largest stride) and at least 64."""
+    if imgsz is not None and (imgsz < 64 or imgsz % 32):
+        raise CliError(f"{flag} must be a multiple of 32 and >= 64, got {imgsz}")
 
 
 def _cmd_convert(args: argparse.Namespace) -> None:
@@ -80,6 +87,7 @@ def _cmd_val(args: argparse.Namespace) -> None:
     from defect_detector.model.checkpoint import load_checkpoint
     from defect_detector.model.summary import model_summary
 
+    _check_imgsz(args.imgsz)
     loaded = load_checkpoint(args.weights)
     cfg = loaded.config
     torch.set_num_threads(args.threads) if args.threads else None
@@ -89,12 +97,13 @@ def _cmd_val(args: argparse.Namespace) -> None:
         args.data, args.images, loaded.class_names, args.imgsz or cfg.data.imgsz, None, "skip", reference=pairs, register=register
     )
     loader = build_loader(dataset, args.batch_size, train=False, workers=args.workers, seed=0)
-    tta = args.tta or cfg.eval.tta
+    tta = args.tta or "none"
     f1_conf = cfg.eval.f1_conf if args.conf is None else args.conf
     predictions = predict_dataset(loaded.model, loader, torch.device("cpu"), cfg.eval.conf, cfg.eval.nms_iou, cfg.eval.max_det, tta=tta)
     metrics = evaluate_predictions(dataset.coco, predictions, dataset.label_to_cat_id, loaded.class_names, f1_conf)
     summary = model_summary(loaded.model, dataset.imgsz)
-    out = {k: metrics[k] for k in ("map50", "map50_95", "per_class", "f1_iou033", "precision", "recall", "operating_points")}
+    keys = ("map50", "map50_95", "per_class", "absent_classes", "f1_iou033", "precision", "recall", "operating_points")
+    out = {k: metrics[k] for k in keys}
     out.update({"f1_conf": f1_conf, "tta": tta, "images": len(predictions), "weights": str(loaded.path), **summary})
     out["per_group"] = per_group_map(dataset.coco, predictions, dataset.label_to_cat_id, loaded.class_names)
     channels = cfg.model.in_channels
@@ -105,6 +114,8 @@ def _cmd_val(args: argparse.Namespace) -> None:
     print(f"images: {len(predictions)} (skipped: {dataset.report()})")
     print(f"mAP@0.5 {out['map50']:.4f}  mAP@0.5:0.95 {out['map50_95']:.4f}  (test-time augmentation: {tta})")
     print("per-class AP@0.5: " + ", ".join(f"{k} {v:.4f}" for k, v in out["per_class"].items()))
+    if out["absent_classes"]:
+        print(f"not scored (not among the json's categories): {', '.join(out['absent_classes'])}")
     print(
         f"DeepPCB protocol (IoU>0.33, score>={f1_conf}): "
         f"precision {out['precision']:.4f} recall {out['recall']:.4f} F1 {out['f1_iou033']:.4f}"
@@ -139,8 +150,7 @@ def _cmd_export(args: argparse.Namespace) -> None:
     from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, load_checkpoint
 
     weights = Path(args.weights) if args.weights else DEFAULT_WEIGHTS
-    if args.imgsz is not None and (args.imgsz < 64 or args.imgsz % 32):
-        raise CliError(f"--imgsz must be a multiple of 32 and >= 64, got {args.imgsz}")
+    _check_imgsz(args.imgsz)
     if args.half and args.format == "onnx":
         raise CliError("--half applies to TorchScript; for float16 ONNX build a TensorRT engine: trtexec --onnx=MODEL --fp16")
     if args.portable and (args.format != "torchscript" or args.half):
@@ -221,6 +231,11 @@ def _cmd_predict(args: argparse.Namespace) -> None:
         print(f"wrote {kind}: {path}")
     if args.alerts:
         print(f"drift events: {args.alerts}")
+    if summary["gave_up"]:
+        raise CliError(
+            f"{args.source}: the stream failed and could not be reopened, so the run stopped early "
+            f"(after {summary['frames']} frames, {summary['reconnects']} reconnects; the outputs above hold those frames)"
+        )
 
 
 def _cmd_bench(args: argparse.Namespace) -> None:
@@ -237,6 +252,7 @@ def _cmd_bench(args: argparse.Namespace) -> None:
         return values
 
     batches, threads = int_list(args.batches, "--batches"), int_list(args.threads, "--threads")
+    _check_imgsz(args.imgsz)
     loaded, description = load_bench_model(args.weights, args.config)
     result = run_bench(loaded, description, args.imgsz, batches, threads, args.iters, args.yolo)
     for row in result["latency"]:
@@ -322,14 +338,16 @@ def _cmd_average(args: argparse.Namespace) -> None:
 
     ckpt = average_checkpoints(args.weights, args.set or [])
     atomic_torch_save(ckpt, args.out)
-    loaded = load_checkpoint(args.out)  # the written file loads with weights_only=True into its model
+    load_checkpoint(args.out)  # the written file loads with weights_only=True into its model
     print(f"wrote {args.out} ({Path(args.out).stat().st_size / 1e6:.2f} MB): mean of {len(args.weights)} checkpoints' weights")
-    print(f"config: eval.tta={loaded.config.eval.tta}" + (f" (set: {', '.join(args.set)})" if args.set else ""))
+    if args.set:
+        print(f"config set: {', '.join(args.set)}")
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> None:
     from defect_detector.monitor.service import run_calibrate
 
+    _check_imgsz(args.imgsz)
     baseline = run_calibrate(args.weights, args.data, args.images, args.out, imgsz=args.imgsz, max_images=args.max_images, batch=args.batch)
     print(f"wrote {args.out}: {len(baseline.layer_names)} layers from {baseline.count} frames")
 
@@ -340,200 +358,37 @@ def _cmd_demo(args: argparse.Namespace) -> None:
     run_demo(args.out, threads=args.threads)
 
 
-TTA_HELP = (
-    "test-time augmentation: none (default), flip2, flip4 or d8: 1, 2, 4 or 8 orientations per image, averaged; "
-    "each costs one model pass (d8: 8x the model time per frame)"
-)
-
-
-def add_monitor_arguments(parser: argparse.ArgumentParser) -> None:
-    """The drift-monitoring flags of ``predict``."""
-    group = parser.add_argument_group("drift monitoring (on whenever the weights carry a baseline)")
-    group.add_argument("--no-monitor", action="store_true", help="do not watch layer statistics for drift")
-    group.add_argument("--baseline", metavar="PATH", help="drift baseline JSON from `calibrate` (default: the one the weights carry)")
-    group.add_argument("--alerts", metavar="PATH", help="append drift / recovered / rebaseline events to this JSONL file")
-    group.add_argument("--webhook", metavar="URL", help="POST each drift event as JSON to this http(s) URL")
-    group.add_argument("--metrics-port", metavar="N", type=int, help="serve Prometheus metrics on this port (0: any free port)")
-    group.add_argument("--metrics-addr", metavar="ADDR", default="0.0.0.0", help="address for the metrics server (default 0.0.0.0)")
-    group.add_argument("--monitor-config", metavar="YAML", help="drift thresholds: a YAML with a `monitor:` section or the section itself")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="defect-detector", description="PCB defect detection on grayscale images.")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("convert", help="convert DeepPCB / Pascal VOC / YOLO annotations to COCO json")
-    p.add_argument("format", choices=["deeppcb", "voc", "yolo"])
-    p.add_argument("src", help="DeepPCB root, VOC xml folder or YOLO labels folder")
-    p.add_argument("--split", default="trainval.txt", help="DeepPCB split file (relative to SRC or a path)")
-    p.add_argument("--images", help="images folder (VOC/YOLO; default SRC)")
-    p.add_argument("--classes", help="comma-separated class names (YOLO: required, in id order)")
-    p.add_argument("--val-groups", help="DeepPCB: comma-separated board groups to hold out; also writes OUT_train.json and OUT_val.json")
-    p.add_argument(
-        "--templates",
-        action="store_true",
-        help="DeepPCB: also list each pair's defect-free template (<id>_temp.jpg) as an image without defects "
-        "(training negatives; never in the OUT_val.json of --val-groups)",
-    )
-    p.add_argument(
-        "--references",
-        help="VOC/YOLO: folder of golden (defect-free) images; each image's reference is the file with its relative path, "
-        "else its file name",
-    )
-    p.add_argument("--out", required=True, help="output COCO json")
-    p.set_defaults(func=_cmd_convert)
-
-    p = sub.add_parser("train", help="train a detector from a YAML config")
-    p.add_argument("--config", required=True, help="YAML config, e.g. configs/deeppcb.yaml")
-    p.add_argument("--resume", action="store_true", help="continue from runs/<name>/weights/last.pt")
-    p.add_argument("--exist-ok", action="store_true", help="replace an earlier run of the same name")
-    p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. train.epochs=3")
-    p.set_defaults(func=_cmd_train)
-
-    p = sub.add_parser("val", help="evaluate weights on a COCO json (mAP, per-class AP, DeepPCB F-score)")
-    p.add_argument("--weights", help="checkpoint (default: bundled DeepPCB model)")
-    p.add_argument("--data", required=True, help="COCO json")
-    p.add_argument("--images", help="images root (default: from the json)")
-    p.add_argument("--imgsz", type=int, help="input size (default: the model's)")
-    p.add_argument("--conf", type=float, help="score threshold for the DeepPCB F-score (default: the model's eval.f1_conf)")
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--threads", type=int, help="torch CPU threads")
-    p.add_argument("--tta", help=TTA_HELP)
-    p.add_argument(
-        "--no-register",
-        action="store_true",
-        help="reference models: use each json reference as given (already aligned) instead of registering it to its image",
-    )
-    p.add_argument("--out", help="write metrics JSON here")
-    p.add_argument("--plots", help="write PR curves, confusion matrix and a prediction grid (PNG) to this folder")
-    p.set_defaults(func=_cmd_val)
-
-    p = sub.add_parser("synth", help="write synthetic PCB boards with all six defect types and a COCO json")
-    p.add_argument("--out", required=True, help="output folder (images/ and annotations.json)")
-    p.add_argument("--n", type=int, default=32, help="number of boards")
-    p.add_argument("--size", default="640x640", help="WIDTHxHEIGHT, e.g. 2048x1536")
-    p.add_argument("--seed", type=int, default=0)
-    p.set_defaults(func=_cmd_synth)
-
-    p = sub.add_parser("strip", help="inference-only copy of a checkpoint (EMA weights, config, metrics; no optimizer state)")
-    p.add_argument("weights", help="training checkpoint, e.g. runs/NAME/weights/best.pt")
-    p.add_argument("--out", required=True)
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override for the result, e.g. eval.f1_conf=0.5 (repeatable)")
-    p.add_argument("--baseline", help="drift baseline JSON from `calibrate` to carry in the result (checked against the model)")
-    p.set_defaults(func=_cmd_strip)
-
-    p = sub.add_parser("average", help="inference checkpoint whose weights are the mean of fine-tunes of one parent (a model soup)")
-    p.add_argument("weights", nargs="+", help="two or more checkpoints of one architecture (runs/A/weights/best.pt ...)")
-    p.add_argument("--out", required=True)
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override for the result, e.g. eval.tta=d8 (repeatable)")
-    p.set_defaults(func=_cmd_average)
-
-    p = sub.add_parser("calibrate", help="drift baseline: layer statistics of the model over clean reference images")
-    p.add_argument("--weights", help="checkpoint or exported TorchScript (default: bundled DeepPCB model)")
-    p.add_argument("--data", required=True, help="COCO json of clean reference images (training or validation split)")
-    p.add_argument("--images", help="images root (default: from the json)")
-    p.add_argument("--imgsz", type=int, help="input size for checkpoints (default: the model's)")
-    p.add_argument("--max-images", type=int, help="use this many images, spread evenly over the file")
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--out", required=True, help="baseline JSON to write")
-    p.set_defaults(func=_cmd_calibrate)
-
-    p = sub.add_parser("demo", help="predict on the bundled samples, then show a drift alert for a simulated dirty lens")
-    p.add_argument("--out", default="out/demo", help="output folder")
-    p.add_argument("--threads", type=int, help="torch CPU threads")
-    p.set_defaults(func=_cmd_demo)
-
-    p = sub.add_parser("info", help="print parameters, FLOPs and metrics of a checkpoint")
-    p.add_argument("--weights", help="checkpoint (default: bundled DeepPCB model)")
-    p.set_defaults(func=_cmd_info)
-
-    p = sub.add_parser("export", help="export weights as TorchScript (default) or ONNX, or a Triton model repository")
-    p.add_argument("--weights", help="training checkpoint (default: bundled DeepPCB model)")
-    p.add_argument("--format", choices=["torchscript", "onnx"], default="torchscript")
-    p.add_argument("--out", help="output file (default: <weights name>.torchscript.pt or .onnx in the current folder)")
-    p.add_argument("--imgsz", type=int, help="input size (default: the model's)")
-    p.add_argument("--half", action="store_true", help="float16 TorchScript for CUDA / Jetson (traced on CUDA when available)")
-    p.add_argument(
-        "--portable",
-        action="store_true",
-        help="float32 TorchScript that also runs on CUDA (default when traced on the CPU: faster oneDNN conv+SiLU kernels, CPU only; "
-        "implied by --triton)",
-    )
-    p.add_argument(
-        "--baseline",
-        help="drift baseline JSON to embed in meta.json (default: the checkpoint's own, if any); "
-        "its layers, imgsz and class names must match the export",
-    )
-    p.add_argument(
-        "--triton",
-        metavar="DIR",
-        help="write a Triton model repository into DIR instead of --out (always the portable graph, for a GPU server)",
-    )
-    p.set_defaults(func=_cmd_export)
-
-    p = sub.add_parser("predict", help="detect defects in an image, folder, glob, video, camera or stream")
-    p.add_argument("source", help="image, folder, glob, video file, camera index or rtsp/http URL")
-    p.add_argument(
-        "--weights", help="TorchScript export or checkpoint (default: bundled DeepPCB model; with --reference the bundled reference model)"
-    )
-    p.add_argument(
-        "--reference",
-        help="golden (defect-free) board: one image for every frame, or a folder with each frame's reference under its relative path "
-        "(else its file name); registered to each frame, frames that do not match are skipped and counted",
-    )
-    p.add_argument("--conf", type=float, default=0.25, help="score threshold")
-    p.add_argument("--iou", type=float, default=0.5, help="NMS IoU threshold (per class)")
-    p.add_argument("--max-det", type=int, default=100, help="detections kept per frame")
-    p.add_argument("--save-json", help="write detections (bbox xywh in original pixels) here; video/streams also get a .jsonl")
-    p.add_argument("--save-dir", help="write annotated images (or an .mp4 for video/streams) here")
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
-    p.add_argument("--threads", type=int, help="torch CPU threads")
-    p.add_argument("--batch", type=int, default=1, help="frames per model call (files and video; streams use 1)")
-    p.add_argument("--latest-only", action="store_true", help="live streams: drop stale frames, always process the newest")
-    p.add_argument("--max-frames", type=int, help="stop after N frames")
-    p.add_argument("--tta", help=TTA_HELP)
-    tile = p.add_mutually_exclusive_group()
-    tile.add_argument(
-        "--tile",
-        dest="tile",
-        action="store_true",
-        default=None,
-        help="inspect each frame in overlapping tiles at the model's training scale (default: when letterboxing would shrink it)",
-    )
-    tile.add_argument("--no-tile", dest="tile", action="store_false", help="letterbox each whole frame to the model's input size")
-    add_monitor_arguments(p)
-    p.set_defaults(func=_cmd_predict)
-
-    p = sub.add_parser("bench", help="latency/throughput of the eager model and the TorchScript export (optionally vs YOLOv8n)")
-    p.add_argument("--weights", help="checkpoint (default: bundled model, else random init of --config)")
-    p.add_argument("--config", default="configs/deeppcb.yaml", help="architecture used when no weights exist")
-    p.add_argument("--imgsz", type=int, default=640)
-    p.add_argument("--batches", default="1,8", help="comma-separated batch sizes")
-    p.add_argument("--threads", default="1,2", help="comma-separated torch thread counts")
-    p.add_argument("--iters", type=int, default=20, help="timed calls per candidate at batch 1 (a quarter of that for larger batches)")
-    p.add_argument("--yolo", action="store_true", help="also time a traced YOLOv8n from ultralytics' yolov8n.yaml (needs ultralytics)")
-    p.add_argument("--out", help="write the results JSON here")
-    p.set_defaults(func=_cmd_bench)
-    return parser
+_COMMANDS = {
+    "convert": _cmd_convert,
+    "train": _cmd_train,
+    "val": _cmd_val,
+    "synth": _cmd_synth,
+    "strip": _cmd_strip,
+    "average": _cmd_average,
+    "calibrate": _cmd_calibrate,
+    "demo": _cmd_demo,
+    "info": _cmd_info,
+    "export": _cmd_export,
+    "predict": _cmd_predict,
+    "bench": _cmd_bench,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Run one subcommand; the error boundary: an expected failure (see ``cli_errors``) prints one line
+    ``defect-detector CMD: error: <file>: <problem>`` and returns 2, Ctrl-C returns 130."""
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    from defect_detector.config import ConfigError
-
     try:
-        args.func(args)
-    except (CliError, ConfigError, FileNotFoundError, FileExistsError, ValueError) as exc:
-        print(f"defect-detector {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        _COMMANDS[args.command](args)
     except KeyboardInterrupt:
         print(f"defect-detector {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:
+        if not is_expected(exc, (CliError,)):
+            raise
+        print(f"defect-detector {args.command}: error: {error_line(exc)}", file=sys.stderr)
+        return 2
     return 0
 
 

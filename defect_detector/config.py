@@ -9,6 +9,7 @@ values at start, naming the offending key (``train.lr: must be > 0, got -1``).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -17,7 +18,6 @@ from typing import Any, get_args, get_origin, get_type_hints
 import yaml
 
 from defect_detector.io import atomic_write_text
-from defect_detector.model.tta import TTA_MODES
 from defect_detector.monitor.hooks import DEFAULT_LAYERS
 
 DEEPPCB_CLASSES = ("open", "short", "mousebite", "spur", "copper", "pin-hole")
@@ -208,9 +208,9 @@ class TrainConfig:
         _check(self.epochs >= 1, "train.epochs", "must be >= 1", self.epochs)
         _check(self.batch_size >= 1, "train.batch_size", "must be >= 1", self.batch_size)
         _check(self.accumulate >= 1, "train.accumulate", "must be >= 1", self.accumulate)
-        _check(self.lr > 0, "train.lr", "must be > 0", self.lr)
-        _check(self.weight_decay >= 0, "train.weight_decay", "must be >= 0", self.weight_decay)
-        _check(self.warmup_epochs >= 0, "train.warmup_epochs", "must be >= 0", self.warmup_epochs)
+        _check(self.lr > 0 and math.isfinite(self.lr), "train.lr", "must be finite and > 0", self.lr)
+        _check(self.weight_decay >= 0 and math.isfinite(self.weight_decay), "train.weight_decay", "must be finite and >= 0", self.weight_decay)
+        _check(self.warmup_epochs >= 0 and math.isfinite(self.warmup_epochs), "train.warmup_epochs", "must be finite and >= 0", self.warmup_epochs)
         _check(0 <= self.min_lr_ratio <= 1, "train.min_lr_ratio", "must be in [0, 1]", self.min_lr_ratio)
         _check(self.grad_clip > 0, "train.grad_clip", "must be > 0", self.grad_clip)
         _check(0 <= self.ema_decay < 1, "train.ema_decay", "must be in [0, 1)", self.ema_decay)
@@ -228,22 +228,19 @@ class TrainConfig:
 @dataclass(frozen=True)
 class EvalConfig:
     """Postprocess thresholds. ``conf`` is the low threshold used for mAP;
-    ``f1_conf`` the operating point for DeepPCB's F-score. ``tta``: the test-time augmentation
-    that ``val`` and ``predict`` use with this model unless ``--tta`` says otherwise (``none``,
-    ``flip2``, ``flip4``, ``d8``: 1, 2, 4 or 8 orientations, each one more model pass; see
-    model/tta.py); validation during training always runs one pass."""
+    ``f1_conf`` the operating point for DeepPCB's F-score. Every evaluation runs one model pass per
+    image, as the deployed artifact does; test-time augmentation is asked for per command (``val --tta``,
+    ``predict --tta``), never stored with the model."""
 
     conf: float = 0.001
     nms_iou: float = 0.6
     max_det: int = 100
     f1_conf: float = 0.3
-    tta: str = "none"
 
     def validate(self) -> None:
         for name in ("conf", "nms_iou", "f1_conf"):
             _check(0.0 <= getattr(self, name) <= 1.0, f"eval.{name}", "must be in [0, 1]", getattr(self, name))
         _check(self.max_det >= 1, "eval.max_det", "must be >= 1", self.max_det)
-        _check(self.tta in TTA_MODES, "eval.tta", f"must be one of {', '.join(TTA_MODES)}", self.tta)
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,7 @@ def _replay_dirty_lens(boards: Path, alerts_path: Path, threads: int | None) -> 
     with Inspector.load(None, threads=threads, monitor_config=cfg, alerts=alerts_path) as inspector:
         for index, dirty in enumerate(schedule):
             image = images[index % len(images)]
-            result = inspector.inspect(defocus(image, 2.0) if dirty else image, name="demo camera")
+            result = inspector.inspect(defocus(image, 2.0) if dirty else image, name=f"frame {index}", source="demo camera")
             for event in result.events:
                 events.append(event.to_dict())
                 print(f"    frame {index:3d}: {event.event.upper()} ({event.severity}): {event.reason}")

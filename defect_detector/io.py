@@ -16,7 +16,8 @@ os.umask(_UMASK)
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temp file in the same folder, fsync and rename."""
+    """Write ``data`` to ``path`` via a temp file in the same folder, fsync and rename. On failure the temp file is
+    removed and ``path`` keeps its earlier content; an OSError (e.g. ENOSPC) names ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -27,8 +28,10 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~_UMASK)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.errno is not None:  # name the file (a failed write names none, or the temp file)
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
         raise
 
 

@@ -14,7 +14,7 @@ from defect_detector.model.detector import build_model
 from defect_detector.monitor import faults
 from defect_detector.monitor.baseline import Baseline, BaselineError, calibrate, calibrate_dataset
 from defect_detector.monitor.drift import DriftDetector
-from defect_detector.monitor.explain import HINTS, describe
+from defect_detector.monitor.explain import HINTS
 from defect_detector.monitor.hooks import DEFAULT_LAYERS, ActivationMonitor
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -87,7 +87,7 @@ def test_baseline_json_round_trip(tmp_path: Path, streams: dict) -> None:
         np.testing.assert_array_equal(getattr(loaded, key), getattr(baseline, key))
     assert Baseline.from_dict(json.loads(json.dumps(baseline.to_dict()))).to_dict() == baseline.to_dict()
     assert set(loaded.faults) == {"clean", "defocus", "contrast_loss", "lighting_drop", "salt_and_pepper"}
-    assert {v.shape for v in loaded.faults.values()} == {(32, len(DEFAULT_LAYERS), 2)}
+    assert {v.shape for v in loaded.faults.values()} == {(3 * 32, len(DEFAULT_LAYERS), 2)}  # 3 strengths of each fault
 
 
 def test_version_3_baselines_still_load_without_fault_statistics() -> None:
@@ -195,12 +195,6 @@ def test_each_fault_alerts_within_30_frames_and_names_its_cause(streams: dict, f
         json.dumps(line)
 
 
-def test_hints_differ_per_fault() -> None:
-    assert len(set(HINTS.values())) == 4
-    assert "focus" in HINTS["defocus"] and "contrast" in HINTS["contrast_loss"]
-    assert "lighting" in HINTS["lighting_drop"] and "noise" in HINTS["salt_and_pepper"]
-
-
 @pytest.mark.parametrize("fault", ["defocus", "lighting_drop", "salt_and_pepper"])
 def test_a_persistent_fault_stays_alerted_until_it_ends(streams: dict, fault: str) -> None:
     cfg = MonitorConfig()
@@ -250,22 +244,6 @@ def test_debounce_needs_consecutive_frames() -> None:
     events = detector.update(high, frame + 2)
     assert [e.event for e in events] == ["drift"] and events[0].frame == frame + 2 and events[0].severity == "warning"
     assert "rose" in events[0].reason and events[0].cause is None  # a baseline without fault statistics names no cause
-
-
-@pytest.mark.parametrize(
-    ("z", "text"),
-    [
-        (((5.0, 0.2), (4.0, 0.1)), "mean activation rose"),
-        (((-6.0, 0.0), (-2.0, 0.3)), "mean activation fell"),
-        (((0.1, -6.0), (0.2, -3.0)), "activation contrast (std) fell"),
-        (((0.0, 0.5), (0.3, 0.4)), "activation contrast (std) rose"),
-    ],
-)
-def test_describe_names_the_statistic_and_direction(z: tuple, text: str) -> None:
-    z = np.array(z)
-    statistic, members, said = describe(z, z * 0.05, [0, 1])
-    assert said.startswith(text), said
-    assert members and all(abs(z[i, statistic]) > 0 for i in members)
 
 
 def test_escalation_and_recovery() -> None:

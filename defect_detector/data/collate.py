@@ -1,13 +1,29 @@
-"""Batching: stack letterboxed images, keep per-image targets as a list; seeded DataLoaders."""
+"""Batching: stack letterboxed images, keep per-image targets as a list; seeded DataLoaders.
+
+Every random draw of a training loader is a function of ``(seed, epoch, sample index)``:
+
+* the order of an epoch is a permutation drawn from a generator seeded by ``(seed, epoch)``
+  (:class:`ShuffleSampler`), or comes from the given sampler's ``set_epoch`` (``DistributedSampler``);
+* the sampler hands each worker ``(epoch, index)`` keys (:class:`EpochKeys`), and
+  :class:`SeededSamples` seeds the sample's augmentation (albumentations, and inside a worker also
+  ``random``, NumPy and torch) from ``(seed, epoch, index)`` just before loading it.
+
+So a batch does not depend on which worker loads it, on how many workers run, or on whether the
+loader (persistent workers included) was restarted: a run resumed at epoch ``e`` sees exactly the
+samples an uninterrupted run sees. Call ``loader.sampler.set_epoch(epoch)`` before each epoch.
+"""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset
+
+from defect_detector.data.transforms import PairTransform
 
 
 def collate(batch: list[tuple[torch.Tensor, dict[str, Any]]]) -> tuple[torch.Tensor, list[dict[str, Any]]]:
@@ -17,27 +33,90 @@ def collate(batch: list[tuple[torch.Tensor, dict[str, Any]]]) -> tuple[torch.Ten
     return images, targets
 
 
-def _reseed_transform(dataset: Dataset, seed: int) -> None:
-    """Reseed the albumentations pipeline of ``dataset`` (through Subset wrappers), which keeps its own RNG."""
-    while isinstance(dataset, Subset):
+def derive_seed(*parts: int) -> int:
+    """A 63-bit seed that is a function of the integers ``parts`` (NumPy's ``SeedSequence`` mixing)."""
+    return int(np.random.SeedSequence([p % 2**64 for p in parts]).generate_state(1, np.uint64)[0]) >> 1
+
+
+def _base_dataset(dataset: Dataset) -> Dataset:
+    while isinstance(dataset, (Subset, SeededSamples)):
         dataset = dataset.dataset
-    transform = getattr(dataset, "transform", None)
-    if hasattr(transform, "set_random_seed"):
-        transform.set_random_seed(seed)
+    return dataset
 
 
-def seed_worker(worker_id: int) -> None:
-    """DataLoader ``worker_init_fn``: seed numpy, random and the dataset's augmentation from ``torch.initial_seed()``.
+def seed_transform(dataset: Dataset, seed: int) -> None:
+    """Seed the albumentations pipeline of ``dataset`` (through Subset wrappers), which keeps its own RNG.
 
-    PyTorch derives each worker's initial seed from the loader's generator and the worker id, so
-    workers differ from each other and a seeded loader repeats itself.
-    """
-    seed = torch.initial_seed() % 2**32
-    np.random.seed(seed)
-    random.seed(seed)
-    info = torch.utils.data.get_worker_info()
-    if info is not None:
-        _reseed_transform(info.dataset, seed)
+    All transforms of one ``A.Compose`` share one NumPy and one Python generator (``set_random_state``):
+    ``Compose.set_random_seed`` would give each child its own generator with the same seed, so that,
+    e.g., the horizontal and vertical flips always fire together. The parts of a :class:`PairTransform`
+    get generators of their own."""
+    transform = getattr(_base_dataset(dataset), "transform", None)
+    parts = (transform.geometric, transform.photometric, transform.residual) if isinstance(transform, PairTransform) else (transform,)
+    for offset, part in enumerate(parts):
+        if part is not None and hasattr(part, "set_random_state"):
+            part_seed = derive_seed(seed, offset)
+            part.set_random_state(np.random.default_rng(part_seed), random.Random(part_seed))
+
+
+class ShuffleSampler(Sampler[int]):
+    """A permutation of ``range(n)`` per epoch, drawn from a generator seeded by ``(seed, epoch)``."""
+
+    def __init__(self, n: int, seed: int) -> None:
+        self.n, self.seed, self.epoch = n, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        generator = torch.Generator().manual_seed(derive_seed(self.seed, self.epoch))
+        return iter(torch.randperm(self.n, generator=generator).tolist())
+
+    def __len__(self) -> int:
+        return self.n
+
+
+class EpochKeys(Sampler[tuple[int, int]]):
+    """Yields ``(epoch, index)`` for each index of ``sampler``; ``set_epoch`` reaches ``sampler`` too.
+
+    The sampler runs in the main process, so the epoch travels to (persistent) workers with each key."""
+
+    def __init__(self, sampler: Sampler[int]) -> None:
+        self.sampler, self.epoch = sampler, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        if hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return ((self.epoch, int(i)) for i in self.sampler)
+
+    def __len__(self) -> int:
+        return len(self.sampler)  # type: ignore[arg-type]
+
+
+class SeededSamples(Dataset):
+    """``dataset`` indexed by ``(epoch, index)`` keys: each sample's random draws are seeded from
+    ``(seed, epoch, index)`` before ``dataset[index]`` loads it. Inside a DataLoader worker the global
+    ``random``, NumPy and torch generators are seeded too (they belong to the worker alone); in the main
+    process (``workers == 0``) only the augmentation's own generators are, so training's are left alone."""
+
+    def __init__(self, dataset: Dataset, seed: int) -> None:
+        self.dataset, self.seed = dataset, seed
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, key: tuple[int, int]) -> Any:
+        epoch, index = key
+        seed = derive_seed(self.seed, epoch, index)
+        seed_transform(self.dataset, seed)
+        if torch.utils.data.get_worker_info() is not None:
+            random.seed(seed)
+            np.random.seed(seed % 2**32)
+            torch.manual_seed(seed)
+        return self.dataset[index]
 
 
 def build_loader(
@@ -47,29 +126,29 @@ def build_loader(
     workers: int,
     seed: int,
     device_type: str = "cpu",
-    sampler: Sampler | None = None,
+    sampler: Sampler[int] | None = None,
 ) -> DataLoader:
     """A DataLoader using :func:`collate`.
 
-    Training shuffles (unless ``sampler`` is given) and drops the last partial batch when at least
-    one full batch exists. Memory is pinned only for CUDA. Shuffling, worker seeds and, with
-    ``workers == 0``, the dataset's augmentation are all derived from ``seed``.
+    Training loaders draw everything from ``(seed, epoch, index)`` (see the module docstring): the
+    order from ``sampler`` (default: :class:`ShuffleSampler`), wrapped in :class:`EpochKeys` (the
+    loader's ``sampler``; call its ``set_epoch``), the samples through :class:`SeededSamples`. They drop
+    the last partial batch when at least one full batch exists. Evaluation loaders (``train=False``)
+    read ``dataset`` in order (or ``sampler``'s), unaugmented. Memory is pinned only for CUDA.
     """
-    generator = torch.Generator()
-    generator.manual_seed(seed)
-    if workers == 0:
-        _reseed_transform(dataset, seed)
-    n_items = len(sampler) if sampler is not None else len(dataset)
+    pin = device_type == "cuda"
+    if not train:
+        return DataLoader(
+            dataset, batch_size, sampler=sampler, num_workers=workers, collate_fn=collate, pin_memory=pin, persistent_workers=workers > 0
+        )
+    keys = EpochKeys(sampler if sampler is not None else ShuffleSampler(len(dataset), seed))  # type: ignore[arg-type]
     return DataLoader(
-        dataset,
+        SeededSamples(dataset, seed),
         batch_size=batch_size,
-        shuffle=train and sampler is None,
-        sampler=sampler,
+        sampler=keys,
         num_workers=workers,
         collate_fn=collate,
-        pin_memory=device_type == "cuda",
-        drop_last=train and n_items >= batch_size,
+        pin_memory=pin,
+        drop_last=len(keys) >= batch_size,
         persistent_workers=workers > 0,
-        worker_init_fn=seed_worker,
-        generator=generator,
     )

@@ -51,14 +51,48 @@ def to_gray_uint8(image: np.ndarray) -> tuple[np.ndarray, list[str]]:
     return np.ascontiguousarray(image), kinds
 
 
-def decode_gray(path: str | os.PathLike[str]) -> tuple[np.ndarray, list[str]]:
-    """Read and convert one image file; returns what :func:`to_gray_uint8` returns.
+def has_colour(image: np.ndarray) -> bool:
+    """Whether a BGR / BGRA image's colour channels differ (sampled every 4th pixel): False for grayscale content
+    stored as BGR (every video decoder's output, many scanners' files), and for ``[H, W]`` / ``[H, W, 1|2]``."""
+    if image.ndim != 3 or image.shape[2] < 3:
+        return False
+    sample = image[::4, ::4]
+    return not (np.array_equal(sample[..., 0], sample[..., 1]) and np.array_equal(sample[..., 0], sample[..., 2]))
+
+
+class ConversionNotice:
+    """Warns once per source and conversion kind, at WARNING on ``logger``, that its images were converted to 8-bit
+    grayscale: ``colour`` (only for images whose channels really differ, see :func:`has_colour`), ``alpha``
+    (dropped) and ``16-bit`` (scaled by 255/65535), naming the first image converted. ``warned`` holds the kinds
+    reported so far."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.warned: set[str] = set()
+
+    def note(self, image: np.ndarray, kinds: list[str], name: str) -> None:
+        """Record the conversions ``kinds`` that :func:`to_gray_uint8` applied to ``image`` (as decoded) of ``name``."""
+        for kind in kinds:
+            if kind in self.warned or (kind == "colour" and not has_colour(image)):
+                continue
+            self.warned.add(kind)
+            what = {"colour": "colour", "alpha": "alpha channel dropped", "16-bit": "16-bit scaled to 8-bit"}.get(kind, kind)
+            logger.warning(
+                "%s: converting %s input to 8-bit grayscale, the only format the model reads (first: %s; once per source)",
+                self.source,
+                what,
+                name,
+            )
+
+
+def read_image(path: str | os.PathLike[str]) -> np.ndarray:
+    """Read one image file as decoded (``IMREAD_UNCHANGED``: ``[H, W]`` or ``[H, W, C]``, uint8 or uint16 ...).
 
     Raises :class:`DatasetError` naming ``path`` for a missing, empty, truncated or undecodable file.
     """
     try:
         data = np.fromfile(path, dtype=np.uint8)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
         raise DatasetError(f"{path}: cannot read image file: {exc}") from exc
     if data.size == 0:
         raise DatasetError(f"{path}: zero-byte image file")
@@ -67,10 +101,23 @@ def decode_gray(path: str | os.PathLike[str]) -> tuple[np.ndarray, list[str]]:
     image = cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
     if image is None:
         raise DatasetError(f"{path}: corrupt or unsupported image (decode failed)")
+    return image
+
+
+def gray_from_file(path: str | os.PathLike[str], image: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """:func:`to_gray_uint8` of ``image`` (read from ``path``), its :class:`DatasetError` naming ``path``."""
     try:
         return to_gray_uint8(image)
     except DatasetError as exc:
         raise DatasetError(f"{path}: {exc}") from exc
+
+
+def decode_gray(path: str | os.PathLike[str]) -> tuple[np.ndarray, list[str]]:
+    """Read and convert one image file; returns what :func:`to_gray_uint8` returns.
+
+    Raises :class:`DatasetError` naming ``path`` for a missing, empty, truncated or undecodable file.
+    """
+    return gray_from_file(path, read_image(path))
 
 
 def load_image_gray(path: str | os.PathLike[str]) -> np.ndarray:

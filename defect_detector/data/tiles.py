@@ -34,7 +34,8 @@ TILE_PAD_VALUE = 114
 """Fill of a tile where it reaches past the frame (frames smaller than a tile): the letterbox pad value."""
 
 EDGE_MARGIN = 4.0
-"""Default ``margin`` (original pixels) within which a box side counts as touching a tile edge."""
+"""Default ``margin`` (pixels) within which a box side counts as touching a tile edge; the runtime passes this many
+model-input pixels, in original pixels."""
 
 
 @dataclass(frozen=True)

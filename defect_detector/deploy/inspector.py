@@ -145,10 +145,11 @@ class Inspector:
         """Whether drift is monitored (the weights or ``baseline=`` gave a baseline)."""
         return self.router is not None and self.router.detector is not None
 
-    def inspect(self, image: np.ndarray, name: str = "frame", reference: np.ndarray | None = None) -> Inspection:
+    def inspect(self, image: np.ndarray, name: str = "frame", reference: np.ndarray | None = None, source: str = "api") -> Inspection:
         """Inspect one frame (uint8 / uint16 ``[H, W]``, ``[H, W, 1|3|4]``); frames are numbered in call order.
-        ``reference``: this frame's golden image, registered here (default: from ``References`` by ``name``)."""
-        frame = Frame(self._next_index, image, "api", name, time.time())
+        ``reference``: this frame's golden image, registered here (default: from ``References`` by ``name``).
+        ``source`` names the camera or line in drift events."""
+        frame = Frame(self._next_index, image, source, name, time.time())
         self._next_index += 1
         return self.inspect_frames([frame], [reference] if reference is not None else None)[0]
 
@@ -222,7 +223,8 @@ class Inspector:
         """Inspect every frame of ``source`` (image, folder, glob, video, camera index, stream URL; see
         ``deploy/sources.py``) and write the requested outputs; returns the summary (:func:`summary_line`).
         Live sources run one frame per call. Ctrl-C stops cleanly: outputs so far are written and
-        ``summary["interrupted"]`` is True. ``on_result`` is called per frame, in order."""
+        ``summary["interrupted"]`` is True. Any other error discards this run's unfinished outputs (earlier
+        files at ``save_json`` stay as they were) and is raised. ``on_result`` is called per frame, in order."""
         if batch < 1:
             raise ValueError(f"--batch must be >= 1, got {batch}")
         if max_frames is not None and max_frames < 1:
@@ -246,6 +248,9 @@ class Inspector:
         except KeyboardInterrupt:
             interrupted = True
             log.warning("interrupted: writing the outputs of the frames processed so far")
+        except BaseException:
+            outputs.discard()  # a failed run keeps the outputs of an earlier one
+            raise
         finally:
             bar.close()
             written = outputs.close()

@@ -9,18 +9,22 @@ every conv + SiLU pair of a BatchNorm-folded model: the traced artifact was 12% 
 at 2 threads, with outputs equal to float rounding (max 1.2e-4 px on boxes).
 
 The fused model runs only on the CPU in float32 (oneDNN); exports for CUDA, float16, ONNX and Triton keep
-the portable graph. :func:`onednn_available` checks that this torch build has the op.
+the portable graph. :func:`onednn_available` feature-detects the op (a private one: a torch build may lack it or
+change it), so callers fall back to the portable graph, with the reason logged once, where it is missing or fails.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import warnings
 
 import torch
 from torch import nn
 
 from defect_detector.model.layers import ConvBNAct
+
+log = logging.getLogger("defect_detector.deploy")
 
 
 def conv_silu(
@@ -59,18 +63,38 @@ class OneDNNConvSiLU(nn.Module):
         return scripted_conv_silu()(x, self.weight, self.bias, self.padding, self.stride, self.groups)
 
 
-@functools.cache
-def onednn_available() -> bool:
-    """Whether this torch build runs :func:`conv_silu` (oneDNN present and the op registered and working)."""
+def unavailable_reason() -> str | None:
+    """Why this torch build cannot run :func:`conv_silu` (None when it can): no oneDNN, no
+    ``mkldnn::_convolution_pointwise`` op, or the op failing or disagreeing with ``silu(conv2d(...))`` on a probe.
+    Not cached: see :func:`onednn_available`."""
     if not torch.backends.mkldnn.is_available():
-        return False
+        return "this torch build has no oneDNN (torch.backends.mkldnn.is_available() is False)"
+    try:
+        getattr(torch.ops.mkldnn, "_convolution_pointwise")  # noqa: B009 - the lookup is the check
+    except (AttributeError, RuntimeError) as exc:
+        return f"this torch build has no mkldnn::_convolution_pointwise op ({type(exc).__name__}: {exc})"
     try:
         with torch.no_grad():
             conv = nn.Conv2d(2, 2, 3, padding=1)
             x = torch.rand(1, 2, 5, 5)
-            return bool(torch.allclose(OneDNNConvSiLU(conv)(x), torch.nn.functional.silu(conv(x)), atol=1e-5))
-    except (RuntimeError, AttributeError):
-        return False
+            got, want = OneDNNConvSiLU(conv)(x), torch.nn.functional.silu(conv(x))
+    except Exception as exc:  # any failure of the private op means: do not use it
+        return f"mkldnn::_convolution_pointwise failed on a probe convolution ({type(exc).__name__}: {exc})"
+    if got.shape != want.shape or not torch.allclose(got, want, atol=1e-5):
+        return "mkldnn::_convolution_pointwise disagrees with silu(conv2d(...)) on a probe convolution"
+    return None
+
+
+@functools.cache
+def onednn_available() -> bool:
+    """Whether this torch build runs :func:`conv_silu` (oneDNN present and the op registered and working).
+
+    When it does not, logs the reason once (warning on ``defect_detector.deploy``): exports and the runtime
+    then use the portable graph. Cached (``onednn_available.cache_clear()`` probes again)."""
+    reason = unavailable_reason()
+    if reason is not None:
+        log.warning("oneDNN conv+SiLU fusion off, using the portable graph: %s", reason)
+    return reason is None
 
 
 def fuse_conv_silu(model: nn.Module) -> int:

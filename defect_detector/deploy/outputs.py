@@ -1,6 +1,7 @@
 """What ``predict`` writes: ``--save-json`` (a JSON list, plus per-frame JSONL for video and streams) and
 ``--save-dir`` (annotated images, or one annotated ``.mp4``). Every file is written to a temporary name
-and renamed into place when complete, so an interrupted run never leaves a half-written output.
+and renamed into place when complete, so an interrupted run never leaves a half-written output, and a run that
+fails (:meth:`Outputs.discard`) never replaces the results of an earlier one: its temporary files are removed.
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ def detection_records(frame: Frame, result: Detections, with_frame: bool) -> lis
 class Outputs:
     """``--save-json`` (one list, written atomically at the end; plus a JSONL line per frame, flushed, for
     video and stream sources) and ``--save-dir`` (annotated images with the source's relative names, or
-    one annotated ``.mp4`` for video and stream sources, renamed into place when closed)."""
+    one annotated ``.mp4`` for video and stream sources). The JSONL and the video are written to hidden temp
+    files beside their destinations (``.NAME.tmp.jsonl``, ``.NAME.tmp.mp4``) and renamed into place by
+    :meth:`close`; :meth:`discard` (a failed run) removes them and leaves any earlier outputs as they were."""
 
     def __init__(self, source: FrameSource, class_names: Sequence[str], save_json: str | None, save_dir: str | None) -> None:
         self.source = source
@@ -51,10 +54,13 @@ class Outputs:
         self.records: list[dict[str, Any]] = []
         self.jsonl: TextIO | None = None
         self.jsonl_path: Path | None = None
+        self.jsonl_tmp: Path | None = None
+        self.closed = False
         if self.save_json and self.per_frame:
             self.jsonl_path = self.save_json.with_suffix(".jsonl")
+            self.jsonl_tmp = _temp_name(self.jsonl_path)
             self.jsonl_path.parent.mkdir(parents=True, exist_ok=True)
-            self.jsonl = self.jsonl_path.open("w", encoding="utf-8")
+            self.jsonl = self.jsonl_tmp.open("w", encoding="utf-8")
         self.video: cv2.VideoWriter | None = None
         self.video_path: Path | None = None
         self.video_tmp: Path | None = None
@@ -97,7 +103,7 @@ class Outputs:
             name = self.source.source.strip()
             stem = {"video": Path(name).stem, "camera": f"camera{name}"}.get(self.source.kind, "stream")
             self.video_path = self.save_dir / f"{stem}.mp4"
-            self.video_tmp = self.video_path.with_name(f".{self.video_path.stem}.tmp.mp4")
+            self.video_tmp = _temp_name(self.video_path)
             self.video_path.parent.mkdir(parents=True, exist_ok=True)
             fps = self.source.fps or _DEFAULT_VIDEO_FPS
             self.video = cv2.VideoWriter(str(self.video_tmp), cv2.VideoWriter_fourcc(*"mp4v"), fps, (width, height))
@@ -109,18 +115,48 @@ class Outputs:
         self.video.write(image)
 
     def close(self) -> dict[str, str]:
-        """Finish every output; returns the written paths by kind."""
+        """Finish every output (renaming the JSONL and the video into place); returns the written paths by kind.
+        If finishing one fails, the unfinished temp files are discarded and the error raised. Idempotent."""
+        if self.closed:
+            return {}
         written: dict[str, str] = {}
-        if self.jsonl is not None:
-            self.jsonl.close()
-            written["jsonl"] = str(self.jsonl_path)
-        if self.save_json is not None:
-            atomic_write_json(self.save_json, self.records)
-            written["json"] = str(self.save_json)
-        if self.video is not None:
-            self.video.release()
-            os.replace(self.video_tmp, self.video_path)
-            written["video"] = str(self.video_path)
+        try:
+            if self.save_json is not None:
+                atomic_write_json(self.save_json, self.records)
+                written["json"] = str(self.save_json)
+            if self.jsonl is not None:
+                self.jsonl.close()
+                os.replace(self.jsonl_tmp, self.jsonl_path)
+                self.jsonl = None
+                written["jsonl"] = str(self.jsonl_path)
+            if self.video is not None:
+                self.video.release()
+                os.replace(self.video_tmp, self.video_path)
+                self.video = None
+                written["video"] = str(self.video_path)
+        except BaseException:
+            self.discard()
+            raise
+        self.closed = True
         if self.save_dir is not None and "video" not in written:
             written["images"] = str(self.save_dir)
         return written
+
+    def discard(self) -> None:
+        """A failed run: close and remove the temp JSONL and video, keeping whatever the destinations held before
+        (annotated images already written stay: each is one finished result). Later :meth:`close` calls write nothing."""
+        self.closed = True
+        if self.jsonl is not None:
+            self.jsonl.close()
+            self.jsonl = None
+        if self.video is not None:
+            self.video.release()
+            self.video = None
+        for tmp in (self.jsonl_tmp, self.video_tmp):
+            if tmp is not None:
+                tmp.unlink(missing_ok=True)
+
+
+def _temp_name(path: Path) -> Path:
+    """The hidden temp file an output is written to before it is renamed to ``path``: ``.STEM.tmp.SUFFIX`` beside it."""
+    return path.with_name(f".{path.stem}.tmp{path.suffix}")

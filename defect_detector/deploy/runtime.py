@@ -41,7 +41,7 @@ from defect_detector.data.tiles import EDGE_MARGIN, TileRecord, crop_tiles, merg
 from defect_detector.deploy.export import FORMAT_VERSION, META_FILE, DeployModel, ExportError, build_meta, quiet_jit, trace_deploy_model
 from defect_detector.deploy.frames import gray_planes
 from defect_detector.deploy.onednn import onednn_available
-from defect_detector.devices import resolve_device
+from defect_detector.devices import default_threads, resolve_device
 from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, is_torchscript_archive, load_checkpoint
 from defect_detector.model.postprocess import postprocess
 from defect_detector.model.tta import orientations, tta_forward
@@ -153,7 +153,8 @@ class Runtime:
 
         ``device``: ``auto`` | ``cpu`` | ``cuda[:N]``. ``half``: ``auto`` runs float16 on CUDA (a checkpoint is
         converted; an artifact must have been exported with ``--half``) and float32 on the CPU; ``True``
-        forces float16, ``False`` float32. ``threads`` sets ``torch.set_num_threads``. ``monitor_layers``,
+        forces float16, ``False`` float32. ``threads`` sets ``torch.set_num_threads`` (None: the cores actually free,
+        :func:`~defect_detector.devices.default_threads`). ``monitor_layers``,
         ``imgsz`` and ``trace`` apply to checkpoints only (an artifact fixes them at export). With ``trace``, a
         checkpoint run in float32 on the CPU is traced and frozen at load, as ``export`` does (checked against
         the eager model; a few seconds at 640), with conv + SiLU as oneDNN kernels where this torch build has
@@ -164,10 +165,10 @@ class Runtime:
         path = Path(weights) if weights is not None else DEFAULT_WEIGHTS
         if not path.is_file():
             raise FileNotFoundError(f"{path}: weights file not found")
-        if threads is not None:
-            if threads < 1:
-                raise ValueError(f"threads must be >= 1, got {threads}")
-            torch.set_num_threads(threads)
+        threads = default_threads() if threads is None else threads
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        torch.set_num_threads(threads)
         if tta is not None:
             orientations(tta)
         resolved = resolve_device(device)
@@ -248,7 +249,7 @@ class Runtime:
             None,
             str(path),
             cpu_fusion,
-            loaded.config.eval.tta,
+            "none",
             model.in_channels,
         )
         meta["pixel_scale"] = loaded.config.data.pixel_scale

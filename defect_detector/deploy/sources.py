@@ -6,7 +6,8 @@ thread that reads ahead of inference through a bounded queue and yields :class:`
 - image file / folder / glob: files sorted by their path relative to SOURCE (folders recursively; files
   without an image extension are ignored); that order is the frame index. A file that cannot be decoded
   becomes an error frame (``image=None``, ``error`` set) and is counted as skipped.
-- video file: frames in order until the end of the file.
+- video file: frames in order until the end of the file. A file that ends before the frame count its header
+  gives (``CAP_PROP_FRAME_COUNT``) is logged as a warning, ``ended after N of M frames`` (``stats.ended_early``).
 - camera index (``"0"``) or stream URL (``rtsp://``, ``http(s)://``, ...): a live stream. A failed open or
   read closes the capture and reopens it with exponential backoff (``reconnect_attempts`` tries starting
   at ``reconnect_delay`` seconds, doubling up to ``max_reconnect_delay``); each gap is logged and counted
@@ -14,12 +15,14 @@ thread that reads ahead of inference through a bounded queue and yields :class:`
   With ``latest_only`` the queue holds one frame and a newer frame replaces an unconsumed one
   (counted as ``dropped``), so a slow consumer always gets the newest frame.
 
+Frames are converted to 8-bit grayscale; the first colour (really coloured, not gray stored as BGR), alpha or
+16-bit input of a source is logged once at WARNING (:class:`~defect_detector.data.images.ConversionNotice`).
+
 The capture factory (``cv2.VideoCapture`` by default) is injectable for tests.
 """
 
 from __future__ import annotations
 
-import glob
 import logging
 import queue
 import threading
@@ -33,13 +36,13 @@ import cv2
 import numpy as np
 
 from defect_detector.data.errors import DatasetError
-from defect_detector.data.images import IMAGE_SUFFIXES, load_image_gray, to_gray_uint8
+from defect_detector.data.images import IMAGE_SUFFIXES, ConversionNotice, gray_from_file, read_image, to_gray_uint8
+from defect_detector.deploy.source_kinds import VIDEO_SUFFIXES, list_images, source_kind
+
+__all__ = ["VIDEO_SUFFIXES", "Capture", "Frame", "FrameSource", "Gap", "SourceStats", "list_images", "open_source", "source_kind"]
 
 log = logging.getLogger("defect_detector.deploy")
 
-VIDEO_SUFFIXES = frozenset(".avi .mp4 .m4v .mov .mkv .webm .mpg .mpeg .wmv .flv .ts .mjpeg .mjpg .gif".split())
-_STREAM_SCHEMES = ("rtsp://", "rtsps://", "rtmp://", "http://", "https://", "udp://", "tcp://")
-_GLOB_CHARS = "*?["
 _POLL_S = 0.1
 
 
@@ -88,7 +91,8 @@ class Gap:
 @dataclass
 class SourceStats:
     """Counters of a source: frames yielded (error frames included), ``skipped`` error frames, ``dropped``
-    stale frames (``latest_only``), ``reconnects`` (successful reopens), ``gaps`` and ``gave_up``."""
+    stale frames (``latest_only``), ``reconnects`` (successful reopens), ``gaps`` and ``gave_up``; for a video
+    file ``expected_frames`` (its header's frame count, 0 when unknown) and ``ended_early`` (fewer were read)."""
 
     frames: int = 0
     skipped: int = 0
@@ -96,6 +100,8 @@ class SourceStats:
     reconnects: int = 0
     gaps: list[Gap] = field(default_factory=list)
     gave_up: bool = False
+    expected_frames: int = 0
+    ended_early: bool = False
 
 
 _END = object()
@@ -133,6 +139,7 @@ class FrameSource:
         self.max_reconnect_delay = max_reconnect_delay
         self.stats = SourceStats()
         self.fps = 0.0
+        self.conversions = ConversionNotice(source)
         self._queue: queue.Queue = queue.Queue(maxsize=1 if latest_only else max(1, queue_size))
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -238,7 +245,10 @@ class FrameSource:
                 return
             start = time.perf_counter()
             try:
-                image, error = load_image_gray(path), None
+                raw = read_image(path)
+                image, kinds = gray_from_file(path, raw)
+                self.conversions.note(raw, kinds, name)
+                error = None
             except DatasetError as exc:
                 image, error = None, str(exc)
                 log.warning("skipping %s", exc)
@@ -264,6 +274,9 @@ class FrameSource:
         capture = self._open_capture()
         if capture is None and not self.is_stream:
             raise ValueError(f"{self.source}: cannot open video file")
+        if not self.is_stream:
+            count = float(capture.get(cv2.CAP_PROP_FRAME_COUNT) or 0.0)
+            self.stats.expected_frames = int(count) if np.isfinite(count) and count > 0 else 0
         index = 0
         gap_start: float | None = None if capture is not None else time.time()
         gap_reason = "open failed"
@@ -297,6 +310,7 @@ class FrameSource:
                     gap_reason = "read failed"
                 if not ok or image is None:
                     if not self.is_stream:
+                        self._check_end(index)
                         return
                     capture.release()
                     capture = None
@@ -313,7 +327,9 @@ class FrameSource:
                     gap_start, attempts = None, 0
                 timestamp = capture.get(cv2.CAP_PROP_POS_MSEC) / 1000.0 if self.kind == "video" else time.time()
                 try:
-                    gray, error = to_gray_uint8(image)[0], None
+                    gray, kinds = to_gray_uint8(image)
+                    self.conversions.note(image, kinds, f"{name} frame {index}")
+                    error = None
                 except DatasetError as exc:
                     gray, error = None, f"frame {index}: {exc}"
                 yield Frame(index, gray, self.source, name, timestamp, error, (time.perf_counter() - start) * 1000.0)
@@ -322,55 +338,12 @@ class FrameSource:
             if capture is not None:
                 capture.release()
 
-
-def source_kind(source: str) -> str:
-    """Classify SOURCE: ``camera`` (an integer), ``stream`` (a URL), ``glob``, ``folder``, ``image`` or ``video``.
-
-    Raises ``FileNotFoundError`` for a missing path and ``ValueError`` for a file of unknown type.
-    """
-    if source.strip().isdigit():
-        return "camera"
-    if source.lower().startswith(_STREAM_SCHEMES):
-        return "stream"
-    path = Path(source)
-    if path.is_dir():
-        return "folder"
-    if any(c in source for c in _GLOB_CHARS) and not path.exists():
-        return "glob"
-    if not path.is_file():
-        raise FileNotFoundError(f"{source}: no such file or folder")
-    suffix = path.suffix.lower()
-    if suffix in IMAGE_SUFFIXES:
-        return "image"
-    if suffix in VIDEO_SUFFIXES:
-        return "video"
-    known = f"images: {' '.join(sorted(IMAGE_SUFFIXES))}; videos: {' '.join(sorted(VIDEO_SUFFIXES))}"
-    raise ValueError(f"{source}: unknown file type {suffix!r} ({known})")
-
-
-def list_images(source: str, kind: str) -> list[tuple[Path, str]]:
-    """Image files of an ``image``/``folder``/``glob`` SOURCE as ``(path, name relative to SOURCE)``, sorted by name."""
-    if kind == "image":
-        return [(Path(source), Path(source).name)]
-    if kind == "folder":
-        root = Path(source)
-        paths = [p for p in root.rglob("*") if p.is_file()]
-    else:
-        root = _glob_root(source)
-        paths = [Path(p) for p in glob.glob(source, recursive=True) if Path(p).is_file()]
-    items = [(p, p.relative_to(root).as_posix()) for p in paths if p.suffix.lower() in IMAGE_SUFFIXES]
-    return sorted(items, key=lambda item: item[1])
-
-
-def _glob_root(pattern: str) -> Path:
-    """The folder part of ``pattern`` before its first wildcard (``data/*/x*.png`` -> ``data``)."""
-    parts = Path(pattern).parts
-    fixed = []
-    for part in parts:
-        if any(c in part for c in _GLOB_CHARS):
-            break
-        fixed.append(part)
-    return Path(*fixed) if fixed else Path(".")
+    def _check_end(self, read: int) -> None:
+        """At the end of a video file: warn when fewer than its header's frame count were read."""
+        expected = self.stats.expected_frames
+        if expected and read < expected:
+            self.stats.ended_early = True
+            log.warning("%s: video ended after %d of %d frames (truncated or corrupt file?)", self.source, read, expected)
 
 
 def open_source(

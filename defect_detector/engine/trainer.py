@@ -1,9 +1,11 @@
-"""Training: ``train_one_epoch`` and ``fit`` (checkpoints, validation, resume, DDP)."""
+"""Training: ``train_one_epoch`` and ``fit`` (checkpoints, validation, resume, DDP).
+
+Errors that stop a run are :class:`TrainingError` (a ``ValueError``; :class:`NonFiniteLossError` is one), with
+a one-line message naming the file or key and what to do; the run folder's files: engine/run_files.py."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 import os
@@ -22,24 +24,23 @@ from torch.optim.swa_utils import AveragedModel
 from torch.utils.data.distributed import DistributedSampler
 from tqdm import tqdm
 
-from defect_detector.config import Config, save_config
+from defect_detector.config import Config
 from defect_detector.data.collate import build_loader
 from defect_detector.data.dataset import CocoDetectionDataset
 from defect_detector.data.transforms import build_pair_transforms, build_transforms
-from defect_detector.devices import resolve_device
+from defect_detector.devices import default_threads, resolve_device
 from defect_detector.engine import plots
+from defect_detector.engine.errors import NonFiniteLossError, TrainingError
 from defect_detector.engine.evaluate import evaluate_predictions, predict_dataset
-from defect_detector.io import atomic_torch_save, atomic_write_text
+from defect_detector.engine.run_files import check_resume_config, commit_epoch, prepare_run_dir, read_resume_checkpoint
 from defect_detector.model.checkpoint import load_matching_weights
 from defect_detector.model.detector import TinyDetector, build_model
 from defect_detector.model.loss import DetectionLoss
 from defect_detector.model.postprocess import make_anchor_points
 
+__all__ = ["NonFiniteLossError", "TrainingError", "fit", "train_one_epoch"]
+
 log = logging.getLogger("defect_detector.train")
-
-
-class NonFiniteLossError(RuntimeError):
-    """Raised when more than ``train.max_bad_steps`` steps had a non-finite loss or gradient."""
 
 
 @dataclass
@@ -171,7 +172,10 @@ def _count_bad_step(state: StepState, max_bad_steps: int, why: str) -> None:
     state.bad_steps += 1
     log.warning("skipped step: %s (%d bad steps so far)", why, state.bad_steps)
     if state.bad_steps > max_bad_steps:
-        raise NonFiniteLossError(f"{state.bad_steps} steps with non-finite loss or gradients (train.max_bad_steps={max_bad_steps})")
+        raise NonFiniteLossError(
+            f"{state.bad_steps} steps with a non-finite loss or gradient (more than train.max_bad_steps={max_bad_steps}): "
+            "lower train.lr, try train.amp=off, check the training json for broken boxes, or raise train.max_bad_steps"
+        )
 
 
 def seed_everything(seed: int) -> None:
@@ -194,37 +198,6 @@ def _init_distributed() -> bool:
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     dist.init_process_group(backend=backend)
     return True
-
-
-def checkpoint_dict(
-    model: TinyDetector,
-    ema: AveragedModel,
-    optimizer: torch.optim.Optimizer,
-    scaler: torch.amp.GradScaler,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
-    epoch: int,
-    cfg: Config,
-    state: StepState,
-    metrics: dict,
-    best_map: float,
-) -> dict[str, Any]:
-    """A checkpoint of tensors and plain values only, readable with ``torch.load(weights_only=True)``."""
-    return {
-        "model": model.state_dict(),
-        "ema": ema.module.state_dict(),
-        "ema_updates": int(ema.n_averaged),
-        "optimizer": optimizer.state_dict(),
-        "scaler": scaler.state_dict(),
-        "scheduler": scheduler.state_dict(),
-        "epoch": epoch,
-        "config": cfg.to_dict(),
-        "class_names": list(cfg.data.class_names),
-        "metrics": metrics,
-        "best_map50_95": best_map,
-        "bad_steps": state.bad_steps,
-        "optimizer_steps": state.optimizer_steps,
-        "history": state.history,
-    }
 
 
 def _build_datasets(cfg: Config) -> tuple[CocoDetectionDataset, CocoDetectionDataset | None]:
@@ -282,149 +255,200 @@ def validate(
     return metrics, predictions
 
 
-def fit(cfg: Config, resume: bool = False, exist_ok: bool = False, progress: bool = True, stop_after_epochs: int | None = None) -> Path:
-    """Train per ``cfg``; writes ``<out_dir>/<name>/`` and returns that folder.
+@dataclass
+class Training:
+    """What a run trains and its optimisation state: the model, its EMA, optimizer, LR schedule, AMP scaler,
+    loss, counters, the best validation mAP so far and the first epoch to train."""
 
-    ``resume`` continues from ``weights/last.pt`` (model, EMA, optimizer,
-    scaler, scheduler, epoch and counters restored); epochs are seeded with
-    ``seed + epoch`` so a resumed run matches an uninterrupted one.
-    A new run refuses a folder that already holds a run unless ``exist_ok``
-    (then its metrics and weights are replaced). ``stop_after_epochs`` ends
-    early (as an interruption would), for tests.
-    """
-    distributed = _init_distributed()
-    rank = dist.get_rank() if distributed else 0
-    world = dist.get_world_size() if distributed else 1
-    device = resolve_device(cfg.train.device)
-    amp_dtype = resolve_amp(cfg.train.amp, device)
-    run_dir = Path(cfg.out_dir) / cfg.name
-    weights_dir = run_dir / "weights"
-    if _is_main():
-        if not resume and (weights_dir / "last.pt").exists():
-            if not exist_ok:
-                raise FileExistsError(f"{run_dir} already holds a run: pass --resume to continue it, --exist-ok to replace it, or name=NEW")
-            (run_dir / "metrics.jsonl").unlink(missing_ok=True)
-        weights_dir.mkdir(parents=True, exist_ok=True)
+    model: TinyDetector
+    ema: AveragedModel
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    scaler: torch.amp.GradScaler
+    criterion: DetectionLoss
+    state: StepState = field(default_factory=StepState)
+    best_map: float = -1.0
+    start_epoch: int = 0
 
-    seed_everything(cfg.seed)
-    train_set, val_set = _build_datasets(cfg)
-    cfg = with_pixel_scale(cfg, [(img["height"], img["width"]) for img in train_set.coco.imgs.values()])
-    if _is_main():
-        save_config(cfg, run_dir / "config.yaml")
-        log.info("train: %d images (%s); val: %d images", len(train_set), train_set.report(), len(val_set) if val_set else 0)
-    sampler = (
-        DistributedSampler(train_set, num_replicas=world, rank=rank, shuffle=True, seed=cfg.seed, drop_last=True) if distributed else None
-    )
-    train_loader = build_loader(
-        train_set, cfg.train.batch_size, train=True, workers=cfg.data.workers, seed=cfg.seed, device_type=device.type, sampler=sampler
-    )
 
-    val_loader = None
-    if val_set is not None and _is_main():
-        val_loader = build_loader(
-            val_set, cfg.train.batch_size, train=False, workers=cfg.data.workers, seed=cfg.seed, device_type=device.type
-        )
-
+def build_training(cfg: Config, device: torch.device, steps_per_epoch: int, amp_dtype: torch.dtype | None, init: bool) -> Training:
+    """A fresh :class:`Training` for ``cfg`` (``init``: from ``train.init_weights`` when set)."""
     model = build_model(cfg.model, len(cfg.data.class_names))
-    if cfg.train.init_weights and not resume:
+    if init and cfg.train.init_weights:
         loaded, skipped = load_matching_weights(model, cfg.train.init_weights)
         if _is_main():
-            log.info(
-                "initialised %d tensors from %s; %d kept fresh (shape or name differs)", len(loaded), cfg.train.init_weights, len(skipped)
-            )
+            log.info("initialised %d tensors from %s; %d kept fresh (shape or name differs)", len(loaded), cfg.train.init_weights, len(skipped))
     model = model.to(device).to(memory_format=torch.channels_last)
-    ema = make_ema(model, cfg.train.ema_decay)
     optimizer = build_optimizer(model, cfg.train.lr, cfg.train.weight_decay)
-    steps_per_epoch = math.ceil(len(train_loader) / cfg.train.accumulate)
     total_steps = steps_per_epoch * cfg.train.epochs
     warmup_steps = int(cfg.train.warmup_epochs * steps_per_epoch)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, total_steps, warmup_steps, cfg.train.min_lr_ratio))
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
-    criterion = DetectionLoss(len(cfg.data.class_names))
-    state = StepState()
-    start_epoch, best_map = 0, -1.0
+    return Training(model, make_ema(model, cfg.train.ema_decay), optimizer, scheduler, scaler, DetectionLoss(len(cfg.data.class_names)))
 
-    last_path, best_path = weights_dir / "last.pt", weights_dir / "best.pt"
-    if resume:
-        if not last_path.is_file():
-            raise FileNotFoundError(f"--resume: {last_path} does not exist")
-        ckpt = torch.load(last_path, map_location=device, weights_only=True)
-        model.load_state_dict(ckpt["model"])
-        ema.module.load_state_dict(ckpt["ema"])
-        ema.n_averaged.fill_(ckpt["ema_updates"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        scaler.load_state_dict(ckpt["scaler"])
-        scheduler.load_state_dict(ckpt["scheduler"])
-        start_epoch, best_map = ckpt["epoch"] + 1, ckpt["best_map50_95"]
-        state = StepState(ckpt["bad_steps"], ckpt["optimizer_steps"], list(ckpt["history"]))
-        if _is_main():
-            log.info("resumed from %s at epoch %d", last_path, start_epoch)
 
-    train_model: torch.nn.Module = DistributedDataParallel(model) if distributed else model
-    run_start = time.perf_counter()
-    unreadable_before = 0
-    for epoch in range(start_epoch, cfg.train.epochs):
-        if stop_after_epochs is not None and epoch - start_epoch >= stop_after_epochs:
-            break
-        seed_everything(cfg.seed + epoch)
-        train_loader.generator.manual_seed(cfg.seed + epoch)
-        if sampler is not None:
-            sampler.set_epoch(epoch)
-        if hasattr(train_set.transform, "set_random_seed"):
-            train_set.transform.set_random_seed(cfg.seed + epoch)
-        stats = train_one_epoch(
-            train_model,
-            train_loader,
-            criterion,
-            optimizer,
-            scaler,
-            scheduler,
-            ema,
-            state,
-            device,
-            amp_dtype,
-            cfg.train.accumulate,
-            cfg.train.grad_clip,
-            cfg.train.max_bad_steps,
-            desc=f"epoch {epoch + 1}/{cfg.train.epochs}",
-            progress=progress and _is_main(),
+def checkpoint_dict(training: Training, epoch: int, cfg: Config, metrics: dict) -> dict[str, Any]:
+    """A checkpoint of tensors and plain values only, readable with ``torch.load(weights_only=True)``."""
+    t = training
+    return {
+        "model": t.model.state_dict(),
+        "ema": t.ema.module.state_dict(),
+        "ema_updates": int(t.ema.n_averaged),
+        "optimizer": t.optimizer.state_dict(),
+        "scaler": t.scaler.state_dict(),
+        "scheduler": t.scheduler.state_dict(),
+        "epoch": epoch,
+        "config": cfg.to_dict(),
+        "class_names": list(cfg.data.class_names),
+        "metrics": metrics,
+        "best_map50_95": t.best_map,
+        "bad_steps": t.state.bad_steps,
+        "optimizer_steps": t.state.optimizer_steps,
+        "history": t.state.history,
+        "threads": torch.get_num_threads(),
+    }
+
+
+def restore_training(training: Training, ckpt: dict[str, Any], path: Path) -> None:
+    """Load a ``--resume`` checkpoint into ``training``; the run goes on at the epoch after ``ckpt["epoch"]``."""
+    t = training
+    try:
+        t.model.load_state_dict(ckpt["model"])
+        t.ema.module.load_state_dict(ckpt["ema"])
+        t.optimizer.load_state_dict(ckpt["optimizer"])
+        t.scaler.load_state_dict(ckpt["scaler"])
+        t.scheduler.load_state_dict(ckpt["scheduler"])
+    except (RuntimeError, ValueError, KeyError) as exc:
+        raise TrainingError(f"{path}: its state does not fit this run's model and optimizer ({str(exc).splitlines()[0]})") from exc
+    t.ema.n_averaged.fill_(ckpt["ema_updates"])
+    t.start_epoch, t.best_map = ckpt["epoch"] + 1, ckpt.get("best_map50_95", -1.0)
+    t.state = StepState(ckpt.get("bad_steps", 0), ckpt.get("optimizer_steps", 0), list(ckpt["history"]))
+    if ckpt.get("threads", torch.get_num_threads()) != torch.get_num_threads():
+        log.warning(
+            "%s was trained with %d threads, this run uses %d: results match an uninterrupted run only at the same count (--threads)",
+            path,
+            ckpt["threads"],
+            torch.get_num_threads(),
         )
-        record: dict[str, Any] = {
-            "epoch": epoch,
-            "train_loss": stats["loss"],
-            "train_box": stats["box"],
-            "train_cls": stats["cls"],
-            "lr": optimizer.param_groups[0]["lr"],
-            "images_per_s": stats["images_per_s"] * world,
-            "epoch_seconds": stats["seconds"],
-            "bad_steps": state.bad_steps,
-            "unreadable_images": train_set.skipped["unreadable image"],
-        }
-        if record["unreadable_images"] > unreadable_before and _is_main():
-            log.warning("%d training images are unreadable; each was replaced by its next readable neighbour", record["unreadable_images"])
-        unreadable_before = record["unreadable_images"]
-        metrics: dict[str, Any] = {}
-        is_last = epoch + 1 == cfg.train.epochs
-        if val_loader is not None and ((epoch + 1) % cfg.train.val_every == 0 or is_last):
-            metrics, predictions = validate(ema.module, val_loader, val_set, cfg, device, progress)
-            record.update({k: metrics[k] for k in ("map50", "map50_95", "f1_iou033", "precision", "recall")})
-            record["per_class"] = metrics["per_class"]
+
+
+@dataclass
+class _Run:
+    """One ``fit`` call: its config, where it runs and writes, its data and what it trains."""
+
+    cfg: Config
+    run_dir: Path
+    device: torch.device
+    amp_dtype: torch.dtype | None
+    world: int
+    train_set: CocoDetectionDataset
+    val_set: CocoDetectionDataset | None
+    train_loader: torch.utils.data.DataLoader
+    val_loader: torch.utils.data.DataLoader | None
+    training: Training
+    train_model: torch.nn.Module
+    progress: bool
+    unreadable: int = 0
+
+
+def _set_threads(threads: int | None, distributed: bool) -> int:
+    """``torch.set_num_threads``: ``threads``, else (and not under torchrun, which sets ``OMP_NUM_THREADS``) the
+    cores actually free (:func:`~defect_detector.devices.default_threads`). Returns the count in use."""
+    if threads is not None and threads < 1:
+        raise TrainingError(f"--threads must be >= 1, got {threads}")
+    if threads is None and not distributed:
+        threads = default_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    return torch.get_num_threads()
+
+
+def _has_ground_truth(val_set: CocoDetectionDataset | None) -> bool:
+    """Whether validation can measure mAP: a validation set with images and annotations (warned once if not)."""
+    if val_set is None:
+        return False
+    if len(val_set) and val_set.coco.dataset["annotations"]:
+        return True
+    if _is_main():
+        log.warning(
+            "%s: no annotated validation images, so mAP cannot be measured: validation is skipped and best.pt is the latest epoch",
+            val_set.ann_file,
+        )
+    return False
+
+
+def _build_loaders(cfg: Config, train_set: CocoDetectionDataset, val_set: CocoDetectionDataset | None, device: torch.device, distributed: bool):
+    """Training loader (``DistributedSampler`` under DDP) and, on the main process, the validation loader."""
+    sampler = None
+    if distributed:
+        sampler = DistributedSampler(train_set, dist.get_world_size(), dist.get_rank(), shuffle=True, seed=cfg.seed, drop_last=True)
+    workers, batch = cfg.data.workers, cfg.train.batch_size
+    train_loader = build_loader(train_set, batch, train=True, workers=workers, seed=cfg.seed, device_type=device.type, sampler=sampler)
+    val_loader = None
+    if val_set is not None and _is_main():
+        val_loader = build_loader(val_set, batch, train=False, workers=workers, seed=cfg.seed, device_type=device.type)
+    return train_loader, val_loader
+
+
+def fit(
+    cfg: Config,
+    resume: bool = False,
+    exist_ok: bool = False,
+    progress: bool = True,
+    stop_after_epochs: int | None = None,
+    threads: int | None = None,
+) -> Path:
+    """Train per ``cfg``; writes ``<out_dir>/<name>/`` and returns that folder.
+
+    ``resume`` continues from ``weights/last.pt`` (model, EMA, optimizer, scaler, scheduler, epoch and counters
+    restored) at the epoch after the last finished one. Its config must match ``cfg`` (see
+    :func:`~defect_detector.engine.run_files.check_resume_config`), checked before anything is written. Every
+    random draw is a function of ``(seed, epoch, sample)``, so a resumed run gives the same weights, bit for bit,
+    as an uninterrupted one at the same thread count. A new run refuses a folder that already holds a run
+    unless ``exist_ok`` (then its metrics and weights are replaced). ``threads``: torch CPU threads (None:
+    :func:`~defect_detector.devices.default_threads`). ``stop_after_epochs`` ends early (as an interruption would),
+    for tests.
+
+    ``best.pt``: the epoch with the highest validation mAP@0.5:0.95; without a measurable mAP (no validation set,
+    or one without annotated images) the latest epoch (written with ``last.pt`` each epoch).
+    Raises :class:`TrainingError` (a ``ValueError``) with a one-line message for a run that cannot start or go on.
+    """
+    distributed = _init_distributed()
+    device = resolve_device(cfg.train.device)
+    _set_threads(threads, distributed)
+    run_dir = Path(cfg.out_dir) / cfg.name
+    last_path = run_dir / "weights" / "last.pt"
+    ckpt = read_resume_checkpoint(last_path, device) if resume else None
+    if not resume and not exist_ok and _is_main() and last_path.exists():
+        raise FileExistsError(f"{run_dir} already holds a run: pass --resume to continue it, --exist-ok to replace it, or name=NEW")
+
+    seed_everything(cfg.seed)
+    train_set, val_set = _build_datasets(cfg)
+    if len(train_set) == 0:
+        raise TrainingError(f"{cfg.data.train}: no readable training images ({train_set.report()})")
+    cfg = with_pixel_scale(cfg, [(img["height"], img["width"]) for img in train_set.coco.imgs.values()])
+    if ckpt is not None:
+        check_resume_config(cfg, ckpt["config"], last_path)
+    if _is_main():
+        prepare_run_dir(run_dir, cfg, ckpt["history"] if ckpt is not None else None)
+        log.info("train: %d images (%s); val: %d images", len(train_set), train_set.report(), len(val_set) if val_set else 0)
+        log.info("torch threads: %d", torch.get_num_threads())
+    val_set = val_set if _has_ground_truth(val_set) else None
+    train_loader, val_loader = _build_loaders(cfg, train_set, val_set, device, distributed)
+    amp_dtype = resolve_amp(cfg.train.amp, device)
+    training = build_training(cfg, device, math.ceil(len(train_loader) / cfg.train.accumulate), amp_dtype, init=ckpt is None)
+    if ckpt is not None:
+        restore_training(training, ckpt, last_path)
         if _is_main():
-            state.history.append(record)
-            _append_jsonl(run_dir / "metrics.jsonl", record)
-            plain_metrics = {k: v for k, v in metrics.items() if k not in ("pr_curve", "confusion")}
-            improved = bool(metrics) and metrics["map50_95"] > best_map
-            if improved:
-                best_map = metrics["map50_95"]
-            ckpt = checkpoint_dict(model, ema, optimizer, scaler, scheduler, epoch, cfg, state, plain_metrics, best_map)
-            atomic_torch_save(ckpt, last_path)
-            if improved or (val_set is None and is_last):
-                atomic_torch_save(ckpt, best_path)
-                if metrics:
-                    write_eval_plots(run_dir / "plots", metrics, predictions, val_set, cfg.data.class_names, cfg.eval.f1_conf)
-            if metrics or is_last:
-                plots.plot_training_curves(state.history, run_dir / "plots" / "curves.png")
-            log.info("epoch %d: %s", epoch + 1, _summary(record))
+            log.info("resumed from %s at epoch %d", last_path, training.start_epoch + 1)
+    train_model = DistributedDataParallel(training.model) if distributed else training.model
+    world = dist.get_world_size() if distributed else 1
+    run = _Run(cfg, run_dir, device, amp_dtype, world, train_set, val_set, train_loader, val_loader, training, train_model, progress)
+
+    run_start = time.perf_counter()
+    end = cfg.train.epochs if stop_after_epochs is None else min(cfg.train.epochs, training.start_epoch + stop_after_epochs)
+    for epoch in range(training.start_epoch, end):
+        _run_epoch(run, epoch)
         if distributed:
             dist.barrier()
     if _is_main():
@@ -434,15 +458,87 @@ def fit(cfg: Config, resume: bool = False, exist_ok: bool = False, progress: boo
     return run_dir
 
 
+def _run_epoch(run: _Run, epoch: int) -> None:
+    """Train one epoch, validate when due, then (main process) commit checkpoints and metrics, and plot."""
+    cfg, t = run.cfg, run.training
+    seed_everything(cfg.seed + epoch)
+    run.train_loader.sampler.set_epoch(epoch)  # type: ignore[union-attr]
+    stats = _train_epoch(run, epoch)
+    record = _epoch_record(run, epoch, stats)
+    metrics: dict[str, Any] = {}
+    predictions: dict = {}
+    is_last = epoch + 1 == cfg.train.epochs
+    if run.val_loader is not None and run.val_set is not None and ((epoch + 1) % cfg.train.val_every == 0 or is_last):
+        metrics, predictions = validate(t.ema.module, run.val_loader, run.val_set, cfg, run.device, run.progress)
+        record.update({k: metrics[k] for k in ("map50", "map50_95", "f1_iou033", "precision", "recall")})
+        record["per_class"] = metrics["per_class"]
+    if not _is_main():
+        return
+    t.state.history.append(record)
+    improved = bool(metrics) and metrics["map50_95"] > t.best_map
+    if improved:
+        t.best_map = metrics["map50_95"]
+    plain_metrics = {k: v for k, v in metrics.items() if k not in ("pr_curve", "confusion")}
+    commit_epoch(run.run_dir, checkpoint_dict(t, epoch, cfg, plain_metrics), record, best=improved or run.val_set is None)
+    if improved and run.val_set is not None:
+        write_eval_plots(run.run_dir / "plots", metrics, predictions, run.val_set, cfg.data.class_names, cfg.eval.f1_conf)
+    if metrics or is_last:
+        plots.plot_training_curves(t.state.history, run.run_dir / "plots" / "curves.png")
+    log.info("epoch %d: %s", epoch + 1, _summary(record))
+
+
+def _train_epoch(run: _Run, epoch: int) -> dict[str, float]:
+    """:func:`train_one_epoch` with the run's settings; a data error re-raised from a DataLoader worker (whose
+    message holds the worker's traceback) becomes a :class:`TrainingError` with the original one-line message."""
+    cfg, t = run.cfg, run.training
+    try:
+        return train_one_epoch(
+            run.train_model,
+            run.train_loader,
+            t.criterion,
+            t.optimizer,
+            t.scaler,
+            t.scheduler,
+            t.ema,
+            t.state,
+            run.device,
+            run.amp_dtype,
+            cfg.train.accumulate,
+            cfg.train.grad_clip,
+            cfg.train.max_bad_steps,
+            desc=f"epoch {epoch + 1}/{cfg.train.epochs}",
+            progress=run.progress and _is_main(),
+        )
+    except ValueError as exc:
+        head, _, rest = str(exc).partition("\n")
+        if "DataLoader worker" not in head or not rest.strip():
+            raise
+        raise TrainingError(rest.strip().splitlines()[-1].split(": ", 1)[-1]) from exc
+
+
+def _epoch_record(run: _Run, epoch: int, stats: dict[str, float]) -> dict[str, Any]:
+    """The epoch's ``metrics.jsonl`` line (validation metrics are added to it); warns when more images proved unreadable."""
+    t = run.training
+    record: dict[str, Any] = {
+        "epoch": epoch,
+        "train_loss": stats["loss"],
+        "train_box": stats["box"],
+        "train_cls": stats["cls"],
+        "lr": t.optimizer.param_groups[0]["lr"],
+        "images_per_s": stats["images_per_s"] * run.world,
+        "epoch_seconds": stats["seconds"],
+        "bad_steps": t.state.bad_steps,
+        "unreadable_images": run.train_set.skipped["unreadable image"],
+    }
+    if record["unreadable_images"] > run.unreadable and _is_main():
+        log.warning("%d training images are unreadable; each was replaced by its next readable neighbour", record["unreadable_images"])
+    run.unreadable = record["unreadable_images"]
+    return record
+
+
 def _summary(record: dict[str, Any]) -> str:
     keys = ("train_loss", "map50", "map50_95", "f1_iou033", "images_per_s")
     return ", ".join(f"{k}={record[k]:.4f}" for k in keys if k in record)
-
-
-def _append_jsonl(path: Path, record: dict[str, Any]) -> None:
-    """Append one JSON line; the whole file is rewritten atomically so a crash never truncates it."""
-    existing = path.read_text() if path.exists() else ""
-    atomic_write_text(path, existing + json.dumps(record) + "\n")
 
 
 def write_eval_plots(

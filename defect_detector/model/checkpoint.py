@@ -31,7 +31,7 @@ class LoadedModel:
     """The drift baseline the checkpoint carries (``Baseline.to_dict()`` form, see monitor/baseline.py), or None."""
 
 
-RETIRED_CONFIG_KEYS = {"monitor": ("min_layers",)}
+RETIRED_CONFIG_KEYS = {"monitor": ("min_layers",), "eval": ("tta",)}
 """Keys older versions wrote into checkpoints; they no longer configure anything and are dropped on load."""
 
 

@@ -283,30 +283,42 @@ def _batched(images: Iterable[Any], batch_size: int) -> Iterable[torch.Tensor]:
         yield torch.stack(pending)
 
 
-def faulted(image: torch.Tensor, fault: str, seed: int) -> torch.Tensor:
-    """Float ``[C, H, W]`` model input in [0, 1] with camera fault ``fault`` (``monitor/faults.py``) applied to
-    channel 0, the camera's image (a reference channel is a stored golden image and stays as it is)."""
-    from defect_detector.monitor import faults
+def faulted(image: torch.Tensor, fault: str, strength: float, seed: int) -> torch.Tensor:
+    """Float ``[C, H, W]`` model input in [0, 1] with camera fault ``fault`` at ``strength`` (``monitor/faults.py``)
+    applied to channel 0, the camera's image (a reference channel is a stored golden image and stays as it is)."""
+    from defect_detector.monitor.faults import apply_fault
 
     gray = (image[0] * 255.0).round().clamp(0, 255).to(torch.uint8).cpu().numpy()
-    fn = faults.FAULTS[fault]
-    out = fn(gray, rng=np.random.default_rng(seed)) if fn is faults.salt_and_pepper else fn(gray)
     result = image.clone()
-    result[0] = torch.from_numpy(out).to(image.device, image.dtype) / 255.0
+    result[0] = torch.from_numpy(apply_fault(gray, fault, strength, seed)).to(image.device, image.dtype) / 255.0
     return result
 
 
 def fault_statistics(
-    forward: Callable[[torch.Tensor], torch.Tensor], images: Sequence[torch.Tensor], num_layers: int, batch_size: int
+    forward: Callable[[torch.Tensor], torch.Tensor],
+    images: Sequence[torch.Tensor],
+    num_layers: int,
+    batch_size: int,
+    progress: bool = False,
 ) -> dict[str, np.ndarray]:
-    """``Baseline.faults``: float64 ``[N, L, 2]`` statistics of the N float ``[C, H, W]`` ``images``, clean and
-    with each fault of ``monitor/faults.py``; ``forward`` maps a ``[B, C, H, W]`` batch to ``[B, L, 2]``."""
-    from defect_detector.monitor.faults import FAULTS
+    """``Baseline.faults``: float64 statistics of the N float ``[C, H, W]`` ``images`` under each fault of
+    ``monitor/faults.py`` at each of its ``CALIBRATION_STRENGTHS`` (``[S * N, L, 2]``, strength-major), and of
+    the same frames clean, repeated to match (``"clean"``); ``forward`` maps ``[B, C, H, W]`` to ``[B, L, 2]``."""
+    from defect_detector.monitor.faults import CALIBRATION_STRENGTHS
 
-    out: dict[str, np.ndarray] = {}
-    for name in ("clean", *FAULTS):
-        batch = [image if name == "clean" else faulted(image, name, i) for i, image in enumerate(images)]
-        out[name] = np.concatenate([as_frames(forward(b), num_layers) for b in _batched(batch, batch_size)])
+    runs = 1 + sum(len(s) for s in CALIBRATION_STRENGTHS.values())
+    with tqdm(total=runs * len(images), desc="simulated faults", unit="img", disable=not progress) as bar:
+
+        def stats(batch: list[torch.Tensor]) -> np.ndarray:
+            out = np.concatenate([as_frames(forward(b), num_layers) for b in _batched(batch, batch_size)])
+            bar.update(len(batch))
+            return out
+
+        clean = stats(list(images))
+        out: dict[str, np.ndarray] = {}
+        for name, strengths in CALIBRATION_STRENGTHS.items():
+            out[name] = np.concatenate([stats([faulted(im, name, s, i) for i, im in enumerate(images)]) for s in strengths])
+    out["clean"] = np.concatenate([clean] * len(next(iter(CALIBRATION_STRENGTHS.values()))))
     return out
 
 
@@ -364,7 +376,7 @@ def calibrate_dataset(
         baseline = calibrate(stats_iter(), names, model_info=model_info, source=source)
         if len(kept) >= 2:
             with torch.inference_mode():
-                baseline.faults = fault_statistics(forward, kept, len(names), batch_size)
+                baseline.faults = fault_statistics(forward, kept, len(names), batch_size, progress)
     finally:
         if monitor is not None:
             monitor.detach()

@@ -1,11 +1,10 @@
 """Drift benchmark: false alerts on clean streams, frames-to-alert after simulated camera faults.
 
-    python -m defect_detector.monitor.evaluate_drift --weights W \\
-        --baseline-data data/deeppcb/deeppcb_train.json --data data/deeppcb/deeppcb_val.json
+    python -m defect_detector.monitor.evaluate_drift --data data/deeppcb/deeppcb_val.json   # the bundled model and its baseline
 
-1. Calibrate a baseline on clean frames of ``--baseline-data`` (``--baseline-max`` images spread
-   evenly over the file, in file order).
-   The first ``FAULT_FRAMES`` of them are also run with each fault, so alerts can name their cause.
+1. The baseline: the one the weights carry, or (``--baseline-data``) one calibrated here on clean frames of
+   that json (``--baseline-max`` images spread evenly over the file, in file order; ``FAULT_FRAMES`` of them,
+   spread likewise, are also run with each simulated fault, so alerts can name their cause).
 2. (a) Stream the clean frames of ``--data`` in file order, repeated to ``--frames`` frames, and
    count drift alerts (all false). (b) For each fault of ``monitor/faults.py``, stream clean frames,
    switch to faulted versions of the same frames at an onset frame (``--onsets`` onsets spread over
@@ -64,10 +63,10 @@ def load_model(weights: str | None, seed: int = 0) -> tuple[nn.Module, dict[str,
     """The eval-mode model: ``weights``, else the bundled weights, else a random init (``seed``) when neither exists."""
     if weights is not None:
         loaded = load_checkpoint(weights)
-        return loaded.model, {"weights": str(loaded.path), "trained": True, "metrics": loaded.metrics}
+        return loaded.model, {"weights": str(loaded.path), "trained": True, "metrics": loaded.metrics, "baseline": loaded.baseline}
     if DEFAULT_WEIGHTS.is_file():
         loaded = load_checkpoint(None)
-        return loaded.model, {"weights": str(loaded.path), "trained": True, "metrics": loaded.metrics}
+        return loaded.model, {"weights": str(loaded.path), "trained": True, "metrics": loaded.metrics, "baseline": loaded.baseline}
     torch.manual_seed(seed)
     logger.warning("no --weights and no bundled weights (%s): using a randomly initialised model", DEFAULT_WEIGHTS)
     return build_model(ModelConfig(), len(DEEPPCB_CLASSES)).eval(), {"weights": None, "trained": False, "seed": seed}
@@ -253,7 +252,7 @@ def print_table(result: dict[str, Any]) -> None:
     print(f"monitor config: {result['monitor_config']}")
     print(
         f"clean stream: {clean['frames']} frames of {clean['distinct_images']} held-out images -> {clean['false_alerts']} false alerts "
-        f"(max score {clean['headroom_max_score']:.2f}; calibration replay max {result['baseline']['replay_max_score']:.2f}; "
+        f"(max score {clean['headroom_max_score']:.2f}; calibration replay max {_fmt(result['baseline']['replay_max_score'])}; "
         f"z_warn {result['monitor_config']['z_warn']})"
     )
     header = (
@@ -286,7 +285,9 @@ def _fmt(value: Any) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m defect_detector.monitor.evaluate_drift", description=__doc__.splitlines()[0])
     parser.add_argument("--weights", help="checkpoint (default: the bundled weights; a random init if there are none)")
-    parser.add_argument("--baseline-data", required=True, help="COCO json of clean calibration frames (training split)")
+    parser.add_argument(
+        "--baseline-data", help="COCO json of clean calibration frames (training split; default: use the baseline the weights carry)"
+    )
     parser.add_argument("--baseline-images", help="images folder for --baseline-data (default: its info.images_root)")
     parser.add_argument("--baseline-max", type=int, default=300, help="calibration images, spread evenly over the file (default 300)")
     parser.add_argument("--data", required=True, help="COCO json of held-out clean frames to stream (validation split)")
@@ -313,12 +314,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     model_info["description"] = model_info["weights"] or "randomly initialised TinyDetector (no trained weights available)"
     monitor = ActivationMonitor(model, DEFAULT_LAYERS)
 
-    calib_paths = image_paths(args.baseline_data, args.baseline_images, args.baseline_max)
-    calib = frame_stats(model, monitor, [load_image_gray(p) for p in calib_paths], args.imgsz, args.batch, "calibration")
-    faults_of = _fault_stats(model, monitor, calib_paths[:: max(1, len(calib_paths) // FAULT_FRAMES)][:FAULT_FRAMES], args)
-    baseline = calibrate([calib], monitor.layer_names, imgsz=args.imgsz, model_info=model_info, source=args.baseline_data, faults=faults_of)
+    embedded = model_info.pop("baseline", None)
     quiet = dataclasses.replace(cfg, z_warn=_NO_ALERTS, z_alert=_NO_ALERTS)
-    _, replay = run_stream(baseline, quiet, calib, None, 0, max(len(calib), cfg.window + cfg.reference) * 2)
+    if args.baseline_data:
+        calib_paths = image_paths(args.baseline_data, args.baseline_images, args.baseline_max)
+        calib = frame_stats(model, monitor, [load_image_gray(p) for p in calib_paths], args.imgsz, args.batch, "calibration")
+        faults_of = _fault_stats(model, monitor, calib_paths[:: max(1, len(calib_paths) // FAULT_FRAMES)][:FAULT_FRAMES], args)
+        baseline = calibrate(
+            [calib], monitor.layer_names, imgsz=args.imgsz, model_info=model_info, source=args.baseline_data, faults=faults_of
+        )
+        _, replay = run_stream(baseline, quiet, calib, None, 0, max(len(calib), cfg.window + cfg.reference) * 2)
+        replay_max = round(max(replay[cfg.window :]), 3)
+    elif embedded is not None:
+        baseline, calib, replay_max = Baseline.from_dict(embedded, where="the weights' baseline"), None, None
+    else:
+        parser.error("the weights carry no drift baseline: give --baseline-data")
 
     val_paths = image_paths(args.data, args.images, args.data_max)
     val_images = [load_image_gray(p) for p in val_paths]
@@ -330,7 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     warmup = cfg.window + cfg.reference
     onsets = [warmup + 8 + int(k * n / args.onsets) for k in range(args.onsets)]
     fault_results = {}
-    cached = {"calibration": calib, "clean": clean}
+    cached = {"clean": clean} if calib is None else {"calibration": calib, "clean": clean}
     for name, fn in fault_functions().items():
         cached[name] = frame_stats(model, monitor, [fn(img, i) for i, img in enumerate(val_images)], args.imgsz, args.batch, name)
         fault_results[name] = evaluate_fault(baseline, cfg, clean, cached[name], onsets, args.fault_frames, name)
@@ -346,10 +356,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "threads": torch.get_num_threads(),
         "monitor_config": dataclasses.asdict(cfg),
         "baseline": {
-            "source": args.baseline_data,
+            "source": baseline.source,
             "count": baseline.count,
             "layers": baseline.layer_names,
-            "replay_max_score": round(max(replay[cfg.window :]), 3),
+            "replay_max_score": replay_max,
         },
         "clean": {
             "data": args.data,

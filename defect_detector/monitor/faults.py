@@ -70,3 +70,21 @@ FAULTS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "salt_and_pepper": salt_and_pepper,
 }
 """The four faults with their default strengths, by name (benchmark and demo order)."""
+
+CALIBRATION_STRENGTHS: dict[str, tuple[float, ...]] = {
+    "defocus": (1.5, 2.0, 3.0),
+    "contrast_loss": (0.75, 0.6, 0.45),
+    "lighting_drop": (0.75, 0.6, 0.45),
+    "salt_and_pepper": (0.01, 0.02, 0.04),
+}
+"""The strengths ``calibrate`` simulates each fault at (milder, default, stronger), so an alert's cause is
+named from how the model responds over a range of each fault, not at one strength only."""
+
+
+def apply_fault(img: np.ndarray, name: str, strength: float, seed: int = 0) -> np.ndarray:
+    """Fault ``name`` of :data:`FAULTS` at ``strength`` (its one parameter: sigma, factor or amount) on a uint8
+    ``[H, W]`` frame; salt-and-pepper draws its pixels from ``seed``."""
+    fn = FAULTS[name]
+    if fn is salt_and_pepper:
+        return salt_and_pepper(img, strength, np.random.default_rng(seed))
+    return fn(img, strength)

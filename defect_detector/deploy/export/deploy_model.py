@@ -137,8 +137,8 @@ def build_meta(
     ``baseline``: the drift baseline of the ``layers`` statistics (``Baseline.to_dict()`` form, already checked
     against this model: see :func:`defect_detector.deploy.export.baseline.export_baseline`), or None.
     ``cpu_only``: the graph holds CPU-only kernels (oneDNN conv + SiLU, see ``DeployModel(cpu_fusion=True)``).
-    ``tta``: the model's test-time augmentation mode (its config's ``eval.tta``), which :class:`Runtime`
-    applies around the graph by default; the graph itself is always one pass.
+    ``tta``: recorded for older readers, always ``none`` since v0.8: the graph is one pass, and a runtime adds
+    test-time augmentation only when asked for.
     ``pixel_scale``: the training config's ``data.pixel_scale``, model input pixels per original image pixel
     at training (float, or None when the config did not record it), so that a runtime can tile frames that
     letterboxing to ``imgsz`` would shrink well below it (``data/tiles.py``).

@@ -62,7 +62,6 @@ def export_onnx(
         False,
         None,
         str(loaded.path),
-        tta=loaded.config.eval.tta,
         channels=channels,
         pixel_scale=loaded.config.data.pixel_scale,
     )

@@ -205,7 +205,7 @@ def export_torchscript(
         optimize_info,
         str(loaded.path),
         cpu_fusion,
-        loaded.config.eval.tta,
+        "none",
         deploy.in_channels,
         loaded.config.data.pixel_scale,
     )

@@ -1,0 +1,51 @@
+"""The CLI's error boundary: which failures are expected, and the one line each is reported as.
+
+An expected failure is bad input or a failing environment, not a bug: a :class:`ValueError` (this package's
+``DatasetError``, ``ConfigError``, ``ExportError``, ``NonFiniteLossError`` ... are ValueErrors), an
+:class:`OSError` (a missing file, a full disk, no permission) or a ``CliError``. Each becomes
+``defect-detector CMD: error: <file>: <problem>`` on one line; anything else keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+
+_WORKER_HEADER = re.compile(r"^Caught \w+ in DataLoader worker process \d+\.\s*$")
+_EXCEPTION_PREFIX = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*: ")
+
+
+def is_expected(exc: BaseException, extra: tuple[type[BaseException], ...] = ()) -> bool:
+    """Whether ``exc`` is a failure the CLI reports in one line (exit 2) rather than with a traceback."""
+    if isinstance(exc, (ValueError, OSError, *extra)):
+        return True
+    trainer = sys.modules.get("defect_detector.engine.trainer")  # only raised once the trainer is imported
+    non_finite = getattr(trainer, "NonFiniteLossError", None)
+    return non_finite is not None and isinstance(exc, non_finite)
+
+
+def error_line(exc: BaseException) -> str:
+    """``exc`` as one line naming the file: an OSError as ``<filename>: <strerror>``; an exception a DataLoader
+    worker re-raised (its message a whole traceback) as the original exception's message; newlines folded."""
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        text = f"{exc.filename}: {exc.strerror}" + (f" -> {exc.filename2}" if exc.filename2 else "")
+    else:
+        text = str(exc) or type(exc).__name__
+    text = worker_message(text)
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def worker_message(text: str) -> str:
+    """The original exception's message in a DataLoader worker's re-raised ``text`` (``Caught DatasetError in
+    DataLoader worker process 0.`` + ``Original Traceback ...``), without the exception's qualified name;
+    ``text`` itself when it is no such message."""
+    lines = text.splitlines()
+    if len(lines) < 2 or not _WORKER_HEADER.match(lines[0]) or not lines[1].startswith("Original Traceback"):
+        return text
+    body = lines[2:]
+    last_indented = max((i for i, line in enumerate(body) if line[:1].isspace()), default=-1)
+    tail = [line for line in body[last_indented + 1 :] if line.strip()]
+    if not tail:
+        return text
+    tail[0] = _EXCEPTION_PREFIX.sub("", tail[0], count=1)
+    return "\n".join(tail)
