@@ -73,7 +73,7 @@ def _cmd_train(args: argparse.Namespace) -> None:
     from defect_detector.engine.trainer import fit
 
     cfg = load_config(args.config, args.overrides)
-    run_dir = fit(cfg, resume=args.resume, exist_ok=args.exist_ok)
+    run_dir = fit(cfg, resume=args.resume, exist_ok=args.exist_ok, threads=args.threads)
     print(f"run folder: {run_dir}")
 
 
@@ -96,6 +96,11 @@ def _cmd_val(args: argparse.Namespace) -> None:
     dataset = CocoDetectionDataset(
         args.data, args.images, loaded.class_names, args.imgsz or cfg.data.imgsz, None, "skip", reference=pairs, register=register
     )
+    if not dataset.label_to_cat_id and dataset.unknown_categories:
+        raise CliError(
+            f"{args.data}: none of its categories ({', '.join(dataset.unknown_categories)}) is a class of the model "
+            f"({', '.join(loaded.class_names)}); categories are matched by name"
+        )
     loader = build_loader(dataset, args.batch_size, train=False, workers=args.workers, seed=0)
     tta = args.tta or "none"
     f1_conf = cfg.eval.f1_conf if args.conf is None else args.conf
@@ -106,25 +111,8 @@ def _cmd_val(args: argparse.Namespace) -> None:
     out = {k: metrics[k] for k in keys}
     out.update({"f1_conf": f1_conf, "tta": tta, "images": len(predictions), "weights": str(loaded.path), **summary})
     out["per_group"] = per_group_map(dataset.coco, predictions, dataset.label_to_cat_id, loaded.class_names)
-    channels = cfg.model.in_channels
-    print(
-        f"model: {summary['params'] / 1e6:.3f} M parameters, {summary['gflops']:.3f} GFLOPs at 1x{channels}x{dataset.imgsz}x{dataset.imgsz}"
-        + (f" (image + reference, {'registered' if register else 'as given'})" if pairs else "")
-    )
-    print(f"images: {len(predictions)} (skipped: {dataset.report()})")
-    print(f"mAP@0.5 {out['map50']:.4f}  mAP@0.5:0.95 {out['map50_95']:.4f}  (test-time augmentation: {tta})")
-    print("per-class AP@0.5: " + ", ".join(f"{k} {v:.4f}" for k, v in out["per_class"].items()))
-    if out["absent_classes"]:
-        print(f"not scored (not among the json's categories): {', '.join(out['absent_classes'])}")
-    print(
-        f"DeepPCB protocol (IoU>0.33, score>={f1_conf}): "
-        f"precision {out['precision']:.4f} recall {out['recall']:.4f} F1 {out['f1_iou033']:.4f}"
-    )
-    for group, m in out["per_group"].items():
-        print(f"  {group} ({m['images']} images, ranked alone): mAP@0.5 {m['map50']:.4f}  mAP@0.5:0.95 {m['map50_95']:.4f}")
-    for op in out["operating_points"]:
-        at = f"conf >= {op['conf']:.4g}" if op["conf"] is not None else f"not reached (max {op['achieved_recall']:.2%}, all detections)"
-        print(f"catch {op['recall']:.1%} of defects (any class, IoU>0.33): {at} -> {op['false_calls_per_image']:.2f} false calls/board")
+    pairing = f" (image + reference, {'registered' if register else 'as given'})" if pairs else ""
+    _print_val(out, f"1x{cfg.model.in_channels}x{dataset.imgsz}x{dataset.imgsz}{pairing}", dataset.report())
     if args.out:
         atomic_write_json(args.out, out)
         print(f"wrote {args.out}")
@@ -133,6 +121,25 @@ def _cmd_val(args: argparse.Namespace) -> None:
 
         write_eval_plots(Path(args.plots), metrics, predictions, dataset, loaded.class_names, f1_conf)
         print(f"wrote PR curves, confusion matrix (score >= {f1_conf}) and a grid of predictions to {args.plots}")
+
+
+def _print_val(out: dict[str, Any], model_input: str, report: str) -> None:
+    """The ``val`` summary lines of the metrics ``out`` (as ``val --out`` writes them)."""
+    print(f"model: {out['params'] / 1e6:.3f} M parameters, {out['gflops']:.3f} GFLOPs at {model_input}")
+    print(f"images: {out['images']} (skipped: {report})")
+    print(f"mAP@0.5 {out['map50']:.4f}  mAP@0.5:0.95 {out['map50_95']:.4f}  (test-time augmentation: {out['tta']})")
+    print("per-class AP@0.5: " + ", ".join(f"{k} {v:.4f}" for k, v in out["per_class"].items()))
+    if out["absent_classes"]:
+        print(f"not scored (not among the json's categories): {', '.join(out['absent_classes'])}")
+    print(
+        f"DeepPCB protocol (IoU>0.33, score>={out['f1_conf']}): "
+        f"precision {out['precision']:.4f} recall {out['recall']:.4f} F1 {out['f1_iou033']:.4f}"
+    )
+    for group, m in out["per_group"].items():
+        print(f"  {group} ({m['images']} images, ranked alone): mAP@0.5 {m['map50']:.4f}  mAP@0.5:0.95 {m['map50_95']:.4f}")
+    for op in out["operating_points"]:
+        at = f"conf >= {op['conf']:.4g}" if op["conf"] is not None else f"not reached (max {op['achieved_recall']:.2%}, all detections)"
+        print(f"catch {op['recall']:.1%} of defects (any class, IoU>0.33): {at} -> {op['false_calls_per_image']:.2f} false calls/board")
 
 
 def _cmd_info(args: argparse.Namespace) -> None:

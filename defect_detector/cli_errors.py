@@ -1,7 +1,7 @@
 """The CLI's error boundary: which failures are expected, and the one line each is reported as.
 
 An expected failure is bad input or a failing environment, not a bug: a :class:`ValueError` (this package's
-``DatasetError``, ``ConfigError``, ``ExportError``, ``NonFiniteLossError`` ... are ValueErrors), an
+``DatasetError``, ``ConfigError``, ``ExportError``, ``TrainingError`` such as ``NonFiniteLossError`` ... are ValueErrors), an
 :class:`OSError` (a missing file, a full disk, no permission) or a ``CliError``. Each becomes
 ``defect-detector CMD: error: <file>: <problem>`` on one line; anything else keeps its traceback.
 """
@@ -9,7 +9,6 @@ An expected failure is bad input or a failing environment, not a bug: a :class:`
 from __future__ import annotations
 
 import re
-import sys
 
 _WORKER_HEADER = re.compile(r"^Caught \w+ in DataLoader worker process \d+\.\s*$")
 _EXCEPTION_PREFIX = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*: ")
@@ -17,11 +16,7 @@ _EXCEPTION_PREFIX = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*: ")
 
 def is_expected(exc: BaseException, extra: tuple[type[BaseException], ...] = ()) -> bool:
     """Whether ``exc`` is a failure the CLI reports in one line (exit 2) rather than with a traceback."""
-    if isinstance(exc, (ValueError, OSError, *extra)):
-        return True
-    trainer = sys.modules.get("defect_detector.engine.trainer")  # only raised once the trainer is imported
-    non_finite = getattr(trainer, "NonFiniteLossError", None)
-    return non_finite is not None and isinstance(exc, non_finite)
+    return isinstance(exc, (ValueError, OSError, *extra))
 
 
 def error_line(exc: BaseException) -> str:

@@ -54,6 +54,7 @@ def _add_train(sub: Any) -> None:
     p.add_argument("--config", required=True, help="YAML config, e.g. configs/deeppcb.yaml")
     p.add_argument("--resume", action="store_true", help="continue from runs/<name>/weights/last.pt")
     p.add_argument("--exist-ok", action="store_true", help="replace an earlier run of the same name")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: the cores not busy with other work)")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. train.epochs=3")
 
 

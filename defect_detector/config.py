@@ -209,8 +209,9 @@ class TrainConfig:
         _check(self.batch_size >= 1, "train.batch_size", "must be >= 1", self.batch_size)
         _check(self.accumulate >= 1, "train.accumulate", "must be >= 1", self.accumulate)
         _check(self.lr > 0 and math.isfinite(self.lr), "train.lr", "must be finite and > 0", self.lr)
-        _check(self.weight_decay >= 0 and math.isfinite(self.weight_decay), "train.weight_decay", "must be finite and >= 0", self.weight_decay)
-        _check(self.warmup_epochs >= 0 and math.isfinite(self.warmup_epochs), "train.warmup_epochs", "must be finite and >= 0", self.warmup_epochs)
+        for name in ("weight_decay", "warmup_epochs"):
+            value = getattr(self, name)
+            _check(value >= 0 and math.isfinite(value), f"train.{name}", "must be finite and >= 0", value)
         _check(0 <= self.min_lr_ratio <= 1, "train.min_lr_ratio", "must be in [0, 1]", self.min_lr_ratio)
         _check(self.grad_clip > 0, "train.grad_clip", "must be > 0", self.grad_clip)
         _check(0 <= self.ema_decay < 1, "train.ema_decay", "must be in [0, 1)", self.ema_decay)

@@ -36,12 +36,12 @@ def available_cores() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
-def _busy_now(cores: list[int], window_s: float) -> float | None:
+def _busy_now(cores: list[int], window_s: float, stat: str = "/proc/stat") -> float | None:
     """How many of ``cores`` were busy over the last ``window_s`` seconds, from ``/proc/stat`` (None without it)."""
 
     def read() -> dict[int, tuple[int, int]]:
         out = {}
-        with open("/proc/stat") as fh:
+        with open(stat) as fh:
             for line in fh:
                 name, *values = line.split()
                 if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cores:
@@ -49,17 +49,25 @@ def _busy_now(cores: list[int], window_s: float) -> float | None:
                     out[int(name[3:])] = (sum(ticks), ticks[3] + ticks[4])  # total, idle + iowait
         return out
 
+    def own() -> int:
+        """This process's CPU ticks so far (all threads: idle OpenMP workers spin for a while after torch ops)."""
+        with open("/proc/self/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime + stime
+
     try:
-        before = read()
+        before, own_before = read(), own()
         time.sleep(window_s)
-        after = read()
+        after, own_after = read(), own()
     except (OSError, ValueError, IndexError):
         return None
-    busy = 0.0
+    busy, spans = 0.0, []
     for cpu, (total, idle) in after.items():
         if cpu in before and total > before[cpu][0]:
             busy += 1.0 - (idle - before[cpu][1]) / (total - before[cpu][0])
-    return busy
+            spans.append(total - before[cpu][0])
+    mine = (own_after - own_before) / (sum(spans) / len(spans)) if spans else 0.0
+    return max(busy - mine, 0.0)
 
 
 def free_cores(cores: int, busy: float) -> int:
@@ -67,18 +75,28 @@ def free_cores(cores: int, busy: float) -> int:
     return max(1, min(cores, cores - round(busy)))
 
 
-def default_threads(window_s: float = 0.2) -> int:
+def default_threads(window_s: float = 0.3) -> int:
     """The torch CPU thread count for ``train`` and ``predict`` when none is given: the cores actually free.
 
-    The cores are those of ``os.sched_getaffinity``; the work already running on them is the larger of the
-    1-minute load average (its share for those cores, when they are a subset of the machine's) and the busy share of those cores measured over ``window_s`` seconds (``/proc/stat``;
-    the load average lags a process started a few seconds ago by most of a minute). One thread per core that
+    The cores are those of ``os.sched_getaffinity``; the work already running on them is their busy share
+    measured over ``window_s`` seconds (``/proc/stat``, less this process's own ticks), or, where that cannot
+    be read, the 1-minute load average (its share for those cores). The load average is only the fallback: it
+    lags a process started a few seconds ago by most of a minute, and it still counts work that ended, this
+    process's own included, so on an idle machine after a run it would cost a core. One thread per core that
     is left, at least 1: on a shared machine a thread count that oversubscribes the cores stalls every
-    parallel kernel on its slowest thread (OpenMP barriers), which costs far more than the idle core would."""
+    parallel kernel on its slowest thread (OpenMP barriers), which costs far more than the idle core would: on
+    2 cores with one busy, 2 threads ran predict 2-15x slower than 1 (``python -m defect_detector.deploy.bench_shared``),
+    while one thread too few costs at most the idle cores' share.
+    An ``OMP_NUM_THREADS`` set in the environment (torchrun sets 1 per process) is used as it is."""
+    omp = os.environ.get("OMP_NUM_THREADS", "")
+    if omp.isdigit() and int(omp) >= 1:
+        return int(omp)
     cores = available_cores()
+    now = _busy_now(cores, window_s) if window_s > 0 else None
+    if now is not None:
+        return free_cores(len(cores), now)
     try:
         load = os.getloadavg()[0] * len(cores) / max(len(cores), os.cpu_count() or 1)
     except (AttributeError, OSError):
         load = 0.0
-    now = _busy_now(cores, window_s) if window_s > 0 else None
-    return free_cores(len(cores), max(load, now or 0.0))
+    return free_cores(len(cores), load)

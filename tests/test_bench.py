@@ -1,18 +1,27 @@
+import types
 from pathlib import Path
 
+import pytest
+import torch
 from small_checkpoint import write_small_checkpoint
 
+from defect_detector.deploy import bench
 from defect_detector.deploy.bench import bench_registration, bench_tta, measure_interleaved, paired_ratio, run_bench
+from defect_detector.deploy.runtime import Runtime
 from defect_detector.model.checkpoint import load_checkpoint
-from defect_detector.model.tta import TTA_MODES
+from defect_detector.model.tta import TTA_MODES, orientations
 
 
 def test_paired_ratio_cancels_drift_between_rounds() -> None:
-    reference = [10.0, 20.0, 40.0, 80.0, 160.0]  # the machine slows down round after round
-    times = [11.0, 22.0, 44.0, 88.0, 176.0]  # always 10% slower than the reference in the same round
-    assert abs(paired_ratio(times, reference) - 1.1) < 1e-12
-    assert sorted(times)[2] / sorted(reference)[2] == 1.1 and max(times) / max(reference) == 1.1
-    assert abs(paired_ratio([1.0, 3.0, 2.0], [2.0, 1.0, 2.0]) - 1.0) < 1e-12  # median of 0.5, 3, 1
+    reference = [10.0, 12.0, 9.0, 11.0, 10.0]
+    per_round = [1.1, 1.3, 1.1, 1.0, 1.2]  # the candidate's true slowdown in each round; median 1.1
+    times = [r * q for r, q in zip(reference, per_round)]
+    assert paired_ratio(times, reference) == pytest.approx(1.1)
+    slowdown = [1.0, 8.0, 1.0, 8.0, 8.0]  # the machine is 8x slower in some rounds, for both candidates alike
+    drifted = paired_ratio([t * s for t, s in zip(times, slowdown)], [r * s for r, s in zip(reference, slowdown)])
+    assert drifted == pytest.approx(1.1)  # per-round ratios: the drift cancels exactly
+    assert paired_ratio([1.0, 3.0, 2.0], [2.0, 1.0, 2.0]) == pytest.approx(1.0)  # median of 0.5, 3, 1
+    assert paired_ratio([4.0, 4.0], [2.0, 1.0]) == pytest.approx(3.0)  # even count: mean of the middle two (2, 4)
 
 
 def test_measure_interleaved_reports_every_call() -> None:
@@ -24,12 +33,24 @@ def test_measure_interleaved_reports_every_call() -> None:
     assert summary["a"]["n"] == 4 and summary["a"]["min_ms"] <= summary["a"]["median_ms"] <= summary["a"]["p90_ms"]
 
 
-def test_bench_tta_times_every_mode_against_one_pass(tmp_path: Path, one_thread: None) -> None:
+def test_bench_tta_times_each_mode_with_its_own_passes(tmp_path: Path, one_thread: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A fake clock that advances 1 ms per model pass: each mode must take exactly its number of orientations,
+    # which holds only if bench_tta really switches the runtime's mode per candidate and times them apart.
+    clock = [0.0]
+    monkeypatch.setattr(bench, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    real_infer = Runtime.infer
+
+    def infer(self: Runtime, batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        clock[0] += 1e-3 * len(orientations(self.tta))
+        return real_infer(self, batch)
+
+    monkeypatch.setattr(Runtime, "infer", infer)
     loaded = load_checkpoint(write_small_checkpoint(tmp_path / "small.pt", imgsz=64))
-    timings = bench_tta(loaded, imgsz=64, iters=2)
+    timings = bench_tta(loaded, imgsz=64, iters=3)
     assert list(timings) == list(TTA_MODES)
-    assert timings["none"]["paired_vs_none"] == 1.0
-    assert all(t["median_ms"] > 0 and t["paired_vs_none"] > 0 for t in timings.values())
+    for mode, passes in {"none": 1, "flip2": 2, "flip4": 4, "d8": 8}.items():
+        assert timings[mode]["median_ms"] == pytest.approx(passes) and timings[mode]["n"] == 3
+        assert timings[mode]["paired_vs_none"] == pytest.approx(passes)
 
 
 def test_bench_registration_against_the_model(tmp_path: Path, one_thread: None) -> None:

@@ -57,17 +57,17 @@ def _small_checkpoint(path: Path, seed: int, widths: list[int] | None = None) ->
 def test_average_checkpoints_is_the_mean_and_takes_overrides(tmp_path: Path) -> None:
     paths = [_small_checkpoint(tmp_path / f"{seed}.pt", seed) for seed in (1, 2, 3)]
     states = [torch.load(p, weights_only=True)["ema"] for p in paths]
-    soup = average_checkpoints(paths, ["eval.tta=d8"])
+    soup = average_checkpoints(paths, ["eval.f1_conf=0.45"])
     for key, value in soup["model"].items():
         if value.is_floating_point():
             torch.testing.assert_close(value, sum(s[key] for s in states) / 3)
         else:
             assert torch.equal(value, states[0][key])
-    assert soup["config"]["eval"]["tta"] == "d8" and soup["metrics"]["averaged_from"] == [str(p) for p in paths]
+    assert soup["config"]["eval"]["f1_conf"] == 0.45 and soup["metrics"]["averaged_from"] == [str(p) for p in paths]
     out = tmp_path / "soup.pt"
-    assert main(["average", *map(str, paths[:2]), "--out", str(out), "--set", "eval.tta=flip2"]) == 0
+    assert main(["average", *map(str, paths[:2]), "--out", str(out), "--set", "eval.f1_conf=0.35"]) == 0
     loaded = load_checkpoint(out)
-    assert loaded.config.eval.tta == "flip2" and loaded.class_names == DEEPPCB_CLASSES
+    assert loaded.config.eval.f1_conf == 0.35 and loaded.class_names == DEEPPCB_CLASSES
 
 
 def test_average_checkpoints_names_what_does_not_fit(tmp_path: Path) -> None:
@@ -77,8 +77,10 @@ def test_average_checkpoints_names_what_does_not_fit(tmp_path: Path) -> None:
         average_checkpoints([a])
     with pytest.raises(ValueError, match="wide.pt: model config"):
         average_checkpoints([a, wide])
-    with pytest.raises(ConfigError, match="eval.tta"):
-        average_checkpoints([a, a], ["eval.tta=d4"])
+    with pytest.raises(ConfigError, match="eval.f1_conf"):
+        average_checkpoints([a, a], ["eval.f1_conf=2"])
+    with pytest.raises(ConfigError, match="eval.tta"):  # retired: test-time augmentation is not stored with a model
+        average_checkpoints([a, a], ["eval.tta=d8"])
     assert main(["average", str(a), str(tmp_path / "missing.pt"), "--out", str(tmp_path / "x.pt")]) == 2
     assert not (tmp_path / "x.pt").exists()
 

@@ -1,11 +1,12 @@
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch.utils.data import SequentialSampler, Subset
 
 from defect_detector.config import DEEPPCB_CLASSES, AugmentConfig
-from defect_detector.data.collate import _reseed_transform, build_loader, collate
+from defect_detector.data.collate import EpochKeys, build_loader, collate, seed_transform
 from defect_detector.data.dataset import CocoDetectionDataset
 from defect_detector.data.letterbox import LetterboxMeta
 from defect_detector.data.synth import write_synthetic_dataset
@@ -61,6 +62,14 @@ def test_loader_options(ann_file: Path) -> None:
     assert [t["image_id"] for _, targets in ordered for t in targets] == ds.image_ids
 
 
+def _epochs(loader: torch.utils.data.DataLoader, epochs: list[int]) -> list[list]:
+    out = []
+    for epoch in epochs:
+        loader.sampler.set_epoch(epoch)
+        out.append(_epoch(loader))
+    return out
+
+
 def test_same_seed_same_batches_in_process(ann_file: Path) -> None:
     first = _epoch(build_loader(_dataset(ann_file, augment=True), 2, train=True, workers=0, seed=7))
     second = _epoch(build_loader(_dataset(ann_file, augment=True), 2, train=True, workers=0, seed=7))
@@ -69,15 +78,33 @@ def test_same_seed_same_batches_in_process(ann_file: Path) -> None:
     assert any(not torch.equal(a[0], b[0]) for a, b in zip(first, other))
 
 
-def test_same_seed_same_batches_with_workers(ann_file: Path) -> None:
-    loaders = [build_loader(_dataset(ann_file, augment=True), 2, train=True, workers=2, seed=3) for _ in range(2)]
-    first, second = _epoch(loaders[0]), _epoch(loaders[1])
-    _assert_same(first, second)
-    images = torch.cat([b[0] for b in first])
-    assert images.shape == (6, 1, 64, 64)
+def test_batches_depend_on_seed_epoch_and_index_only(ann_file: Path) -> None:
+    """The same batches whatever the worker count, and whether the (persistent-worker) loader was restarted."""
+    in_process = _epochs(build_loader(_dataset(ann_file, augment=True), 2, train=True, workers=0, seed=3), [0, 1])
+    workers = build_loader(_dataset(ann_file, augment=True), 2, train=True, workers=2, seed=3)
+    assert isinstance(workers.sampler, EpochKeys) and workers.persistent_workers
+    with_workers = _epochs(workers, [0, 1])
+    restarted = _epochs(build_loader(_dataset(ann_file, augment=True), 2, train=True, workers=1, seed=3), [1])
+    for a, b in zip(in_process, with_workers):
+        _assert_same(a, b)
+    _assert_same(restarted[0], in_process[1])
+    order = [[t["image_id"] for _, targets in epoch for t in targets] for epoch in in_process]
+    assert sorted(order[0]) == sorted(order[1]) and order[0] != order[1], "each epoch its own shuffle"
+    assert torch.cat([b[0] for b in with_workers[0]]).shape == (6, 1, 64, 64)
 
 
-def test_reseed_reaches_the_transform_through_subsets(ann_file: Path) -> None:
-    ds = _dataset(ann_file, augment=True)
-    _reseed_transform(Subset(Subset(ds, [0, 1]), [0]), 123)
-    assert ds.transform.seed == 123
+def test_flips_are_drawn_independently() -> None:
+    """One generator per pipeline: seeding each transform with the same seed made both flips fire together."""
+    cfg = AugmentConfig(rotate_p=0, affine_p=0, photometric_p=0, blur_p=0, noise_p=0, glare_p=0)
+    dataset = torch.utils.data.TensorDataset(torch.zeros(1))
+    dataset.transform = build_transforms(cfg, train=True)
+    image = np.arange(64, dtype=np.uint8).reshape(8, 8)
+    outcomes = set()
+    for seed in range(40):
+        seed_transform(Subset(dataset, [0]), seed)
+        out = dataset.transform(image=image, bboxes=np.zeros((0, 4), np.float32), labels=np.zeros(0, np.int64))["image"]
+        outcomes.add(next(name for name, view in _FLIPS.items() if np.array_equal(out, view(image))))
+    assert outcomes == set(_FLIPS)
+
+
+_FLIPS = {"none": lambda x: x, "h": lambda x: x[:, ::-1], "v": lambda x: x[::-1], "hv": lambda x: x[::-1, ::-1]}

@@ -12,9 +12,27 @@ def test_defaults_are_valid() -> None:
     Config().validate()
 
 
+def _leaves(raw: dict, prefix: str = "") -> dict[str, object]:
+    """``{"section.key": value}`` of a nested YAML mapping (lists as they are)."""
+    out: dict[str, object] = {}
+    for key, value in raw.items():
+        if isinstance(value, dict):
+            out.update(_leaves(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
-def test_shipped_configs_load(path: Path) -> None:
-    assert isinstance(load_config(path), Config)
+def test_shipped_configs_load_with_every_value_they_set(path: Path, tmp_path: Path) -> None:
+    cfg = load_config(path)
+    written = _leaves(yaml.safe_load(path.read_text()))
+    loaded = _leaves(cfg.to_dict())
+    assert written, f"{path.name} sets nothing"
+    for key, value in written.items():  # each value the YAML sets is the one the config holds (none dropped or coerced away)
+        assert loaded[key] == value, key
+    save_config(cfg, tmp_path / "saved.yaml")
+    assert load_config(tmp_path / "saved.yaml").to_dict() == cfg.to_dict()  # what a run folder records loads back the same
 
 
 def test_unknown_key_is_named() -> None:

@@ -158,7 +158,8 @@ def test_cpp_stacks_the_reference_as_channel_1_with_the_image_geometry(executabl
     with torch.no_grad(), quiet_jit():
         traced = torch.jit.trace(CentroidModel(IMGSZ).eval(), torch.rand(1, 2, IMGSZ, IMGSZ))
     artifact = tmp_path / "centroid.torchscript.pt"
-    artifact.write_bytes(artifact_bytes(traced, build_meta(DEEPPCB_CLASSES, IMGSZ, (8, 16, 32), (), channels=2)))
+    strides = (IMGSZ, IMGSZ)  # two anchors of one cell each: the meta must describe the graph's 2 predictions
+    artifact.write_bytes(artifact_bytes(traced, build_meta(DEEPPCB_CLASSES, IMGSZ, strides, (), channels=2)))
     image = np.zeros((480, 640), np.uint8)
     image[300:360, 500:600] = 250  # bright patch low right
     reference = np.zeros((480, 640), np.uint8)

@@ -347,3 +347,47 @@ def test_registration_aligns_a_moved_reference_and_refuses_another_board(tmp_pat
     assert target["image_id"] == 1 and ds.skipped == {"reference does not match its image": 1}
     with pytest.raises(DatasetError, match=r"other.png: does not match .*board.png \(registration score"):
         CocoDetectionDataset(path, None, DEEPPCB_CLASSES, 640, on_bad="error", reference=True, register=True)[1]
+
+
+def test_categories_are_matched_by_name_whatever_their_ids(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    coco = _make_set(tmp_path)
+    # the json lists two of the model's classes, under other ids and in another order, and one class it lacks
+    coco["categories"] = [{"id": 9, "name": "short"}, {"id": 4, "name": "open"}, {"id": 7, "name": "scratch"}]
+    for ann in coco["annotations"]:
+        ann["category_id"] = {1: 4, 2: 9}[ann["category_id"]]
+    coco["annotations"][0]["category_id"] = 7
+    with caplog.at_level(logging.WARNING, logger="defect_detector.data"):
+        ds = _dataset(_write(tmp_path, coco))
+    assert ds.label_to_cat_id == {DEEPPCB_CLASSES.index("open"): 4, DEEPPCB_CLASSES.index("short"): 9}
+    assert ds.absent_classes == [n for n in DEEPPCB_CLASSES if n not in ("open", "short")]
+    assert ds.unknown_categories == ["scratch"] and ds.skipped == {"unknown category": 1}
+    notes = [r.getMessage() for r in caplog.records if "are not classes of the model" in r.getMessage()]
+    assert len(notes) == 1 and "'scratch'" in notes[0]
+    labels = sorted(label for i in range(len(ds)) for label in ds[i][1]["labels"].tolist())
+    assert labels == sorted([0, 0, 1, 1, 1])  # open (label 0) x2 left after the skip, short (label 1) x3
+    assert sorted(c["name"] for c in ds.coco.dataset["categories"]) == ["open", "short"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [
+        ("file_name", "", "missing image file"),
+        ("file_name", "img_0.png\x00", "missing image file"),
+        ("iscrowd", "yes", "malformed annotation"),
+    ],
+)
+def test_entries_that_would_crash_later_are_counted_skips(tmp_path: Path, field: str, value: str, reason: str) -> None:
+    coco = _make_set(tmp_path)
+    entry = coco["images"][0] if field == "file_name" else coco["annotations"][0]
+    entry[field] = value
+    ds = _dataset(_write(tmp_path, coco))
+    assert ds.skipped == {reason: 1}
+
+
+def test_missing_iscrowd_and_a_garbage_area_are_filled_in(tmp_path: Path) -> None:
+    coco = _make_set(tmp_path)
+    del coco["annotations"][0]["iscrowd"]
+    coco["annotations"][1]["area"] = "large"
+    ds = _dataset(_write(tmp_path, coco))
+    first, second = ds.coco.loadAnns([100, 101])
+    assert first["iscrowd"] == 0 and second["area"] == 10 * 25 and ds.skipped == {}

@@ -310,3 +310,56 @@ def test_operating_points_match_a_direct_sweep(seed: int) -> None:
             assert op["conf"] is None and op["false_calls"] == lowest[1]
             assert op["achieved_recall"] == (lowest[0] / num_gt if num_gt else 0.0)
         assert op["false_calls_per_image"] == op["false_calls"] / len(preds)
+
+
+def test_classes_absent_from_the_json_are_not_scored() -> None:
+    # The model knows open, short and spur; the json lists only open and short, with ids in the other order
+    # (COCOeval sorts its classes by id: per-class AP must still land on the right names).
+    names = ("open", "short", "spur")
+    gt = _index(
+        {
+            "images": [{"id": 1, "file_name": "a.png", "width": 100, "height": 100}],
+            "annotations": [
+                {"id": 1, "image_id": 1, "category_id": 5, "bbox": [10, 10, 20, 20], "area": 400, "iscrowd": 0},
+                {"id": 2, "image_id": 1, "category_id": 2, "bbox": [50, 50, 30, 30], "area": 900, "iscrowd": 0},
+            ],
+            "categories": [{"id": 5, "name": "open"}, {"id": 2, "name": "short"}],
+        }
+    )
+    label_to_cat = {0: 5, 1: 2}
+    # open found, short missed (the box is elsewhere), and a spur detection the json cannot judge
+    preds = {1: _pred([[10, 10, 30, 30], [0, 0, 5, 5], [60, 0, 90, 20]], [0.9, 0.8, 0.95], [0, 1, 2])}
+    metrics = evaluate_predictions(gt, preds, label_to_cat, names, f1_conf=0.5)
+    assert metrics["per_class"] == {"open": pytest.approx(1.0), "short": pytest.approx(0.0)}
+    assert metrics["absent_classes"] == ["spur"] and metrics["map50"] == pytest.approx(0.5)
+    assert (metrics["pr_curve"][:, 2] == -1).all() and (metrics["pr_curve"][:, 0] == 1).all()
+    assert metrics["deeppcb_counts"] == {"tp": 1, "num_pred": 2, "num_gt": 2}  # the spur detection is no false call
+    assert metrics["confusion"][2].sum() == 0
+    assert {r["category_id"] for r in to_coco_results(preds, label_to_cat)} == {5, 2}
+
+
+def test_val_scores_a_json_with_some_of_the_classes(tmp_path: Path, one_thread: None, capsys: pytest.CaptureFixture[str]) -> None:
+    ann = write_synthetic_dataset(tmp_path / "boards", n_images=2, height=128, width=128, seed=1)
+    data = json.loads(ann.read_text())
+    kept = {c["id"] for c in data["categories"] if c["name"] in ("open", "short", "mousebite")}
+    data["categories"] = [c for c in data["categories"] if c["id"] in kept] + [{"id": 99, "name": "scratch"}]
+    data["annotations"] = [a for a in data["annotations"] if a["category_id"] in kept]
+    data["annotations"][0]["category_id"] = 99
+    ann.write_text(json.dumps(data))
+    checkpoint = write_small_checkpoint(tmp_path / "small.pt", imgsz=128)
+    out = tmp_path / "metrics.json"
+    assert main(["val", "--weights", str(checkpoint), "--data", str(ann), "--workers", "0", "--out", str(out)]) == 0
+    metrics = json.loads(out.read_text())
+    assert metrics["absent_classes"] == ["spur", "copper", "pin-hole"]
+    assert set(metrics["per_class"]) <= {"open", "short", "mousebite"}
+    printed = capsys.readouterr().out
+    assert "unknown category x1" in printed and "not scored (not among the json's categories): spur, copper, pin-hole" in printed
+
+    data["categories"] = [{"id": 99, "name": "scratch"}]
+    ann.write_text(json.dumps(data))
+    assert main(["val", "--weights", str(checkpoint), "--data", str(ann), "--workers", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"defect-detector val: error: {ann}: none of its categories (scratch) is a class of the model "
+        "(open, short, mousebite, spur, copper, pin-hole); categories are matched by name"
+    )

@@ -1,5 +1,6 @@
 """Tests for defect_detector.data.images: reading image files as single-channel uint8."""
 
+import logging
 from pathlib import Path
 
 import cv2
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 
 from defect_detector.data.errors import DatasetError
-from defect_detector.data.images import IMAGE_SUFFIXES, decode_gray, load_image_gray, to_gray_uint8
+from defect_detector.data.images import IMAGE_SUFFIXES, ConversionNotice, decode_gray, has_colour, load_image_gray, to_gray_uint8
 
 H, W = 48, 64
 
@@ -91,3 +92,37 @@ def test_image_suffixes_are_lowercase_and_exclude_video_and_float_formats() -> N
     assert isinstance(IMAGE_SUFFIXES, frozenset)
     assert all(s.startswith(".") and s == s.lower() for s in IMAGE_SUFFIXES)
     assert not IMAGE_SUFFIXES & {".gif", ".mp4", ".hdr", ".pfm", ".exr"}
+
+
+def test_has_colour_tells_colour_from_gray_stored_as_bgr() -> None:
+    gray = _image(8)
+    bgr = cv2.cvtColor(gray, cv2.COLOR_GRAY2BGR)
+    assert not has_colour(gray) and not has_colour(bgr) and not has_colour(gray[:, :, None])
+    ok, jpeg = cv2.imencode(".jpg", bgr)  # a lossy codec leaves the channels a few levels apart
+    assert ok and not has_colour(cv2.imdecode(jpeg, cv2.IMREAD_COLOR))
+    tinted = bgr.copy()
+    tinted[::4, ::4, 2] = 255 - tinted[::4, ::4, 2]
+    assert has_colour(tinted) and has_colour(cv2.cvtColor(tinted, cv2.COLOR_BGR2BGRA))
+    assert not has_colour(bgr.astype(np.uint16) * 257) and has_colour(tinted.astype(np.uint16) * 257)
+
+
+def test_conversion_notice_warns_once_per_kind(caplog: pytest.LogCaptureFixture) -> None:
+    notice = ConversionNotice("line3/")
+    gray_bgr = cv2.cvtColor(_image(9), cv2.COLOR_GRAY2BGR)
+    colour = gray_bgr.copy()
+    colour[..., 0] = 0
+    with caplog.at_level(logging.WARNING, logger="defect_detector.data"):
+        notice.note(gray_bgr, ["colour"], "a.png")  # gray content: no warning
+        notice.note(colour, ["colour"], "b.png")
+        notice.note(colour, ["colour"], "c.png")
+        notice.note(colour, ["colour", "16-bit"], "d.png")
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 2 and all(r.levelno == logging.WARNING for r in caplog.records)
+    assert messages[0].startswith("line3/: converting colour input to 8-bit grayscale") and "first: b.png" in messages[0]
+    assert "16-bit scaled to 8-bit" in messages[1] and "first: d.png" in messages[1]
+    assert notice.warned == {"colour", "16-bit"}
+
+
+def test_a_file_name_the_os_rejects_is_a_dataset_error(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError, match="cannot read image file"):
+        decode_gray(tmp_path / "a\x00.png")

@@ -94,7 +94,7 @@ def test_quickstart_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         assert (run_dir / path).is_file(), path
     assert (work / "quickstart.torchscript.pt").is_file()
     export = _tagged(nb, "export")
-    assert "frame 2048x1536 ->" in _text(export) and _images(export) == 1
+    assert "frame 2048x1536 (" in _text(export) and " tiles) -> " in _text(export) and _images(export) == 1
 
     drift = _tagged(nb, "drift")
     assert '"event": "drift"' in _text(drift)

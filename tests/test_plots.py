@@ -1,4 +1,4 @@
-"""Tests for defect_detector.engine.plots: every plot writes a decodable PNG."""
+"""Tests for defect_detector.engine.plots: every plot writes a decodable PNG that shows the data it was given."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import cv2
 import numpy as np
 import pytest
 import torch
+from matplotlib.figure import Figure
 
+from defect_detector.engine import plots
 from defect_detector.engine.plots import (
     plot_confusion_matrix,
     plot_pr_curves,
@@ -30,6 +32,20 @@ def _assert_png(path: Path, min_side: int = 200) -> np.ndarray:
     leftovers = [p.name for p in path.parent.iterdir() if p.name.endswith(".tmp")]
     assert leftovers == []  # atomic write cleaned up its temp file
     return image
+
+
+@pytest.fixture
+def figures(monkeypatch: pytest.MonkeyPatch) -> list[Figure]:
+    """The matplotlib figures the plot functions save, in order (each still written as a PNG)."""
+    saved: list[Figure] = []
+    real = plots._save_figure
+
+    def keep(fig: Figure, path: Path, dpi: int = plots.DPI) -> Path:
+        saved.append(fig)
+        return real(fig, path, dpi)
+
+    monkeypatch.setattr(plots, "_save_figure", keep)
+    return saved
 
 
 def _epoch(epoch: int, with_map: bool) -> dict:
@@ -68,17 +84,28 @@ def test_training_curves_empty_raises(tmp_path: Path) -> None:
 # plot_pr_curves
 
 
-def test_pr_curves_skips_classes_without_ground_truth(tmp_path: Path) -> None:
+def test_pr_curves_skips_classes_without_ground_truth(tmp_path: Path, figures: list[Figure]) -> None:
     recall = np.linspace(0, 1, 101)
     precision = np.stack([np.clip(1.0 - recall * (0.2 + 0.1 * k), 0, 1) for k in range(len(CLASS_NAMES))], axis=1)
     precision[:, 2] = -1.0  # no ground truth for this class
     precision[90:, 4] = 0.0  # recall never reached
     _assert_png(plot_pr_curves(precision, CLASS_NAMES, tmp_path / "pr.png"))
+    (ax,) = figures[0].axes
+    labels = [line.get_label() for line in ax.get_lines()]
+    kept = [k for k in range(len(CLASS_NAMES)) if k != 2]
+    expected = [f"{CLASS_NAMES[k]} AP={precision[:, k].mean():.3f}" for k in kept]
+    mean_ap = precision[:, kept].mean()
+    assert labels == [*expected, f"all classes mAP@0.5={mean_ap:.3f}"]  # no curve for the class without ground truth
+    np.testing.assert_allclose(ax.get_lines()[-1].get_ydata(), precision[:, kept].mean(axis=1))
+    assert [text.get_text() for text in ax.get_legend().get_texts()] == labels
 
 
-def test_pr_curves_all_classes_missing(tmp_path: Path) -> None:
+def test_pr_curves_all_classes_missing(tmp_path: Path, figures: list[Figure]) -> None:
     precision = -np.ones((101, 3))
     _assert_png(plot_pr_curves(precision, CLASS_NAMES[:3], tmp_path / "pr_none.png"))
+    (ax,) = figures[0].axes
+    assert ax.get_lines() == [] and ax.get_legend() is None
+    assert [text.get_text() for text in ax.texts] == ["no classes with ground truth"]
 
 
 def test_pr_curves_rejects_class_count_mismatch(tmp_path: Path) -> None:
@@ -90,18 +117,27 @@ def test_pr_curves_rejects_class_count_mismatch(tmp_path: Path) -> None:
 # plot_confusion_matrix
 
 
-def test_confusion_matrix_counts(tmp_path: Path) -> None:
+def test_confusion_matrix_counts(tmp_path: Path, figures: list[Figure]) -> None:
     k = len(CLASS_NAMES)
     rng = np.random.default_rng(0)
     matrix = rng.integers(0, 5, size=(k + 1, k + 1)) + np.diag(np.full(k + 1, 40))
     matrix[k, k] = 0
     _assert_png(plot_confusion_matrix(matrix, CLASS_NAMES, tmp_path / "cm.png"))
+    ax = figures[0].axes[0]
+    cells = {(round(text.get_position()[1]), round(text.get_position()[0])): text.get_text() for text in ax.texts}
+    assert cells == {(p, t): str(matrix[p, t]) for p in range(k + 1) for t in range(k + 1)}  # every count, in its cell
+    colours = ax.images[0].get_array()
+    np.testing.assert_allclose(colours, matrix / matrix.sum(axis=0, keepdims=True))  # shaded by share of the true class
+    assert [label.get_text() for label in ax.get_xticklabels()] == [*CLASS_NAMES, "background"]
 
 
-def test_confusion_matrix_all_zeros(tmp_path: Path) -> None:
+def test_confusion_matrix_all_zeros(tmp_path: Path, figures: list[Figure]) -> None:
     k = len(CLASS_NAMES)
     out = plot_confusion_matrix(np.zeros((k + 1, k + 1), dtype=np.int64), CLASS_NAMES, tmp_path / "cm_zero.png")
     _assert_png(out)
+    ax = figures[0].axes[0]
+    assert [text.get_text() for text in ax.texts] == ["0"] * (k + 1) ** 2
+    assert not np.asarray(ax.images[0].get_array()).any()  # empty columns drawn as 0, not NaN
 
 
 def test_confusion_matrix_rejects_bad_shape(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ def _write_video(path: Path, frames: int, shape: tuple[int, int] = (48, 64)) -> 
     writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 10.0, (shape[1], shape[0]))
     assert writer.isOpened()
     for i in range(frames):
-        image = np.full((*shape, 3), 20 * i, np.uint8)
+        image = np.full((*shape, 3), 20 * i % 256, np.uint8)
         writer.write(image)
     writer.release()
 
@@ -181,3 +181,41 @@ def test_consumer_can_stop_early(tmp_path: Path) -> None:
             if frame.index == 1:
                 break
     assert source._thread is not None and not source._thread.is_alive()
+
+
+def test_truncated_video_warns_that_it_ended_early(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "clip.avi"
+    _write_video(path, 30)
+    with open_source(str(path)) as source:
+        assert len(list(source)) == 30
+    assert source.stats.expected_frames == 30 and not source.stats.ended_early
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) * 6 // 10])  # the file's header still says 30 frames
+    with caplog.at_level("WARNING", logger="defect_detector.deploy"), open_source(str(path)) as source:
+        read = len(list(source))
+    assert 0 < read < 30 and source.stats.ended_early
+    assert f"{path}: video ended after {read} of 30 frames (truncated or corrupt file?)" in caplog.text
+
+
+def test_stopping_early_is_not_a_truncated_video(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "clip.avi"
+    _write_video(path, 10)
+    with caplog.at_level("WARNING", logger="defect_detector.deploy"), open_source(str(path), queue_size=1) as source:
+        for frame in source:
+            if frame.index == 2:
+                break
+    assert not source.stats.ended_early and "ended after" not in caplog.text
+
+
+def test_colour_files_warn_once_per_source(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    _write_png(tmp_path / "a_gray.png", 10)
+    assert cv2.imwrite(str(tmp_path / "b_bgr_gray.png"), np.full((24, 32, 3), 50, np.uint8))  # gray stored as BGR
+    for name in ("c_colour.png", "d_colour.png"):
+        image = np.zeros((24, 32, 3), np.uint8)
+        image[..., 2] = 200
+        assert cv2.imwrite(str(tmp_path / name), image)
+    with caplog.at_level("WARNING"), open_source(str(tmp_path)) as source:
+        frames = list(source)
+    assert all(f.image.ndim == 2 for f in frames)
+    notes = [r for r in caplog.records if "converting" in r.getMessage()]
+    assert len(notes) == 1 and notes[0].levelname == "WARNING" and "first: c_colour.png" in notes[0].getMessage()

@@ -9,6 +9,7 @@ Write the result with :func:`defect_detector.io.atomic_write_json`.
 from __future__ import annotations
 
 import copy
+import math
 import os
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
@@ -24,10 +25,30 @@ from defect_detector.data.images import IMAGE_SUFFIXES
 
 def _image_size(path: Path) -> tuple[int, int]:
     """``(width, height)`` of an image file, decoding it (OpenCV has no header-only reader)."""
+    try:
+        found = path.is_file()
+    except (OSError, ValueError):  # ValueError: a name the OS cannot take (a NUL byte)
+        found = False
+    if not found:
+        raise DatasetError(f"{path}: missing image")
     image = cv2.imread(str(path), cv2.IMREAD_UNCHANGED)
     if image is None:
-        raise DatasetError(f"{path}: missing or unreadable image")
+        raise DatasetError(f"{path}: unreadable image")
     return int(image.shape[1]), int(image.shape[0])
+
+
+def _read_text(path: Path, what: str) -> str:
+    """The UTF-8 text of ``path``; :class:`DatasetError` naming it when it cannot be read or is not UTF-8 text."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+        raise DatasetError(f"{path}: cannot read {what}: {exc}") from exc
+
+
+def _finite(where: str, values: Sequence[float]) -> None:
+    """:class:`DatasetError` at ``where`` unless every coordinate is finite (NaN and inf boxes are no boxes)."""
+    if not all(math.isfinite(v) for v in values):
+        raise DatasetError(f"{where}: non-finite box coordinate in {list(values)}")
 
 
 def _coco(
@@ -63,10 +84,7 @@ def deeppcb_to_coco(src_dir: str | os.PathLike[str], split_file: str | os.PathLi
     """
     src = Path(src_dir)
     split = Path(split_file)
-    try:
-        lines = split.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise DatasetError(f"{split}: cannot read split file: {exc}") from exc
+    lines = _read_text(split, "split file").splitlines()
     images: list[dict[str, Any]] = []
     annotations: list[dict[str, Any]] = []
     seen: set[str] = set()
@@ -97,10 +115,7 @@ def deeppcb_to_coco(src_dir: str | os.PathLike[str], split_file: str | os.PathLi
 
 
 def _read_deeppcb_txt(path: Path) -> list[tuple[float, float, float, float, int]]:
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise DatasetError(f"{path}: cannot read annotation file: {exc}") from exc
+    lines = _read_text(path, "annotation file").splitlines()
     out = []
     for line_no, line in enumerate(lines, start=1):
         if not line.strip():
@@ -113,6 +128,7 @@ def _read_deeppcb_txt(path: Path) -> list[tuple[float, float, float, float, int]
             kind = int(fields[4])
         except ValueError as exc:
             raise DatasetError(f"{path}:{line_no}: non-numeric field in {line!r}") from exc
+        _finite(f"{path}:{line_no}", (x1, y1, x2, y2))
         if not 1 <= kind <= len(DEEPPCB_CLASSES):
             raise DatasetError(f"{path}:{line_no}: unknown defect type {kind} (expected 1..{len(DEEPPCB_CLASSES)})")
         out.append((x1, y1, x2, y2, kind))
@@ -149,7 +165,7 @@ def _parse_voc(path: Path) -> tuple[str, int, int, list[tuple[str, float, float,
     """``(filename, width, height, [(name, x1, y1, x2, y2)], path)``; width/height 0 when absent."""
     try:
         tree = ET.parse(path)
-    except ET.ParseError as exc:
+    except (ET.ParseError, ValueError, LookupError) as exc:  # LookupError: an unknown declared encoding
         raise DatasetError(f"{path}: malformed XML: {exc}") from exc
     node = tree.getroot()
     file_name = (node.findtext("filename") or "").strip()
@@ -165,8 +181,9 @@ def _parse_voc(path: Path) -> tuple[str, int, int, list[tuple[str, float, float,
             if not name or box is None:
                 raise DatasetError(f"{path}: <object> needs <name> and <bndbox>")
             coords = [float(box.findtext(tag) or "nan") for tag in ("xmin", "ymin", "xmax", "ymax")]
+            _finite(f"{path}: object {name!r}", coords)
             objects.append((name, *coords))
-    except ValueError as exc:
+    except (ValueError, OverflowError) as exc:  # OverflowError: int(float("inf"))
         raise DatasetError(f"{path}: non-numeric size or box: {exc}") from exc
     return file_name, width, height, objects, path
 
@@ -190,7 +207,7 @@ def yolo_to_coco(labels_dir: str | os.PathLike[str], images_dir: str | os.PathLi
         txt = labels / f"{path.stem}.txt"
         if not txt.exists():
             continue
-        for line_no, line in enumerate(txt.read_text(encoding="utf-8").splitlines(), start=1):
+        for line_no, line in enumerate(_read_text(txt, "label file").splitlines(), start=1):
             if not line.strip():
                 continue
             fields = line.split()
@@ -203,6 +220,7 @@ def yolo_to_coco(labels_dir: str | os.PathLike[str], images_dir: str | os.PathLi
                 raise DatasetError(f"{txt}:{line_no}: non-numeric field in {line!r}") from exc
             if not 0 <= cls < len(names):
                 raise DatasetError(f"{txt}:{line_no}: class {cls} out of range 0..{len(names) - 1}")
+            _finite(f"{txt}:{line_no}", (cx, cy, bw, bh))
             x1, y1 = (cx - bw / 2) * width, (cy - bh / 2) * height
             x2, y2 = (cx + bw / 2) * width, (cy + bh / 2) * height
             annotations.append(_annotation(len(annotations) + 1, image_id, cls + 1, x1, y1, x2, y2))

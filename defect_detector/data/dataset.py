@@ -7,11 +7,7 @@ augmented in its original frame, then letterboxed to ``imgsz``.
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 import logging
-import math
 import os
 from collections import Counter
 from collections.abc import Sequence
@@ -22,8 +18,16 @@ from typing import Any
 import albumentations as A
 import numpy as np
 import torch
-from pycocotools.coco import COCO
 
+from defect_detector.data.coco_json import (
+    build_coco,
+    file_size,
+    is_number,
+    read_json,
+    resolve_images_root,
+    valid_annotation_entry,
+    valid_image_entry,
+)
 from defect_detector.data.errors import DatasetError
 from defect_detector.data.images import decode_gray
 from defect_detector.data.letterbox import boxes_to_letterbox, letterbox
@@ -70,7 +74,11 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
         ann_file: COCO json with ``images``, ``annotations``, ``categories``.
         images_root: folder that ``file_name`` is relative to; default: the json's ``info.images_root``
             (relative to the json's folder), else the json's folder.
-        class_names: model class order; every category name must be one of them, label = its index.
+        class_names: model class order. Categories are matched to them by name (label = the index of the
+            category's name; ids may be anything): a class with no category of its name is absent
+            (``absent_classes``; the evaluator leaves it unscored), and a category whose name is no class
+            (``unknown_categories``) is logged once, its annotations skipped and counted as "unknown category"
+            (in "error" mode: a :class:`DatasetError`).
         imgsz: letterbox size.
         transform: augmentation from :func:`defect_detector.data.transforms.build_transforms` (original frame).
         on_bad: ``"error"`` raises :class:`DatasetError` on the first bad input; ``"skip"`` drops it,
@@ -116,10 +124,19 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
         self._found: Counter[str] = Counter()
         self._warned: set[str] = set()
 
-        raw = _read_json(self.ann_file)
-        self.images_root = _resolve_images_root(self.ann_file, raw, images_root)
+        raw = read_json(self.ann_file)
+        self.images_root = resolve_images_root(self.ann_file, raw, images_root)
         self.label_to_cat_id, cat_names = self._categories(raw["categories"])
         cat_to_label = {cat_id: label for label, cat_id in self.label_to_cat_id.items()}
+        self.absent_classes = [name for label, name in enumerate(self.class_names) if label not in self.label_to_cat_id]
+        self.unknown_categories = sorted({name for name in cat_names.values() if name not in self.class_names})
+        if self.unknown_categories:
+            logger.warning(
+                "%s: categories %s are not classes of the model (%s); their annotations are skipped",
+                self.ann_file,
+                ", ".join(map(repr, self.unknown_categories)),
+                ", ".join(self.class_names),
+            )
         if reference and raw["images"] and not any(isinstance(img, dict) and "reference" in img for img in raw["images"]):
             raise DatasetError(
                 f"{self.ann_file}: no image entry has a 'reference'; a reference model needs each image's golden board "
@@ -129,7 +146,7 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
         kept_anns = self._annotations(raw["annotations"], images, dropped_ids, cat_to_label, cat_names)
 
         categories = [c for c in raw["categories"] if c["id"] in cat_to_label]
-        self.coco = _build_coco(raw.get("info", {}), list(images.values()), kept_anns, categories)
+        self.coco = build_coco(raw.get("info", {}), list(images.values()), kept_anns, categories)
         self.image_ids: list[int] = sorted(images)
         self._records = [self._record(images[i], kept_anns.get(i, []), cat_to_label) for i in self.image_ids]
         self._failed = torch.zeros(len(self._records), dtype=torch.int8).share_memory_()  # [N] load-failure code, any worker
@@ -159,7 +176,7 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
         return counts
 
     def _categories(self, categories: list[Any]) -> tuple[dict[int, int], dict[int, str]]:
-        """``label -> category id`` for the class names present, and ``category id -> name`` for all categories."""
+        """``label -> category id`` for the class names present (matched by name), and ``category id -> name`` for all."""
         label_to_cat: dict[int, int] = {}
         names: dict[int, str] = {}
         for cat in categories:
@@ -180,7 +197,7 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
         images: dict[int, dict[str, Any]] = {}
         dropped: set[int] = set()
         for img in entries:
-            if not _valid_image_entry(img):
+            if not valid_image_entry(img):
                 self._bad("malformed image entry", f"{self.ann_file}: {img!r}", "needs int id, file_name, positive int width and height")
                 continue
             where = f"{self.ann_file}: image id {img['id']}"
@@ -188,9 +205,8 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
                 self._bad("duplicate image id", where)
                 continue
             path = self.images_root / img["file_name"]
-            try:
-                size = path.stat().st_size
-            except OSError:
+            size = file_size(path)
+            if size is None:
                 self._bad("missing image file", str(path))
                 dropped.add(img["id"])
                 continue
@@ -211,9 +227,8 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
             self._bad("image has no reference", where, "a reference model needs each image entry's 'reference' file")
             return False
         path = self.images_root / name
-        try:
-            size = path.stat().st_size
-        except OSError:
+        size = file_size(path)
+        if size is None:
             self._bad("missing reference file", str(path), f"reference of {img['file_name']}")
             return False
         if size == 0:
@@ -235,10 +250,9 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
         """
         kept: dict[int, list[dict[str, Any]]] = {}
         for ann in entries:
-            if not _valid_annotation_entry(ann):
-                self._bad(
-                    "malformed annotation", f"{self.ann_file}: {ann!r}", "needs int id, image_id, category_id and a bbox of 4 numbers"
-                )
+            if not valid_annotation_entry(ann):
+                needs = "needs int id, image_id, category_id, a bbox of 4 numbers, iscrowd 0 or 1"
+                self._bad("malformed annotation", f"{self.ann_file}: {ann!r}", needs)
                 continue
             where = f"{self.ann_file}: annotation id {ann['id']}"
             if ann["image_id"] not in images:
@@ -268,7 +282,8 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
             if x2 <= x1 or y2 <= y1:
                 self._bad("box outside image", where, "no area inside the image")
                 continue
-            clean = dict(ann, bbox=[x1, y1, x2 - x1, y2 - y1], area=float(ann.get("area", (x2 - x1) * (y2 - y1))))
+            area = ann.get("area") if is_number(ann.get("area")) and ann["area"] >= 0 else (x2 - x1) * (y2 - y1)
+            clean = dict(ann, bbox=[x1, y1, x2 - x1, y2 - y1], area=float(area), iscrowd=int(ann.get("iscrowd", 0)))
             kept.setdefault(ann["image_id"], []).append(clean)
         return kept
 
@@ -368,73 +383,3 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
             "letterbox": meta,
         }
         return tensor, target
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise DatasetError(f"{path}: annotation file not found") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DatasetError(f"{path}: cannot read annotation file: {exc}") from exc
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DatasetError(f"{path}: malformed JSON: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise DatasetError(f"{path}: malformed COCO file: top level must be an object")
-    for key in ("images", "categories"):
-        if not isinstance(raw.get(key), list):
-            raise DatasetError(f"{path}: malformed COCO file: {key!r} must be a list")
-    if not isinstance(raw.setdefault("annotations", []), list):
-        raise DatasetError(f"{path}: malformed COCO file: 'annotations' must be a list")
-    return raw
-
-
-def _resolve_images_root(ann_file: Path, raw: dict[str, Any], images_root: str | os.PathLike[str] | None) -> Path:
-    if images_root is not None:
-        return Path(images_root)
-    info = raw.get("info")
-    if isinstance(info, dict) and isinstance(info.get("images_root"), str):
-        return ann_file.parent / info["images_root"]
-    return ann_file.parent
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _valid_image_entry(img: Any) -> bool:
-    return (
-        isinstance(img, dict)
-        and isinstance(img.get("id"), int)
-        and isinstance(img.get("file_name"), str)
-        and isinstance(img.get("width"), int)
-        and isinstance(img.get("height"), int)
-        and img["width"] > 0
-        and img["height"] > 0
-    )
-
-
-def _valid_annotation_entry(ann: Any) -> bool:
-    return (
-        isinstance(ann, dict)
-        and all(isinstance(ann.get(k), int) for k in ("id", "image_id", "category_id"))
-        and isinstance(ann.get("bbox"), (list, tuple))
-        and len(ann["bbox"]) == 4
-        and all(_is_number(v) for v in ann["bbox"])
-    )
-
-
-def _build_coco(info: Any, images: list[dict[str, Any]], anns: dict[int, list[dict[str, Any]]], categories: list[dict[str, Any]]) -> COCO:
-    """A pycocotools index over the validated entries (its progress prints silenced)."""
-    coco = COCO()
-    coco.dataset = {
-        "info": info,
-        "images": sorted(images, key=lambda img: img["id"]),
-        "annotations": [a for i in sorted(anns) for a in anns[i]],
-        "categories": categories,
-    }
-    with contextlib.redirect_stdout(io.StringIO()):
-        coco.createIndex()
-    return coco

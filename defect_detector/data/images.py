@@ -51,13 +51,15 @@ def to_gray_uint8(image: np.ndarray) -> tuple[np.ndarray, list[str]]:
     return np.ascontiguousarray(image), kinds
 
 
-def has_colour(image: np.ndarray) -> bool:
-    """Whether a BGR / BGRA image's colour channels differ (sampled every 4th pixel): False for grayscale content
-    stored as BGR (every video decoder's output, many scanners' files), and for ``[H, W]`` / ``[H, W, 1|2]``."""
+def has_colour(image: np.ndarray, tolerance: float = 8 / 255) -> bool:
+    """Whether a BGR / BGRA image's colour channels differ by more than ``tolerance`` of full scale anywhere (sampled
+    every 4th pixel): False for grayscale content stored as BGR (every video decoder's output, many scanners' files;
+    lossy codecs leave channels a few levels apart) and for ``[H, W]`` / ``[H, W, 1|2]``."""
     if image.ndim != 3 or image.shape[2] < 3:
         return False
-    sample = image[::4, ::4]
-    return not (np.array_equal(sample[..., 0], sample[..., 1]) and np.array_equal(sample[..., 0], sample[..., 2]))
+    sample = image[::4, ::4, :3].astype(np.int32)
+    limit = tolerance * (65535 if image.dtype == np.uint16 else 255)
+    return bool(np.abs(sample[..., 1:] - sample[..., :1]).max(initial=0) > limit)
 
 
 class ConversionNotice:

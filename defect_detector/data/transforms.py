@@ -187,7 +187,7 @@ def build_transforms(cfg: AugmentConfig | None, train: bool, seed: int | None = 
     """The training augmentation pipeline for ``cfg``, or None (evaluation, no config, or nothing enabled).
 
     ``seed`` fixes albumentations' own random state (it ignores numpy/random global seeds);
-    :func:`defect_detector.data.collate.build_loader` reseeds it per worker. The inversion of
+    :func:`defect_detector.data.collate.build_loader` reseeds it per sample from ``(seed, epoch, index)``. The inversion of
     negatives runs last, after the photometric steps, as it always has.
     """
     if not train or cfg is None:

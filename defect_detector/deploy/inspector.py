@@ -34,6 +34,7 @@ from defect_detector.deploy.outputs import Outputs
 from defect_detector.deploy.references import ReferenceError, References
 from defect_detector.deploy.runtime import Detections, Runtime
 from defect_detector.deploy.sources import Frame, FrameSource, open_source
+from defect_detector.devices import default_threads
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
 from defect_detector.monitor.alerts import STAGES, AlertRouter
 from defect_detector.monitor.drift import DriftEvent
@@ -115,11 +116,13 @@ class Inspector:
         metrics_addr: str = "0.0.0.0",
     ) -> Inspector:
         """Load weights (None: the bundled model; with ``reference``, the bundled golden-template model) and set
-        up registration and monitoring. ``tta``: test-time augmentation (``flip2``, ``flip4``, ``d8``: that many
+        up registration and monitoring. ``threads``: torch CPU threads (None: the cores free now,
+        :func:`~defect_detector.devices.default_threads`). ``tta``: test-time augmentation (``flip2``, ``flip4``, ``d8``: that many
         model passes per frame; default one). ``tile``: None chooses from the model's recorded pixel scale,
         True / False force tiling / letterboxing. Monitoring: see :func:`build_monitoring`; ``baseline``
         overrides the one the weights carry. Raises ``FileNotFoundError`` / ``ValueError`` with one clear line."""
         weights = weights or (DEFAULT_REFERENCE_WEIGHTS if reference else None)
+        threads = default_threads() if threads is None else threads
         runtime = Runtime.load(weights, device=device, threads=threads, tta=tta)
         references = References(reference) if reference else None
         router = build_monitoring(

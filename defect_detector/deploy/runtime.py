@@ -40,8 +40,9 @@ from defect_detector.data.letterbox import LetterboxMeta, letterbox
 from defect_detector.data.tiles import EDGE_MARGIN, TileRecord, crop_tiles, merge_tile_detections, plan_tiles, pool_tile_stats
 from defect_detector.deploy.export import FORMAT_VERSION, META_FILE, DeployModel, ExportError, build_meta, quiet_jit, trace_deploy_model
 from defect_detector.deploy.frames import gray_planes
+from defect_detector.deploy.meta import check_outputs, parse_meta
 from defect_detector.deploy.onednn import onednn_available
-from defect_detector.devices import default_threads, resolve_device
+from defect_detector.devices import resolve_device
 from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, is_torchscript_archive, load_checkpoint
 from defect_detector.model.postprocess import postprocess
 from defect_detector.model.tta import orientations, tta_forward
@@ -57,6 +58,10 @@ letterboxed whole, within the range scale augmentation and defect sizes already 
 TILE_OVERLAP = 96
 """Least overlap of neighbouring tiles, in model-input pixels (``round(96 / pixel_scale)`` original pixels):
 wider than DeepPCB's defects (99% of the training boxes are under ~80 px), so each lies whole in some tile."""
+
+SHRINK_WARNING = 8.0
+"""Letterboxing a frame whole to over this many times smaller (per side) is logged once per runtime as a warning:
+defects then shrink below what the model was trained on (tiling, ``predict --tile``, keeps their scale)."""
 
 MAX_BATCH = 32
 """Most model inputs (letterboxed frames or tiles, before test-time augmentation) per model call on an accelerator:
@@ -101,7 +106,8 @@ def archive_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         with zipfile.ZipFile(path) as archive:
             name = next((n for n in archive.namelist() if n.endswith(f"/extra/{META_FILE}")), None)
-            return json.loads(archive.read(name)) if name else {}
+            meta = json.loads(archive.read(name)) if name else {}
+            return meta if isinstance(meta, dict) else {}
     except (zipfile.BadZipFile, OSError, ValueError):
         return {}
 
@@ -136,6 +142,7 @@ class Runtime:
         scale = meta.get("pixel_scale")
         self.pixel_scale: float | None = float(scale) if scale is not None else None
         self.set_tta("none")
+        self._shrink_warned = False
 
     @classmethod
     def load(
@@ -153,8 +160,8 @@ class Runtime:
 
         ``device``: ``auto`` | ``cpu`` | ``cuda[:N]``. ``half``: ``auto`` runs float16 on CUDA (a checkpoint is
         converted; an artifact must have been exported with ``--half``) and float32 on the CPU; ``True``
-        forces float16, ``False`` float32. ``threads`` sets ``torch.set_num_threads`` (None: the cores actually free,
-        :func:`~defect_detector.devices.default_threads`). ``monitor_layers``,
+        forces float16, ``False`` float32. ``threads`` sets ``torch.set_num_threads`` (None: leaves it as it is;
+        ``Inspector.load`` and ``predict`` choose the cores actually free). ``monitor_layers``,
         ``imgsz`` and ``trace`` apply to checkpoints only (an artifact fixes them at export). With ``trace``, a
         checkpoint run in float32 on the CPU is traced and frozen at load, as ``export`` does (checked against
         the eager model; a few seconds at 640), with conv + SiLU as oneDNN kernels where this torch build has
@@ -165,10 +172,10 @@ class Runtime:
         path = Path(weights) if weights is not None else DEFAULT_WEIGHTS
         if not path.is_file():
             raise FileNotFoundError(f"{path}: weights file not found")
-        threads = default_threads() if threads is None else threads
-        if threads < 1:
-            raise ValueError(f"threads must be >= 1, got {threads}")
-        torch.set_num_threads(threads)
+        if threads is not None:
+            if threads < 1:
+                raise ValueError(f"threads must be >= 1, got {threads}")
+            torch.set_num_threads(threads)
         if tta is not None:
             orientations(tta)
         resolved = resolve_device(device)
@@ -205,11 +212,14 @@ class Runtime:
         if exported_half and device.type == "cpu":
             log.warning("%s: float16 artifact on the CPU runs slowly; export without --half for CPU use", path)
         module.eval()
-        return cls(module, meta, device, torch.float16 if exported_half else torch.float32, "torchscript", path)
+        runtime = cls(module, meta, device, torch.float16 if exported_half else torch.float32, "torchscript", path)
+        check_outputs(runtime)  # a forged meta.json fails here, naming the key, not at the first frame
+        return runtime
 
     @staticmethod
     def _read_torchscript(path: Path, device: torch.device) -> tuple[torch.jit.ScriptModule, dict[str, Any]]:
-        """``torch.jit.load`` onto ``device`` with its ``meta.json``; ``ValueError`` naming ``path`` when either is missing."""
+        """``torch.jit.load`` onto ``device`` with its ``meta.json``; ``ValueError`` naming ``path`` when either is missing
+        or a key of the meta is malformed (:func:`~defect_detector.deploy.meta.parse_meta`)."""
         extra = {META_FILE: ""}
         try:
             with quiet_jit():
@@ -218,7 +228,7 @@ class Runtime:
             raise ValueError(f"{path}: not a loadable TorchScript archive: {exc}") from exc
         if not extra[META_FILE]:
             raise ValueError(f"{path}: TorchScript archive without {META_FILE}; export it with `defect-detector export`")
-        return module, json.loads(extra[META_FILE])
+        return module, parse_meta(path, extra[META_FILE])
 
     @classmethod
     def _load_checkpoint(
@@ -372,6 +382,7 @@ class Runtime:
             raise ValueError(f"need 0 <= conf <= 1, 0 <= iou <= 1 and max_det >= 1, got conf={conf}, iou={iou}, max_det={max_det}")
         start = time.perf_counter()
         batch, metas, records = self._prepare(frames, references, tile)
+        self._warn_shrink(frames, records)
         self._sync()
         t_pre = time.perf_counter()
         chunk = MAX_BATCH_CPU if self.device.type == "cpu" else MAX_BATCH
@@ -420,6 +431,21 @@ class Runtime:
             out.append((merge_tile_detections(rows[tiles], record, iou, max_det, margin), pool_tile_stats(stats[tiles]), metas[first]))
             first += len(record)
         return out
+
+    def _warn_shrink(self, frames: Sequence[np.ndarray], records: list[TileRecord | None]) -> None:
+        """Warn once when a frame letterboxed whole shrinks more than :data:`SHRINK_WARNING` times."""
+        for frame, record in zip(frames, records):
+            factor = max(frame.shape[:2]) / self.imgsz
+            if record is None and factor > SHRINK_WARNING and not self._shrink_warned:
+                self._shrink_warned = True
+                h, w = frame.shape[:2]
+                log.warning(
+                    "%dx%d frame letterboxed whole to %d: shrunk %.0fx, and its defects with it; --tile keeps their scale",
+                    w,
+                    h,
+                    self.imgsz,
+                    factor,
+                )
 
     def _sync(self) -> None:
         if self.device.type == "cuda":

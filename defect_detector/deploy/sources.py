@@ -271,12 +271,7 @@ class FrameSource:
     def _read_capture(self) -> Iterator[Frame]:
         """Frames of a video file (until its end) or of a live stream (reopened after failures)."""
         name = Path(self.source).name if self.kind == "video" else (f"camera{self.target}" if self.kind == "camera" else self.source)
-        capture = self._open_capture()
-        if capture is None and not self.is_stream:
-            raise ValueError(f"{self.source}: cannot open video file")
-        if not self.is_stream:
-            count = float(capture.get(cv2.CAP_PROP_FRAME_COUNT) or 0.0)
-            self.stats.expected_frames = int(count) if np.isfinite(count) and count > 0 else 0
+        capture = self._first_capture()
         index = 0
         gap_start: float | None = None if capture is not None else time.time()
         gap_reason = "open failed"
@@ -325,18 +320,33 @@ class FrameSource:
                         "%s: stream resumed after a %.2f s gap (%s, %d attempts)", self.source, gap.seconds, gap.reason, gap.attempts
                     )
                     gap_start, attempts = None, 0
-                timestamp = capture.get(cv2.CAP_PROP_POS_MSEC) / 1000.0 if self.kind == "video" else time.time()
-                try:
-                    gray, kinds = to_gray_uint8(image)
-                    self.conversions.note(image, kinds, f"{name} frame {index}")
-                    error = None
-                except DatasetError as exc:
-                    gray, error = None, f"frame {index}: {exc}"
-                yield Frame(index, gray, self.source, name, timestamp, error, (time.perf_counter() - start) * 1000.0)
+                yield self._frame(capture, image, index, name, start)
                 index += 1
         finally:
             if capture is not None:
                 capture.release()
+
+    def _first_capture(self) -> Capture | None:
+        """The first open of the capture: a video file that does not open is an error (a stream retries), and records
+        the frame count its header gives."""
+        capture = self._open_capture()
+        if capture is None and not self.is_stream:
+            raise ValueError(f"{self.source}: cannot open video file (truncated or corrupt, or a codec this OpenCV build lacks)")
+        if not self.is_stream:
+            count = float(capture.get(cv2.CAP_PROP_FRAME_COUNT) or 0.0)
+            self.stats.expected_frames = int(count) if np.isfinite(count) and count > 0 else 0
+        return capture
+
+    def _frame(self, capture: Capture, image: np.ndarray, index: int, name: str, start: float) -> Frame:
+        """The :class:`Frame` of a decoded capture image (an error frame when it cannot be converted to gray)."""
+        timestamp = capture.get(cv2.CAP_PROP_POS_MSEC) / 1000.0 if self.kind == "video" else time.time()
+        try:
+            gray, kinds = to_gray_uint8(image)
+            self.conversions.note(image, kinds, f"{name} frame {index}")
+            error = None
+        except DatasetError as exc:
+            gray, error = None, f"frame {index}: {exc}"
+        return Frame(index, gray, self.source, name, timestamp, error, (time.perf_counter() - start) * 1000.0)
 
     def _check_end(self, read: int) -> None:
         """At the end of a video file: warn when fewer than its header's frame count were read."""

@@ -4,6 +4,10 @@ Predictions are the postprocess output: one dict per image with ``boxes``
 (xyxy, original-image pixels), ``scores`` and ``labels`` (0..C-1). Ground truth
 comes from the dataset's pycocotools ``COCO`` object, in original pixels.
 COCO xywh exists only inside :func:`to_coco_results`.
+
+Classes are matched to the json's categories by name (the dataset's ``label_to_cat_id``, whatever the ids). A
+model class absent from the json (not among its categories, so not annotated) is not scored: its detections are
+left out of every metric, mAP averages over the classes present, and ``absent_classes`` names the others.
 """
 
 from __future__ import annotations
@@ -66,11 +70,14 @@ def _decoded_pass(model: torch.nn.Module, points: torch.Tensor, strides: torch.T
 
 
 def to_coco_results(predictions: Predictions, label_to_cat_id: Mapping[int, int]) -> list[dict]:
-    """Predictions -> pycocotools result list (``bbox`` in COCO xywh, original pixels)."""
+    """Predictions -> pycocotools result list (``bbox`` in COCO xywh, original pixels); detections of a label
+    without a category (a class absent from the json) are left out."""
     out = []
     for image_id, pred in predictions.items():
         xywh = xyxy_to_xywh(pred["boxes"]).tolist()
         for box, score, label in zip(xywh, pred["scores"].tolist(), pred["labels"].tolist()):
+            if label not in label_to_cat_id:
+                continue
             out.append(
                 {"image_id": image_id, "category_id": label_to_cat_id[label], "bbox": [round(v, 2) for v in box], "score": round(score, 5)}
             )
@@ -81,30 +88,50 @@ def coco_map(coco_gt: COCO, predictions: Predictions, label_to_cat_id: Mapping[i
     """COCO box mAP via ``COCOeval`` over the images in ``predictions``.
 
     Returns ``map50``, ``map50_95``, ``per_class`` ``{name: AP@0.5}`` (NaN-free:
-    classes without ground truth are left out) and ``pr_curve`` float32
-    ``[101, C]`` (precision at 101 recall points, IoU 0.5, -1 = no ground truth).
+    classes without ground truth are left out), ``absent_classes`` (classes with no category in the json, not
+    scored) and ``pr_curve`` float32 ``[101, C]`` (precision at 101 recall points, IoU 0.5, -1 = no ground truth).
     """
     num_classes = len(class_names)
-    empty = {"map50": 0.0, "map50_95": 0.0, "per_class": {}, "pr_curve": -np.ones((101, num_classes), np.float32)}
+    absent = [name for label, name in enumerate(class_names) if label not in label_to_cat_id]
+    pr50 = -np.ones((101, num_classes), np.float32)
+    empty = {"map50": 0.0, "map50_95": 0.0, "per_class": {}, "absent_classes": absent, "pr_curve": pr50}
     results = to_coco_results(predictions, label_to_cat_id)
     if not results:
         return empty
+    cat_ids = sorted(set(label_to_cat_id.values()))  # COCOeval orders its classes by category id
+    cat_to_label = {c: label for label, c in label_to_cat_id.items()}
     with contextlib.redirect_stdout(io.StringIO()):
         coco_dt = coco_gt.loadRes(results)
         evaluator = COCOeval(coco_gt, coco_dt, iouType="bbox")
         evaluator.params.imgIds = sorted(predictions)
-        evaluator.params.catIds = [label_to_cat_id[i] for i in range(num_classes)]
+        evaluator.params.catIds = cat_ids
         evaluator.evaluate()
         evaluator.accumulate()
         evaluator.summarize()
-    precision = evaluator.eval["precision"]  # [T iou, R recall, K classes, A areas, M maxDets]
-    pr50 = precision[0, :, :, 0, -1].astype(np.float32)  # [101, K]
+    precision = evaluator.eval["precision"]  # [T iou, R recall, K classes (by category id), A areas, M maxDets]
+    pr50[:, [cat_to_label[c] for c in cat_ids]] = precision[0, :, :, 0, -1]  # [101, C] in label order
     per_class = {}
     for k, name in enumerate(class_names):
         column = pr50[:, k]
         if (column > -1).any():
             per_class[name] = float(column[column > -1].mean())
-    return {"map50": float(evaluator.stats[1]), "map50_95": float(evaluator.stats[0]), "per_class": per_class, "pr_curve": pr50}
+    return {
+        "map50": float(evaluator.stats[1]),
+        "map50_95": float(evaluator.stats[0]),
+        "per_class": per_class,
+        "absent_classes": absent,
+        "pr_curve": pr50,
+    }
+
+
+def scored_predictions(predictions: Predictions, label_to_cat_id: Mapping[int, int]) -> Predictions:
+    """``predictions`` without the detections of labels that have no category in the json (absent classes)."""
+    labels = torch.tensor(sorted(label_to_cat_id), dtype=torch.int64)
+    out: Predictions = {}
+    for image_id, pred in predictions.items():
+        keep = torch.isin(pred["labels"].to(torch.int64).cpu(), labels)
+        out[image_id] = pred if bool(keep.all()) else {k: v[keep] for k, v in pred.items()}
+    return out
 
 
 def image_groups(coco_gt: COCO, image_ids: Sequence[int]) -> dict[str, list[int]]:
@@ -278,8 +305,10 @@ def evaluate_predictions(
     coco_gt: COCO, predictions: Predictions, label_to_cat_id: Mapping[int, int], class_names: Sequence[str], f1_conf: float
 ) -> dict:
     """All metrics for one prediction set; keys per DESIGN.md's ``val --out`` (``operating_points``:
-    :func:`operating_points` at recall 0.99 and 0.995) plus extras (``pr_curve``, ``confusion``, DeepPCB counts)."""
+    :func:`operating_points` at recall 0.99 and 0.995) plus extras (``pr_curve``, ``confusion``, DeepPCB counts).
+    Detections of classes absent from the json (no ``label_to_cat_id`` entry) are left out of every metric."""
     cat_id_to_label = {c: label for label, c in label_to_cat_id.items()}
+    predictions = scored_predictions(predictions, label_to_cat_id)
     metrics = coco_map(coco_gt, predictions, label_to_cat_id, class_names)
     f1 = deeppcb_f1(coco_gt, predictions, cat_id_to_label, f1_conf)
     metrics.update(

@@ -5,14 +5,13 @@ a one-line message naming the file or key and what to do; the run folder's files
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import os
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,80 +20,33 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.swa_utils import AveragedModel
-from torch.utils.data.distributed import DistributedSampler
 from tqdm import tqdm
 
 from defect_detector.config import Config
-from defect_detector.data.collate import build_loader
 from defect_detector.data.dataset import CocoDetectionDataset
-from defect_detector.data.transforms import build_pair_transforms, build_transforms
 from defect_detector.devices import default_threads, resolve_device
 from defect_detector.engine import plots
 from defect_detector.engine.errors import NonFiniteLossError, TrainingError
 from defect_detector.engine.evaluate import evaluate_predictions, predict_dataset
+from defect_detector.engine.run_data import build_datasets, build_loaders, has_ground_truth, with_pixel_scale
 from defect_detector.engine.run_files import check_resume_config, commit_epoch, prepare_run_dir, read_resume_checkpoint
-from defect_detector.model.checkpoint import load_matching_weights
-from defect_detector.model.detector import TinyDetector, build_model
+from defect_detector.engine.state import (
+    StepState,
+    Training,
+    build_training,
+    checkpoint_dict,
+    is_main,
+    lr_factor,
+    resolve_amp,
+    restore_training,
+)
+from defect_detector.model.detector import TinyDetector
 from defect_detector.model.loss import DetectionLoss
 from defect_detector.model.postprocess import make_anchor_points
 
-__all__ = ["NonFiniteLossError", "TrainingError", "fit", "train_one_epoch"]
+__all__ = ["NonFiniteLossError", "TrainingError", "fit", "lr_factor", "train_one_epoch", "with_pixel_scale"]
 
 log = logging.getLogger("defect_detector.train")
-
-
-@dataclass
-class StepState:
-    """Counters that persist across epochs (and into checkpoints)."""
-
-    bad_steps: int = 0
-    optimizer_steps: int = 0
-    history: list[dict[str, Any]] = field(default_factory=list)
-
-
-def resolve_amp(amp: str, device: torch.device) -> torch.dtype | None:
-    """Autocast dtype: 'auto' = float16 on CUDA and off on CPU (bfloat16 measured slower
-    than float32 for this depthwise model on a 2-core CPU); 'bf16'/'fp16' force it; 'off' = None."""
-    if amp == "off":
-        return None
-    if amp == "bf16":
-        return torch.bfloat16
-    if amp == "fp16" or (amp == "auto" and device.type == "cuda"):
-        return torch.float16
-    return None
-
-
-def build_optimizer(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
-    """AdamW; weight decay on conv/linear weights only (not on BatchNorm or biases)."""
-    decay, no_decay = [], []
-    for param in model.parameters():
-        (decay if param.ndim > 1 else no_decay).append(param)
-    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}], lr=lr)
-
-
-def lr_factor(step: int, total_steps: int, warmup_steps: int, min_ratio: float) -> float:
-    """Linear warmup from ~0 to 1 over ``warmup_steps``, then cosine decay to ``min_ratio``."""
-    if step < warmup_steps:
-        return (step + 1) / warmup_steps
-    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
-    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-
-
-def make_ema(model: torch.nn.Module, decay: float) -> AveragedModel:
-    """Exponential moving average of weights and buffers, with the usual warm-up
-    ``min(decay, (1 + n) / (10 + n))`` so early averages are not dominated by the initial weights."""
-
-    def ema_update(ema_params: list[torch.Tensor], params: list[torch.Tensor], num_averaged: torch.Tensor) -> None:
-        n = float(num_averaged)
-        beta = min(decay, (1 + n) / (10 + n))
-        floats = [(e, p) for e, p in zip(ema_params, params) if e.is_floating_point()]
-        if floats:
-            torch._foreach_lerp_([e for e, _ in floats], [p for _, p in floats], 1.0 - beta)
-        for e, p in zip(ema_params, params):
-            if not e.is_floating_point():
-                e.copy_(p)
-
-    return AveragedModel(model, multi_avg_fn=ema_update, use_buffers=True)
 
 
 def train_one_epoch(
@@ -187,10 +139,6 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _is_main() -> bool:
-    return not dist.is_initialized() or dist.get_rank() == 0
-
-
 def _init_distributed() -> bool:
     """Join the process group when launched by torchrun (``WORLD_SIZE`` > 1)."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
@@ -198,47 +146,6 @@ def _init_distributed() -> bool:
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     dist.init_process_group(backend=backend)
     return True
-
-
-def _build_datasets(cfg: Config) -> tuple[CocoDetectionDataset, CocoDetectionDataset | None]:
-    """Training and (if configured) validation datasets; reference models read image + reference pairs."""
-    train_size = cfg.augment.crop_size or cfg.data.imgsz
-    pairs = cfg.model.in_channels == 2
-    transform = build_pair_transforms(cfg.augment, train=True) if pairs else build_transforms(cfg.augment, train=True)
-    train_set = CocoDetectionDataset(
-        cfg.data.train,
-        cfg.data.train_images,
-        cfg.data.class_names,
-        train_size,
-        transform,
-        cfg.data.on_bad_sample,
-        reference=pairs,
-        register=pairs and cfg.data.register_train,
-    )
-    val_set = None
-    if cfg.data.val:
-        val_set = CocoDetectionDataset(
-            cfg.data.val,
-            cfg.data.val_images,
-            cfg.data.class_names,
-            cfg.data.imgsz,
-            None,
-            cfg.data.on_bad_sample,
-            reference=pairs,
-            register=pairs and cfg.data.register_val,
-        )
-    return train_set, val_set
-
-
-def with_pixel_scale(cfg: Config, sizes: Sequence[tuple[int, int]]) -> Config:
-    """``cfg`` with ``data.pixel_scale`` resolved when it is None: the scale (model input pixels per original pixel)
-    at which training samples reach the model. With ``augment.crop_size`` crops are cut at full resolution and
-    letterboxed to their own size: 1.0. Otherwise the median over the training images' ``(height, width)`` ``sizes``
-    of the letterbox scale ``min(imgsz / h, imgsz / w)``. Unchanged when already set or without images."""
-    if cfg.data.pixel_scale is not None or not sizes:
-        return cfg
-    scale = 1.0 if cfg.augment.crop_size > 0 else float(np.median([min(cfg.data.imgsz / h, cfg.data.imgsz / w) for h, w in sizes]))
-    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, pixel_scale=scale))
 
 
 def validate(
@@ -253,83 +160,6 @@ def validate(
     predictions = predict_dataset(model, loader, device, cfg.eval.conf, cfg.eval.nms_iou, cfg.eval.max_det, progress)
     metrics = evaluate_predictions(val_set.coco, predictions, val_set.label_to_cat_id, cfg.data.class_names, cfg.eval.f1_conf)
     return metrics, predictions
-
-
-@dataclass
-class Training:
-    """What a run trains and its optimisation state: the model, its EMA, optimizer, LR schedule, AMP scaler,
-    loss, counters, the best validation mAP so far and the first epoch to train."""
-
-    model: TinyDetector
-    ema: AveragedModel
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LRScheduler
-    scaler: torch.amp.GradScaler
-    criterion: DetectionLoss
-    state: StepState = field(default_factory=StepState)
-    best_map: float = -1.0
-    start_epoch: int = 0
-
-
-def build_training(cfg: Config, device: torch.device, steps_per_epoch: int, amp_dtype: torch.dtype | None, init: bool) -> Training:
-    """A fresh :class:`Training` for ``cfg`` (``init``: from ``train.init_weights`` when set)."""
-    model = build_model(cfg.model, len(cfg.data.class_names))
-    if init and cfg.train.init_weights:
-        loaded, skipped = load_matching_weights(model, cfg.train.init_weights)
-        if _is_main():
-            log.info("initialised %d tensors from %s; %d kept fresh (shape or name differs)", len(loaded), cfg.train.init_weights, len(skipped))
-    model = model.to(device).to(memory_format=torch.channels_last)
-    optimizer = build_optimizer(model, cfg.train.lr, cfg.train.weight_decay)
-    total_steps = steps_per_epoch * cfg.train.epochs
-    warmup_steps = int(cfg.train.warmup_epochs * steps_per_epoch)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, total_steps, warmup_steps, cfg.train.min_lr_ratio))
-    scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
-    return Training(model, make_ema(model, cfg.train.ema_decay), optimizer, scheduler, scaler, DetectionLoss(len(cfg.data.class_names)))
-
-
-def checkpoint_dict(training: Training, epoch: int, cfg: Config, metrics: dict) -> dict[str, Any]:
-    """A checkpoint of tensors and plain values only, readable with ``torch.load(weights_only=True)``."""
-    t = training
-    return {
-        "model": t.model.state_dict(),
-        "ema": t.ema.module.state_dict(),
-        "ema_updates": int(t.ema.n_averaged),
-        "optimizer": t.optimizer.state_dict(),
-        "scaler": t.scaler.state_dict(),
-        "scheduler": t.scheduler.state_dict(),
-        "epoch": epoch,
-        "config": cfg.to_dict(),
-        "class_names": list(cfg.data.class_names),
-        "metrics": metrics,
-        "best_map50_95": t.best_map,
-        "bad_steps": t.state.bad_steps,
-        "optimizer_steps": t.state.optimizer_steps,
-        "history": t.state.history,
-        "threads": torch.get_num_threads(),
-    }
-
-
-def restore_training(training: Training, ckpt: dict[str, Any], path: Path) -> None:
-    """Load a ``--resume`` checkpoint into ``training``; the run goes on at the epoch after ``ckpt["epoch"]``."""
-    t = training
-    try:
-        t.model.load_state_dict(ckpt["model"])
-        t.ema.module.load_state_dict(ckpt["ema"])
-        t.optimizer.load_state_dict(ckpt["optimizer"])
-        t.scaler.load_state_dict(ckpt["scaler"])
-        t.scheduler.load_state_dict(ckpt["scheduler"])
-    except (RuntimeError, ValueError, KeyError) as exc:
-        raise TrainingError(f"{path}: its state does not fit this run's model and optimizer ({str(exc).splitlines()[0]})") from exc
-    t.ema.n_averaged.fill_(ckpt["ema_updates"])
-    t.start_epoch, t.best_map = ckpt["epoch"] + 1, ckpt.get("best_map50_95", -1.0)
-    t.state = StepState(ckpt.get("bad_steps", 0), ckpt.get("optimizer_steps", 0), list(ckpt["history"]))
-    if ckpt.get("threads", torch.get_num_threads()) != torch.get_num_threads():
-        log.warning(
-            "%s was trained with %d threads, this run uses %d: results match an uninterrupted run only at the same count (--threads)",
-            path,
-            ckpt["threads"],
-            torch.get_num_threads(),
-        )
 
 
 @dataclass
@@ -351,43 +181,35 @@ class _Run:
     unreadable: int = 0
 
 
-def _set_threads(threads: int | None, distributed: bool) -> int:
-    """``torch.set_num_threads``: ``threads``, else (and not under torchrun, which sets ``OMP_NUM_THREADS``) the
-    cores actually free (:func:`~defect_detector.devices.default_threads`). Returns the count in use."""
+def _set_threads(threads: int | None) -> None:
+    """``torch.set_num_threads``: ``threads``, else the cores actually free (:func:`~defect_detector.devices.default_threads`)."""
     if threads is not None and threads < 1:
         raise TrainingError(f"--threads must be >= 1, got {threads}")
-    if threads is None and not distributed:
-        threads = default_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    return torch.get_num_threads()
+    torch.set_num_threads(threads if threads is not None else default_threads())
 
 
-def _has_ground_truth(val_set: CocoDetectionDataset | None) -> bool:
-    """Whether validation can measure mAP: a validation set with images and annotations (warned once if not)."""
-    if val_set is None:
-        return False
-    if len(val_set) and val_set.coco.dataset["annotations"]:
-        return True
-    if _is_main():
-        log.warning(
-            "%s: no annotated validation images, so mAP cannot be measured: validation is skipped and best.pt is the latest epoch",
-            val_set.ann_file,
-        )
-    return False
-
-
-def _build_loaders(cfg: Config, train_set: CocoDetectionDataset, val_set: CocoDetectionDataset | None, device: torch.device, distributed: bool):
-    """Training loader (``DistributedSampler`` under DDP) and, on the main process, the validation loader."""
-    sampler = None
-    if distributed:
-        sampler = DistributedSampler(train_set, dist.get_world_size(), dist.get_rank(), shuffle=True, seed=cfg.seed, drop_last=True)
-    workers, batch = cfg.data.workers, cfg.train.batch_size
-    train_loader = build_loader(train_set, batch, train=True, workers=workers, seed=cfg.seed, device_type=device.type, sampler=sampler)
-    val_loader = None
-    if val_set is not None and _is_main():
-        val_loader = build_loader(val_set, batch, train=False, workers=workers, seed=cfg.seed, device_type=device.type)
-    return train_loader, val_loader
+def _open_run(
+    cfg: Config, run_dir: Path, resume: bool, exist_ok: bool, device: torch.device
+) -> tuple[Config, dict[str, Any] | None, CocoDetectionDataset, CocoDetectionDataset | None]:
+    """Check everything before writing anything, then prepare ``run_dir``: the resume checkpoint (read with the
+    checked loader), the datasets (a training set with no readable image is an error), ``data.pixel_scale`` and
+    the resume config check. Returns the resolved config, the checkpoint (None for a new run) and the datasets."""
+    last_path = run_dir / "weights" / "last.pt"
+    ckpt = read_resume_checkpoint(last_path, device) if resume else None
+    if not resume and not exist_ok and is_main() and last_path.exists():
+        raise FileExistsError(f"{run_dir} already holds a run: pass --resume to continue it, --exist-ok to replace it, or name=NEW")
+    seed_everything(cfg.seed)
+    train_set, val_set = build_datasets(cfg)
+    if len(train_set) == 0:
+        raise TrainingError(f"{cfg.data.train}: no readable training images ({train_set.report()})")
+    cfg = with_pixel_scale(cfg, [(img["height"], img["width"]) for img in train_set.coco.imgs.values()])
+    if ckpt is not None:
+        check_resume_config(cfg, ckpt["config"], last_path)
+    if is_main():
+        prepare_run_dir(run_dir, cfg, ckpt["history"] if ckpt is not None else None)
+        log.info("train: %d images (%s); val: %d images", len(train_set), train_set.report(), len(val_set) if val_set else 0)
+        log.info("torch threads: %d", torch.get_num_threads())
+    return cfg, ckpt, train_set, val_set
 
 
 def fit(
@@ -415,31 +237,17 @@ def fit(
     """
     distributed = _init_distributed()
     device = resolve_device(cfg.train.device)
-    _set_threads(threads, distributed)
+    _set_threads(threads)
     run_dir = Path(cfg.out_dir) / cfg.name
     last_path = run_dir / "weights" / "last.pt"
-    ckpt = read_resume_checkpoint(last_path, device) if resume else None
-    if not resume and not exist_ok and _is_main() and last_path.exists():
-        raise FileExistsError(f"{run_dir} already holds a run: pass --resume to continue it, --exist-ok to replace it, or name=NEW")
-
-    seed_everything(cfg.seed)
-    train_set, val_set = _build_datasets(cfg)
-    if len(train_set) == 0:
-        raise TrainingError(f"{cfg.data.train}: no readable training images ({train_set.report()})")
-    cfg = with_pixel_scale(cfg, [(img["height"], img["width"]) for img in train_set.coco.imgs.values()])
-    if ckpt is not None:
-        check_resume_config(cfg, ckpt["config"], last_path)
-    if _is_main():
-        prepare_run_dir(run_dir, cfg, ckpt["history"] if ckpt is not None else None)
-        log.info("train: %d images (%s); val: %d images", len(train_set), train_set.report(), len(val_set) if val_set else 0)
-        log.info("torch threads: %d", torch.get_num_threads())
-    val_set = val_set if _has_ground_truth(val_set) else None
-    train_loader, val_loader = _build_loaders(cfg, train_set, val_set, device, distributed)
+    cfg, ckpt, train_set, val_set = _open_run(cfg, run_dir, resume, exist_ok, device)
+    val_set = val_set if has_ground_truth(val_set) else None
+    train_loader, val_loader = build_loaders(cfg, train_set, val_set, device, distributed)
     amp_dtype = resolve_amp(cfg.train.amp, device)
     training = build_training(cfg, device, math.ceil(len(train_loader) / cfg.train.accumulate), amp_dtype, init=ckpt is None)
     if ckpt is not None:
         restore_training(training, ckpt, last_path)
-        if _is_main():
+        if is_main():
             log.info("resumed from %s at epoch %d", last_path, training.start_epoch + 1)
     train_model = DistributedDataParallel(training.model) if distributed else training.model
     world = dist.get_world_size() if distributed else 1
@@ -451,7 +259,7 @@ def fit(
         _run_epoch(run, epoch)
         if distributed:
             dist.barrier()
-    if _is_main():
+    if is_main():
         log.info("training took %.1f s", time.perf_counter() - run_start)
     if distributed:
         dist.destroy_process_group()
@@ -472,7 +280,7 @@ def _run_epoch(run: _Run, epoch: int) -> None:
         metrics, predictions = validate(t.ema.module, run.val_loader, run.val_set, cfg, run.device, run.progress)
         record.update({k: metrics[k] for k in ("map50", "map50_95", "f1_iou033", "precision", "recall")})
         record["per_class"] = metrics["per_class"]
-    if not _is_main():
+    if not is_main():
         return
     t.state.history.append(record)
     improved = bool(metrics) and metrics["map50_95"] > t.best_map
@@ -488,32 +296,25 @@ def _run_epoch(run: _Run, epoch: int) -> None:
 
 
 def _train_epoch(run: _Run, epoch: int) -> dict[str, float]:
-    """:func:`train_one_epoch` with the run's settings; a data error re-raised from a DataLoader worker (whose
-    message holds the worker's traceback) becomes a :class:`TrainingError` with the original one-line message."""
+    """:func:`train_one_epoch` with the run's settings."""
     cfg, t = run.cfg, run.training
-    try:
-        return train_one_epoch(
-            run.train_model,
-            run.train_loader,
-            t.criterion,
-            t.optimizer,
-            t.scaler,
-            t.scheduler,
-            t.ema,
-            t.state,
-            run.device,
-            run.amp_dtype,
-            cfg.train.accumulate,
-            cfg.train.grad_clip,
-            cfg.train.max_bad_steps,
-            desc=f"epoch {epoch + 1}/{cfg.train.epochs}",
-            progress=run.progress and _is_main(),
-        )
-    except ValueError as exc:
-        head, _, rest = str(exc).partition("\n")
-        if "DataLoader worker" not in head or not rest.strip():
-            raise
-        raise TrainingError(rest.strip().splitlines()[-1].split(": ", 1)[-1]) from exc
+    return train_one_epoch(
+        run.train_model,
+        run.train_loader,
+        t.criterion,
+        t.optimizer,
+        t.scaler,
+        t.scheduler,
+        t.ema,
+        t.state,
+        run.device,
+        run.amp_dtype,
+        cfg.train.accumulate,
+        cfg.train.grad_clip,
+        cfg.train.max_bad_steps,
+        desc=f"epoch {epoch + 1}/{cfg.train.epochs}",
+        progress=run.progress and is_main(),
+    )
 
 
 def _epoch_record(run: _Run, epoch: int, stats: dict[str, float]) -> dict[str, Any]:
@@ -530,7 +331,7 @@ def _epoch_record(run: _Run, epoch: int, stats: dict[str, float]) -> dict[str, A
         "bad_steps": t.state.bad_steps,
         "unreadable_images": run.train_set.skipped["unreadable image"],
     }
-    if record["unreadable_images"] > run.unreadable and _is_main():
+    if record["unreadable_images"] > run.unreadable and is_main():
         log.warning("%d training images are unreadable; each was replaced by its next readable neighbour", record["unreadable_images"])
     run.unreadable = record["unreadable_images"]
     return record
