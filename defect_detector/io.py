@@ -1,4 +1,4 @@
-"""Atomic file writes: a crash never leaves a half-written checkpoint or result."""
+"""File I/O: atomic writes (a crash never leaves a half-written checkpoint or result) and checked JSON reads."""
 
 from __future__ import annotations
 
@@ -50,3 +50,19 @@ def atomic_torch_save(obj: Any, path: str | os.PathLike[str]) -> None:
     buf = io.BytesIO()
     torch.save(obj, buf)
     atomic_write_bytes(path, buf.getvalue())
+
+
+def read_json_file(path: str | os.PathLike[str], what: str, error: type[Exception] = ValueError) -> Any:
+    """The parsed JSON of ``path``; ``error`` with one line naming the file and ``what`` it should be (e.g.
+    ``"baseline"``) when it is missing, unreadable, not UTF-8 or not valid JSON."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise error(f"{path}: {what} file not found") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(f"{path}: cannot read {what} file: {exc}") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(f"{path}: malformed {what} JSON: {exc}") from exc

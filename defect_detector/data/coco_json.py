@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import math
 import os
 import stat
@@ -15,19 +14,11 @@ from typing import Any
 from pycocotools.coco import COCO
 
 from defect_detector.data.errors import DatasetError
+from defect_detector.io import read_json_file
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise DatasetError(f"{path}: annotation file not found") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DatasetError(f"{path}: cannot read annotation file: {exc}") from exc
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DatasetError(f"{path}: malformed JSON: {exc}") from exc
+    raw = read_json_file(path, "annotation", DatasetError)
     if not isinstance(raw, dict):
         raise DatasetError(f"{path}: malformed COCO file: top level must be an object")
     for key in ("images", "categories"):

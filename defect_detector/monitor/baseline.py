@@ -7,14 +7,12 @@ and ``export --baseline`` carry it inside the weights, so ``predict`` monitors d
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,7 +20,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from defect_detector.io import atomic_write_json
+from defect_detector.io import atomic_write_json, read_json_file
 from defect_detector.monitor.hooks import DEFAULT_LAYERS, ActivationMonitor
 
 logger = logging.getLogger("defect_detector.monitor")
@@ -162,18 +160,7 @@ class Baseline:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Baseline:
         """Read a baseline JSON file; :class:`BaselineError` for a missing, unreadable or malformed file."""
-        path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError as exc:
-            raise BaselineError(f"{path}: baseline file not found") from exc
-        except (OSError, UnicodeDecodeError) as exc:
-            raise BaselineError(f"{path}: cannot read baseline file: {exc}") from exc
-        try:
-            raw = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise BaselineError(f"{path}: malformed baseline JSON: {exc}") from exc
-        return cls.from_dict(raw, where=str(path))
+        return cls.from_dict(read_json_file(path, "baseline", BaselineError), where=str(path))
 
     def scale(self, rel_floor: float) -> np.ndarray:
         """float64 ``[L, 2]``: ``max(std, eps, rel_floor * |mean|)``, the unit of every z-score."""
