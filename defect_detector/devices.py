@@ -36,6 +36,13 @@ def available_cores() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
+def _own_ticks(stat: str = "/proc/self/stat") -> int:
+    """This process's CPU ticks so far, all threads (idle OpenMP workers spin for a while after torch ops)."""
+    with open(stat) as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
 def _busy_now(cores: list[int], window_s: float, stat: str = "/proc/stat") -> float | None:
     """How many of ``cores`` were busy over the last ``window_s`` seconds, from ``/proc/stat`` (None without it)."""
 
@@ -49,16 +56,10 @@ def _busy_now(cores: list[int], window_s: float, stat: str = "/proc/stat") -> fl
                     out[int(name[3:])] = (sum(ticks), ticks[3] + ticks[4])  # total, idle + iowait
         return out
 
-    def own() -> int:
-        """This process's CPU ticks so far (all threads: idle OpenMP workers spin for a while after torch ops)."""
-        with open("/proc/self/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])  # utime + stime
-
     try:
-        before, own_before = read(), own()
+        before, own_before = read(), _own_ticks()
         time.sleep(window_s)
-        after, own_after = read(), own()
+        after, own_after = read(), _own_ticks()
     except (OSError, ValueError, IndexError):
         return None
     busy, spans = 0.0, []

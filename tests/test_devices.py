@@ -28,7 +28,13 @@ def test_busy_now_counts_the_busy_share_of_our_cores(tmp_path: Path, monkeypatch
     _stat(stat, {0: (100, 100), 1: (100, 100), 2: (100, 100)})
     # over the window cpu0 is all busy, cpu1 idle, cpu2 half busy
     monkeypatch.setattr(devices.time, "sleep", lambda s: _stat(stat, {0: (200, 100), 1: (100, 200), 2: (150, 150)}))
+    monkeypatch.setattr(devices, "_own_ticks", lambda: 7)  # this process used no CPU over the window
     assert devices._busy_now([0, 1, 2], 0.1, str(stat)) == pytest.approx(1.5)
+    _stat(stat, {0: (100, 100), 1: (100, 100), 2: (100, 100)})
+    ticks = iter([7, 57])  # this process's own threads used half a core's ticks over the window: not a competitor
+    monkeypatch.setattr(devices, "_own_ticks", lambda: next(ticks))
+    assert devices._busy_now([0, 1, 2], 0.1, str(stat)) == pytest.approx(1.0)
+    monkeypatch.setattr(devices, "_own_ticks", lambda: 7)
     _stat(stat, {0: (100, 100), 1: (100, 100), 2: (100, 100)})
     assert devices._busy_now([1], 0.1, str(stat)) == pytest.approx(0.0), "only the CPUs we may run on count"
     assert devices._busy_now([0], 0.1, str(tmp_path / "missing")) is None
