@@ -316,7 +316,13 @@ def _cmd_strip(args: argparse.Namespace) -> None:
     from defect_detector.model.checkpoint import load_checkpoint, strip_checkpoint
 
     loaded = load_checkpoint(args.weights)  # validates it loads into its model
-    baseline = _checked_baseline(args.baseline, loaded) if args.baseline else None
+    baseline = None
+    if args.baseline:  # checked against the monitored layers, input size and classes, as export checks it
+        from defect_detector.deploy.export.baseline import export_baseline
+        from defect_detector.monitor.hooks import DEFAULT_LAYERS, resolve_layers
+
+        layers = resolve_layers(loaded.model, DEFAULT_LAYERS)
+        baseline = export_baseline(loaded, args.baseline, layers, loaded.config.data.imgsz)[0]
     ckpt = torch.load(args.weights, map_location="cpu", weights_only=True)
     atomic_torch_save(strip_checkpoint(ckpt, args.set or [], baseline), args.out)
     stripped = load_checkpoint(args.out)
@@ -325,18 +331,6 @@ def _cmd_strip(args: argparse.Namespace) -> None:
         print(f"config set: {', '.join(args.set)}")
     carried = f"from {args.baseline}" if args.baseline else "kept from the input" if stripped.baseline else "none"
     print(f"drift baseline: {carried} (predict monitors drift whenever the weights carry one)")
-
-
-def _checked_baseline(path: str, loaded: Any) -> dict[str, Any]:
-    """The baseline file at ``path`` as a dict, checked against the checkpoint's monitored layers, input size and classes."""
-    from defect_detector.deploy.export.baseline import check_baseline
-    from defect_detector.monitor.baseline import Baseline
-    from defect_detector.monitor.hooks import DEFAULT_LAYERS, resolve_layers
-
-    baseline = Baseline.load(path)
-    layers = resolve_layers(loaded.model, DEFAULT_LAYERS)
-    check_baseline(baseline, path, layers, loaded.config.data.imgsz, loaded.class_names)
-    return baseline.to_dict()
 
 
 def _cmd_average(args: argparse.Namespace) -> None:

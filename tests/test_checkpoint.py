@@ -103,3 +103,25 @@ def test_strip_keeps_the_ema_weights_and_applies_validated_config_overrides(tmp_
     assert main(["strip", str(src), "--out", str(tmp_path / "bad.pt"), "--set", "eval.f1_conf=2"]) == 2
     assert "eval.f1_conf: must be in [0, 1], got 2.0" in capsys.readouterr().err
     assert not (tmp_path / "bad.pt").exists()
+
+
+def test_strip_carries_a_checked_baseline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import numpy as np
+
+    from defect_detector.monitor.baseline import calibrate
+    from defect_detector.monitor.hooks import DEFAULT_LAYERS
+
+    source = _small_checkpoint(tmp_path / "a.pt", 1)
+    imgsz = load_checkpoint(source).config.data.imgsz
+    frames = np.random.default_rng(0).normal(1.0, 0.1, size=(40, len(DEFAULT_LAYERS), 2))
+    good, wrong_size = tmp_path / "good.json", tmp_path / "wrong_size.json"
+    calibrate([frames], DEFAULT_LAYERS, imgsz=imgsz).save(good)
+    calibrate([frames], DEFAULT_LAYERS, imgsz=imgsz // 2).save(wrong_size)
+    out = tmp_path / "stripped.pt"
+    assert main(["strip", str(source), "--baseline", str(good), "--out", str(out)]) == 0
+    assert f"drift baseline: from {good}" in capsys.readouterr().out
+    assert load_checkpoint(out).baseline["layer_names"] == list(DEFAULT_LAYERS)
+    assert main(["strip", str(out), "--out", str(tmp_path / "again.pt")]) == 0  # kept when no new one is given
+    assert "drift baseline: kept from the input" in capsys.readouterr().out
+    assert main(["strip", str(source), "--baseline", str(wrong_size), "--out", str(tmp_path / "bad.pt")]) == 2
+    assert f"imgsz {imgsz // 2}" in capsys.readouterr().err and not (tmp_path / "bad.pt").exists()
