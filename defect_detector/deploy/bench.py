@@ -42,7 +42,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from defect_detector.config import load_config
 from defect_detector.data.register import RegisterConfig, Registrar, register
 from defect_detector.data.synth import generate_board, generate_board_pair
-from defect_detector.deploy.export import DeployModel, artifact_bytes, build_meta, model_channels, quiet_jit, trace_deploy_model
+from defect_detector.deploy.export import DeployModel, artifact_bytes, checkpoint_meta, model_channels, quiet_jit, trace_deploy_model
 from defect_detector.deploy.onednn import onednn_available
 from defect_detector.deploy.runtime import Runtime
 from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, LoadedModel, load_checkpoint
@@ -106,7 +106,7 @@ def _summary(values: Sequence[float]) -> dict[str, float]:
 def _artifact(loaded: LoadedModel, imgsz: int, layers: Sequence[str], cpu_fusion: bool) -> torch.jit.ScriptModule:
     """The TorchScript artifact as ``export`` writes it on the CPU (without the parity run), loaded back from bytes."""
     deploy = DeployModel(loaded.model, imgsz, layers, cpu_fusion=cpu_fusion).float().cpu()
-    meta = build_meta(loaded.class_names, imgsz, deploy.strides, deploy.layer_names, cpu_only=cpu_fusion, channels=deploy.in_channels)
+    meta = checkpoint_meta(loaded, deploy, cpu_only=cpu_fusion)
     data = artifact_bytes(trace_deploy_model(deploy), meta)
     with quiet_jit():
         return torch.jit.load(io.BytesIO(data), map_location="cpu")
@@ -206,7 +206,7 @@ def bench_models(
 def _portable_runtime(loaded: LoadedModel, imgsz: int) -> tuple[Runtime, DeployModel]:
     """A CPU :class:`Runtime` over a portable TorchScript artifact of ``loaded`` (traced via a temp file), and its eager wrapper."""
     deploy = DeployModel(loaded.model, imgsz, DEFAULT_LAYERS).float().cpu()
-    meta = build_meta(loaded.class_names, imgsz, deploy.strides, deploy.layer_names, channels=deploy.in_channels)
+    meta = checkpoint_meta(loaded, deploy)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.torchscript.pt"
         path.write_bytes(artifact_bytes(trace_deploy_model(deploy), meta))

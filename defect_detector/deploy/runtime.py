@@ -38,7 +38,15 @@ import torch
 
 from defect_detector.data.letterbox import LetterboxMeta, letterbox
 from defect_detector.data.tiles import EDGE_MARGIN, TileRecord, crop_tiles, merge_tile_detections, plan_tiles, pool_tile_stats
-from defect_detector.deploy.export import FORMAT_VERSION, META_FILE, DeployModel, ExportError, build_meta, quiet_jit, trace_deploy_model
+from defect_detector.deploy.export import (
+    FORMAT_VERSION,
+    META_FILE,
+    DeployModel,
+    ExportError,
+    checkpoint_meta,
+    quiet_jit,
+    trace_deploy_model,
+)
 from defect_detector.deploy.frames import gray_planes
 from defect_detector.deploy.meta import check_outputs, parse_meta
 from defect_detector.deploy.onednn import onednn_available
@@ -249,20 +257,7 @@ class Runtime:
             except (ExportError, RuntimeError) as exc:
                 cpu_fusion = False
                 log.warning("%s: tracing failed, running the eager model: %s", path, exc)
-        meta = build_meta(
-            loaded.class_names,
-            size,
-            model.strides,
-            model.layer_names,
-            _carried_baseline(loaded, model.layer_names, size),
-            use_half,
-            None,
-            str(path),
-            cpu_fusion,
-            "none",
-            model.in_channels,
-        )
-        meta["pixel_scale"] = loaded.config.data.pixel_scale
+        meta = checkpoint_meta(loaded, model, _carried_baseline(loaded, model.layer_names, size), use_half, cpu_only=cpu_fusion)
         return cls(module, meta, device, torch.float16 if use_half else torch.float32, "checkpoint", path)
 
     def warmup(self, iterations: int = 2, batch: int = 1) -> None:

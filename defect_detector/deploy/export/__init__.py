@@ -32,6 +32,7 @@ from defect_detector.deploy.export.deploy_model import (
     DeployModel,
     ExportError,
     build_meta,
+    checkpoint_meta,
     fuse_conv_bn,
     model_channels,
 )
@@ -78,6 +79,7 @@ __all__ = [
     "ExportError",
     "artifact_bytes",
     "build_meta",
+    "checkpoint_meta",
     "check_baseline",
     "check_parity",
     "choose_optimization",

@@ -126,7 +126,6 @@ def build_meta(
     optimize: dict[str, Any] | None = None,
     source: str | None = None,
     cpu_only: bool = False,
-    tta: str = "none",
     channels: int = 1,
     pixel_scale: float | None = None,
 ) -> dict[str, Any]:
@@ -137,8 +136,8 @@ def build_meta(
     ``baseline``: the drift baseline of the ``layers`` statistics (``Baseline.to_dict()`` form, already checked
     against this model: see :func:`defect_detector.deploy.export.baseline.export_baseline`), or None.
     ``cpu_only``: the graph holds CPU-only kernels (oneDNN conv + SiLU, see ``DeployModel(cpu_fusion=True)``).
-    ``tta``: recorded for older readers, always ``none`` since v0.8: the graph is one pass, and a runtime adds
-    test-time augmentation only when asked for.
+    ``"tta"`` is written as ``none`` for older readers: the graph is one pass, and a runtime adds test-time
+    augmentation only when asked for.
     ``pixel_scale``: the training config's ``data.pixel_scale``, model input pixels per original image pixel
     at training (float, or None when the config did not record it), so that a runtime can tile frames that
     letterboxing to ``imgsz`` would shrink well below it (``data/tiles.py``).
@@ -163,5 +162,30 @@ def build_meta(
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "optimize_for_inference": optimize or {"applied": False, "reason": "not exported"},
         "source_weights": source,
-        "tta": tta,
+        "tta": "none",
     }
+
+
+def checkpoint_meta(
+    loaded: Any,
+    deploy: DeployModel,
+    baseline: dict[str, Any] | None = None,
+    half: bool = False,
+    optimize: dict[str, Any] | None = None,
+    cpu_only: bool = False,
+) -> dict[str, Any]:
+    """:func:`build_meta` for ``deploy`` wrapping the model of ``loaded`` (a ``LoadedModel``): its class names, input
+    size, strides, monitored layers, channels, source path and recorded ``data.pixel_scale``."""
+    return build_meta(
+        loaded.class_names,
+        deploy.imgsz,
+        deploy.strides,
+        deploy.layer_names,
+        baseline,
+        half,
+        optimize,
+        str(loaded.path),
+        cpu_only,
+        deploy.in_channels,
+        loaded.config.data.pixel_scale,
+    )

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from defect_detector.deploy.export.baseline import BaselineArg, export_baseline
-from defect_detector.deploy.export.deploy_model import META_FILE, DeployModel, ExportError, build_meta
+from defect_detector.deploy.export.deploy_model import META_FILE, DeployModel, ExportError, checkpoint_meta
 from defect_detector.deploy.export.parity import check_parity, max_diffs, parity_inputs, reference_outputs
 from defect_detector.deploy.export.torchscript import TRACE_BATCH
 from defect_detector.io import atomic_write_bytes, atomic_write_json
@@ -53,18 +53,7 @@ def export_onnx(
     embedded, baseline_source = export_baseline(loaded, baseline, deploy.layer_names, imgsz)
     if importlib.util.find_spec("onnx") is None:
         raise ExportError(f"{out_path}: ONNX export needs the onnx package (pip install '.[onnx]')")
-    meta = build_meta(
-        loaded.class_names,
-        imgsz,
-        deploy.strides,
-        deploy.layer_names,
-        embedded,
-        False,
-        None,
-        str(loaded.path),
-        channels=channels,
-        pixel_scale=loaded.config.data.pixel_scale,
-    )
+    meta = checkpoint_meta(loaded, deploy, embedded)
     meta["onnx_opset"] = ONNX_OPSET
     buffer = io.BytesIO()
     example = torch.rand(TRACE_BATCH, channels, imgsz, imgsz)

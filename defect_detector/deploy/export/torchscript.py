@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from defect_detector.deploy.export.baseline import BaselineArg, export_baseline
-from defect_detector.deploy.export.deploy_model import META_FILE, DeployModel, ExportError, build_meta
+from defect_detector.deploy.export.deploy_model import META_FILE, DeployModel, ExportError, checkpoint_meta
 from defect_detector.deploy.export.parity import FP32_TOLERANCE, check_parity, max_diffs, parity_inputs, reference_outputs
 from defect_detector.deploy.onednn import onednn_available
 from defect_detector.io import atomic_write_bytes
@@ -195,20 +195,7 @@ def export_torchscript(
         deploy.half_()
     frozen = trace_deploy_model(deploy, device, dtype)
     module, optimize_info = choose_optimization(deploy, frozen, optimize, device, half)
-    meta = build_meta(
-        loaded.class_names,
-        imgsz,
-        deploy.strides,
-        deploy.layer_names,
-        embedded,
-        half,
-        optimize_info,
-        str(loaded.path),
-        cpu_fusion,
-        "none",
-        deploy.in_channels,
-        loaded.config.data.pixel_scale,
-    )
+    meta = checkpoint_meta(loaded, deploy, embedded, half, optimize_info, cpu_fusion)
     data = artifact_bytes(module, meta)
 
     restored, restored_meta = load_artifact_bytes(data, device)
