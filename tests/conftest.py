@@ -14,7 +14,7 @@ os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
 settings.register_profile("no_deadline", deadline=None)
 settings.load_profile("no_deadline")
 
-from defect_detector.config import Config, config_from_dict  # noqa: E402
+from defect_detector.core.config import Config, config_from_dict  # noqa: E402
 from defect_detector.data.synth import write_synthetic_dataset  # noqa: E402
 
 TINY_MODEL = {"widths": [16, 32, 48, 64], "depths": [1, 1, 1, 1], "neck_channels": 32, "head_convs": 1}

@@ -7,7 +7,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from defect_detector.config import DEEPPCB_CLASSES, config_from_dict
+from defect_detector.core.config import config_from_dict
+from defect_detector.core.constants import DEEPPCB_CLASSES
 from defect_detector.model.detector import build_model
 
 SMALL_MODEL = {"widths": [16, 32, 48, 64], "depths": [1, 1, 1, 1], "neck_channels": 32, "head_convs": 1}

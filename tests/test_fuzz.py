@@ -25,12 +25,12 @@ import torch
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from defect_detector.config import DEEPPCB_CLASSES
+from defect_detector.core.constants import DEEPPCB_CLASSES
+from defect_detector.core.errors import DatasetError
+from defect_detector.core.io import atomic_write_json
 from defect_detector.data import convert
 from defect_detector.data.dataset import CocoDetectionDataset
-from defect_detector.data.errors import DatasetError
 from defect_detector.engine.evaluate import evaluate_predictions
-from defect_detector.io import atomic_write_json
 
 FUZZ = settings(
     max_examples=int(os.environ.get("FUZZ_EXAMPLES", "60")),

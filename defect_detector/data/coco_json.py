@@ -13,8 +13,8 @@ from typing import Any
 
 from pycocotools.coco import COCO
 
-from defect_detector.data.errors import DatasetError
-from defect_detector.io import read_json_file
+from defect_detector.core.errors import DatasetError
+from defect_detector.core.io import read_json_file
 
 
 def read_json(path: Path) -> dict[str, Any]:

@@ -19,6 +19,7 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
+import cv2
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset
@@ -137,6 +138,10 @@ def build_loader(
     read ``dataset`` in order (or ``sampler``'s), unaugmented. Memory is pinned only for CUDA.
     """
     pin = device_type == "cuda"
+    if workers > 0:
+        # OpenCV's thread pool does not survive fork(): a worker forked after this process used it can deadlock.
+        # Loaders with workers take their parallelism from the workers, so OpenCV runs single-threaded from here on.
+        cv2.setNumThreads(1)
     if not train:
         return DataLoader(
             dataset, batch_size, sampler=sampler, num_workers=workers, collate_fn=collate, pin_memory=pin, persistent_workers=workers > 0

@@ -3,7 +3,7 @@
 Every converter returns ``{"info": {"images_root", "description"}, "images", "annotations",
 "categories"}`` with ``file_name`` relative to ``info.images_root`` (an absolute path), COCO
 ``bbox = [x, y, w, h]`` in pixels, category ids ``1..C`` and image ids ``1..N`` in file order.
-Write the result with :func:`defect_detector.io.atomic_write_json`.
+Write the result with :func:`defect_detector.core.io.atomic_write_json`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any
 
 import cv2
 
-from defect_detector.config import DEEPPCB_CLASSES
-from defect_detector.data.errors import DatasetError
+from defect_detector.core.constants import DEEPPCB_CLASSES
+from defect_detector.core.errors import DatasetError
 from defect_detector.data.images import IMAGE_SUFFIXES
 
 

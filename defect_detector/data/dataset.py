@@ -19,6 +19,8 @@ import albumentations as A
 import numpy as np
 import torch
 
+from defect_detector.core.boxes import boxes_to_letterbox
+from defect_detector.core.errors import DatasetError
 from defect_detector.data.coco_json import (
     build_coco,
     file_size,
@@ -28,9 +30,8 @@ from defect_detector.data.coco_json import (
     valid_annotation_entry,
     valid_image_entry,
 )
-from defect_detector.data.errors import DatasetError
 from defect_detector.data.images import decode_gray
-from defect_detector.data.letterbox import boxes_to_letterbox, letterbox
+from defect_detector.data.letterbox import letterbox
 from defect_detector.data.register import register as register_reference
 from defect_detector.data.transforms import PairTransform, apply_pair_transforms, apply_transforms
 

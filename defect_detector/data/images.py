@@ -14,7 +14,7 @@ import os
 import cv2
 import numpy as np
 
-from defect_detector.data.errors import DatasetError
+from defect_detector.core.errors import DatasetError
 
 logger = logging.getLogger("defect_detector.data")
 

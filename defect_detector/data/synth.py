@@ -18,8 +18,8 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from defect_detector.config import DEEPPCB_CLASSES
-from defect_detector.io import atomic_write_bytes, atomic_write_json
+from defect_detector.core.constants import DEEPPCB_CLASSES
+from defect_detector.core.io import atomic_write_bytes, atomic_write_json
 
 COPPER = 0
 SUBSTRATE = 255

@@ -24,44 +24,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torchvision.ops import batched_nms
 
-TILE_PAD_VALUE = 114
-"""Fill of a tile where it reaches past the frame (frames smaller than a tile): the letterbox pad value."""
+from defect_detector.core.constants import PAD_VALUE
+from defect_detector.core.types import TileRecord
 
 EDGE_MARGIN = 4.0
 """Default ``margin`` (pixels) within which a box side counts as touching a tile edge; the runtime passes this many
 model-input pixels, in original pixels."""
 
 
-@dataclass(frozen=True)
-class TileRecord:
-    """How a ``height x width`` frame was cut into ``tile x tile`` tiles (original pixels).
-
-    ``origins``: the ``(x0, y0)`` top-left corner of each tile in the frame, row-major (all tiles of the
-    first row of tiles, left to right, then the next row). ``xs`` / ``ys``: the distinct column and row
-    origins, ascending. Neighbouring tiles overlap by at least ``overlap`` pixels; the last column and row
-    are flush with the frame's right and bottom edge. Along an axis where the frame is shorter than a tile
-    there is one tile at 0, reaching past the frame (padded with :data:`TILE_PAD_VALUE`).
-    """
-
-    height: int
-    width: int
-    tile: int
-    overlap: int
-    xs: tuple[int, ...]
-    ys: tuple[int, ...]
-
-    @property
-    def origins(self) -> list[tuple[int, int]]:
-        return [(x0, y0) for y0 in self.ys for x0 in self.xs]
-
-    def __len__(self) -> int:
-        return len(self.xs) * len(self.ys)
 
 
 def _axis_origins(length: int, tile: int, overlap: int) -> tuple[int, ...]:
@@ -90,7 +65,7 @@ def plan_tiles(height: int, width: int, tile: int, overlap: int) -> TileRecord:
 def crop_tiles(image: np.ndarray, record: TileRecord) -> list[np.ndarray]:
     """uint8 ``[H, W]`` -> ``len(record)`` uint8 ``[tile, tile]`` crops in ``record.origins`` order.
 
-    Where a tile reaches past the frame (a frame smaller than a tile) it is filled with :data:`TILE_PAD_VALUE`.
+    Where a tile reaches past the frame (a frame smaller than a tile) it is filled with :data:`PAD_VALUE`.
     ``ValueError`` when the image is not ``[record.height, record.width]``.
     """
     if image.shape != (record.height, record.width):
@@ -100,7 +75,7 @@ def crop_tiles(image: np.ndarray, record: TileRecord) -> list[np.ndarray]:
     for x0, y0 in record.origins:
         crop = image[y0 : y0 + t, x0 : x0 + t]
         if crop.shape != (t, t):
-            padded = np.full((t, t), TILE_PAD_VALUE, dtype=image.dtype)
+            padded = np.full((t, t), PAD_VALUE, dtype=image.dtype)
             padded[: crop.shape[0], : crop.shape[1]] = crop
             crop = padded
         crops.append(np.ascontiguousarray(crop))

@@ -16,7 +16,7 @@ import albumentations as A
 import cv2
 import numpy as np
 
-from defect_detector.config import AugmentConfig
+from defect_detector.core.config import AugmentConfig
 
 _BORDER = cv2.BORDER_CONSTANT
 _FILL = 114

@@ -25,7 +25,7 @@ from pycocotools.cocoeval import COCOeval
 from torchvision.ops import box_iou
 from tqdm import tqdm
 
-from defect_detector.boxes import xywh_to_xyxy, xyxy_to_xywh
+from defect_detector.core.boxes import xywh_to_xyxy, xyxy_to_xywh
 from defect_detector.model.postprocess import decode, make_anchor_points, postprocess
 from defect_detector.model.tta import orientations, tta_forward
 

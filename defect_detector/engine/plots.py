@@ -1,9 +1,9 @@
 """Training and evaluation plots, written as PNG files.
 
 Every ``plot_*`` function renders a bare matplotlib ``Figure`` (no pyplot, so notebooks keep their
-backend) and writes the PNG bytes atomically with :func:`defect_detector.io.atomic_write_bytes`
+backend) and writes the PNG bytes atomically with :func:`defect_detector.core.io.atomic_write_bytes`
 (parent folders are created), then returns the :class:`~pathlib.Path` written.
-The prediction grid draws its boxes with :mod:`defect_detector.deploy.draw`.
+The prediction grid draws its boxes with :mod:`defect_detector.data.draw`.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import cv2
 import numpy as np
 from matplotlib.figure import Figure
 
-from defect_detector.deploy.draw import GT_COLOR_BGR, PRED_COLOR_BGR, draw_boxes, to_bgr_uint8, to_numpy
-from defect_detector.io import atomic_write_bytes
+from defect_detector.core.io import atomic_write_bytes
+from defect_detector.data.draw import GT_COLOR_BGR, PRED_COLOR_BGR, draw_boxes, to_bgr_uint8, to_numpy
 
 DPI = 150
 GRID_TILE_SIZE = 480  # side, in pixels, of each square (letterboxed) tile of the prediction grid

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data.distributed import DistributedSampler
 
-from defect_detector.config import Config
+from defect_detector.core.config import Config
 from defect_detector.data.collate import build_loader
 from defect_detector.data.dataset import CocoDetectionDataset
 from defect_detector.data.transforms import build_pair_transforms, build_transforms

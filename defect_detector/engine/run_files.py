@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
-from defect_detector.config import Config, ConfigError, config_from_dict, save_config
+from defect_detector.core.config import Config, ConfigError, config_from_dict, save_config
+from defect_detector.core.io import atomic_write_bytes, atomic_write_text
 from defect_detector.engine.errors import TrainingError
-from defect_detector.io import atomic_write_bytes, atomic_write_text
 from defect_detector.model.checkpoint import _read_checkpoint, _without_retired_keys
 
 RESUME_KEYS = ("model", "ema", "ema_updates", "optimizer", "scaler", "scheduler", "epoch", "config", "history")

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 from torch.optim.swa_utils import AveragedModel
 
-from defect_detector.config import Config
+from defect_detector.core.config import Config
 from defect_detector.engine.errors import TrainingError
 from defect_detector.model.checkpoint import load_matching_weights
 from defect_detector.model.detector import TinyDetector, build_model

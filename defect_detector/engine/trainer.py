@@ -22,9 +22,9 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.swa_utils import AveragedModel
 from tqdm import tqdm
 
-from defect_detector.config import Config
+from defect_detector.core.config import Config
+from defect_detector.core.devices import default_threads, resolve_device
 from defect_detector.data.dataset import CocoDetectionDataset
-from defect_detector.devices import default_threads, resolve_device
 from defect_detector.engine import plots
 from defect_detector.engine.errors import NonFiniteLossError, TrainingError
 from defect_detector.engine.evaluate import evaluate_predictions, predict_dataset
@@ -182,7 +182,7 @@ class _Run:
 
 
 def _set_threads(threads: int | None) -> None:
-    """``torch.set_num_threads``: ``threads``, else the cores actually free (:func:`~defect_detector.devices.default_threads`)."""
+    """``torch.set_num_threads``: ``threads``, else the cores actually free (:func:`~defect_detector.core.devices.default_threads`)."""
     if threads is not None and threads < 1:
         raise TrainingError(f"--threads must be >= 1, got {threads}")
     torch.set_num_threads(threads if threads is not None else default_threads())
@@ -228,7 +228,7 @@ def fit(
     random draw is a function of ``(seed, epoch, sample)``, so a resumed run gives the same weights, bit for bit,
     as an uninterrupted one at the same thread count. A new run refuses a folder that already holds a run
     unless ``exist_ok`` (then its metrics and weights are replaced). ``threads``: torch CPU threads (None:
-    :func:`~defect_detector.devices.default_threads`). ``stop_after_epochs`` ends early (as an interruption would),
+    :func:`~defect_detector.core.devices.default_threads`). ``stop_after_epochs`` ends early (as an interruption would),
     for tests.
 
     ``best.pt``: the epoch with the highest validation mAP@0.5:0.95; without a measurable mAP (no validation set,

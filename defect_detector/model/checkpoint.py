@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from defect_detector.config import Config, apply_overrides, config_from_dict
+from defect_detector.core.config import Config, apply_overrides, config_from_dict
 from defect_detector.model.detector import TinyDetector, build_model
 
 DEFAULT_WEIGHTS = Path(__file__).resolve().parent.parent / "weights" / "deeppcb.pt"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from defect_detector.config import ModelConfig
+from defect_detector.core.config import ModelConfig
 from defect_detector.model.backbone import TinyBackbone
 from defect_detector.model.head import DecoupledHead
 from defect_detector.model.neck import TinyPAN

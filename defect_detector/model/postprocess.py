@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from torchvision.ops import batched_nms
 
-from defect_detector.boxes import ltrb_to_xyxy
-from defect_detector.data.letterbox import LetterboxMeta, boxes_from_letterbox
+from defect_detector.core.boxes import boxes_from_letterbox, ltrb_to_xyxy
+from defect_detector.core.types import LetterboxMeta
 
 PRE_NMS_TOPK = 1000
 

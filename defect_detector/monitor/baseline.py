@@ -20,8 +20,9 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from defect_detector.io import atomic_write_json, read_json_file
-from defect_detector.monitor.hooks import DEFAULT_LAYERS, ActivationMonitor
+from defect_detector.core.constants import DEFAULT_LAYERS
+from defect_detector.core.io import atomic_write_json, read_json_file
+from defect_detector.monitor.hooks import ActivationMonitor
 
 logger = logging.getLogger("defect_detector.monitor")
 

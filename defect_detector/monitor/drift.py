@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from defect_detector.config import MonitorConfig
+from defect_detector.core.config import MonitorConfig
 from defect_detector.monitor.baseline import STATISTICS, Baseline, as_frames, utc_now
 from defect_detector.monitor.explain import FaultClassifier, describe, hint
 

@@ -20,16 +20,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-DEFAULT_LAYERS = (
-    "backbone.stem",
-    "backbone.stage1",
-    "backbone.stage2",
-    "backbone.stage3",
-)
-"""Monitored by default: the stem and backbone stages 1-3, the layers the drift detector scores by default
-(``MonitorConfig.layers``). Stage 4 and the neck outputs (``backbone.stage4``, ``neck.out3``, ``neck.out4``,
-``neck.out5``, or ``neck.out*``) can be added by name; they follow board content more than the camera,
-and every extra layer costs model time against the 3% the monitor is allowed on a CPU."""
+from defect_detector.core.constants import DEFAULT_LAYERS
 
 MAX_STAT_ROWS = 40
 """A layer taller than this is read on ``ceil(H / MAX_STAT_ROWS)``-th rows only (see :func:`layer_sums`)."""

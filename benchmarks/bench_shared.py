@@ -1,0 +1,158 @@
+"""Throughput on a shared CPU: the default thread count against the best ``--threads``, next to a competitor.
+
+``python -m benchmarks.bench_shared [--weights PT] [--seconds 3] [--rounds 3] [--competitors 1] [--out FILE.json]``
+
+Starts CPU-bound competitors (each a one-thread NumPy matmul loop in another process; 1 by default), then measures, in interleaved
+rounds so that other load affects every setting alike:
+
+- predict: frames/s of :meth:`Runtime.predict` (one frame per call, float32 on the CPU) on the 640x640 DeepPCB
+  boards of ``data/samples/deeppcb``;
+- train: images/s of :func:`~defect_detector.engine.trainer.train_one_epoch` (the default model, batch 4, 256 px,
+  augmentation on, no workers) on a few synthetic boards;
+
+each at the default thread count (:func:`~defect_detector.core.devices.default_threads`, evaluated before each
+default measurement as a fresh ``predict`` or ``train`` would) and at 1 and every count up to the cores.
+Prints, and writes with ``--out``, the medians and ``default / best``. The target on a shared 2-core machine:
+at least 0.5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import cv2
+import torch
+
+from defect_detector.core.config import config_from_dict
+from defect_detector.core.devices import available_cores, default_threads
+from defect_detector.core.io import atomic_write_json
+
+SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples" / "deeppcb"
+_COMPETITOR = "import numpy as np\na = np.random.rand(192, 192)\nwhile True:\n    a = np.tanh(a @ a)\n"
+
+
+def start_competitor() -> subprocess.Popen:
+    """A CPU-bound process using one core: a one-thread NumPy matmul loop."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-c", _COMPETITOR], env=env)
+
+
+def predict_meter(weights: str | None) -> Callable[[float], float]:
+    """``rate(seconds)``: frames/s of ``Runtime.predict`` on the sample boards, one frame per call."""
+    from defect_detector.inspect.runtime import Runtime
+
+    frames = [cv2.imread(str(p), cv2.IMREAD_GRAYSCALE) for p in sorted(SAMPLES.glob("*_test.jpg"))]
+    if not frames or any(f is None for f in frames):
+        raise FileNotFoundError(f"{SAMPLES}: no readable *_test.jpg boards")
+    runtime = Runtime.load(weights, device="cpu", half=False)
+    runtime.predict(frames[:1])
+
+    def rate(seconds: float) -> float:
+        count, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            runtime.predict([frames[count % len(frames)]])
+            count += 1
+        return count / (time.perf_counter() - start)
+
+    return rate
+
+
+def train_meter(folder: Path) -> Callable[[float], float]:
+    """``rate(seconds)``: images/s of ``train_one_epoch`` passes over 16 synthetic 256 px boards (4 steps each)."""
+    from defect_detector.data.collate import build_loader
+    from defect_detector.data.synth import write_synthetic_dataset
+    from defect_detector.engine.run_data import build_datasets
+    from defect_detector.engine.state import build_training
+    from defect_detector.engine.trainer import train_one_epoch
+
+    ann = write_synthetic_dataset(folder, n_images=16, height=320, width=320, seed=0)
+    raw = {"data": {"train": str(ann), "imgsz": 256, "workers": 0}, "train": {"batch_size": 4, "device": "cpu", "amp": "off"}}
+    cfg = config_from_dict(raw)
+    train_set, _ = build_datasets(cfg)
+    loader = build_loader(train_set, 4, train=True, workers=0, seed=0)
+    t = build_training(cfg, torch.device("cpu"), len(loader), None, init=False)
+    epoch = [0]
+
+    def one_pass() -> dict[str, float]:
+        loader.sampler.set_epoch(epoch[0])
+        epoch[0] += 1
+        args = (t.criterion, t.optimizer, t.scaler, t.scheduler, t.ema, t.state, torch.device("cpu"), None, 1, 10.0, 10**6)
+        return train_one_epoch(t.model, loader, *args, progress=False)
+
+    one_pass()
+
+    def rate(seconds: float) -> float:
+        images, elapsed = 0.0, 0.0
+        while elapsed < seconds:
+            stats = one_pass()
+            images += stats["images_per_s"] * stats["seconds"]
+            elapsed += stats["seconds"]
+        return images / elapsed
+
+    return rate
+
+
+def compare(rate: Callable[[float], float], counts: list[int], rounds: int, seconds: float) -> dict[str, Any]:
+    """Medians over ``rounds`` of ``rate`` at the default thread count and at each of ``counts``; ``default / best``."""
+    samples: dict[str, list[float]] = {"default": [], **{str(n): [] for n in counts}}
+    chosen = []
+    for _ in range(rounds):
+        for key in samples:
+            threads = default_threads() if key == "default" else int(key)
+            if key == "default":
+                chosen.append(threads)
+            torch.set_num_threads(threads)
+            samples[key].append(rate(seconds))
+    medians = {key: statistics.median(values) for key, values in samples.items()}
+    best = max(medians[str(n)] for n in counts)
+    return {"default_threads": chosen, "per_s": medians, "ratio_default_to_best": medians["default"] / best}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_shared", description=__doc__.split("\n")[0])
+    parser.add_argument("--weights", help="checkpoint or artifact for predict (default: the bundled model)")
+    parser.add_argument("--seconds", type=float, default=3.0, help="seconds per measurement")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians are reported)")
+    parser.add_argument("--competitors", type=int, default=1, help="competitor processes (0: measure the machine as it is)")
+    parser.add_argument("--settle", type=float, default=2.0, help="seconds the competitors run before measuring")
+    parser.add_argument("--out", help="also write the results as JSON here")
+    args = parser.parse_args(argv)
+    counts = list(range(1, len(available_cores()) + 1))
+    competitors = [start_competitor() for _ in range(args.competitors)]
+    try:
+        time.sleep(args.settle)
+        with tempfile.TemporaryDirectory() as tmp:
+            results = {
+                "cores": len(available_cores()),
+                "competitors": f"{args.competitors} x one-thread NumPy matmul loop",
+                "load_average_1min": os.getloadavg()[0],
+                "predict_frames": compare(predict_meter(args.weights), counts, args.rounds, args.seconds),
+                "train_images": compare(train_meter(Path(tmp)), counts, args.rounds, args.seconds),
+            }
+    finally:
+        for competitor in competitors:
+            competitor.kill()
+            competitor.wait()
+    for kind in ("predict_frames", "train_images"):
+        r = results[kind]
+        rates = ", ".join(f"{k} threads {v:.2f}/s" for k, v in r["per_s"].items())
+        print(f"{kind}: {rates}; default chose {r['default_threads']}; default/best {r['ratio_default_to_best']:.2f}")
+    if args.out:
+        atomic_write_json(args.out, results)
+    else:
+        print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,475 @@
+"""Typed, validated configuration loaded from YAML.
+
+A config is a tree of frozen dataclasses. Loading rejects unknown keys and bad
+values at start, naming the offending key (``train.lr: must be > 0, got -1``).
+``key=value`` overrides from the command line use dotted paths
+(``train.epochs=3``) and are parsed as YAML scalars.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, get_args, get_origin, get_type_hints
+
+import yaml
+
+from defect_detector.core.constants import DEEPPCB_CLASSES, DEFAULT_LAYERS
+from defect_detector.core.io import atomic_write_text
+
+
+class ConfigError(ValueError):
+    """A config key or value is invalid; the message names the key."""
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the COCO annotations and images are, and how images are shaped.
+
+    Reference models (``model.in_channels: 2``) read each image's golden ``reference`` from the json.
+    ``register_train`` / ``register_val``: align each reference to its image with
+    ``data/register.py`` before augmentation (training) or inference (validation). Off for training
+    data whose pairs are already aligned (DeepPCB's are): the simulated residual
+    (``augment.ref_shift``, ``augment.ref_rotate``) then stands in for registration error.
+    A pair that does not register is a counted skip.
+    ``pixel_scale``: model input pixels per original image pixel that the model was trained at (1.0:
+    native resolution). ``train`` records it; ``predict`` tiles frames that letterboxing would shrink
+    well below it (``data/tiles.py``). None: not recorded (frames are letterboxed)."""
+
+    train: str = ""
+    val: str = ""
+    train_images: str | None = None
+    val_images: str | None = None
+    class_names: tuple[str, ...] = DEEPPCB_CLASSES
+    imgsz: int = 640
+    on_bad_sample: str = "skip"
+    workers: int = 2
+    register_train: bool = False
+    register_val: bool = True
+    pixel_scale: float | None = None
+
+    def validate(self) -> None:
+        _check(self.pixel_scale is None or self.pixel_scale > 0, "data.pixel_scale", "must be > 0 or null", self.pixel_scale)
+        _check(self.imgsz % 32 == 0 and self.imgsz >= 64, "data.imgsz", "must be a multiple of 32 and >= 64", self.imgsz)
+        _check(len(self.class_names) > 0, "data.class_names", "must not be empty", self.class_names)
+        _check(len(set(self.class_names)) == len(self.class_names), "data.class_names", "must be unique", self.class_names)
+        _check(self.on_bad_sample in ("skip", "error"), "data.on_bad_sample", "must be 'skip' or 'error'", self.on_bad_sample)
+        _check(self.workers >= 0, "data.workers", "must be >= 0", self.workers)
+
+
+@dataclass(frozen=True)
+class AugmentConfig:
+    """Box-aware augmentation, applied in the original image frame (training only).
+
+    Probabilities are in [0, 1]; a probability of 0 removes the transform.
+    ``crop_size`` > 0 trains on random full-resolution crops of that size
+    (defects are small, so crops keep their pixels while making each step
+    cheaper); a fraction ``crop_focus`` of them must contain a box, the rest
+    are placed anywhere so defect-free areas are seen too. ``transpose`` swaps
+    rows and columns; with both flips it reaches all 8 right-angle orientations,
+    which suits layouts with no preferred direction (PCBs). ``invert_negatives``
+    is the probability of inverting (``255 - x``) a sample that holds no box
+    after cropping: copper and substrate swap grey levels, and a defect-free
+    image stays defect-free, so the model sees normal structures of the opposite
+    polarity (holes and gaps in large copper areas) as negatives. Validation
+    always uses ``data.imgsz``.
+
+    Pairs (reference models): geometric transforms move the image and its reference together;
+    photometric ones (brightness, contrast, gamma, blur, noise, glare) are drawn independently for
+    each, since the golden image was captured under other light. With probability ``ref_p`` the
+    reference alone is then moved by a random rigid residual of up to ``ref_shift`` pixels and
+    ``ref_rotate`` degrees, the error left after registration.
+    """
+
+    crop_size: int = 0
+    crop_focus: float = 1.0
+
+    hflip: float = 0.5
+    vflip: float = 0.5
+    transpose: float = 0.0
+    rotate_deg: float = 5.0
+    rotate_p: float = 0.3
+    scale: float = 0.1
+    translate: float = 0.05
+    affine_p: float = 0.5
+    brightness: float = 0.2
+    contrast: float = 0.2
+    gamma: tuple[float, float] = (80.0, 120.0)
+    photometric_p: float = 0.5
+    blur_p: float = 0.1
+    noise_p: float = 0.1
+    glare_p: float = 0.1
+    invert_negatives: float = 0.0
+    min_visibility: float = 0.4
+    min_box_size: float = 2.0
+    ref_shift: float = 2.0
+    ref_rotate: float = 0.3
+    ref_p: float = 1.0
+
+    def validate(self) -> None:
+        for name in (
+            "crop_focus",
+            "hflip",
+            "vflip",
+            "transpose",
+            "rotate_p",
+            "affine_p",
+            "photometric_p",
+            "blur_p",
+            "noise_p",
+            "glare_p",
+            "invert_negatives",
+            "min_visibility",
+            "ref_p",
+        ):
+            value = getattr(self, name)
+            _check(0.0 <= value <= 1.0, f"augment.{name}", "must be in [0, 1]", value)
+        for name in ("rotate_deg", "scale", "translate", "brightness", "contrast", "min_box_size", "ref_shift", "ref_rotate"):
+            _check(getattr(self, name) >= 0, f"augment.{name}", "must be >= 0", getattr(self, name))
+        _check(
+            self.crop_size == 0 or (self.crop_size % 32 == 0 and self.crop_size >= 64),
+            "augment.crop_size",
+            "must be 0 (off) or a multiple of 32 >= 64",
+            self.crop_size,
+        )
+        _check(
+            len(self.gamma) == 2 and 0 < self.gamma[0] <= self.gamma[1],
+            "augment.gamma",
+            "must be [low, high] with 0 < low <= high",
+            self.gamma,
+        )
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """TinyDetector size. ``widths`` are the channels at strides 4, 8, 16, 32;
+    ``depths`` the number of depthwise-separable blocks per stage. ``head_convs``: blocks in each class branch
+    of the head, and in each box branch unless ``head_box_convs`` says otherwise (null: the same).
+    ``in_channels``: 1 for the single-image model; 2 for golden-template inspection (channel 0 the
+    image, channel 1 its registered reference, fused at the stem)."""
+
+    in_channels: int = 1
+    widths: tuple[int, int, int, int] = (32, 64, 128, 192)
+    depths: tuple[int, int, int, int] = (1, 3, 3, 2)
+    neck_channels: int = 64
+    head_convs: int = 2
+    head_box_convs: int | None = None
+    strides: tuple[int, ...] = (8, 16, 32)
+
+    def validate(self) -> None:
+        _check(self.in_channels in (1, 2), "model.in_channels", "must be 1 (image) or 2 (image + reference)", self.in_channels)
+        _check(
+            len(self.widths) == 4 and all(w > 0 and w % 8 == 0 for w in self.widths),
+            "model.widths",
+            "must be 4 positive multiples of 8",
+            self.widths,
+        )
+        _check(len(self.depths) == 4 and all(d >= 1 for d in self.depths), "model.depths", "must be 4 integers >= 1", self.depths)
+        _check(
+            self.neck_channels > 0 and self.neck_channels % 8 == 0,
+            "model.neck_channels",
+            "must be a positive multiple of 8",
+            self.neck_channels,
+        )
+        _check(self.head_convs >= 1, "model.head_convs", "must be >= 1", self.head_convs)
+        _check(self.head_box_convs is None or self.head_box_convs >= 1, "model.head_box_convs", "must be >= 1 or null", self.head_box_convs)
+        _check(tuple(self.strides) == (8, 16, 32), "model.strides", "must be [8, 16, 32]", self.strides)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation. ``amp``: 'auto' = float16 on CUDA, off on CPU; 'bf16' forces
+    bfloat16 autocast on CPU; 'off' disables autocast. ``init_weights``: start
+    from a checkpoint's (EMA) weights instead of a random initialisation, with a
+    fresh optimizer and schedule (fine-tuning, e.g. the bundled model on your line's data);
+    tensors whose shape differs (another class count or model width) keep their fresh values."""
+
+    epochs: int = 30
+    batch_size: int = 8
+    accumulate: int = 1
+    lr: float = 2e-3
+    weight_decay: float = 0.05
+    warmup_epochs: float = 1.0
+    min_lr_ratio: float = 0.05
+    grad_clip: float = 10.0
+    ema_decay: float = 0.999
+    amp: str = "auto"
+    device: str = "auto"
+    val_every: int = 1
+    max_bad_steps: int = 50
+    init_weights: str | None = None
+
+    def validate(self) -> None:
+        _check(self.epochs >= 1, "train.epochs", "must be >= 1", self.epochs)
+        _check(self.batch_size >= 1, "train.batch_size", "must be >= 1", self.batch_size)
+        _check(self.accumulate >= 1, "train.accumulate", "must be >= 1", self.accumulate)
+        _check(self.lr > 0 and math.isfinite(self.lr), "train.lr", "must be finite and > 0", self.lr)
+        for name in ("weight_decay", "warmup_epochs"):
+            value = getattr(self, name)
+            _check(value >= 0 and math.isfinite(value), f"train.{name}", "must be finite and >= 0", value)
+        _check(0 <= self.min_lr_ratio <= 1, "train.min_lr_ratio", "must be in [0, 1]", self.min_lr_ratio)
+        _check(self.grad_clip > 0, "train.grad_clip", "must be > 0", self.grad_clip)
+        _check(0 <= self.ema_decay < 1, "train.ema_decay", "must be in [0, 1)", self.ema_decay)
+        _check(self.amp in ("auto", "off", "bf16", "fp16"), "train.amp", "must be one of auto, off, bf16, fp16", self.amp)
+        _check(
+            self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
+            "train.device",
+            "must be auto, cpu, cuda or cuda:N",
+            self.device,
+        )
+        _check(self.val_every >= 1, "train.val_every", "must be >= 1", self.val_every)
+        _check(self.max_bad_steps >= 0, "train.max_bad_steps", "must be >= 0", self.max_bad_steps)
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Postprocess thresholds. ``conf`` is the low threshold used for mAP;
+    ``f1_conf`` the operating point for DeepPCB's F-score. Every evaluation runs one model pass per
+    image, as the deployed artifact does; test-time augmentation is asked for per command (``val --tta``,
+    ``predict --tta``), never stored with the model."""
+
+    conf: float = 0.001
+    nms_iou: float = 0.6
+    max_det: int = 100
+    f1_conf: float = 0.3
+
+    def validate(self) -> None:
+        for name in ("conf", "nms_iou", "f1_conf"):
+            _check(0.0 <= getattr(self, name) <= 1.0, f"eval.{name}", "must be in [0, 1]", getattr(self, name))
+        _check(self.max_det >= 1, "eval.max_det", "must be >= 1", self.max_det)
+
+
+@dataclass(frozen=True)
+class MonitorConfig:
+    """Drift detection (algorithm and units: monitor/drift.py).
+
+    ``z_warn`` / ``z_alert`` bound the drift score, a Mahalanobis distance in units of the spread of
+    single clean calibration frames; per-statistic z-scores (same units) only explain an alert.
+    ``window``: frames averaged; ``reference``: clean frames that form the line reference, once at the
+    start and after each deliberate rebaseline, then frozen (0 = compare with the calibration baseline
+    only); ``z_clear``: an alert is recovered only after ``recover`` consecutive frames score below it
+    (hysteresis below ``z_warn``; None: ``0.9 * z_warn``); ``baseline_margin``: z allowed against the
+    calibration baseline before it counts (unseen board designs sit away from it); ``rel_floor``:
+    the scale is at least this fraction of the baseline value; ``shrinkage``: how far the
+    calibration correlation between statistics is pulled towards none (0 = as measured, 1 = each
+    statistic on its own); ``debounce``: consecutive frames above it before an alert; ``recover``:
+    consecutive frames below ``z_clear`` before a recovery event; ``layers``: globs choosing which of the
+    baseline's layers are scored (default: ``DEFAULT_LAYERS`` of monitor/hooks.py, the stem and
+    backbone stages 1-3; none matching: all are). The first layers measure how the image
+    is formed (brightness, contrast, sharpness, noise); deep layers mostly follow what is on the
+    board, and a new board design moves them more than a camera fault does.
+    """
+
+    window: int = 16
+    reference: int = 256
+    z_warn: float = 5.5
+    z_alert: float = 8.0
+    z_clear: float | None = None
+    baseline_margin: float = 2.0
+    rel_floor: float = 0.02
+    shrinkage: float = 0.0
+    debounce: int = 3
+    recover: int = 8
+    layers: tuple[str, ...] = DEFAULT_LAYERS
+
+    def validate(self) -> None:
+        _check(self.window >= 1, "monitor.window", "must be >= 1", self.window)
+        _check(self.reference >= 0, "monitor.reference", "must be >= 0", self.reference)
+        _check(0 < self.z_warn <= self.z_alert, "monitor.z_warn", "must be > 0 and <= monitor.z_alert", self.z_warn)
+        clear_ok = self.z_clear is None or 0 < self.z_clear <= self.z_warn
+        _check(clear_ok, "monitor.z_clear", "must be > 0 and <= monitor.z_warn (or null)", self.z_clear)
+        _check(self.baseline_margin >= 0, "monitor.baseline_margin", "must be >= 0", self.baseline_margin)
+        _check(self.rel_floor >= 0, "monitor.rel_floor", "must be >= 0", self.rel_floor)
+        _check(0.0 <= self.shrinkage <= 1.0, "monitor.shrinkage", "must be in [0, 1]", self.shrinkage)
+        _check(self.debounce >= 1, "monitor.debounce", "must be >= 1", self.debounce)
+        _check(self.recover >= 1, "monitor.recover", "must be >= 1", self.recover)
+        _check(all(isinstance(p, str) and p for p in self.layers), "monitor.layers", "must be a list of layer names or globs", self.layers)
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole run configuration."""
+
+    name: str = "run"
+    seed: int = 0
+    out_dir: str = "runs"
+    data: DataConfig = field(default_factory=DataConfig)
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)
+
+    def validate(self) -> None:
+        _check(bool(self.name) and "/" not in self.name, "name", "must be a non-empty name without '/'", self.name)
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if dataclasses.is_dataclass(value):
+                value.validate()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict (tuples as lists) for YAML, JSON and checkpoints."""
+        return _plain(dataclasses.asdict(self))
+
+
+def _check(ok: bool, key: str, what: str, value: Any) -> None:
+    if not ok:
+        raise ConfigError(f"{key}: {what}, got {value!r}")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _coerce(value: Any, hint: Any, key: str) -> Any:
+    """Convert a YAML value to the annotated type, or raise naming ``key``."""
+    origin = get_origin(hint)
+    args = get_args(hint)
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: must be a mapping, got {value!r}")
+        return _build(hint, value, key + ".")
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: must be a list, got {value!r}")
+        item = args[0]
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(v, item, f"{key}[{i}]") for i, v in enumerate(value))
+        if len(value) != len(args):
+            raise ConfigError(f"{key}: must have {len(args)} items, got {value!r}")
+        return tuple(_coerce(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
+    if args and type(None) in args:
+        if value is None:
+            return None
+        return _coerce(value, next(a for a in args if a is not type(None)), key)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: must be an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, str):  # YAML 1.1 reads "1e-3" (no dot) as a string
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}: must be a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: must be a string, got {value!r}")
+        return value
+    raise ConfigError(f"{key}: unsupported type {hint!r}")
+
+
+def _build(cls: type, raw: dict[str, Any], prefix: str = "") -> Any:
+    hints = get_type_hints(cls)
+    known = {f.name for f in fields(cls)}
+    for key in raw:
+        if key not in known:
+            raise ConfigError(f"{prefix}{key}: unknown key (known: {', '.join(sorted(known))})")
+    return cls(**{k: _coerce(v, hints[k], prefix + k) for k, v in raw.items()})
+
+
+def config_from_dict(raw: dict[str, Any]) -> Config:
+    """Build and validate a :class:`Config` from a nested dict."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config: must be a mapping, got {type(raw).__name__}")
+    cfg = _build(Config, raw)
+    cfg.validate()
+    return cfg
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Return a copy of ``raw`` with ``a.b=value`` overrides applied (values parsed as YAML)."""
+    out = _plain(raw)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"{item}: override must look like key=value")
+        dotted, text = item.split("=", 1)
+        parts = dotted.strip().split(".")
+        node = out
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"{dotted}: {part} is not a section")
+        node[parts[-1]] = yaml.safe_load(text)
+    return out
+
+
+def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | None = None) -> Config:
+    """Load a YAML config (or the defaults when ``path`` is None) plus overrides.
+
+    Relative data paths stay as written: they are resolved against the current
+    working directory when the dataset opens them.
+    """
+    raw: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"{p}: config file not found")
+        try:
+            raw = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{p}: malformed YAML: {exc}") from exc
+    return config_from_dict(apply_overrides(raw, overrides or []))
+
+
+def save_config(cfg: Config, path: str | os.PathLike[str]) -> None:
+    """Write the resolved config as YAML, atomically."""
+    atomic_write_text(Path(path), yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+
+
+def config_reference_markdown() -> str:
+    """The configuration reference (every section, key, type and default) as Markdown.
+
+    The README embeds this text between ``<!-- config-reference -->`` markers; a
+    test regenerates it so the documentation cannot drift from the code.
+    """
+    lines: list[str] = []
+    for section in fields(Config):
+        default = getattr(Config(), section.name)
+        if not dataclasses.is_dataclass(default):
+            continue
+        doc = " ".join((type(default).__doc__ or "").split())
+        lines += [f"### `{section.name}`", "", doc, "", "| key | type | default |", "| --- | --- | --- |"]
+        hints = get_type_hints(type(default))
+        for f in fields(default):
+            type_name = str(hints[f.name]).replace(" | ", " or ").replace("typing.", "").replace("<class '", "").replace("'>", "")
+            lines.append(f"| `{section.name}.{f.name}` | `{type_name}` | `{_plain(getattr(default, f.name))!r}` |")
+        lines.append("")
+    top = ", ".join(
+        f"`{f.name}` (default `{getattr(Config(), f.name)!r}`)"
+        for f in fields(Config)
+        if not dataclasses.is_dataclass(getattr(Config(), f.name))
+    )
+    return "\n".join([f"Top-level keys: {top}.", ""] + lines).rstrip() + "\n"
+
+
+def _update_readme(path: Path) -> None:
+    """Rewrite the README's config-reference section from the code."""
+    import re
+
+    text = path.read_text()
+    block = "<!-- config-reference -->\n" + config_reference_markdown() + "<!-- /config-reference -->"
+    path.write_text(re.sub(r"<!-- config-reference -->\n.*?<!-- /config-reference -->", lambda _: block, text, flags=re.S))
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] == ["--update-readme"]:
+        _update_readme(Path(__file__).resolve().parents[2] / "README.md")
+    else:
+        print(config_reference_markdown())

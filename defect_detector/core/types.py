@@ -1,0 +1,76 @@
+"""The records that geometry and inference return: how a frame was letterboxed or tiled, and what was found."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class LetterboxMeta:
+    """How an ``orig_h x orig_w`` image was placed on the letterbox canvas.
+
+    ``scale`` multiplies original-frame pixels; ``pad_x``/``pad_y`` are the canvas
+    offsets (pixels) of the resized image's top-left corner.
+    """
+
+    scale: float
+    pad_x: float
+    pad_y: float
+    orig_h: int
+    orig_w: int
+
+
+@dataclass(frozen=True)
+class TileRecord:
+    """How a ``height x width`` frame was cut into ``tile x tile`` tiles (original pixels).
+
+    ``origins``: the ``(x0, y0)`` top-left corner of each tile in the frame, row-major (all tiles of the
+    first row of tiles, left to right, then the next row). ``xs`` / ``ys``: the distinct column and row
+    origins, ascending. Neighbouring tiles overlap by at least ``overlap`` pixels; the last column and row
+    are flush with the frame's right and bottom edge. Along an axis where the frame is shorter than a tile
+    there is one tile at 0, reaching past the frame (padded with :data:`~defect_detector.core.constants.PAD_VALUE`).
+    """
+
+    height: int
+    width: int
+    tile: int
+    overlap: int
+    xs: tuple[int, ...]
+    ys: tuple[int, ...]
+
+    @property
+    def origins(self) -> list[tuple[int, int]]:
+        return [(x0, y0) for y0 in self.ys for x0 in self.xs]
+
+    def __len__(self) -> int:
+        return len(self.xs) * len(self.ys)
+
+
+@dataclass
+class Detections:
+    """Detections of one frame.
+
+    ``boxes`` float32 ``[K, 4]`` xyxy in the frame's original pixels, ``scores`` float32 ``[K]``,
+    ``labels`` int64 ``[K]`` (indices into the model's class names), ``names`` the ``K`` class names,
+    all on the CPU and sorted by score. ``stats`` float32 ``[L, 2]``: mean and std of each monitored
+    layer (``Runtime.layer_names`` order). ``timings``: milliseconds per stage (``preprocess``, ``model``,
+    ``postprocess``) of the batch this frame was in, divided by the number of frames in it. ``letterbox`` says
+    how the frame was placed on the model input. ``tiles``: None for a frame letterboxed whole; for a tiled frame
+    its :class:`TileRecord` (tile origins in the frame), ``letterbox`` then says how each tile (``tile x tile``
+    original pixels, all alike) was placed on the model input, and ``stats`` pool all its tiles' activations.
+    """
+
+    boxes: torch.Tensor
+    scores: torch.Tensor
+    labels: torch.Tensor
+    names: list[str]
+    stats: torch.Tensor
+    timings: dict[str, float]
+    letterbox: LetterboxMeta
+    batch_size: int = 1
+    tiles: TileRecord | None = None
+
+    def __len__(self) -> int:
+        return int(self.labels.numel())

@@ -1,0 +1,3 @@
+"""The package version (``defect-detector --version``, ``pyproject.toml``)."""
+
+__version__ = "0.9.0"

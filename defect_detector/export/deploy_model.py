@@ -1,0 +1,192 @@
+"""The deployed computation (:class:`DeployModel`) and the ``meta.json`` that describes an exported model.
+
+:class:`DeployModel` is the detector, box decoding and the drift statistics of the monitored layers, for
+one fixed square input size; every export format traces it. :func:`build_meta` writes what a runtime needs
+to feed it and read its outputs.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.utils.fusion import fuse_conv_bn_eval
+
+from defect_detector.core.constants import DEFAULT_LAYERS
+from defect_detector.export.onednn import fuse_conv_silu
+from defect_detector.model.layers import ConvBNAct
+from defect_detector.model.postprocess import decode, make_anchor_points
+from defect_detector.monitor.hooks import ActivationMonitor
+
+FORMAT_VERSION = 1
+META_FILE = "meta.json"
+OUTPUTS = {
+    "pred": "float32 [B, A, 4 + C]: xyxy boxes in letterboxed input pixels, then class probabilities",
+    "stats": "float32 [B, L, 2]: mean and std of each monitored layer output (layers in meta 'layers' order)",
+}
+
+
+class ExportError(ValueError):
+    """The model cannot be exported as asked (unsupported option, mismatched baseline, or the parity check failed)."""
+
+
+def model_channels(model: nn.Module) -> int:
+    """Input channels of a detector (``in_channels``; 1 for models built before reference inspection existed)."""
+    return int(getattr(model, "in_channels", 1))
+
+
+def fuse_conv_bn(model: nn.Module) -> int:
+    """Fold the BatchNorm of every :class:`ConvBNAct` into its convolution, in place (eval mode only).
+
+    The BatchNorm is replaced by ``nn.Identity`` so module names (and monitored layer names) stay valid.
+    Returns the number of fused pairs.
+    """
+    if model.training:
+        raise ValueError("fuse_conv_bn needs an eval-mode model")
+    fused = 0
+    for module in model.modules():
+        if isinstance(module, ConvBNAct) and isinstance(module[1], nn.BatchNorm2d):
+            module[0] = fuse_conv_bn_eval(module[0], module[1])
+            module[1] = nn.Identity()
+            fused += 1
+    return fused
+
+
+class DeployModel(nn.Module):
+    """The deployed computation: detector + decode + layer statistics for a fixed ``imgsz``.
+
+    Wraps a copy of ``model`` (the caller's model is not modified), with BatchNorm folded (``fuse``) and
+    weights in channels_last memory format (``channels_last``). ``cpu_fusion`` (needs ``fuse``) also runs
+    every conv + SiLU as one oneDNN kernel (:mod:`defect_detector.export.onednn`): faster, but the model
+    then runs only on the CPU in float32. Anchor points are float32 buffers for ``imgsz x imgsz`` inputs.
+    ``forward(x)``: ``x`` float ``[B, in_channels, imgsz, imgsz]`` in [0, 1] (the model's dtype;
+    ``in_channels`` is the detector's, see the package docstring) -> ``(pred float32 [B, A, 4 + C],
+    stats float32 [B, L, 2])`` as described in the package docstring. ``layers`` are module names (or globs)
+    of the detector, resolved in model order into ``layer_names``; an empty sequence monitors nothing (``L = 0``).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        imgsz: int,
+        layers: Sequence[str] = DEFAULT_LAYERS,
+        fuse: bool = True,
+        channels_last: bool = True,
+        cpu_fusion: bool = False,
+    ) -> None:
+        super().__init__()
+        if cpu_fusion and not fuse:
+            raise ValueError("cpu_fusion needs fuse=True (the oneDNN kernel takes the BatchNorm-folded convolution)")
+        detector = copy.deepcopy(model).eval()
+        if fuse:
+            fuse_conv_bn(detector)
+        if channels_last:
+            detector = detector.to(memory_format=torch.channels_last)
+        if cpu_fusion:
+            fuse_conv_silu(detector)
+        self.model = detector
+        self.in_channels = model_channels(model)
+        self.imgsz = int(imgsz)
+        self.strides = tuple(int(s) for s in model.strides)
+        if self.imgsz % max(self.strides) != 0:
+            raise ValueError(f"imgsz must be a multiple of {max(self.strides)}, got {imgsz}")
+        device = next(detector.parameters()).device
+        points, anchor_strides = make_anchor_points(self.imgsz, self.imgsz, self.strides, device)
+        self.register_buffer("points", points, persistent=False)
+        self.register_buffer("anchor_strides", anchor_strides, persistent=False)
+        self.monitor = ActivationMonitor(detector, layers) if layers else None
+        self.layer_names: tuple[str, ...] = tuple(self.monitor.layer_names) if self.monitor else ()
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.model.num_classes)
+
+    def half_(self) -> DeployModel:
+        """Convert the detector (not the anchor buffers, which must stay exact) to float16, in place."""
+        self.model.half()
+        return self
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        raw = self.model(x)
+        pred = decode(raw, self.points, self.anchor_strides)
+        stats = self.monitor.stats() if self.monitor is not None else torch.zeros_like(pred[:, :0, :2])
+        return pred, stats
+
+
+def build_meta(
+    class_names: Sequence[str],
+    imgsz: int,
+    strides: Sequence[int],
+    layers: Sequence[str],
+    baseline: dict[str, Any] | None = None,
+    half: bool = False,
+    optimize: dict[str, Any] | None = None,
+    source: str | None = None,
+    cpu_only: bool = False,
+    channels: int = 1,
+    pixel_scale: float | None = None,
+) -> dict[str, Any]:
+    """The ``meta.json`` describing an exported model (also used for a checkpoint loaded eagerly).
+
+    ``channels``: the model's input channels C (1: the image; 2: the image and its registered reference,
+    written as ``"reference": true``); the input is ``["B", C, imgsz, imgsz]``.
+    ``baseline``: the drift baseline of the ``layers`` statistics (``Baseline.to_dict()`` form, already checked
+    against this model: see :func:`defect_detector.export.baseline.export_baseline`), or None.
+    ``cpu_only``: the graph holds CPU-only kernels (oneDNN conv + SiLU, see ``DeployModel(cpu_fusion=True)``).
+    ``"tta"`` is written as ``none`` for older readers: the graph is one pass, and a runtime adds test-time
+    augmentation only when asked for.
+    ``pixel_scale``: the training config's ``data.pixel_scale``, model input pixels per original image pixel
+    at training (float, or None when the config did not record it), so that a runtime can tile frames that
+    letterboxing to ``imgsz`` would shrink well below it (``data/tiles.py``).
+    """
+    return {
+        "format_version": FORMAT_VERSION,
+        "class_names": list(class_names),
+        "imgsz": int(imgsz),
+        "channels": int(channels),
+        "reference": int(channels) == 2,
+        "normalisation": "x/255",
+        "letterbox": {"pad_value": 114, "centred": True},
+        "input": {"name": "images", "dtype": "float16" if half else "float32", "shape": ["B", int(channels), int(imgsz), int(imgsz)]},
+        "outputs": OUTPUTS,
+        "strides": [int(s) for s in strides],
+        "layers": list(layers),
+        "baseline": baseline,
+        "half": bool(half),
+        "cpu_only": bool(cpu_only),
+        "pixel_scale": None if pixel_scale is None else float(pixel_scale),
+        "torch_version": torch.__version__,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "optimize_for_inference": optimize or {"applied": False, "reason": "not exported"},
+        "source_weights": source,
+        "tta": "none",
+    }
+
+
+def checkpoint_meta(
+    loaded: Any,
+    deploy: DeployModel,
+    baseline: dict[str, Any] | None = None,
+    half: bool = False,
+    optimize: dict[str, Any] | None = None,
+    cpu_only: bool = False,
+) -> dict[str, Any]:
+    """:func:`build_meta` for ``deploy`` wrapping the model of ``loaded`` (a ``LoadedModel``): its class names, input
+    size, strides, monitored layers, channels, source path and recorded ``data.pixel_scale``."""
+    return build_meta(
+        loaded.class_names,
+        deploy.imgsz,
+        deploy.strides,
+        deploy.layer_names,
+        baseline,
+        half,
+        optimize,
+        str(loaded.path),
+        cpu_only,
+        deploy.in_channels,
+        loaded.config.data.pixel_scale,
+    )

@@ -1,0 +1,108 @@
+"""Golden references for the frames of a source: which reference belongs to a frame, registered into its pixels.
+
+``--reference REF`` is either one image (the golden board of every frame: a fixed fixture, so the
+:class:`~defect_detector.data.register.Registrar` reuses its transform from frame to frame) or a folder
+holding each frame's reference under the frame's relative path, else under its file name. A frame whose
+reference is missing, unreadable or does not register is never inspected: :meth:`References.align`
+raises :class:`ReferenceError` with the reason, and the caller skips and counts the frame.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter, OrderedDict
+from pathlib import Path
+
+import numpy as np
+
+from defect_detector.core.errors import DatasetError
+from defect_detector.data.images import IMAGE_SUFFIXES, load_image_gray
+from defect_detector.data.register import RegisterConfig, Registrar, Registration
+
+log = logging.getLogger("defect_detector.inspect")
+
+_MAX_CACHED = 8  # registrars (decoded references) kept for a folder of references
+_MAX_WARNINGS = 10
+
+
+class ReferenceError(ValueError):
+    """A frame cannot be inspected against a reference; the message says which file and why."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class References:
+    """The reference of each frame, registered into the frame's pixel frame.
+
+    ``path``: one image or a folder (see the module docstring). ``cfg``: registration settings.
+    ``skipped`` counts the frames refused, by reason (``no reference``, ``unreadable reference``,
+    ``reference does not match``). Raises ``FileNotFoundError`` when ``path`` does not exist and
+    :class:`~defect_detector.core.errors.DatasetError` for a single reference image that cannot be read.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], cfg: RegisterConfig | None = None) -> None:
+        self.path = Path(path)
+        self.cfg = cfg or RegisterConfig()
+        self.skipped: Counter[str] = Counter()
+        self._registrars: OrderedDict[Path, Registrar] = OrderedDict()
+        self._by_name: dict[str, Path] = {}
+        if self.path.is_file():
+            self._registrars[self.path] = Registrar(load_image_gray(self.path), self.cfg)
+        elif self.path.is_dir():
+            for p in sorted(self.path.rglob("*")):
+                if p.suffix.lower() in IMAGE_SUFFIXES:
+                    self._by_name.setdefault(p.name, p)
+            if not self._by_name:
+                raise FileNotFoundError(f"{self.path}: no reference images in this folder")
+        else:
+            raise FileNotFoundError(f"{self.path}: reference image or folder not found")
+
+    @property
+    def single(self) -> bool:
+        """One golden image for every frame."""
+        return self.path.is_file()
+
+    def lookup(self, file_name: str) -> Path:
+        """The reference file of the frame named ``file_name`` (relative to SOURCE); :class:`ReferenceError` if none."""
+        if self.single:
+            return self.path
+        candidate = self.path / file_name
+        if candidate.is_file():
+            return candidate
+        found = self._by_name.get(Path(file_name).name)
+        if found is None:
+            raise ReferenceError(f"{file_name}: no reference in {self.path} (same relative path or file name)", "no reference")
+        return found
+
+    def _registrar(self, path: Path) -> Registrar:
+        if path in self._registrars:
+            self._registrars.move_to_end(path)
+            return self._registrars[path]
+        try:
+            registrar = Registrar(load_image_gray(path), self.cfg)
+        except DatasetError as exc:
+            raise ReferenceError(str(exc), "unreadable reference") from exc
+        self._registrars[path] = registrar
+        if len(self._registrars) > _MAX_CACHED:
+            self._registrars.popitem(last=False)
+        return registrar
+
+    def align(self, image: np.ndarray, file_name: str) -> tuple[np.ndarray, Registration]:
+        """The reference of frame ``file_name`` (uint8 ``image`` ``[H, W]``) warped into its pixels: uint8 ``[H, W]``
+        and the :class:`Registration`. Raises :class:`ReferenceError` (and counts it) when there is no usable one."""
+        try:
+            path = self.lookup(file_name)
+            warped, reg = self._registrar(path)(image)
+            if not reg.ok:
+                raise ReferenceError(
+                    f"{file_name}: reference {path.name} does not match this frame ({reg.reason})", "reference does not match"
+                )
+        except ReferenceError as exc:
+            self.skipped[exc.reason] += 1
+            if sum(self.skipped.values()) <= _MAX_WARNINGS:
+                log.warning("skipping frame %s", exc)
+            raise
+        return warped, reg

@@ -1,0 +1,396 @@
+"""Frame sources for ``predict SOURCE``: image files, folders, globs, video files, cameras and network streams.
+
+:func:`open_source` turns the SOURCE string into a :class:`FrameSource`. Iterating it starts a decode
+thread that reads ahead of inference through a bounded queue and yields :class:`Frame` objects in order:
+
+- image file / folder / glob: files sorted by their path relative to SOURCE (folders recursively; files
+  without an image extension are ignored); that order is the frame index. A file that cannot be decoded
+  becomes an error frame (``image=None``, ``error`` set) and is counted as skipped.
+- video file: frames in order until the end of the file. A file that ends before the frame count its header
+  gives (``CAP_PROP_FRAME_COUNT``) is logged as a warning, ``ended after N of M frames`` (``stats.ended_early``).
+- camera index (``"0"``) or stream URL (``rtsp://``, ``http(s)://``, ...): a live stream. A failed open or
+  read closes the capture and reopens it with exponential backoff (``reconnect_attempts`` tries starting
+  at ``reconnect_delay`` seconds, doubling up to ``max_reconnect_delay``); each gap is logged and counted
+  in :attr:`FrameSource.stats`. When the attempts are exhausted the source ends (``stats.gave_up``).
+  With ``latest_only`` the queue holds one frame and a newer frame replaces an unconsumed one
+  (counted as ``dropped``), so a slow consumer always gets the newest frame.
+
+Frames are converted to 8-bit grayscale; the first colour (really coloured, not gray stored as BGR), alpha or
+16-bit input of a source is logged once at WARNING (:class:`~defect_detector.data.images.ConversionNotice`).
+
+The capture factory (``cv2.VideoCapture`` by default) is injectable for tests.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import cv2
+import numpy as np
+
+from defect_detector.core.errors import DatasetError
+from defect_detector.data.images import IMAGE_SUFFIXES, ConversionNotice, gray_from_file, read_image, to_gray_uint8
+from defect_detector.inspect.source_kinds import VIDEO_SUFFIXES, list_images, source_kind
+
+__all__ = ["VIDEO_SUFFIXES", "Capture", "Frame", "FrameSource", "Gap", "SourceStats", "list_images", "open_source", "source_kind"]
+
+log = logging.getLogger("defect_detector.inspect")
+
+_POLL_S = 0.1
+
+
+class Capture(Protocol):
+    """The part of ``cv2.VideoCapture`` a source uses."""
+
+    def isOpened(self) -> bool: ...  # noqa: N802 - OpenCV's name
+    def read(self) -> tuple[bool, np.ndarray | None]: ...
+    def get(self, prop_id: int) -> float: ...
+    def release(self) -> None: ...
+
+
+CaptureFactory = Callable[[Any], Capture]
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One decoded frame.
+
+    ``index``: 0-based position in the source. ``image``: uint8 ``[H, W]`` grayscale, or None for an
+    error frame. ``source_name``: the SOURCE string. ``file_name``: the image path relative to SOURCE
+    (its base name for a single file or a video; ``camera<N>`` / the URL for streams). ``timestamp``:
+    seconds, the position in the video for video files, wall-clock time (``time.time()``) otherwise.
+    ``error``: why the frame has no image. ``decode_ms``: time spent reading and converting it.
+    """
+
+    index: int
+    image: np.ndarray | None
+    source_name: str
+    file_name: str
+    timestamp: float
+    error: str | None = None
+    decode_ms: float = 0.0
+
+
+@dataclass
+class Gap:
+    """A stream interruption: when it started (``time.time()``), how long until the next frame, why, and the reopen attempts."""
+
+    start: float
+    seconds: float
+    reason: str
+    attempts: int
+
+
+@dataclass
+class SourceStats:
+    """Counters of a source: frames yielded (error frames included), ``skipped`` error frames, ``dropped``
+    stale frames (``latest_only``), ``reconnects`` (successful reopens), ``gaps`` and ``gave_up``; for a video
+    file ``expected_frames`` (its header's frame count, 0 when unknown) and ``ended_early`` (fewer were read)."""
+
+    frames: int = 0
+    skipped: int = 0
+    dropped: int = 0
+    reconnects: int = 0
+    gaps: list[Gap] = field(default_factory=list)
+    gave_up: bool = False
+    expected_frames: int = 0
+    ended_early: bool = False
+
+
+_END = object()
+
+
+class FrameSource:
+    """An iterable of :class:`Frame` fed by a decode thread; use as a context manager (or call :meth:`close`).
+
+    ``kind`` is one of ``image``, ``folder``, ``glob``, ``video``, ``camera``, ``stream``; ``is_stream`` is
+    True for the kinds that are not finite files (``video`` is finite). ``fps`` is the capture's frame rate
+    (0 when unknown or for image files); ``total`` the number of files (None for captures).
+    """
+
+    def __init__(
+        self,
+        source: str,
+        kind: str,
+        files: list[tuple[Path, str]] | None = None,
+        target: Any = None,
+        capture_factory: CaptureFactory | None = None,
+        queue_size: int = 8,
+        latest_only: bool = False,
+        reconnect_attempts: int = 5,
+        reconnect_delay: float = 0.5,
+        max_reconnect_delay: float = 8.0,
+    ) -> None:
+        self.source = source
+        self.kind = kind
+        self.files = files or []
+        self.target = target
+        self.capture_factory = capture_factory or cv2.VideoCapture
+        self.latest_only = latest_only
+        self.reconnect_attempts = reconnect_attempts
+        self.reconnect_delay = reconnect_delay
+        self.max_reconnect_delay = max_reconnect_delay
+        self.stats = SourceStats()
+        self.fps = 0.0
+        self.conversions = ConversionNotice(source)
+        self._queue: queue.Queue = queue.Queue(maxsize=1 if latest_only else max(1, queue_size))
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def is_stream(self) -> bool:
+        return self.kind in ("camera", "stream")
+
+    @property
+    def total(self) -> int | None:
+        return len(self.files) if self.kind in ("image", "folder", "glob") else None
+
+    def __enter__(self) -> FrameSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[Frame]:
+        if self._thread is not None:
+            raise RuntimeError("a FrameSource can be iterated only once")
+        self._thread = threading.Thread(target=self._run, name=f"decode:{self.source}", daemon=True)
+        self._thread.start()
+        try:
+            while True:
+                item = self._queue.get()
+                if item is _END:
+                    break
+                yield item
+        finally:
+            self.close()
+        if self._error is not None:
+            raise self._error
+
+    def close(self) -> None:
+        """Stop the decode thread and release the capture (idempotent)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            while self._thread.is_alive():
+                self._drain()
+                self._thread.join(timeout=_POLL_S)
+
+    # --- producer side -------------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            frames = self._read_files() if self.kind in ("image", "folder", "glob") else self._read_capture()
+            for frame in frames:
+                if not self._put(frame):
+                    return
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+            self._error = exc
+        finally:
+            self._put_end()
+
+    def _put(self, frame: Frame) -> bool:
+        """Queue ``frame``; False once the consumer has stopped. ``latest_only`` replaces a waiting frame."""
+        with self._lock:
+            self.stats.frames += 1
+            self.stats.skipped += frame.error is not None
+        if self.latest_only:
+            while not self._stop.is_set():
+                try:
+                    self._queue.put_nowait(frame)
+                    return True
+                except queue.Full:
+                    try:
+                        self._queue.get_nowait()
+                        with self._lock:
+                            self.stats.dropped += 1
+                    except queue.Empty:
+                        pass
+            return False
+        while not self._stop.is_set():
+            try:
+                self._queue.put(frame, timeout=_POLL_S)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _put_end(self) -> None:
+        while True:
+            try:
+                self._queue.put(_END, timeout=_POLL_S)
+                return
+            except queue.Full:
+                if self._stop.is_set():
+                    self._drain()
+
+    def _drain(self) -> None:
+        try:
+            while True:
+                self._queue.get_nowait()
+        except queue.Empty:
+            pass
+
+    def _read_files(self) -> Iterator[Frame]:
+        for index, (path, name) in enumerate(self.files):
+            if self._stop.is_set():
+                return
+            start = time.perf_counter()
+            try:
+                raw = read_image(path)
+                image, kinds = gray_from_file(path, raw)
+                self.conversions.note(raw, kinds, name)
+                error = None
+            except DatasetError as exc:
+                image, error = None, str(exc)
+                log.warning("skipping %s", exc)
+            yield Frame(index, image, self.source, name, time.time(), error, (time.perf_counter() - start) * 1000.0)
+
+    def _open_capture(self) -> Capture | None:
+        try:
+            capture = self.capture_factory(self.target)
+        except Exception as exc:  # noqa: BLE001 - any failure to open is retried like a failed read
+            log.warning("%s: cannot open capture: %s", self.source, exc)
+            return None
+        if capture is None or not capture.isOpened():
+            if capture is not None:
+                capture.release()
+            return None
+        fps = float(capture.get(cv2.CAP_PROP_FPS) or 0.0)
+        self.fps = fps if np.isfinite(fps) and fps > 0 else 0.0
+        return capture
+
+    def _read_capture(self) -> Iterator[Frame]:
+        """Frames of a video file (until its end) or of a live stream (reopened after failures)."""
+        name = Path(self.source).name if self.kind == "video" else (f"camera{self.target}" if self.kind == "camera" else self.source)
+        capture = self._first_capture()
+        index = 0
+        gap_start: float | None = None if capture is not None else time.time()
+        gap_reason = "open failed"
+        attempts = 0
+        try:
+            while not self._stop.is_set():
+                if capture is None:
+                    attempts += 1
+                    if attempts > self.reconnect_attempts:
+                        self.stats.gave_up = True
+                        log.error("%s: giving up after %d reconnect attempts (%s)", self.source, self.reconnect_attempts, gap_reason)
+                        return
+                    delay = min(self.reconnect_delay * 2 ** (attempts - 1), self.max_reconnect_delay)
+                    log.warning(
+                        "%s: %s; reconnect attempt %d/%d in %.2f s", self.source, gap_reason, attempts, self.reconnect_attempts, delay
+                    )
+                    if self._stop.wait(delay):
+                        return
+                    capture = self._open_capture()
+                    if capture is None:
+                        gap_reason = "reopen failed"
+                        continue
+                    with self._lock:
+                        self.stats.reconnects += 1
+                start = time.perf_counter()
+                try:
+                    ok, image = capture.read()
+                except Exception as exc:  # noqa: BLE001 - a crashing read is a stream failure
+                    ok, image, gap_reason = False, None, f"read raised {type(exc).__name__}: {exc}"
+                else:
+                    gap_reason = "read failed"
+                if not ok or image is None:
+                    if not self.is_stream:
+                        self._check_end(index)
+                        return
+                    capture.release()
+                    capture = None
+                    if gap_start is None:
+                        gap_start = time.time()
+                    continue
+                if gap_start is not None:
+                    gap = Gap(gap_start, time.time() - gap_start, gap_reason, attempts)
+                    with self._lock:
+                        self.stats.gaps.append(gap)
+                    log.warning(
+                        "%s: stream resumed after a %.2f s gap (%s, %d attempts)", self.source, gap.seconds, gap.reason, gap.attempts
+                    )
+                    gap_start, attempts = None, 0
+                yield self._frame(capture, image, index, name, start)
+                index += 1
+        finally:
+            if capture is not None:
+                capture.release()
+
+    def _first_capture(self) -> Capture | None:
+        """The first open of the capture: a video file that does not open is an error (a stream retries), and records
+        the frame count its header gives."""
+        capture = self._open_capture()
+        if capture is None and not self.is_stream:
+            raise ValueError(f"{self.source}: cannot open video file (truncated or corrupt, or a codec this OpenCV build lacks)")
+        if not self.is_stream:
+            count = float(capture.get(cv2.CAP_PROP_FRAME_COUNT) or 0.0)
+            self.stats.expected_frames = int(count) if np.isfinite(count) and count > 0 else 0
+        return capture
+
+    def _frame(self, capture: Capture, image: np.ndarray, index: int, name: str, start: float) -> Frame:
+        """The :class:`Frame` of a decoded capture image (an error frame when it cannot be converted to gray)."""
+        timestamp = capture.get(cv2.CAP_PROP_POS_MSEC) / 1000.0 if self.kind == "video" else time.time()
+        try:
+            gray, kinds = to_gray_uint8(image)
+            self.conversions.note(image, kinds, f"{name} frame {index}")
+            error = None
+        except DatasetError as exc:
+            gray, error = None, f"frame {index}: {exc}"
+        return Frame(index, gray, self.source, name, timestamp, error, (time.perf_counter() - start) * 1000.0)
+
+    def _check_end(self, read: int) -> None:
+        """At the end of a video file: warn when fewer than its header's frame count were read."""
+        expected = self.stats.expected_frames
+        if expected and read < expected:
+            self.stats.ended_early = True
+            log.warning("%s: video ended after %d of %d frames (truncated or corrupt file?)", self.source, read, expected)
+
+
+def open_source(
+    source: str,
+    latest_only: bool = False,
+    queue_size: int = 8,
+    capture_factory: CaptureFactory | None = None,
+    reconnect_attempts: int = 5,
+    reconnect_delay: float = 0.5,
+    max_reconnect_delay: float = 8.0,
+) -> FrameSource:
+    """Build the :class:`FrameSource` for SOURCE (see the module docstring); nothing is read until iteration.
+
+    ``latest_only`` applies to live streams (camera, URL) only: files and videos are never dropped.
+    Raises ``FileNotFoundError`` for a missing path and ``ValueError`` for an unknown file type or a
+    folder/glob without images.
+    """
+    kind = source_kind(source)
+    files = None
+    target: Any = None
+    if kind in ("image", "folder", "glob"):
+        files = list_images(source, kind)
+        if not files:
+            raise ValueError(f"{source}: no image files ({', '.join(sorted(IMAGE_SUFFIXES))})")
+    elif kind == "camera":
+        target = int(source)
+    else:
+        target = source
+    return FrameSource(
+        source,
+        kind,
+        files=files,
+        target=target,
+        capture_factory=capture_factory,
+        queue_size=queue_size,
+        latest_only=latest_only and kind in ("camera", "stream"),
+        reconnect_attempts=reconnect_attempts,
+        reconnect_delay=reconnect_delay,
+        max_reconnect_delay=max_reconnect_delay,
+    )

@@ -1,0 +1,118 @@
+"""Setting up drift monitoring, and calibration.
+
+:func:`build_monitoring` turns a baseline and the requested sinks into an
+:class:`~defect_detector.monitor.alerts.AlertRouter` (or None); the inspector
+(``deploy/inspector.py``) calls it and feeds the router per frame.
+
+Errors a user can fix (missing or malformed files, a baseline for other layers) raise
+:class:`MonitorSetupError` (a ``ValueError``) with one clear line.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from defect_detector.core.config import ConfigError, MonitorConfig, config_from_dict
+from defect_detector.monitor.alerts import AlertRouter, JsonlSink, LogSink, PrometheusSink, Sink, WebhookSink
+from defect_detector.monitor.baseline import Baseline, BaselineError
+from defect_detector.monitor.drift import DriftDetector
+
+logger = logging.getLogger("defect_detector.monitor")
+
+
+class MonitorSetupError(ValueError):
+    """Monitoring cannot start as asked; the message says why in one line."""
+
+
+def load_monitor_config(path: str | os.PathLike[str]) -> MonitorConfig:
+    """Read drift thresholds from YAML: a run config with a ``monitor`` section, or just that section's keys."""
+    path = Path(path)
+    if not path.is_file():
+        raise MonitorSetupError(f"{path}: monitor config file not found")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (yaml.YAMLError, OSError, UnicodeDecodeError) as exc:
+        raise MonitorSetupError(f"{path}: cannot read monitor config: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise MonitorSetupError(f"{path}: monitor config must be a mapping")
+    section = raw["monitor"] if "monitor" in raw else raw
+    try:
+        return config_from_dict({"monitor": section}).monitor
+    except ConfigError as exc:
+        raise MonitorSetupError(f"{path}: {exc}") from exc
+
+
+def build_monitoring(
+    layer_names: Sequence[str],
+    baseline: str | os.PathLike[str] | None = None,
+    embedded: dict[str, Any] | None = None,
+    monitor: bool = True,
+    alerts: str | os.PathLike[str] | None = None,
+    webhook: str | None = None,
+    metrics_port: int | None = None,
+    metrics_addr: str = "0.0.0.0",
+    monitor_config: str | os.PathLike[str] | MonitorConfig | None = None,
+) -> AlertRouter | None:
+    """The router of an inspection run, or None when nothing is monitored.
+
+    Drift detection is on when ``monitor`` and a baseline exist: the ``baseline`` file (it wins), else the
+    one the weights carry (``embedded``, a ``Baseline.to_dict()``). ``layer_names``: the layers whose
+    statistics the model outputs, in order; the baseline must cover the same ones. Thresholds:
+    ``monitor_config`` (a YAML path or a :class:`MonitorConfig`), else the defaults. Drift events are
+    logged, and appended to ``alerts`` (JSONL) / POSTed to ``webhook`` when given; ``metrics_port``
+    serves Prometheus metrics (frames, detections, latency; drift too when on). ``alerts`` / ``webhook``
+    without a baseline, or with ``monitor`` off, is a :class:`MonitorSetupError`.
+    """
+    if not monitor and (alerts or webhook or baseline):
+        raise MonitorSetupError("drift monitoring is off (--no-monitor): drop --baseline, --alerts and --webhook, or turn it on")
+    found = _baseline(str(baseline) if baseline else None, embedded) if monitor else None
+    if found is None:
+        if alerts or webhook:
+            raise MonitorSetupError(
+                "--alerts/--webhook need a drift baseline: the weights carry none; pass --baseline (from `defect-detector calibrate`)"
+            )
+        if metrics_port is None:
+            return None
+    if found is not None and list(found.layer_names) != list(layer_names):
+        raise MonitorSetupError(
+            f"the baseline covers layers {found.layer_names} but the model reports {list(layer_names)}; calibrate again with these weights"
+        )
+    if isinstance(monitor_config, MonitorConfig):
+        cfg = monitor_config
+    else:
+        cfg = load_monitor_config(monitor_config) if monitor_config else MonitorConfig()
+    detector = DriftDetector(found, cfg) if found is not None else None
+    sinks: list[Sink] = []
+    try:
+        if detector is not None:
+            sinks.append(LogSink())
+        if alerts:
+            sinks.append(JsonlSink(alerts))
+        if webhook:
+            sinks.append(WebhookSink(webhook))
+        if metrics_port is not None:
+            sink = PrometheusSink(metrics_port, addr=metrics_addr)
+            logger.info("serving Prometheus metrics on port %d", sink.port)
+            sinks.append(sink)
+    except (OSError, ValueError) as exc:
+        for sink in sinks:
+            sink.close()
+        raise MonitorSetupError(f"cannot start monitoring: {exc}") from exc
+    return AlertRouter(detector, sinks, layer_names)
+
+
+def _baseline(path: str | None, embedded: dict[str, Any] | None) -> Baseline | None:
+    try:
+        if path:
+            return Baseline.load(path)
+        if embedded:
+            return Baseline.from_dict(embedded, where="artifact meta.json baseline")
+    except BaselineError as exc:
+        raise MonitorSetupError(str(exc)) from exc
+    return None

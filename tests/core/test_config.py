@@ -1,0 +1,92 @@
+from pathlib import Path
+
+import pytest
+import yaml
+
+from defect_detector.core.config import Config, ConfigError, apply_overrides, config_from_dict, load_config, save_config
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def test_defaults_are_valid() -> None:
+    Config().validate()
+
+
+def _leaves(raw: dict, prefix: str = "") -> dict[str, object]:
+    """``{"section.key": value}`` of a nested YAML mapping (lists as they are)."""
+    out: dict[str, object] = {}
+    for key, value in raw.items():
+        if isinstance(value, dict):
+            out.update(_leaves(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_configs_load_with_every_value_they_set(path: Path, tmp_path: Path) -> None:
+    cfg = load_config(path)
+    written = _leaves(yaml.safe_load(path.read_text()))
+    loaded = _leaves(cfg.to_dict())
+    assert written, f"{path.name} sets nothing"
+    for key, value in written.items():  # each value the YAML sets is the one the config holds (none dropped or coerced away)
+        assert loaded[key] == value, key
+    save_config(cfg, tmp_path / "saved.yaml")
+    assert load_config(tmp_path / "saved.yaml").to_dict() == cfg.to_dict()  # what a run folder records loads back the same
+
+
+def test_unknown_key_is_named() -> None:
+    with pytest.raises(ConfigError, match=r"^train\.epoch: unknown key"):
+        config_from_dict({"train": {"epoch": 3}})
+
+
+def test_unknown_top_level_key_is_named() -> None:
+    with pytest.raises(ConfigError, match=r"^modle: unknown key"):
+        config_from_dict({"modle": {}})
+
+
+@pytest.mark.parametrize(
+    ("raw", "key"),
+    [
+        ({"train": {"lr": -1.0}}, r"train\.lr"),
+        ({"train": {"epochs": "ten"}}, r"train\.epochs"),
+        ({"data": {"imgsz": 100}}, r"data\.imgsz"),
+        ({"augment": {"hflip": 1.5}}, r"augment\.hflip"),
+        ({"model": {"widths": [16, 32, 48]}}, r"model\.widths"),
+        ({"model": {"head_box_convs": 0}}, r"model\.head_box_convs"),
+        ({"train": {"amp": "fp8"}}, r"train\.amp"),
+        ({"data": {"class_names": ["a", "a"]}}, r"data\.class_names"),
+        ({"augment": {"invert_negatives": 1.5}}, r"augment\.invert_negatives"),
+        ({"eval": {"tta": "d8"}}, r"eval\.tta"),
+    ],
+)
+def test_bad_values_are_named(raw: dict, key: str) -> None:
+    with pytest.raises(ConfigError, match=rf"^{key}"):
+        config_from_dict(raw)
+
+
+def test_overrides_parse_yaml_scalars() -> None:
+    raw = apply_overrides({"train": {"epochs": 1}}, ["train.epochs=5", "train.lr=1e-3", "data.class_names=[a, b]"])
+    cfg = config_from_dict(raw)
+    assert cfg.train.epochs == 5 and cfg.train.lr == pytest.approx(1e-3) and cfg.data.class_names == ("a", "b")
+
+
+def test_override_without_equals_fails() -> None:
+    with pytest.raises(ConfigError, match="key=value"):
+        apply_overrides({}, ["train.epochs"])
+
+
+def test_save_then_load_round_trips(tmp_path: Path) -> None:
+    cfg = config_from_dict({"name": "x", "train": {"epochs": 7}, "model": {"widths": [16, 32, 64, 128]}})
+    save_config(cfg, tmp_path / "config.yaml")
+    assert load_config(tmp_path / "config.yaml") == cfg
+    assert yaml.safe_load((tmp_path / "config.yaml").read_text())["train"]["epochs"] == 7
+
+
+def test_malformed_yaml_and_missing_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train: [unclosed")
+    with pytest.raises(ConfigError, match="malformed YAML"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "missing.yaml")

@@ -1,0 +1,98 @@
+from pathlib import Path
+
+import pytest
+import torch
+from small_checkpoint import write_small_checkpoint
+
+from defect_detector.core import devices
+from defect_detector.core.devices import available_cores, default_threads, free_cores
+from defect_detector.inspect import runtime
+
+
+@pytest.mark.parametrize(
+    ("cores", "busy", "threads"),
+    [(2, 0.0, 2), (2, 0.3, 2), (2, 0.8, 1), (2, 1.0, 1), (2, 2.6, 1), (16, 3.4, 13), (4, 9.0, 1)],
+)
+def test_free_cores_leaves_the_busy_ones(cores: int, busy: float, threads: int) -> None:
+    assert free_cores(cores, busy) == threads
+
+
+def _stat(path: Path, rows: dict[int, tuple[int, int]]) -> None:
+    """A /proc/stat with ``cpuN user nice system idle iowait irq softirq steal`` rows of (busy, idle) ticks."""
+    lines = ["cpu  0 0 0 0 0 0 0 0"] + [f"cpu{n} {busy} 0 0 {idle} 0 0 0 0" for n, (busy, idle) in rows.items()]
+    path.write_text("\n".join(lines + ["intr 1 2 3", "ctxt 5"]) + "\n")
+
+
+def test_busy_now_counts_the_busy_share_of_our_cores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stat = tmp_path / "stat"
+    _stat(stat, {0: (100, 100), 1: (100, 100), 2: (100, 100)})
+    # over the window cpu0 is all busy, cpu1 idle, cpu2 half busy
+    monkeypatch.setattr(devices.time, "sleep", lambda s: _stat(stat, {0: (200, 100), 1: (100, 200), 2: (150, 150)}))
+    monkeypatch.setattr(devices, "_own_ticks", lambda: 7)  # this process used no CPU over the window
+    assert devices._busy_now([0, 1, 2], 0.1, str(stat)) == pytest.approx(1.5)
+    _stat(stat, {0: (100, 100), 1: (100, 100), 2: (100, 100)})
+    ticks = iter([7, 57])  # this process's own threads used half a core's ticks over the window: not a competitor
+    monkeypatch.setattr(devices, "_own_ticks", lambda: next(ticks))
+    assert devices._busy_now([0, 1, 2], 0.1, str(stat)) == pytest.approx(1.0)
+    monkeypatch.setattr(devices, "_own_ticks", lambda: 7)
+    _stat(stat, {0: (100, 100), 1: (100, 100), 2: (100, 100)})
+    assert devices._busy_now([1], 0.1, str(stat)) == pytest.approx(0.0), "only the CPUs we may run on count"
+    assert devices._busy_now([0], 0.1, str(tmp_path / "missing")) is None
+
+
+def test_default_threads_follows_the_busy_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(devices, "available_cores", lambda: [0, 1, 2, 3])
+    monkeypatch.setattr(devices.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(devices.os, "getloadavg", lambda: (2.9, 0.5, 0.5))
+    monkeypatch.setattr(devices, "_busy_now", lambda cores, window_s: 0.1)
+    assert default_threads() == 4, "work that ended (still in the load average) does not cost a core"
+    monkeypatch.setattr(devices, "_busy_now", lambda cores, window_s: 1.0)
+    assert default_threads() == 3, "a competitor started a moment ago counts before the load average shows it"
+    monkeypatch.setattr(devices, "_busy_now", lambda cores, window_s: None)  # no /proc/stat: the load average
+    assert default_threads() == 1
+    monkeypatch.setattr(devices.os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(devices.os, "getloadavg", lambda: (32.0, 0.0, 0.0))
+    assert default_threads() == 2, "a machine-wide load is shared out over all its cores, not only ours"
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert default_threads() == 2
+
+
+def test_busy_now_leaves_out_this_process() -> None:
+    import threading
+    import time
+
+    others = devices._busy_now(available_cores(), 0.3)  # what other processes do meanwhile
+    stop = time.perf_counter() + 1.0
+
+    def spin() -> None:
+        while time.perf_counter() < stop:
+            pass
+
+    worker = threading.Thread(target=spin)
+    worker.start()
+    try:
+        busy = devices._busy_now(available_cores(), 0.3)  # our own spinning thread is not someone else's work
+    finally:
+        worker.join()
+    assert busy is not None and others is not None and busy < others + 0.6
+
+
+def test_default_threads_on_this_machine() -> None:
+    assert 1 <= default_threads(window_s=0.05) <= len(available_cores())
+
+
+def test_inspector_load_uses_the_default_threads_and_runtime_load_leaves_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from defect_detector.inspect import inspector
+
+    checkpoint = write_small_checkpoint(tmp_path / "small.pt", imgsz=64)
+    before = torch.get_num_threads()
+    other = 1 if before > 1 else 2
+    monkeypatch.setattr(inspector, "default_threads", lambda: other)
+    try:
+        runtime.Runtime.load(checkpoint, device="cpu", trace=False)
+        assert torch.get_num_threads() == before  # the library call keeps what the caller set
+        inspector.Inspector.load(checkpoint, device="cpu").close()
+        assert torch.get_num_threads() == other  # the product path (predict) takes the free cores
+    finally:
+        torch.set_num_threads(before)

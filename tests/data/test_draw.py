@@ -1,0 +1,61 @@
+"""Tests for defect_detector.data.draw: boxes land on the pixels they name, at every image size."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from defect_detector.data.draw import draw_detections
+
+CLASS_NAMES = ["missing_hole", "mouse_bite", "open_circuit", "short", "spur", "spurious_copper"]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# draw_detections
+
+
+@pytest.mark.parametrize("height,width", [(640, 640), (1536, 2048)])
+def test_draw_detections_draws_box_border(height: int, width: int) -> None:
+    image = np.full((height, width), 128, dtype=np.uint8)
+    original = image.copy()
+    x1, y1, x2, y2 = 200, 250, 420, 500
+    out = draw_detections(
+        image, torch.tensor([[x1, y1, x2, y2]], dtype=torch.float32), torch.tensor([0.87]), torch.tensor([1]), CLASS_NAMES
+    )
+
+    assert out.shape == (height, width, 3) and out.dtype == np.uint8
+    np.testing.assert_array_equal(image, original)  # input untouched
+    mid_x, mid_y = (x1 + x2) // 2, (y1 + y2) // 2
+    red = np.array([0, 0, 255])
+    for y, x in [(mid_y, x1), (mid_y, x2), (y2, mid_x)]:  # left, right, bottom borders
+        np.testing.assert_array_equal(out[y, x], red)
+    np.testing.assert_array_equal(out[mid_y, mid_x], [128, 128, 128])  # interior untouched
+    assert (out[:y1, x1:x2] != 128).any()  # the tag sits above the box
+
+
+def test_draw_detections_thicker_on_large_images() -> None:
+    def border_width(height: int, width: int) -> int:
+        out = draw_detections(
+            np.zeros((height, width), np.uint8), np.array([[100.0, 100.0, 400.0, 400.0]]), np.array([0.5]), np.array([0]), CLASS_NAMES
+        )
+        return int((out[250, 80:130, 2] > 0).sum())
+
+    assert border_width(1536, 2048) > border_width(640, 640) >= 1
+
+
+def test_draw_detections_bgr_input_empty_boxes_and_no_scores() -> None:
+    image = np.zeros((100, 120, 3), dtype=np.uint8)
+    empty = draw_detections(image, np.zeros((0, 4)), np.zeros((0,)), np.zeros((0,), dtype=np.int64), CLASS_NAMES)
+    np.testing.assert_array_equal(empty, image)
+    assert empty is not image
+
+    # Boxes partly outside the image, unknown label, no scores (ground-truth style), custom colour.
+    out = draw_detections(image, [[-10, -10, 50, 60], [90, 80, 200, 150]], None, [0, 99], CLASS_NAMES, color=(0, 255, 0))
+    assert out.shape == (100, 120, 3)
+    assert (out[:, :, 1] > 0).any()
+
+
+def test_draw_detections_rejects_length_mismatch() -> None:
+    with pytest.raises(ValueError):
+        draw_detections(np.zeros((64, 64), np.uint8), np.zeros((2, 4)), np.zeros(1), np.zeros(2, dtype=np.int64), CLASS_NAMES)

@@ -1,0 +1,128 @@
+"""Tests for defect_detector.data.images: reading image files as single-channel uint8."""
+
+import logging
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from defect_detector.core.errors import DatasetError
+from defect_detector.data.images import IMAGE_SUFFIXES, ConversionNotice, decode_gray, has_colour, load_image_gray, to_gray_uint8
+
+H, W = 48, 64
+
+
+def _image(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, size=(H, W), dtype=np.uint8)
+
+
+def test_to_gray_uint8_and_load_image_gray(tmp_path: Path) -> None:
+    gray = _image(3)
+    out, kinds = to_gray_uint8(gray[:, :, None])
+    assert kinds == [] and out.shape == (H, W)
+    out, kinds = to_gray_uint8((gray.astype(np.uint16) * 257)[:, :, None].repeat(3, axis=2))
+    assert kinds == ["colour", "16-bit"] and out.dtype == np.uint8
+    np.testing.assert_array_equal(out, gray)
+    with pytest.raises(DatasetError, match="unsupported pixel type"):
+        to_gray_uint8(gray.astype(np.float32))
+    path = tmp_path / "x.png"
+    cv2.imwrite(str(path), gray)
+    np.testing.assert_array_equal(load_image_gray(path), gray)
+    with pytest.raises(DatasetError, match="absent.png"):
+        load_image_gray(tmp_path / "absent.png")
+
+
+def test_to_gray_uint8_channels_and_shapes() -> None:
+    gray = _image(4)
+    out, kinds = to_gray_uint8(np.stack([gray, np.full_like(gray, 255)], axis=2))
+    assert kinds == ["alpha"]
+    np.testing.assert_array_equal(out, gray)
+    bgra = np.concatenate([np.repeat(gray[:, :, None], 3, axis=2), np.full((H, W, 1), 255, np.uint8)], axis=2)
+    out, kinds = to_gray_uint8(bgra)
+    assert kinds == ["colour", "alpha"]
+    np.testing.assert_array_equal(out, gray)
+    assert out.flags["C_CONTIGUOUS"]
+    with pytest.raises(DatasetError, match="number of channels: 5"):
+        to_gray_uint8(np.zeros((H, W, 5), np.uint8))
+    with pytest.raises(DatasetError, match="unsupported image shape"):
+        to_gray_uint8(np.zeros(H, np.uint8))
+
+
+def test_decode_gray_names_the_file_for_each_failure(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.png"
+    empty.write_bytes(b"")
+    with pytest.raises(DatasetError, match="empty.png: zero-byte image file"):
+        decode_gray(empty)
+    ok, jpeg = cv2.imencode(".jpg", _image(5))
+    assert ok
+    truncated = tmp_path / "cut.jpg"
+    truncated.write_bytes(jpeg.tobytes()[: len(jpeg) // 2])
+    with pytest.raises(DatasetError, match="cut.jpg: truncated JPEG"):
+        decode_gray(truncated)
+    garbage = tmp_path / "garbage.png"
+    garbage.write_bytes(b"not an image at all")
+    with pytest.raises(DatasetError, match="garbage.png: corrupt or unsupported image"):
+        decode_gray(garbage)
+    wide = tmp_path / "float.tiff"
+    cv2.imwrite(str(wide), _image(6).astype(np.float32))
+    with pytest.raises(DatasetError, match="float.tiff: unsupported pixel type"):
+        decode_gray(wide)
+
+
+def test_decode_gray_reports_conversions(tmp_path: Path) -> None:
+    gray = _image(7)
+    path = tmp_path / "colour16.png"
+    cv2.imwrite(str(path), (np.repeat(gray[:, :, None], 3, axis=2).astype(np.uint16) * 257))
+    image, kinds = decode_gray(path)
+    assert kinds == ["colour", "16-bit"]
+    np.testing.assert_array_equal(image, gray)
+
+
+@pytest.mark.parametrize("suffix", [".png", ".bmp", ".jpg", ".tif", ".webp", ".pgm"])
+def test_image_suffixes_round_trip_through_opencv(tmp_path: Path, suffix: str) -> None:
+    assert suffix in IMAGE_SUFFIXES
+    gray = np.full((H, W), 128, np.uint8)
+    path = tmp_path / f"board{suffix}"
+    assert cv2.imwrite(str(path), gray)
+    np.testing.assert_allclose(load_image_gray(path), gray, atol=2)
+
+
+def test_image_suffixes_are_lowercase_and_exclude_video_and_float_formats() -> None:
+    assert isinstance(IMAGE_SUFFIXES, frozenset)
+    assert all(s.startswith(".") and s == s.lower() for s in IMAGE_SUFFIXES)
+    assert not IMAGE_SUFFIXES & {".gif", ".mp4", ".hdr", ".pfm", ".exr"}
+
+
+def test_has_colour_tells_colour_from_gray_stored_as_bgr() -> None:
+    gray = _image(8)
+    bgr = cv2.cvtColor(gray, cv2.COLOR_GRAY2BGR)
+    assert not has_colour(gray) and not has_colour(bgr) and not has_colour(gray[:, :, None])
+    ok, jpeg = cv2.imencode(".jpg", bgr)  # a lossy codec leaves the channels a few levels apart
+    assert ok and not has_colour(cv2.imdecode(jpeg, cv2.IMREAD_COLOR))
+    tinted = bgr.copy()
+    tinted[::4, ::4, 2] = 255 - tinted[::4, ::4, 2]
+    assert has_colour(tinted) and has_colour(cv2.cvtColor(tinted, cv2.COLOR_BGR2BGRA))
+    assert not has_colour(bgr.astype(np.uint16) * 257) and has_colour(tinted.astype(np.uint16) * 257)
+
+
+def test_conversion_notice_warns_once_per_kind(caplog: pytest.LogCaptureFixture) -> None:
+    notice = ConversionNotice("line3/")
+    gray_bgr = cv2.cvtColor(_image(9), cv2.COLOR_GRAY2BGR)
+    colour = gray_bgr.copy()
+    colour[..., 0] = 0
+    with caplog.at_level(logging.WARNING, logger="defect_detector.data"):
+        notice.note(gray_bgr, ["colour"], "a.png")  # gray content: no warning
+        notice.note(colour, ["colour"], "b.png")
+        notice.note(colour, ["colour"], "c.png")
+        notice.note(colour, ["colour", "16-bit"], "d.png")
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 2 and all(r.levelno == logging.WARNING for r in caplog.records)
+    assert messages[0].startswith("line3/: converting colour input to 8-bit grayscale") and "first: b.png" in messages[0]
+    assert "16-bit scaled to 8-bit" in messages[1] and "first: d.png" in messages[1]
+    assert notice.warned == {"colour", "16-bit"}
+
+
+def test_a_file_name_the_os_rejects_is_a_dataset_error(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError, match="cannot read image file"):
+        decode_gray(tmp_path / "a\x00.png")

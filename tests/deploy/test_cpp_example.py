@@ -1,0 +1,184 @@
+"""The libtorch C++ example (deploy/cpp) builds and agrees with the Python runtime.
+
+Skipped when cmake, a C++ compiler or OpenCV's CMake package is missing, unless DEFECT_DETECTOR_REQUIRE_DEPLOY_TESTS=1
+(CI, .ci/run) turns the skip into a failure. Building takes about 30 s of CPU time (set DEFECT_DETECTOR_CPP_BUILD to a
+folder to keep the build between runs).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from small_checkpoint import write_small_checkpoint
+from torch import nn
+
+from defect_detector.core.constants import DEEPPCB_CLASSES
+from defect_detector.core.types import Detections
+from defect_detector.data.synth import generate_board, generate_board_pair
+from defect_detector.export import artifact_bytes, build_meta, export_torchscript, quiet_jit
+from defect_detector.inspect.runtime import Runtime
+from defect_detector.model.checkpoint import load_checkpoint
+
+CPP_DIR = Path(__file__).resolve().parents[2] / "deploy" / "cpp"
+IMGSZ = 320
+_OPENCV_CONFIGS = (
+    "/usr/lib/*/cmake/opencv4/OpenCVConfig.cmake",
+    "/usr/lib/cmake/opencv4/OpenCVConfig.cmake",
+    "/usr/local/lib/cmake/opencv4/OpenCVConfig.cmake",
+    "/usr/share/OpenCV/OpenCVConfig.cmake",
+)
+
+
+def _missing_tool() -> str | None:
+    for tool in ("cmake", "c++"):
+        if shutil.which(tool) is None:
+            return f"{tool} not found"
+    if not os.environ.get("OpenCV_DIR") and not any(glob.glob(pattern) for pattern in _OPENCV_CONFIGS):
+        return "OpenCV C++ development files not found (apt-get install libopencv-dev)"
+    if not (Path(torch.__file__).parent / "include" / "torch" / "script.h").is_file():
+        return "this torch installation has no C++ headers"
+    return None
+
+
+MISSING = _missing_tool()
+if MISSING is not None and os.environ.get("DEFECT_DETECTOR_REQUIRE_DEPLOY_TESTS") == "1":
+    raise RuntimeError(f"DEFECT_DETECTOR_REQUIRE_DEPLOY_TESTS=1 but the C++ example cannot be built: {MISSING}")
+pytestmark = pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
+
+
+def _configure(build: Path) -> subprocess.CompletedProcess:
+    """find_package(Torch) first; a CUDA-built wheel's config needs the CUDA toolkit, so without it fall back
+    to linking the wheel's CPU libraries (TORCH_WHEEL_DIR, see deploy/cpp/CMakeLists.txt)."""
+    command = ["cmake", "-S", str(CPP_DIR), "-B", str(build / "find_package"), f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    if done.returncode == 0 or "cannot find the CUDA" not in done.stdout + done.stderr:
+        return done
+    wheel = [f"-DTORCH_WHEEL_DIR={Path(torch.__file__).parent}", f"-DTORCH_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
+    return subprocess.run(["cmake", "-S", str(CPP_DIR), "-B", str(build / "wheel"), *wheel], capture_output=True, text=True, timeout=300)
+
+
+def _make_artifact(path: Path, in_channels: int = 1) -> Path:
+    ckpt = write_small_checkpoint(path.with_suffix(".ckpt.pt"), IMGSZ, seed=1, in_channels=in_channels)
+    export_torchscript(load_checkpoint(ckpt), path, optimize=False)
+    return path
+
+
+def _run(executable: Path, *args: str) -> subprocess.CompletedProcess:
+    command = [str(executable), *args, "--conf", "0.25", "--iou", "0.5", "--threads", "1"]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def _assert_same_detections(cpp: list[dict], python: Detections) -> None:
+    assert len(python) > 0, "the test model should produce detections"
+    assert len(cpp) == len(python)
+    unmatched = list(range(len(python)))
+    for det in cpp:  # pair each C++ detection with the closest Python detection of the same class
+        same_class = [i for i in unmatched if int(python.labels[i]) == det["label"]]
+        assert same_class, f"C++ detection {det} has no Python counterpart"
+        i = min(same_class, key=lambda j: float((python.boxes[j] - torch.tensor(det["box"])).abs().max()))
+        unmatched.remove(i)
+        assert det["category_name"] == python.names[i]
+        np.testing.assert_allclose(det["box"], python.boxes[i].tolist(), atol=1.0)
+        assert det["score"] == pytest.approx(float(python.scores[i]), abs=1e-3)
+
+
+@pytest.fixture(scope="module")
+def executable(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    reuse = os.environ.get("DEFECT_DETECTOR_CPP_BUILD")  # a persistent build folder makes reruns incremental
+    configure = _configure(Path(reuse) if reuse else tmp_path_factory.mktemp("cpp_build"))
+    assert configure.returncode == 0, configure.stdout[-3000:] + configure.stderr[-3000:]
+    build = Path(configure.args[4])
+    compiled = subprocess.run(["cmake", "--build", str(build), "-j", "2"], capture_output=True, text=True, timeout=900)
+    assert compiled.returncode == 0, compiled.stdout[-3000:] + compiled.stderr[-3000:]
+    return build / "defect_detector_cpp"
+
+
+def test_cpp_matches_python_runtime(executable: Path, tmp_path: Path) -> None:
+    artifact = _make_artifact(tmp_path / "small.torchscript.pt")
+    # 640x480 into 320: scale exactly 0.5 (OpenCV's INTER_AREA averages 2x2 blocks in both builds), pad_y 40.
+    image = generate_board(480, 640, np.random.default_rng(5))[0]
+    image_path = tmp_path / "board.png"
+    assert cv2.imwrite(str(image_path), image)
+
+    run = _run(executable, str(artifact), str(image_path))
+    assert run.returncode == 0, run.stderr
+    cpp = [json.loads(line) for line in run.stdout.splitlines() if line.strip()]
+    _assert_same_detections(cpp, Runtime.load(artifact, device="cpu").predict([image], conf=0.25, iou=0.5)[0])
+    refused = _run(executable, str(artifact), str(image_path), "--reference", str(image_path))
+    assert refused.returncode == 2 and "takes 1 input channel" in refused.stderr
+
+
+def test_cpp_reference_model_matches_python_runtime(executable: Path, tmp_path: Path) -> None:
+    artifact = _make_artifact(tmp_path / "ref.torchscript.pt", in_channels=2)
+    image, template = generate_board_pair(480, 640, np.random.default_rng(6))[:2]  # scale 0.5, pad_y 40, as above
+    image_path, reference_path = tmp_path / "board.png", tmp_path / "golden.png"
+    assert cv2.imwrite(str(image_path), image) and cv2.imwrite(str(reference_path), template)
+    python = Runtime.load(artifact, device="cpu").predict([image], conf=0.25, iou=0.5, references=[template])[0]
+    for args in (["--reference", str(reference_path)], [str(reference_path)]):  # flag or third positional argument
+        run = _run(executable, str(artifact), str(image_path), *args)
+        assert run.returncode == 0, run.stderr
+        _assert_same_detections([json.loads(line) for line in run.stdout.splitlines() if line.strip()], python)
+    missing = _run(executable, str(artifact), str(image_path))
+    assert missing.returncode == 2 and "reference model" in missing.stderr
+    small = tmp_path / "small.png"
+    assert cv2.imwrite(str(small), template[:-1])
+    wrong_size = _run(executable, str(artifact), str(image_path), "--reference", str(small))
+    assert wrong_size.returncode == 1 and "register it" in wrong_size.stderr
+
+
+class CentroidModel(nn.Module):
+    """``[B, 2, S, S]`` -> ``pred [B, 2, 4 + 6]``: for input channel ``c``, a 40 px box around that channel's intensity
+    centroid (letterboxed pixels) with score 0.9 for class ``c``; ``stats [B, 0, 2]``. Its output shows where each
+    channel's content landed on the canvas, which an untrained detector's scores hardly do."""
+
+    def __init__(self, imgsz: int) -> None:
+        super().__init__()
+        coords = torch.arange(imgsz, dtype=torch.float32)
+        self.register_buffer("xs", coords.view(1, 1, 1, -1))
+        self.register_buffer("ys", coords.view(1, 1, -1, 1))
+        self.register_buffer("scores", torch.eye(2, len(DEEPPCB_CLASSES)) * 0.9)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mass = x.sum((2, 3))  # [B, 2]
+        cx, cy = (x * self.xs).sum((2, 3)) / mass, (x * self.ys).sum((2, 3)) / mass
+        boxes = torch.stack([cx - 20, cy - 20, cx + 20, cy + 20], dim=-1)  # [B, 2, 4]
+        pred = torch.cat([boxes, self.scores.expand(x.shape[0], -1, -1)], dim=-1)
+        return pred, pred[:, :0, :2]
+
+
+def test_cpp_stacks_the_reference_as_channel_1_with_the_image_geometry(executable: Path, tmp_path: Path) -> None:
+    with torch.no_grad(), quiet_jit():
+        traced = torch.jit.trace(CentroidModel(IMGSZ).eval(), torch.rand(1, 2, IMGSZ, IMGSZ))
+    artifact = tmp_path / "centroid.torchscript.pt"
+    strides = (IMGSZ, IMGSZ)  # two anchors of one cell each: the meta must describe the graph's 2 predictions
+    artifact.write_bytes(artifact_bytes(traced, build_meta(DEEPPCB_CLASSES, IMGSZ, strides, (), channels=2)))
+    image = np.zeros((480, 640), np.uint8)
+    image[300:360, 500:600] = 250  # bright patch low right
+    reference = np.zeros((480, 640), np.uint8)
+    reference[20:80, 30:90] = 250  # bright patch top left: a centroid far from the image's
+    image_path, reference_path = tmp_path / "image.png", tmp_path / "reference.png"
+    assert cv2.imwrite(str(image_path), image) and cv2.imwrite(str(reference_path), reference)
+    python = Runtime.load(artifact, device="cpu").predict([image], conf=0.25, iou=0.5, references=[reference])[0]
+    assert python.labels.tolist() == [0, 1]
+    assert float(python.boxes[1, 0]) < float(python.boxes[0, 0]) - 20  # class 1 (the reference's) lies left
+    run = _run(executable, str(artifact), str(image_path), "--reference", str(reference_path))
+    assert run.returncode == 0, run.stderr
+    _assert_same_detections([json.loads(line) for line in run.stdout.splitlines() if line.strip()], python)
+
+
+def test_cpp_reports_bad_input(executable: Path, tmp_path: Path) -> None:
+    command = [str(executable), str(tmp_path / "missing.pt"), str(tmp_path / "missing.png")]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0 and "error" in run.stderr
+    assert subprocess.run([str(executable)], capture_output=True, text=True, timeout=60).returncode == 2
+    for bad in (["--conf", "high"], ["--conf"], ["--unknown", "1"]):  # a usage error, not a crash
+        assert subprocess.run([*command, *bad], capture_output=True, text=True, timeout=60).returncode == 2

@@ -1,0 +1,308 @@
+"""The inspection path (``Inspector``) and ``defect-detector predict`` over it: JSON in original pixels, annotated
+outputs, video/JSONL, per-frame results, drift alerts by default."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from small_checkpoint import write_small_checkpoint
+
+from defect_detector.cli.main import main
+from defect_detector.core.constants import DEEPPCB_CLASSES
+from defect_detector.data.synth import generate_board
+from defect_detector.inspect.inspector import Inspection, Inspector
+from defect_detector.inspect.runtime import Runtime
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+IMGSZ = 128
+H, W = 1536, 2048
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_small_checkpoint(tmp_path_factory.mktemp("ckpt") / "small.pt", IMGSZ)
+
+
+@pytest.fixture(scope="module")
+def boards(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("boards")
+    for i in range(2):
+        assert cv2.imwrite(str(folder / f"board_{i}.png"), generate_board(H, W, np.random.default_rng(i))[0])
+    (folder / "broken.png").write_bytes(b"not an image")
+    (folder / "notes.txt").write_text("ignored")
+    return folder
+
+
+def test_predict_folder_writes_original_pixel_json_and_annotations(
+    checkpoint: Path, boards: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out_json, out_dir = tmp_path / "pred.json", tmp_path / "annotated"
+    argv = [
+        "predict",
+        str(boards),
+        "--weights",
+        str(checkpoint),
+        "--save-json",
+        str(out_json),
+        "--save-dir",
+        str(out_dir),
+        "--threads",
+        "1",
+        "--batch",
+        "2",
+        "--device",
+        "cpu",
+    ]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "frames 3 (processed 2, skipped 1)" in printed
+    assert "to score mAP (pycocotools) keep the whole ranking: --conf 0.001" in printed
+
+    records = json.loads(out_json.read_text())
+    assert records, "the test model should produce detections"
+    assert {r["file_name"] for r in records} <= {"board_0.png", "board_1.png"}
+    for r in records:
+        x, y, w, h = r["bbox"]
+        assert set(r) == {"file_name", "category_name", "bbox", "score"}
+        assert r["category_name"] in DEEPPCB_CLASSES and r["score"] >= 0.25
+        assert 0 <= x and 0 <= y and w >= 0 and h >= 0 and x + w <= W + 0.01 and y + h <= H + 0.01
+
+    runtime = Runtime.load(checkpoint, device="cpu")
+    for name in ("board_0.png", "board_1.png"):
+        image = cv2.imread(str(boards / name), cv2.IMREAD_GRAYSCALE)
+        expected = runtime.predict([image])[0]
+        got = [r for r in records if r["file_name"] == name]
+        assert len(got) == len(expected)
+        boxes = np.array([r["bbox"] for r in got]).reshape(-1, 4)
+        want = expected.boxes.numpy().copy()
+        want[:, 2:] -= want[:, :2]
+        np.testing.assert_allclose(boxes, want, atol=0.02)
+        assert [r["category_name"] for r in got] == expected.names
+
+        annotated = cv2.imread(str(out_dir / name), cv2.IMREAD_UNCHANGED)
+        assert annotated.shape == (H, W, 3)
+        assert (annotated[:, :, 2].astype(int) - annotated[:, :, 1]).max() > 100  # red boxes drawn on a gray board
+    assert not (out_dir / "broken.png").exists()
+
+
+def test_predict_video_writes_frames_jsonl_and_mp4(checkpoint: Path, tmp_path: Path) -> None:
+    video = tmp_path / "line.avi"
+    writer = cv2.VideoWriter(str(video), cv2.VideoWriter_fourcc(*"MJPG"), 5.0, (320, 240))
+    for i in range(4):
+        writer.write(cv2.cvtColor(generate_board(240, 320, np.random.default_rng(i))[0], cv2.COLOR_GRAY2BGR))
+    writer.release()
+    out_json, out_dir = tmp_path / "video.json", tmp_path / "out"
+    argv = ["predict", str(video), "--weights", str(checkpoint), "--save-json", str(out_json), "--save-dir", str(out_dir), "--conf", "0.2"]
+    assert main(argv) == 0
+    records = json.loads(out_json.read_text())
+    assert records and all(r["file_name"] == "line.avi" and 0 <= r["frame"] < 4 for r in records)
+    lines = [json.loads(line) for line in (tmp_path / "video.jsonl").read_text().splitlines()]
+    assert [line["frame"] for line in lines] == [0, 1, 2, 3]
+    assert sum(len(line["detections"]) for line in lines) == len(records)
+    capture = cv2.VideoCapture(str(out_dir / "line.mp4"))
+    assert capture.isOpened() and int(capture.get(cv2.CAP_PROP_FRAME_COUNT)) == 4
+
+
+def test_on_result_and_max_frames(checkpoint: Path, boards: Path) -> None:
+    seen: list[tuple[int, str, tuple[int, ...] | None]] = []
+
+    def record(result: Inspection) -> None:
+        shape = None if result.detections is None else tuple(result.detections.stats.shape)
+        seen.append((result.frame.index, result.frame.file_name, shape))
+
+    with Inspector.load(checkpoint, device="cpu") as inspector:
+        summary = inspector.run(str(boards), max_frames=2, on_result=record)
+        layers = len(inspector.runtime.layer_names)
+    assert seen == [(0, "board_0.png", (layers, 2)), (1, "board_1.png", (layers, 2))]
+    assert summary["frames"] == 2 and summary["processed"] == 2 and summary["skipped"] == 0
+    assert set(summary["mean_ms"]) == {"decode", "preprocess", "model", "postprocess"}
+    assert summary["drift_monitoring"] is False  # the test checkpoint carries no baseline
+
+
+def test_predict_errors(checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["predict", str(tmp_path / "missing_dir"), "--weights", str(checkpoint)]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert cv2.imwrite(str(tmp_path / "a.png"), np.zeros((32, 32), np.uint8))
+    assert main(["predict", str(tmp_path), "--weights", str(tmp_path / "missing.pt")]) == 2
+    assert "weights file not found" in capsys.readouterr().err
+    assert main(["predict", str(tmp_path), "--weights", str(checkpoint), "--tta", "d4"]) == 2
+    assert "unknown TTA mode 'd4'" in capsys.readouterr().err
+    keep_all = ["--conf", "0.001", "--save-json", str(tmp_path / "p.json")]
+    assert main(["predict", str(tmp_path), "--weights", str(checkpoint), "--tta", "flip2", *keep_all]) == 0
+    printed = capsys.readouterr().out
+    assert "2 model passes per frame (test-time augmentation flip2)" in printed and "to score mAP" not in printed
+    with Inspector.load(checkpoint, device="cpu") as inspector, pytest.raises(ValueError, match="--batch"):
+        inspector.run(str(tmp_path), batch=0)
+
+
+REF_H, REF_W = 240, 320
+
+
+@pytest.fixture(scope="module")
+def reference_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_small_checkpoint(tmp_path_factory.mktemp("ref_ckpt") / "ref.pt", IMGSZ, in_channels=2)
+
+
+def _shifted(image: np.ndarray, dx: float, dy: float) -> np.ndarray:
+    matrix = np.float32([[1, 0, dx], [0, 1, dy]])
+    return cv2.warpAffine(image, matrix, (image.shape[1], image.shape[0]), borderMode=cv2.BORDER_REPLICATE)
+
+
+@pytest.fixture(scope="module")
+def board_pairs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Two frames, a golden folder holding each frame's reference (moved by a few pixels), and a third frame
+    whose reference is another board."""
+    root = tmp_path_factory.mktemp("pairs")
+    frames, golden = root / "frames", root / "golden"
+    frames.mkdir()
+    golden.mkdir()
+    for i in range(3):
+        board = generate_board(REF_H, REF_W, np.random.default_rng(10 + i))[0]
+        assert cv2.imwrite(str(frames / f"board_{i}.png"), board)
+        ref = _shifted(board, 3.0, -2.0) if i < 2 else generate_board(REF_H, REF_W, np.random.default_rng(99))[0]
+        assert cv2.imwrite(str(golden / f"board_{i}.png"), ref)
+    assert cv2.imwrite(str(frames / "no_golden.png"), generate_board(REF_H, REF_W, np.random.default_rng(7))[0])
+    return frames, golden
+
+
+def test_predict_with_a_reference_folder_gives_original_pixels_and_skips_unmatched_frames(
+    reference_checkpoint: Path, board_pairs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from defect_detector.data.register import register
+
+    frames, golden = board_pairs
+    out_json = tmp_path / "pred.json"
+    argv = ["predict", str(frames), "--weights", str(reference_checkpoint), "--reference", str(golden), "--save-json", str(out_json),
+            "--threads", "1", "--device", "cpu", "--conf", "0.25"]  # fmt: skip
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "golden-template model" in printed
+    assert "frames 4 (processed 2, skipped 2" in printed
+    assert "no reference x1" in printed and "reference does not match x1" in printed
+    records = json.loads(out_json.read_text())
+    assert {r["file_name"] for r in records} == {"board_0.png", "board_1.png"}
+    runtime = Runtime.load(reference_checkpoint, device="cpu")
+    for name in ("board_0.png", "board_1.png"):
+        frame = cv2.imread(str(frames / name), cv2.IMREAD_GRAYSCALE)
+        warped, reg = register(cv2.imread(str(golden / name), cv2.IMREAD_GRAYSCALE), frame)
+        assert reg.ok
+        (want,) = runtime.predict([frame], conf=0.25, references=[warped])
+        got = np.array([r["bbox"] for r in records if r["file_name"] == name], np.float32).reshape(-1, 4)
+        assert len(got) == len(want) > 0
+        wx, wy = want.boxes[:, 0].numpy(), want.boxes[:, 1].numpy()
+        np.testing.assert_allclose(np.sort(got[:, 0]), np.sort(wx), atol=0.02)  # same boxes, in the frame's own pixels
+        np.testing.assert_allclose(np.sort(got[:, 1]), np.sort(wy), atol=0.02)
+        assert (got[:, 0] >= 0).all() and (got[:, 0] + got[:, 2] <= REF_W + 0.01).all() and (got[:, 1] + got[:, 3] <= REF_H + 0.01).all()
+
+
+def test_predict_with_one_golden_image_for_every_frame(
+    reference_checkpoint: Path, board_pairs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    frames, golden = board_pairs
+    single = tmp_path / "frames"
+    single.mkdir()
+    board = cv2.imread(str(frames / "board_0.png"), cv2.IMREAD_GRAYSCALE)
+    for i, (dx, dy) in enumerate(((0.0, 0.0), (1.5, -1.0), (-2.0, 2.5))):  # one fixture, the board placed slightly differently
+        assert cv2.imwrite(str(single / f"shot_{i}.png"), _shifted(board, dx, dy))
+    out_json = tmp_path / "pred.json"
+    argv = ["predict", str(single), "--weights", str(reference_checkpoint), "--reference", str(golden / "board_0.png"),
+            "--save-json", str(out_json), "--threads", "1", "--device", "cpu"]  # fmt: skip
+    assert main(argv) == 0
+    assert "frames 3 (processed 3, skipped 0)" in capsys.readouterr().out
+    records = json.loads(out_json.read_text())
+    assert {r["file_name"] for r in records} == {f"shot_{i}.png" for i in range(3)}
+
+
+def test_reference_flag_must_match_the_model(
+    checkpoint: Path, reference_checkpoint: Path, board_pairs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    frames, golden = board_pairs
+    assert main(["predict", str(frames), "--weights", str(checkpoint), "--reference", str(golden), "--device", "cpu"]) == 2
+    assert "is a single-image model: --reference needs a reference model" in capsys.readouterr().err
+    assert main(["predict", str(frames), "--weights", str(reference_checkpoint), "--device", "cpu"]) == 2
+    assert "is a golden-template model: give each frame's reference with --reference REF" in capsys.readouterr().err
+    assert main(["predict", str(frames), "--weights", str(reference_checkpoint), "--reference", "nowhere", "--device", "cpu"]) == 2
+    assert "nowhere: reference image or folder not found" in capsys.readouterr().err
+
+
+def _blurred_samples(folder: Path, n: int) -> Path:
+    """``n`` frames of the bundled sample boards seen through a defocused lens (sigma 2)."""
+    from defect_detector.data.images import load_image_gray
+    from defect_detector.monitor.faults import defocus
+
+    boards = sorted((Path(__file__).resolve().parents[2] / "data" / "samples" / "deeppcb").glob("*.jpg"))
+    folder.mkdir(parents=True)
+    for i in range(n):
+        assert cv2.imwrite(str(folder / f"frame_{i:03d}.png"), defocus(load_image_gray(boards[i % len(boards)]), 2.0))
+    return folder
+
+
+def test_plain_predict_with_the_bundled_model_monitors_drift_and_writes_alerts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    frames = _blurred_samples(tmp_path / "blurred", 24)
+    with caplog.at_level("WARNING", logger="defect_detector.monitor"):
+        assert main(["predict", str(frames), "--device", "cpu"]) == 0  # plain predict: the alert is logged
+    assert any(" drift at frame " in r.getMessage() and "lens dirty" in r.getMessage() for r in caplog.records)
+    assert "drift alerts 1" in capsys.readouterr().out
+    alerts = tmp_path / "alerts.jsonl"
+    assert main(["predict", str(frames), "--device", "cpu", "--alerts", str(alerts)]) == 0
+    printed = capsys.readouterr()
+    assert "one model pass per frame; drift monitoring on (baseline from the weights)" in printed.out
+    events = [json.loads(line) for line in alerts.read_text().splitlines()]
+    drift = [e for e in events if e["event"] == "drift"]
+    assert len(drift) == 1 and drift[0]["frame"] < 24 and drift[0]["cause"] == "defocus"
+    assert "lens dirty or out of focus" in drift[0]["reason"]
+    assert main(["predict", str(frames), "--device", "cpu", "--no-monitor"]) == 0
+    assert "drift monitoring off" in capsys.readouterr().out
+    assert main(["predict", str(frames), "--device", "cpu", "--no-monitor", "--alerts", str(alerts)]) == 2
+    assert "--no-monitor" in capsys.readouterr().err
+
+
+def test_inspector_runs_a_folder_end_to_end_with_drift_events(checkpoint: Path, boards: Path, tmp_path: Path) -> None:
+    from defect_detector.core.config import MonitorConfig
+    from defect_detector.monitor.baseline import calibrate
+    from defect_detector.monitor.faults import lighting_drop
+
+    clean = [generate_board(240, 320, np.random.default_rng(50 + i))[0] for i in range(12)]
+    runtime = Runtime.load(checkpoint, device="cpu")
+    baseline = calibrate([d.stats for d in runtime.predict(clean)], runtime.layer_names, imgsz=runtime.imgsz)
+    baseline.save(tmp_path / "baseline.json")
+    stream = tmp_path / "stream"
+    stream.mkdir()
+    for i in range(30):  # 12 clean frames, then the light drops for 18
+        image = clean[i % 12] if i < 12 else lighting_drop(clean[i % 12], 0.2)
+        assert cv2.imwrite(str(stream / f"{i:03d}.png"), image)
+    cfg = MonitorConfig(window=2, reference=4, debounce=2, recover=2)
+    alerts = tmp_path / "alerts.jsonl"
+    seen: list[Inspection] = []
+    with Inspector.load(checkpoint, device="cpu", baseline=tmp_path / "baseline.json", monitor_config=cfg, alerts=alerts) as inspector:
+        assert inspector.monitoring
+        summary = inspector.run(str(stream), batch=4, save_json=str(tmp_path / "det.json"), on_result=seen.append)
+    assert summary["processed"] == 30 and summary["drift_monitoring"]
+    kinds = [(e["event"], e["frame"]) for e in summary["drift_events"]]
+    assert kinds[0][0] == "rebaseline" and kinds[0][1] < 12  # the line's clean level, set from its first frames
+    drift = [frame for kind, frame in kinds if kind == "drift"]
+    assert drift and 12 <= drift[0] < 30 and not any(kind == "recovered" for kind, _ in kinds)
+    assert [json.loads(line)["event"] for line in alerts.read_text().splitlines()] == [k for k, _ in kinds]
+    assert seen[-1].drift in ("warning", "critical") and seen[0].drift == "normal" and seen[-1].score is not None
+    assert json.loads((tmp_path / "det.json").read_text()) is not None
+
+
+def test_inspect_one_frame_through_the_api(checkpoint: Path) -> None:
+    from defect_detector import Inspector as TopLevel
+
+    assert TopLevel is Inspector
+    board = generate_board(H, W, np.random.default_rng(0))[0]
+    with Inspector.load(checkpoint, device="cpu", conf=0.01) as inspector:
+        first, second = inspector.inspect(board, name="a.png"), inspector.inspect(board, name="b.png")
+        want = inspector.runtime.predict([board], conf=0.01)[0]
+    assert (first.frame.index, second.frame.index) == (0, 1) and first.drift == "off" and first.score is None
+    np.testing.assert_allclose(first.detections.boxes.numpy(), want.boxes.numpy(), atol=1e-4)
+    with pytest.raises(ValueError, match="single-image model"):
+        Inspector(Runtime.load(checkpoint, device="cpu"), references=object())

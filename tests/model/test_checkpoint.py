@@ -1,0 +1,128 @@
+from pathlib import Path
+
+import pytest
+import torch
+
+from defect_detector.cli.main import main
+from defect_detector.core.config import ConfigError, ModelConfig, config_from_dict
+from defect_detector.core.constants import DEEPPCB_CLASSES
+from defect_detector.model.checkpoint import average_checkpoints, load_checkpoint, load_matching_weights
+from defect_detector.model.detector import build_model
+
+SMALL = ModelConfig(widths=(8, 16, 24, 32), depths=(1, 1, 1, 1), neck_channels=16, head_convs=1)
+TINY = {"widths": [8, 16, 24, 32], "depths": [1, 1, 1, 1], "neck_channels": 16, "head_convs": 1}
+
+
+def test_load_matching_weights_copies_same_shapes_and_keeps_the_rest(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    source = build_model(SMALL, num_classes=6)
+    path = tmp_path / "src.pt"
+    torch.save({"model": {k: torch.zeros_like(v) for k, v in source.state_dict().items()}, "ema": source.state_dict()}, path)
+
+    torch.manual_seed(1)
+    wider = ModelConfig(widths=(8, 16, 40, 32), depths=(1, 1, 2, 1), neck_channels=16, head_convs=1)
+    target = build_model(wider, num_classes=3)  # another label set: the class branches differ
+    fresh = {k: v.clone() for k, v in target.state_dict().items()}
+    loaded, skipped = load_matching_weights(target, path)
+
+    state, src = target.state_dict(), source.state_dict()
+    assert "backbone.stem.0.weight" in loaded and "backbone.stage2.0.depthwise.0.weight" in loaded
+    assert any(k.startswith("backbone.stage3") for k in skipped) and any(k.startswith("head.cls") for k in skipped)
+    for k in loaded:
+        torch.testing.assert_close(state[k], src[k])  # the EMA weights, not the zeroed raw ones
+    for k in skipped:
+        torch.testing.assert_close(state[k], fresh[k])
+    assert sorted(loaded + skipped) == sorted(state)
+
+
+def test_load_matching_weights_rejects_an_unrelated_file(tmp_path: Path) -> None:
+    path = tmp_path / "other.pt"
+    torch.save({"model": {"fc.weight": torch.zeros(2, 2)}}, path)
+    with pytest.raises(ValueError, match="no tensor matches"):
+        load_matching_weights(build_model(SMALL, num_classes=6), path)
+    (tmp_path / "corrupt.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="corrupt.pt: not a readable checkpoint"):
+        load_matching_weights(build_model(SMALL, num_classes=6), tmp_path / "corrupt.pt")
+    with pytest.raises(FileNotFoundError, match="missing.pt: weights file not found"):
+        load_matching_weights(build_model(SMALL, num_classes=6), tmp_path / "missing.pt")
+
+
+def _small_checkpoint(path: Path, seed: int, widths: list[int] | None = None) -> Path:
+    cfg = config_from_dict({"model": {**TINY, **({"widths": widths} if widths else {})}, "data": {"imgsz": 64}})
+    torch.manual_seed(seed)
+    state = build_model(cfg.model, len(DEEPPCB_CLASSES)).state_dict()
+    torch.save({"model": state, "ema": state, "config": cfg.to_dict(), "class_names": list(DEEPPCB_CLASSES)}, path)
+    return path
+
+
+def test_average_checkpoints_is_the_mean_and_takes_overrides(tmp_path: Path) -> None:
+    paths = [_small_checkpoint(tmp_path / f"{seed}.pt", seed) for seed in (1, 2, 3)]
+    states = [torch.load(p, weights_only=True)["ema"] for p in paths]
+    soup = average_checkpoints(paths, ["eval.f1_conf=0.45"])
+    for key, value in soup["model"].items():
+        if value.is_floating_point():
+            torch.testing.assert_close(value, sum(s[key] for s in states) / 3)
+        else:
+            assert torch.equal(value, states[0][key])
+    assert soup["config"]["eval"]["f1_conf"] == 0.45 and soup["metrics"]["averaged_from"] == [str(p) for p in paths]
+    out = tmp_path / "soup.pt"
+    assert main(["average", *map(str, paths[:2]), "--out", str(out), "--set", "eval.f1_conf=0.35"]) == 0
+    loaded = load_checkpoint(out)
+    assert loaded.config.eval.f1_conf == 0.35 and loaded.class_names == DEEPPCB_CLASSES
+
+
+def test_average_checkpoints_names_what_does_not_fit(tmp_path: Path) -> None:
+    a = _small_checkpoint(tmp_path / "a.pt", 1)
+    wide = _small_checkpoint(tmp_path / "wide.pt", 2, widths=[16, 32, 48, 96])
+    with pytest.raises(ValueError, match="at least two"):
+        average_checkpoints([a])
+    with pytest.raises(ValueError, match="wide.pt: model config"):
+        average_checkpoints([a, wide])
+    with pytest.raises(ConfigError, match="eval.f1_conf"):
+        average_checkpoints([a, a], ["eval.f1_conf=2"])
+    with pytest.raises(ConfigError, match="eval.tta"):  # retired: test-time augmentation is not stored with a model
+        average_checkpoints([a, a], ["eval.tta=d8"])
+    assert main(["average", str(a), str(tmp_path / "missing.pt"), "--out", str(tmp_path / "x.pt")]) == 2
+    assert not (tmp_path / "x.pt").exists()
+
+
+def test_strip_keeps_the_ema_weights_and_applies_validated_config_overrides(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = config_from_dict({"model": {**TINY, "in_channels": 2}})
+    torch.manual_seed(0)
+    ema = build_model(cfg.model, len(DEEPPCB_CLASSES)).state_dict()
+    raw = {k: torch.zeros_like(v) for k, v in ema.items()}
+    src = tmp_path / "last.pt"
+    torch.save({"model": raw, "ema": ema, "optimizer": {}, "config": cfg.to_dict(), "class_names": list(DEEPPCB_CLASSES)}, src)
+    out = tmp_path / "small.pt"
+    assert main(["strip", str(src), "--out", str(out), "--set", "eval.f1_conf=0.55", "--set", "data.register_val=false"]) == 0
+    assert "config set: eval.f1_conf=0.55, data.register_val=false" in capsys.readouterr().out
+    loaded = load_checkpoint(out)
+    assert loaded.config.eval.f1_conf == 0.55 and loaded.config.data.register_val is False and loaded.config.model.in_channels == 2
+    assert "optimizer" not in torch.load(out, weights_only=True)
+    for k, v in loaded.model.state_dict().items():
+        torch.testing.assert_close(v, ema[k])
+    assert main(["strip", str(src), "--out", str(tmp_path / "bad.pt"), "--set", "eval.f1_conf=2"]) == 2
+    assert "eval.f1_conf: must be in [0, 1], got 2.0" in capsys.readouterr().err
+    assert not (tmp_path / "bad.pt").exists()
+
+
+def test_strip_carries_a_checked_baseline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import numpy as np
+
+    from defect_detector.core.constants import DEFAULT_LAYERS
+    from defect_detector.monitor.baseline import calibrate
+
+    source = _small_checkpoint(tmp_path / "a.pt", 1)
+    imgsz = load_checkpoint(source).config.data.imgsz
+    frames = np.random.default_rng(0).normal(1.0, 0.1, size=(40, len(DEFAULT_LAYERS), 2))
+    good, wrong_size = tmp_path / "good.json", tmp_path / "wrong_size.json"
+    calibrate([frames], DEFAULT_LAYERS, imgsz=imgsz).save(good)
+    calibrate([frames], DEFAULT_LAYERS, imgsz=imgsz // 2).save(wrong_size)
+    out = tmp_path / "stripped.pt"
+    assert main(["strip", str(source), "--baseline", str(good), "--out", str(out)]) == 0
+    assert f"drift baseline: from {good}" in capsys.readouterr().out
+    assert load_checkpoint(out).baseline["layer_names"] == list(DEFAULT_LAYERS)
+    assert main(["strip", str(out), "--out", str(tmp_path / "again.pt")]) == 0  # kept when no new one is given
+    assert "drift baseline: kept from the input" in capsys.readouterr().out
+    assert main(["strip", str(source), "--baseline", str(wrong_size), "--out", str(tmp_path / "bad.pt")]) == 2
+    assert f"imgsz {imgsz // 2}" in capsys.readouterr().err and not (tmp_path / "bad.pt").exists()

@@ -1,0 +1,61 @@
+import math
+
+import torch
+
+from defect_detector.core.types import LetterboxMeta
+from defect_detector.model.postprocess import decode, decode_boxes, make_anchor_points, postprocess
+
+
+def test_anchor_points_order_and_centres() -> None:
+    points, strides = make_anchor_points(64, 32, (8, 16, 32))
+    assert points.shape == (8 * 4 + 4 * 2 + 2 * 1, 2)
+    assert points[0].tolist() == [4.0, 4.0] and points[1].tolist() == [12.0, 4.0]  # row-major: x runs first
+    assert points[4].tolist() == [4.0, 12.0]
+    assert strides[:32].eq(8).all() and strides[32:40].eq(16).all() and strides[40:].eq(32).all()
+
+
+def test_decode_known_answer() -> None:
+    points = torch.tensor([[100.0, 50.0]])
+    strides = torch.tensor([8.0])
+    raw = torch.full((1, 1, 4), math.log(math.expm1(2.0)))  # softplus(raw) = 2 -> 16 px at stride 8
+    assert decode_boxes(raw, points, strides).tolist() == [[[84.0, 34.0, 116.0, 66.0]]]
+
+
+def _decoded(boxes: list[list[float]], scores: list[list[float]]) -> torch.Tensor:
+    return torch.cat((torch.tensor(boxes), torch.tensor(scores)), dim=-1)[None]  # [1, A, 4 + C]
+
+
+def test_postprocess_threshold_nms_and_unletterbox() -> None:
+    decoded = _decoded(
+        [[10, 10, 50, 50], [11, 11, 51, 51], [200, 200, 240, 240], [300, 300, 310, 310]],
+        [[0.9, 0.0], [0.8, 0.0], [0.1, 0.7], [0.01, 0.02]],
+    )
+    meta = LetterboxMeta(scale=0.5, pad_x=0.0, pad_y=20.0, orig_h=1000, orig_w=2000)
+    (out,) = postprocess(decoded, [meta], conf=0.25, iou=0.5)
+    assert out["labels"].tolist() == [0, 1]  # the overlapping duplicate is suppressed, the low scores dropped
+    torch.testing.assert_close(out["boxes"], torch.tensor([[20.0, -20.0, 100.0, 60.0], [400.0, 360.0, 480.0, 440.0]]).clamp(min=0))
+    assert out["scores"].tolist() == sorted(out["scores"].tolist(), reverse=True)
+
+
+def test_postprocess_multi_label_and_empty() -> None:
+    decoded = _decoded([[0, 0, 20, 20]], [[0.6, 0.5]])
+    (out,) = postprocess(decoded, [None], conf=0.3, iou=0.5)
+    assert sorted(out["labels"].tolist()) == [0, 1]  # different classes are not suppressed
+    (empty,) = postprocess(decoded, [None], conf=0.9, iou=0.5)
+    assert empty["boxes"].shape == (0, 4) and empty["labels"].dtype == torch.int64
+
+
+def test_decode_probabilities() -> None:
+    raw = torch.zeros(2, 3, 4 + 2)
+    points, strides = torch.zeros(3, 2), torch.full((3,), 8.0)
+    out = decode(raw, points, strides)
+    assert out.shape == (2, 3, 6) and torch.allclose(out[..., 4:], torch.full((2, 3, 2), 0.5))
+
+
+def test_postprocess_drops_boxes_wholly_in_padding() -> None:
+    # Canvas rows 0..20 are padding (pad_y=20): the first box lies entirely above the image.
+    decoded = _decoded([[10, 2, 30, 18], [10, 30, 30, 50]], [[0.9], [0.8]])
+    meta = LetterboxMeta(scale=1.0, pad_x=0.0, pad_y=20.0, orig_h=100, orig_w=100)
+    (out,) = postprocess(decoded, [meta], conf=0.25, iou=0.5, max_det=1)
+    assert out["boxes"].tolist() == [[10.0, 10.0, 30.0, 30.0]]  # max_det counts real detections only
+    assert out["scores"].tolist() == [0.800000011920929]

@@ -1,0 +1,247 @@
+import json
+import logging
+import socket
+import threading
+import urllib.request
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from defect_detector.core.config import MonitorConfig
+from defect_detector.monitor.alerts import AlertRouter, JsonlSink, LogSink, PrometheusSink, Sink, WebhookSink
+from defect_detector.monitor.baseline import calibrate
+from defect_detector.monitor.drift import DriftDetector, DriftEvent
+from defect_detector.monitor.setup import MonitorSetupError, build_monitoring, load_monitor_config
+
+LAYERS = ["backbone.stem", "backbone.stage1", "neck.out3"]
+DESIGN_KEYS = ["event", "frame", "source", "time", "severity", "score", "layers", "reason"]
+
+
+def _event(frame: int = 7, event: str = "drift") -> DriftEvent:
+    return DriftEvent(
+        event=event,
+        frame=frame,
+        source="cam0",
+        severity="warning" if event == "drift" else "info",
+        score=2.5,
+        layers=["backbone.stem", "neck.out3"],
+        reason="activation contrast (std) fell 40% below baseline in 2 layers: lens dirty or out of focus?",
+        statistic="std",
+        observed={"backbone.stem": 0.3, "neck.out3": 0.2},
+        baseline={"backbone.stem": 0.5, "neck.out3": 0.33},
+        z={"backbone.stem": -3.0, "neck.out3": -2.5},
+    )
+
+
+def _baseline():
+    rng = np.random.default_rng(0)
+    return calibrate([rng.normal(1.0, 0.1, size=(100, len(LAYERS), 2))], LAYERS)
+
+
+def _http_get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return response.read().decode("utf-8")
+
+
+def _closed_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class _Receiver:
+    """A loopback HTTP server (port 0) recording the JSON bodies POSTed to it."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict] = []
+        self.got = threading.Event()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server API
+                length = int(self.headers["Content-Length"])
+                receiver.bodies.append(json.loads(self.rfile.read(length)))
+                receiver.content_type = self.headers["Content-Type"]
+                self.send_response(204)
+                self.end_headers()
+                receiver.got.set()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_jsonl_lines_follow_the_design(tmp_path: Path) -> None:
+    path = tmp_path / "alerts" / "drift.jsonl"
+    sink = JsonlSink(path)
+    sink.on_event(_event(3))
+    sink.on_event(_event(9, "recovered"))
+    sink.close()
+    JsonlSink(path).close()
+    again = JsonlSink(path)
+    again.on_event(_event(12))
+    again.close()
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [line["frame"] for line in lines] == [3, 9, 12]
+    for line in lines:
+        assert list(line)[: len(DESIGN_KEYS)] == DESIGN_KEYS
+        assert line["event"] in ("drift", "recovered") and isinstance(line["frame"], int) and line["source"] == "cam0"
+        assert isinstance(line["score"], float) and isinstance(line["layers"], list) and isinstance(line["reason"], str)
+        assert line["time"].endswith("Z") and datetime.fromisoformat(line["time"].replace("Z", "+00:00")).tzinfo is not None
+    assert lines[0]["observed"] == {"backbone.stem": 0.3, "neck.out3": 0.2} and lines[0]["statistic"] == "std"
+
+
+def test_webhook_delivers_the_event_json() -> None:
+    receiver = _Receiver()
+    try:
+        sink = WebhookSink(receiver.url, timeout=5.0)
+        sink.on_event(_event(5))
+        assert receiver.got.wait(10)
+        sink.close(timeout=5)
+    finally:
+        receiver.close()
+    assert receiver.bodies == [_event(5).to_dict() | {"time": receiver.bodies[0]["time"]}]
+    assert receiver.content_type == "application/json"
+    assert (sink.sent, sink.failed, sink.dropped) == (1, 0, 0)
+
+
+def test_dead_webhook_never_blocks_and_counts_losses() -> None:
+    sink = WebhookSink(f"http://127.0.0.1:{_closed_port()}/hook", timeout=0.5, max_queue=2, retries=2, backoff=0.5)
+    for frame in range(10):
+        sink.on_event(_event(frame))
+    assert sink.dropped >= 1, "a full queue must drop instead of waiting"
+    sink.close(timeout=10)
+    assert sink.sent == 0 and sink.failed >= 1
+    assert sink.failed + sink.dropped == 10
+    sink.on_event(_event(11))
+    assert sink.dropped + sink.failed == 11
+
+
+def test_webhook_rejects_non_http_urls() -> None:
+    with pytest.raises(ValueError, match="http"):
+        WebhookSink("file:///etc/passwd")
+
+
+@pytest.mark.parametrize("run", [1, 2])
+def test_prometheus_serves_the_metrics(run: int) -> None:
+    sink = PrometheusSink(0, addr="127.0.0.1")
+    try:
+        assert sink.port > 0
+        stats = np.array([[0.5, 0.25], [1.5, 2.0], [-0.1, 0.3]])
+        sink.on_frame(0, "cam0", stats, {"preprocess": 0.002, "model": 0.02, "postprocess": 0.001}, 3, 0.7, LAYERS)
+        sink.on_frame(1, "cam0", stats, {"model": 0.03}, 0, 1.25, LAYERS)
+        sink.on_event(_event())
+        text = _http_get(f"http://127.0.0.1:{sink.port}/metrics")
+    finally:
+        sink.close()
+    assert 'defect_detector_layer_activation{layer="backbone.stem",statistic="mean"} 0.5' in text
+    assert 'defect_detector_layer_activation{layer="neck.out3",statistic="std"} 0.3' in text
+    assert "defect_detector_drift_score 1.25" in text
+    assert "defect_detector_frames_total 2.0" in text
+    assert "defect_detector_detections_total 3.0" in text
+    assert 'defect_detector_alerts_total{severity="warning"} 1.0' in text
+    assert 'defect_detector_alerts_total{severity="critical"} 0.0' in text
+    assert 'defect_detector_stage_latency_seconds_count{stage="model"} 2.0' in text
+    assert 'defect_detector_stage_latency_seconds_bucket{le="0.025",stage="model"} 1.0' in text
+    assert "defect_detector_drift_state 1.0" in text
+
+
+class _Broken(Sink):
+    def on_event(self, event: DriftEvent) -> None:
+        raise RuntimeError("sink is down")
+
+
+class _Recorder(Sink):
+    def __init__(self) -> None:
+        self.frames: list[tuple] = []
+        self.events: list[DriftEvent] = []
+        self.closed = False
+
+    def on_frame(self, frame_index, source, stats, timings, num_detections, score, layer_names) -> None:
+        self.frames.append((frame_index, source, stats, dict(timings), num_detections, score, list(layer_names)))
+
+    def on_event(self, event: DriftEvent) -> None:
+        self.events.append(event)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_router_feeds_detector_and_survives_a_broken_sink(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    baseline = _baseline()
+    cfg = MonitorConfig(window=2, reference=0, z_warn=3.0, z_alert=6.0, baseline_margin=0.0, debounce=2, recover=2)
+    recorder = _Recorder()
+    router = AlertRouter(DriftDetector(baseline, cfg), [_Broken(), LogSink(), JsonlSink(tmp_path / "a.jsonl"), recorder])
+    high = torch.tensor(baseline.mean + 8 * baseline.std, dtype=torch.float32)
+    events = []
+    with caplog.at_level(logging.WARNING, logger="defect_detector.monitor"):
+        for t in range(6):
+            events += router.on_frame(t, "cam0", high.unsqueeze(0) if t % 2 else high, {"model": 0.01}, 1)
+    router.close()
+    assert [e.event for e in events] == ["drift"] and events[0].severity == "critical"
+    assert router.sink_errors == 1 and recorder.closed
+    assert len(recorder.frames) == 6 and recorder.frames[-1][6] == LAYERS and recorder.frames[-1][5] >= 6.0
+    assert [json.loads(line)["event"] for line in (tmp_path / "a.jsonl").read_text().splitlines()] == ["drift"]
+    assert any("critical drift at frame" in r.getMessage() for r in caplog.records)
+    with pytest.raises(ValueError, match="shape"):
+        router.on_frame(9, "cam0", torch.zeros(2, 2))
+
+
+def test_build_monitoring_modes(tmp_path: Path) -> None:
+    baseline = _baseline()
+    path = tmp_path / "baseline.json"
+    baseline.save(path)
+    assert build_monitoring(LAYERS) is None
+    with pytest.raises(MonitorSetupError, match="need a drift baseline"):
+        build_monitoring(LAYERS, alerts=tmp_path / "a.jsonl")
+    with pytest.raises(MonitorSetupError, match="calibrate again"):
+        build_monitoring(LAYERS[:2], baseline=path)
+    with pytest.raises(MonitorSetupError, match="not found"):
+        build_monitoring(LAYERS, baseline=tmp_path / "nope.json")
+    with pytest.raises(MonitorSetupError, match="--no-monitor"):
+        build_monitoring(LAYERS, embedded=baseline.to_dict(), monitor=False, alerts=tmp_path / "a.jsonl")
+    assert build_monitoring(LAYERS, embedded=baseline.to_dict(), monitor=False) is None
+
+    router = build_monitoring(LAYERS, baseline=path, alerts=tmp_path / "a.jsonl")
+    assert router is not None and router.detector is not None
+    assert [type(s).__name__ for s in router.sinks] == ["LogSink", "JsonlSink"]
+    router.close()
+
+    router = build_monitoring(LAYERS, embedded=baseline.to_dict())  # on by default when the weights carry a baseline
+    assert router is not None and router.detector is not None and router.detector.baseline.to_dict() == baseline.to_dict()
+    router.close()
+
+    router = build_monitoring(LAYERS, metrics_port=0, metrics_addr="127.0.0.1")
+    try:
+        assert router is not None and router.detector is None
+        router.on_frame(0, "cam0", torch.zeros(len(LAYERS), 2), {"model": 0.01}, 2)
+        text = _http_get(f"http://127.0.0.1:{router.sinks[0].port}/metrics")
+        assert "defect_detector_frames_total 1.0" in text and "defect_detector_detections_total 2.0" in text
+    finally:
+        router.close()
+
+
+def test_monitor_config_yaml(tmp_path: Path) -> None:
+    (tmp_path / "run.yaml").write_text("name: x\nmonitor:\n  window: 4\n  z_warn: 2.0\n")
+    (tmp_path / "section.yaml").write_text("window: 6\nreference: 0\n")
+    (tmp_path / "bad.yaml").write_text("windw: 6\n")
+    assert load_monitor_config(tmp_path / "run.yaml") == MonitorConfig(window=4, z_warn=2.0)
+    assert load_monitor_config(tmp_path / "section.yaml") == MonitorConfig(window=6, reference=0)
+    with pytest.raises(MonitorSetupError, match="windw"):
+        load_monitor_config(tmp_path / "bad.yaml")
+    baseline = _baseline()
+    router = build_monitoring(LAYERS, embedded=baseline.to_dict(), monitor_config=tmp_path / "section.yaml")
+    assert router.detector.cfg.window == 6
+    router.close()

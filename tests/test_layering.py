@@ -1,0 +1,80 @@
+"""The package's rooms import one way (../shared/DESIGN.md, Layout): a room imports only lower layers and itself.
+
+Every import is read from the AST, function-level and ``TYPE_CHECKING`` imports included, so a lazy import
+inside a function cannot hide an upward dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "defect_detector"
+NAME = "defect_detector"
+LAYERS = {"core": 0, "data": 1, "model": 1, "monitor": 1, "engine": 2, "export": 2, "inspect": 3, "station": 3, "cli": 4}
+"""The package root (``defect_detector/__init__.py``: the lazy ``Inspector`` export) stands above every room."""
+
+
+def _room(module: str) -> str | None:
+    """The room of a dotted module name of this package (None for the package root or another package)."""
+    parts = module.split(".")
+    if parts[0] != NAME:
+        return None
+    return parts[1] if len(parts) > 1 else None
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """``(line, imported module)`` for every import in ``path``; ``from defect_detector import x`` counts as ``defect_detector.x``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                raise AssertionError(f"{path}:{node.lineno}: relative import; write the absolute module path")
+            if node.module == NAME:
+                found += [(node.lineno, f"{NAME}.{alias.name}") for alias in node.names]
+            elif node.module:
+                found.append((node.lineno, node.module))
+    return found
+
+
+def _violations(layers: dict[str, int]) -> list[str]:
+    out = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE)
+        if len(relative.parts) == 1:  # the package root's modules: __init__.py stands above every room
+            assert relative.name == "__init__.py", f"{relative}: a module outside the rooms; move it into one"
+            continue
+        room = relative.parts[0]
+        assert room in layers, f"{relative}: room {room!r} has no layer in the test's table"
+        for line, module in _imports(path):
+            target = _room(module)
+            if target is None or target == room:
+                if module == NAME:
+                    out.append(f"{relative}:{line}: imports the package root")
+                continue
+            if target not in layers:
+                out.append(f"{relative}:{line}: imports {module}, outside every room")
+            elif layers[target] >= layers[room]:
+                out.append(f"{relative}:{line}: {room} (layer {layers[room]}) imports {module} (layer {layers[target]})")
+    return out
+
+
+def test_rooms_import_only_lower_layers() -> None:
+    assert _violations(LAYERS) == []
+
+
+def test_the_check_catches_an_upward_import() -> None:
+    """Moving ``inspect`` below ``export`` must make the (real) imports of ``inspect`` from ``export`` violations."""
+    assert any(" inspect (layer 1) imports defect_detector.export" in v for v in _violations({**LAYERS, "inspect": 1}))
+
+
+@pytest.mark.parametrize("room", ["core", "data"])
+def test_room_init_has_no_side_effects(room: str) -> None:
+    """``core/__init__`` and ``data/__init__`` hold only their docstring: importing one module never loads the room."""
+    body = ast.parse((PACKAGE / room / "__init__.py").read_text(encoding="utf-8")).body
+    assert all(isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) for node in body)
