@@ -15,7 +15,7 @@ Candidates run interleaved (one call of each per round) so that background load 
 
 Latencies are per call (a whole batch); throughput is images per second. Every candidate of ours gets the
 model's input channels (``in_channels``: 2 for a reference model, the image and its registered reference).
-The pipeline part times :meth:`Runtime.predict`'s preprocess (validate, letterbox, tensor; for a reference
+The pipeline part times the frame pipeline's (:meth:`Pipeline.detect`) preprocess (validate, letterbox, tensor; for a reference
 model the reference too) and postprocess (NMS, un-letterbox) stages on synthetic boards, plus box decoding
 (which the artifact runs inside the model). The registration part (:func:`bench_registration`) times aligning
 a golden reference to a frame (``data/register.py``), fully and with the cached transform reused, against
@@ -24,6 +24,7 @@ the model's one-pass TorchScript latency in the same rounds.
 
 from __future__ import annotations
 
+import argparse
 import io
 import os
 import platform
@@ -41,10 +42,12 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from defect_detector.core.config import load_config
 from defect_detector.core.constants import DEFAULT_LAYERS
+from defect_detector.core.io import atomic_write_json
 from defect_detector.data.register import RegisterConfig, Registrar, register
 from defect_detector.data.synth import generate_board, generate_board_pair
 from defect_detector.export import DeployModel, artifact_bytes, checkpoint_meta, model_channels, quiet_jit, trace_deploy_model
 from defect_detector.export.onednn import onednn_available
+from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, LoadedModel, load_checkpoint
 from defect_detector.model.detector import build_model
@@ -220,16 +223,17 @@ def bench_pipeline(
     """Per-frame cost beyond the model: Runtime preprocess + postprocess medians (and decode) per frame size
     ``(height, width)``; a reference model's preprocess includes letterboxing the (already aligned) reference."""
     runtime, deploy = _portable_runtime(loaded, imgsz)
+    pipeline = Pipeline(runtime, conf=conf)
     raw = torch.randn(1, int(deploy.points.shape[0]), 4 + deploy.num_classes)
     rows = []
     for height, width in sizes:
         frame, references = _board_and_references(runtime.channels, height, width)
         runtime.warmup()
-        runtime.predict([frame], conf=conf, references=references)
+        pipeline.detect([frame], references)
         stages: dict[str, list[float]] = {"preprocess": [], "model": [], "postprocess": []}
         detections = []
         for _ in range(iters):
-            result = runtime.predict([frame], conf=conf, references=references)[0]
+            result = pipeline.detect([frame], references)[0]
             detections.append(len(result))
             for stage in stages:
                 stages[stage].append(result.timings[stage])
@@ -253,7 +257,7 @@ def bench_pipeline(
 
 def _board_and_references(channels: int, height: int, width: int) -> tuple[np.ndarray, list[np.ndarray] | None]:
     """A synthetic uint8 ``[height, width]`` board, and for a 2-channel model its defect-free template as the
-    (already aligned) reference of :meth:`Runtime.predict`; None for a 1-channel model."""
+    (already aligned) reference of :meth:`Pipeline.detect`; None for a 1-channel model."""
     if channels == 1:
         return generate_board(height, width, np.random.default_rng(0))[0], None
     image, template = generate_board_pair(height, width, np.random.default_rng(0))[:2]
@@ -265,7 +269,7 @@ def bench_tta(loaded: LoadedModel, imgsz: int, iters: int) -> dict[str, dict[str
     timed interleaved: ``{mode: {"median_ms", "min_ms", ..., "paired_vs_none"}}`` (median per-round ratio)."""
     runtime, _ = _portable_runtime(loaded, imgsz)
     frame, references = _board_and_references(runtime.channels, imgsz, imgsz)
-    batch, _ = runtime.preprocess([frame], references)
+    batch = Pipeline(runtime).inputs([frame], references)[0]
 
     def run(mode: str) -> None:
         runtime.set_tta(mode)
@@ -405,3 +409,72 @@ def run_bench(
         "derived": derived,
         "targets": TARGETS,
     }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m benchmarks.bench``: print the latency table (and write ``--out``)."""
+    p = argparse.ArgumentParser(prog="python -m benchmarks.bench", description=__doc__.splitlines()[0])
+    p.add_argument("--weights", help="checkpoint (default: bundled model, else random init of --config)")
+    p.add_argument("--config", default="configs/deeppcb.yaml", help="architecture used when no weights exist")
+    p.add_argument("--imgsz", type=int, default=640)
+    p.add_argument("--batches", default="1,8", help="comma-separated batch sizes")
+    p.add_argument("--threads", default="1,2", help="comma-separated torch thread counts")
+    p.add_argument("--iters", type=int, default=20, help="timed calls per candidate at batch 1 (a quarter of that for larger batches)")
+    p.add_argument("--yolo", action="store_true", help="also time a traced YOLOv8n from ultralytics' yolov8n.yaml (needs ultralytics)")
+    p.add_argument("--out", help="write the results JSON here")
+    args = p.parse_args(argv)
+    _report(args)
+    return 0
+
+
+def _report(args: argparse.Namespace) -> None:
+
+    def int_list(text: str, name: str) -> list[int]:
+        try:
+            values = [int(v) for v in text.split(",") if v.strip()]
+        except ValueError as exc:
+            raise ValueError(f"{name} must be comma-separated integers, got {text!r}") from exc
+        if not values or min(values) < 1:
+            raise ValueError(f"{name} must list integers >= 1, got {text!r}")
+        return values
+
+    batches, threads = int_list(args.batches, "--batches"), int_list(args.threads, "--threads")
+
+    loaded, description = load_bench_model(args.weights, args.config)
+    result = run_bench(loaded, description, args.imgsz, batches, threads, args.iters, args.yolo)
+    for row in result["latency"]:
+        print(
+            f"{row['candidate']:>22} b{row['batch']} t{row['threads']}: median {row['median_ms']:8.2f} ms  p90 {row['p90_ms']:8.2f} ms  "
+            f"{row['images_per_s']:7.2f} img/s  {row['gflops_per_s']:6.2f} GFLOP/s"
+        )
+    for row in result["pipeline"]:
+        print(
+            f"pipeline {row['frame']}: preprocess {row['preprocess_ms']:.2f} ms, postprocess {row['postprocess_ms']:.2f} ms, "
+            f"decode {row['decode_ms']:.2f} ms (inside the model)"
+        )
+    tta = result["tta"]
+    print(
+        f"test-time augmentation, model time per {args.imgsz}x{args.imgsz} frame at {tta['threads']} threads: "
+        + ", ".join(f"{mode} {t['median_ms']:.1f} ms (x{t['paired_vs_none']:.2f})" for mode, t in tta["modes"].items())
+    )
+    print(f"drift statistics overhead (%): {result['derived']['stats_overhead_pct']}")
+    if result["derived"]["onednn_fusion_ratio"]:
+        print(f"latency ratio oneDNN-fused / portable artifact: {result['derived']['onednn_fusion_ratio']}")
+    if result["derived"]["yolo_ratio"]:
+        print(f"latency ratio ours/YOLOv8n at batch 1: {result['derived']['yolo_ratio']}")
+    reg, target = result["registration"], result["targets"]
+    print(
+        f"registration of the reference at {reg['frame']} ({reg['torch_threads']} torch / {reg['cv2_threads']} OpenCV threads), "
+        f"against one model pass of {reg['model']['median_ms']:.2f} ms: every frame {reg['register_full']['median_ms']:.2f} ms "
+        f"(x{reg['register_full_ratio']:.3f}, target <= {target['registration_full_ratio_max']}), fixed golden board "
+        f"{reg['register_fixed']['median_ms']:.2f} ms (x{reg['register_fixed_ratio']:.3f}), transform reused "
+        f"{reg['register_reuse']['median_ms']:.2f} ms (x{reg['register_reuse_ratio']:.3f}, "
+        f"target <= {target['registration_reuse_ratio_max']})"
+    )
+    if args.out:
+        atomic_write_json(args.out, result)
+        print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""`defect-detector demo`: the whole product on bundled data, offline, in a few minutes.
+"""``defect-detector demo``: the whole product on bundled data, offline, in a few minutes.
 
 1. Predict with the bundled model on the sample boards in ``data/samples/`` (8 DeepPCB boards from board
    groups held out of training, and two synthetic 2048x1536 frames): annotated images + a JSON of detections.
@@ -11,17 +11,13 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
-
-from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
+from typing import Any
 
 SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
 CLEAN_FRAMES = 64
 FAULT_FRAMES = 40
-OPERATING_CONF = 0.4
-"""The bundled model's operating point (best DeepPCB F-score on the held-out groups, README)."""
-REFERENCE_CONF = 0.4
-"""The bundled golden-template model's operating point (best DeepPCB F-score on the held-out groups, README)."""
 DEMO_REFERENCE = 32
 """The demo stream is short: its line reference is set from 32 clean frames (the default, 256, suits a live camera)."""
 
@@ -29,34 +25,37 @@ DEMO_REFERENCE = 32
 def run_demo(out_dir: str | Path = "out/demo", samples: str | Path = SAMPLES, threads: int | None = None) -> dict:
     """Run the three demo steps, writing under ``out_dir``; returns a summary dict."""
     from defect_detector.inspect.inspector import Inspector, summary_line
+    from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
 
     samples, out = Path(samples), Path(out_dir)
     boards, frames = samples / "deeppcb", samples / "frames"
     if not (boards / "annotations.json").is_file():
         raise FileNotFoundError(f"{boards}: sample boards not found (the demo runs from a clone of the repository)")
     summaries = {}
-    with Inspector.load(None, threads=threads, conf=OPERATING_CONF) as inspector:
+    with Inspector.load(None, threads=threads) as inspector:
         runtime = inspector.runtime
+        conf = inspector.pipeline.conf
         print(f"model: {runtime.path.name} ({runtime.kind}, {runtime.device}), classes: {', '.join(runtime.class_names)}")
+        print(f"operating point (stored in the weights): score >= {conf:g}")
         for name, source in (("boards", boards), ("frames", frames)):
             summaries[name] = inspector.run(str(source), batch=4, save_json=str(out / f"{name}.json"), save_dir=str(out / name))
             print(f"[1] {name}: {summary_line(summaries[name])}")
-    metrics = _score_boards(boards, None, OPERATING_CONF, threads)
+    metrics = _score_boards(boards, None)
     print(
         f"[2] 8 held-out DeepPCB boards vs. their annotations: mAP@0.5 {metrics['map50']:.3f}, DeepPCB F-score at score "
-        f"{OPERATING_CONF} {metrics['f1_iou033']:.3f} (precision {metrics['precision']:.3f}, recall {metrics['recall']:.3f})"
+        f"{metrics['f1_conf']:g} {metrics['f1_iou033']:.3f} (precision {metrics['precision']:.3f}, recall {metrics['recall']:.3f})"
     )
 
     golden = samples / "golden"
-    with Inspector.load(None, reference=golden, threads=threads, conf=REFERENCE_CONF) as inspector:
+    with Inspector.load(None, reference=golden, threads=threads) as inspector:
         summaries["boards_golden"] = inspector.run(
             str(boards), batch=4, save_json=str(out / "boards_golden.json"), save_dir=str(out / "boards_golden")
         )
     print(f"[1] boards against their golden images: {summary_line(summaries['boards_golden'])}")
-    golden_metrics = _score_boards(boards, golden, REFERENCE_CONF, threads)
+    golden_metrics = _score_boards(boards, golden)
     print(
         f"[2] the same boards inspected against their golden images ({golden}/, {DEFAULT_REFERENCE_WEIGHTS.name}): "
-        f"mAP@0.5 {golden_metrics['map50']:.3f}, F-score at score {REFERENCE_CONF} {golden_metrics['f1_iou033']:.3f} "
+        f"mAP@0.5 {golden_metrics['map50']:.3f}, F-score at score {golden_metrics['f1_conf']:g} {golden_metrics['f1_iou033']:.3f} "
         f"(precision {golden_metrics['precision']:.3f}, recall {golden_metrics['recall']:.3f})"
     )
     alerts_path = out / "alerts.jsonl"
@@ -104,21 +103,36 @@ def _replay_dirty_lens(boards: Path, alerts_path: Path, threads: int | None) -> 
     return events
 
 
-def _score_boards(boards: Path, golden: Path | None, f1_conf: float, threads: int | None) -> dict:
-    """COCO mAP (from all detections down to score 0.001, as pycocotools expects) and DeepPCB F-score at
-    ``f1_conf`` of the bundled model on the images of ``boards/annotations.json``; with ``golden``, the bundled
-    golden-template model, each board inspected against its golden image there (registered as ``predict`` does)."""
-    from defect_detector.data.dataset import CocoDetectionDataset
-    from defect_detector.data.images import load_image_gray
-    from defect_detector.engine.evaluate import evaluate_predictions
-    from defect_detector.inspect.inspector import Inspector
+def _score_boards(boards: Path, golden: Path | None) -> dict:
+    """COCO mAP and DeepPCB F-score (at the weights' operating point) of the bundled model on ``boards/annotations.json``,
+    scored as ``val`` scores (``inspect/validate.py``, the frame pipeline); with ``golden``, the bundled golden-template
+    model, each board against its golden image there (registered as ``predict`` registers it)."""
+    import json
+    import os
+    import tempfile
 
-    with Inspector.load(None, reference=golden, threads=threads, conf=0.001, monitor=False) as inspector:
-        names = inspector.runtime.class_names
-        dataset = CocoDetectionDataset(boards / "annotations.json", None, names, inspector.runtime.imgsz)
-        predictions = {}
-        for image_id in dataset.image_ids:
-            name = dataset.coco.imgs[image_id]["file_name"]
-            det = inspector.inspect(load_image_gray(dataset.images_root / name), name=name).detections
-            predictions[image_id] = {"boxes": det.boxes, "scores": det.scores, "labels": det.labels}
-    return evaluate_predictions(dataset.coco, predictions, dataset.label_to_cat_id, names, f1_conf=f1_conf)
+    from defect_detector.inspect.validate import validate
+    from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
+
+    ann = boards / "annotations.json"
+    if golden is None:
+        return validate(None, ann, progress=False).metrics
+    coco = json.loads(ann.read_text())
+    root = boards.resolve()
+    for image in coco["images"]:
+        image["reference"] = os.path.relpath((golden / Path(image["file_name"]).name).resolve(), root)
+    with tempfile.TemporaryDirectory() as tmp:
+        paired = Path(tmp) / "annotations.json"
+        coco.setdefault("info", {})["images_root"] = str(root)
+        paired.write_text(json.dumps(coco))
+        return validate(DEFAULT_REFERENCE_WEIGHTS, paired, progress=False).metrics
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("demo", help="predict on the bundled samples, then show a drift alert for a simulated dirty lens")
+    p.add_argument("--out", default="out/demo", help="output folder")
+    p.add_argument("--threads", type=int, help="torch CPU threads")
+
+
+def run(args: argparse.Namespace) -> None:
+    run_demo(args.out, threads=args.threads)

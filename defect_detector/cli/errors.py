@@ -44,3 +44,13 @@ def worker_message(text: str) -> str:
         return text
     tail[0] = _EXCEPTION_PREFIX.sub("", tail[0], count=1)
     return "\n".join(tail)
+
+
+class CliError(Exception):
+    """A user-facing error: printed as one line, exit code 2."""
+
+
+def check_imgsz(imgsz: int | None, flag: str = "--imgsz") -> None:
+    """``imgsz`` (None: the model's) must be a multiple of 32 (the model's largest stride) and at least 64."""
+    if imgsz is not None and (imgsz < 64 or imgsz % 32):
+        raise CliError(f"{flag} must be a multiple of 32 and >= 64, got {imgsz}")

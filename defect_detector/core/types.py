@@ -60,6 +60,7 @@ class Detections:
     how the frame was placed on the model input. ``tiles``: None for a frame letterboxed whole; for a tiled frame
     its :class:`TileRecord` (tile origins in the frame), ``letterbox`` then says how each tile (``tile x tile``
     original pixels, all alike) was placed on the model input, and ``stats`` pool all its tiles' activations.
+    ``dropped``: calls above the score threshold that the ``max_det`` cap cut (``inspect/pipeline.py``).
     """
 
     boxes: torch.Tensor
@@ -71,6 +72,7 @@ class Detections:
     letterbox: LetterboxMeta
     batch_size: int = 1
     tiles: TileRecord | None = None
+    dropped: int = 0
 
     def __len__(self) -> int:
         return int(self.labels.numel())

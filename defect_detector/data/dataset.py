@@ -304,6 +304,11 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
             reference=str(self.images_root / img["reference"]) if self.reference else None,
         )
 
+    def files(self) -> list[tuple[int, str, str | None]]:
+        """``(image_id, image path, golden image path or None)`` of every image, in order: what the inspection
+        commands (``val``, ``calibrate``) read through the frame pipeline instead of :meth:`__getitem__`."""
+        return [(rec.image_id, rec.path, rec.reference) for rec in self._records]
+
     def report(self) -> str:
         """A one-line summary, e.g. ``'ann.json: 98 images, 640 boxes; skipped: degenerate box x1; missing image file x2'``."""
         head = f"{self.ann_file}: {len(self._records)} images, {sum(len(r.labels) for r in self._records)} boxes"

@@ -176,8 +176,9 @@ def checkpoint_meta(
     cpu_only: bool = False,
 ) -> dict[str, Any]:
     """:func:`build_meta` for ``deploy`` wrapping the model of ``loaded`` (a ``LoadedModel``): its class names, input
-    size, strides, monitored layers, channels, source path and recorded ``data.pixel_scale``."""
-    return build_meta(
+    size, strides, monitored layers, channels, source path and recorded ``data.pixel_scale``, and the operating point
+    it was validated at (``"operating_point": {"conf": eval.f1_conf, "iou": eval.nms_iou}``), which ``predict`` defaults to."""
+    meta = build_meta(
         loaded.class_names,
         deploy.imgsz,
         deploy.strides,
@@ -190,3 +191,5 @@ def checkpoint_meta(
         deploy.in_channels,
         loaded.config.data.pixel_scale,
     )
+    meta["operating_point"] = {"conf": float(loaded.config.eval.f1_conf), "iou": float(loaded.config.eval.nms_iou)}
+    return meta

@@ -23,6 +23,10 @@ def _bad(path: str | os.PathLike[str], key: str, what: str, value: Any) -> Value
     return ValueError(f"{path}: {META_FILE} {key} must be {what}, got {text[:80] + '...' if len(text) > 80 else text}")
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -30,7 +34,7 @@ def _is_int(value: Any) -> bool:
 def parse_meta(path: str | os.PathLike[str], text: str) -> dict[str, Any]:
     """``meta.json`` text of the artifact at ``path`` as a dict, each key the runtime reads checked:
     ``format_version``, ``class_names``, ``imgsz``, ``channels``, ``strides``, ``layers``, ``half``, ``cpu_only``,
-    ``pixel_scale`` and ``baseline``. ``ValueError`` naming ``path`` and the first bad key."""
+    ``pixel_scale``, ``operating_point`` and ``baseline``. ``ValueError`` naming ``path`` and the first bad key."""
     try:
         meta = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -59,6 +63,11 @@ def parse_meta(path: str | os.PathLike[str], text: str) -> dict[str, Any]:
     scale = meta.get("pixel_scale")
     if scale is not None and (not isinstance(scale, (int, float)) or isinstance(scale, bool) or not math.isfinite(scale) or scale <= 0):
         raise _bad(path, "pixel_scale", "null or a positive number", scale)
+    point = meta.get("operating_point")
+    if point is not None and not (
+        isinstance(point, dict) and all(_is_number(point.get(k)) and 0 <= point[k] <= 1 for k in ("conf", "iou"))
+    ):
+        raise _bad(path, "operating_point", 'null or {"conf": c, "iou": i} with both in [0, 1]', point)
     if meta.get("baseline") is not None:
         from defect_detector.monitor.baseline import Baseline
 

@@ -1,23 +1,43 @@
-"""``defect-detector calibrate``: a drift baseline of the model's layer statistics over clean frames."""
+"""``defect-detector calibrate``: a drift baseline of the model's layer statistics over clean frames.
+
+The frames go through the frame pipeline exactly as ``predict`` takes them (``inspect/pipeline.py``: gray, golden
+image registered, letterboxed or tiled with the statistics pooled over the tiles), so the baseline describes what
+``predict`` measures on the same frames. Up to ``FAULT_FRAMES`` of them, spread over the run, are also run under each
+simulated camera fault (``monitor/faults.py``, applied to the frame in its own pixels as a camera would deliver it), so
+an alert can name its likely cause. Frames come from a COCO json (its golden ``reference`` entries too) or from a
+folder of good frames (no annotations needed; a golden-template model then takes ``--reference``).
+"""
 
 from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
-import torch
+from tqdm import tqdm
 
-from defect_detector.monitor.baseline import Baseline, calibrate_dataset
+from defect_detector.core.errors import DatasetError
+from defect_detector.data.dataset import CocoDetectionDataset
+from defect_detector.inspect.annotated import AnnotatedFrame, annotated_frames
+from defect_detector.inspect.pipeline import Pipeline
+from defect_detector.inspect.references import ReferenceError, References
+from defect_detector.inspect.runtime import Runtime
+from defect_detector.inspect.source_kinds import list_images, source_kind
+from defect_detector.monitor.baseline import FAULT_FRAMES, Baseline, calibrate
+from defect_detector.monitor.faults import CALIBRATION_STRENGTHS, apply_fault
 
 logger = logging.getLogger("defect_detector.monitor")
+
+Pair = tuple[np.ndarray, np.ndarray | None]
+"""A gray frame and its registered golden image (None for a single-image model)."""
 
 
 def evenly_spaced(n: int, k: int | None) -> list[int]:
     """``k`` indices spread evenly over ``range(n)`` (all of them when ``k`` is None or >= n).
 
-    Annotation files list images group by group, so the first ``k`` would cover one board design only.
+    Annotation files and folders list images group by group, so the first ``k`` would cover one board design only.
     """
     if k is None or k >= n:
         return list(range(n))
@@ -26,66 +46,119 @@ def evenly_spaced(n: int, k: int | None) -> list[int]:
     return sorted({int(i) for i in np.linspace(0, n - 1, k).round()})
 
 
+class _FrameList:
+    """The ``files`` of a json as a sized iterable of :class:`AnnotatedFrame` (read ahead in a thread)."""
+
+    def __init__(self, files: list[tuple[int, str, str | None]], root: Path, source: str) -> None:
+        self.files, self.root, self.source = files, root, source
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __iter__(self) -> Iterator[AnnotatedFrame]:
+        return annotated_frames(self.files, self.root, self.source)
+
+
+def _folder_frames(folder: str) -> _FrameList:
+    kind = source_kind(folder)
+    if kind not in ("folder", "glob", "image"):
+        raise ValueError(f"{folder}: calibrate --images takes a folder, glob or image of good frames, not a {kind}")
+    files = list_images(folder, kind)
+    if not files:
+        raise ValueError(f"{folder}: no image files")
+    return _FrameList([(i, str(path), None) for i, (path, _) in enumerate(files)], Path(folder), folder)
+
+
+def _pairs(pipeline: Pipeline, frames: _FrameList, indices: list[int]) -> Iterator[tuple[str, Pair]]:
+    """``(name, (gray frame, registered golden image or None))`` of the chosen frames; unreadable or unmatched ones
+    are logged and left out."""
+    wanted = set(indices)
+    for i, frame in enumerate(frames):
+        if i not in wanted:
+            continue
+        try:
+            if frame.error is not None:
+                raise ReferenceError(frame.error, "unreadable")
+            yield frame.name, (frame.image, pipeline.register(frame.image, frame.name, frame.golden))
+        except (ReferenceError, DatasetError) as exc:
+            logger.warning("calibrate: left out %s", exc)
+
+
+def _statistics(pipeline: Pipeline, pairs: list[Pair]) -> np.ndarray:
+    """float64 ``[N, L, 2]`` pooled layer statistics of ``pairs`` through the pipeline."""
+    golden = [g for _, g in pairs] if pipeline.runtime.channels == 2 else None
+    return np.stack([d.stats.double().numpy() for d in pipeline.detect([im for im, _ in pairs], golden)])
+
+
+def fault_statistics(pipeline: Pipeline, pairs: list[Pair], batch: int, progress: bool = False) -> dict[str, np.ndarray]:
+    """``Baseline.faults``: statistics of the frames ``pairs`` under each fault of ``monitor/faults.py`` at each of its
+    ``CALIBRATION_STRENGTHS`` (``[S * N, L, 2]``, strength-major; the camera's frame faulted, a golden image is stored
+    and stays as it is), and of the same frames clean, repeated to match (``"clean"``)."""
+    runs = [(name, s) for name, strengths in CALIBRATION_STRENGTHS.items() for s in strengths]
+    out: dict[str, list[np.ndarray]] = {}
+    with tqdm(total=(len(runs) + 1) * len(pairs), desc="simulated faults", unit="img", disable=not progress) as bar:
+        for name, strength in [("clean", 0.0), *runs]:
+            for start in range(0, len(pairs), batch):
+                chunk = pairs[start : start + batch]
+                if name != "clean":
+                    chunk = [(apply_fault(im, name, strength, start + k), g) for k, (im, g) in enumerate(chunk)]
+                out.setdefault(name, []).append(_statistics(pipeline, chunk))
+                bar.update(len(chunk))
+    faults = {name: np.concatenate(parts) for name, parts in out.items()}
+    faults["clean"] = np.concatenate([faults["clean"]] * len(next(iter(CALIBRATION_STRENGTHS.values()))))
+    return faults
+
+
 def run_calibrate(
     weights: str | os.PathLike[str] | None,
-    data_json: str | os.PathLike[str],
+    data_json: str | os.PathLike[str] | None,
     images_root: str | os.PathLike[str] | None,
     out: str | os.PathLike[str],
     imgsz: int | None = None,
     max_images: int | None = None,
     batch: int = 8,
-    device: str = "cpu",
+    reference: str | os.PathLike[str] | None = None,
+    progress: bool = True,
 ) -> Baseline:
-    """``defect-detector calibrate``: baseline of the model's layer statistics over clean images.
+    """Build and write (atomically) the drift baseline of ``weights`` (checkpoint or artifact; None: the bundled model).
 
-    ``weights``: a checkpoint or exported TorchScript artifact (None: the bundled model), run exactly
-    as ``predict`` runs it (``deploy.runtime.Runtime``). ``data_json``: COCO json of clean reference
-    images (training or validation split; for a reference model, with their ``reference`` entries, registered as
-    ``predict`` registers them), read with ``images_root`` (default: the json's
-    ``info.images_root``). ``imgsz`` applies to checkpoints (an artifact fixes it); ``max_images``
-    takes that many images spread evenly over the file. Writes ``out`` atomically and returns the
-    baseline. Raises ``FileNotFoundError`` / ``ValueError`` naming the file and the problem.
-    """
-    from defect_detector.data.dataset import CocoDetectionDataset
-    from defect_detector.inspect.runtime import Runtime
-
+    Frames: the images of the COCO json ``data_json`` (read from ``images_root``, default the json's; golden images
+    from its ``reference`` entries), or with ``data_json`` None the folder / glob ``images_root`` of good frames
+    (golden images from ``reference``: one image or a folder, as ``predict --reference``). ``max_images`` takes that
+    many spread evenly. ``imgsz`` applies to checkpoints. Raises ``FileNotFoundError`` / ``ValueError`` naming the
+    file and the problem."""
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
-    runtime = Runtime.load(weights, device=device, imgsz=imgsz, tta="none")  # statistics come from the identity pass alone
+    runtime = Runtime.load(weights, device="cpu", imgsz=imgsz, tta="none")  # statistics come from the identity pass alone
     if not runtime.layer_names:
         raise ValueError(f"{runtime.path}: the model reports no layer statistics (exported without monitored layers)")
-    pairs = runtime.channels == 2
-    dataset = CocoDetectionDataset(
-        data_json, images_root, runtime.class_names, runtime.imgsz, None, "skip", reference=pairs, register=pairs
-    )
-    if len(dataset) == 0:
-        raise ValueError(f"{data_json}: no readable images")
-    indices = evenly_spaced(len(dataset), max_images)
-    images = _Subset(dataset, indices)
-
-    def model(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return runtime.infer(x.to(runtime.device, runtime.dtype))
-
+    if runtime.channels == 2 and data_json is None and reference is None:
+        raise ValueError(f"{runtime.path} is a golden-template model: give the frames' golden images with --reference")
+    pipeline = Pipeline(runtime, References(reference) if reference else None, conf=1.0)
+    if data_json is not None:
+        frames, source = _FrameList(*_json_parts(pipeline, data_json, images_root)), str(data_json)
+    elif images_root is not None:
+        frames, source = _folder_frames(str(images_root)), str(images_root)
+    else:
+        raise ValueError("calibrate needs --data ANN.json or --images DIR")
+    indices = evenly_spaced(len(frames), max_images)
+    pairs = [pair for _, pair in tqdm(_pairs(pipeline, frames, indices), total=len(indices), desc="calibrate", disable=not progress)]
+    if len(pairs) < 2:
+        raise ValueError(f"{source}: fewer than 2 frames could be read and inspected")
+    stats = [_statistics(pipeline, pairs[i : i + batch]) for i in range(0, len(pairs), batch)]
     info = {"weights": str(runtime.path), "kind": runtime.kind, "class_names": list(runtime.class_names)}
-    baseline = calibrate_dataset(
-        model, images, layer_names=runtime.layer_names, batch_size=batch, model_info=info, source=f"{data_json} ({len(indices)} images)"
-    )
-    if dataset.skipped:
-        logger.warning("%s", dataset.report())
+    baseline = calibrate(stats, runtime.layer_names, runtime.imgsz, info, f"{source} ({len(pairs)} images)")
+    kept = [pairs[i] for i in evenly_spaced(len(pairs), FAULT_FRAMES)]
+    baseline.faults = fault_statistics(pipeline, kept, batch, progress)
     baseline.save(out)
     return baseline
 
 
-class _Subset:
-    """``dataset[indices[i]]`` as a sized iterable of images (targets dropped)."""
-
-    def __init__(self, dataset: Any, indices: list[int]) -> None:
-        self.dataset = dataset
-        self.indices = indices
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-    def __iter__(self):
-        for i in self.indices:
-            yield self.dataset[i][0]
+def _json_parts(
+    pipeline: Pipeline, data: str | os.PathLike[str], root: str | os.PathLike[str] | None
+) -> tuple[list[tuple[int, str, str | None]], Path, str]:
+    runtime = pipeline.runtime
+    dataset = CocoDetectionDataset(data, root, runtime.class_names, runtime.imgsz, None, "skip", reference=runtime.channels == 2)
+    if len(dataset) == 0:
+        raise ValueError(f"{data}: no images")
+    return dataset.files(), dataset.images_root, str(data)

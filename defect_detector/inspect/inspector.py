@@ -5,15 +5,18 @@
     from defect_detector import Inspector
 
     with Inspector.load("model.torchscript.pt", alerts="alerts.jsonl") as inspector:
-        result = inspector.inspect(frame)          # uint8 [H, W] (or BGR) camera frame
+        result = inspector.inspect(frame)          # uint8 [H, W] (or BGR, 16-bit) camera frame
+        if result.verdict == "not_inspected":      # "pass", "fail" or "not_inspected"
+            stop_the_board(result.reason)          # never count it as clean
         result.detections.boxes                    # float32 [K, 4] xyxy in the frame's pixels
         result.drift                               # "normal", "warning", "critical" or "off"
         summary = inspector.run("frames/", save_json="det.json")   # a whole source
 
 Defaults are what the deployed artifact does: one model pass per frame (test-time augmentation only
-when asked for), tiling or letterboxing chosen from the pixel scale the model was trained at, and drift
-monitoring on whenever the weights carry a baseline (``monitor=False`` turns it off). ``predict``, the
-demo and the notebook are thin over this class.
+when asked for), the operating point the weights were validated at, tiling or letterboxing chosen from the
+pixel scale the model was trained at, and drift monitoring on whenever the weights carry a baseline
+(``monitor=False`` turns it off). Every frame goes through the frame pipeline (``inspect/pipeline.py``);
+``predict``, the demo and the notebook are thin over this class.
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ from tqdm import tqdm
 
 from defect_detector.core.devices import default_threads
 from defect_detector.core.types import Detections
+from defect_detector.data.images import ConversionNotice
 from defect_detector.inspect.outputs import Outputs
+from defect_detector.inspect.pipeline import Pipeline, gray_frame
 from defect_detector.inspect.references import ReferenceError, References
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.inspect.sources import Frame, FrameSource, open_source
@@ -53,7 +58,8 @@ class Inspection:
     ``detections``: boxes in the frame's original pixels (see :class:`Detections`), or None when the frame
     was not inspected (``frame.error`` says why: unreadable, no usable reference). ``events``: drift events
     this frame raised. ``drift``: the monitor's state after it (``"off"`` without monitoring), ``score``
-    its drift score (None without monitoring).
+    its drift score (None without monitoring). ``verdict``: ``fail`` (at least one call at the operating
+    point), ``pass`` (none), or ``not_inspected`` with the ``reason``: never count such a board as clean.
     """
 
     frame: Frame
@@ -66,35 +72,40 @@ class Inspection:
     def error(self) -> str | None:
         return self.frame.error
 
+    @property
+    def verdict(self) -> str:
+        if self.detections is None:
+            return "not_inspected"
+        return "fail" if len(self.detections) else "pass"
+
+    @property
+    def reason(self) -> str | None:
+        """Why the frame was not inspected (None when it was)."""
+        return self.frame.error if self.detections is None else None
+
 
 class Inspector:
-    """Composes a :class:`Runtime`, optional :class:`References` and an optional :class:`AlertRouter` (drift
-    detector + sinks). Build it with :meth:`load`; use it as a context manager, or call :meth:`close`."""
+    """Composes the frame :class:`Pipeline` (runtime, golden images, operating point, tiling) and an optional
+    :class:`AlertRouter` (drift detector + sinks). Build it with :meth:`load`; use it as a context manager, or call
+    :meth:`close`."""
 
-    def __init__(
-        self,
-        runtime: Runtime,
-        references: References | None = None,
-        router: AlertRouter | None = None,
-        conf: float = 0.25,
-        iou: float = 0.5,
-        max_det: int = 100,
-        tile: bool | None = None,
-    ) -> None:
-        if runtime.channels == 2 and references is None:
+    def __init__(self, pipeline: Pipeline, router: AlertRouter | None = None) -> None:
+        runtime = pipeline.runtime
+        if runtime.channels == 2 and pipeline.references is None:
             raise ValueError(f"{runtime.path.name} is a golden-template model: give each frame's reference with --reference REF")
-        if runtime.channels == 1 and references is not None:
-            raise ValueError(
-                f"{runtime.path.name} is a single-image model: --reference needs a reference model (in_channels 2; "
-                "leave --weights out for the bundled one)"
-            )
-        if not 0.0 <= conf <= 1.0 or not 0.0 <= iou <= 1.0 or max_det < 1:
-            raise ValueError(f"need 0 <= conf <= 1, 0 <= iou <= 1 and max_det >= 1, got conf={conf}, iou={iou}, max_det={max_det}")
-        self.runtime = runtime
-        self.references = references
+        self.pipeline = pipeline
         self.router = router
-        self.conf, self.iou, self.max_det, self.tile = conf, iou, max_det, tile
+        self.notice = ConversionNotice("api")
         self._next_index = 0
+        self._closed = False
+
+    @property
+    def runtime(self) -> Runtime:
+        return self.pipeline.runtime
+
+    @property
+    def references(self) -> References | None:
+        return self.pipeline.references
 
     @classmethod
     def load(
@@ -104,8 +115,8 @@ class Inspector:
         device: str = "auto",
         threads: int | None = None,
         tta: str | None = None,
-        conf: float = 0.25,
-        iou: float = 0.5,
+        conf: float | None = None,
+        iou: float | None = None,
         max_det: int = 100,
         tile: bool | None = None,
         monitor: bool = True,
@@ -117,15 +128,19 @@ class Inspector:
         metrics_addr: str = "0.0.0.0",
     ) -> Inspector:
         """Load weights (None: the bundled model; with ``reference``, the bundled golden-template model) and set
-        up registration and monitoring. ``threads``: torch CPU threads (None: the cores free now,
-        :func:`~defect_detector.core.devices.default_threads`). ``tta``: test-time augmentation (``flip2``, ``flip4``, ``d8``: that many
-        model passes per frame; default one). ``tile``: None chooses from the model's recorded pixel scale,
-        True / False force tiling / letterboxing. Monitoring: see :func:`build_monitoring`; ``baseline``
-        overrides the one the weights carry. Raises ``FileNotFoundError`` / ``ValueError`` with one clear line."""
+        up registration and monitoring. ``reference``: one golden image for every frame, or a folder of them (by
+        frame name); a golden-template model needs it (an :meth:`inspect` call may still pass its own).
+        ``threads``: torch CPU threads (None: the cores free now, :func:`~defect_detector.core.devices.default_threads`).
+        ``tta``: test-time augmentation (``flip2``, ``flip4``, ``d8``: that many model passes per frame; default one).
+        ``conf`` / ``iou``: None takes the operating point the weights store. ``tile``: None chooses from the model's
+        recorded pixel scale, True / False force tiling / letterboxing. Monitoring: see :func:`build_monitoring`;
+        ``baseline`` overrides the one the weights carry. Raises ``FileNotFoundError`` / ``ValueError`` with one
+        clear line."""
         weights = weights or (DEFAULT_REFERENCE_WEIGHTS if reference else None)
         threads = default_threads() if threads is None else threads
         runtime = Runtime.load(weights, device=device, threads=threads, tta=tta)
         references = References(reference) if reference else None
+        pipeline = Pipeline(runtime, references, conf, iou, max_det, tile)
         router = build_monitoring(
             runtime.layer_names,
             baseline=baseline,
@@ -138,7 +153,7 @@ class Inspector:
             monitor_config=monitor_config,
         )
         try:
-            return cls(runtime, references, router, conf, iou, max_det, tile)
+            return cls(pipeline, router)
         except ValueError:
             if router is not None:
                 router.close()
@@ -150,18 +165,23 @@ class Inspector:
         return self.router is not None and self.router.detector is not None
 
     def inspect(self, image: np.ndarray, name: str = "frame", reference: np.ndarray | None = None, source: str = "api") -> Inspection:
-        """Inspect one frame (uint8 / uint16 ``[H, W]``, ``[H, W, 1|3|4]``); frames are numbered in call order.
-        ``reference``: this frame's golden image, registered here (default: from ``References`` by ``name``).
-        ``source`` names the camera or line in drift events."""
-        frame = Frame(self._next_index, image, source, name, time.time())
+        """Inspect one frame (uint8 / uint16 ``[H, W]``, ``[H, W, 1|3|4]``: converted to gray here, the pipeline's
+        entry); frames are numbered in call order. ``reference``: this frame's golden image, registered here
+        (default: from ``References`` by ``name``). ``source`` names the camera or line in drift events.
+        ``ValueError`` for anything that is not an image (``None`` included)."""
+        gray = gray_frame(image, name, self.notice)
+        frame = Frame(self._next_index, gray, source, name, time.time())
         self._next_index += 1
         return self.inspect_frames([frame], [reference] if reference is not None else None)[0]
 
-    def inspect_frames(self, frames: Sequence[Frame], references: Sequence[np.ndarray] | None = None) -> list[Inspection]:
-        """Inspect frames in one model call; one :class:`Inspection` per frame, in order, drift updated per frame."""
-        frames, good, refs = self._align(list(frames), references)
-        images = [f.image for f in good]
-        results = self.runtime.predict(images, self.conf, self.iou, self.max_det, references=refs, tile=self.tile) if good else []
+    def inspect_frames(self, frames: Sequence[Frame], references: Sequence[np.ndarray | None] | None = None) -> list[Inspection]:
+        """Inspect gray frames (from a source, or :meth:`inspect`) in one model call; one :class:`Inspection` per
+        frame, in order, drift updated per frame. ``references``: one golden image (or None) per frame.
+        ``RuntimeError`` after :meth:`close`."""
+        if self._closed:
+            raise RuntimeError("this Inspector is closed: drift monitoring and its sinks are gone; load a new one")
+        frames, good, golden = self._register(list(frames), references)
+        results = self.pipeline.detect([f.image for f in good], golden) if good else []
         by_index = {f.index: r for f, r in zip(good, results)}
         out = []
         for frame in frames:
@@ -175,36 +195,28 @@ class Inspector:
             out.append(inspection)
         return out
 
-    def _align(self, frames: list[Frame], given: Sequence[np.ndarray] | None) -> tuple[list[Frame], list[Frame], list[np.ndarray] | None]:
-        """(frames, the inspectable ones, their registered references or None). A frame whose reference is missing
-        or does not register comes back with its ``error`` set (its image kept for drawing) and is not inspected."""
-        if self.references is None and given is None:
-            return frames, [f for f in frames if f.image is not None], None
-        out, kept, warped = [], [], []
+    def _register(
+        self, frames: list[Frame], given: Sequence[np.ndarray | None] | None
+    ) -> tuple[list[Frame], list[Frame], list[np.ndarray] | None]:
+        """(frames, the inspectable ones, their registered golden images or None for a single-image model). A frame
+        whose golden image is missing or does not register comes back with its ``error`` set (its image kept for
+        drawing) and is not inspected."""
+        if given is not None and len(given) != len(frames):
+            raise ValueError(f"got {len(given)} golden images for {len(frames)} frames; pass one per frame")
+        out, kept, golden = [], [], []
         for i, frame in enumerate(frames):
             if frame.image is None:
                 out.append(frame)
                 continue
             try:
-                ref = self._reference(frame, given[i] if given is not None else None)
+                warped = self.pipeline.register(frame.image, frame.file_name, given[i] if given is not None else None)
             except ReferenceError as exc:
                 out.append(dataclasses.replace(frame, error=str(exc)))
                 continue
             out.append(frame)
             kept.append(frame)
-            warped.append(ref)
-        return out, kept, warped
-
-    def _reference(self, frame: Frame, given: np.ndarray | None) -> np.ndarray:
-        if given is None:
-            return self.references.align(frame.image, frame.file_name)[0]
-        from defect_detector.data.register import register
-
-        warped, result = register(given, frame.image)
-        if not result.ok:
-            message = f"{frame.file_name}: the reference does not match this frame ({result.reason})"
-            raise ReferenceError(message, "reference does not match")
-        return warped
+            golden.append(warped)
+        return out, kept, (golden if self.runtime.channels == 2 else None)
 
     def rebaseline(self, reason: str = "requested") -> DriftEvent | None:
         """Accept the line's next frames as its new clean level (a new board design): logged and sent to the sinks."""
@@ -261,7 +273,8 @@ class Inspector:
         return tally.summary(source, frames, self, written, interrupted)
 
     def close(self) -> None:
-        """Close the alert sinks (files, webhook thread, metrics port)."""
+        """Close the alert sinks (files, webhook thread, metrics port); the inspector inspects nothing after this."""
+        self._closed = True
         if self.router is not None:
             self.router.close()
             self.router = None

@@ -1,8 +1,9 @@
 """Drift baseline: how each monitored layer statistic is distributed over clean calibration frames.
 
-:func:`calibrate` builds a :class:`Baseline` from per-frame statistics, :func:`calibrate_dataset` runs a
-model over clean images first. ``defect-detector calibrate`` writes one as JSON; ``strip --baseline``
-and ``export --baseline`` carry it inside the weights, so ``predict`` monitors drift without extra files.
+:func:`calibrate` builds a :class:`Baseline` from per-frame statistics (``inspect/calibrate.py`` runs the model
+over clean frames through the frame pipeline to get them). ``defect-detector calibrate`` writes one as JSON;
+``strip --baseline`` and ``export --baseline`` carry it inside the weights, so ``predict`` monitors drift without
+extra files.
 """
 
 from __future__ import annotations
@@ -10,19 +11,15 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
-from tqdm import tqdm
 
-from defect_detector.core.constants import DEFAULT_LAYERS
 from defect_detector.core.io import atomic_write_json, read_json_file
-from defect_detector.monitor.hooks import ActivationMonitor
 
 logger = logging.getLogger("defect_detector.monitor")
 
@@ -33,7 +30,7 @@ BASELINE_VERSION = 4
 statistics read on every ``ceil(H / 40)``-th row of tall layers (2: every ``ceil(H / 80)``-th; 1: no covariance)."""
 READABLE_VERSIONS = (3, 4)
 FAULT_FRAMES = 64
-"""Calibration frames that ``calibrate_dataset`` also runs with each simulated fault (``monitor/faults.py``)."""
+"""Calibration frames that ``calibrate`` also runs with each simulated fault (``monitor/faults.py``)."""
 _EPS = 1e-6
 _MIN_FRAMES = 2
 _FEW_FRAMES = 30
@@ -249,124 +246,3 @@ def calibrate(
         source=source,
         faults=faults,
     )
-
-
-StatsModel = nn.Module | Callable[[torch.Tensor], Any]
-
-
-def _batched(images: Iterable[Any], batch_size: int) -> Iterable[torch.Tensor]:
-    """Float ``[C, H, W]`` / ``[B, C, H, W]`` tensors (or ``(tensor, target)`` samples) -> ``[batch_size, C, H, W]`` batches."""
-    pending: list[torch.Tensor] = []
-    for item in images:
-        tensor = item[0] if isinstance(item, (tuple, list)) else item
-        if tensor.ndim == 3:
-            tensor = tensor.unsqueeze(0)
-        if tensor.ndim != 4 or tensor.shape[1] not in (1, 2):
-            raise ValueError(f"calibration images must be [C, H, W] or [B, C, H, W] with C 1 or 2, got {list(tensor.shape)}")
-        pending.extend(tensor.unbind(0))
-        while len(pending) >= batch_size:
-            yield torch.stack(pending[:batch_size])
-            pending = pending[batch_size:]
-    if pending:
-        yield torch.stack(pending)
-
-
-def faulted(image: torch.Tensor, fault: str, strength: float, seed: int) -> torch.Tensor:
-    """Float ``[C, H, W]`` model input in [0, 1] with camera fault ``fault`` at ``strength`` (``monitor/faults.py``)
-    applied to channel 0, the camera's image (a reference channel is a stored golden image and stays as it is)."""
-    from defect_detector.monitor.faults import apply_fault
-
-    gray = (image[0] * 255.0).round().clamp(0, 255).to(torch.uint8).cpu().numpy()
-    result = image.clone()
-    result[0] = torch.from_numpy(apply_fault(gray, fault, strength, seed)).to(image.device, image.dtype) / 255.0
-    return result
-
-
-def fault_statistics(
-    forward: Callable[[torch.Tensor], torch.Tensor],
-    images: Sequence[torch.Tensor],
-    num_layers: int,
-    batch_size: int,
-    progress: bool = False,
-) -> dict[str, np.ndarray]:
-    """``Baseline.faults``: float64 statistics of the N float ``[C, H, W]`` ``images`` under each fault of
-    ``monitor/faults.py`` at each of its ``CALIBRATION_STRENGTHS`` (``[S * N, L, 2]``, strength-major), and of
-    the same frames clean, repeated to match (``"clean"``); ``forward`` maps ``[B, C, H, W]`` to ``[B, L, 2]``."""
-    from defect_detector.monitor.faults import CALIBRATION_STRENGTHS
-
-    runs = 1 + sum(len(s) for s in CALIBRATION_STRENGTHS.values())
-    with tqdm(total=runs * len(images), desc="simulated faults", unit="img", disable=not progress) as bar:
-
-        def stats(batch: list[torch.Tensor]) -> np.ndarray:
-            out = np.concatenate([as_frames(forward(b), num_layers) for b in _batched(batch, batch_size)])
-            bar.update(len(batch))
-            return out
-
-        clean = stats(list(images))
-        out: dict[str, np.ndarray] = {}
-        for name, strengths in CALIBRATION_STRENGTHS.items():
-            out[name] = np.concatenate([stats([faulted(im, name, s, i) for i, im in enumerate(images)]) for s in strengths])
-    out["clean"] = np.concatenate([clean] * len(next(iter(CALIBRATION_STRENGTHS.values()))))
-    return out
-
-
-def calibrate_dataset(
-    model: StatsModel,
-    images: Iterable[Any],
-    layers: Sequence[str] = DEFAULT_LAYERS,
-    layer_names: Sequence[str] | None = None,
-    batch_size: int = 8,
-    device: torch.device | str = "cpu",
-    model_info: dict[str, Any] | None = None,
-    source: str = "",
-    progress: bool = True,
-    fault_frames: int = FAULT_FRAMES,
-) -> Baseline:
-    """Run ``model`` over clean reference images and build the baseline of its layer statistics.
-
-    ``model``: an eager ``nn.Module`` (an :class:`ActivationMonitor` on ``layers`` is attached for
-    the run and removed afterwards), or a runtime-like callable / TorchScript module whose output
-    is ``(raw, stats [B, L, 2])``, in which case ``layer_names`` must name its L layers.
-    ``images``: an iterable (or dataset) of float32 ``[C, H, W]`` or ``[B, C, H, W]`` tensors (C = 1, or 2 for a
-    reference model: image and registered reference) in [0, 1], or of ``(image, target)`` samples; they are
-    batched to ``batch_size``. ``imgsz`` is taken from the images. Up to ``fault_frames`` of them, spread over
-    the run, are also run with each simulated camera fault (``Baseline.faults``; 0: none). Shows a tqdm
-    progress bar when ``progress``.
-    """
-    eager = isinstance(model, nn.Module) and not isinstance(model, torch.jit.ScriptModule)
-    monitor = ActivationMonitor(model, layers) if eager else None
-    if monitor is not None:
-        names = monitor.layer_names
-    elif layer_names is not None:
-        names = list(layer_names)
-    else:
-        raise ValueError("calibrate_dataset: layer_names is required for a runtime or TorchScript model")
-    total = len(images) if hasattr(images, "__len__") else None
-    every = max(1, (total or fault_frames) // max(fault_frames, 1))
-    kept: list[torch.Tensor] = []
-    imgsz: list[int] = []
-
-    def forward(batch: torch.Tensor) -> torch.Tensor:
-        out = model(batch.to(device))
-        return monitor.stats() if monitor is not None else out[1]
-
-    def stats_iter() -> Iterable[torch.Tensor]:
-        seen = 0
-        with tqdm(total=total, desc="calibrate", unit="img", disable=not progress) as bar, torch.inference_mode():
-            for batch in _batched(images, batch_size):
-                imgsz.append(int(batch.shape[-1]))
-                kept.extend(batch[i] for i in range(len(batch)) if (seen + i) % every == 0 and len(kept) < fault_frames)
-                seen += len(batch)
-                bar.update(len(batch))
-                yield forward(batch)
-
-    try:
-        baseline = calibrate(stats_iter(), names, model_info=model_info, source=source)
-        if len(kept) >= 2:
-            with torch.inference_mode():
-                baseline.faults = fault_statistics(forward, kept, len(names), batch_size, progress)
-    finally:
-        if monitor is not None:
-            monitor.detach()
-    baseline.imgsz = imgsz[0] if imgsz else None
-    return baseline

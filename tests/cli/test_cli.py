@@ -81,8 +81,8 @@ def _write_video(path: Path, n: int, colour: bool = False) -> Path:
 
 
 def test_every_subcommand_has_a_handler() -> None:
-    sub = next(a for a in build_parser()._actions if a.dest == "command")
-    assert set(sub.choices) == set(cli._COMMANDS)
+    sub = next(a for a in build_parser(cli.COMMANDS)._actions if a.dest == "command")
+    assert set(sub.choices) == set(cli.COMMANDS)
 
 
 def test_write_failure_names_the_file_and_keeps_the_earlier_result(
@@ -157,14 +157,14 @@ def test_interrupt_exits_130_and_a_bug_keeps_its_traceback(monkeypatch: pytest.M
     def interrupted(args: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setitem(cli._COMMANDS, "info", interrupted)
+    monkeypatch.setattr(cli.COMMANDS["info"], "run", interrupted)
     assert main(["info"]) == 130
     assert capsys.readouterr().err.strip() == "defect-detector info: interrupted"
 
     def bug(args: object) -> None:
         raise KeyError("not an input problem")
 
-    monkeypatch.setitem(cli._COMMANDS, "info", bug)
+    monkeypatch.setattr(cli.COMMANDS["info"], "run", bug)
     with pytest.raises(KeyError):
         main(["info"])
 

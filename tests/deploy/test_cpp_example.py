@@ -18,6 +18,7 @@ import cv2
 import numpy as np
 import pytest
 import torch
+from pipeline_helpers import detect
 from small_checkpoint import write_small_checkpoint
 from torch import nn
 
@@ -112,7 +113,7 @@ def test_cpp_matches_python_runtime(executable: Path, tmp_path: Path) -> None:
     run = _run(executable, str(artifact), str(image_path))
     assert run.returncode == 0, run.stderr
     cpp = [json.loads(line) for line in run.stdout.splitlines() if line.strip()]
-    _assert_same_detections(cpp, Runtime.load(artifact, device="cpu").predict([image], conf=0.25, iou=0.5)[0])
+    _assert_same_detections(cpp, detect(Runtime.load(artifact, device="cpu"), [image], conf=0.25, iou=0.5)[0])
     refused = _run(executable, str(artifact), str(image_path), "--reference", str(image_path))
     assert refused.returncode == 2 and "takes 1 input channel" in refused.stderr
 
@@ -122,7 +123,7 @@ def test_cpp_reference_model_matches_python_runtime(executable: Path, tmp_path: 
     image, template = generate_board_pair(480, 640, np.random.default_rng(6))[:2]  # scale 0.5, pad_y 40, as above
     image_path, reference_path = tmp_path / "board.png", tmp_path / "golden.png"
     assert cv2.imwrite(str(image_path), image) and cv2.imwrite(str(reference_path), template)
-    python = Runtime.load(artifact, device="cpu").predict([image], conf=0.25, iou=0.5, references=[template])[0]
+    python = detect(Runtime.load(artifact, device="cpu"), [image], conf=0.25, iou=0.5, references=[template])[0]
     for args in (["--reference", str(reference_path)], [str(reference_path)]):  # flag or third positional argument
         run = _run(executable, str(artifact), str(image_path), *args)
         assert run.returncode == 0, run.stderr
@@ -167,7 +168,7 @@ def test_cpp_stacks_the_reference_as_channel_1_with_the_image_geometry(executabl
     reference[20:80, 30:90] = 250  # bright patch top left: a centroid far from the image's
     image_path, reference_path = tmp_path / "image.png", tmp_path / "reference.png"
     assert cv2.imwrite(str(image_path), image) and cv2.imwrite(str(reference_path), reference)
-    python = Runtime.load(artifact, device="cpu").predict([image], conf=0.25, iou=0.5, references=[reference])[0]
+    python = detect(Runtime.load(artifact, device="cpu"), [image], conf=0.25, iou=0.5, references=[reference])[0]
     assert python.labels.tolist() == [0, 1]
     assert float(python.boxes[1, 0]) < float(python.boxes[0, 0]) - 20  # class 1 (the reference's) lies left
     run = _run(executable, str(artifact), str(image_path), "--reference", str(reference_path))

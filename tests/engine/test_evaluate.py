@@ -156,7 +156,7 @@ def test_val_command_writes_design_keys_and_groups(tmp_path: Path, one_thread: N
     torch.save(ckpt, checkpoint)
     out = tmp_path / "metrics.json"
     plots = tmp_path / "plots"
-    args = ["--workers", "0", "--tta", "flip2", "--out", str(out), "--plots", str(plots)]
+    args = ["--tta", "flip2", "--out", str(out), "--plots", str(plots)]
     assert main(["val", "--weights", str(checkpoint), "--data", str(ann), *args]) == 0
     metrics = json.loads(out.read_text())
     assert {"map50", "map50_95", "per_class", "f1_iou033", "precision", "recall"} <= metrics.keys()
@@ -165,12 +165,12 @@ def test_val_command_writes_design_keys_and_groups(tmp_path: Path, one_thread: N
     assert all({"conf", "false_calls_per_image"} <= op.keys() and op["images"] == 4 for op in metrics["operating_points"])
     printed = capsys.readouterr().out
     assert "catch 99.0% of defects" in printed and "catch 99.5% of defects" in printed and "false calls/board" in printed
-    assert main(["val", "--weights", str(checkpoint), "--data", str(ann), "--workers", "0", "--conf", "0.2", "--out", str(out)]) == 0
+    assert main(["val", "--weights", str(checkpoint), "--data", str(ann), "--conf", "0.2", "--out", str(out)]) == 0
     assert json.loads(out.read_text())["f1_conf"] == 0.2
     assert sorted(p.name for p in plots.iterdir()) == ["confusion_matrix.png", "pr_curves.png", "val_predictions.png"]
     assert {g: m["images"] for g, m in metrics["per_group"].items()} == {"g0": 2, "g1": 2}
     assert main(["val", "--weights", str(checkpoint), "--data", str(tmp_path / "missing.json")]) == 2
-    assert main(["val", "--weights", str(checkpoint), "--data", str(ann), "--workers", "0", "--tta", "d4"]) == 2
+    assert main(["val", "--weights", str(checkpoint), "--data", str(ann), "--tta", "d4"]) == 2
 
 
 def _coco_from(images: list[int], boxes: list[tuple[int, int, list[float]]]) -> COCO:
@@ -348,7 +348,7 @@ def test_val_scores_a_json_with_some_of_the_classes(tmp_path: Path, one_thread: 
     ann.write_text(json.dumps(data))
     checkpoint = write_small_checkpoint(tmp_path / "small.pt", imgsz=128)
     out = tmp_path / "metrics.json"
-    assert main(["val", "--weights", str(checkpoint), "--data", str(ann), "--workers", "0", "--out", str(out)]) == 0
+    assert main(["val", "--weights", str(checkpoint), "--data", str(ann), "--out", str(out)]) == 0
     metrics = json.loads(out.read_text())
     assert metrics["absent_classes"] == ["spur", "copper", "pin-hole"]
     assert set(metrics["per_class"]) <= {"open", "short", "mousebite"}
@@ -357,7 +357,7 @@ def test_val_scores_a_json_with_some_of_the_classes(tmp_path: Path, one_thread: 
 
     data["categories"] = [{"id": 99, "name": "scratch"}]
     ann.write_text(json.dumps(data))
-    assert main(["val", "--weights", str(checkpoint), "--data", str(ann), "--workers", "0"]) == 2
+    assert main(["val", "--weights", str(checkpoint), "--data", str(ann)]) == 2
     err = capsys.readouterr().err.strip()
     assert err == (
         f"defect-detector val: error: {ann}: none of its categories (scratch) is a class of the model "

@@ -9,12 +9,14 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from pipeline_helpers import detect
 from small_checkpoint import write_small_checkpoint
 
 from defect_detector.cli.main import main
 from defect_detector.core.constants import DEEPPCB_CLASSES
 from defect_detector.data.synth import generate_board
 from defect_detector.inspect.inspector import Inspection, Inspector
+from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.inspect.runtime import Runtime
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -75,7 +77,7 @@ def test_predict_folder_writes_original_pixel_json_and_annotations(
     runtime = Runtime.load(checkpoint, device="cpu")
     for name in ("board_0.png", "board_1.png"):
         image = cv2.imread(str(boards / name), cv2.IMREAD_GRAYSCALE)
-        expected = runtime.predict([image])[0]
+        expected = detect(runtime, [image])[0]
         got = [r for r in records if r["file_name"] == name]
         assert len(got) == len(expected)
         boxes = np.array([r["bbox"] for r in got]).reshape(-1, 4)
@@ -191,7 +193,7 @@ def test_predict_with_a_reference_folder_gives_original_pixels_and_skips_unmatch
         frame = cv2.imread(str(frames / name), cv2.IMREAD_GRAYSCALE)
         warped, reg = register(cv2.imread(str(golden / name), cv2.IMREAD_GRAYSCALE), frame)
         assert reg.ok
-        (want,) = runtime.predict([frame], conf=0.25, references=[warped])
+        (want,) = detect(runtime, [frame], conf=0.25, references=[warped])
         got = np.array([r["bbox"] for r in records if r["file_name"] == name], np.float32).reshape(-1, 4)
         assert len(got) == len(want) > 0
         wx, wy = want.boxes[:, 0].numpy(), want.boxes[:, 1].numpy()
@@ -223,7 +225,7 @@ def test_reference_flag_must_match_the_model(
 ) -> None:
     frames, golden = board_pairs
     assert main(["predict", str(frames), "--weights", str(checkpoint), "--reference", str(golden), "--device", "cpu"]) == 2
-    assert "is a single-image model: --reference needs a reference model" in capsys.readouterr().err
+    assert "is a single-image model: --reference needs a golden-template model" in capsys.readouterr().err
     assert main(["predict", str(frames), "--weights", str(reference_checkpoint), "--device", "cpu"]) == 2
     assert "is a golden-template model: give each frame's reference with --reference REF" in capsys.readouterr().err
     assert main(["predict", str(frames), "--weights", str(reference_checkpoint), "--reference", "nowhere", "--device", "cpu"]) == 2
@@ -271,7 +273,7 @@ def test_inspector_runs_a_folder_end_to_end_with_drift_events(checkpoint: Path, 
 
     clean = [generate_board(240, 320, np.random.default_rng(50 + i))[0] for i in range(12)]
     runtime = Runtime.load(checkpoint, device="cpu")
-    baseline = calibrate([d.stats for d in runtime.predict(clean)], runtime.layer_names, imgsz=runtime.imgsz)
+    baseline = calibrate([d.stats for d in detect(runtime, clean)], runtime.layer_names, imgsz=runtime.imgsz)
     baseline.save(tmp_path / "baseline.json")
     stream = tmp_path / "stream"
     stream.mkdir()
@@ -301,8 +303,8 @@ def test_inspect_one_frame_through_the_api(checkpoint: Path) -> None:
     board = generate_board(H, W, np.random.default_rng(0))[0]
     with Inspector.load(checkpoint, device="cpu", conf=0.01) as inspector:
         first, second = inspector.inspect(board, name="a.png"), inspector.inspect(board, name="b.png")
-        want = inspector.runtime.predict([board], conf=0.01)[0]
+        want = detect(inspector.runtime, [board], conf=0.01)[0]
     assert (first.frame.index, second.frame.index) == (0, 1) and first.drift == "off" and first.score is None
     np.testing.assert_allclose(first.detections.boxes.numpy(), want.boxes.numpy(), atol=1e-4)
     with pytest.raises(ValueError, match="single-image model"):
-        Inspector(Runtime.load(checkpoint, device="cpu"), references=object())
+        Inspector(Pipeline(Runtime.load(checkpoint, device="cpu"), references=object()))

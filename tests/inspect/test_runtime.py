@@ -9,6 +9,7 @@ import cv2
 import numpy as np
 import pytest
 import torch
+from pipeline_helpers import detect, plan, preprocess
 from small_checkpoint import write_small_checkpoint
 from torch import nn
 
@@ -18,7 +19,7 @@ from defect_detector.data.synth import generate_board, generate_board_pair
 from defect_detector.data.tiles import crop_tiles, merge_tile_detections, pool_tile_stats
 from defect_detector.export import ExportError, build_meta, export_torchscript, shifted_copy
 from defect_detector.export.onednn import onednn_available
-from defect_detector.inspect import runtime as runtime_module
+from defect_detector.inspect import pipeline as pipeline_module
 from defect_detector.inspect.runtime import Runtime, archive_meta
 from defect_detector.model.checkpoint import is_torchscript_archive, load_checkpoint
 from defect_detector.model.postprocess import postprocess
@@ -88,7 +89,7 @@ def test_loads_artifact_and_checkpoint_alike(runtime: Runtime, checkpoint: Path,
     assert runtime.device.type == "cpu" and runtime.dtype == torch.float32
     eager = Runtime.load(checkpoint, device="cpu")
     assert eager.kind == "checkpoint" and eager.layer_names == runtime.layer_names
-    a, b = runtime.predict([board])[0], eager.predict([board])[0]
+    a, b = detect(runtime, [board])[0], detect(eager, [board])[0]
     assert len(a) > 0 and len(a) == len(b)
     torch.testing.assert_close(a.boxes, b.boxes, atol=1e-2, rtol=0)
     assert a.names == b.names
@@ -101,7 +102,7 @@ def test_checkpoint_is_traced_on_the_cpu_unless_asked_not_to(
     traced = Runtime.load(checkpoint, device="cpu")
     eager = Runtime.load(checkpoint, device="cpu", trace=False)
     assert isinstance(traced.model, torch.jit.ScriptModule) and not isinstance(eager.model, torch.jit.ScriptModule)
-    batch, _ = eager.preprocess([board])
+    batch, _ = preprocess(eager, [board])
     for got, want in zip(traced.infer(batch), eager.infer(batch)):
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
 
@@ -111,13 +112,13 @@ def test_checkpoint_is_traced_on_the_cpu_unless_asked_not_to(
     monkeypatch.setattr("defect_detector.inspect.runtime.trace_deploy_model", fail)
     with caplog.at_level(logging.WARNING, logger="defect_detector"):
         fallback = Runtime.load(checkpoint, device="cpu")
-    assert not isinstance(fallback.model, torch.jit.ScriptModule) and len(fallback.predict([board])[0]) > 0
+    assert not isinstance(fallback.model, torch.jit.ScriptModule) and len(detect(fallback, [board])[0]) > 0
     assert any("tracing failed" in r.getMessage() for r in caplog.records)
 
 
 def test_predict_matches_postprocess_in_original_pixels(runtime: Runtime, board: np.ndarray) -> None:
-    result = runtime.predict([board], conf=0.25, iou=0.5, max_det=100)[0]
-    batch, metas = runtime.preprocess([board])
+    result = detect(runtime, [board], conf=0.25, iou=0.5, max_det=100)[0]
+    batch, metas = preprocess(runtime, [board])
     assert batch.shape == (1, 1, IMGSZ, IMGSZ) and batch.dtype == torch.float32 and float(batch.max()) <= 1.0
     assert (metas[0].orig_h, metas[0].orig_w) == (1536, 2048)
     pred, stats = runtime.infer(batch)
@@ -140,7 +141,7 @@ def test_known_box_maps_to_original_pixels() -> None:
     meta = build_meta(DEEPPCB_CLASSES, 640, (8, 16, 32), ())
     runtime = Runtime(FixedBoxModel((150.0, 120.0, 250.0, 220.0)), meta, torch.device("cpu"), torch.float32, "test", Path("fixed"))
     frame = np.zeros((1536, 2048), np.uint8)
-    result = runtime.predict([frame, frame[:, :1024]])
+    result = detect(runtime, [frame, frame[:, :1024]])
     np.testing.assert_allclose(result[0].boxes.numpy(), [[480.0, 128.0, 800.0, 448.0]], atol=1e-3)
     assert result[0].names == ["mousebite"] and result[0].scores.tolist() == pytest.approx([0.9])
     # 1024x1536 into 640: scale 0.41667, pad_x = (640 - 427) // 2 = 106, pad_y 0.
@@ -150,12 +151,12 @@ def test_known_box_maps_to_original_pixels() -> None:
 
 
 def test_colour_and_16bit_frames_are_converted(runtime: Runtime, board: np.ndarray) -> None:
-    gray = runtime.predict([board])[0]
+    gray = detect(runtime, [board])[0]
     bgr = cv2.cvtColor(board, cv2.COLOR_GRAY2BGR)
     bgra = cv2.cvtColor(board, cv2.COLOR_GRAY2BGRA)
     wide = board.astype(np.uint16) * 257
     for frame in (bgr, bgra, board[:, :, None], wide):
-        other = runtime.predict([frame])[0]
+        other = detect(runtime, [frame])[0]
         assert other.labels.tolist() == gray.labels.tolist()
         torch.testing.assert_close(other.boxes, gray.boxes, atol=1e-3, rtol=0)
 
@@ -175,7 +176,7 @@ def test_colour_and_16bit_frames_are_converted(runtime: Runtime, board: np.ndarr
 def test_bad_frames_are_rejected(runtime: Runtime, frame: object, message: str) -> None:
     good = np.zeros((32, 32), np.uint8)
     with pytest.raises(ValueError, match=message) as info:
-        runtime.preprocess([good, frame])
+        preprocess(runtime, [good, frame])
     assert "frame 1" in str(info.value)
 
 
@@ -195,7 +196,7 @@ def test_load_errors(runtime: Runtime, checkpoint: Path, tmp_path: Path) -> None
         with pytest.raises(ValueError, match="CUDA"):
             Runtime.load(runtime.path, device="cuda")
     with pytest.raises(ValueError, match="conf"):
-        runtime.predict([np.zeros((32, 32), np.uint8)], conf=1.5)
+        detect(runtime, [np.zeros((32, 32), np.uint8)], conf=1.5)
 
 
 @pytest.mark.skipif(not onednn_available(), reason="no oneDNN conv+SiLU kernel: artifacts are portable")
@@ -220,7 +221,7 @@ def test_threads_and_warmup(checkpoint: Path) -> None:
 
 
 def test_tta_merges_orientations_and_keeps_the_frames_statistics(runtime: Runtime, board: np.ndarray) -> None:
-    batch, _ = runtime.preprocess([board, board[::-1].copy()])
+    batch, _ = preprocess(runtime, [board, board[::-1].copy()])
     assert runtime.tta == "none"
     pred, stats = runtime.infer(batch)
     runtime.set_tta("flip4")
@@ -240,7 +241,7 @@ def test_tta_merges_orientations_and_keeps_the_frames_statistics(runtime: Runtim
 def test_tta_in_one_batch_as_on_cuda_matches_one_call_per_orientation(
     runtime: Runtime, board: np.ndarray, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    batch, _ = runtime.preprocess([board])
+    batch, _ = preprocess(runtime, [board])
     runtime.set_tta("d8")
     try:
         looped = runtime.infer(batch)  # the CPU path: one model call per orientation
@@ -285,8 +286,8 @@ def test_reference_runtime_reads_channels(reference_runtime: Runtime, reference_
 
 def test_predict_with_references_in_original_pixels(reference_runtime: Runtime, board_pair: tuple[np.ndarray, np.ndarray]) -> None:
     image, reference = board_pair
-    results = reference_runtime.predict([image], conf=0.25, references=[reference])
-    batch, metas = reference_runtime.preprocess([image], [reference])
+    results = detect(reference_runtime, [image], conf=0.25, references=[reference])
+    batch, metas = preprocess(reference_runtime, [image], [reference])
     assert batch.shape == (1, 2, IMGSZ, IMGSZ) and batch.dtype == torch.float32
     assert (metas[0].orig_h, metas[0].orig_w) == (600, 800) and metas[0].pad_y > 0  # non-square: padded rows
     for channel, source in enumerate((image, reference)):  # both letterboxed with the frame's geometry
@@ -299,7 +300,7 @@ def test_predict_with_references_in_original_pixels(reference_runtime: Runtime, 
     assert float(boxes[:, 0::2].max()) <= 800 and float(boxes[:, 1::2].max()) <= 600 and float(boxes.min()) >= 0
     assert float(boxes[:, 0::2].max()) > IMGSZ or float(boxes[:, 1::2].max()) > IMGSZ  # not letterboxed pixels
     blank = np.full_like(reference, 114)  # the reference must reach the model:
-    other_pred, other_stats = reference_runtime.infer(reference_runtime.preprocess([image], [blank])[0])
+    other_pred, other_stats = reference_runtime.infer(preprocess(reference_runtime, [image], [blank])[0])
     assert float((other_pred - pred).abs().max()) > 1e-4 and not torch.allclose(other_stats, results[0].stats[None], atol=1e-3)
 
 
@@ -309,7 +310,7 @@ def test_known_box_with_a_reference_maps_to_original_pixels() -> None:
     runtime = Runtime(model, meta, torch.device("cpu"), torch.float32, "test", Path("fixed"))
     frame = np.zeros((1536, 2048), np.uint8)
     reference = np.full((1536, 2048, 3), 255, np.uint8)  # BGR: converted to gray like a frame
-    result = runtime.predict([frame], references=[reference])
+    result = detect(runtime, [frame], references=[reference])
     np.testing.assert_allclose(result[0].boxes.numpy(), [[480.0, 128.0, 800.0, 448.0]], atol=1e-3)
     assert model.seen.shape == (1, 2, 640, 640)
     assert float(model.seen[0, 0, 320, 320]) == 0.0 and float(model.seen[0, 1, 320, 320]) == 1.0
@@ -318,24 +319,24 @@ def test_known_box_with_a_reference_maps_to_original_pixels() -> None:
 
 def test_reference_errors_name_the_frame(reference_runtime: Runtime, runtime: Runtime, board_pair: tuple[np.ndarray, np.ndarray]) -> None:
     image, reference = board_pair
-    with pytest.raises(ValueError, match="frame 0: no reference"):
-        reference_runtime.predict([image])
-    with pytest.raises(ValueError, match="frame 1: no reference"):
-        reference_runtime.predict([image, image], references=[reference, None])
+    with pytest.raises(ValueError, match="frame 0: no golden image"):
+        detect(reference_runtime, [image])
+    with pytest.raises(ValueError, match="frame 1: no golden image"):
+        detect(reference_runtime, [image, image], references=[reference, None])
     with pytest.raises(ValueError, match="2 references for 1 frames"):
-        reference_runtime.predict([image], references=[reference, reference])
-    with pytest.raises(ValueError, match=r"frame 1: reference is 800x599 px, the frame 800x600"):
-        reference_runtime.preprocess([image, image], [reference, reference[:-1]])
+        detect(reference_runtime, [image], references=[reference, reference])
+    with pytest.raises(ValueError, match=r"frame 1: the golden image must be gray uint8 of the frame's size 800x600"):
+        preprocess(reference_runtime, [image, image], [reference, reference[:-1]])
     with pytest.raises(ValueError, match="reference of frame 0: expected dtype"):
-        reference_runtime.preprocess([image], [reference.astype(np.float32)])
-    with pytest.raises(ValueError, match="frame 0: a reference was given, but this model takes 1 input channel"):
-        runtime.predict([image], references=[reference])
-    assert len(runtime.predict([image], references=[None])) == 1  # no reference at all is fine for a 1-channel model
+        preprocess(reference_runtime, [image], [reference.astype(np.float32)])
+    with pytest.raises(ValueError, match="frame 0: a golden image was given, but this model takes 1 input channel"):
+        detect(runtime, [image], references=[reference])
+    assert len(detect(runtime, [image], references=[None])) == 1  # no reference at all is fine for a 1-channel model
 
 
 def test_tta_orients_the_reference_with_its_frame(reference_runtime: Runtime, board_pair: tuple[np.ndarray, np.ndarray]) -> None:
     image, reference = board_pair
-    batch, _ = reference_runtime.preprocess([image], [reference])
+    batch, _ = preprocess(reference_runtime, [image], [reference])
     modes = orientations("d8")
     oriented = orient_images(batch, modes)  # [8, 2, S, S]
     for channel in (0, 1):
@@ -388,18 +389,18 @@ def _frame_with_spot(x1: int, y1: int, x2: int, y2: int) -> np.ndarray:
 
 def test_tile_plan_auto_threshold_and_sizes() -> None:
     native = _spot_runtime(1.0)
-    record = native.tile_plan(1536, 2048)
+    record = plan(native, 1536, 2048)
     assert record is not None and (record.tile, record.overlap, len(record)) == (640, 96, 12)
-    assert native.tile_plan(640, 640) is None and native.tile_plan(600, 800) is None  # letterbox scale 1.0 and 0.8
-    assert native.tile_plan(900, 900) is not None  # 0.71 < 1.0 / 1.25
-    assert native.tile_plan(1536, 2048, tile=False) is None and len(native.tile_plan(640, 640, tile=True)) == 1
+    assert plan(native, 640, 640) is None and plan(native, 600, 800) is None  # letterbox scale 1.0 and 0.8
+    assert plan(native, 900, 900) is not None  # 0.71 < 1.0 / 1.25
+    assert plan(native, 1536, 2048, tile=False) is None and len(plan(native, 640, 640, tile=True)) == 1
     unknown = _spot_runtime(None)
-    assert unknown.tile_plan(1536, 2048) is None  # no recorded training scale: letterbox
-    forced = unknown.tile_plan(1536, 2048, tile=True)
+    assert plan(unknown, 1536, 2048) is None  # no recorded training scale: letterbox
+    forced = plan(unknown, 1536, 2048, tile=True)
     assert (forced.tile, forced.overlap) == (640, 96)
     half = _spot_runtime(0.5)  # trained on images shrunk 2x: tiles of 1280 px
-    assert half.tile_plan(1280, 1280) is None
-    assert (half.tile_plan(1536, 2048).tile, half.tile_plan(1536, 2048).overlap) == (1280, 192)
+    assert plan(half, 1280, 1280) is None
+    assert (plan(half, 1536, 2048).tile, plan(half, 1536, 2048).overlap) == (1280, 192)
 
 
 def test_tiled_frame_reports_a_cut_defect_once_in_frame_pixels() -> None:
@@ -407,13 +408,13 @@ def test_tiled_frame_reports_a_cut_defect_once_in_frame_pixels() -> None:
     # of tile column 1 (1109) and the bottom edge of tile row 0 (640); only tile (939, 448) holds it whole.
     runtime = _spot_runtime(1.0)
     frame = _frame_with_spot(1080, 620, 1140, 660)
-    tiled = runtime.predict([frame])[0]  # auto: 2048x1536 letterboxed would shrink 3.2x
+    tiled = detect(runtime, [frame])[0]  # auto: 2048x1536 letterboxed would shrink 3.2x
     assert tiled.boxes.tolist() == [[1080.0, 620.0, 1140.0, 660.0]] and tiled.names == ["short"]
     assert tiled.tiles is not None and len(tiled.tiles) == 12 and runtime.model.calls == [2] * 6  # MAX_BATCH_CPU
     assert (tiled.letterbox.scale, tiled.letterbox.orig_w, tiled.letterbox.orig_h) == (1.0, 640, 640)
     crops = np.stack(crop_tiles(frame, tiled.tiles)).astype(np.float64) / 255.0  # the pixels all tiles hold
     torch.testing.assert_close(tiled.stats, torch.tensor([[crops.mean(), crops.std()]], dtype=torch.float32))
-    whole = runtime.predict([frame], tile=False)[0]  # 3.2x smaller: the box is only found to within a few pixels
+    whole = detect(runtime, [frame], tile=False)[0]  # 3.2x smaller: the box is only found to within a few pixels
     assert whole.tiles is None and whole.letterbox.scale == pytest.approx(0.3125)
     np.testing.assert_allclose(whole.boxes.numpy(), [[1080.0, 620.0, 1140.0, 660.0]], atol=4.0)
     assert set(tiled.timings) == {"preprocess", "model", "postprocess"}
@@ -422,14 +423,14 @@ def test_tiled_frame_reports_a_cut_defect_once_in_frame_pixels() -> None:
 def test_all_tiles_of_all_frames_run_in_one_batch_or_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     runtime = _spot_runtime(1.0)
     frames = [_frame_with_spot(100, 100, 150, 130), np.full((640, 640), 40, np.uint8), _frame_with_spot(1500, 1400, 1560, 1500)]
-    monkeypatch.setattr(runtime_module, "MAX_BATCH_CPU", 32)
-    results = runtime.predict(frames)
+    monkeypatch.setattr(pipeline_module, "MAX_BATCH_CPU", 32)
+    results = detect(runtime, frames)
     assert runtime.model.calls == [12 + 1 + 12]
     assert [r.tiles is None for r in results] == [False, True, False] and [len(r) for r in results] == [1, 0, 1]
     assert results[2].boxes.tolist() == [[1500.0, 1400.0, 1560.0, 1500.0]] and results[0].batch_size == 3
-    monkeypatch.setattr(runtime_module, "MAX_BATCH_CPU", 10)
+    monkeypatch.setattr(pipeline_module, "MAX_BATCH_CPU", 10)
     runtime.model.calls.clear()
-    chunked = runtime.predict(frames)
+    chunked = detect(runtime, frames)
     assert runtime.model.calls == [10, 10, 5]
     for a, b in zip(results, chunked):
         assert torch.equal(a.boxes, b.boxes) and torch.equal(a.stats, b.stats)
@@ -439,7 +440,7 @@ def test_tiles_of_a_reference_are_cut_with_their_frame() -> None:
     runtime = _spot_runtime(1.0, channels=2)
     frame = _frame_with_spot(1080, 620, 1140, 660)
     reference = (np.arange(1536 * 2048, dtype=np.int64).reshape(1536, 2048) % 251).astype(np.uint8)
-    result = runtime.predict([frame], references=[reference])[0]
+    result = detect(runtime, [frame], references=[reference])[0]
     assert result.boxes.tolist() == [[1080.0, 620.0, 1140.0, 660.0]]
     seen = torch.cat(runtime.model.seen)  # [12, 2, 640, 640], in chunks
     for channel, image in enumerate((frame, reference)):
@@ -449,7 +450,7 @@ def test_tiles_of_a_reference_are_cut_with_their_frame() -> None:
 
 def test_tiled_predict_with_a_real_model(runtime: Runtime, board: np.ndarray) -> None:
     frame = board[:256, :300]  # imgsz 128: tiles of 128 px overlapping by >= 64 (96 capped at half a tile): 4 x 3
-    result = runtime.predict([frame], conf=0.1, tile=True)[0]
+    result = detect(runtime, [frame], conf=0.1, tile=True)[0]
     record = result.tiles
     assert (
         record is not None
@@ -459,7 +460,7 @@ def test_tiled_predict_with_a_real_model(runtime: Runtime, board: np.ndarray) ->
     batch = torch.from_numpy(np.stack(crop_tiles(frame, record))[:, None]).float() / 255.0
     pred, stats = runtime.infer(batch)
     per_tile = postprocess(pred, [result.letterbox] * len(record), 0.1, 0.5, 100)
-    merged = merge_tile_detections(per_tile, record, 0.5, 100, margin=4.0)
+    merged = merge_tile_detections(per_tile, record, 0.5, 100 * len(record), margin=4.0)  # max_det per tile, x12 per frame
     assert len(result) > 0
     torch.testing.assert_close(result.boxes, merged["boxes"])
     torch.testing.assert_close(result.stats, pool_tile_stats(stats))
@@ -472,4 +473,4 @@ def test_checkpoint_records_its_pixel_scale(checkpoint: Path, tmp_path: Path) ->
     torch.save(ckpt, tmp_path / "half.pt")
     half = Runtime.load(tmp_path / "half.pt", device="cpu", trace=False)
     assert half.meta["pixel_scale"] == 0.5 and half.pixel_scale == 0.5
-    assert half.tile_plan(1536, 2048).tile == 2 * IMGSZ
+    assert plan(half, 1536, 2048).tile == 2 * IMGSZ

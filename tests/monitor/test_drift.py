@@ -7,13 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from defect_detector.core.config import Config, ModelConfig, MonitorConfig
+from defect_detector.core.config import MonitorConfig
 from defect_detector.core.constants import DEFAULT_LAYERS
-from defect_detector.data.synth import generate_board, write_synthetic_dataset
+from defect_detector.data.synth import generate_board
 from defect_detector.model.checkpoint import load_checkpoint
-from defect_detector.model.detector import build_model
 from defect_detector.monitor import faults
-from defect_detector.monitor.baseline import Baseline, BaselineError, calibrate, calibrate_dataset
+from defect_detector.monitor.baseline import Baseline, BaselineError, calibrate
 from defect_detector.monitor.drift import DriftDetector
 from defect_detector.monitor.explain import HINTS
 from defect_detector.monitor.hooks import ActivationMonitor
@@ -46,9 +45,14 @@ def streams() -> dict:
     """Baseline (with simulated-fault statistics) from 32 synthetic boards; stats of 16 other boards, clean and
     with each fault."""
     model = _model()
-    images = [torch.from_numpy(b).float().div(255).unsqueeze(0) for b in _boards(range(32))]
-    baseline = calibrate_dataset(model, images, batch_size=8, progress=False)
     monitor = ActivationMonitor(model)
+    boards = _boards(range(32))
+    baseline = calibrate(_stats(model, monitor, boards), monitor.layer_names, imgsz=SIZE)
+    strengths = faults.CALIBRATION_STRENGTHS
+    baseline.faults = {"clean": np.concatenate([_stats(model, monitor, boards)] * 3)}
+    for name, levels in strengths.items():
+        faulty = [_stats(model, monitor, [faults.apply_fault(b, name, s, i) for i, b in enumerate(boards)]) for s in levels]
+        baseline.faults[name] = np.concatenate(faulty)
     fresh = _boards(range(1000, 1016))
     clean = _stats(model, monitor, fresh)
     faulted = {
@@ -298,42 +302,6 @@ def test_nonfinite_frames_are_skipped() -> None:
     for t in range(40):
         assert [e.event for e in detector.update(bad if t % 5 == 0 else frames[t], t)] in ([], ["rebaseline"])
     assert detector.nonfinite_frames == 8
-
-
-def test_calibrate_dataset_eager_and_runtime_callable_agree() -> None:
-    model = _model()
-    images = [torch.from_numpy(b).float().div(255).unsqueeze(0) for b in _boards(range(5))]
-    eager = calibrate_dataset(model, images, batch_size=2, progress=False)
-    assert eager.count == 5 and eager.imgsz == SIZE
-    assert all(not m._forward_hooks for m in model.modules())
-    monitor = ActivationMonitor(model)
-
-    def runtime_like(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return model(x), monitor.stats()
-
-    other = calibrate_dataset(runtime_like, [(img, {}) for img in images], layer_names=monitor.layer_names, batch_size=3, progress=False)
-    monitor.detach()
-    np.testing.assert_allclose(other.mean, eager.mean, rtol=1e-5)
-    np.testing.assert_allclose(other.std, eager.std, rtol=1e-4, atol=1e-7)
-    with pytest.raises(ValueError, match="layer_names"):
-        calibrate_dataset(runtime_like, images, progress=False)
-
-
-def test_run_calibrate_writes_a_baseline(tmp_path: Path) -> None:
-    from defect_detector.inspect.calibrate import run_calibrate
-
-    ann = write_synthetic_dataset(tmp_path / "data", 5, 128, 128, seed=3)
-    cfg = Config()
-    ckpt = {"model": build_model(ModelConfig(), 6).state_dict(), "config": cfg.to_dict(), "class_names": list(cfg.data.class_names)}
-    torch.save(ckpt, tmp_path / "w.pt")
-    out = tmp_path / "out" / "baseline.json"
-    baseline = run_calibrate(tmp_path / "w.pt", ann, None, out, imgsz=128, max_images=4, batch=3)
-    loaded = Baseline.load(out)
-    assert loaded.count == 4 and loaded.imgsz == 128 and loaded.layer_names == list(DEFAULT_LAYERS)
-    assert loaded.to_dict() == baseline.to_dict()
-    assert loaded.model["weights"].endswith("w.pt")
-    with pytest.raises(FileNotFoundError):
-        run_calibrate(tmp_path / "missing.pt", ann, None, out)
 
 
 def test_monitor_config_validation() -> None:

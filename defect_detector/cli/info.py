@@ -1,0 +1,23 @@
+"""``defect-detector info``: parameters, FLOPs and metrics of weights."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+
+def add_parser(sub: Any) -> None:
+    """The ``info`` subcommand."""
+    p = sub.add_parser("info", help="print parameters, FLOPs and metrics of a checkpoint")
+    p.add_argument("--weights", help="checkpoint (default: bundled DeepPCB model)")
+
+
+def run(args: argparse.Namespace) -> None:
+    from defect_detector.model.checkpoint import load_checkpoint
+    from defect_detector.model.summary import model_summary
+
+    loaded = load_checkpoint(args.weights)
+    summary = model_summary(loaded.model, loaded.config.data.imgsz)
+    info = {"weights": str(loaded.path), "class_names": list(loaded.class_names), **summary, "metrics": loaded.metrics}
+    print(json.dumps(info, indent=2))

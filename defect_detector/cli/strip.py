@@ -1,0 +1,41 @@
+"""``defect-detector strip``: an inference-only copy of a checkpoint."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def add_parser(sub: Any) -> None:
+    """The ``strip`` subcommand."""
+    p = sub.add_parser("strip", help="inference-only copy of a checkpoint (EMA weights, config, metrics; no optimizer state)")
+    p.add_argument("weights", help="training checkpoint, e.g. runs/NAME/weights/best.pt")
+    p.add_argument("--out", required=True)
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override for the result, e.g. eval.f1_conf=0.5 (repeatable)")
+    p.add_argument("--baseline", help="drift baseline JSON from `calibrate` to carry in the result (checked against the model)")
+
+
+def run(args: argparse.Namespace) -> None:
+    import torch
+
+    from defect_detector.core.io import atomic_torch_save
+    from defect_detector.model.checkpoint import load_checkpoint, strip_checkpoint
+
+    loaded = load_checkpoint(args.weights)  # validates it loads into its model
+    baseline = None
+    if args.baseline:  # checked against the monitored layers, input size and classes, as export checks it
+        from defect_detector.core.constants import DEFAULT_LAYERS
+        from defect_detector.export.baseline import export_baseline
+        from defect_detector.monitor.hooks import resolve_layers
+
+        layers = resolve_layers(loaded.model, DEFAULT_LAYERS)
+        baseline = export_baseline(loaded, args.baseline, layers, loaded.config.data.imgsz)[0]
+    ckpt = torch.load(args.weights, map_location="cpu", weights_only=True)
+    atomic_torch_save(strip_checkpoint(ckpt, args.set or [], baseline), args.out)
+    stripped = load_checkpoint(args.out)
+    print(f"wrote {args.out} ({Path(args.out).stat().st_size / 1e6:.2f} MB): EMA weights, config, class names, metrics")
+    if args.set:
+        print(f"config set: {', '.join(args.set)}")
+    carried = f"from {args.baseline}" if args.baseline else "kept from the input" if stripped.baseline else "none"
+    print(f"drift baseline: {carried} (predict monitors drift whenever the weights carry one)")

@@ -1,0 +1,94 @@
+"""``defect-detector val``: score weights (checkpoint or exported artifact) on a COCO json through the frame pipeline."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from defect_detector.cli.errors import check_imgsz
+from defect_detector.cli.options import TTA_HELP
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("val", help="score weights on a COCO json (mAP, per-class AP, DeepPCB F-score, operating points)")
+    p.add_argument("--weights", help="checkpoint or exported artifact (default: the bundled DeepPCB model)")
+    p.add_argument("--data", required=True, help="COCO json")
+    p.add_argument("--images", help="images root (default: from the json)")
+    p.add_argument("--imgsz", type=int, help="input size of a checkpoint (default: the model's; an artifact fixes its own)")
+    p.add_argument("--conf", type=float, help="score threshold for the DeepPCB F-score (default: the operating point the weights store)")
+    p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.add_argument("--tta", help=TTA_HELP)
+    p.add_argument(
+        "--no-register",
+        action="store_true",
+        help="golden-template models: use each json reference as given (already aligned) instead of registering it to its image",
+    )
+    p.add_argument("--out", help="write metrics JSON here")
+    p.add_argument("--plots", help="write PR curves, confusion matrix and a grid of predictions (PNG) to this folder")
+
+
+def run(args: argparse.Namespace) -> None:
+    import torch
+
+    from defect_detector.core.io import atomic_write_json
+    from defect_detector.inspect.validate import validate
+
+    check_imgsz(args.imgsz)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    result = validate(args.weights, args.data, args.images, args.conf, args.tta, align=not args.no_register, imgsz=args.imgsz)
+    metrics, runtime = result.metrics, result.runtime
+    keys = ("map50", "map50_95", "per_class", "absent_classes", "f1_iou033", "precision", "recall", "operating_points", "per_group")
+    out = {k: metrics[k] for k in keys}
+    out.update(
+        {
+            "f1_conf": metrics["f1_conf"],
+            "tta": runtime.tta,
+            "images": len(result.predictions),
+            "not_inspected": result.not_inspected,
+            "weights": str(runtime.path),
+            "kind": runtime.kind,
+            **_summary(runtime),
+        }
+    )
+    pairing = f" (image + golden image, {'as given' if args.no_register else 'registered'})" if runtime.channels == 2 else ""
+    _print_val(out, f"1x{runtime.channels}x{runtime.imgsz}x{runtime.imgsz}{pairing}", result.dataset.report())
+    if args.out:
+        atomic_write_json(args.out, out)
+        print(f"wrote {args.out}")
+    if args.plots:
+        from defect_detector.engine.trainer import write_eval_plots
+
+        write_eval_plots(Path(args.plots), metrics, result.predictions, result.dataset, runtime.class_names, out["f1_conf"])
+        print(f"wrote PR curves, confusion matrix (score >= {out['f1_conf']}) and a grid of predictions to {args.plots}")
+
+
+def _summary(runtime: Any) -> dict[str, Any]:
+    """Parameters and GFLOPs of a checkpoint's model (None for an exported artifact, whose graph is frozen)."""
+    from defect_detector.model.checkpoint import load_checkpoint
+    from defect_detector.model.summary import model_summary
+
+    if runtime.kind != "checkpoint":
+        return {"params": None, "gflops": None, "imgsz": runtime.imgsz}
+    return model_summary(load_checkpoint(runtime.path).model, runtime.imgsz)
+
+
+def _print_val(out: dict[str, Any], model_input: str, report: str) -> None:
+    """The ``val`` summary lines of the metrics ``out`` (as ``val --out`` writes them)."""
+    size = f"{out['params'] / 1e6:.3f} M parameters, {out['gflops']:.3f} GFLOPs" if out["params"] is not None else "exported artifact"
+    print(f"model: {Path(out['weights']).name} ({out['kind']}: {size}) at {model_input}")
+    print(f"images: {out['images']} inspected, {len(out['not_inspected'])} not ({report})")
+    print(f"mAP@0.5 {out['map50']:.4f}  mAP@0.5:0.95 {out['map50_95']:.4f}  (test-time augmentation: {out['tta']})")
+    print("per-class AP@0.5: " + ", ".join(f"{k} {v:.4f}" for k, v in out["per_class"].items()))
+    if out["absent_classes"]:
+        print(f"not scored (not among the json's categories): {', '.join(out['absent_classes'])}")
+    print(
+        f"DeepPCB protocol (IoU>0.33, score>={out['f1_conf']}): "
+        f"precision {out['precision']:.4f} recall {out['recall']:.4f} F1 {out['f1_iou033']:.4f}"
+    )
+    for group, m in out["per_group"].items():
+        print(f"  {group} ({m['images']} images, ranked alone): mAP@0.5 {m['map50']:.4f}  mAP@0.5:0.95 {m['map50_95']:.4f}")
+    for op in out["operating_points"]:
+        at = f"conf >= {op['conf']:.4g}" if op["conf"] is not None else f"not reached (max {op['achieved_recall']:.2%}, all detections)"
+        print(f"catch {op['recall']:.1%} of defects (any class, IoU>0.33): {at} -> {op['false_calls_per_image']:.2f} false calls/board")

@@ -1,0 +1,297 @@
+"""THE frame pipeline: every command that takes a frame (predict, val, calibrate, demo, bench, station) goes through it.
+
+    frame (any of OpenCV's forms) --gray_frame--> uint8 [H, W]  (once, at the entry: sources and the API call it)
+      -> golden image registered into the frame (:meth:`Pipeline.register`, reference models only)
+      -> plan: letterbox whole, or overlapping tiles at the training scale (:meth:`Pipeline.plan`, a ``TileRecord``)
+      -> model input [N, C, imgsz, imgsz] (one row per letterboxed frame or tile) -> ``Runtime.infer`` in chunks
+      -> postprocess (NMS per row, boxes back to frame or tile pixels) -> tiles merged into the frame
+      -> per-frame drift statistics, pooled over its tiles
+
+The geometry is recorded, not hidden: every :class:`~defect_detector.core.types.Detections` carries its
+``LetterboxMeta`` and, for a tiled frame, its ``TileRecord``.
+
+``max_det`` applies to each model input (a letterboxed frame, or one tile) before the merge, and a tiled frame keeps
+at most ``max_det`` x its tile count after the merge: a tile is what the model saw during training and validation, so
+``max_det`` keeps its meaning per view, and a 2048x1536 panel of six boards is not held to one board's worth of calls.
+Calls cut by the cap are counted in ``Detections.dropped``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from defect_detector.core.errors import DatasetError
+from defect_detector.core.types import Detections, LetterboxMeta, TileRecord
+from defect_detector.data.images import ConversionNotice, to_gray_uint8
+from defect_detector.data.letterbox import letterbox
+from defect_detector.data.register import RegisterConfig, register
+from defect_detector.data.tiles import EDGE_MARGIN, crop_tiles, merge_tile_detections, plan_tiles, pool_tile_stats
+from defect_detector.inspect.references import ReferenceError, References
+from defect_detector.inspect.runtime import Runtime
+from defect_detector.model.postprocess import PRE_NMS_TOPK, postprocess
+
+log = logging.getLogger("defect_detector.inspect")
+
+TILE_WHEN_SHRUNK = 1.25
+"""Auto tiling: a frame is tiled when letterboxing would scale it below ``pixel_scale / TILE_WHEN_SHRUNK``, i.e.
+show its defects over 1.25x smaller than in training; milder shrinking (a 800x600 board into 640: 0.8) is
+letterboxed whole, within the range scale augmentation and defect sizes already cover."""
+
+TILE_OVERLAP = 96
+"""Least overlap of neighbouring tiles, in model-input pixels (``round(96 / pixel_scale)`` original pixels):
+wider than DeepPCB's defects (99% of the training boxes are under ~80 px), so each lies whole in some tile."""
+
+SHRINK_WARNING = 8.0
+"""Letterboxing a frame whole to over this many times smaller (per side) is logged once per pipeline as a warning:
+defects then shrink below what the model was trained on (tiling, ``predict --tile``, keeps their scale)."""
+
+MAX_BATCH = 32
+"""Most model inputs (letterboxed frames or tiles, before test-time augmentation) per model call on an accelerator."""
+
+MAX_BATCH_CPU = 2
+""":data:`MAX_BATCH` on the CPU. Per-input time of the bundled model at 640, 1 thread: batch 1 38 ms, 2 34, 3 35,
+4 44, 6 47, 12 52-59 ms (larger batches' activations outgrow the caches), so a 12-tile frame runs as 6 calls of 2."""
+
+_CHANNELS = (1, 3, 4)
+
+
+def check_image(image: Any, what: str) -> np.ndarray:
+    """``image`` if it is an OpenCV image :func:`to_gray_uint8` accepts (``[H, W]`` or ``[H, W, 1|3|4]``, uint8 or
+    uint16, non-empty), else ``ValueError`` starting ``"{what}: "``."""
+    if not isinstance(image, np.ndarray):
+        raise ValueError(f"{what}: expected a numpy array, got {type(image).__name__}")
+    if image.ndim not in (2, 3):
+        raise ValueError(f"{what}: expected shape [H, W] or [H, W, C], got {image.shape}")
+    if image.ndim == 3 and image.shape[2] not in _CHANNELS:
+        raise ValueError(f"{what}: expected 1, 3 (BGR) or 4 (BGRA) channels, got {image.shape[2]} (shape {image.shape})")
+    if image.shape[0] == 0 or image.shape[1] == 0:
+        raise ValueError(f"{what}: empty image, shape {image.shape}")
+    if image.dtype not in (np.uint8, np.uint16):
+        raise ValueError(f"{what}: expected dtype uint8 or uint16, got {image.dtype}")
+    return image
+
+
+def gray_frame(image: Any, what: str = "frame", notice: ConversionNotice | None = None) -> np.ndarray:
+    """The pipeline's entry: any frame OpenCV gives (gray, BGR, BGRA, 8 or 16 bit) as uint8 ``[H, W]``.
+
+    Colour, alpha and 16-bit input is converted (``data/images.py``) and reported once per ``notice`` (a source's,
+    or the caller's). ``ValueError`` naming ``what`` for anything that is not such an image."""
+    try:
+        gray, kinds = to_gray_uint8(check_image(image, what))
+    except DatasetError as exc:
+        raise ValueError(f"{what}: {exc}") from exc
+    if notice is not None:
+        notice.note(image, kinds, what)
+    return gray
+
+
+class Pipeline:
+    """A :class:`Runtime` with its golden images, operating point and tiling policy: frames in, detections in frame
+    pixels out.
+
+    ``references``: where each frame's golden image comes from (reference models; see :meth:`register`). ``align``:
+    register a golden image given per frame into it (False: use it as given, already aligned). ``conf`` / ``iou``:
+    score threshold and per-class NMS IoU; None takes the operating point the weights store
+    (``Runtime.operating_point``: ``eval.f1_conf`` and ``eval.nms_iou``). ``max_det``: calls kept per model input
+    (see the module docstring). ``tile``: None tiles the frames that letterboxing would shrink well below the
+    training scale, True tiles every frame, False letterboxes every frame whole (:meth:`plan`).
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        references: References | None = None,
+        conf: float | None = None,
+        iou: float | None = None,
+        max_det: int = 100,
+        tile: bool | None = None,
+        align: bool = True,
+    ) -> None:
+        if runtime.channels == 1 and references is not None:
+            raise ValueError(
+                f"{runtime.path.name} is a single-image model: --reference needs a golden-template model (in_channels 2; "
+                "leave --weights out for the bundled one)"
+            )
+        point = runtime.operating_point
+        self.runtime = runtime
+        self.references = references
+        self.align = align
+        self.register_cfg = references.cfg if references is not None else RegisterConfig()
+        self.conf = point["conf"] if conf is None else float(conf)
+        self.iou = point["iou"] if iou is None else float(iou)
+        self.max_det = int(max_det)
+        self.tile = tile
+        if not 0.0 <= self.conf <= 1.0 or not 0.0 <= self.iou <= 1.0 or self.max_det < 1:
+            raise ValueError(f"need 0 <= conf <= 1, 0 <= iou <= 1 and max_det >= 1, got conf={conf}, iou={iou}, max_det={max_det}")
+        self._shrink_warned = False
+
+    def register(self, image: np.ndarray, name: str, given: np.ndarray | None = None) -> np.ndarray | None:
+        """The golden image of the frame ``name`` (gray uint8 ``image``) registered into its pixels: uint8 ``[H, W]``, or
+        None for a single-image model. ``given``: this frame's golden image (any OpenCV image), else the one
+        :attr:`references` holds for ``name``. Raises :class:`ReferenceError` (reason ``no golden image`` or ``golden
+        image refused``) when there is none or it does not fit the frame."""
+        if self.runtime.channels == 1:
+            if given is not None:
+                raise ValueError(f"{name}: a golden image was given, but this model takes 1 input channel (no reference)")
+            return None
+        if given is None:
+            if self.references is None:
+                raise ReferenceError(f"{name}: no golden image (this is a golden-template model)", "no golden image")
+            return self.references.align(image, name)[0]
+        golden = gray_frame(given, f"golden image of {name}")
+        if not self.align:
+            if golden.shape != image.shape:
+                raise ReferenceError(
+                    f"{name}: golden image is {golden.shape[1]}x{golden.shape[0]} px, the frame "
+                    f"{image.shape[1]}x{image.shape[0]}; register it (drop --no-register)",
+                    "reference does not match",
+                )
+            return golden
+        warped, result = register(golden, image, self.register_cfg)
+        if not result.ok:
+            raise ReferenceError(f"{name}: the golden image does not match this frame ({result.reason})", "reference does not match")
+        return warped
+
+    def plan(self, height: int, width: int) -> TileRecord | None:
+        """How a ``height x width`` frame is placed on the model input: its :class:`TileRecord`, or None to letterbox it whole.
+
+        Auto (``tile`` None): tile when the model records its training ``pixel_scale`` and the letterbox scale
+        ``min(imgsz / height, imgsz / width)`` is below ``pixel_scale / TILE_WHEN_SHRUNK``. Tiles are
+        ``round(imgsz / pixel_scale)`` original pixels square (``imgsz`` when no scale is recorded), overlapping by at
+        least ``round(TILE_OVERLAP / pixel_scale)`` pixels (at most half a tile).
+        """
+        imgsz, scale, tile = self.runtime.imgsz, self.runtime.pixel_scale, self.tile
+        if tile is None:
+            tile = scale is not None and min(imgsz / height, imgsz / width) < scale / TILE_WHEN_SHRUNK
+        if not tile:
+            return None
+        side = max(1, round(imgsz / scale)) if scale else imgsz
+        overlap = round(TILE_OVERLAP / scale) if scale else TILE_OVERLAP
+        return plan_tiles(height, width, side, min(overlap, side // 2))
+
+    def inputs(
+        self, images: Sequence[np.ndarray], references: Sequence[np.ndarray | None] | None = None
+    ) -> tuple[torch.Tensor, list[LetterboxMeta], list[TileRecord | None]]:
+        """The model input of gray uint8 ``[H, W]`` ``images`` (each with its registered reference, same size, for a
+        reference model): float ``[N, channels, imgsz, imgsz]`` on the runtime's device, values x/255, one row per
+        letterboxed frame or per tile (``TileRecord.origins`` order, frame by frame); one :class:`LetterboxMeta` per row
+        and one tile record (None: letterboxed whole) per frame. ``ValueError`` naming the frame for a missing,
+        unexpected or mis-sized reference, or an image that did not pass :func:`gray_frame`."""
+        if len(images) == 0:
+            raise ValueError("no frames to inspect")
+        pairs = self._pairs(images, references)
+        canvases, metas, records = [], [], []
+        for planes in pairs:
+            record = self.plan(*planes[0].shape)
+            records.append(record)
+            views = zip(*(crop_tiles(p, record) for p in planes)) if record is not None else [planes]
+            for view in views:  # one model input: the frame, or one tile of it (and of its reference)
+                boxed = [letterbox(plane, self.runtime.imgsz) for plane in view]
+                canvases.append(np.stack([canvas for canvas, _ in boxed]))  # uint8 [channels, S, S]
+                metas.append(boxed[0][1])
+        batch = torch.from_numpy(np.stack(canvases))  # uint8 [N, channels, S, S]
+        batch = batch.to(self.runtime.device, non_blocking=True).to(self.runtime.dtype).div_(255.0)
+        return batch, metas, records
+
+    def _pairs(self, images: Sequence[np.ndarray], references: Sequence[np.ndarray | None] | None) -> list[list[np.ndarray]]:
+        """``[image]`` or ``[image, reference]`` per frame, checked against the model's channel count."""
+        given = [None] * len(images) if references is None else list(references)
+        if len(given) != len(images):
+            raise ValueError(f"got {len(given)} references for {len(images)} frames; pass one per frame")
+        out = []
+        for i, (image, reference) in enumerate(zip(images, given)):
+            if not isinstance(image, np.ndarray) or image.dtype != np.uint8 or image.ndim != 2 or 0 in image.shape:
+                raise ValueError(f"frame {i}: expected gray uint8 [H, W] (convert it with gray_frame first), got {_describe(image)}")
+            if self.runtime.channels == 2 and reference is None:
+                raise ValueError(f"frame {i}: no golden image; this is a golden-template model: pass one registered reference per frame")
+            if self.runtime.channels == 1 and reference is not None:
+                raise ValueError(f"frame {i}: a golden image was given, but this model takes 1 input channel (no reference)")
+            bad = reference is not None and (not isinstance(reference, np.ndarray) or reference.dtype != np.uint8)
+            if reference is not None and (bad or reference.shape != image.shape):
+                raise ValueError(
+                    f"frame {i}: the golden image must be gray uint8 of the frame's size {image.shape[1]}x{image.shape[0]}, "
+                    f"registered into it; got {_describe(reference)}"
+                )
+            out.append([image] if reference is None else [image, reference])
+        return out
+
+    def detect(self, images: Sequence[np.ndarray], references: Sequence[np.ndarray | None] | None = None) -> list[Detections]:
+        """Detect defects in gray uint8 ``images`` (one call; see :meth:`inputs` for ``references``): one
+        :class:`Detections` per frame, boxes in the frame's pixels, tiles merged, statistics pooled. All inputs of
+        the call run through the model together, in chunks of :data:`MAX_BATCH` (:data:`MAX_BATCH_CPU` on the CPU)."""
+        start = time.perf_counter()
+        batch, metas, records = self.inputs(images, references)
+        self._warn_shrink(images, records)
+        self.runtime.sync()
+        t_pre = time.perf_counter()
+        chunk = MAX_BATCH_CPU if self.runtime.device.type == "cpu" else MAX_BATCH
+        outputs = [self.runtime.infer(batch[i : i + chunk]) for i in range(0, batch.shape[0], chunk)]
+        pred, stats = torch.cat([p for p, _ in outputs]), torch.cat([s for _, s in outputs])  # [N, A, 4 + C], [N, L, 2]
+        self.runtime.sync()
+        t_model = time.perf_counter()
+        with torch.inference_mode():
+            rows = [{k: v.cpu() for k, v in r.items()} for r in postprocess(pred, metas, self.conf, self.iou, PRE_NMS_TOPK)]
+            frames = self._per_frame(rows, stats.float().cpu(), metas, records)
+        t_post = time.perf_counter()
+        n = len(images)
+        timings = {"preprocess": t_pre - start, "model": t_model - t_pre, "postprocess": t_post - t_model}
+        timings = {stage: seconds * 1e3 / n for stage, seconds in timings.items()}  # ms per frame
+        names = self.runtime.class_names
+        return [
+            Detections(d["boxes"], d["scores"], d["labels"], [names[j] for j in d["labels"].tolist()], s, dict(timings), m, n, r, dropped)
+            for (d, s, m, dropped), r in zip(frames, records)
+        ]
+
+    def _per_frame(
+        self, rows: list[dict[str, torch.Tensor]], stats: torch.Tensor, metas: list[LetterboxMeta], records: list[TileRecord | None]
+    ) -> list[tuple[dict[str, torch.Tensor], torch.Tensor, LetterboxMeta, int]]:
+        """Per frame ``(detections in frame pixels, stats [L, 2], letterbox meta of its first row, calls dropped by max_det)``
+        from the per-row postprocess output (uncapped; tile pixels for tiles) and ``stats [N, L, 2]``."""
+        capped = [_cap(row, self.max_det) for row in rows]
+        out, first = [], 0
+        for record in records:
+            if record is None:
+                row, dropped = capped[first]
+                out.append((row, stats[first], metas[first], dropped))
+                first += 1
+                continue
+            margin = EDGE_MARGIN * record.tile / self.runtime.imgsz  # EDGE_MARGIN is in model pixels
+            tiles = slice(first, first + len(record))
+            merged = merge_tile_detections([r for r, _ in capped[tiles]], record, self.iou, PRE_NMS_TOPK, margin)
+            merged, dropped = _cap(merged, self.max_det * len(record))
+            out.append((merged, pool_tile_stats(stats[tiles]), metas[first], dropped + sum(d for _, d in capped[tiles])))
+            first += len(record)
+        return out
+
+    def _warn_shrink(self, images: Sequence[np.ndarray], records: list[TileRecord | None]) -> None:
+        """Warn once when a frame letterboxed whole shrinks more than :data:`SHRINK_WARNING` times."""
+        for image, record in zip(images, records):
+            factor = max(image.shape[:2]) / self.runtime.imgsz
+            if record is None and factor > SHRINK_WARNING and not self._shrink_warned:
+                self._shrink_warned = True
+                h, w = image.shape[:2]
+                log.warning(
+                    "%dx%d frame letterboxed whole to %d: shrunk %.0fx, and its defects with it; --tile keeps their scale",
+                    w,
+                    h,
+                    self.runtime.imgsz,
+                    factor,
+                )
+
+
+def _cap(detections: dict[str, torch.Tensor], max_det: int) -> tuple[dict[str, torch.Tensor], int]:
+    """The ``max_det`` best of score-sorted ``detections``, and how many were cut."""
+    dropped = max(0, len(detections["scores"]) - max_det)
+    return ({k: v[:max_det] for k, v in detections.items()} if dropped else detections), dropped
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        return f"{value.dtype} array of shape {value.shape}"
+    return type(value).__name__

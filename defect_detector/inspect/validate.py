@@ -1,0 +1,128 @@
+"""``defect-detector val``: score weights (a checkpoint or an exported artifact) on a COCO json, through the frame pipeline.
+
+Every image goes the way ``predict`` takes a frame (``inspect/pipeline.py``): decoded to gray, its golden image
+registered, letterboxed or tiled, the model, boxes back to the image's pixels, tiles merged. So ``val`` scores exactly
+what ``predict`` outputs, for the deployed artifact as for the checkpoint, at the low score threshold mAP needs
+(``EvalConfig.conf``) and the weights' NMS IoU; the DeepPCB F-score is read at the operating point.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from defect_detector.core.config import EvalConfig
+from defect_detector.data.dataset import CocoDetectionDataset
+from defect_detector.engine.evaluate import Predictions, evaluate_predictions, per_group_map
+from defect_detector.inspect.annotated import AnnotatedFrame, annotated_frames
+from defect_detector.inspect.pipeline import Pipeline
+from defect_detector.inspect.references import ReferenceError
+from defect_detector.inspect.runtime import Runtime
+
+log = logging.getLogger("defect_detector.inspect")
+
+
+@dataclass
+class Validation:
+    """What ``val`` measured: ``metrics`` (``engine.evaluate.evaluate_predictions`` plus ``per_group``), the
+    ``predictions`` (``{image_id: {"boxes" xyxy image pixels, "scores", "labels"}}``), the ``dataset`` read, and the
+    images left out with the reason (``{name: reason}``)."""
+
+    metrics: dict[str, Any]
+    predictions: Predictions
+    dataset: CocoDetectionDataset
+    runtime: Runtime
+    not_inspected: dict[str, str] = field(default_factory=dict)
+
+
+def open_dataset(data: str | os.PathLike[str], images: str | os.PathLike[str] | None, runtime: Runtime) -> CocoDetectionDataset:
+    """The json's images and annotations, categories matched to the model's classes by name; ``ValueError`` when no
+    category is a class of the model, or a golden-template model is given a json without ``reference`` entries."""
+    dataset = CocoDetectionDataset(data, images, runtime.class_names, runtime.imgsz, None, "skip", reference=runtime.channels == 2)
+    if not dataset.label_to_cat_id and dataset.unknown_categories:
+        raise ValueError(
+            f"{data}: none of its categories ({', '.join(dataset.unknown_categories)}) is a class of the model "
+            f"({', '.join(runtime.class_names)}); categories are matched by name"
+        )
+    return dataset
+
+
+def predict_frames(
+    pipeline: Pipeline, dataset: CocoDetectionDataset, batch: int = 4, progress: bool = True
+) -> tuple[Predictions, dict[str, str]]:
+    """Run every image of ``dataset`` through ``pipeline``: ``({image_id: prediction}, {name: reason not inspected})``."""
+    predictions: Predictions = {}
+    skipped: dict[str, str] = {}
+    pending: list[tuple[AnnotatedFrame, np.ndarray | None]] = []
+
+    def flush() -> None:
+        if pending:
+            results = pipeline.detect([f.image for f, _ in pending], [g for _, g in pending] if pipeline.runtime.channels == 2 else None)
+            for (frame, _), det in zip(pending, results):
+                predictions[frame.image_id] = {"boxes": det.boxes, "scores": det.scores, "labels": det.labels}
+            pending.clear()
+
+    frames = annotated_frames(dataset.files(), dataset.images_root, str(dataset.ann_file))
+    for frame in tqdm(frames, total=len(dataset), desc="val", unit="img", leave=False, disable=not progress):
+        try:
+            if frame.error is not None:
+                raise ReferenceError(frame.error, "unreadable")
+            golden = pipeline.register(frame.image, frame.name, frame.golden) if pipeline.runtime.channels == 2 else None
+        except ReferenceError as exc:
+            skipped[frame.name] = str(exc)
+            log.warning("not inspected: %s", exc)
+            continue
+        pending.append((frame, golden))
+        if len(pending) >= batch:
+            flush()
+    flush()
+    return predictions, skipped
+
+
+def validate(
+    weights: str | os.PathLike[str] | None,
+    data: str | os.PathLike[str],
+    images: str | os.PathLike[str] | None = None,
+    f1_conf: float | None = None,
+    tta: str | None = None,
+    align: bool = True,
+    imgsz: int | None = None,
+    progress: bool = True,
+) -> Validation:
+    """Score ``weights`` (checkpoint or artifact; None: the bundled model) on the COCO json ``data``.
+
+    ``f1_conf``: score threshold of the DeepPCB F-score (None: the weights' operating point). ``tta``: test-time
+    augmentation (None: one pass). ``align``: register each json golden image to its image (False: use it as given).
+    ``imgsz``: a checkpoint's input size (an artifact fixes its own). Raises ``FileNotFoundError`` / ``ValueError``
+    naming the file and the problem."""
+    runtime = Runtime.load(weights, device="cpu", imgsz=imgsz, tta=tta)
+    if imgsz is not None and imgsz != runtime.imgsz:
+        raise ValueError(f"{runtime.path}: an exported artifact has a fixed input size ({runtime.imgsz}); drop --imgsz {imgsz}")
+    point = runtime.operating_point
+    pipeline = Pipeline(runtime, conf=EvalConfig.conf, iou=point["iou"], max_det=EvalConfig.max_det, align=align)
+    dataset = open_dataset(data, images, runtime)
+    predictions, skipped = predict_frames(pipeline, dataset, progress=progress)
+    if not predictions:
+        raise ValueError(f"{data}: no image could be inspected ({len(skipped)} not inspected; first: {next(iter(skipped.values()), '-')})")
+    f1_conf = point["conf"] if f1_conf is None else f1_conf
+    metrics = evaluate_predictions(dataset.coco, predictions, dataset.label_to_cat_id, runtime.class_names, f1_conf)
+    metrics["per_group"] = per_group_map(dataset.coco, predictions, dataset.label_to_cat_id, runtime.class_names)
+    return Validation(metrics, predictions, dataset, runtime, skipped)
+
+
+def load_pair(validation: Validation, image_id: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """The image ``image_id`` of a validation (gray uint8) and its golden image registered into it (None for a single-image
+    model): what the evaluation plots and the gallery show."""
+    from defect_detector.data.images import load_image_gray
+
+    path, golden = next((p, g) for i, p, g in validation.dataset.files() if i == image_id)
+    image = load_image_gray(path)
+    if golden is None or validation.runtime.channels == 1:
+        return image, None
+    return image, Pipeline(validation.runtime).register(image, Path(path).name, load_image_gray(golden))
