@@ -99,10 +99,11 @@ def load_checkpoint(path: str | Path | None = None, device: torch.device | str =
 
 
 def strip_checkpoint(ckpt: dict[str, Any], overrides: Sequence[str] = (), baseline: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Inference-only checkpoint: EMA weights as ``model``, config (with ``key=value`` ``overrides`` applied and
-    validated, e.g. ``eval.f1_conf=0.5``), class names, metrics (no optimizer state) and the drift baseline:
+    """Inference-only checkpoint: EMA weights as ``model``, config (retired keys dropped, ``key=value`` ``overrides``
+    applied, validated, e.g. ``eval.f1_conf=0.5``), class names, metrics (no optimizer state) and the drift baseline:
     ``baseline`` when given (a ``Baseline.to_dict()``; the caller validates it), else the one ``ckpt`` carries."""
-    config = ckpt["config"] if not overrides else config_from_dict(apply_overrides(ckpt["config"], list(overrides))).to_dict()
+    current = _without_retired_keys(ckpt["config"])  # an old checkpoint's retired keys would fail validation
+    config = config_from_dict(apply_overrides(current, list(overrides))).to_dict()
     out = {
         "model": ckpt.get("ema", ckpt["model"]),
         "config": config,

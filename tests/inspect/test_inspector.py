@@ -308,3 +308,30 @@ def test_inspect_one_frame_through_the_api(checkpoint: Path) -> None:
     np.testing.assert_allclose(first.detections.boxes.numpy(), want.boxes.numpy(), atol=1e-4)
     with pytest.raises(ValueError, match="single-image model"):
         Inspector(Pipeline(Runtime.load(checkpoint, device="cpu"), references=object()))
+
+
+def test_a_bgr_frame_with_a_golden_image_is_converted_before_registration(
+    reference_checkpoint: Path, board_pairs: tuple[Path, Path]
+) -> None:
+    """v0.8 registered the golden image against the raw BGR frame and failed ("expected a non-empty uint8 [H, W]
+    grayscale array"): gray conversion is the pipeline's entry, before registration."""
+    frames, golden = board_pairs
+    gray = cv2.imread(str(frames / "board_0.png"), cv2.IMREAD_GRAYSCALE)
+    bgr = cv2.cvtColor(gray, cv2.COLOR_GRAY2BGR)
+    golden_bgr = cv2.cvtColor(cv2.imread(str(golden / "board_0.png"), cv2.IMREAD_GRAYSCALE), cv2.COLOR_GRAY2BGR)
+    with Inspector.load(reference_checkpoint, reference=golden, device="cpu", monitor=False) as inspector:
+        from_bgr = inspector.inspect(bgr, name="board_0.png")
+        from_gray = inspector.inspect(gray, name="board_0.png")
+        given = inspector.inspect(bgr, name="board_0.png", reference=golden_bgr)
+    assert from_bgr.verdict != "not_inspected" and given.verdict != "not_inspected"
+    np.testing.assert_allclose(from_bgr.detections.boxes.numpy(), from_gray.detections.boxes.numpy(), atol=1e-4)
+    np.testing.assert_allclose(given.detections.boxes.numpy(), from_gray.detections.boxes.numpy(), atol=1e-2)
+
+
+def test_inspect_refuses_what_is_not_a_frame_and_a_closed_inspector(checkpoint: Path) -> None:
+    inspector = Inspector.load(checkpoint, device="cpu")
+    with pytest.raises(ValueError, match="expected a numpy array, got NoneType"):
+        inspector.inspect(None)
+    inspector.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        inspector.inspect(np.zeros((64, 64), np.uint8))

@@ -126,3 +126,28 @@ def test_strip_carries_a_checked_baseline(tmp_path: Path, capsys: pytest.Capture
     assert "drift baseline: kept from the input" in capsys.readouterr().out
     assert main(["strip", str(source), "--baseline", str(wrong_size), "--out", str(tmp_path / "bad.pt")]) == 2
     assert f"imgsz {imgsz // 2}" in capsys.readouterr().err and not (tmp_path / "bad.pt").exists()
+
+
+def test_strip_set_on_a_checkpoint_with_retired_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An old checkpoint's retired keys (``eval.tta``, ``monitor.min_layers``) are dropped, not refused, when ``strip --set``
+    re-validates its config (v0.8 failed with ``eval.tta: unknown key`` on both bundled checkpoints)."""
+    cfg = config_from_dict({"model": TINY}).to_dict()
+    cfg["eval"]["tta"] = "d8"
+    cfg["monitor"]["min_layers"] = 2
+    state = build_model(config_from_dict({"model": TINY}).model, len(DEEPPCB_CLASSES)).state_dict()
+    src = tmp_path / "old.pt"
+    torch.save({"model": state, "config": cfg, "class_names": list(DEEPPCB_CLASSES)}, src)
+    out = tmp_path / "new.pt"
+    assert main(["strip", str(src), "--out", str(out), "--set", "eval.f1_conf=0.35"]) == 0, capsys.readouterr().err
+    stored = torch.load(out, weights_only=True)["config"]
+    assert "tta" not in stored["eval"] and "min_layers" not in stored["monitor"] and stored["eval"]["f1_conf"] == 0.35
+
+
+@pytest.mark.parametrize("name", ["deeppcb.pt", "deeppcb_ref.pt"])
+def test_strip_set_on_the_bundled_weights(name: str, tmp_path: Path) -> None:
+    from defect_detector.model.checkpoint import DEFAULT_WEIGHTS
+
+    out = tmp_path / name
+    assert main(["strip", str(DEFAULT_WEIGHTS.with_name(name)), "--out", str(out), "--set", "eval.f1_conf=0.45"]) == 0
+    loaded = load_checkpoint(out)
+    assert loaded.config.eval.f1_conf == 0.45 and loaded.baseline is not None  # the baseline is kept

@@ -1,0 +1,62 @@
+"""The frame pipeline on large frames: the detection cap per tile, and calibrate measuring what predict measures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from pipeline_helpers import detect
+from small_checkpoint import write_small_checkpoint
+
+from defect_detector.data.synth import generate_board
+from defect_detector.inspect.calibrate import run_calibrate
+from defect_detector.inspect.inspector import Inspector
+from defect_detector.inspect.runtime import Runtime
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+IMGSZ = 128
+
+
+@pytest.fixture(scope="module")
+def native_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small model that records training at native resolution (``data.pixel_scale`` 1.0), so large frames are tiled."""
+    path = write_small_checkpoint(tmp_path_factory.mktemp("native") / "native.pt", IMGSZ, cls_bias=1.0)
+    ckpt = torch.load(path, weights_only=True)
+    ckpt["config"]["data"]["pixel_scale"] = 1.0
+    torch.save(ckpt, path)
+    return path
+
+
+def test_max_det_applies_per_tile_and_cut_calls_are_counted(native_checkpoint: Path) -> None:
+    """v0.8 capped a whole tiled frame at max_det (a 2048x1536 panel at conf 0.001 returned exactly 100 boxes)."""
+    runtime = Runtime.load(native_checkpoint, device="cpu")
+    frame = generate_board(512, 640, np.random.default_rng(0))[0]
+    (whole,) = detect(runtime, [frame], conf=0.001, max_det=1000)
+    (capped,) = detect(runtime, [frame], conf=0.001, max_det=5)
+    tiles = len(capped.tiles)
+    assert tiles > 1 and len(whole) > 5 * tiles  # enough calls for the cap to bite in every tile
+    assert 5 < len(capped) <= 5 * tiles and capped.dropped > 0
+    assert whole.dropped == 0
+    letterboxed = detect(runtime, [frame], conf=0.001, max_det=5, tile=False)[0]
+    assert len(letterboxed) == 5 and letterboxed.dropped > 0
+
+
+def test_calibrate_on_large_frames_measures_what_predict_measures(native_checkpoint: Path, tmp_path: Path) -> None:
+    """v0.8 letterboxed a 2048x1536 frame in calibrate while predict tiled it: the statistics were 7.4 apart in the
+    detector's units. Now both go through the pipeline: the baseline's mean is the mean of what predict measures."""
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    frames = [generate_board(384, 512, np.random.default_rng(i))[0] for i in range(4)]
+    for i, frame in enumerate(frames):
+        assert cv2.imwrite(str(folder / f"f{i}.png"), frame)
+    baseline = run_calibrate(native_checkpoint, None, folder, tmp_path / "baseline.json", batch=2, progress=False)
+    with Inspector.load(native_checkpoint, device="cpu", monitor=False) as inspector:
+        results = [inspector.inspect(frame, name=f"f{i}.png") for i, frame in enumerate(frames)]
+    assert all(r.detections.tiles is not None for r in results)  # predict tiles these frames
+    measured = np.stack([r.detections.stats.double().numpy() for r in results])
+    np.testing.assert_allclose(baseline.mean, measured.mean(0), rtol=1e-5, atol=1e-6)
+    assert baseline.count == 4 and baseline.faults is not None
