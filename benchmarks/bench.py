@@ -41,7 +41,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from defect_detector.core.config import load_config
-from defect_detector.core.constants import DEFAULT_LAYERS
+from defect_detector.core.constants import DEFAULT_LAYERS, PAD_VALUE
 from defect_detector.core.io import atomic_write_json
 from defect_detector.data.register import RegisterConfig, Registrar, register
 from defect_detector.data.synth import generate_board, generate_board_pair
@@ -292,7 +292,7 @@ def registration_pair(size: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]
     angle, dx, dy = REGISTRATION_MOTION
     matrix = cv2.getRotationMatrix2D(((size - 1) / 2, (size - 1) / 2), angle, 1.0)
     matrix[:, 2] += (dx, dy)
-    return image, cv2.warpAffine(template, matrix, (size, size), flags=cv2.INTER_LINEAR, borderValue=114)
+    return image, cv2.warpAffine(template, matrix, (size, size), flags=cv2.INTER_LINEAR, borderValue=PAD_VALUE)
 
 
 def bench_registration(loaded: LoadedModel, imgsz: int, iters: int) -> dict[str, Any]:

@@ -10,16 +10,16 @@
    is white, copper black). A reference model's references (the image entries' ``reference``) are composed
    the same way; they are aligned with their boards already, so nothing is registered.
 2. Accuracy, all at ``--conf`` 0.001, one model pass, NMS IoU ``--iou``: (a) each board alone (letterboxed to
-   640: no-op, as trained); (b) each frame tiled (``Runtime.predict(tile=True)``); (c) each frame letterboxed
+   640: no-op, as trained); (b) each frame tiled (``Pipeline(tile=True)``); (c) each frame letterboxed
    whole (3.2x smaller: the failure tiling fixes). Frame detections go back to the board they overlap most,
    in its pixels and clipped to it; those overlapping no board are counted (``background_detections``) and not
    scored. All three are scored by ``engine/evaluate.py``'s ``evaluate_predictions`` (pycocotools) against the
-   same ground truth; a board keeps up to ``--max-det`` detections, a frame up to six times as many.
+   same ground truth; a board keeps up to ``--max-det`` detections, as does each tile of a frame (the pipeline's rule).
    ``off_border`` scores the same detections without those within ``--border`` px of their board's edge, for all
    three alike: a DeepPCB board is a crop of a larger board, so pasted onto substrate its cut traces end at its
    edge, which the one-by-one images never show (there the edge is the image's); this separates false calls
    along those pasted edges from the effect of tiling.
-3. Model time: ``Runtime.predict``'s ``model`` time of a tiled frame and of one tile (a 640x640 crop of it),
+3. Model time: the pipeline's ``model`` time of a tiled frame and of one tile (a 640x640 crop of it),
    alternating over ``--repeats`` rounds; ratio = median frame time / (tiles per frame x median tile time).
 
 Targets: tiled mAP@0.5 within :data:`TARGET_MAP_GAP` of one by one; time ratio at most :data:`TARGET_TIME_RATIO`.
@@ -39,14 +39,16 @@ from typing import Any
 
 import numpy as np
 import torch
+from torchvision.ops import clip_boxes_to_image
 
 from defect_detector.core.io import atomic_write_json
 from defect_detector.data.dataset import CocoDetectionDataset
 from defect_detector.data.images import load_image_gray
 from defect_detector.data.tiles import crop_tiles
 from defect_detector.engine.evaluate import Predictions, evaluate_predictions
+from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.inspect.runtime import Runtime
-from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, load_checkpoint
+from defect_detector.model.checkpoint import DEFAULT_WEIGHTS
 
 logger = logging.getLogger("defect_detector.inspect")
 
@@ -136,8 +138,7 @@ def to_boards(det: dict[str, torch.Tensor], frame: Frame, max_det: int) -> tuple
     for n, (image_id, x0, y0, w, h) in enumerate(frame.boards):
         keep = (on_board & (best == n)).nonzero(as_tuple=True)[0][:max_det]  # detections are sorted by score
         local = boxes[keep] - torch.tensor([x0, y0, x0, y0], dtype=torch.float32)
-        local[:, 0::2] = local[:, 0::2].clamp(0, w)
-        local[:, 1::2] = local[:, 1::2].clamp(0, h)
+        local = clip_boxes_to_image(local, (h, w))
         out[image_id] = {"boxes": local, "scores": det["scores"][keep].float(), "labels": det["labels"][keep].long()}
     return out, int((~on_board).sum())
 
@@ -145,10 +146,11 @@ def to_boards(det: dict[str, torch.Tensor], frame: Frame, max_det: int) -> tuple
 def predict_boards(runtime: Runtime, boards: Sequence[Board], conf: float, iou: float, max_det: int) -> Predictions:
     """(a): each board alone, letterboxed; six boards per ``predict`` call."""
     out: Predictions = {}
+    pipeline = Pipeline(runtime, conf=conf, iou=iou, max_det=max_det, tile=False)
     for first in range(0, len(boards), 6):
         chunk = boards[first : first + 6]
         refs = [b.reference for b in chunk] if runtime.channels == 2 else None
-        for board, det in zip(chunk, runtime.predict([b.image for b in chunk], conf, iou, max_det, references=refs, tile=False)):
+        for board, det in zip(chunk, pipeline.detect([b.image for b in chunk], refs)):
             out[board.image_id] = {"boxes": det.boxes, "scores": det.scores, "labels": det.labels}
     return out
 
@@ -160,9 +162,10 @@ def predict_frames(
     median model ms per frame)``."""
     out: Predictions = {}
     background, model_ms = 0, []
+    pipeline = Pipeline(runtime, conf=conf, iou=iou, max_det=max_det, tile=tile)  # max_det per tile (letterboxed: per frame)
     for frame in frames:
         refs = [frame.reference] if frame.reference is not None else None
-        (det,) = runtime.predict([frame.image], conf, iou, max_det * len(frame.boards), references=refs, tile=tile)
+        (det,) = pipeline.detect([frame.image], refs)
         per_board, outside = to_boards({"boxes": det.boxes, "scores": det.scores, "labels": det.labels}, frame, max_det)
         out.update(per_board)
         background += outside
@@ -172,17 +175,18 @@ def predict_frames(
 
 def time_tiles(runtime: Runtime, frame: Frame, repeats: int) -> dict[str, Any]:
     """Model time of the tiled frame vs one tile of it, alternating; medians over ``repeats`` rounds."""
-    record = runtime.tile_plan(FRAME_H, FRAME_W, tile=True)
+    tiled, whole = Pipeline(runtime, tile=True), Pipeline(runtime, tile=False)
+    record = tiled.plan(FRAME_H, FRAME_W)
     assert record is not None
     crop = [crop_tiles(frame.image, record)[1]]  # a tile inside the frame (not at its corner)
     crop_ref = [crop_tiles(frame.reference, record)[1]] if frame.reference is not None else None
     frame_refs = [frame.reference] if frame.reference is not None else None
 
     def run_frame() -> float:
-        return runtime.predict([frame.image], references=frame_refs, tile=True)[0].timings["model"]
+        return tiled.detect([frame.image], frame_refs)[0].timings["model"]
 
     def run_tile() -> float:
-        return runtime.predict(crop, references=crop_ref, tile=False)[0].timings["model"]
+        return whole.detect(crop, crop_ref)[0].timings["model"]
 
     run_frame(), run_tile()  # warm-up
     frame_ms, tile_ms = [], []
@@ -220,16 +224,6 @@ def _scores(
     return {**{k: metrics[k] for k in _METRIC_KEYS}, "off_border": {k: inner[k] for k in ("map50", "map50_95", "f1_iou033")}}
 
 
-def _f1_conf(weights: Path, given: float | None) -> float:
-    """``--f1-conf``, else the checkpoint's ``eval.f1_conf``, else 0.5 (a TorchScript artifact)."""
-    if given is not None:
-        return given
-    try:
-        return load_checkpoint(weights).config.eval.f1_conf
-    except ValueError:
-        return 0.5
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     weights = Path(args.weights) if args.weights else DEFAULT_WEIGHTS
     runtime = Runtime.load(weights, device="cpu", threads=args.threads)
@@ -238,11 +232,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     per_frame = GRID_COLS * GRID_ROWS
     boards = load_boards(dataset, reference, args.max_frames * per_frame if args.max_frames else None)
     frames = compose_frames(boards, args.seed)
-    f1_conf = _f1_conf(weights, args.f1_conf)
+    f1_conf = runtime.operating_point["conf"] if args.f1_conf is None else args.f1_conf
     logger.info("%d boards in %d frames of %dx%d", len(boards), len(frames), FRAME_W, FRAME_H)
-    one_by_one = predict_boards(runtime, boards, args.conf, args.iou, args.max_det)
-    tiled, tiled_bg, tiled_ms = predict_frames(runtime, frames, True, args.conf, args.iou, args.max_det)
-    whole, whole_bg, whole_ms = predict_frames(runtime, frames, False, args.conf, args.iou, args.max_det)
+    iou = runtime.operating_point["iou"] if args.iou is None else args.iou
+    one_by_one = predict_boards(runtime, boards, args.conf, iou, args.max_det)
+    tiled, tiled_bg, tiled_ms = predict_frames(runtime, frames, True, args.conf, iou, args.max_det)
+    whole, whole_bg, whole_ms = predict_frames(runtime, frames, False, args.conf, iou, args.max_det)
     names, border = runtime.class_names, args.border
     results = {
         "one_by_one": _scores(dataset, one_by_one, names, f1_conf, border),
@@ -261,7 +256,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "frames": len(frames),
         "frame_size": [FRAME_H, FRAME_W],
         "conf": args.conf,
-        "iou": args.iou,
+        "iou": iou,
         "f1_conf": f1_conf,
         "seed": args.seed,
         "results": results,
@@ -305,9 +300,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--images", help="images folder for --data (default: its info.images_root)")
     parser.add_argument("--max-frames", type=int, help="compose at most this many frames (six boards each; default: all boards)")
     parser.add_argument("--conf", type=float, default=0.001)
-    parser.add_argument("--iou", type=float, default=0.5)
+    parser.add_argument("--iou", type=float, help="NMS IoU (default: the weights' eval.nms_iou)")
     parser.add_argument("--max-det", type=int, default=100, help="detections kept per board (default 100)")
-    parser.add_argument("--f1-conf", type=float, help="score threshold of the F-score (default: the checkpoint's eval.f1_conf)")
+    parser.add_argument("--f1-conf", type=float, help="score threshold of the F-score (default: the weights' operating point)")
     parser.add_argument("--repeats", type=int, default=10, help="frame/tile timing rounds (default 10)")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads")
     parser.add_argument("--seed", type=int, default=0, help="board layout seed")

@@ -2,8 +2,8 @@
 
 Every random draw of a training loader is a function of ``(seed, epoch, sample index)``:
 
-* the order of an epoch is a permutation drawn from a generator seeded by ``(seed, epoch)``
-  (:class:`ShuffleSampler`), or comes from the given sampler's ``set_epoch`` (``DistributedSampler``);
+* the order of an epoch comes from a ``DistributedSampler`` (one replica by default: a permutation drawn from a
+  generator seeded by ``seed + epoch``; several under DDP), through its ``set_epoch``;
 * the sampler hands each worker ``(epoch, index)`` keys (:class:`EpochKeys`), and
   :class:`SeededSamples` seeds the sample's augmentation (albumentations, and inside a worker also
   ``random``, NumPy and torch) from ``(seed, epoch, index)`` just before loading it.
@@ -22,7 +22,7 @@ from typing import Any
 import cv2
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler, Subset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, Subset
 
 from defect_detector.data.transforms import PairTransform
 
@@ -58,23 +58,6 @@ def seed_transform(dataset: Dataset, seed: int) -> None:
         if part is not None and hasattr(part, "set_random_state"):
             part_seed = derive_seed(seed, offset)
             part.set_random_state(np.random.default_rng(part_seed), random.Random(part_seed))
-
-
-class ShuffleSampler(Sampler[int]):
-    """A permutation of ``range(n)`` per epoch, drawn from a generator seeded by ``(seed, epoch)``."""
-
-    def __init__(self, n: int, seed: int) -> None:
-        self.n, self.seed, self.epoch = n, seed, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __iter__(self) -> Iterator[int]:
-        generator = torch.Generator().manual_seed(derive_seed(self.seed, self.epoch))
-        return iter(torch.randperm(self.n, generator=generator).tolist())
-
-    def __len__(self) -> int:
-        return self.n
 
 
 class EpochKeys(Sampler[tuple[int, int]]):
@@ -132,7 +115,7 @@ def build_loader(
     """A DataLoader using :func:`collate`.
 
     Training loaders draw everything from ``(seed, epoch, index)`` (see the module docstring): the
-    order from ``sampler`` (default: :class:`ShuffleSampler`), wrapped in :class:`EpochKeys` (the
+    order from ``sampler`` (default: a one-replica ``DistributedSampler`` seeded by ``seed``), wrapped in :class:`EpochKeys` (the
     loader's ``sampler``; call its ``set_epoch``), the samples through :class:`SeededSamples`. They drop
     the last partial batch when at least one full batch exists. Evaluation loaders (``train=False``)
     read ``dataset`` in order (or ``sampler``'s), unaugmented. Memory is pinned only for CUDA.
@@ -146,7 +129,8 @@ def build_loader(
         return DataLoader(
             dataset, batch_size, sampler=sampler, num_workers=workers, collate_fn=collate, pin_memory=pin, persistent_workers=workers > 0
         )
-    keys = EpochKeys(sampler if sampler is not None else ShuffleSampler(len(dataset), seed))  # type: ignore[arg-type]
+    order = sampler if sampler is not None else DistributedSampler(dataset, num_replicas=1, rank=0, shuffle=True, seed=seed)
+    keys = EpochKeys(order)
     return DataLoader(
         SeededSamples(dataset, seed),
         batch_size=batch_size,

@@ -383,7 +383,7 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
             channels = canvas[None]
         tensor = torch.from_numpy(channels).float().div_(255.0)
         target = {
-            "boxes": torch.from_numpy(boxes_to_letterbox(boxes.astype(np.float32), meta)).reshape(-1, 4),
+            "boxes": boxes_to_letterbox(torch.from_numpy(boxes.astype(np.float32)).reshape(-1, 4), meta),
             "labels": torch.from_numpy(labels.astype(np.int64)),
             "image_id": rec.image_id,
             "letterbox": meta,

@@ -21,7 +21,9 @@ from dataclasses import dataclass, replace
 import cv2
 import numpy as np
 
-FILL_VALUE = 114  # the letterbox pad value: "no data"
+from defect_detector.core.constants import PAD_VALUE
+
+FILL_VALUE = PAD_VALUE  # the letterbox pad value: "no data"
 _MIN_SIDE = 8  # smallest side (px) of the coarsest pyramid level
 _MIN_VALID = 0.1  # Gauss-Newton stops when less of the reference than this still lands on the image
 _HUBER = 0.5  # residuals (in standard deviations) are clipped to this: a defect pulls the fit less

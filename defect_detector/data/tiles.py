@@ -27,10 +27,13 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from torchvision.ops import batched_nms
+from torchvision.ops import batched_nms, clip_boxes_to_image, remove_small_boxes
 
 from defect_detector.core.constants import PAD_VALUE
 from defect_detector.core.types import TileRecord
+
+MIN_SIDE = 1e-3
+"""Boxes narrower or shorter than this (pixels) once clipped to the frame lie outside it: dropped."""
 
 EDGE_MARGIN = 4.0
 """Default ``margin`` (pixels) within which a box side counts as touching a tile edge; the runtime passes this many
@@ -123,9 +126,8 @@ def merge_tile_detections(
         scores.append(det["scores"].float().reshape(-1)[~drop])
         labels.append(det["labels"].long().reshape(-1)[~drop])
     b, s, c = torch.cat(boxes), torch.cat(scores), torch.cat(labels)
-    b[:, 0::2] = b[:, 0::2].clamp(0.0, float(record.width))
-    b[:, 1::2] = b[:, 1::2].clamp(0.0, float(record.height))
-    inside = (b[:, 2] > b[:, 0]) & (b[:, 3] > b[:, 1])
+    b = clip_boxes_to_image(b, (record.height, record.width))
+    inside = remove_small_boxes(b, MIN_SIDE)
     b, s, c = b[inside], s[inside], c[inside]
     keep = batched_nms(b, s, c, iou)[:max_det]  # indices sorted by descending score
     return {"boxes": b[keep], "scores": s[keep], "labels": c[keep]}

@@ -17,9 +17,10 @@ import cv2
 import numpy as np
 
 from defect_detector.core.config import AugmentConfig
+from defect_detector.core.constants import PAD_VALUE
 
 _BORDER = cv2.BORDER_CONSTANT
-_FILL = 114
+_FILL = PAD_VALUE
 
 
 class SpecularGlare(A.ImageOnlyTransform):

@@ -22,10 +22,9 @@ import numpy as np
 import torch
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
-from torchvision.ops import box_iou
+from torchvision.ops import box_convert, box_iou
 from tqdm import tqdm
 
-from defect_detector.core.boxes import xywh_to_xyxy, xyxy_to_xywh
 from defect_detector.model.postprocess import decode, make_anchor_points, postprocess
 from defect_detector.model.tta import orientations, tta_forward
 
@@ -74,7 +73,7 @@ def to_coco_results(predictions: Predictions, label_to_cat_id: Mapping[int, int]
     without a category (a class absent from the json) are left out."""
     out = []
     for image_id, pred in predictions.items():
-        xywh = xyxy_to_xywh(pred["boxes"]).tolist()
+        xywh = box_convert(pred["boxes"], "xyxy", "xywh").tolist()
         for box, score, label in zip(xywh, pred["scores"].tolist(), pred["labels"].tolist()):
             if label not in label_to_cat_id:
                 continue
@@ -165,7 +164,7 @@ def ground_truth(coco_gt: COCO, image_id: int, cat_id_to_label: Mapping[int, int
     anns = [a for a in coco_gt.loadAnns(coco_gt.getAnnIds(imgIds=[image_id])) if a["category_id"] in cat_id_to_label]
     boxes = torch.tensor([a["bbox"] for a in anns], dtype=torch.float32).reshape(-1, 4)
     labels = torch.tensor([cat_id_to_label[a["category_id"]] for a in anns], dtype=torch.int64)
-    return {"boxes": xywh_to_xyxy(boxes), "labels": labels}
+    return {"boxes": box_convert(boxes, "xywh", "xyxy"), "labels": labels}
 
 
 def _greedy_matches(

@@ -17,17 +17,19 @@ from typing import Any
 
 import cv2
 import numpy as np
+import torch
 from matplotlib.figure import Figure
 
+from defect_detector.core.boxes import boxes_to_letterbox
 from defect_detector.core.io import atomic_write_bytes
-from defect_detector.data.draw import GT_COLOR_BGR, PRED_COLOR_BGR, draw_boxes, to_bgr_uint8, to_numpy
+from defect_detector.data.draw import GT_COLOR_BGR, PRED_COLOR_BGR, draw_boxes, to_numpy
+from defect_detector.data.letterbox import letterbox
 
 DPI = 150
 GRID_TILE_SIZE = 480  # side, in pixels, of each square (letterboxed) tile of the prediction grid
 GRID_MAX_COLUMNS = 4
 GRID_CAPTION_HEIGHT = 28
 GRID_GAP = 6
-GRID_PAD_VALUE = 114  # gray letterbox padding
 
 LOSS_KEYS = (("train_loss", "total loss"), ("train_box", "box loss"), ("train_cls", "cls loss"))
 MAP_KEYS = (("map50", "mAP@0.5"), ("map50_95", "mAP@0.5:0.95"))
@@ -242,26 +244,16 @@ def plot_confusion_matrix(matrix: np.ndarray, class_names: Sequence[str], path: 
 
 
 def _grid_tile(image: np.ndarray, prediction: dict, ground_truth: dict, class_names: Sequence[str]) -> np.ndarray:
-    """One BGR ``GRID_TILE_SIZE`` square tile: ``image`` letterboxed (aspect kept, gray padding) with boxes drawn.
+    """One BGR ``GRID_TILE_SIZE`` square tile: the gray uint8 ``image`` letterboxed (``data/letterbox.py``) with boxes drawn.
 
-    Boxes are scaled into the tile before drawing, so lines and text keep a readable size whatever the original resolution.
+    Boxes are mapped into the tile before drawing, so lines and text keep a readable size whatever the original resolution.
     """
-    source = to_bgr_uint8(image)
-    height, width = source.shape[:2]
-    scale = GRID_TILE_SIZE / max(height, width, 1)
-    new_w, new_h = max(1, round(width * scale)), max(1, round(height * scale))
-    interpolation = cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR
-    resized = cv2.resize(source, (new_w, new_h), interpolation=interpolation)
-
-    tile = np.full((GRID_TILE_SIZE, GRID_TILE_SIZE, 3), GRID_PAD_VALUE, dtype=np.uint8)
-    left, top = (GRID_TILE_SIZE - new_w) // 2, (GRID_TILE_SIZE - new_h) // 2
-    tile[top : top + new_h, left : left + new_w] = resized
-    offset = np.array([left, top, left, top], dtype=np.float64)
-
-    gt_boxes = to_numpy(ground_truth.get("boxes")).reshape(-1, 4).astype(np.float64) * scale + offset
-    pred_boxes = to_numpy(prediction.get("boxes")).reshape(-1, 4).astype(np.float64) * scale + offset
-    draw_boxes(tile, gt_boxes, None, ground_truth.get("labels"), class_names, GT_COLOR_BGR, label_at_bottom=True)
-    draw_boxes(tile, pred_boxes, prediction.get("scores"), prediction.get("labels"), class_names, PRED_COLOR_BGR)
+    canvas, meta = letterbox(image, GRID_TILE_SIZE)
+    tile = cv2.cvtColor(canvas, cv2.COLOR_GRAY2BGR)
+    gt_boxes = boxes_to_letterbox(torch.as_tensor(to_numpy(ground_truth.get("boxes")), dtype=torch.float64).reshape(-1, 4), meta)
+    pred_boxes = boxes_to_letterbox(torch.as_tensor(to_numpy(prediction.get("boxes")), dtype=torch.float64).reshape(-1, 4), meta)
+    draw_boxes(tile, gt_boxes.numpy(), None, ground_truth.get("labels"), class_names, GT_COLOR_BGR, label_at_bottom=True)
+    draw_boxes(tile, pred_boxes.numpy(), prediction.get("scores"), prediction.get("labels"), class_names, PRED_COLOR_BGR)
     return tile
 
 

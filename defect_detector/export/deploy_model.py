@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.nn.utils.fusion import fuse_conv_bn_eval
 
-from defect_detector.core.constants import DEFAULT_LAYERS
+from defect_detector.core.constants import DEFAULT_LAYERS, PAD_VALUE
 from defect_detector.export.onednn import fuse_conv_silu
 from defect_detector.model.layers import ConvBNAct
 from defect_detector.model.postprocess import decode, make_anchor_points
@@ -150,7 +150,7 @@ def build_meta(
         "channels": int(channels),
         "reference": int(channels) == 2,
         "normalisation": "x/255",
-        "letterbox": {"pad_value": 114, "centred": True},
+        "letterbox": {"pad_value": PAD_VALUE, "centred": True},
         "input": {"name": "images", "dtype": "float16" if half else "float32", "shape": ["B", int(channels), int(imgsz), int(imgsz)]},
         "outputs": OUTPUTS,
         "strides": [int(s) for s in strides],

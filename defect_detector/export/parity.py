@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from defect_detector.core.constants import PAD_VALUE
 from defect_detector.data.images import to_gray_uint8
 from defect_detector.data.letterbox import letterbox
 from defect_detector.data.synth import generate_board, generate_board_pair
@@ -19,7 +20,7 @@ FP16_TOLERANCE = 2e-2  # probabilities, and stats relative to their magnitude
 PARITY_REFERENCE_SHIFT = (3, 2)  # (dx, dy) original pixels: the parity reference is a slightly misaligned copy
 
 
-def shifted_copy(image: np.ndarray, dx: int, dy: int, fill: int = 114) -> np.ndarray:
+def shifted_copy(image: np.ndarray, dx: int, dy: int, fill: int = PAD_VALUE) -> np.ndarray:
     """uint8 ``[H, W]`` ``image`` moved by ``dx, dy`` >= 0 pixels (right, down), uncovered pixels ``fill``: same size and frame."""
     out = np.full_like(image, fill)
     h, w = image.shape

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from defect_detector.core.constants import PAD_VALUE
 from defect_detector.core.io import atomic_write_text
 from defect_detector.export.baseline import BaselineArg
 from defect_detector.export.torchscript import export_torchscript
@@ -60,8 +61,8 @@ Serve: `tritonserver --model-repository=$PWD` (see deploy/triton/README.md in th
 """
 
 _TRITON_INPUT_TEXT = {
-    1: "a letterboxed grayscale image / 255 (pad value 114, centred).",
-    2: "/ 255: channel 0 the letterboxed grayscale image (pad value 114, centred), channel 1\n"
+    1: f"a letterboxed grayscale image / 255 (pad value {PAD_VALUE}, centred).",
+    2: f"/ 255: channel 0 the letterboxed grayscale image (pad value {PAD_VALUE}, centred), channel 1\n"
     "its golden reference, already registered into the image's pixel frame (the client's job:\n"
     "defect_detector.data.register in Python) and letterboxed with the image's scale and padding.",
 }

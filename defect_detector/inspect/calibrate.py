@@ -96,7 +96,7 @@ def fault_statistics(pipeline: Pipeline, pairs: list[Pair], batch: int, progress
     and stays as it is), and of the same frames clean, repeated to match (``"clean"``)."""
     runs = [(name, s) for name, strengths in CALIBRATION_STRENGTHS.items() for s in strengths]
     out: dict[str, list[np.ndarray]] = {}
-    with tqdm(total=(len(runs) + 1) * len(pairs), desc="simulated faults", unit="img", disable=not progress) as bar:
+    with tqdm(total=(len(runs) + 1) * len(pairs), desc="simulated faults", unit="img", disable=None if progress else True) as bar:
         for name, strength in [("clean", 0.0), *runs]:
             for start in range(0, len(pairs), batch):
                 chunk = pairs[start : start + batch]
@@ -142,7 +142,10 @@ def run_calibrate(
     else:
         raise ValueError("calibrate needs --data ANN.json or --images DIR")
     indices = evenly_spaced(len(frames), max_images)
-    pairs = [pair for _, pair in tqdm(_pairs(pipeline, frames, indices), total=len(indices), desc="calibrate", disable=not progress)]
+    pairs = [
+        pair
+        for _, pair in tqdm(_pairs(pipeline, frames, indices), total=len(indices), desc="calibrate", disable=None if progress else True)
+    ]
     if len(pairs) < 2:
         raise ValueError(f"{source}: fewer than 2 frames could be read and inspected")
     stats = [_statistics(pipeline, pairs[i : i + batch]) for i in range(0, len(pairs), batch)]

@@ -14,8 +14,8 @@ from typing import Any, TextIO
 
 import cv2
 import numpy as np
+from torchvision.ops import box_convert
 
-from defect_detector.core.boxes import xyxy_to_xywh
 from defect_detector.core.io import atomic_write_bytes, atomic_write_json
 from defect_detector.core.types import Detections
 from defect_detector.data.draw import draw_detections
@@ -27,7 +27,7 @@ _DEFAULT_VIDEO_FPS = 10.0
 def detection_records(frame: Frame, result: Detections, with_frame: bool) -> list[dict[str, Any]]:
     """``--save-json`` entries of one frame: ``{"file_name", "category_name", "bbox": [x, y, w, h], "score"}``
     (+ ``"frame"``) with ``bbox`` in original-image pixels (COCO xywh, rounded to 0.01 px)."""
-    xywh = xyxy_to_xywh(result.boxes).tolist()
+    xywh = box_convert(result.boxes, "xyxy", "xywh").tolist()
     records = []
     for box, name, score in zip(xywh, result.names, result.scores.tolist()):
         bbox = [round(v, 2) for v in box]

@@ -69,7 +69,7 @@ def predict_frames(
             pending.clear()
 
     frames = annotated_frames(dataset.files(), dataset.images_root, str(dataset.ann_file))
-    for frame in tqdm(frames, total=len(dataset), desc="val", unit="img", leave=False, disable=not progress):
+    for frame in tqdm(frames, total=len(dataset), desc="val", unit="img", leave=False, disable=None if progress else True):
         try:
             if frame.error is not None:
                 raise ReferenceError(frame.error, "unreadable")

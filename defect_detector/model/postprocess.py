@@ -6,12 +6,14 @@ from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
-from torchvision.ops import batched_nms
+from torchvision.ops import batched_nms, remove_small_boxes
 
 from defect_detector.core.boxes import boxes_from_letterbox, ltrb_to_xyxy
 from defect_detector.core.types import LetterboxMeta
 
 PRE_NMS_TOPK = 1000
+MIN_SIDE = 1e-3
+"""Boxes narrower or shorter than this (pixels) once mapped back and clipped lie in the letterbox padding: dropped."""
 
 
 def make_anchor_points(
@@ -78,8 +80,7 @@ def postprocess(
         out_boxes, out_scores, out_labels = cand_boxes[keep], cand_scores[keep], labels[keep]
         if meta is not None:
             out_boxes = boxes_from_letterbox(out_boxes, meta)
-            # A box lying wholly in the letterbox padding clips to zero area: not a detection.
-            inside = (out_boxes[:, 2] > out_boxes[:, 0]) & (out_boxes[:, 3] > out_boxes[:, 1])
+            inside = remove_small_boxes(out_boxes, MIN_SIDE)  # a box wholly in the padding clips to zero area
             out_boxes, out_scores, out_labels = out_boxes[inside], out_scores[inside], out_labels[inside]
         out_boxes, out_scores, out_labels = out_boxes[:max_det], out_scores[:max_det], out_labels[:max_det]
         results.append({"boxes": out_boxes.float(), "scores": out_scores.float(), "labels": out_labels.long()})
