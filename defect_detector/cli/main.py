@@ -16,6 +16,7 @@ from typing import Any
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
 
+from defect_detector.cli import review, station  # noqa: E402
 from defect_detector.cli.errors import error_line, is_expected  # noqa: E402
 from defect_detector.cli.parser import build_parser  # noqa: E402
 
@@ -373,6 +374,8 @@ _COMMANDS = {
     "export": _cmd_export,
     "predict": _cmd_predict,
     "bench": _cmd_bench,
+    "station": station.run,
+    "review": review.run,
 }
 
 

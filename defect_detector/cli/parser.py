@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from defect_detector.cli import review, station
 from defect_detector.core.version import __version__
 
 TTA_HELP = (
@@ -221,4 +222,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_export(sub)
     _add_predict(sub)
     _add_bench(sub)
+    station.add_parser(sub)
+    review.add_parser(sub)
     return parser
