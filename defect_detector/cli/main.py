@@ -220,6 +220,7 @@ def _cmd_predict(args: argparse.Namespace) -> None:
         webhook=args.webhook,
         metrics_port=args.metrics_port,
         metrics_addr=args.metrics_addr,
+        db=args.db,
     )
     with inspector:
         runtime = inspector.runtime
@@ -239,6 +240,8 @@ def _cmd_predict(args: argparse.Namespace) -> None:
         print(f"wrote {kind}: {path}")
     if args.alerts:
         print(f"drift events: {args.alerts}")
+    if args.db:
+        print(f"station database: {args.db} (serve it: defect-detector station --db {args.db})")
     if summary["gave_up"]:
         raise CliError(
             f"{args.source}: the stream failed and could not be reopened, so the run stopped early "

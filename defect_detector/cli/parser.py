@@ -189,6 +189,9 @@ def _add_predict(sub: Any) -> None:
         help="inspect each frame in overlapping tiles at the model's training scale (default: when letterboxing would shrink it)",
     )
     tile.add_argument("--no-tile", dest="tile", action="store_false", help="letterbox each whole frame to the model's input size")
+    p.add_argument(
+        "--db", metavar="URL", help="record every frame into this station database (file path, sqlite:///... or postgresql://...)"
+    )
     add_monitor_arguments(p)
 
 

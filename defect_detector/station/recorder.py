@@ -26,11 +26,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from sqlalchemy.engine import Connection
 
 from defect_detector.station.db import describe, insert_ignore, make_engine, parse_time, parse_url, to_db_time, upsert_add
 from defect_detector.station.images import new_names, write_png
-from defect_detector.station.records import RAISED, FrameRecord
+from defect_detector.station.records import RAISED, FrameRecord, record_from_inspection
 from defect_detector.station.schema import calls, class_tallies, classes, drift_events, ensure_schema, inspections, set_meta, tallies
 from defect_detector.station.store import images_root
 
@@ -117,6 +118,20 @@ class Recorder:
             self._dropped += 1
             self._warn(_one_line(exc))
         return False
+
+    def record_inspection(
+        self, inspection: Any, model: str, reference: str | None = None, reference_image: np.ndarray | None = None
+    ) -> bool:
+        """Record an inspector's ``Inspection`` (:func:`~defect_detector.station.records.record_from_inspection` at this
+        recorder's ``conf``): ``model`` the weights' file name, ``reference`` the golden image's name, ``reference_image``
+        it registered into the frame (uint8 ``[H, W]``). Never blocks and never raises; False when dropped."""
+        try:
+            record = record_from_inspection(inspection, model, self.conf, reference, reference_image)
+        except Exception as exc:  # a malformed inspection is counted, never raised into inspection
+            self._dropped += 1
+            self._warn(f"cannot record this frame: {_one_line(exc)}")
+            return False
+        return self.record(record)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every frame handed over so far is written (or counted as unrecorded); False on timeout."""
