@@ -103,12 +103,15 @@ def test_record_from_an_inspection() -> None:
     import torch
 
     frame = types.SimpleNamespace(index=7, source_name="cam0", file_name="b.png", image=np.zeros((20, 30), np.uint8), error=None)
-    det = types.SimpleNamespace(boxes=torch.tensor([[1.0, 2.0, 5.0, 6.0], [3, 3, 9, 9]]), scores=torch.tensor([0.8, 0.2]), names=["open", "spur"])
+    boxes = torch.tensor([[1.0, 2.0, 5.0, 6.0], [3, 3, 9, 9]])
+    det = types.SimpleNamespace(boxes=boxes, scores=torch.tensor([0.8, 0.2]), names=["open", "spur"])
     event = types.SimpleNamespace(to_dict=lambda: drift_event(7))
     inspection = types.SimpleNamespace(frame=frame, detections=det, drift="warning", score=6.5, events=[event])
     record = record_from_inspection(inspection, "m.pt", 0.5, "golden.png", np.ones((20, 30), np.uint8))
     assert record.verdict == "fail" and record.frame == 7 and record.source == "cam0" and record.name == "b.png"
-    assert record.calls == (CallRecord("open", pytest.approx(0.8), (1.0, 2.0, 5.0, 6.0)), CallRecord("spur", pytest.approx(0.2), (3.0, 3.0, 9.0, 9.0)))
+    open_call, spur_call = record.calls
+    assert open_call == CallRecord("open", pytest.approx(0.8), (1.0, 2.0, 5.0, 6.0))
+    assert spur_call == CallRecord("spur", pytest.approx(0.2), (3.0, 3.0, 9.0, 9.0))
     assert record.events[0]["cause"] == "defocus" and record.reference_image is not None
     assert record_from_inspection(inspection, "m.pt", 0.9).verdict == "pass"
     inspection.verdict, inspection.reason = "not_inspected", "no usable reference"  # the inspector's own, once it has them
