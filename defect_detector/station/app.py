@@ -1,7 +1,7 @@
 """The station web app: server-rendered pages (``station/pages/``), their plain JavaScript and CSS (``station/static/``,
 shipped in the package: no build step, nothing loaded from elsewhere) and the JSON API (:mod:`~defect_detector.station.api`).
 
-Pages: ``GET /`` the live page (it polls ``/api/live`` every second), ``GET /review`` the review queue,
+Pages: ``GET /`` the live page (it polls ``/api/live`` twice a second), ``GET /review`` the review queue,
 ``GET /report?since=ISO`` the shift report (CSV with ``Accept: text/csv`` or ``?format=csv``). Every error answer is
 ``{"detail": "one line"}`` with a 4xx status (5xx only for a database that fails), never a traceback.
 """

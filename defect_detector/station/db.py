@@ -91,12 +91,20 @@ def insert_ignore(conn: Connection, table: Table, rows: list[dict[str, Any]], ke
         conn.execute(_dialect_insert(conn, table).on_conflict_do_nothing(index_elements=list(keys)), rows)
 
 
+_UPSERTS: dict[tuple[str, str, tuple[str, ...], tuple[str, ...]], Any] = {}
+
+
 def upsert_add(conn: Connection, table: Table, rows: list[dict[str, Any]], keys: list[str], counters: list[str]) -> None:
-    """Insert ``rows`` or, where ``keys`` exist, add their ``counters`` to the stored ones (one statement per row)."""
+    """Insert ``rows`` or, where ``keys`` exist, add their ``counters`` to the stored ones (the statement is built once)."""
     if not rows:
         return
-    stmt = _dialect_insert(conn, table)
-    stmt = stmt.on_conflict_do_update(index_elements=keys, set_={c: table.c[c] + stmt.excluded[c] for c in counters})
+    cache_key = (conn.dialect.name, table.name, tuple(keys), tuple(counters))
+    stmt = _UPSERTS.get(cache_key)
+    if stmt is None:
+        stmt = _dialect_insert(conn, table)
+        stmt = _UPSERTS[cache_key] = stmt.on_conflict_do_update(
+            index_elements=keys, set_={c: table.c[c] + stmt.excluded[c] for c in counters}
+        )
     conn.execute(stmt, rows)
 
 

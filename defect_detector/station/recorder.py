@@ -38,6 +38,9 @@ from defect_detector.station.store import images_root
 log = logging.getLogger("defect_detector.station")
 
 _STOP = object()
+_INSERT_RETURNING_ID = inspections.insert().returning(inspections.c.id, sort_by_parameter_order=True)
+_INSERT_CALLS = calls.insert()
+_INSERT_EVENTS = drift_events.insert()
 
 
 @dataclass
@@ -71,7 +74,7 @@ class Recorder:
         queue_size: int = 64,
         batch_size: int = 32,
         warn_every: float = 60.0,
-        live_every: float = 0.5,
+        live_every: float = 0.25,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.url = parse_url(url)
@@ -86,6 +89,7 @@ class Recorder:
         self._last_warning: float | None = None
         self._warn_lock = threading.Lock()
         self._ready = False
+        self._conn: Connection | None = None  # the writer thread's own
         self._known: set[str] = set()
         self.images: Path | None = None
         self._last_live: float | None = None
@@ -154,7 +158,6 @@ class Recorder:
         except queue.Full:
             log.warning("station recorder: could not stop the writer within %.0f s", timeout)
         self._thread.join(timeout)
-        self._engine.dispose()
         if self.unrecorded:
             log.warning("station database %s: %d frames unrecorded (%d recorded)", describe(self.url), self.unrecorded, self.recorded)
 
@@ -189,6 +192,7 @@ class Recorder:
                 if isinstance(item, threading.Event):
                     item.set()
                 stop = stop or item is _STOP
+        self._disconnect()
 
     def _write_counted(self, records: list[FrameRecord]) -> None:
         try:
@@ -197,8 +201,18 @@ class Recorder:
         except Exception as exc:  # the database (or disk) failing is counted, never raised
             self._failed += len(records)
             self._ready = False
-            self._engine.dispose()
+            self._disconnect()
             self._warn(_one_line(exc))
+
+    def _disconnect(self) -> None:
+        """Drop the writer's connection (and the pool): the next batch connects afresh."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # a broken connection may fail to close; it is dropped all the same
+                pass
+        self._engine.dispose()
 
     def _setup(self) -> None:
         """On the first connection: the folder of a SQLite file, the schema, the images root, the known classes."""
@@ -214,11 +228,12 @@ class Recorder:
     def _write(self, records: list[FrameRecord]) -> None:
         if not self._ready:
             self._setup()
-        with self._engine.connect() as conn:  # reach the database before writing any file
-            prepared = self._prepare(records)
-            with conn.begin():
-                self._insert(conn, prepared)
-                previous = self._update_live(conn, prepared)
+        if self._conn is None:
+            self._conn = self._engine.connect()  # reach the database before writing any file; kept while it works
+        prepared = self._prepare(records)
+        with self._conn.begin():
+            self._insert(self._conn, prepared)
+            previous = self._update_live(self._conn, prepared)
         if previous is not None and self.images is not None:
             (self.images / previous).unlink(missing_ok=True)
 
@@ -262,14 +277,14 @@ class Recorder:
     def _store(self, item: _Prepared, live: bool) -> None:
         assert self.images is not None and item.record.image is not None
         frame_name, reference_name = new_names(item.row["time"], live=live)
-        write_png(self.images, frame_name, item.record.image)
+        write_png(self.images, frame_name, item.record.image, live=live)
         item.row["image"] = frame_name
         if not live and item.record.reference_image is not None:
             write_png(self.images, reference_name, item.record.reference_image)
             item.row["reference_image"] = reference_name
 
     def _insert(self, conn: Connection, prepared: list[_Prepared]) -> None:
-        ids = conn.execute(inspections.insert().returning(inspections.c.id, sort_by_parameter_order=True), [p.row for p in prepared])
+        ids = conn.execute(_INSERT_RETURNING_ID, [p.row for p in prepared])
         for item, inspection_id in zip(prepared, ids.scalars().all()):
             item.id = int(inspection_id)
         call_rows, event_rows = [], []
@@ -290,9 +305,9 @@ class Recorder:
                 per_class[(minute, call.class_name)] += 1
             event_rows += [_event_row(e, item.id, record) for e in record.events]
         if call_rows:
-            conn.execute(calls.insert(), call_rows)
+            conn.execute(_INSERT_CALLS, call_rows)
         if event_rows:
-            conn.execute(drift_events.insert(), event_rows)
+            conn.execute(_INSERT_EVENTS, event_rows)
         new = sorted({r["class_name"] for r in call_rows} - self._known)
         insert_ignore(conn, classes, [{"name": n} for n in new], ["name"])
         self._known.update(new)

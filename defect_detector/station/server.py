@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from defect_detector.station.db import describe
 from defect_detector.station.security import TOKEN_ENV, check_bind
@@ -42,3 +48,29 @@ def serve(
         uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
     finally:
         store.close()
+
+
+@contextmanager
+def running(app: Any, host: str = "127.0.0.1", port: int = 0, timeout: float = 30.0) -> Iterator[str]:
+    """Serve ``app`` with uvicorn in a background thread (tests, benchmarks, embedding); yields its base URL
+    (``port`` 0: a free one) and stops it on exit. ``RuntimeError`` when it does not start within ``timeout`` s."""
+    import uvicorn
+
+    if port == 0:
+        with socket.socket() as probe:
+            probe.bind((host, 0))
+            port = int(probe.getsockname()[1])
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, name="station-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            server.should_exit = True
+            raise RuntimeError(f"the station server did not start on {host}:{port}")
+        time.sleep(0.02)
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout)

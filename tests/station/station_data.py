@@ -3,11 +3,6 @@ images, calls on (and off) the defects, and a drift episode."""
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -86,30 +81,3 @@ def frames_with_drift(n: int, start: datetime | None = None, step_s: float = 1.0
         score = (6.0 + (i % 3)) if raised else 0.5 + 0.1 * (i % 5)
         out.append(board_record(i, drift="warning" if raised else "normal", score=score, events=events, time=when, **kwargs))
     return out
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextmanager
-def serving(app: Any) -> Iterator[str]:
-    """Serve ``app`` with uvicorn in a thread on a free localhost port; yields the base URL."""
-    import uvicorn
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)

@@ -10,12 +10,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from station_data import board_record, serving
+from station_data import board_record
 
 from defect_detector.cli.main import main
 from defect_detector.core.constants import DEEPPCB_CLASSES
 from defect_detector.station.app import create_app
 from defect_detector.station.recorder import Recorder
+from defect_detector.station.server import running
 from defect_detector.station.store import Store
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -57,7 +58,7 @@ def test_live_page_review_by_keyboard_missed_box_and_export(tmp_path: Path) -> N
     store = Store(str(db))
     errors: list[str] = []
     try:
-        with serving(create_app(store)) as base, sync_api.sync_playwright() as p:
+        with running(create_app(store)) as base, sync_api.sync_playwright() as p:
             browser = p.chromium.launch(
                 executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
             )

@@ -176,9 +176,9 @@ def test_an_outage_loses_nothing_already_committed(station_db: StationDB, monkey
     recorder.flush(60)
 
     def refuse(*args: object, **kwargs: object) -> None:
-        raise OperationalError("connect", {}, ConnectionRefusedError("the database went away"))
+        raise OperationalError("INSERT", {}, ConnectionResetError("the database went away"))
 
-    monkeypatch.setattr(recorder._engine, "connect", refuse)
+    monkeypatch.setattr(recorder, "_insert", refuse)
     for i in range(3, 5):
         recorder.record(board_record(i))
     recorder.flush(60)

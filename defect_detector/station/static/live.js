@@ -1,9 +1,9 @@
-// The live page: polls /api/live every second and redraws what changed.
+// The live page: polls /api/live twice a second and redraws what changed.
 "use strict";
 
 (() => {
   const { api, el, fmtTime, colour, drawCalls, loadImage } = Station;
-  const POLL_MS = 1000;
+  const POLL_MS = 500;
   const canvas = document.getElementById("frame");
   const ctx = canvas.getContext("2d");
   let shownId = null;
