@@ -18,6 +18,7 @@ default; a PostgreSQL URL is used for part 2 only, on a fresh set of tables it c
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import statistics
 import tempfile
@@ -30,6 +31,7 @@ from typing import Any
 import cv2
 import numpy as np
 
+from defect_detector.data.images import load_image_gray
 from defect_detector.data.synth import generate_board_pair
 from defect_detector.station.db import make_engine, parse_url
 from defect_detector.station.images import write_png
@@ -81,10 +83,17 @@ def _paced(recorder: Any, images: list[np.ndarray], frames: int, period: float, 
     return caller, time.process_time() - cpu0, time.perf_counter() - wall0
 
 
-def bench_recording(frames: int, fps: float, size: int, queued: float, folder: Path) -> dict[str, Any]:
+def bench_recording(frames: int, fps: float, size: int, queued: float, folder: Path, pattern: str | None = None) -> dict[str, Any]:
     """Part 1 (module docstring) into a SQLite file in ``folder``. The CPU of the same paced loop without a recorder
-    (making the records, sleeping) is measured first and subtracted."""
-    images = [camera_frame(size, i) for i in range(4)]
+    (making the records, sleeping) is measured first and subtracted. ``pattern``: a glob of image files to record
+    instead of the synthetic camera frames."""
+    if pattern:
+        files = sorted(glob.glob(pattern))[:8]
+        if not files:
+            raise FileNotFoundError(f"--images {pattern}: no files")
+        images = [load_image_gray(f) for f in files]
+    else:
+        images = [camera_frame(size, i) for i in range(4)]
     period = 1.0 / fps
     every = max(1, round(1 / queued)) if queued > 0 else 0
     _, base_cpu, _ = _paced(_NoRecorder(), images, frames, period, every)
@@ -97,7 +106,8 @@ def bench_recording(frames: int, fps: float, size: int, queued: float, folder: P
     return {
         "frames": frames,
         "fps": fps,
-        "frame": f"{size}x{size}",
+        "frame": f"{images[0].shape[1]}x{images[0].shape[0]}",
+        "images": pattern or "synthetic camera frames (noise sigma 3)",
         "queued_fraction": queued,
         "recorded": recorder.recorded - 1,
         "unrecorded": recorder.unrecorded,
@@ -187,10 +197,12 @@ def bench_pages(url: str, history: int, iters: int, folder: Path) -> dict[str, A
     return {"history": history, "fill_s": round(fill_s, 1), "pages": pages}
 
 
-def run(frames: int, fps: float, size: int, queued: float, history: int, iters: int, db: str | None) -> dict[str, Any]:
+def run(
+    frames: int, fps: float, size: int, queued: float, history: int, iters: int, db: str | None, pattern: str | None = None
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="station_bench_") as tmp:
         folder = Path(tmp)
-        recording = bench_recording(frames, fps, size, queued, folder)
+        recording = bench_recording(frames, fps, size, queued, folder, pattern)
         pages = bench_pages(db or str(folder / "history.db"), history, iters, folder)
     slowest = max(p["median_ms"] for p in pages["pages"].values())
     return {
@@ -209,16 +221,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--frames", type=int, default=300, help="frames recorded (default 300: 10 s at 30 frames/s)")
     parser.add_argument("--fps", type=float, default=30.0)
     parser.add_argument("--size", type=int, default=640, help="frame side in pixels (default 640, DeepPCB's)")
+    parser.add_argument("--images", help="record these image files (a glob, e.g. 'data/samples/deeppcb/*.jpg') instead")
     parser.add_argument("--queued", type=float, default=0.2, help="fraction of frames queued for review (PNG kept)")
     parser.add_argument("--history", type=int, default=100_000, help="recorded frames for the page timings")
     parser.add_argument("--iters", type=int, default=30, help="timed requests per page")
     parser.add_argument("--db", help="database for the page timings (default: SQLite in a temp folder)")
     parser.add_argument("--out", help="write the results JSON here")
     args = parser.parse_args(argv)
-    result = run(args.frames, args.fps, args.size, args.queued, args.history, args.iters, args.db)
+    result = run(args.frames, args.fps, args.size, args.queued, args.history, args.iters, args.db, args.images)
     rec = result["recording"]
     print(
-        f"recording {rec['frames']} frames of {rec['frame']} at {rec['fps']:g} frames/s ({rec['queued_fraction']:.0%} queued, PNG kept): "
+        f"recording {rec['frames']} frames of {rec['frame']} ({rec['images']}) at {rec['fps']:g} frames/s "
+        f"({rec['queued_fraction']:.0%} queued, PNG kept): "
         f"record() median {rec['caller_median_ms']} ms ({rec['caller_fraction']:.3%} of the frame period), all recording CPU "
         f"{rec['cpu_ms_per_frame']} ms/frame ({rec['cpu_fraction']:.2%}); recorded {rec['recorded']}, unrecorded {rec['unrecorded']}"
     )

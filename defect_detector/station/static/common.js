@@ -51,11 +51,12 @@ const Station = (() => {
       const text = call.missed ? `missed ${call.class}` : `${call.class} ${call.score.toFixed(2)}`;
       const h = Math.max(12, base * 6) + 4;
       const w = ctx.measureText(text).width + 6;
-      const ty = y1 - h >= 0 ? y1 - h : y2;
+      const ty = y1 - h >= 0 ? y1 - h : Math.min(y2, ctx.canvas.height - h);
+      const tx = Math.max(0, Math.min(x1, ctx.canvas.width - w));
       ctx.fillStyle = c;
-      ctx.fillRect(x1, ty, w, h);
+      ctx.fillRect(tx, ty, w, h);
       ctx.fillStyle = "#fff";
-      ctx.fillText(text, x1 + 3, ty + h - 4);
+      ctx.fillText(text, tx + 3, ty + h - 4);
     }
   }
 
