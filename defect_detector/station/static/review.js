@@ -64,10 +64,12 @@
     const canvas = $("full");
     const ctx = canvas.getContext("2d");
     const { item, frame } = state;
-    if (!item || !frame) return;
-    canvas.width = frame.naturalWidth;
-    canvas.height = frame.naturalHeight;
-    ctx.drawImage(frame, 0, 0);
+    if (!item) return;
+    canvas.width = frame ? frame.naturalWidth : item.inspection.width || 640;
+    canvas.height = frame ? frame.naturalHeight : item.inspection.height || 480;
+    ctx.fillStyle = "#0e141b";
+    ctx.fillRect(0, 0, canvas.width, canvas.height);
+    if (frame) ctx.drawImage(frame, 0, 0);
     const misses = state.missed.map((m) => ({ ...m, missed: true, score: 1 }));
     drawCalls(ctx, [...item.inspection.calls, ...misses], { highlight: item.call.id });
     if (state.box) {
@@ -91,7 +93,9 @@
     $("call-frame").textContent = `${inspection.source} · frame ${inspection.frame} · ${inspection.name}`;
     $("call-time").textContent = fmtTime(inspection.time);
     $("call-drift").textContent = inspection.score === null ? inspection.drift : `${inspection.drift} (${inspection.score})`;
-    const region = cropRegion(call.box, inspection.width || state.frame.naturalWidth, inspection.height || state.frame.naturalHeight);
+    const width = inspection.width || (state.frame ? state.frame.naturalWidth : 1);
+    const height = inspection.height || (state.frame ? state.frame.naturalHeight : 1);
+    const region = cropRegion(call.box, width, height);
     drawCrop($("crop"), state.frame, call, region);
     drawCrop($("golden"), state.golden, call, region);
     $("no-golden").classList.toggle("hidden", Boolean(state.golden));
@@ -123,9 +127,9 @@
       item.inspection.golden ? loadImage(`/api/inspections/${id}/reference`).catch(() => null) : Promise.resolve(null),
       api(`/api/inspections/${id}`).catch(() => ({ missed: [] })),
     ]);
-    if (!frame) { toast(`inspection ${id}: its frame is not stored`, true); }
+    if (!frame) toast(`inspection ${id}: its frame is not stored; judge the call by its data or skip it`, true);
     Object.assign(state, { frame, golden, missed: details.missed || [] });
-    if (frame) show(item);
+    show(item);
     document.body.dataset.shown = String(item.call.id);
   }
 
