@@ -253,7 +253,7 @@ class Recorder:
                 "reference": record.reference,
                 "verdict": record.verdict,
                 "reason": record.reason,
-                "drift": record.drift,
+                "drift": record.drift[:16],
                 "score": record.score,
                 "width": width,
                 "height": height,

@@ -1,9 +1,11 @@
 """The station's tables (SQLAlchemy Core) and their schema version.
 
-Times are naive UTC. Boxes are xyxy float in the frame's pixels. The indexes serve the pages' queries on a large
-history: ``inspections`` newest first by primary key (keyset pagination), ``calls.pending`` for the review queue,
-``tallies`` / ``class_tallies`` (per-minute counts the recorder adds up as it writes) for the live page's counts,
-and the ``time`` indexes for the report and ``/api/events``.
+Times are naive UTC. Boxes are xyxy float in the frame's pixels. Names (sources, frames, models, classes) are
+unbounded text, so no input is ever too long for PostgreSQL; enumerations (verdict, drift state) are short strings.
+
+The indexes serve the pages' queries on a large history: ``inspections`` newest first by primary key (keyset
+pagination), ``calls.pending`` for the review queue, ``tallies`` / ``class_tallies`` (per-minute counts the recorder
+adds up as it writes) for the live page's counts, and the ``time`` indexes for the report and ``/api/events``.
 
 ``station_meta`` holds ``schema_version`` (:data:`SCHEMA_VERSION`), ``images_root`` (where stored PNGs live, for a
 server database) and ``live`` (the id of the newest inspection with a picture). A database written by a newer version
@@ -49,19 +51,19 @@ classes = Table(
     "classes",
     metadata,
     Column("id", ID, primary_key=True, autoincrement=True),
-    Column("name", String(128), nullable=False, unique=True),
+    Column("name", Text, nullable=False, unique=True),
 )
 
 inspections = Table(
     "inspections",
     metadata,
     Column("id", ID, primary_key=True, autoincrement=True),
-    Column("source", String(1024), nullable=False),
+    Column("source", Text, nullable=False),
     Column("frame", BigInteger, nullable=False),
-    Column("name", String(1024), nullable=False),
+    Column("name", Text, nullable=False),
     Column("time", DateTime, nullable=False),
-    Column("model", String(512), nullable=False),
-    Column("reference", String(1024)),
+    Column("model", Text, nullable=False),
+    Column("reference", Text),
     Column("verdict", String(16), nullable=False),
     Column("reason", Text),
     Column("drift", String(16), nullable=False),
@@ -79,7 +81,7 @@ calls = Table(
     metadata,
     Column("id", ID, primary_key=True, autoincrement=True),
     Column("inspection_id", ID, ForeignKey("inspections.id", ondelete="CASCADE"), nullable=False),
-    Column("class_name", String(128), nullable=False),
+    Column("class_name", Text, nullable=False),
     Column("score", Float, nullable=False),
     Column("x1", Float, nullable=False),
     Column("y1", Float, nullable=False),
@@ -89,7 +91,7 @@ calls = Table(
     Column("review", Boolean, nullable=False),  # it went to the review queue
     Column("pending", Boolean, nullable=False),  # in the queue and without a verdict yet
     Column("verdict", String(16)),  # the latest verdict (history in ``verdicts``)
-    Column("verdict_class", String(128)),  # the class the reviewer confirmed (defect only)
+    Column("verdict_class", Text),  # the class the reviewer confirmed (defect only)
     Index("ix_calls_inspection", "inspection_id"),
     Index("ix_calls_pending", "pending", "id"),
     Index("ix_calls_verdict_time", "verdict", "time"),
@@ -102,7 +104,7 @@ verdicts = Table(
     Column("call_id", ID, ForeignKey("calls.id", ondelete="CASCADE")),  # None: a missed defect the reviewer drew
     Column("inspection_id", ID, ForeignKey("inspections.id", ondelete="CASCADE"), nullable=False),
     Column("verdict", String(16), nullable=False),
-    Column("class_name", String(128)),
+    Column("class_name", Text),
     Column("x1", Float),
     Column("y1", Float),
     Column("x2", Float),
@@ -120,7 +122,7 @@ drift_events = Table(
     Column("id", ID, primary_key=True, autoincrement=True),
     Column("inspection_id", ID, ForeignKey("inspections.id", ondelete="SET NULL")),  # the frame that raised it
     Column("event", String(32), nullable=False),  # drift, recovered, rebaseline, changeover
-    Column("source", String(1024), nullable=False),
+    Column("source", Text, nullable=False),
     Column("frame", BigInteger, nullable=False),
     Column("time", DateTime, nullable=False),
     Column("severity", String(16)),
@@ -143,7 +145,7 @@ class_tallies = Table(
     "class_tallies",
     metadata,
     Column("minute", DateTime, primary_key=True),
-    Column("class_name", String(128), primary_key=True),
+    Column("class_name", Text, primary_key=True),
     Column("calls", Integer, nullable=False),
 )
 

@@ -238,3 +238,15 @@ def test_sigkill_loses_at_most_the_frame_in_flight(tmp_path: Path) -> None:
         assert client.get("/healthz").status_code == 200
         assert len(client.get("/api/inspections", params={"limit": 500}).json()["items"]) == count
     store.close()
+
+
+def test_long_names_are_recorded(station_db: StationDB) -> None:
+    """No name is too long for the database (a stream URL with a long query, a deep file path, a long class name)."""
+    long = "rtsp://camera/stream?" + "x" * 3000
+    record = FrameRecord(
+        long, 0, "a/" * 800 + "b.png", utc_now(), "m" * 600 + ".pt", "fail", calls=(CallRecord("c" * 300, 0.9, (1, 2, 3, 4)),)
+    )
+    with Recorder(station_db.url, conf=0.5, images=station_db.images) as recorder:
+        recorder.record(record)
+    assert recorder.recorded == 1 and recorder.unrecorded == 0
+    assert _rows(recorder, inspections)[0].source == long and _rows(recorder, calls)[0].class_name == "c" * 300
