@@ -79,6 +79,14 @@ def _since(text: str | None, default: datetime) -> datetime:
 def build_api(store: Store, clock: Callable[[], datetime], shifts: tuple[int, ...]) -> APIRouter:
     """The ``/api`` routes and ``/healthz`` over ``store``; ``clock`` gives the current time (aware UTC)."""
     router = APIRouter()
+    _reading_routes(router, store, clock, shifts)
+    _review_routes(router, store, clock)
+    _picture_routes(router, store)
+    return router
+
+
+def _reading_routes(router: APIRouter, store: Store, clock: Callable[[], datetime], shifts: tuple[int, ...]) -> None:
+    """Health, inspections, the live page's data, known classes, events."""
 
     @router.get("/healthz")
     def healthz() -> dict[str, Any]:
@@ -111,6 +119,16 @@ def build_api(store: Store, clock: Callable[[], datetime], shifts: tuple[int, ..
     @router.get("/api/classes")
     def known_classes() -> dict[str, Any]:
         return {"classes": store.classes(refresh=True)}
+
+    @router.get("/api/events")
+    def events(since: Annotated[str | None, Query(max_length=64)] = None) -> dict[str, Any]:
+        start = _since(since, (clock() - timedelta(days=1)).replace(tzinfo=None))
+        with store.engine.connect() as conn:
+            return {"items": queries.events_since(conn, start)}
+
+
+def _review_routes(router: APIRouter, store: Store, clock: Callable[[], datetime]) -> None:
+    """The review queue, verdicts and drawn misses."""
 
     @router.get("/api/review/next", response_model=None)
     def review_next() -> dict[str, Any] | Response:
@@ -146,6 +164,10 @@ def build_api(store: Store, clock: Callable[[], datetime], shifts: tuple[int, ..
             stored = record_missed(conn, inspection_id, body.box, body.class_name, body.reviewer, clock())
         return JSONResponse(stored, status_code=201)
 
+
+def _picture_routes(router: APIRouter, store: Store) -> None:
+    """Stored frames and golden images, found through the paths the recorder stored."""
+
     def picture(inspection_id: int, column: str) -> FileResponse:
         with store.engine.connect() as conn:
             row = queries.get_inspection(conn, inspection_id)
@@ -164,11 +186,3 @@ def build_api(store: Store, clock: Callable[[], datetime], shifts: tuple[int, ..
     @router.get("/api/inspections/{inspection_id}/reference", response_class=FileResponse)
     def reference(inspection_id: Id) -> FileResponse:
         return picture(inspection_id, "reference_image")
-
-    @router.get("/api/events")
-    def events(since: Annotated[str | None, Query(max_length=64)] = None) -> dict[str, Any]:
-        start = _since(since, (clock() - timedelta(days=1)).replace(tzinfo=None))
-        with store.engine.connect() as conn:
-            return {"items": queries.events_since(conn, start)}
-
-    return router
