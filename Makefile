@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CONSTRAINTS ?= constraints.txt
-EXTRAS ?= dev,onnx
+EXTRAS ?= dev,onnx,station
 PYTEST_ARGS ?=
 export NO_ALBUMENTATIONS_UPDATE := 1
 

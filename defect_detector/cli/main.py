@@ -20,6 +20,8 @@ from defect_detector.cli import (  # noqa: E402
     export,
     info,
     predict,
+    review,
+    station,
     strip,
     synth,
     train,
@@ -40,6 +42,8 @@ COMMANDS = {
     "info": info,
     "export": export,
     "predict": predict,
+    "station": station,
+    "review": review,
 }
 
 

@@ -41,6 +41,9 @@ def add_parser(sub: Any) -> None:
         help="inspect each frame in overlapping tiles at the model's training scale (default: when letterboxing would shrink it)",
     )
     tile.add_argument("--no-tile", dest="tile", action="store_false", help="letterbox each whole frame to the model's input size")
+    p.add_argument(
+        "--db", metavar="URL", help="record every frame into this station database (file path, sqlite:///... or postgresql://...)"
+    )
     add_monitor_arguments(p)
 
 
@@ -66,6 +69,7 @@ def run(args: argparse.Namespace) -> None:
         webhook=args.webhook,
         metrics_port=args.metrics_port,
         metrics_addr=args.metrics_addr,
+        db=args.db,
     )
     with inspector:
         runtime = inspector.runtime
@@ -87,6 +91,8 @@ def run(args: argparse.Namespace) -> None:
         print(f"wrote {kind}: {path}")
     if args.alerts:
         print(f"drift events: {args.alerts}")
+    if args.db:
+        print(f"station database: {args.db} (serve it: defect-detector station --db {args.db})")
     if summary["gave_up"]:
         raise CliError(
             f"{args.source}: the stream failed and could not be reopened, so the run stopped early "

@@ -89,6 +89,8 @@ class Inspector:
     :class:`AlertRouter` (drift detector + sinks). Build it with :meth:`load`; use it as a context manager, or call
     :meth:`close`."""
 
+    recorder: Any = None  # station recording: a defect_detector.station.recorder.Recorder (load(db=URL))
+
     def __init__(self, pipeline: Pipeline, router: AlertRouter | None = None) -> None:
         runtime = pipeline.runtime
         if runtime.channels == 2 and pipeline.references is None:
@@ -126,6 +128,7 @@ class Inspector:
         webhook: str | None = None,
         metrics_port: int | None = None,
         metrics_addr: str = "0.0.0.0",
+        db: str | None = None,
     ) -> Inspector:
         """Load weights (None: the bundled model; with ``reference``, the bundled golden-template model) and set
         up registration and monitoring. ``reference``: one golden image for every frame, or a folder of them (by
@@ -134,8 +137,9 @@ class Inspector:
         ``tta``: test-time augmentation (``flip2``, ``flip4``, ``d8``: that many model passes per frame; default one).
         ``conf`` / ``iou``: None takes the operating point the weights store. ``tile``: None chooses from the model's
         recorded pixel scale, True / False force tiling / letterboxing. Monitoring: see :func:`build_monitoring`;
-        ``baseline`` overrides the one the weights carry. Raises ``FileNotFoundError`` / ``ValueError`` with one
-        clear line."""
+        ``baseline`` overrides the one the weights carry. ``db``: record every frame into this station database (a file
+        path, ``sqlite:///...`` or ``postgresql://...``; see ``defect_detector.station``). Raises ``FileNotFoundError`` /
+        ``ValueError`` with one clear line."""
         weights = weights or (DEFAULT_REFERENCE_WEIGHTS if reference else None)
         threads = default_threads() if threads is None else threads
         runtime = Runtime.load(weights, device=device, threads=threads, tta=tta)
@@ -153,11 +157,20 @@ class Inspector:
             monitor_config=monitor_config,
         )
         try:
-            return cls(pipeline, router)
+            inspector = cls(pipeline, router)
         except ValueError:
             if router is not None:
                 router.close()
             raise
+        if db is not None:  # station recording
+            from defect_detector.station.recorder import Recorder
+
+            try:
+                inspector.recorder = Recorder(db, conf=pipeline.conf, classes=runtime.class_names)
+            except ValueError:
+                inspector.close()
+                raise
+        return inspector
 
     @property
     def monitoring(self) -> bool:
@@ -183,6 +196,7 @@ class Inspector:
         frames, good, golden = self._register(list(frames), references)
         results = self.pipeline.detect([f.image for f in good], golden) if good else []
         by_index = {f.index: r for f, r in zip(good, results)}
+        warped = dict(zip((f.index for f in good), golden or []))  # station recording: registered golden images
         out = []
         for frame in frames:
             result = by_index.get(frame.index)
@@ -192,6 +206,9 @@ class Inspector:
                 inspection.events = self.router.on_frame(frame.index, frame.source_name, result.stats, timings, len(result))
             if self.monitoring:
                 inspection.drift, inspection.score = self.router.detector.state, self.router.detector.score
+            if self.recorder is not None:  # station recording
+                reference = self._reference_name(frame, warped)
+                self.recorder.record_inspection(inspection, self.runtime.path.name, reference, warped.get(frame.index))
             out.append(inspection)
         return out
 
@@ -217,6 +234,15 @@ class Inspector:
             kept.append(frame)
             golden.append(warped)
         return out, kept, (golden if self.runtime.channels == 2 else None)
+
+    def _reference_name(self, frame: Frame, warped: dict[int, np.ndarray]) -> str | None:
+        """Station recording: the file name of the golden image ``frame`` was inspected against (None without one)."""
+        if self.references is None or frame.index not in warped:
+            return None
+        try:
+            return self.references.lookup(frame.file_name).name
+        except ReferenceError:
+            return None
 
     def rebaseline(self, reason: str = "requested") -> DriftEvent | None:
         """Accept the line's next frames as its new clean level (a new board design): logged and sent to the sinks."""
@@ -273,11 +299,15 @@ class Inspector:
         return tally.summary(source, frames, self, written, interrupted)
 
     def close(self) -> None:
-        """Close the alert sinks (files, webhook thread, metrics port); the inspector inspects nothing after this."""
+        """Close the alert sinks (files, webhook thread, metrics port) and the station recorder (writing what it holds);
+        the inspector inspects nothing after this."""
         self._closed = True
         if self.router is not None:
             self.router.close()
             self.router = None
+        if self.recorder is not None:  # station recording
+            self.recorder.close()
+            self.recorder = None
 
     def __enter__(self) -> Inspector:
         return self

@@ -1,0 +1,32 @@
+"""``defect-detector station --db URL [--host 127.0.0.1] [--port 8080] [--token T]``: the line station's web app
+(live page, review queue, shift report) over a station database that ``predict --db URL`` records into."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def add_parser(sub: Any) -> None:
+    """Register the ``station`` subcommand."""
+    p = sub.add_parser("station", help="serve the line station: live page, review queue and shift report over a --db history")
+    p.add_argument("--db", required=True, help="station database: a file path or sqlite:///PATH (default kind), or postgresql://...")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; any other needs --token)")
+    p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    p.add_argument(
+        "--token",
+        help="require this bearer token on every request (default: $DEFECT_DETECTOR_TOKEN); a browser opens /?token=T once "
+        "and keeps it in an HttpOnly cookie",
+    )
+    p.add_argument("--images", help="folder of the stored frames (default: beside a SQLite file, else the one the database names)")
+    p.add_argument(
+        "--shifts", default="6,14,22", help="local hours at which shifts start, for the live counts and the report (default 6,14,22)"
+    )
+
+
+def run(args: argparse.Namespace) -> None:
+    """Serve until interrupted; ``ValueError`` / ``OSError`` with one line for bad input."""
+    from defect_detector.station.report import parse_shifts
+    from defect_detector.station.server import serve
+
+    serve(args.db, host=args.host, port=args.port, token=args.token, images=args.images, shifts=parse_shifts(args.shifts))

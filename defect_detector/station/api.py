@@ -1,0 +1,188 @@
+"""The station's JSON API (DESIGN.md "Line station"; every answer JSON unless it is a PNG).
+
+Inputs are validated before they reach the database: ids are positive integers, classes are the database's known
+classes, a missed box lies inside its frame (xyxy in frame pixels, at least one pixel wide and high), a reviewer's name
+is one printable line. SQL goes through bound parameters only, and image files are found through the paths the
+recorder stored, never through anything in the request.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, HTTPException, Path, Query
+from fastapi.responses import FileResponse, JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from defect_detector.station import queries
+from defect_detector.station.db import parse_time
+from defect_detector.station.images import resolve
+from defect_detector.station.report import shift_start
+from defect_detector.station.review import NotFound, missed_of, record_missed, record_verdict
+from defect_detector.station.store import Store
+
+MAX_ID = 2**63 - 1
+Id = Annotated[int, Path(ge=1, le=MAX_ID, description="a positive integer id")]
+
+
+def _reviewer(value: str) -> str:
+    value = value.strip()
+    if not value or not value.isprintable():
+        raise ValueError("reviewer must be a non-empty printable name")
+    return value
+
+
+class VerdictIn(BaseModel):
+    """``POST /api/calls/{id}/verdict``: ``{"verdict", "class" (defect only, optional), "reviewer"}``."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    verdict: Literal["defect", "false_call", "skip"]
+    class_name: str | None = Field(default=None, alias="class", min_length=1, max_length=128)
+    reviewer: str = Field(min_length=1, max_length=64)
+
+    _check_reviewer = field_validator("reviewer")(_reviewer)
+
+
+class MissedIn(BaseModel):
+    """``POST /api/inspections/{id}/missed``: ``{"box": [x1, y1, x2, y2] frame pixels, "class", "reviewer"}``."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    box: tuple[float, float, float, float]
+    class_name: str = Field(alias="class", min_length=1, max_length=128)
+    reviewer: str = Field(min_length=1, max_length=64)
+
+    _check_reviewer = field_validator("reviewer")(_reviewer)
+
+    @field_validator("box")
+    @classmethod
+    def _ordered(cls, box: tuple[float, float, float, float]) -> tuple[float, float, float, float]:
+        x1, y1, x2, y2 = box
+        if not all(math.isfinite(v) for v in box):
+            raise ValueError("box coordinates must be finite numbers")
+        if x2 - x1 < 1 or y2 - y1 < 1:
+            raise ValueError("box must be [x1, y1, x2, y2] with x2 >= x1 + 1 and y2 >= y1 + 1")
+        return box
+
+
+def _since(text: str | None, default: datetime) -> datetime:
+    if text is None:
+        return default
+    try:
+        return parse_time(text)
+    except ValueError as exc:
+        raise HTTPException(400, str(exc)) from None
+
+
+def build_api(store: Store, clock: Callable[[], datetime], shifts: tuple[int, ...]) -> APIRouter:
+    """The ``/api`` routes and ``/healthz`` over ``store``; ``clock`` gives the current time (aware UTC)."""
+    router = APIRouter()
+    _reading_routes(router, store, clock, shifts)
+    _review_routes(router, store, clock)
+    _picture_routes(router, store)
+    return router
+
+
+def _reading_routes(router: APIRouter, store: Store, clock: Callable[[], datetime], shifts: tuple[int, ...]) -> None:
+    """Health, inspections, the live page's data, known classes, events."""
+
+    @router.get("/healthz")
+    def healthz() -> dict[str, Any]:
+        with store.engine.connect() as conn:
+            queued = queries.queue_length(conn)
+        return {"status": "ok", "queue": queued}
+
+    @router.get("/api/inspections")
+    def inspections(
+        limit: Annotated[int, Query(ge=1, le=queries.MAX_LIMIT)] = 50, before: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None
+    ) -> dict[str, Any]:
+        with store.engine.connect() as conn:
+            return {"items": queries.list_inspections(conn, limit, before)}
+
+    @router.get("/api/inspections/{inspection_id}")
+    def inspection(inspection_id: Id) -> dict[str, Any]:
+        with store.engine.connect() as conn:
+            item = queries.inspection_with_calls(conn, inspection_id)
+            if item is None:
+                raise HTTPException(404, f"no inspection {inspection_id}")
+            item["missed"] = missed_of(conn, inspection_id)
+        return item
+
+    @router.get("/api/live")
+    def live() -> dict[str, Any]:
+        now = clock()
+        with store.engine.connect() as conn:
+            return queries.live_summary(conn, now.replace(tzinfo=None), shift_start(now, shifts).replace(tzinfo=None))
+
+    @router.get("/api/classes")
+    def known_classes() -> dict[str, Any]:
+        return {"classes": store.classes(refresh=True)}
+
+    @router.get("/api/events")
+    def events(since: Annotated[str | None, Query(max_length=64)] = None) -> dict[str, Any]:
+        start = _since(since, (clock() - timedelta(days=1)).replace(tzinfo=None))
+        with store.engine.connect() as conn:
+            return {"items": queries.events_since(conn, start)}
+
+
+def _review_routes(router: APIRouter, store: Store, clock: Callable[[], datetime]) -> None:
+    """The review queue, verdicts and drawn misses."""
+
+    @router.get("/api/review/next", response_model=None)
+    def review_next() -> dict[str, Any] | Response:
+        with store.engine.connect() as conn:
+            item = queries.review_next(conn)
+        return Response(status_code=204) if item is None else item
+
+    @router.post("/api/calls/{call_id}/verdict")
+    def verdict(call_id: Id, body: VerdictIn) -> dict[str, Any]:
+        if body.class_name is not None and body.verdict != "defect":
+            raise HTTPException(422, "class: only a defect verdict takes a class")
+        if body.class_name is not None and not store.is_class(body.class_name):
+            raise HTTPException(422, f"class: unknown class {body.class_name[:64]!r} (known: {', '.join(store.classes())})")
+        try:
+            with store.engine.begin() as conn:
+                return record_verdict(conn, call_id, body.verdict, body.class_name, body.reviewer, clock())
+        except NotFound as exc:
+            raise HTTPException(404, str(exc)) from None
+
+    @router.post("/api/inspections/{inspection_id}/missed", status_code=201)
+    def missed(inspection_id: Id, body: MissedIn) -> JSONResponse:
+        if not store.is_class(body.class_name):
+            raise HTTPException(422, f"class: unknown class {body.class_name[:64]!r} (known: {', '.join(store.classes())})")
+        with store.engine.begin() as conn:
+            row = queries.get_inspection(conn, inspection_id)
+            if row is None:
+                raise HTTPException(404, f"no inspection {inspection_id}")
+            if not row.width or not row.height:
+                raise HTTPException(409, f"inspection {inspection_id} has no frame to draw on")
+            x1, y1, x2, y2 = body.box
+            if x1 < 0 or y1 < 0 or x2 > row.width or y2 > row.height:
+                raise HTTPException(422, f"box: {list(body.box)} is not inside the {row.width}x{row.height} frame")
+            stored = record_missed(conn, inspection_id, body.box, body.class_name, body.reviewer, clock())
+        return JSONResponse(stored, status_code=201)
+
+
+def _picture_routes(router: APIRouter, store: Store) -> None:
+    """Stored frames and golden images, found through the paths the recorder stored."""
+
+    def picture(inspection_id: int, column: str) -> FileResponse:
+        with store.engine.connect() as conn:
+            row = queries.get_inspection(conn, inspection_id)
+        if row is None:
+            raise HTTPException(404, f"no inspection {inspection_id}")
+        path = resolve(store.images, getattr(row, column))
+        if path is None:
+            what = "frame" if column == "image" else "golden image"
+            raise HTTPException(404, f"inspection {inspection_id} has no stored {what}")
+        return FileResponse(path, media_type="image/png", headers={"Cache-Control": "private, max-age=3600"})
+
+    @router.get("/api/inspections/{inspection_id}/image", response_class=FileResponse)
+    def image(inspection_id: Id) -> FileResponse:
+        return picture(inspection_id, "image")
+
+    @router.get("/api/inspections/{inspection_id}/reference", response_class=FileResponse)
+    def reference(inspection_id: Id) -> FileResponse:
+        return picture(inspection_id, "reference_image")

@@ -1,0 +1,185 @@
+"""The reads behind the pages and the JSON API, written for a long history (100,000 frames and more).
+
+Every query here is served by an index: newest inspections by primary key with keyset pagination (``before=ID``), the
+review queue by ``calls(pending, id)``, counts per class and per board from the per-minute ``tallies`` the recorder adds
+up (a shift is at most a few hundred rows, whatever the frame rate), events by ``time``. Boxes are xyxy in frame pixels.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select, true
+from sqlalchemy.engine import Connection, Row
+
+from defect_detector.station.db import iso
+from defect_detector.station.schema import calls, class_tallies, drift_events, get_meta, inspections, tallies
+
+MAX_LIMIT = 500
+"""Most inspections one ``/api/inspections`` page returns."""
+DRIFT_POINTS = 300
+"""Frames in the live page's drift chart."""
+ALERTS = 50
+"""Events in the live page's alert history."""
+MAX_EVENTS = 2000
+"""Most events one ``/api/events`` answer returns (the oldest after ``since``)."""
+
+
+def call_dict(row: Row[Any]) -> dict[str, Any]:
+    """A ``calls`` row as the API gives it: ``{"id", "class", "score", "box": [x1, y1, x2, y2]}`` (+ review state)."""
+    return {
+        "id": row.id,
+        "class": row.class_name,
+        "score": round(float(row.score), 4),
+        "box": [float(row.x1), float(row.y1), float(row.x2), float(row.y2)],
+        "verdict": row.verdict,
+        "verdict_class": row.verdict_class,
+    }
+
+
+def inspection_dict(row: Row[Any], call_rows: list[Row[Any]]) -> dict[str, Any]:
+    """An ``inspections`` row and its calls as ``/api/inspections`` items (DESIGN.md "Line station")."""
+    return {
+        "id": row.id,
+        "source": row.source,
+        "frame": row.frame,
+        "name": row.name,
+        "time": iso(row.time),
+        "model": row.model,
+        "reference": row.reference,
+        "verdict": row.verdict,
+        "drift": row.drift,
+        "score": None if row.score is None else round(float(row.score), 4),
+        "width": row.width,
+        "height": row.height,
+        "image": row.image is not None,
+        "golden": row.reference_image is not None,
+        "calls": [call_dict(c) for c in call_rows],
+    }
+
+
+def _calls_of(conn: Connection, ids: list[int]) -> dict[int, list[Row[Any]]]:
+    by_id: dict[int, list[Row[Any]]] = {i: [] for i in ids}
+    if ids:
+        for row in conn.execute(select(calls).where(calls.c.inspection_id.in_(ids)).order_by(calls.c.score.desc(), calls.c.id)):
+            by_id[row.inspection_id].append(row)
+    return by_id
+
+
+def list_inspections(conn: Connection, limit: int = 50, before: int | None = None) -> list[dict[str, Any]]:
+    """Up to ``limit`` inspections, newest first, with ids below ``before`` when given (keyset pagination)."""
+    stmt = select(inspections).order_by(inspections.c.id.desc()).limit(max(1, min(limit, MAX_LIMIT)))
+    if before is not None:
+        stmt = stmt.where(inspections.c.id < before)
+    rows = conn.execute(stmt).all()
+    by_id = _calls_of(conn, [r.id for r in rows])
+    return [inspection_dict(r, by_id[r.id]) for r in rows]
+
+
+def get_inspection(conn: Connection, inspection_id: int) -> Row[Any] | None:
+    """The ``inspections`` row of ``inspection_id`` (None when there is none)."""
+    return conn.execute(select(inspections).where(inspections.c.id == inspection_id)).first()
+
+
+def inspection_with_calls(conn: Connection, inspection_id: int) -> dict[str, Any] | None:
+    row = get_inspection(conn, inspection_id)
+    return None if row is None else inspection_dict(row, _calls_of(conn, [row.id])[row.id])
+
+
+def queue_length(conn: Connection) -> int:
+    """Calls waiting for a verdict."""
+    return int(conn.execute(select(func.count()).select_from(calls).where(calls.c.pending == true())).scalar() or 0)
+
+
+def review_next(conn: Connection) -> dict[str, Any] | None:
+    """The oldest call waiting for a verdict with its inspection, and the queue's length; None when the queue is empty."""
+    call = conn.execute(select(calls).where(calls.c.pending == true()).order_by(calls.c.id).limit(1)).first()
+    if call is None:
+        return None
+    return {"call": call_dict(call), "inspection": inspection_with_calls(conn, call.inspection_id), "queue": queue_length(conn)}
+
+
+def event_dict(row: Row[Any]) -> dict[str, Any]:
+    """A ``drift_events`` row: the event as the alerts file has it, plus ``id`` and the ``inspection`` that raised it."""
+    details = json.loads(row.details) if row.details else {}
+    return {
+        **details,
+        "id": row.id,
+        "event": row.event,
+        "source": row.source,
+        "frame": row.frame,
+        "time": iso(row.time),
+        "severity": row.severity,
+        "score": row.score,
+        "cause": row.cause,
+        "reason": row.reason,
+        "inspection": row.inspection_id,
+    }
+
+
+def events_since(conn: Connection, since: datetime, limit: int = MAX_EVENTS) -> list[dict[str, Any]]:
+    """Drift and changeover events at or after ``since`` (naive UTC), oldest first, at most ``limit``."""
+    stmt = select(drift_events).where(drift_events.c.time >= since).order_by(drift_events.c.time, drift_events.c.id).limit(limit)
+    return [event_dict(r) for r in conn.execute(stmt)]
+
+
+def counts_since(conn: Connection, since: datetime) -> dict[str, Any]:
+    """Boards, calls, calls per board and calls per class in the minutes from ``since`` (naive UTC) on."""
+    minute = since.replace(second=0, microsecond=0)
+    boards, total = conn.execute(
+        select(func.coalesce(func.sum(tallies.c.boards), 0), func.coalesce(func.sum(tallies.c.calls), 0)).where(tallies.c.minute >= minute)
+    ).one()
+    per_class = conn.execute(
+        select(class_tallies.c.class_name, func.sum(class_tallies.c.calls))
+        .where(class_tallies.c.minute >= minute)
+        .group_by(class_tallies.c.class_name)
+    ).all()
+    boards, total = int(boards), int(total)
+    return {
+        "boards": boards,
+        "calls": total,
+        "calls_per_board": round(total / boards, 3) if boards else None,
+        "per_class": {name: int(n) for name, n in per_class},
+    }
+
+
+def drift_series(conn: Connection, points: int = DRIFT_POINTS) -> list[dict[str, Any]]:
+    """The drift score of the newest ``points`` frames, oldest first: ``{"id", "frame", "time", "score", "drift"}``."""
+    cols = (inspections.c.id, inspections.c.frame, inspections.c.time, inspections.c.score, inspections.c.drift)
+    rows = conn.execute(select(*cols).order_by(inspections.c.id.desc()).limit(points)).all()
+    return [
+        {
+            "id": r.id,
+            "frame": r.frame,
+            "time": iso(r.time),
+            "score": None if r.score is None else round(float(r.score), 3),
+            "drift": r.drift,
+        }
+        for r in reversed(rows)
+    ]
+
+
+def recent_events(conn: Connection, limit: int = ALERTS) -> list[dict[str, Any]]:
+    """The newest ``limit`` events, newest first."""
+    return [event_dict(r) for r in conn.execute(select(drift_events).order_by(drift_events.c.id.desc()).limit(limit))]
+
+
+def live_summary(conn: Connection, now: datetime, shift_start: datetime) -> dict[str, Any]:
+    """Everything the live page shows: the newest frame with a picture (and its calls), the counts of the last hour
+    and of the shift, the drift chart's points, the alert history and the review queue's length."""
+    live = get_meta(conn, "live")
+    latest = inspection_with_calls(conn, int(live)) if live else None
+    newest = conn.execute(select(inspections.c.id, inspections.c.time).order_by(inspections.c.id.desc()).limit(1)).first()
+    return {
+        "now": iso(now),
+        "shift_start": iso(shift_start),
+        "latest": latest,
+        "newest": None if newest is None else {"id": newest.id, "time": iso(newest.time)},
+        "hour": counts_since(conn, now - timedelta(hours=1)),
+        "shift": counts_since(conn, shift_start),
+        "drift": drift_series(conn),
+        "alerts": recent_events(conn),
+        "queue": queue_length(conn),
+    }

@@ -1,0 +1,183 @@
+"""The station's tables (SQLAlchemy Core) and their schema version.
+
+Times are naive UTC. Boxes are xyxy float in the frame's pixels. Names (sources, frames, models, classes) are
+unbounded text, so no input is ever too long for PostgreSQL; enumerations (verdict, drift state) are short strings.
+
+The indexes serve the pages' queries on a large history: ``inspections`` newest first by primary key (keyset
+pagination), ``calls.pending`` for the review queue, ``tallies`` / ``class_tallies`` (per-minute counts the recorder
+adds up as it writes) for the live page's counts, and the ``time`` indexes for the report and ``/api/events``.
+
+``station_meta`` holds ``schema_version`` (:data:`SCHEMA_VERSION`), ``images_root`` (where stored PNGs live, for a
+server database) and ``live`` (the id of the newest inspection with a picture). A database written by a newer version
+is refused; an older one is migrated by :data:`_MIGRATIONS` (none yet).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    select,
+)
+from sqlalchemy.engine import Connection, Engine
+
+SCHEMA_VERSION = 1
+ID = BigInteger().with_variant(Integer(), "sqlite")  # SQLite: INTEGER PRIMARY KEY, the rowid
+CALL_VERDICTS = ("defect", "false_call", "skip")
+
+metadata = MetaData()
+
+station_meta = Table(
+    "station_meta",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+classes = Table(
+    "classes",
+    metadata,
+    Column("id", ID, primary_key=True, autoincrement=True),
+    Column("name", Text, nullable=False, unique=True),
+)
+
+inspections = Table(
+    "inspections",
+    metadata,
+    Column("id", ID, primary_key=True, autoincrement=True),
+    Column("source", Text, nullable=False),
+    Column("frame", BigInteger, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("time", DateTime, nullable=False),
+    Column("model", Text, nullable=False),
+    Column("reference", Text),
+    Column("verdict", String(16), nullable=False),
+    Column("reason", Text),
+    Column("drift", String(16), nullable=False),
+    Column("score", Float),
+    Column("width", Integer),
+    Column("height", Integer),
+    Column("image", String(255)),  # stored PNG, relative to the images root (None: not kept)
+    Column("reference_image", String(255)),  # stored registered golden image, same frame and folder
+    Column("queued", Boolean, nullable=False),
+    Index("ix_inspections_time", "time"),
+)
+
+calls = Table(
+    "calls",
+    metadata,
+    Column("id", ID, primary_key=True, autoincrement=True),
+    Column("inspection_id", ID, ForeignKey("inspections.id", ondelete="CASCADE"), nullable=False),
+    Column("class_name", Text, nullable=False),
+    Column("score", Float, nullable=False),
+    Column("x1", Float, nullable=False),
+    Column("y1", Float, nullable=False),
+    Column("x2", Float, nullable=False),
+    Column("y2", Float, nullable=False),
+    Column("time", DateTime, nullable=False),  # the inspection's time, for the report by shift
+    Column("review", Boolean, nullable=False),  # it went to the review queue
+    Column("pending", Boolean, nullable=False),  # in the queue and without a verdict yet
+    Column("verdict", String(16)),  # the latest verdict (history in ``verdicts``)
+    Column("verdict_class", Text),  # the class the reviewer confirmed (defect only)
+    Index("ix_calls_inspection", "inspection_id"),
+    Index("ix_calls_pending", "pending", "id"),
+    Index("ix_calls_verdict_time", "verdict", "time"),
+)
+
+verdicts = Table(
+    "verdicts",
+    metadata,
+    Column("id", ID, primary_key=True, autoincrement=True),
+    Column("call_id", ID, ForeignKey("calls.id", ondelete="CASCADE")),  # None: a missed defect the reviewer drew
+    Column("inspection_id", ID, ForeignKey("inspections.id", ondelete="CASCADE"), nullable=False),
+    Column("verdict", String(16), nullable=False),
+    Column("class_name", Text),
+    Column("x1", Float),
+    Column("y1", Float),
+    Column("x2", Float),
+    Column("y2", Float),
+    Column("reviewer", String(64), nullable=False),
+    Column("time", DateTime, nullable=False),
+    CheckConstraint(f"verdict IN ({', '.join(repr(v) for v in CALL_VERDICTS)})", name="ck_verdicts_verdict"),
+    Index("ix_verdicts_inspection", "inspection_id"),
+    Index("ix_verdicts_call", "call_id"),
+)
+
+drift_events = Table(
+    "drift_events",
+    metadata,
+    Column("id", ID, primary_key=True, autoincrement=True),
+    Column("inspection_id", ID, ForeignKey("inspections.id", ondelete="SET NULL")),  # the frame that raised it
+    Column("event", String(32), nullable=False),  # drift, recovered, rebaseline, changeover
+    Column("source", Text, nullable=False),
+    Column("frame", BigInteger, nullable=False),
+    Column("time", DateTime, nullable=False),
+    Column("severity", String(16)),
+    Column("score", Float),
+    Column("cause", String(128)),
+    Column("reason", Text),
+    Column("details", Text, nullable=False),  # the whole event as JSON
+    Index("ix_drift_events_time", "time"),
+)
+
+tallies = Table(
+    "tallies",
+    metadata,
+    Column("minute", DateTime, primary_key=True),
+    Column("boards", Integer, nullable=False),
+    Column("calls", Integer, nullable=False),
+)
+
+class_tallies = Table(
+    "class_tallies",
+    metadata,
+    Column("minute", DateTime, primary_key=True),
+    Column("class_name", Text, primary_key=True),
+    Column("calls", Integer, nullable=False),
+)
+
+_MIGRATIONS: dict[int, Callable[[Connection], None]] = {}
+"""``version -> step`` bringing a database at ``version`` to ``version + 1``."""
+
+
+def ensure_schema(engine: Engine) -> None:
+    """Create the tables a database lacks and check (or migrate) its schema version. ``ValueError`` for a database of
+    a newer version than this program's."""
+    metadata.create_all(engine, checkfirst=True)
+    with engine.begin() as conn:
+        stored = conn.execute(select(station_meta.c.value).where(station_meta.c.key == "schema_version")).scalar()
+        if stored is None:
+            conn.execute(station_meta.insert().values(key="schema_version", value=str(SCHEMA_VERSION)))
+            return
+        version = int(stored)
+        if version > SCHEMA_VERSION:
+            raise ValueError(f"the station database has schema version {version}; this program knows up to {SCHEMA_VERSION}: upgrade it")
+        while version < SCHEMA_VERSION:
+            _MIGRATIONS[version](conn)
+            version += 1
+        conn.execute(station_meta.update().where(station_meta.c.key == "schema_version").values(value=str(version)))
+
+
+def get_meta(conn: Connection, key: str) -> str | None:
+    """The ``station_meta`` value of ``key`` (None when unset)."""
+    return conn.execute(select(station_meta.c.value).where(station_meta.c.key == key)).scalar()
+
+
+def set_meta(conn: Connection, key: str, value: str) -> None:
+    """Set ``station_meta[key]`` (insert or update)."""
+    done = conn.execute(station_meta.update().where(station_meta.c.key == key).values(value=value)).rowcount
+    if not done:
+        conn.execute(station_meta.insert().values(key=key, value=value))

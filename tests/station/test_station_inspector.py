@@ -1,0 +1,93 @@
+"""The inspector records through the station: ``Inspector.load(..., db=URL)`` and ``predict --db URL`` put every frame
+(its calls, the golden image it was registered against) into the database; the shift boundaries of the report."""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from small_checkpoint import write_small_checkpoint
+from sqlalchemy import func, select
+
+from defect_detector.cli.main import main
+from defect_detector.data.synth import generate_board_pair
+from defect_detector.inspect.inspector import Inspector
+from defect_detector.station.report import parse_shifts, shift_start, shift_windows
+from defect_detector.station.schema import calls, inspections
+from defect_detector.station.store import Store
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def boards(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("boards")
+    (folder / "frames").mkdir()
+    (folder / "golden").mkdir()
+    for i in range(3):
+        image, template, _, _ = generate_board_pair(192, 256, np.random.default_rng(i), (2, 3))
+        assert cv2.imwrite(str(folder / "frames" / f"b{i}.png"), image)
+        assert cv2.imwrite(str(folder / "golden" / f"b{i}.png"), template)
+    (folder / "frames" / "broken.png").write_bytes(b"not an image")
+    return folder
+
+
+def test_inspector_records_frames_and_their_golden_images(boards: Path, tmp_path: Path) -> None:
+    weights = write_small_checkpoint(tmp_path / "ref.pt", 128, in_channels=2)
+    db = tmp_path / "line.db"
+    with Inspector.load(weights, reference=boards / "golden", device="cpu", threads=1, conf=0.25, db=str(db)) as inspector:
+        summary = inspector.run(str(boards / "frames"))
+        assert inspector.recorder is not None
+    assert inspector.recorder is None and summary["frames"] == 4
+    with Store(str(db)) as store, store.engine.connect() as conn:
+        rows = conn.execute(select(inspections).order_by(inspections.c.frame)).all()
+        n_calls = conn.execute(select(func.count()).select_from(calls)).scalar()
+    assert [r.name for r in rows] == ["b0.png", "b1.png", "b2.png", "broken.png"]
+    assert [r.verdict for r in rows] == ["fail", "fail", "fail", "not_inspected"]
+    assert rows[3].reason and rows[3].image is None and rows[3].reference is None
+    assert n_calls == summary["detections"] > 0
+    for r in rows[:3]:
+        assert r.model == "ref.pt" and r.reference == r.name and r.queued and (r.width, r.height) == (256, 192)
+        golden = cv2.imread(str(store.images / r.reference_image), cv2.IMREAD_UNCHANGED)
+        assert golden.shape == (192, 256) and golden.dtype == np.uint8  # registered into the frame's pixels
+
+
+def test_predict_db_flag(boards: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    weights = write_small_checkpoint(tmp_path / "small.pt", 128)
+    db = tmp_path / "predict.db"
+    argv = ["predict", str(boards / "frames" / "b0.png"), "--weights", str(weights), "--db", str(db), "--threads", "1", "--device", "cpu"]
+    assert main(argv) == 0
+    assert f"station database: {db}" in capsys.readouterr().out
+    with Store(str(db)) as store, store.engine.connect() as conn:
+        assert conn.execute(select(inspections.c.name)).scalars().all() == ["b0.png"]
+    assert main([*argv[:4], "--db", "mysql://x/y", *argv[6:]]) == 2
+    assert "unsupported database" in capsys.readouterr().err
+
+
+@pytest.fixture
+def utc_zone(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_shifts(utc_zone: None) -> None:
+    at = datetime(2025, 3, 10, 5, 30, tzinfo=timezone.utc)
+    assert shift_start(at) == datetime(2025, 3, 9, 22, tzinfo=timezone.utc)  # the night shift began yesterday
+    assert shift_start(at.replace(hour=14)) == datetime(2025, 3, 10, 14, tzinfo=timezone.utc)
+    windows = shift_windows(datetime(2025, 3, 10, 7, tzinfo=timezone.utc), datetime(2025, 3, 11, 1, tzinfo=timezone.utc))
+    assert [(s.hour, e.hour) for s, e in windows] == [(6, 14), (14, 22), (22, 6)]
+    assert parse_shifts("22, 6,14") == (6, 14, 22)
+    with pytest.raises(ValueError, match="at most"):
+        shift_windows(datetime(2024, 1, 1, tzinfo=timezone.utc), datetime(2025, 1, 1, tzinfo=timezone.utc))
+    for bad in ("", "6,25", "day"):
+        with pytest.raises(ValueError, match="--shifts"):
+            parse_shifts(bad)
+    assert os.environ["TZ"] == "UTC"
