@@ -24,7 +24,8 @@ DEMO_REFERENCE = 32
 
 def run_demo(out_dir: str | Path = "out/demo", samples: str | Path = SAMPLES, threads: int | None = None) -> dict:
     """Run the three demo steps, writing under ``out_dir``; returns a summary dict."""
-    from defect_detector.inspect.inspector import Inspector, summary_line
+    from defect_detector.inspect.inspector import Inspector
+    from defect_detector.inspect.run_summary import summary_line
     from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
 
     samples, out = Path(samples), Path(out_dir)

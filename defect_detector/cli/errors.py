@@ -54,3 +54,9 @@ def check_imgsz(imgsz: int | None, flag: str = "--imgsz") -> None:
     """``imgsz`` (None: the model's) must be a multiple of 32 (the model's largest stride) and at least 64."""
     if imgsz is not None and (imgsz < 64 or imgsz % 32):
         raise CliError(f"{flag} must be a multiple of 32 and >= 64, got {imgsz}")
+
+
+class NotInspected(CliError):
+    """Some frames were not inspected (the outputs are written): one line, exit code 3."""
+
+    exit_code = 3

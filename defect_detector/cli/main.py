@@ -48,8 +48,9 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one subcommand; the error boundary: an expected failure (see ``cli_errors``) prints one line
-    ``defect-detector CMD: error: <file>: <problem>`` and returns 2, Ctrl-C returns 130."""
+    """Run one subcommand; the error boundary: an expected failure (see ``cli/errors.py``) prints one line
+    ``defect-detector CMD: error: <file>: <problem>`` and returns 2 (3 when frames were not inspected:
+    ``NotInspected``), Ctrl-C returns 130."""
     args = build_parser(COMMANDS).parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         if not is_expected(exc, (CliError,)):
             raise
         print(f"defect-detector {args.command}: error: {error_line(exc)}", file=sys.stderr)
-        return 2
+        return int(getattr(exc, "exit_code", 2))
     return 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from defect_detector.cli.errors import CliError
+from defect_detector.cli.errors import CliError, NotInspected
 from defect_detector.cli.options import TTA_HELP, add_monitor_arguments
 
 
@@ -24,8 +24,24 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--conf", type=float, help="score threshold (default: the operating point the weights store, eval.f1_conf)")
     p.add_argument("--iou", type=float, help="NMS IoU threshold, per class (default: the weights' eval.nms_iou)")
     p.add_argument("--max-det", type=int, default=100, help="calls kept per model input: a frame, or each tile of a tiled frame")
-    p.add_argument("--save-json", help="write detections (bbox xywh in original pixels) here; video/streams also get a .jsonl")
-    p.add_argument("--save-dir", help="write annotated images (or an .mp4 for video/streams) here")
+    p.add_argument(
+        "--save-json",
+        help="write one record per frame here: verdict (pass, fail, not_inspected), reason, calls (bbox xywh in original pixels); "
+        "video/streams also get a .jsonl",
+    )
+    p.add_argument(
+        "--json-layout",
+        choices=["frames", "detections"],
+        default="frames",
+        help="frames (default): one record per frame; detections: v0.8's flat list of calls (frames without calls are absent)",
+    )
+    p.add_argument("--report", help="write a CSV here: one row per frame (name, verdict, reason, calls per class, drift state)")
+    p.add_argument("--save-dir", help="write annotated images (or an .mp4 for video/streams) here; frames not inspected are stamped")
+    p.add_argument(
+        "--allow-skips",
+        action="store_true",
+        help="exit 0 even when some frames were not inspected (default: exit 3, so no uninspected board passes unnoticed)",
+    )
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
     p.add_argument("--threads", type=int, help="torch CPU threads")
     p.add_argument("--batch", type=int, default=1, help="frames per model call (files and video; streams use 1)")
@@ -49,7 +65,8 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from defect_detector.core.config import EvalConfig
-    from defect_detector.inspect.inspector import Inspector, summary_line
+    from defect_detector.inspect.inspector import Inspector
+    from defect_detector.inspect.run_summary import summary_line
     from defect_detector.model.tta import orientations
 
     inspector = Inspector.load(
@@ -85,7 +102,16 @@ def run(args: argparse.Namespace) -> None:
                 f"note: --save-json keeps detections scoring >= {conf:g}; "
                 f"to score mAP (pycocotools) keep the whole ranking: --conf {EvalConfig.conf}"
             )
-        summary = inspector.run(args.source, args.batch, args.max_frames, args.latest_only, args.save_json, args.save_dir)
+        summary = inspector.run(
+            args.source,
+            args.batch,
+            args.max_frames,
+            args.latest_only,
+            args.save_json,
+            args.save_dir,
+            report=args.report,
+            json_layout=args.json_layout,
+        )
     print(summary_line(summary))
     for kind, path in summary["outputs"].items():
         print(f"wrote {kind}: {path}")
@@ -98,3 +124,7 @@ def run(args: argparse.Namespace) -> None:
             f"{args.source}: the stream failed and could not be reopened, so the run stopped early "
             f"(after {summary['frames']} frames, {summary['reconnects']} reconnects; the outputs above hold those frames)"
         )
+    skipped = summary["verdicts"]["not_inspected"]
+    if skipped and not args.allow_skips:
+        why = ", ".join(f"{reason} x{n}" for reason, n in sorted(summary["not_inspected"].items()))
+        raise NotInspected(f"{skipped} of {summary['frames']} frames were NOT INSPECTED ({why}); --allow-skips accepts that")

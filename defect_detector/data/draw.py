@@ -14,6 +14,9 @@ import numpy as np
 
 GT_COLOR_BGR = (0, 200, 0)
 PRED_COLOR_BGR = (0, 0, 255)
+CLASS_COLORS_BGR = ((0, 0, 230), (230, 110, 0), (0, 160, 240), (200, 60, 200), (0, 200, 200), (150, 120, 0), (60, 60, 160), (90, 90, 90))
+"""One colour per class (by label, cycling): red, blue, orange, purple, yellow, teal, brown, grey; distinct on gray boards."""
+STAMP_COLOR_BGR = (0, 0, 200)
 
 
 def to_numpy(x: Any) -> np.ndarray:
@@ -67,19 +70,41 @@ def _text_color(color: tuple[int, int, int]) -> tuple[int, int, int]:
     return (0, 0, 0) if 0.114 * b + 0.587 * g + 0.299 * r > 150 else (255, 255, 255)
 
 
+def class_color(label: int) -> tuple[int, int, int]:
+    """The BGR colour of class ``label`` (:data:`CLASS_COLORS_BGR`)."""
+    return CLASS_COLORS_BGR[int(label) % len(CLASS_COLORS_BGR)]
+
+
+def _free_spot(rect: tuple[int, int, int, int], taken: list[tuple[int, int, int, int]], height: int) -> tuple[int, int, int, int]:
+    """``rect`` (x1, y1, x2, y2) moved down, then up, in steps of its height until it overlaps no rect of ``taken``
+    (at most 8 steps each way; the original place if none is free)."""
+    x1, y1, x2, y2 = rect
+    step = y2 - y1
+
+    def free(ty: int) -> bool:
+        return 0 <= ty and ty + step <= height and all(x2 <= a1 or x1 >= a2 or ty + step <= b1 or ty >= b2 for a1, b1, a2, b2 in taken)
+
+    for k in range(9):
+        for ty in (y1 + k * step, y1 - k * step):
+            if free(ty):
+                return x1, ty, x2, ty + step
+    return rect
+
+
 def draw_boxes(
     canvas: np.ndarray,
     boxes: Any,
     scores: Any,
     labels: Any,
     class_names: Sequence[str],
-    color: tuple[int, int, int],
+    color: tuple[int, int, int] | None = None,
     label_at_bottom: bool = False,
 ) -> None:
     """Draw xyxy ``boxes`` with "name score" tags on BGR ``canvas`` in place.
 
-    Tags sit above the box top-left corner (or below its bottom-left corner when ``label_at_bottom``),
-    moved inside the image when they would fall outside it. ``scores`` may be ``None`` (no score shown).
+    ``color``: one BGR colour for every box, or None for each class's own (:func:`class_color`). Tags sit above the
+    box top-left corner (or below its bottom-left corner when ``label_at_bottom``), moved inside the image, and moved
+    off tags already drawn so that crowded calls on large frames stay readable. ``scores`` may be ``None``.
     """
     boxes_np = to_numpy(boxes).reshape(-1, 4).astype(np.float64)
     labels_np = to_numpy(labels).reshape(-1).astype(np.int64)
@@ -94,17 +119,15 @@ def draw_boxes(
     font_scale = _font_scale(height, width)
     font_thickness = max(1, thickness // 2)
     font = cv2.FONT_HERSHEY_SIMPLEX
-    color = tuple(int(c) for c in color)
-    text_color = _text_color(color)
-
+    taken: list[tuple[int, int, int, int]] = []
     for i, box in enumerate(boxes_np):
         if not np.all(np.isfinite(box)):
             continue
+        bgr = tuple(int(c) for c in (color if color is not None else class_color(int(labels_np[i]))))
         x1, y1, x2, y2 = (int(round(v)) for v in box)
         x1, x2 = sorted((min(max(x1, 0), width - 1), min(max(x2, 0), width - 1)))
         y1, y2 = sorted((min(max(y1, 0), height - 1), min(max(y2, 0), height - 1)))
-        cv2.rectangle(canvas, (x1, y1), (x2, y2), color, thickness, lineType=cv2.LINE_AA)
-
+        cv2.rectangle(canvas, (x1, y1), (x2, y2), bgr, thickness, lineType=cv2.LINE_AA)
         text = _class_name(int(labels_np[i]), class_names)
         if scores_np is not None:
             text = f"{text} {scores_np[i]:.2f}"
@@ -115,8 +138,29 @@ def draw_boxes(
         else:
             ty = y1 - tag_h if y1 - tag_h >= 0 else min(y1, max(height - tag_h, 0))
         tx = min(x1, max(width - tw - 2, 0))
-        cv2.rectangle(canvas, (tx, ty), (tx + tw + 2, ty + tag_h), color, thickness=-1)
-        cv2.putText(canvas, text, (tx + 1, ty + th + 1), font, font_scale, text_color, font_thickness, lineType=cv2.LINE_AA)
+        tx, ty, tx2, ty2 = _free_spot((tx, ty, tx + tw + 2, ty + tag_h), taken, height)
+        taken.append((tx, ty, tx2, ty2))
+        cv2.rectangle(canvas, (tx, ty), (tx2, ty2), bgr, thickness=-1)
+        cv2.putText(canvas, text, (tx + 1, ty + th + 1), font, font_scale, _text_color(bgr), font_thickness, lineType=cv2.LINE_AA)
+
+
+def stamp(canvas: np.ndarray, title: str, detail: str = "") -> np.ndarray:
+    """Write ``title`` (e.g. ``NOT INSPECTED``) and ``detail`` (the reason) across BGR ``canvas`` in place, on a band
+    across its middle, so a frame that was not inspected can never pass for a clean one. Returns ``canvas``."""
+    height, width = canvas.shape[:2]
+    font, scale = cv2.FONT_HERSHEY_SIMPLEX, max(0.6, min(height, width) / 400.0)
+    lines = [(title, scale * 1.6, max(2, round(scale * 2.5)))] + [
+        (detail[i : i + 60], scale * 0.7, max(1, round(scale))) for i in range(0, len(detail), 60)
+    ]
+    sizes = [cv2.getTextSize(text, font, s, th)[0] for text, s, th in lines]
+    band = sum(h for _, h in sizes) + 14 * (len(lines) + 1)
+    top = max(0, (height - band) // 2)
+    cv2.rectangle(canvas, (0, top), (width - 1, min(height - 1, top + band)), STAMP_COLOR_BGR, thickness=-1)
+    y = top
+    for (text, s, th), (tw, h) in zip(lines, sizes):
+        y += 14 + h
+        cv2.putText(canvas, text, (max(4, (width - tw) // 2), y), font, s, (255, 255, 255), th, lineType=cv2.LINE_AA)
+    return canvas
 
 
 def draw_detections(
@@ -125,7 +169,7 @@ def draw_detections(
     scores: Any,
     labels: Any,
     class_names: Sequence[str],
-    color: tuple[int, int, int] = (0, 0, 255),
+    color: tuple[int, int, int] | None = None,
 ) -> np.ndarray:
     """Return a BGR uint8 copy of ``image`` with detections drawn on it (the input is not modified).
 
@@ -135,7 +179,7 @@ def draw_detections(
         scores: ``[N]`` confidences shown as "name 0.87", or ``None`` to show only the class name (e.g. ground truth).
         labels: ``[N]`` integer class indices into ``class_names`` (unknown indices are shown as numbers).
         class_names: class names, indexed by label.
-        color: BGR colour of boxes and tag backgrounds; red by default.
+        color: BGR colour of boxes and tag backgrounds; None (default): each class its own (:func:`class_color`).
 
     Line thickness and font scale grow with the image's smaller side so tags stay readable on both
     640x640 inputs and 2048x1536 originals.

@@ -39,16 +39,16 @@ from defect_detector.data.images import ConversionNotice
 from defect_detector.inspect.outputs import Outputs
 from defect_detector.inspect.pipeline import Pipeline, gray_frame
 from defect_detector.inspect.references import ReferenceError, References
+from defect_detector.inspect.run_summary import Tally
 from defect_detector.inspect.runtime import Runtime
-from defect_detector.inspect.sources import Frame, FrameSource, open_source
+from defect_detector.inspect.sources import Frame, open_source
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
-from defect_detector.monitor.alerts import STAGES, AlertRouter
+from defect_detector.monitor.alerts import AlertRouter
 from defect_detector.monitor.drift import DriftEvent
 from defect_detector.monitor.setup import build_monitoring
 
 log = logging.getLogger("defect_detector.inspect")
 
-_EMA = 0.1  # smoothing of the live status line
 
 
 @dataclass
@@ -228,7 +228,7 @@ class Inspector:
             try:
                 warped = self.pipeline.register(frame.image, frame.file_name, given[i] if given is not None else None)
             except ReferenceError as exc:
-                out.append(dataclasses.replace(frame, error=str(exc)))
+                out.append(dataclasses.replace(frame, error=str(exc), error_kind=exc.reason))
                 continue
             out.append(frame)
             kept.append(frame)
@@ -261,9 +261,13 @@ class Inspector:
         save_json: str | None = None,
         save_dir: str | None = None,
         on_result: Callable[[Inspection], None] | None = None,
+        report: str | None = None,
+        json_layout: str = "frames",
     ) -> dict[str, Any]:
         """Inspect every frame of ``source`` (image, folder, glob, video, camera index, stream URL; see
-        ``deploy/sources.py``) and write the requested outputs; returns the summary (:func:`summary_line`).
+        ``inspect/sources.py``) and write the requested outputs (``inspect/outputs.py``: ``save_json`` one record per frame
+        with its verdict, ``report`` a CSV row per frame, ``save_dir`` annotated frames); returns the summary
+        (:func:`~defect_detector.inspect.run_summary.summary_line`).
         Live sources run one frame per call. Ctrl-C stops cleanly: outputs so far are written and
         ``summary["interrupted"]`` is True. Any other error discards this run's unfinished outputs (earlier
         files at ``save_json`` stay as they were) and is raised. ``on_result`` is called per frame, in order."""
@@ -273,15 +277,15 @@ class Inspector:
             raise ValueError(f"--max-frames must be >= 1, got {max_frames}")
         frames = open_source(source, latest_only=latest_only)
         self.runtime.warmup()
-        outputs = Outputs(frames, self.runtime.class_names, save_json, save_dir)
-        tally = _Tally()
+        outputs = Outputs(frames, self.runtime.class_names, save_json, save_dir, report, json_layout)
+        tally = Tally()
         interrupted = False
         bar = tqdm(total=frames.total if max_frames is None else max_frames, unit="frame", file=sys.stderr, disable=None, leave=False)
         try:
             with frames:
                 for chunk in _batches(iter(frames), 1 if frames.is_stream else batch, max_frames):
                     for inspection in self.inspect_frames(chunk):
-                        outputs.add(inspection.frame, inspection.detections)
+                        outputs.add(inspection)
                         tally.add(inspection)
                         if on_result is not None:
                             on_result(inspection)
@@ -330,72 +334,3 @@ def _batches(frames: Iterator[Frame], size: int, max_frames: int | None) -> Iter
             break
     if batch:
         yield batch
-
-
-class _Tally:
-    """Counts and per-stage latency of a run (live, smoothed, for the progress bar; totals for the summary)."""
-
-    def __init__(self) -> None:
-        self.start = time.perf_counter()
-        self.totals = dict.fromkeys(STAGES, 0.0)
-        self.live = dict.fromkeys(STAGES, 0.0)
-        self.consumed = self.processed = self.detections = 0
-        self.events: list[DriftEvent] = []
-
-    def add(self, inspection: Inspection) -> None:
-        self.consumed += 1
-        self.events += inspection.events
-        result = inspection.detections
-        if result is None:
-            return
-        self.processed += 1
-        self.detections += len(result)
-        stage_ms = {"decode": inspection.frame.decode_ms, **result.timings}
-        for stage in STAGES:
-            self.totals[stage] += stage_ms[stage]
-            self.live[stage] = stage_ms[stage] if self.processed == 1 else (1 - _EMA) * self.live[stage] + _EMA * stage_ms[stage]
-
-    def status(self, frames: int) -> str:
-        fps = frames / max(time.perf_counter() - self.start, 1e-9)
-        return f"{fps:.1f} fps, ms: {' '.join(f'{s} {self.live[s]:.1f}' for s in STAGES)}, det {self.detections}"
-
-    def summary(self, source: str, frames: FrameSource, inspector: Inspector, written: dict[str, str], interrupted: bool) -> dict[str, Any]:
-        wall = time.perf_counter() - self.start
-        stats, runtime = frames.stats, inspector.runtime
-        return {
-            "source": source,
-            "kind": frames.kind,
-            "weights": str(runtime.path),
-            "device": str(runtime.device),
-            "frames": self.consumed,
-            "processed": self.processed,
-            "skipped": self.consumed - self.processed,
-            "dropped": stats.dropped,
-            "no_reference": dict(inspector.references.skipped) if inspector.references is not None else {},
-            "detections": self.detections,
-            "drift_monitoring": inspector.monitoring,
-            "drift_events": [e.to_dict() for e in self.events],
-            "reconnects": stats.reconnects,
-            "gaps": len(stats.gaps),
-            "gave_up": stats.gave_up,
-            "wall_s": round(wall, 3),
-            "fps": round(self.processed / wall, 3) if wall > 0 else 0.0,
-            "mean_ms": {s: round(self.totals[s] / self.processed, 3) if self.processed else None for s in STAGES},
-            "outputs": written,
-            "interrupted": interrupted,
-        }
-
-
-def summary_line(summary: dict[str, Any]) -> str:
-    """One human-readable line for the end of a run."""
-    ms = summary["mean_ms"]
-    latency = ", ".join(f"{s} {ms[s]:.2f}" for s in STAGES) if summary["processed"] else "n/a"
-    extra = f", dropped {summary['dropped']}, reconnects {summary['reconnects']}" if summary["kind"] in ("camera", "stream") else ""
-    if summary.get("no_reference"):
-        extra += ", of them without a usable reference: " + ", ".join(f"{why} x{n}" for why, n in sorted(summary["no_reference"].items()))
-    alerts = [e for e in summary.get("drift_events", []) if e["event"] == "drift"]
-    drift = f"; drift alerts {len(alerts)}" if summary.get("drift_monitoring") else "; drift monitoring off"
-    return (
-        f"frames {summary['frames']} (processed {summary['processed']}, skipped {summary['skipped']}{extra}), "
-        f"detections {summary['detections']}{drift}, {summary['fps']:.2f} fps; mean ms per frame: {latency}"
-    )

@@ -103,6 +103,6 @@ class References:
         except ReferenceError as exc:
             self.skipped[exc.reason] += 1
             if sum(self.skipped.values()) <= _MAX_WARNINGS:
-                log.warning("skipping frame %s", exc)
+                log.warning("not inspected: %s", exc)
             raise
         return warped, reg

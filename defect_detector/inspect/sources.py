@@ -66,7 +66,8 @@ class Frame:
     error frame. ``source_name``: the SOURCE string. ``file_name``: the image path relative to SOURCE
     (its base name for a single file or a video; ``camera<N>`` / the URL for streams). ``timestamp``:
     seconds, the position in the video for video files, wall-clock time (``time.time()``) otherwise.
-    ``error``: why the frame has no image. ``decode_ms``: time spent reading and converting it.
+    ``error``: why the frame has no image (or was not inspected), ``error_kind`` the short kind of it for counting
+    (``unreadable``, ``no reference``, ...). ``decode_ms``: time spent reading and converting it.
     """
 
     index: int
@@ -76,6 +77,7 @@ class Frame:
     timestamp: float
     error: str | None = None
     decode_ms: float = 0.0
+    error_kind: str | None = None
 
 
 @dataclass
@@ -251,8 +253,9 @@ class FrameSource:
                 error = None
             except DatasetError as exc:
                 image, error = None, str(exc)
-                log.warning("skipping %s", exc)
-            yield Frame(index, image, self.source, name, time.time(), error, (time.perf_counter() - start) * 1000.0)
+                log.warning("not inspected: %s", exc)
+            kind = "unreadable" if error else None
+            yield Frame(index, image, self.source, name, time.time(), error, (time.perf_counter() - start) * 1000.0, kind)
 
     def _open_capture(self) -> Capture | None:
         try:
@@ -346,7 +349,8 @@ class FrameSource:
             error = None
         except DatasetError as exc:
             gray, error = None, f"frame {index}: {exc}"
-        return Frame(index, gray, self.source, name, timestamp, error, (time.perf_counter() - start) * 1000.0)
+        kind = "unreadable" if error else None
+        return Frame(index, gray, self.source, name, timestamp, error, (time.perf_counter() - start) * 1000.0, kind)
 
     def _check_end(self, read: int) -> None:
         """At the end of a video file: warn when fewer than its header's frame count were read."""

@@ -30,6 +30,7 @@ from defect_detector.data.synth import generate_board, write_synthetic_dataset
 from defect_detector.export import export_torchscript
 from defect_detector.inspect import inspector as inspector_module
 from defect_detector.inspect import outputs as outputs_module
+from defect_detector.inspect.inspector import Inspection
 from defect_detector.inspect.outputs import Outputs
 from defect_detector.inspect.sources import Frame, open_source
 from defect_detector.model.checkpoint import load_checkpoint
@@ -253,7 +254,7 @@ def test_stream_that_gives_up_exits_2_after_writing_its_frames(
     out = tmp_path / "cam.json"
     assert main(["predict", "0", "--weights", str(checkpoint), "--save-json", str(out)]) == 2
     captured = capsys.readouterr()
-    assert "frames 2 (processed 2" in captured.out and f"wrote json: {out}" in captured.out
+    assert "frames 2: pass" in captured.out and f"wrote json: {out}" in captured.out
     line = captured.err.strip().splitlines()[-1]
     assert line.startswith("defect-detector predict: error: 0: the stream failed and could not be reopened") and "after 2 frames" in line
     assert len(out.with_suffix(".jsonl").read_text().splitlines()) == 2
@@ -304,7 +305,7 @@ def _video_outputs(tmp_path: Path) -> tuple[Outputs, Path]:
     outputs = Outputs(source, ["open"], str(out), str(tmp_path / "out"))
     frame = Frame(0, np.zeros((8, 8), np.uint8), "cam.avi", "cam.avi", 0.0)
     empty = torch.zeros(0)
-    outputs.add(frame, Detections(empty.reshape(0, 4), empty, empty.long(), [], torch.zeros(4, 2), {}, None))
+    outputs.add(Inspection(frame, Detections(empty.reshape(0, 4), empty, empty.long(), [], torch.zeros(4, 2), {}, None)))
     return outputs, out
 
 
@@ -331,4 +332,6 @@ def test_outputs_that_fail_to_finish_leave_no_half_result(tmp_path: Path, monkey
     monkeypatch.undo()
     outputs, out = _video_outputs(tmp_path / "again")
     assert set(outputs.close()) == {"json", "jsonl", "video"}
-    assert json.loads(out.read_text()) == [] and json.loads(out.with_suffix(".jsonl").read_text())["frame"] == 0
+    frames = json.loads(out.read_text())
+    assert [(f["frame"], f["verdict"], f["calls"]) for f in frames] == [(0, "pass", [])]
+    assert json.loads(out.with_suffix(".jsonl").read_text()) == frames[0]

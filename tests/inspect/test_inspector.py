@@ -60,19 +60,29 @@ def test_predict_folder_writes_original_pixel_json_and_annotations(
         "--device",
         "cpu",
     ]
-    assert main(argv) == 0
-    printed = capsys.readouterr().out
-    assert "frames 3 (processed 2, skipped 1)" in printed
-    assert "to score mAP (pycocotools) keep the whole ranking: --conf 0.001" in printed
+    assert main(argv) == 3  # broken.png was not inspected: exit 3 unless --allow-skips
+    printed = capsys.readouterr()
+    assert "frames 3: pass 0, fail 2, NOT INSPECTED 1 (unreadable x1)" in printed.out
+    assert "1 of 3 frames were NOT INSPECTED (unreadable x1); --allow-skips accepts that" in printed.err
+    assert "to score mAP (pycocotools) keep the whole ranking: --conf 0.001" in printed.out
+    assert main([*argv, "--allow-skips"]) == 0
 
-    records = json.loads(out_json.read_text())
+    frames = json.loads(out_json.read_text())
+    assert [(f["file_name"], f["verdict"]) for f in frames] == [
+        ("board_0.png", "fail"),
+        ("board_1.png", "fail"),
+        ("broken.png", "not_inspected"),
+    ]
+    assert "corrupt or unsupported image" in frames[2]["reason"] and frames[2]["calls"] == [] and frames[0]["reason"] is None
+    records = [{"file_name": f["file_name"], **call} for f in frames for call in f["calls"]]
     assert records, "the test model should produce detections"
-    assert {r["file_name"] for r in records} <= {"board_0.png", "board_1.png"}
     for r in records:
         x, y, w, h = r["bbox"]
         assert set(r) == {"file_name", "category_name", "bbox", "score"}
         assert r["category_name"] in DEEPPCB_CLASSES and r["score"] >= 0.25
         assert 0 <= x and 0 <= y and w >= 0 and h >= 0 and x + w <= W + 0.01 and y + h <= H + 0.01
+    assert main([*argv, "--allow-skips", "--json-layout", "detections"]) == 0
+    assert json.loads(out_json.read_text()) == records  # v0.8's flat list of calls
 
     runtime = Runtime.load(checkpoint, device="cpu")
     for name in ("board_0.png", "board_1.png"):
@@ -88,8 +98,9 @@ def test_predict_folder_writes_original_pixel_json_and_annotations(
 
         annotated = cv2.imread(str(out_dir / name), cv2.IMREAD_UNCHANGED)
         assert annotated.shape == (H, W, 3)
-        assert (annotated[:, :, 2].astype(int) - annotated[:, :, 1]).max() > 100  # red boxes drawn on a gray board
-    assert not (out_dir / "broken.png").exists()
+        assert (annotated.astype(int).max(axis=2) - annotated.min(axis=2)).max() > 100  # coloured boxes on a gray board
+    stamped = cv2.imread(str(out_dir / "broken.png"), cv2.IMREAD_UNCHANGED)  # a placeholder stamped NOT INSPECTED
+    assert stamped is not None and (stamped[:, :, 2].astype(int) - stamped[:, :, 1]).max() > 100
 
 
 def test_predict_video_writes_frames_jsonl_and_mp4(checkpoint: Path, tmp_path: Path) -> None:
@@ -102,10 +113,10 @@ def test_predict_video_writes_frames_jsonl_and_mp4(checkpoint: Path, tmp_path: P
     argv = ["predict", str(video), "--weights", str(checkpoint), "--save-json", str(out_json), "--save-dir", str(out_dir), "--conf", "0.2"]
     assert main(argv) == 0
     records = json.loads(out_json.read_text())
-    assert records and all(r["file_name"] == "line.avi" and 0 <= r["frame"] < 4 for r in records)
+    assert [r["frame"] for r in records] == [0, 1, 2, 3] and all(r["file_name"] == "line.avi" for r in records)
+    assert all(r["verdict"] in ("pass", "fail") and "timestamp" in r for r in records)
     lines = [json.loads(line) for line in (tmp_path / "video.jsonl").read_text().splitlines()]
-    assert [line["frame"] for line in lines] == [0, 1, 2, 3]
-    assert sum(len(line["detections"]) for line in lines) == len(records)
+    assert lines == records
     capture = cv2.VideoCapture(str(out_dir / "line.mp4"))
     assert capture.isOpened() and int(capture.get(cv2.CAP_PROP_FRAME_COUNT)) == 4
 
@@ -181,12 +192,14 @@ def test_predict_with_a_reference_folder_gives_original_pixels_and_skips_unmatch
     out_json = tmp_path / "pred.json"
     argv = ["predict", str(frames), "--weights", str(reference_checkpoint), "--reference", str(golden), "--save-json", str(out_json),
             "--threads", "1", "--device", "cpu", "--conf", "0.25"]  # fmt: skip
-    assert main(argv) == 0
+    assert main(argv) == 3
     printed = capsys.readouterr().out
     assert "golden-template model" in printed
-    assert "frames 4 (processed 2, skipped 2" in printed
+    assert "NOT INSPECTED 2 (" in printed
     assert "no reference x1" in printed and "reference does not match x1" in printed
-    records = json.loads(out_json.read_text())
+    frames_out = json.loads(out_json.read_text())
+    assert sorted(f["verdict"] for f in frames_out).count("not_inspected") == 2
+    records = [{"file_name": f["file_name"], **c} for f in frames_out for c in f["calls"]]
     assert {r["file_name"] for r in records} == {"board_0.png", "board_1.png"}
     runtime = Runtime.load(reference_checkpoint, device="cpu")
     for name in ("board_0.png", "board_1.png"):
@@ -215,9 +228,9 @@ def test_predict_with_one_golden_image_for_every_frame(
     argv = ["predict", str(single), "--weights", str(reference_checkpoint), "--reference", str(golden / "board_0.png"),
             "--save-json", str(out_json), "--threads", "1", "--device", "cpu"]  # fmt: skip
     assert main(argv) == 0
-    assert "frames 3 (processed 3, skipped 0)" in capsys.readouterr().out
+    assert "NOT INSPECTED 0" in capsys.readouterr().out
     records = json.loads(out_json.read_text())
-    assert {r["file_name"] for r in records} == {f"shot_{i}.png" for i in range(3)}
+    assert [r["file_name"] for r in records] == [f"shot_{i}.png" for i in range(3)] and all(r["calls"] for r in records)
 
 
 def test_reference_flag_must_match_the_model(

@@ -1,0 +1,103 @@
+"""What a run of the inspector counts: frames by verdict (and why frames were not inspected), calls, drift events,
+per-stage latency; and the one line printed at its end."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+from defect_detector.inspect.sources import FrameSource
+from defect_detector.monitor.alerts import STAGES
+from defect_detector.monitor.drift import DriftEvent
+
+_EMA = 0.1  # smoothing of the live status line
+
+
+class Tally:
+    """Counts and per-stage latency of a run (live, smoothed, for the progress bar; totals for the summary)."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.totals = dict.fromkeys(STAGES, 0.0)
+        self.live = dict.fromkeys(STAGES, 0.0)
+        self.consumed = self.processed = self.detections = self.dropped_calls = 0
+        self.verdicts: Counter[str] = Counter()
+        self.reasons: Counter[str] = Counter()
+        self.events: list[DriftEvent] = []
+
+    def add(self, inspection: Any) -> None:
+        """Count one :class:`~defect_detector.inspect.inspector.Inspection`."""
+        self.consumed += 1
+        self.verdicts[inspection.verdict] += 1
+        self.events += inspection.events
+        result = inspection.detections
+        if result is None:
+            self.reasons[inspection.frame.error_kind or _reason_kind(inspection.reason)] += 1
+            return
+        self.processed += 1
+        self.detections += len(result)
+        self.dropped_calls += result.dropped
+        stage_ms = {"decode": inspection.frame.decode_ms, **result.timings}
+        for stage in STAGES:
+            self.totals[stage] += stage_ms[stage]
+            self.live[stage] = stage_ms[stage] if self.processed == 1 else (1 - _EMA) * self.live[stage] + _EMA * stage_ms[stage]
+
+    def status(self, frames: int) -> str:
+        fps = frames / max(time.perf_counter() - self.start, 1e-9)
+        return f"{fps:.1f} fps, ms: {' '.join(f'{s} {self.live[s]:.1f}' for s in STAGES)}, det {self.detections}"
+
+    def summary(self, source: str, frames: FrameSource, inspector: Any, written: dict[str, str], interrupted: bool) -> dict[str, Any]:
+        """The run's summary dict (``Inspector.run`` returns it; :func:`summary_line` prints it)."""
+        wall = time.perf_counter() - self.start
+        stats, runtime = frames.stats, inspector.runtime
+        return {
+            "source": source,
+            "kind": frames.kind,
+            "weights": str(runtime.path),
+            "device": str(runtime.device),
+            "frames": self.consumed,
+            "processed": self.processed,
+            "skipped": self.consumed - self.processed,
+            "verdicts": {v: self.verdicts.get(v, 0) for v in ("pass", "fail", "not_inspected")},
+            "not_inspected": dict(self.reasons),
+            "dropped": stats.dropped,
+            "detections": self.detections,
+            "calls_cut_by_max_det": self.dropped_calls,
+            "drift_monitoring": inspector.monitoring,
+            "drift_events": [e.to_dict() for e in self.events],
+            "reconnects": stats.reconnects,
+            "gaps": len(stats.gaps),
+            "gave_up": stats.gave_up,
+            "wall_s": round(wall, 3),
+            "fps": round(self.processed / wall, 3) if wall > 0 else 0.0,
+            "mean_ms": {s: round(self.totals[s] / self.processed, 3) if self.processed else None for s in STAGES},
+            "outputs": written,
+            "interrupted": interrupted,
+        }
+
+
+def summary_line(summary: dict[str, Any]) -> str:
+    """One human-readable line for the end of a run: frames by verdict (with why frames were not inspected), calls,
+    drift alerts, speed."""
+    ms, v = summary["mean_ms"], summary["verdicts"]
+    latency = ", ".join(f"{s} {ms[s]:.2f}" for s in STAGES) if summary["processed"] else "n/a"
+    live = summary["kind"] in ("camera", "stream")
+    stream = f"; stream: dropped {summary['dropped']}, reconnects {summary['reconnects']}" if live else ""
+    why = ", ".join(f"{reason} x{n}" for reason, n in sorted(summary["not_inspected"].items()))
+    alerts = [e for e in summary.get("drift_events", []) if e["event"] == "drift"]
+    drift = f"; drift alerts {len(alerts)}" if summary.get("drift_monitoring") else "; drift monitoring off"
+    cut = f" ({summary['calls_cut_by_max_det']} more cut by --max-det)" if summary.get("calls_cut_by_max_det") else ""
+    return (
+        f"frames {summary['frames']}: pass {v['pass']}, fail {v['fail']}, NOT INSPECTED {v['not_inspected']}"
+        + (f" ({why})" if why else "")
+        + f"{stream}; calls {summary['detections']}{cut}{drift}, {summary['fps']:.2f} fps; mean ms per frame: {latency}"
+    )
+
+
+def _reason_kind(reason: str | None) -> str:
+    """The kind of a not-inspected reason, for counting: the text after the frame's name (``name: kind (detail)``)."""
+    if not reason:
+        return "unknown"
+    text = reason.split(": ", 1)[-1]
+    return text.split(" (", 1)[0][:80]
