@@ -37,7 +37,8 @@ class DataConfig:
     A pair that does not register is a counted skip.
     ``pixel_scale``: model input pixels per original image pixel that the model was trained at (1.0:
     native resolution). ``train`` records it; ``predict`` tiles frames that letterboxing would shrink
-    well below it (``data/tiles.py``). None: not recorded (frames are letterboxed)."""
+    well below it (``data/tiles.py``). None: not recorded (frames are letterboxed).
+    ``max_images``: use only this many images of each json, spread evenly over it (a quick run on a subset); null: all."""
 
     train: str = ""
     val: str = ""
@@ -50,8 +51,10 @@ class DataConfig:
     register_train: bool = False
     register_val: bool = True
     pixel_scale: float | None = None
+    max_images: int | None = None
 
     def validate(self) -> None:
+        _check(self.max_images is None or self.max_images >= 1, "data.max_images", "must be >= 1 or null", self.max_images)
         _check(self.pixel_scale is None or self.pixel_scale > 0, "data.pixel_scale", "must be > 0 or null", self.pixel_scale)
         _check(self.imgsz % 32 == 0 and self.imgsz >= 64, "data.imgsz", "must be a multiple of 32 and >= 64", self.imgsz)
         _check(len(self.class_names) > 0, "data.class_names", "must not be empty", self.class_names)
@@ -184,8 +187,10 @@ class TrainConfig:
     """Optimisation. ``amp``: 'auto' = float16 on CUDA, off on CPU; 'bf16' forces
     bfloat16 autocast on CPU; 'off' disables autocast. ``init_weights``: start
     from a checkpoint's (EMA) weights instead of a random initialisation, with a
-    fresh optimizer and schedule (fine-tuning, e.g. the bundled model on your line's data);
-    tensors whose shape differs (another class count or model width) keep their fresh values."""
+    fresh optimizer and schedule (fine-tuning, e.g. the bundled model on your line's data); the run adopts the
+    architecture of those weights unless the config names a ``model`` section, and stops when fewer than 90% of their
+    tensors fit (another class count keeps the class branches fresh). ``max_minutes``: stop after the first epoch that
+    ends past this many minutes of training (null: run every epoch); the schedule still spans ``epochs``."""
 
     epochs: int = 30
     batch_size: int = 8
@@ -201,6 +206,7 @@ class TrainConfig:
     val_every: int = 1
     max_bad_steps: int = 50
     init_weights: str | None = None
+    max_minutes: float | None = None
 
     def validate(self) -> None:
         _check(self.epochs >= 1, "train.epochs", "must be >= 1", self.epochs)
@@ -222,6 +228,7 @@ class TrainConfig:
         )
         _check(self.val_every >= 1, "train.val_every", "must be >= 1", self.val_every)
         _check(self.max_bad_steps >= 0, "train.max_bad_steps", "must be >= 0", self.max_bad_steps)
+        _check(self.max_minutes is None or self.max_minutes > 0, "train.max_minutes", "must be > 0 or null", self.max_minutes)
 
 
 @dataclass(frozen=True)

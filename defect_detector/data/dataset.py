@@ -46,6 +46,18 @@ _LOAD_FAILURES = (_UNREADABLE, _UNREADABLE_REFERENCE, _MISREGISTERED)  # codes 1
 _MAX_READ_ATTEMPTS = 16
 
 
+def evenly_spaced(n: int, k: int | None) -> list[int]:
+    """``k`` indices spread evenly over ``range(n)`` (all of them when ``k`` is None or >= n).
+
+    Annotation files and folders list images group by group, so the first ``k`` would cover one board design only.
+    """
+    if k is None or k >= n:
+        return list(range(n))
+    if k < 1:
+        raise ValueError(f"need at least one image, got max_images={k}")
+    return sorted({int(i) for i in np.linspace(0, n - 1, k).round()})
+
+
 class SampleError(DatasetError):
     """A sample that cannot be loaded; ``reason`` is one of the load-failure reasons counted in ``skipped``."""
 
@@ -112,6 +124,7 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
         on_bad: str = "skip",
         reference: bool = False,
         register: bool = False,
+        max_images: int | None = None,
     ) -> None:
         if on_bad not in ("skip", "error"):
             raise ValueError(f"on_bad must be 'skip' or 'error', got {on_bad!r}")
@@ -144,6 +157,11 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
                 "(convert deeppcb writes them; convert voc|yolo --references DIR)"
             )
         images, dropped_ids = self._images(raw["images"])
+        if max_images is not None:  # a subset spread over the file (annotation files list images group by group)
+            ids = sorted(images)
+            chosen = {ids[i] for i in evenly_spaced(len(ids), max_images)}
+            dropped_ids |= set(ids) - chosen
+            images = {i: images[i] for i in ids if i in chosen}
         kept_anns = self._annotations(raw["annotations"], images, dropped_ids, cat_to_label, cat_names)
 
         categories = [c for c in raw["categories"] if c["id"] in cat_to_label]

@@ -34,6 +34,7 @@ def build_datasets(cfg: Config) -> tuple[CocoDetectionDataset, CocoDetectionData
         cfg.data.on_bad_sample,
         reference=pairs,
         register=pairs and cfg.data.register_train,
+        max_images=cfg.data.max_images,
     )
     val_set = None
     if cfg.data.val:
@@ -46,6 +47,7 @@ def build_datasets(cfg: Config) -> tuple[CocoDetectionDataset, CocoDetectionData
             cfg.data.on_bad_sample,
             reference=pairs,
             register=pairs and cfg.data.register_val,
+            max_images=cfg.data.max_images,
         )
     return train_set, val_set
 

@@ -28,9 +28,9 @@ from defect_detector.model.checkpoint import _read_checkpoint, _without_retired_
 RESUME_KEYS = ("model", "ema", "ema_updates", "optimizer", "scaler", "scheduler", "epoch", "config", "history")
 """The entries ``--resume`` needs in ``last.pt`` (an exported or stripped checkpoint lacks the optimizer's)."""
 
-RESUME_MAY_CHANGE = ("data.workers", "out_dir", "name")
+RESUME_MAY_CHANGE = ("data.workers", "out_dir", "name", "train.max_minutes")
 """Keys a resumed run may change (besides ``train.epochs``, which may grow): they do not change what is trained.
-The loader's draws do not depend on the worker count (data/collate.py)."""
+The loader's draws do not depend on the worker count (data/collate.py); ``train.max_minutes`` only says when to stop."""
 
 
 def read_resume_checkpoint(path: Path, device: torch.device) -> dict[str, Any]:

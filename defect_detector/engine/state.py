@@ -3,6 +3,7 @@ their checkpoint (``checkpoint_dict`` / ``restore_training``, tensors and plain 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from dataclasses import dataclass, field
@@ -13,13 +14,17 @@ import torch
 import torch.distributed as dist
 from torch.optim.swa_utils import AveragedModel
 
-from defect_detector.core.config import Config
+from defect_detector.core.config import Config, config_from_dict
 from defect_detector.engine.errors import TrainingError
 from defect_detector.model.checkpoint import load_matching_weights
 from defect_detector.model.detector import TinyDetector, build_model
 from defect_detector.model.loss import DetectionLoss
 
 log = logging.getLogger("defect_detector.train")
+
+MIN_INIT_FRACTION = 0.9
+"""``train.init_weights`` must fill at least this share of the model's tensors (class branches aside), else it
+is another architecture and fine-tuning would train mostly from scratch."""
 
 
 def is_main() -> bool:
@@ -97,11 +102,33 @@ class Training:
     start_epoch: int = 0
 
 
+def adopt_init_architecture(cfg: Config) -> Config:
+    """``cfg`` with the ``model`` section of the checkpoint ``train.init_weights`` names (unchanged without one):
+    fine-tuning starts from those weights' own architecture. ``TrainingError`` for an unreadable checkpoint."""
+    if not cfg.train.init_weights:
+        return cfg
+    try:
+        raw = torch.load(cfg.train.init_weights, map_location="cpu", weights_only=True)
+        model = config_from_dict({"model": raw["config"]["model"]}).model
+    except (OSError, RuntimeError, KeyError, TypeError, ValueError) as exc:
+        raise TrainingError(f"train.init_weights={cfg.train.init_weights}: not a readable defect_detector checkpoint ({exc})") from exc
+    if model != cfg.model and is_main():
+        log.info("train.init_weights: adopting its architecture (%s)", model)
+    return dataclasses.replace(cfg, model=model)
+
+
 def build_training(cfg: Config, device: torch.device, steps_per_epoch: int, amp_dtype: torch.dtype | None, init: bool) -> Training:
     """A fresh :class:`Training` for ``cfg`` (``init``: from ``train.init_weights`` when set)."""
     model = build_model(cfg.model, len(cfg.data.class_names))
     if init and cfg.train.init_weights:
         loaded, skipped = load_matching_weights(model, cfg.train.init_weights)
+        heads = [k for k in skipped if k.startswith("head.cls")]  # another class count: the class branches start fresh
+        if len(loaded) < MIN_INIT_FRACTION * (len(loaded) + len(skipped) - len(heads)):
+            raise TrainingError(
+                f"train.init_weights={cfg.train.init_weights}: only {len(loaded)} of {len(loaded) + len(skipped)} tensors fit this "
+                "config's model section; drop the model section to adopt the weights' architecture (as configs/default.yaml does), "
+                "or start from the config they were trained with"
+            )
         if is_main():
             log.info(
                 "initialised %d tensors from %s; %d kept fresh (shape or name differs)", len(loaded), cfg.train.init_weights, len(skipped)

@@ -259,6 +259,10 @@ def fit(
         _run_epoch(run, epoch)
         if distributed:
             dist.barrier()
+        if cfg.train.max_minutes is not None and time.perf_counter() - run_start > 60 * cfg.train.max_minutes and epoch + 1 < end:
+            if is_main():
+                log.warning("train.max_minutes (%g) reached: stopped after epoch %d of %d", cfg.train.max_minutes, epoch + 1, end)
+            break
     if is_main():
         log.info("training took %.1f s", time.perf_counter() - run_start)
     if distributed:

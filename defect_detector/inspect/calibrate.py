@@ -19,7 +19,7 @@ import numpy as np
 from tqdm import tqdm
 
 from defect_detector.core.errors import DatasetError
-from defect_detector.data.dataset import CocoDetectionDataset
+from defect_detector.data.dataset import CocoDetectionDataset, evenly_spaced
 from defect_detector.inspect.annotated import AnnotatedFrame, annotated_frames
 from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.inspect.references import ReferenceError, References
@@ -32,18 +32,6 @@ logger = logging.getLogger("defect_detector.monitor")
 
 Pair = tuple[np.ndarray, np.ndarray | None]
 """A gray frame and its registered golden image (None for a single-image model)."""
-
-
-def evenly_spaced(n: int, k: int | None) -> list[int]:
-    """``k`` indices spread evenly over ``range(n)`` (all of them when ``k`` is None or >= n).
-
-    Annotation files and folders list images group by group, so the first ``k`` would cover one board design only.
-    """
-    if k is None or k >= n:
-        return list(range(n))
-    if k < 1:
-        raise ValueError(f"need at least one image, got max_images={k}")
-    return sorted({int(i) for i in np.linspace(0, n - 1, k).round()})
 
 
 class _FrameList:
@@ -165,3 +153,24 @@ def _json_parts(
     if len(dataset) == 0:
         raise ValueError(f"{data}: no images")
     return dataset.files(), dataset.images_root, str(data)
+
+
+RUN_CALIBRATION_IMAGES = 300
+"""Training images (spread over the json) that ``train`` calibrates the drift baseline of its weights on."""
+
+
+def calibrate_run(run_dir: str | os.PathLike[str], data: str, images: str | None, progress: bool = True) -> Baseline:
+    """The drift baseline of a finished training run: calibrated with ``weights/best.pt`` on up to
+    :data:`RUN_CALIBRATION_IMAGES` of its training images (``data``, ``images``: the run's ``data.train`` and
+    ``data.train_images``), written to ``baseline.json`` and carried in ``best.pt`` and ``last.pt``, so the weights
+    watch their camera from the first ``predict``."""
+    from defect_detector.model.checkpoint import attach_baseline
+
+    weights = Path(run_dir) / "weights"
+    baseline = run_calibrate(
+        weights / "best.pt", data, images, Path(run_dir) / "baseline.json", max_images=RUN_CALIBRATION_IMAGES, progress=progress
+    )
+    for name in ("best.pt", "last.pt"):
+        if (weights / name).is_file():
+            attach_baseline(weights / name, baseline.to_dict())
+    return baseline

@@ -49,12 +49,15 @@ class References:
         self.skipped: Counter[str] = Counter()
         self._registrars: OrderedDict[Path, Registrar] = OrderedDict()
         self._by_name: dict[str, Path] = {}
+        self._by_stem: dict[str, Path] = {}
         if self.path.is_file():
             self._registrars[self.path] = Registrar(load_image_gray(self.path), self.cfg)
         elif self.path.is_dir():
             for p in sorted(self.path.rglob("*")):
                 if p.suffix.lower() in IMAGE_SUFFIXES:
                     self._by_name.setdefault(p.name, p)
+                    self._by_stem.setdefault(str(p.relative_to(self.path).with_suffix("")), p)
+                    self._by_stem.setdefault(p.stem, p)
             if not self._by_name:
                 raise FileNotFoundError(f"{self.path}: no reference images in this folder")
         else:
@@ -66,15 +69,20 @@ class References:
         return self.path.is_file()
 
     def lookup(self, file_name: str) -> Path:
-        """The reference file of the frame named ``file_name`` (relative to SOURCE); :class:`ReferenceError` if none."""
+        """The reference file of the frame named ``file_name`` (relative to SOURCE): the same relative path, else the same
+        file name, else the same relative path or name with any image extension (a ``.jpg`` frame's golden image may be a
+        ``.png``); :class:`ReferenceError` if none."""
         if self.single:
             return self.path
         candidate = self.path / file_name
         if candidate.is_file():
             return candidate
-        found = self._by_name.get(Path(file_name).name)
+        name = Path(file_name)
+        found = self._by_name.get(name.name) or self._by_stem.get(str(name.with_suffix(""))) or self._by_stem.get(name.stem)
         if found is None:
-            raise ReferenceError(f"{file_name}: no reference in {self.path} (same relative path or file name)", "no reference")
+            raise ReferenceError(
+                f"{file_name}: no golden image in {self.path} (same relative path or file name, any image extension)", "no reference"
+            )
         return found
 
     def _registrar(self, path: Path) -> Registrar:

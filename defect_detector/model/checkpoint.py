@@ -171,3 +171,13 @@ def load_matching_weights(model: torch.nn.Module, path: str | Path) -> tuple[lis
         raise ValueError(f"{path}: no tensor matches this model by name and shape; is it a defect_detector checkpoint?")
     model.load_state_dict({**own, **{k: source[k] for k in loaded}})
     return loaded, skipped
+
+
+def attach_baseline(path: str | Path, baseline: dict[str, Any]) -> None:
+    """Store a drift baseline (``Baseline.to_dict()``, already checked against the model) in the checkpoint at ``path``,
+    rewritten atomically; every other entry stays as it was."""
+    from defect_detector.core.io import atomic_torch_save
+
+    ckpt = _read_checkpoint(Path(path), "cpu")
+    ckpt["baseline"] = baseline
+    atomic_torch_save(ckpt, path)
