@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
+import tempfile
+import threading
 
 import cv2
 import numpy as np
@@ -25,8 +28,9 @@ def to_gray_uint8(image: np.ndarray) -> tuple[np.ndarray, list[str]]:
     """Convert an OpenCV image (``IMREAD_UNCHANGED`` layout: ``[H, W]``, ``[H, W, C]`` BGR/BGRA; uint8 or uint16)
     to single-channel uint8 ``[H, W]``.
 
-    Returns the image and the conversions applied, any of ``"colour"``, ``"alpha"``, ``"16-bit"``
-    (alpha is dropped, 16-bit is scaled by 255/65535). Other dtypes raise :class:`DatasetError`.
+    Returns the image and the conversions applied, any of ``"colour"``, ``"alpha"``, ``"16-bit"`` (alpha is dropped;
+    a 16-bit container is scaled by its real bit depth, :func:`container_depth`: 10- or 12-bit camera data fills the
+    8-bit range instead of ending up near black). Other dtypes raise :class:`DatasetError`.
     """
     kinds: list[str] = []
     if image.ndim == 3:
@@ -44,11 +48,25 @@ def to_gray_uint8(image: np.ndarray) -> tuple[np.ndarray, list[str]]:
     elif image.ndim != 2:
         raise DatasetError(f"unsupported image shape {image.shape}")
     if image.dtype == np.uint16:
-        image = cv2.convertScaleAbs(image, alpha=255.0 / 65535.0)
-        kinds.append("16-bit")
+        bits = container_depth(image)
+        image = cv2.convertScaleAbs(image, alpha=255.0 / (2**bits - 1))
+        kinds.append(f"16-bit:{bits}")
     elif image.dtype != np.uint8:
         raise DatasetError(f"unsupported pixel type {image.dtype}")
     return np.ascontiguousarray(image), kinds
+
+
+DEPTHS = (8, 10, 12, 14, 16)
+"""Bit depths a 16-bit container may hold (cameras write 10-, 12- or 14-bit data into 16-bit TIFFs and arrays)."""
+
+
+def container_depth(image: np.ndarray) -> int:
+    """The bit depth of the data in a uint16 image: the smallest of :data:`DEPTHS` that holds its brightest pixel.
+
+    Read per frame, so a frame far darker than its full range (a dark frame of 12-bit data, brightest pixel under
+    1024) is scaled as 10-bit data; such a frame is a lighting fault, which drift monitoring reports."""
+    peak = int(image.max()) if image.size else 0
+    return next(bits for bits in DEPTHS if peak < 2**bits)
 
 
 def has_colour(image: np.ndarray, tolerance: float = 8 / 255) -> bool:
@@ -78,7 +96,8 @@ class ConversionNotice:
             if kind in self.warned or (kind == "colour" and not has_colour(image)):
                 continue
             self.warned.add(kind)
-            what = {"colour": "colour", "alpha": "alpha channel dropped", "16-bit": "16-bit scaled to 8-bit"}.get(kind, kind)
+            bits = kind.partition(":")[2]
+            what = {"colour": "colour", "alpha": "alpha channel dropped"}.get(kind, f"16-bit ({bits}-bit data) scaled to 8-bit")
             logger.warning(
                 "%s: converting %s input to 8-bit grayscale, the only format the model reads (first: %s; once per source)",
                 self.source,
@@ -100,10 +119,43 @@ def read_image(path: str | os.PathLike[str]) -> np.ndarray:
         raise DatasetError(f"{path}: zero-byte image file")
     if data[:2].tobytes() == b"\xff\xd8" and b"\xff\xd9" not in data[-4096:].tobytes():
         raise DatasetError(f"{path}: truncated JPEG (no end-of-image marker)")
-    image = cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
+    if data[:2].tobytes() == b"\xff\xd8":
+        image, complaint = _decode_jpeg(data)
+        if complaint:
+            raise DatasetError(f"{path}: corrupt JPEG data (libjpeg: {complaint})")
+    else:
+        image = cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
     if image is None:
         raise DatasetError(f"{path}: corrupt or unsupported image (decode failed)")
     return image
+
+
+_STDERR_LOCK = threading.Lock()
+
+
+def _decode_jpeg(data: np.ndarray) -> tuple[np.ndarray | None, str]:
+    """``cv2.imdecode`` of JPEG bytes, and what libjpeg complained of while decoding ("" when nothing).
+
+    OpenCV decodes a JPEG whose entropy-coded data is corrupt (a zeroed middle, bad bytes) into a half-grey image and
+    says so only by libjpeg's warning on the process's stderr ("Corrupt JPEG data: ..."). So the decode runs with file
+    descriptor 2 sent to a temporary file (one decode at a time); libjpeg's lines are returned, anything else written
+    to stderr meanwhile is passed on."""
+    with _STDERR_LOCK, tempfile.TemporaryFile() as capture:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(capture.fileno(), 2)
+        try:
+            image = cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        capture.seek(0)
+        lines = capture.read().decode("utf-8", "replace").splitlines()
+    complaints = [line for line in lines if "JPEG" in line or "jpeg" in line]
+    others = [line for line in lines if line not in complaints]
+    if others:
+        os.write(2, ("\n".join(others) + "\n").encode())
+    return image, "; ".join(c.strip() for c in complaints)[:200]
 
 
 def gray_from_file(path: str | os.PathLike[str], image: np.ndarray) -> tuple[np.ndarray, list[str]]:

@@ -258,7 +258,7 @@ def test_colour_alpha_and_16bit_are_converted_with_one_warning_per_kind(tmp_path
                 image, _ = ds[i]
                 torch.testing.assert_close(image[0, 8:56], torch.from_numpy(gray).float() / 255, atol=1 / 255, rtol=0)
     messages = [r.getMessage() for r in caplog.records]
-    for kind in ("colour", "alpha", "16-bit"):
+    for kind in ("colour", "alpha", "16-bit:16"):
         assert sum(f"converting {kind} images" in m for m in messages) == 1
 
 

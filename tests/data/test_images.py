@@ -22,7 +22,7 @@ def test_to_gray_uint8_and_load_image_gray(tmp_path: Path) -> None:
     out, kinds = to_gray_uint8(gray[:, :, None])
     assert kinds == [] and out.shape == (H, W)
     out, kinds = to_gray_uint8((gray.astype(np.uint16) * 257)[:, :, None].repeat(3, axis=2))
-    assert kinds == ["colour", "16-bit"] and out.dtype == np.uint8
+    assert kinds == ["colour", "16-bit:16"] and out.dtype == np.uint8
     np.testing.assert_array_equal(out, gray)
     with pytest.raises(DatasetError, match="unsupported pixel type"):
         to_gray_uint8(gray.astype(np.float32))
@@ -75,7 +75,7 @@ def test_decode_gray_reports_conversions(tmp_path: Path) -> None:
     path = tmp_path / "colour16.png"
     cv2.imwrite(str(path), (np.repeat(gray[:, :, None], 3, axis=2).astype(np.uint16) * 257))
     image, kinds = decode_gray(path)
-    assert kinds == ["colour", "16-bit"]
+    assert kinds == ["colour", "16-bit:16"]
     np.testing.assert_array_equal(image, gray)
 
 
@@ -115,14 +115,43 @@ def test_conversion_notice_warns_once_per_kind(caplog: pytest.LogCaptureFixture)
         notice.note(gray_bgr, ["colour"], "a.png")  # gray content: no warning
         notice.note(colour, ["colour"], "b.png")
         notice.note(colour, ["colour"], "c.png")
-        notice.note(colour, ["colour", "16-bit"], "d.png")
+        notice.note(colour, ["colour", "16-bit:12"], "d.png")
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 2 and all(r.levelno == logging.WARNING for r in caplog.records)
     assert messages[0].startswith("line3/: converting colour input to 8-bit grayscale") and "first: b.png" in messages[0]
-    assert "16-bit scaled to 8-bit" in messages[1] and "first: d.png" in messages[1]
-    assert notice.warned == {"colour", "16-bit"}
+    assert "16-bit (12-bit data) scaled to 8-bit" in messages[1] and "first: d.png" in messages[1]
+    assert notice.warned == {"colour", "16-bit:12"}
 
 
 def test_a_file_name_the_os_rejects_is_a_dataset_error(tmp_path: Path) -> None:
     with pytest.raises(DatasetError, match="cannot read image file"):
         decode_gray(tmp_path / "a\x00.png")
+
+
+@pytest.mark.parametrize("bits", [8, 10, 12, 14, 16])
+def test_16_bit_containers_are_scaled_by_their_real_depth(bits: int) -> None:
+    """v0.8 scaled every uint16 image by 255/65535: 10- and 12-bit camera data came out near black (0 detections)."""
+    gray = _image(11)
+    gray[0, 0] = 255  # the full range is used
+    wide = (gray.astype(np.float64) * (2**bits - 1) / 255).round().astype(np.uint16)
+    out, kinds = to_gray_uint8(wide)
+    assert kinds == [f"16-bit:{bits}"]
+    np.testing.assert_allclose(out.astype(int), gray.astype(int), atol=1)
+
+
+def test_a_corrupt_jpeg_that_still_decodes_is_refused(tmp_path: Path) -> None:
+    """A zeroed middle with an intact end marker decodes to a half-grey board; libjpeg's complaint makes it unreadable."""
+    ok, encoded = cv2.imencode(".jpg", _image(5))
+    data = bytearray(encoded.tobytes())
+    data[len(data) // 3 : len(data) // 2] = bytes(len(data) // 2 - len(data) // 3)
+    path = tmp_path / "corrupt.jpg"
+    path.write_bytes(bytes(data))
+    with pytest.raises(DatasetError, match=r"corrupt.jpg: corrupt JPEG data \(libjpeg: Corrupt JPEG data"):
+        decode_gray(path)
+    assert decode_gray(_good_jpeg(tmp_path))[0].shape == (H, W)
+
+
+def _good_jpeg(folder: Path) -> Path:
+    path = folder / "good.jpg"
+    assert cv2.imwrite(str(path), _image(6))
+    return path
