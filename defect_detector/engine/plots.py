@@ -70,13 +70,14 @@ def plot_training_curves(metrics: list[dict], path: str | os.PathLike[str]) -> P
         path: destination PNG.
 
     Left panel: the three training losses vs epoch (with the learning rate on a secondary axis when present).
-    Right panel: mAP@0.5 and mAP@0.5:0.95 vs epoch, on the epochs that have them. Markers keep a single
-    epoch visible.
+    Right panel: mAP@0.5 and mAP@0.5:0.95 vs epoch, on the epochs that have them. Both panels share the run's
+    epoch axis (epochs counted from 1, as the training log counts them), so a validation every few epochs shows
+    where it fell; markers keep a single epoch visible.
     """
     if not metrics:
         raise ValueError("metrics is empty: nothing to plot")
     rows = sorted(metrics, key=lambda m: m.get("epoch", 0))
-    epochs = [int(m.get("epoch", i)) for i, m in enumerate(rows)]
+    epochs = [int(m.get("epoch", i)) + 1 for i, m in enumerate(rows)]  # counted from 1, as the training log counts them
 
     def series(key: str) -> tuple[list[int], list[float]]:
         xs, ys = [], []
@@ -88,7 +89,7 @@ def plot_training_curves(metrics: list[dict], path: str | os.PathLike[str]) -> P
         return xs, ys
 
     fig = Figure(figsize=(12, 4.5))
-    ax_loss, ax_map = fig.subplots(1, 2)
+    ax_loss, ax_map = fig.subplots(1, 2, sharex=True)
 
     for key, name in LOSS_KEYS:
         xs, ys = series(key)
@@ -128,10 +129,9 @@ def plot_training_curves(metrics: list[dict], path: str | os.PathLike[str]) -> P
     ax_map.set_title("validation mAP")
     ax_map.grid(True, alpha=0.3)
 
-    for ax in (ax_loss, ax_map):
-        ax.xaxis.get_major_locator().set_params(integer=True)
-        if len(set(epochs)) == 1:
-            ax.set_xlim(epochs[0] - 1, epochs[0] + 1)
+    ax_map.tick_params(labelbottom=True)
+    ax_loss.xaxis.get_major_locator().set_params(integer=True)
+    ax_loss.set_xlim(min(epochs) - 0.5, max(epochs) + 0.5)
 
     fig.tight_layout()
     return _save_figure(fig, path)
@@ -192,7 +192,9 @@ def plot_pr_curves(precision: np.ndarray, class_names: Sequence[str], path: str 
     return _save_figure(fig, path)
 
 
-def plot_confusion_matrix(matrix: np.ndarray, class_names: Sequence[str], path: str | os.PathLike[str]) -> Path:
+def plot_confusion_matrix(
+    matrix: np.ndarray, class_names: Sequence[str], path: str | os.PathLike[str], conf: float | None = None, iou: float = 0.5
+) -> Path:
     """Plot a detection confusion matrix to a PNG and return its path.
 
     Args:
@@ -205,6 +207,7 @@ def plot_confusion_matrix(matrix: np.ndarray, class_names: Sequence[str], path: 
             - ``matrix[K, K]`` has no meaning and is normally 0.
         class_names: the ``K`` class names (``"background"`` is appended).
         path: destination PNG.
+        conf, iou: the score threshold of the detections counted and the IoU of a match, written in the title.
 
     Cells show the raw counts; colours show each cell as a fraction of its column (i.e. of that true class),
     so the diagonal reads as per-class recall. All-zero columns are drawn as 0.
@@ -238,7 +241,7 @@ def plot_confusion_matrix(matrix: np.ndarray, class_names: Sequence[str], path: 
     ax.set_yticklabels(names)
     ax.set_xlabel("true class (background = false positive)")
     ax.set_ylabel("predicted class (background = missed ground truth)")
-    ax.set_title("confusion matrix")
+    ax.set_title("confusion matrix" + (f" (detections scoring >= {conf:g}, match IoU > {iou:g})" if conf is not None else ""))
     fig.tight_layout()
     return _save_figure(fig, path)
 
@@ -257,6 +260,11 @@ def _grid_tile(image: np.ndarray, prediction: dict, ground_truth: dict, class_na
     return tile
 
 
+def _short(name: str, width: int = 34) -> str:
+    """A file name cut from the left to fit a caption (the end of a path tells images apart)."""
+    return name if len(name) <= width else "..." + name[-(width - 3) :]
+
+
 def _caption(text: str, width: int, height: int = GRID_CAPTION_HEIGHT) -> np.ndarray:
     """A white BGR strip ``height`` x ``width`` with black ``text`` at its left."""
     strip = np.full((height, width, 3), 255, dtype=np.uint8)
@@ -271,6 +279,7 @@ def plot_prediction_grid(
     class_names: Sequence[str],
     path: str | os.PathLike[str],
     max_images: int = 16,
+    names: Sequence[str] | None = None,
 ) -> Path:
     """Draw up to ``max_images`` images with ground truth and predictions in a grid of up to 4 columns; write a PNG.
 
@@ -282,6 +291,7 @@ def plot_prediction_grid(
         class_names: class names, indexed by label.
         path: destination PNG.
         max_images: the first this many images are drawn.
+        names: the images' file names, written in their captions (default: their index).
 
     Each image is letterboxed into a ``GRID_TILE_SIZE`` square tile; ground truth is drawn in green (class name under
     the box) and predictions in red ("name score" above the box), each tile captioned with its index and box counts.
@@ -303,7 +313,10 @@ def plot_prediction_grid(
         n_gt = len(to_numpy(ground_truths[i].get("labels")).reshape(-1))
         n_pred = len(to_numpy(predictions[i].get("labels")).reshape(-1))
         cell = np.concatenate(
-            [_caption(f"#{i}  gt={n_gt}  pred={n_pred}", cell_w), _grid_tile(images[i], predictions[i], ground_truths[i], class_names)],
+            [
+                _caption(f"{_short(names[i]) if names else f'#{i}'}  gt={n_gt}  pred={n_pred}", cell_w),
+                _grid_tile(images[i], predictions[i], ground_truths[i], class_names),
+            ],
             axis=0,
         )
         row, col = divmod(i, columns)

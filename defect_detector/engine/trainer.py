@@ -355,15 +355,16 @@ def write_eval_plots(
     from defect_detector.engine.evaluate import ground_truth
 
     plots.plot_pr_curves(metrics["pr_curve"], names, plots_dir / "pr_curves.png")
-    plots.plot_confusion_matrix(metrics["confusion"], names, plots_dir / "confusion_matrix.png")
+    plots.plot_confusion_matrix(metrics["confusion"], names, plots_dir / "confusion_matrix.png", conf)
     cat_to_label = {c: label for label, c in val_set.label_to_cat_id.items()}
     image_ids = sorted(predictions)[:8]
-    images, preds, gts = [], [], []
+    images, preds, gts, files = [], [], [], []
     for image_id in image_ids:
         info = val_set.coco.loadImgs([image_id])[0]
+        files.append(info["file_name"])
         images.append(load_image_gray(val_set.images_root / info["file_name"]))
         preds.append({k: v for k, v in predictions[image_id].items()})
         keep = preds[-1]["scores"] >= conf
         preds[-1] = {k: v[keep] for k, v in preds[-1].items()}
         gts.append(ground_truth(val_set.coco, image_id, cat_to_label))
-    plots.plot_prediction_grid(images, preds, gts, names, plots_dir / "val_predictions.png")
+    plots.plot_prediction_grid(images, preds, gts, names, plots_dir / "val_predictions.png", names=files)

@@ -130,6 +130,7 @@ class Pipeline:
         if not 0.0 <= self.conf <= 1.0 or not 0.0 <= self.iou <= 1.0 or self.max_det < 1:
             raise ValueError(f"need 0 <= conf <= 1, 0 <= iou <= 1 and max_det >= 1, got conf={conf}, iou={iou}, max_det={max_det}")
         self._shrink_warned = False
+        self._cap_warned = False  # calls cut by max_det are warned about once (and counted in every Detections)
 
     def register(self, image: np.ndarray, name: str, given: np.ndarray | None = None) -> np.ndarray | None:
         """The golden image of the frame ``name`` (gray uint8 ``image``) registered into its pixels: uint8 ``[H, W]``, or
@@ -243,6 +244,10 @@ class Pipeline:
         timings = {"preprocess": t_pre - start, "model": t_model - t_pre, "postprocess": t_post - t_model}
         timings = {stage: seconds * 1e3 / n for stage, seconds in timings.items()}  # ms per frame
         names = self.runtime.class_names
+        cut = sum(dropped for *_, dropped in frames)
+        if cut and not self._cap_warned:
+            self._cap_warned = True
+            log.warning("%d calls above the score threshold were cut by max_det=%d (per model input); raise --max-det", cut, self.max_det)
         return [
             Detections(d["boxes"], d["scores"], d["labels"], [names[j] for j in d["labels"].tolist()], s, dict(timings), m, n, r, dropped)
             for (d, s, m, dropped), r in zip(frames, records)
