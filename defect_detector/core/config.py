@@ -441,7 +441,7 @@ def save_config(cfg: Config, path: str | os.PathLike[str]) -> None:
 def config_reference_markdown() -> str:
     """The configuration reference (every section, key, type and default) as Markdown.
 
-    The README embeds this text between ``<!-- config-reference -->`` markers; a
+    ``docs/config.md`` embeds this text between ``<!-- config-reference -->`` markers; a
     test regenerates it so the documentation cannot drift from the code.
     """
     lines: list[str] = []
@@ -464,8 +464,8 @@ def config_reference_markdown() -> str:
     return "\n".join([f"Top-level keys: {top}.", ""] + lines).rstrip() + "\n"
 
 
-def _update_readme(path: Path) -> None:
-    """Rewrite the README's config-reference section from the code."""
+def _update_docs(path: Path) -> None:
+    """Rewrite the config-reference section of ``docs/config.md`` from the code."""
     import re
 
     text = path.read_text()
@@ -476,7 +476,7 @@ def _update_readme(path: Path) -> None:
 if __name__ == "__main__":
     import sys
 
-    if sys.argv[1:] == ["--update-readme"]:
-        _update_readme(Path(__file__).resolve().parents[2] / "README.md")
+    if sys.argv[1:] == ["--update-docs"]:
+        _update_docs(Path(__file__).resolve().parents[2] / "docs" / "config.md")
     else:
         print(config_reference_markdown())
