@@ -32,6 +32,7 @@ from defect_detector.data.coco_json import (
 )
 from defect_detector.data.images import decode_gray
 from defect_detector.data.letterbox import letterbox
+from defect_detector.data.register import check_pair
 from defect_detector.data.register import register as register_reference
 from defect_detector.data.transforms import PairTransform, apply_pair_transforms, apply_transforms
 
@@ -69,7 +70,7 @@ class SampleError(DatasetError):
 @dataclass(frozen=True)
 class _Record:
     """One image: its file, COCO id, annotated size, boxes (float32 [N, 4] xyxy) with labels (int64 [N]),
-    and its reference file (reference datasets only)."""
+    and its reference file (reference datasets only); ``index`` its position in the dataset."""
 
     path: str
     image_id: int
@@ -78,6 +79,7 @@ class _Record:
     boxes: np.ndarray
     labels: np.ndarray
     reference: str | None = None
+    index: int = 0
 
 
 class CocoDetectionDataset(torch.utils.data.Dataset):
@@ -167,8 +169,9 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
         categories = [c for c in raw["categories"] if c["id"] in cat_to_label]
         self.coco = build_coco(raw.get("info", {}), list(images.values()), kept_anns, categories)
         self.image_ids: list[int] = sorted(images)
-        self._records = [self._record(images[i], kept_anns.get(i, []), cat_to_label) for i in self.image_ids]
+        self._records = [self._record(images[i], kept_anns.get(i, []), cat_to_label, k) for k, i in enumerate(self.image_ids)]
         self._failed = torch.zeros(len(self._records), dtype=torch.int8).share_memory_()  # [N] load-failure code, any worker
+        self._verified = torch.zeros(len(self._records), dtype=torch.int8).share_memory_()  # [N] 1: its pair passed the golden check
         if sum(self.skipped.values()):
             logger.warning("%s", self.report())
 
@@ -306,7 +309,7 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
             kept.setdefault(ann["image_id"], []).append(clean)
         return kept
 
-    def _record(self, img: dict[str, Any], anns: list[dict[str, Any]], cat_to_label: dict[int, int]) -> _Record:
+    def _record(self, img: dict[str, Any], anns: list[dict[str, Any]], cat_to_label: dict[int, int], index: int) -> _Record:
         anns = [a for a in anns if not a.get("iscrowd", 0)]
         boxes = np.array(
             [[a["bbox"][0], a["bbox"][1], a["bbox"][0] + a["bbox"][2], a["bbox"][1] + a["bbox"][3]] for a in anns], dtype=np.float32
@@ -320,6 +323,7 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
             boxes=boxes.reshape(-1, 4),
             labels=labels,
             reference=str(self.images_root / img["reference"]) if self.reference else None,
+            index=index,
         )
 
     def files(self) -> list[tuple[int, str, str | None]]:
@@ -369,19 +373,20 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
         return image
 
     def _aligned_reference(self, rec: _Record, image: np.ndarray) -> np.ndarray:
-        """The record's reference as uint8 ``[H, W]`` in the image's frame (registered when ``self.register``)."""
+        """The record's reference as uint8 ``[H, W]`` in the image's frame: registered when ``self.register``, else used as
+        given; either way it must pass the golden check (``data/golden_check.py``: the same design, aligned), once per
+        image (the result is shared with the loader's workers), or the sample is a counted skip."""
         assert rec.reference is not None
         reference = self._read(rec.reference, _UNREADABLE_REFERENCE)
         if self.register:
             reference, result = register_reference(reference, image)
-            if not result.ok:
-                raise SampleError(f"{rec.reference}: does not match {rec.path} (registration score {result.score:.2f})", _MISREGISTERED)
-        elif reference.shape != image.shape:
-            raise SampleError(
-                f"{rec.reference}: reference is {reference.shape[1]}x{reference.shape[0]}, its image {rec.path} is "
-                f"{image.shape[1]}x{image.shape[0]} (turn registration on, or supply references of the image's size)",
-                _MISREGISTERED,
-            )
+        elif self._verified[rec.index]:
+            return reference
+        else:
+            result = check_pair(reference, image)
+        if not result.ok:
+            raise SampleError(f"{rec.reference}: does not match {rec.path} ({result.reason})", _MISREGISTERED)
+        self._verified[rec.index] = 1
         return reference
 
     def _load(self, rec: _Record) -> tuple[torch.Tensor, dict[str, Any]]:

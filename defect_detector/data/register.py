@@ -9,8 +9,11 @@ scoring of seed and corrected seed is refined by inverse-compositional Gauss-New
 normalised over the overlap as in ECC, Huber-clipped residuals so defects pull less), and the refinement is
 kept only if it scores higher. ``cv2.findTransformECC`` measured 5-6 ms at 1/4 and ~20 ms at 1/2 resolution
 on 2 threads (it recomputes gradients each iteration); here the reference's gradients are computed once.
-``score``: ZNCC in [-1, 1] of warped reference vs image over the overlap, at the finest level. A reference
-that does not fit comes back with ``ok=False`` and a ``reason``; only malformed inputs raise ``ValueError``.
+``score``: ZNCC in [-1, 1] of warped reference vs image over the overlap, at the finest level. ``difference``: the
+golden check (``data/golden_check.py``), the share of the covered area where the two disagree beyond tolerance at
+full resolution: registration finds where a golden image fits best, the check says whether it shows this frame's
+design. A reference that does not fit comes back with ``ok=False`` and a ``reason``; only malformed inputs raise
+``ValueError``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import cv2
 import numpy as np
 
 from defect_detector.core.constants import PAD_VALUE
+from defect_detector.data.golden_check import MAX_DIFFERENCE, covered_area, difference
 
 FILL_VALUE = PAD_VALUE  # the letterbox pad value: "no data"
 _MIN_SIDE = 8  # smallest side (px) of the coarsest pyramid level
@@ -36,12 +40,14 @@ class RegisterConfig:
     ``min_overlap``: least fraction of the image the warped reference must cover. ``scale``: coarsest working
     scale; ``levels``: each twice the previous (the finest scores). ``iterations``/``eps`` (level px): Gauss-Newton
     stop. ``blur``: Gaussian sigma (level px). ``reuse``: :class:`Registrar` keeps its matrix while the score stays
-    within ``reuse_margin`` of its own and one coarse Gauss-Newton step moves no corner over ``reuse_shift`` px."""
+    within ``reuse_margin`` of its own and one coarse Gauss-Newton step moves no corner over ``reuse_shift`` px.
+    ``max_difference``: the golden check's limit (``data/golden_check.py``). A golden image whose width or height
+    differs from the frame's by more than ``2 * max_shift`` px was not captured at the frame's scale: refused."""
 
-    min_score: float = 0.5
-    max_shift: float = 40.0
+    min_score: float = 0.3
+    max_shift: float = 64.0
     max_angle: float = 5.0
-    min_overlap: float = 0.5
+    min_overlap: float = 0.85
     scale: float = 0.25
     levels: int = 2
     iterations: int = 20
@@ -50,6 +56,7 @@ class RegisterConfig:
     reuse: bool = True
     reuse_margin: float = 0.05
     reuse_shift: float = 1.0
+    max_difference: float = MAX_DIFFERENCE
 
     def validate(self) -> RegisterConfig:
         """Raise ``ValueError("register.<field>: must be ..., got X")`` for the first bad field; return self."""
@@ -66,6 +73,7 @@ class RegisterConfig:
             ("reuse", isinstance(self.reuse, bool), "must be true or false"),
             ("reuse_margin", 0 <= self.reuse_margin <= 2, "must be in [0, 2]"),
             ("reuse_shift", self.reuse_shift >= 0, "must be >= 0 (pixels)"),
+            ("max_difference", 0 <= self.max_difference <= 1, "must be in [0, 1]"),
         )
         for name, ok, what in checks:
             if not ok:
@@ -81,7 +89,8 @@ class Registration:
     px. ``score``: ZNCC in [-1, 1] over the overlap. ``ok``: score, motion and overlap within the config, else
     ``reason`` says why not. ``shift_px``: image px from the image centre to the mapped reference centre.
     ``angle_deg``: ``atan2(m10, m00)``, y down (``cv2.getRotationMatrix2D(c, a, 1)`` gives ``-a``). ``overlap``:
-    fraction of the image covered. ``reused``: :class:`Registrar`'s cached matrix (nothing was estimated)."""
+    fraction of the image covered. ``reused``: :class:`Registrar`'s cached matrix (nothing was estimated).
+    ``difference``: the golden check, the share of the covered area that differs (``data/golden_check.py``)."""
 
     matrix: np.ndarray
     score: float
@@ -91,6 +100,7 @@ class Registration:
     overlap: float
     reused: bool = False
     reason: str = ""
+    difference: float = 0.0
 
 
 def matrix_to_shift_angle(matrix: np.ndarray, reference_shape: tuple[int, int], image_shape: tuple[int, int]) -> tuple[float, float]:
@@ -237,7 +247,7 @@ class _Frame:
     """An image's pyramid against a prepared reference; converts 3x3 matrices between full resolution and level k."""
 
     def __init__(self, ref: _Reference, image: np.ndarray, cfg: RegisterConfig) -> None:
-        self.ref, self.shape = ref, image.shape
+        self.ref, self.shape, self.image = ref, image.shape, image
         self.levels = _pyramid(image, cfg, "image")
         self._maps = [(_to_level(img, image.shape), _to_level(r, ref.image.shape)) for img, r in zip(self.levels, ref.levels)]
 
@@ -279,7 +289,7 @@ def _residual_motion(frame: _Frame, m3: np.ndarray, cfg: RegisterConfig) -> floa
 
 
 def _reason(blank: list[str], scored: _Scored, shift: float, angle: float, cfg: RegisterConfig) -> str:
-    """Why a registration does not fit ("" when it does)."""
+    """Why a registration does not fit ("" when it does); the golden check comes after (:func:`_checked`)."""
     checks = (
         (not blank, f"{' and '.join(blank)} blank (one grey level)"),
         (scored.score >= cfg.min_score, f"score {scored.score:.3f} < register.min_score {cfg.min_score}"),
@@ -288,6 +298,49 @@ def _reason(blank: list[str], scored: _Scored, shift: float, angle: float, cfg: 
         (scored.overlap >= cfg.min_overlap, f"overlap {scored.overlap:.2f} < register.min_overlap {cfg.min_overlap}"),
     )
     return next((why for ok, why in checks if not ok), "")
+
+
+def _size_reason(reference_shape: tuple[int, ...], image_shape: tuple[int, ...], cfg: RegisterConfig) -> str:
+    """Why a golden image of ``reference_shape`` cannot be the frame's at its scale ("" when it can)."""
+    if max(abs(a - b) for a, b in zip(reference_shape, image_shape)) <= 2 * cfg.max_shift:
+        return ""
+    return (
+        f"golden image {reference_shape[1]}x{reference_shape[0]} px, the frame {image_shape[1]}x{image_shape[0]}: not captured at "
+        f"the frame's scale (sides may differ by 2 x register.max_shift = {2 * cfg.max_shift:g} px)"
+    )
+
+
+def _checked(
+    reg: Registration, warped: np.ndarray, image: np.ndarray, reference_shape: tuple[int, ...], cfg: RegisterConfig
+) -> Registration:
+    """``reg`` with the golden check's ``difference``, refused (``ok`` False, ``reason``) when the golden image does not show
+    the frame's design at its scale."""
+    if not reg.ok:
+        return reg
+    reason = _size_reason(reference_shape, image.shape, cfg)
+    diff = difference(warped, image, covered_area(reg.matrix, reference_shape, image.shape)) if not reason else 1.0
+    if not reason and diff > cfg.max_difference:
+        reason = (
+            f"the golden image differs from the frame in {diff:.1%} of its area (register.max_difference {cfg.max_difference:.1%}): "
+            "another design or another board?"
+        )
+    return replace(reg, difference=diff, ok=not reason, reason=reason)
+
+
+def check_pair(reference: np.ndarray, image: np.ndarray, cfg: RegisterConfig | None = None) -> Registration:
+    """The golden check of a pair used as given (already aligned, no registration: ``--no-register``, training pairs
+    taken as aligned): the identity :class:`Registration` with its ``difference``, ``ok`` False with a ``reason`` when
+    the golden image is blank, of another size or shows another design."""
+    cfg = (cfg or RegisterConfig()).validate()
+    reference, image = _check_gray("reference", reference), _check_gray("image", image)
+    identity = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    identity.setflags(write=False)
+    if reference.shape != image.shape:
+        reason = f"golden image {reference.shape[1]}x{reference.shape[0]} px, the frame {image.shape[1]}x{image.shape[0]}: register it"
+        return Registration(identity, 0.0, False, 0.0, 0.0, 0.0, reason=reason, difference=1.0)
+    blank = [name for name, im in (("reference", reference), ("image", image)) if float(im.std()) < 1e-3]
+    reg = Registration(identity, 1.0, not blank, 0.0, 0.0, 1.0, reason=f"{' and '.join(blank)} blank (one grey level)" if blank else "")
+    return _checked(reg, reference, image, reference.shape, cfg)
 
 
 def _register(frame: _Frame, cfg: RegisterConfig, init: np.ndarray | None) -> tuple[np.ndarray, Registration, _Scored]:
@@ -308,8 +361,8 @@ def _register(frame: _Frame, cfg: RegisterConfig, init: np.ndarray | None) -> tu
     shift, angle = matrix_to_shift_angle(matrix, ref.image.shape, shape)
     reason = _reason(blank, scored, shift, angle, cfg)
     reg = Registration(matrix, scored.score, not reason, shift, angle, scored.overlap, reason=reason)
-    warped = cv2.warpAffine(ref.image_f, matrix, (shape[1], shape[0]), flags=cv2.INTER_LINEAR, borderValue=FILL_VALUE)
-    return cv2.convertScaleAbs(warped), reg, scored
+    warped = cv2.convertScaleAbs(cv2.warpAffine(ref.image_f, matrix, (shape[1], shape[0]), flags=cv2.INTER_LINEAR, borderValue=FILL_VALUE))
+    return warped, _checked(reg, warped, frame.image, ref.image.shape, cfg), scored
 
 
 def register(
@@ -365,7 +418,9 @@ class Registrar:
             init = reg.matrix
             score = self._reuse_score(frame, reg, scored) if self.cfg.reuse else None
             if score is not None:
-                return warped.copy(), replace(reg, score=score, reused=True)
+                checked = _checked(replace(reg, score=score, reused=True), warped, frame.image, self._ref.image.shape, self.cfg)
+                if checked.ok:  # the golden check runs on every frame: a cached matrix is no licence
+                    return warped.copy(), checked
         warped, reg, scored = _register(frame, self.cfg, init)
         if reg.ok:
             self._cache = (warped, reg, scored)

@@ -30,7 +30,7 @@ from defect_detector.core.errors import DatasetError
 from defect_detector.core.types import Detections, LetterboxMeta, TileRecord
 from defect_detector.data.images import ConversionNotice, to_gray_uint8
 from defect_detector.data.letterbox import letterbox
-from defect_detector.data.register import RegisterConfig, register
+from defect_detector.data.register import RegisterConfig, check_pair, register
 from defect_detector.data.tiles import EDGE_MARGIN, crop_tiles, merge_tile_detections, plan_tiles, pool_tile_stats
 from defect_detector.inspect.references import ReferenceError, References
 from defect_detector.inspect.runtime import Runtime
@@ -146,15 +146,10 @@ class Pipeline:
                 raise ReferenceError(f"{name}: no golden image (this is a golden-template model)", "no golden image")
             return self.references.align(image, name)[0]
         golden = gray_frame(given, f"golden image of {name}")
-        if not self.align:
-            if golden.shape != image.shape:
-                raise ReferenceError(
-                    f"{name}: golden image is {golden.shape[1]}x{golden.shape[0]} px, the frame "
-                    f"{image.shape[1]}x{image.shape[0]}; register it (drop --no-register)",
-                    "reference does not match",
-                )
-            return golden
-        warped, result = register(golden, image, self.register_cfg)
+        if not self.align:  # used as given (already aligned): the golden check still runs
+            warped, result = golden, check_pair(golden, image, self.register_cfg)
+        else:
+            warped, result = register(golden, image, self.register_cfg)
         if not result.ok:
             raise ReferenceError(f"{name}: the golden image does not match this frame ({result.reason})", "reference does not match")
         return warped

@@ -111,14 +111,16 @@ def test_seed_is_used_and_a_wrong_seed_is_corrected(template: np.ndarray) -> Non
 def test_reference_of_another_size(template: np.ndarray) -> None:
     x0, y0, w, h = 40, 60, 560, 500
     crop = template[y0 : y0 + h, x0 : x0 + w].copy()
-    warped, reg = register(crop, template)  # smaller reference: lands at (x0, y0), the rest is border
+    warped, reg = register(crop, template, RegisterConfig(min_overlap=0.5, max_shift=80.0))  # smaller reference: lands at (x0, y0), the rest is border
     assert reg.ok and warped.shape == template.shape
     assert _probe_error(reg.matrix, np.array([[1.0, 0, x0], [0, 1, y0]]), crop.shape) < TOL_PX
     assert (warped[:, : x0 - 2] == FILL_VALUE).all() and (warped[y0 + h + 2 :, :] == FILL_VALUE).all()
     np.testing.assert_array_less(np.abs(warped[y0 + 2 : y0 + h - 2, x0 + 2 : x0 + w - 2].astype(int) - crop[2:-2, 2:-2]), 3)
-    warped, reg = register(template, crop)  # larger reference: warped into the crop's frame
+    warped, reg = register(template, crop, RegisterConfig(max_shift=80.0))  # larger reference: warped into the crop's frame
     assert reg.ok and warped.shape == crop.shape
     assert _probe_error(reg.matrix, np.array([[1.0, 0, -x0], [0, 1, -y0]]), template.shape) < TOL_PX
+    _, reg = register(crop, template)  # by default a golden image must cover 85% of the frame: the rest would go uninspected
+    assert not reg.ok and "overlap 0.68 < register.min_overlap 0.85" in reg.reason
 
 
 def test_sparse_board_with_a_large_defect_stays_aligned() -> None:
@@ -130,7 +132,7 @@ def test_sparse_board_with_a_large_defect_stays_aligned() -> None:
     cv2.rectangle(reference, (0, 500), (25, 560), 0, -1)
     image = reference.copy()
     cv2.polylines(image, [np.array([[30, 130], [70, 150], [75, 400], [30, 420]])], False, 0, 16)
-    _, reg = register(reference, image)
+    _, reg = register(reference, image, RegisterConfig(max_difference=1.0))  # alignment alone: the short differs a lot
     assert reg.ok and _probe_error(reg.matrix, np.eye(2, 3), image.shape) < TOL_PX
 
 
@@ -187,9 +189,11 @@ def test_motion_and_overlap_limits(template: np.ndarray) -> None:
     _, reg = register(template, rotated, RegisterConfig(max_angle=2.0))
     assert not reg.ok and "max_angle" in reg.reason and reg.angle_deg == pytest.approx(-3.0, abs=0.02)
     patch = template[220:420, 220:420].copy()  # covers 10% of the frame
-    _, reg = register(patch, template)
+    _, reg = register(patch, template, RegisterConfig(max_shift=250.0))
     assert not reg.ok and "min_overlap" in reg.reason and reg.overlap == pytest.approx(0.1, abs=0.01)
-    _, reg = register(patch, template, RegisterConfig(min_overlap=0.05))
+    _, reg = register(patch, template, RegisterConfig(min_overlap=0.05))  # a golden image 440 px smaller: another scale
+    assert not reg.ok and "not captured at the frame's scale" in reg.reason
+    _, reg = register(patch, template, RegisterConfig(min_overlap=0.05, max_shift=250.0))
     assert reg.ok and _probe_error(reg.matrix, np.array([[1.0, 0, 220], [0, 1, 220]]), patch.shape) < TOL_PX
 
 

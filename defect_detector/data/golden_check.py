@@ -1,0 +1,63 @@
+"""The golden check: does a golden image, registered into a frame, show that frame's board design, aligned?
+
+Registration alone cannot tell "the same design, aligned" from "a similar picture": on DeepPCB's training split it
+accepted the golden image of the neighbouring board of the same group for 72 of 1,000 boards (v0.8), and such a
+pair costs defects and makes false calls. What separates them is where the two images disagree. Both are
+normalised to zero mean and unit spread over the area the golden image covers; a pixel *differs* when it lies
+more than one spread outside everything the other image shows within :data:`TOLERANCE_PX` pixels (so the rest of
+a registration error, a line one pixel wider, noise and binarisation do not count); an opening with a
+:data:`SLIVER_PX` square then removes what is thinner than that (edges of tracks that differ in width). What is left
+is defects, which are few and compact, or another design, which differs along whole tracks and pads. The share of
+the covered area left is the pair's ``difference``; :data:`MAX_DIFFERENCE` was chosen from DeepPCB's 1,000
+training pairs against their wrong pairs (``benchmarks/golden_check.py``): true pairs reach 0.0121 at most, the
+wrong pairs that registration accepts start at 0.0191.
+"""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+
+TOLERANCE_PX = 2
+"""A pixel differs only from what the other image shows nowhere within this many pixels (a 5x5 neighbourhood)."""
+
+SLIVER_PX = 3
+"""Differences thinner than this many pixels are removed (an opening with a square of this side)."""
+
+MAX_DIFFERENCE = 0.016
+"""Largest differing share of the covered area a golden image may show against its frame (see the module docstring)."""
+
+_EDGE_PX = 3  # the covered area is shrunk by this much, so interpolated border pixels never count
+
+
+def covered_area(matrix: np.ndarray, golden_shape: tuple[int, int], frame_shape: tuple[int, int]) -> np.ndarray:
+    """bool ``[H, W]`` of the frame: where the golden image (``golden_shape``), moved by the 2x3 ``matrix`` (golden ->
+    frame pixels), lies, less a :data:`_EDGE_PX` border."""
+    ones = np.ones(golden_shape, np.uint8)
+    warped = cv2.warpAffine(ones, np.asarray(matrix, np.float64), (frame_shape[1], frame_shape[0]), flags=cv2.INTER_NEAREST)
+    side = 2 * _EDGE_PX + 1
+    return cv2.erode(warped, np.ones((side, side), np.uint8)) > 0
+
+
+def _normalised(image: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    values = image[valid].astype(np.float32)
+    mean, spread = float(values.mean()), float(values.std()) + 1e-6
+    return np.where(valid, (image.astype(np.float32) - mean) / spread, 0.0).astype(np.float32)
+
+
+def difference(golden: np.ndarray, image: np.ndarray, valid: np.ndarray | None = None) -> float:
+    """The share of the covered area (``valid``, bool ``[H, W]``; None: all of it) where the registered golden image
+    (uint8 ``[H, W]``) and the frame (uint8 ``[H, W]``) disagree beyond tolerance, slivers removed (module docstring).
+    1.0 when nothing is covered or either image is blank there."""
+    valid = np.ones(image.shape, bool) if valid is None else valid
+    if golden.shape != image.shape or valid.shape != image.shape:
+        raise ValueError(f"golden image {golden.shape}, frame {image.shape} and covered area {valid.shape} must have one shape")
+    if valid.sum() < 16 or image[valid].std() < 1e-3 or golden[valid].std() < 1e-3:
+        return 1.0
+    a, b = _normalised(image, valid), _normalised(golden, valid)
+    kernel = np.ones((2 * TOLERANCE_PX + 1,) * 2, np.uint8)
+    differs = (
+        (a > cv2.dilate(b, kernel) + 1) | (a < cv2.erode(b, kernel) - 1) | (b > cv2.dilate(a, kernel) + 1) | (b < cv2.erode(a, kernel) - 1)
+    )
+    differs = cv2.morphologyEx((differs & valid).astype(np.uint8), cv2.MORPH_OPEN, np.ones((SLIVER_PX, SLIVER_PX), np.uint8))
+    return float(differs.sum()) / float(valid.sum())

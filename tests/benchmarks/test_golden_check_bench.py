@@ -1,0 +1,36 @@
+"""Smoke test of ``benchmarks/golden_check.py`` on a tiny DeepPCB-like folder of synthetic boards."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from benchmarks import golden_check
+from defect_detector.data.synth import generate_board_pair
+
+
+def _deeppcb_like(root: Path) -> None:
+    names = []
+    for group, seed in (("group1", 0), ("group2", 1)):
+        rng = np.random.default_rng(seed)
+        for k in range(2):
+            image, template = generate_board_pair(320, 320, rng)[:2]
+            stem = root / group / group[-1] / f"{group[-1]}00{k}"
+            stem.parent.mkdir(parents=True, exist_ok=True)
+            cv2.imwrite(f"{stem}_test.jpg", image)
+            cv2.imwrite(f"{stem}_temp.jpg", template)
+            names.append(f"{group}/{group[-1]}/{group[-1]}00{k}.jpg {group}/{group[-1]}_not/{group[-1]}00{k}.txt")
+    (root / "trainval.txt").write_text("\n".join(names) + "\n")
+
+
+def test_golden_check_benchmark_separates_true_and_wrong_pairs(tmp_path: Path, capsys) -> None:
+    _deeppcb_like(tmp_path)
+    assert golden_check.main(["--root", str(tmp_path), "--out", str(tmp_path / "report.json")]) == 0
+    printed = capsys.readouterr().out
+    assert "true" in printed and "other design" in printed and "max_difference" in printed
+    report = golden_check.run(golden_check.load_pairs(tmp_path, "trainval.txt", None), progress=False)
+    assert report["table"]["true"] == {"pairs": 4, "registered": 4, "accepted": 4}
+    assert report["table"]["blank"]["accepted"] == 0 and report["table"]["stretched 800x600"]["accepted"] == 0
+    assert report["table"]["other design"]["accepted"] == 0
