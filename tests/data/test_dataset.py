@@ -313,7 +313,9 @@ def test_unreadable_reference_is_a_counted_skip(tmp_path: Path) -> None:
 def test_reference_of_another_size_without_registration_is_refused(tmp_path: Path) -> None:
     coco = _make_pairs(tmp_path, n=1)
     cv2.imwrite(str(tmp_path / "images" / "ref_0.png"), np.zeros((H + 2, W), np.uint8))
-    with pytest.raises(DatasetError, match=r"ref_0.png: does not match .*img_0.png \(golden image 64x50 px, the frame 64x48: register it\)"):
+    with pytest.raises(
+        DatasetError, match=r"ref_0.png: does not match .*img_0.png \(golden image 64x50 px, the frame 64x48: register it\)"
+    ):
         _pair_dataset(_write(tmp_path, coco), on_bad="error")[0]
 
 

@@ -111,7 +111,9 @@ def test_seed_is_used_and_a_wrong_seed_is_corrected(template: np.ndarray) -> Non
 def test_reference_of_another_size(template: np.ndarray) -> None:
     x0, y0, w, h = 40, 60, 560, 500
     crop = template[y0 : y0 + h, x0 : x0 + w].copy()
-    warped, reg = register(crop, template, RegisterConfig(min_overlap=0.5, max_shift=80.0))  # smaller reference: lands at (x0, y0), the rest is border
+    warped, reg = register(
+        crop, template, RegisterConfig(min_overlap=0.5, max_shift=80.0)
+    )  # smaller reference: lands at (x0, y0), the rest is border
     assert reg.ok and warped.shape == template.shape
     assert _probe_error(reg.matrix, np.array([[1.0, 0, x0], [0, 1, y0]]), crop.shape) < TOL_PX
     assert (warped[:, : x0 - 2] == FILL_VALUE).all() and (warped[y0 + h + 2 :, :] == FILL_VALUE).all()
