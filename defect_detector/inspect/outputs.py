@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -19,9 +20,11 @@ from torchvision.ops import box_convert
 from defect_detector.core.io import atomic_write_bytes, atomic_write_json
 from defect_detector.core.types import Detections
 from defect_detector.data.draw import draw_detections
+from defect_detector.inspect.run_guard import run_temp_name
 from defect_detector.inspect.sources import Frame, FrameSource
 
 _DEFAULT_VIDEO_FPS = 10.0
+_FSYNC_S = 1.0  # the per-frame JSONL is fsynced at least this often
 
 
 def detection_records(frame: Frame, result: Detections, with_frame: bool) -> list[dict[str, Any]]:
@@ -56,6 +59,7 @@ class Outputs:
         self.jsonl_path: Path | None = None
         self.jsonl_tmp: Path | None = None
         self.closed = False
+        self.synced = time.monotonic()
         if self.save_json and self.per_frame:
             self.jsonl_path = self.save_json.with_suffix(".jsonl")
             self.jsonl_tmp = _temp_name(self.jsonl_path)
@@ -77,6 +81,9 @@ class Outputs:
                 line["detections"] = [{k: r[k] for k in ("category_name", "bbox", "score")} for r in records]
             self.jsonl.write(json.dumps(line) + "\n")
             self.jsonl.flush()
+            if time.monotonic() - self.synced >= _FSYNC_S:  # durable as it goes: a power loss costs at most ~1 s
+                os.fsync(self.jsonl.fileno())
+                self.synced = time.monotonic()
         if self.save_dir is not None and frame.image is not None:
             if result is None:
                 annotated = cv2.cvtColor(frame.image, cv2.COLOR_GRAY2BGR)
@@ -125,6 +132,8 @@ class Outputs:
                 atomic_write_json(self.save_json, self.records)
                 written["json"] = str(self.save_json)
             if self.jsonl is not None:
+                self.jsonl.flush()
+                os.fsync(self.jsonl.fileno())
                 self.jsonl.close()
                 os.replace(self.jsonl_tmp, self.jsonl_path)
                 self.jsonl = None
@@ -158,5 +167,6 @@ class Outputs:
 
 
 def _temp_name(path: Path) -> Path:
-    """The hidden temp file an output is written to before it is renamed to ``path``: ``.STEM.tmp.SUFFIX`` beside it."""
-    return path.with_name(f".{path.stem}.tmp{path.suffix}")
+    """The hidden temp file an output is written to before it is renamed to ``path``: ``.STEM.<run>.tmp.SUFFIX``
+    beside it, unique per run (``inspect/run_guard.py`` recovers those a killed run left)."""
+    return run_temp_name(path)

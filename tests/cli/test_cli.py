@@ -31,6 +31,7 @@ from defect_detector.export import export_torchscript
 from defect_detector.inspect import inspector as inspector_module
 from defect_detector.inspect import outputs as outputs_module
 from defect_detector.inspect.outputs import Outputs
+from defect_detector.inspect.run_guard import RUN_TOKEN
 from defect_detector.inspect.sources import Frame, open_source
 from defect_detector.model.checkpoint import load_checkpoint
 
@@ -310,7 +311,8 @@ def _video_outputs(tmp_path: Path) -> tuple[Outputs, Path]:
 
 def test_outputs_discard_keeps_earlier_files(tmp_path: Path) -> None:
     outputs, out = _video_outputs(tmp_path)
-    assert sorted(p.name for p in out.parent.iterdir()) == [".cam.tmp.mp4", ".det.tmp.jsonl", "det.json", "det.jsonl"]
+    run = RUN_TOKEN  # temp names are unique per run (inspect/run_guard.py)
+    assert sorted(p.name for p in out.parent.iterdir()) == [f".cam.{run}.tmp.mp4", f".det.{run}.tmp.jsonl", "det.json", "det.jsonl"]
     outputs.discard()
     assert outputs.close() == {}
     assert sorted(p.name for p in out.parent.iterdir()) == ["det.json", "det.jsonl"]
