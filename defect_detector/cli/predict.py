@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import signal
+from typing import TYPE_CHECKING, Any
 
 from defect_detector.cli.errors import CliError
 from defect_detector.cli.options import TTA_HELP, add_monitor_arguments
+
+if TYPE_CHECKING:
+    from defect_detector.inspect.stop_signals import StopSignals
 
 
 def add_parser(sub: Any) -> None:
@@ -48,7 +52,16 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    from defect_detector.inspect.stop_signals import StopSignals
+
+    with StopSignals() as stop:  # SIGTERM / SIGHUP / SIGINT: finish the frame, write the outputs, exit 128 + signal
+        _predict(args, stop)
+        stop.check()  # a signal while the sinks were closing
+
+
+def _predict(args: argparse.Namespace, stop: StopSignals) -> None:
     from defect_detector.core.config import EvalConfig
+    from defect_detector.core.errors import Stopped
     from defect_detector.inspect.inspector import Inspector, summary_line
     from defect_detector.model.tta import orientations
 
@@ -85,14 +98,18 @@ def run(args: argparse.Namespace) -> None:
                 f"note: --save-json keeps detections scoring >= {conf:g}; "
                 f"to score mAP (pycocotools) keep the whole ranking: --conf {EvalConfig.conf}"
             )
-        summary = inspector.run(args.source, args.batch, args.max_frames, args.latest_only, args.save_json, args.save_dir)
+        summary = inspector.run(args.source, args.batch, args.max_frames, args.latest_only, args.save_json, args.save_dir, stop=stop)
     print(summary_line(summary))
+    for path in summary["recovered"]:
+        print(f"recovered from a run that did not finish: {path}")
     for kind, path in summary["outputs"].items():
         print(f"wrote {kind}: {path}")
     if args.alerts:
         print(f"drift events: {args.alerts}")
     if args.db:
         print(f"station database: {args.db} (serve it: defect-detector station --db {args.db})")
+    if summary["signal"] is not None:
+        raise Stopped(getattr(signal, summary["signal"]), summary["signal"])
     if summary["gave_up"]:
         raise CliError(
             f"{args.source}: the stream failed and could not be reopened, so the run stopped early "

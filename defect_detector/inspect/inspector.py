@@ -39,8 +39,10 @@ from defect_detector.data.images import ConversionNotice
 from defect_detector.inspect.outputs import Outputs
 from defect_detector.inspect.pipeline import Pipeline, gray_frame
 from defect_detector.inspect.references import ReferenceError, References
+from defect_detector.inspect.run_guard import RunGuard
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.inspect.sources import Frame, FrameSource, open_source
+from defect_detector.inspect.stop_signals import StopSignals, until_stopped
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
 from defect_detector.monitor.alerts import STAGES, AlertRouter
 from defect_detector.monitor.drift import DriftEvent
@@ -261,25 +263,34 @@ class Inspector:
         save_json: str | None = None,
         save_dir: str | None = None,
         on_result: Callable[[Inspection], None] | None = None,
+        stop: StopSignals | None = None,
     ) -> dict[str, Any]:
         """Inspect every frame of ``source`` (image, folder, glob, video, camera index, stream URL; see
         ``deploy/sources.py``) and write the requested outputs; returns the summary (:func:`summary_line`).
         Live sources run one frame per call. Ctrl-C stops cleanly: outputs so far are written and
         ``summary["interrupted"]`` is True. Any other error discards this run's unfinished outputs (earlier
-        files at ``save_json`` stay as they were) and is raised. ``on_result`` is called per frame, in order."""
+        files at ``save_json`` stay as they were) and is raised. ``on_result`` is called per frame, in order.
+        ``stop`` (``predict``): SIGTERM / SIGHUP / SIGINT stop the run as Ctrl-C does, after the current frame
+        (``summary["signal"]`` names it; see ``inspect/stop_signals.py``). Before the first frame the outputs are
+        checked, locked against a second run and leftovers of a killed run recovered (``inspect/run_guard.py``)."""
         if batch < 1:
             raise ValueError(f"--batch must be >= 1, got {batch}")
         if max_frames is not None and max_frames < 1:
             raise ValueError(f"--max-frames must be >= 1, got {max_frames}")
-        frames = open_source(source, latest_only=latest_only)
-        self.runtime.warmup()
-        outputs = Outputs(frames, self.runtime.class_names, save_json, save_dir)
+        guard = RunGuard(save_json, save_dir)  # writable, one writer, leftovers of a killed run recovered
+        try:
+            frames = open_source(source, latest_only=latest_only)
+            self.runtime.warmup()
+            outputs = Outputs(frames, self.runtime.class_names, save_json, save_dir)
+        except BaseException:
+            guard.release()
+            raise
         tally = _Tally()
-        interrupted = False
+        interrupted, stopped_by = False, None
         bar = tqdm(total=frames.total if max_frames is None else max_frames, unit="frame", file=sys.stderr, disable=None, leave=False)
         try:
             with frames:
-                for chunk in _batches(iter(frames), 1 if frames.is_stream else batch, max_frames):
+                for chunk in _batches(until_stopped(iter(frames), stop), 1 if frames.is_stream else batch, max_frames):
                     for inspection in self.inspect_frames(chunk):
                         outputs.add(inspection.frame, inspection.detections)
                         tally.add(inspection)
@@ -287,16 +298,21 @@ class Inspector:
                             on_result(inspection)
                     bar.update(len(chunk))
                     bar.set_postfix_str(tally.status(bar.n), refresh=False)
-        except KeyboardInterrupt:
-            interrupted = True
-            log.warning("interrupted: writing the outputs of the frames processed so far")
+        except KeyboardInterrupt as exc:  # Ctrl-C, or a stop signal (core.errors.Stopped)
+            interrupted, stopped_by = True, getattr(exc, "name", "SIGINT")
+            log.warning("%s: writing the outputs of the frames processed so far", stopped_by)
         except BaseException:
             outputs.discard()  # a failed run keeps the outputs of an earlier one
             raise
         finally:
             bar.close()
-            written = outputs.close()
-        return tally.summary(source, frames, self, written, interrupted)
+            try:
+                written = outputs.close()
+            finally:
+                guard.release()
+        summary = tally.summary(source, frames, self, written, interrupted)
+        summary.update(signal=stopped_by, recovered=guard.recovered)
+        return summary
 
     def close(self) -> None:
         """Close the alert sinks (files, webhook thread, metrics port) and the station recorder (writing what it holds);
