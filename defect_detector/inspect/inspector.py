@@ -39,7 +39,7 @@ from defect_detector.data.images import ConversionNotice
 from defect_detector.inspect.outputs import Outputs
 from defect_detector.inspect.pipeline import Pipeline, gray_frame
 from defect_detector.inspect.references import ReferenceError, References
-from defect_detector.inspect.run_guard import RunGuard
+from defect_detector.inspect.run_guard import RunGuard, check_database
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.inspect.sources import Frame, FrameSource, open_source
 from defect_detector.inspect.stop_signals import StopSignals, until_stopped
@@ -168,6 +168,7 @@ class Inspector:
             from defect_detector.station.recorder import Recorder
 
             try:
+                check_database(db)  # a read-only folder fails now, not as frames "unrecorded" at the end
                 inspector.recorder = Recorder(db, conf=pipeline.conf, classes=runtime.class_names)
             except ValueError:
                 inspector.close()

@@ -81,6 +81,16 @@ def check_writable_file(path: Path, what: str) -> None:
         raise ValueError(f"{what}: {path} is not writable")
 
 
+def check_database(db: str | os.PathLike[str]) -> None:
+    """``--db``: a SQLite file (a path or ``sqlite:///...``) must be creatable or writable now, not found unwritable
+    after the first frames (the recorder would only count them unrecorded). A server URL is checked when it connects."""
+    from defect_detector.station.db import parse_url
+
+    url = parse_url(db)
+    if url.get_backend_name() == "sqlite" and url.database:
+        check_writable_file(Path(url.database), "--db")
+
+
 class _Lock:
     """An exclusive ``flock`` on ``lock_path``, guarding ``target`` (what the error message names)."""
 

@@ -114,3 +114,13 @@ def test_a_killed_runs_jsonl_is_recovered_not_overwritten(
     assert [p.read_bytes() for p in (tmp_path / "annotated").glob("cam.recovered-*.mp4")] == [b"unfinished mp4"]
     assert len(out.with_suffix(".jsonl").read_text().splitlines()) == 4  # this run's own frames
     assert not list(tmp_path.rglob(".*.tmp.*"))
+
+
+def test_an_unwritable_db_fails_before_the_first_frame(
+    video: Path, checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "not_a_folder"
+    blocker.write_text("a file where the folder should be")
+    assert _predict(video, checkpoint, "--db", str(blocker / "station.db")) == 2  # it used to run, every frame "unrecorded"
+    line = _error_line(capsys)
+    assert line.startswith("defect-detector predict: error: --db: cannot write into ") and "not_a_folder" in line
