@@ -31,7 +31,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--save-json", help="write detections (bbox xywh in original pixels) here; video/streams also get a .jsonl")
     p.add_argument("--save-dir", help="write annotated images (or an .mp4 for video/streams) here")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
-    p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.add_argument(
+        "--threads", type=int, help="torch CPU threads (default: the cores other work leaves free, re-chosen every 2 s as that changes)"
+    )
     p.add_argument("--batch", type=int, default=1, help="frames per model call (files and video; streams use 1)")
     p.add_argument("--latest-only", action="store_true", help="live streams: drop stale frames, always process the newest")
     p.add_argument("--max-frames", type=int, help="stop after N frames")

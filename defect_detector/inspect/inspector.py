@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from defect_detector.core.devices import default_threads
+from defect_detector.core.devices import AdaptiveThreads, default_threads
 from defect_detector.core.types import Detections
 from defect_detector.data.images import ConversionNotice
 from defect_detector.inspect.outputs import Outputs
@@ -92,6 +92,7 @@ class Inspector:
     :meth:`close`."""
 
     recorder: Any = None  # station recording: a defect_detector.station.recorder.Recorder (load(db=URL))
+    autothreads: AdaptiveThreads | None = None  # load(threads=None) on a CPU: the thread count re-chosen as the run goes
 
     def __init__(self, pipeline: Pipeline, router: AlertRouter | None = None) -> None:
         runtime = pipeline.runtime
@@ -135,7 +136,8 @@ class Inspector:
         """Load weights (None: the bundled model; with ``reference``, the bundled golden-template model) and set
         up registration and monitoring. ``reference``: one golden image for every frame, or a folder of them (by
         frame name); a golden-template model needs it (an :meth:`inspect` call may still pass its own).
-        ``threads``: torch CPU threads (None: the cores free now, :func:`~defect_detector.core.devices.default_threads`).
+        ``threads``: torch CPU threads (None: the cores free now, :func:`~defect_detector.core.devices.default_threads`,
+        re-chosen every 2 s while frames are inspected on a CPU: :class:`~defect_detector.core.devices.AdaptiveThreads`).
         ``tta``: test-time augmentation (``flip2``, ``flip4``, ``d8``: that many model passes per frame; default one).
         ``conf`` / ``iou``: None takes the operating point the weights store. ``tile``: None chooses from the model's
         recorded pixel scale, True / False force tiling / letterboxing. Monitoring: see :func:`build_monitoring`;
@@ -143,7 +145,7 @@ class Inspector:
         path, ``sqlite:///...`` or ``postgresql://...``; see ``defect_detector.station``). Raises ``FileNotFoundError`` /
         ``ValueError`` with one clear line."""
         weights = weights or (DEFAULT_REFERENCE_WEIGHTS if reference else None)
-        threads = default_threads() if threads is None else threads
+        adaptive, threads = threads is None, default_threads() if threads is None else threads
         runtime = Runtime.load(weights, device=device, threads=threads, tta=tta)
         references = References(reference) if reference else None
         pipeline = Pipeline(runtime, references, conf, iou, max_det, tile)
@@ -164,6 +166,7 @@ class Inspector:
             if router is not None:
                 router.close()
             raise
+        inspector.autothreads = AdaptiveThreads.for_device(runtime.device) if adaptive else None  # follows the machine
         if db is not None:  # station recording
             from defect_detector.station.recorder import Recorder
 
@@ -196,6 +199,8 @@ class Inspector:
         ``RuntimeError`` after :meth:`close`."""
         if self._closed:
             raise RuntimeError("this Inspector is closed: drift monitoring and its sinks are gone; load a new one")
+        if self.autothreads is not None:
+            self.autothreads.tick()
         frames, good, golden = self._register(list(frames), references)
         results = self.pipeline.detect([f.image for f in good], golden) if good else []
         by_index = {f.index: r for f, r in zip(good, results)}
