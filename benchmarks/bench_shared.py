@@ -134,12 +134,15 @@ def compare(rate: Callable[[float], float], counts: list[int], rounds: int, seco
     return {"default_threads": chosen, "per_s": medians, "ratio_default_to_best": medians["default"] / best}
 
 
-def _run_schedule(detect: Callable[[Any], Any], frames: list[Any], policy: str, duration: float, toggles: list[float]) -> list[float]:
+def _run_schedule(
+    detect: Callable[[Any], Any], frames: list[Any], policy: str, duration: float, toggles: list[float], start: int | None = None
+) -> list[float]:
     """Frame completion times (seconds from the start) of ``detect`` for ``duration`` seconds while a
     competitor runs between ``toggles`` (start, stop, start, ...). ``policy``: ``adaptive`` (a fresh
     :class:`AdaptiveThreads`, ticked per frame as ``Inspector`` does, starting from the count chosen at the start) or
-    ``start`` (the count chosen at the start and kept, as predict did before) or a fixed count."""
-    start_threads = default_threads()
+    ``start`` (the count chosen at the start and kept, as predict did before) or a fixed count. ``start``: the count
+    at the start (None: :func:`default_threads` now; the machine's cores play an idle machine's choice)."""
+    start_threads = default_threads() if start is None else start
     torch.set_num_threads(start_threads if policy in ("start", "adaptive") else int(policy))
     auto = AdaptiveThreads() if policy == "adaptive" else None
     competitor: subprocess.Popen | None = None
@@ -165,19 +168,20 @@ def _run_schedule(detect: Callable[[Any], Any], frames: list[Any], policy: str, 
     return done
 
 
-def late_competitor(weights: str | None, duration: float, toggles: list[float]) -> dict[str, Any]:
+def late_competitor(weights: str | None, duration: float, toggles: list[float], start: int | None = None) -> dict[str, Any]:
     """predict's throughput through a run during which a competitor starts (and stops, and starts again) at ``toggles``:
     the count chosen at the start and kept, the adaptive count, and every fixed count. Per phase (between toggles) the
     best fixed count's rate is the best achievable; ``fraction_of_best`` is frames / those best frames over the run."""
     detect, frames = sample_pipeline(weights)
     counts = [str(n) for n in range(1, len(available_cores()) + 1)]
     edges = [0.0, *toggles, duration]
-    runs = {policy: _run_schedule(detect, frames, policy, duration, toggles) for policy in ["start", "adaptive", *counts]}
+    runs = {policy: _run_schedule(detect, frames, policy, duration, toggles, start) for policy in ["start", "adaptive", *counts]}
     per_phase = {policy: [sum(a <= t < b for t in times) / (b - a) for a, b in zip(edges, edges[1:])] for policy, times in runs.items()}
     best = [max(per_phase[c][i] for c in counts) for i in range(len(edges) - 1)]
     best_frames = sum(rate * (b - a) for rate, a, b in zip(best, edges, edges[1:]))
     return {
         "duration_s": duration,
+        "start_threads": start if start is not None else "default_threads() at each start",
         "competitor_toggles_s": toggles,
         "per_phase_frames_per_s": {k: [round(v, 2) for v in rates] for k, rates in per_phase.items()},
         "best_per_phase": [round(v, 2) for v in best],
@@ -201,10 +205,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--duration", type=float, default=30.0, help="--late: seconds per run")
     parser.add_argument("--toggles", default="5,15,20", help="--late: seconds at which the competitor starts, stops, starts ...")
+    parser.add_argument(
+        "--start-threads", type=int, help="--late: the count both policies start at (default: the cores free then; the cores: an idle machine)"
+    )
     args = parser.parse_args(argv)
     if args.late:
         toggles = [float(t) for t in args.toggles.split(",") if t.strip()]
-        results = late_competitor(args.weights, args.duration, toggles)
+        results = late_competitor(args.weights, args.duration, toggles, args.start_threads)
         for policy, fraction in results["fraction_of_best"].items():
             rates = ", ".join(f"{r:.1f}" for r in results["per_phase_frames_per_s"][policy])
             print(f"predict threads {policy}: {fraction:.2f} of the best through the run (frames/s per phase: {rates})")
