@@ -206,7 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=30.0, help="--late: seconds per run")
     parser.add_argument("--toggles", default="5,15,20", help="--late: seconds at which the competitor starts, stops, starts ...")
     parser.add_argument(
-        "--start-threads", type=int, help="--late: the count both policies start at (default: the cores free then; the cores: an idle machine)"
+        "--start-threads",
+        type=int,
+        help="--late: the count both policies start at (default: the cores free then; all cores: an idle machine)",
     )
     args = parser.parse_args(argv)
     if args.late:
