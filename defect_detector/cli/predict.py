@@ -101,6 +101,7 @@ def _predict(args: argparse.Namespace, stop: StopSignals) -> None:
                 f"to score mAP (pycocotools) keep the whole ranking: --conf {EvalConfig.conf}"
             )
         summary = inspector.run(args.source, args.batch, args.max_frames, args.latest_only, args.save_json, args.save_dir, stop=stop)
+    summary["alerts_undelivered"] = max(summary["alerts_undelivered"], inspector.undelivered_at_close)  # final, after close
     print(summary_line(summary))
     for path in summary["recovered"]:
         print(f"recovered from a run that did not finish: {path}")
@@ -116,4 +117,9 @@ def _predict(args: argparse.Namespace, stop: StopSignals) -> None:
         raise CliError(
             f"{args.source}: the stream failed and could not be reopened, so the run stopped early "
             f"(after {summary['frames']} frames, {summary['reconnects']} reconnects; the outputs above hold those frames)"
+        )
+    if summary["ended_early"]:  # any container: a truncated video is a failed run, as one that does not open is
+        raise CliError(
+            f"{args.source}: the video ended after {summary['frames']} of the {summary['expected_frames']} frames its header "
+            "lists (truncated or corrupt file); the outputs above hold those frames"
         )

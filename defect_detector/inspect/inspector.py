@@ -92,6 +92,7 @@ class Inspector:
     :meth:`close`."""
 
     recorder: Any = None  # station recording: a defect_detector.station.recorder.Recorder (load(db=URL))
+    undelivered_at_close = 0  # alerts the sinks had not delivered when close() stopped them
     autothreads: AdaptiveThreads | None = None  # load(threads=None) on a CPU: the thread count re-chosen as the run goes
 
     def __init__(self, pipeline: Pipeline, router: AlertRouter | None = None) -> None:
@@ -197,8 +198,7 @@ class Inspector:
         """Inspect gray frames (from a source, or :meth:`inspect`) in one model call; one :class:`Inspection` per
         frame, in order, drift updated per frame. ``references``: one golden image (or None) per frame.
         ``RuntimeError`` after :meth:`close`."""
-        if self._closed:
-            raise RuntimeError("this Inspector is closed: drift monitoring and its sinks are gone; load a new one")
+        self._check_open()
         if self.autothreads is not None:
             self.autothreads.tick()
         frames, good, golden = self._register(list(frames), references)
@@ -252,8 +252,14 @@ class Inspector:
         except ReferenceError:
             return None
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this Inspector is closed: drift monitoring and its sinks are gone; load a new one")
+
     def rebaseline(self, reason: str = "requested") -> DriftEvent | None:
-        """Accept the line's next frames as its new clean level (a new board design): logged and sent to the sinks."""
+        """Accept the line's next frames as its new clean level (a new board design): logged and sent to the sinks.
+        ``RuntimeError`` after :meth:`close`."""
+        self._check_open()
         if not self.monitoring:
             return None
         event = self.router.detector.rebaseline(self._next_index, "api", reason)
@@ -279,6 +285,7 @@ class Inspector:
         ``stop`` (``predict``): SIGTERM / SIGHUP / SIGINT stop the run as Ctrl-C does, after the current frame
         (``summary["signal"]`` names it; see ``inspect/stop_signals.py``). Before the first frame the outputs are
         checked, locked against a second run and leftovers of a killed run recovered (``inspect/run_guard.py``)."""
+        self._check_open()  # before any output is touched
         if batch < 1:
             raise ValueError(f"--batch must be >= 1, got {batch}")
         if max_frames is not None and max_frames < 1:
@@ -317,8 +324,13 @@ class Inspector:
             finally:
                 guard.release()
         summary = tally.summary(source, frames, self, written, interrupted)
-        summary.update(signal=stopped_by, recovered=guard.recovered)
+        summary.update(signal=stopped_by, recovered=guard.recovered, ended_early=frames.stats.ended_early)
+        summary.update(expected_frames=frames.stats.expected_frames, alerts_undelivered=self._undelivered())
         return summary
+
+    def _undelivered(self) -> int:
+        """Alerts a sink failed to deliver so far (a webhook that fails or hangs, a full queue; see ``AlertRouter``)."""
+        return self.router.undelivered if self.router is not None else self.undelivered_at_close
 
     def close(self) -> None:
         """Close the alert sinks (files, webhook thread, metrics port) and the station recorder (writing what it holds);
@@ -326,6 +338,7 @@ class Inspector:
         self._closed = True
         if self.router is not None:
             self.router.close()
+            self.undelivered_at_close = self.router.undelivered  # the webhook's last tries and what was left in flight
             self.router = None
         if self.recorder is not None:  # station recording
             self.recorder.close()
@@ -417,6 +430,8 @@ def summary_line(summary: dict[str, Any]) -> str:
         extra += ", of them without a usable reference: " + ", ".join(f"{why} x{n}" for why, n in sorted(summary["no_reference"].items()))
     alerts = [e for e in summary.get("drift_events", []) if e["event"] == "drift"]
     drift = f"; drift alerts {len(alerts)}" if summary.get("drift_monitoring") else "; drift monitoring off"
+    if summary.get("alerts_undelivered"):
+        drift += f" ({summary['alerts_undelivered']} not delivered: see the webhook warnings)"
     return (
         f"frames {summary['frames']} (processed {summary['processed']}, skipped {summary['skipped']}{extra}), "
         f"detections {summary['detections']}{drift}, {summary['fps']:.2f} fps; mean ms per frame: {latency}"

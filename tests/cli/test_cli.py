@@ -283,16 +283,23 @@ def test_colour_video_warns_once_and_a_gray_one_not(checkpoint: Path, tmp_path: 
     assert len(notes) == 1 and notes[0].levelno == logging.WARNING and str(colour) in notes[0].getMessage()
 
 
-def test_truncated_video_says_it_ended_early(checkpoint: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_truncated_video_says_it_ended_early(checkpoint: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys) -> None:
     video = _write_video(tmp_path / "long.avi", 30)
     data = video.read_bytes()
     video.write_bytes(data[: len(data) * 6 // 10])
-    with caplog.at_level(logging.WARNING, logger="defect_detector.inspect"):
-        assert main(["predict", str(video), "--weights", str(checkpoint)]) == 0
+    out = tmp_path / "det.json"
+    with caplog.at_level(logging.WARNING, logger="defect_detector.inspect"):  # exit 2 like a truncated mp4 (it was 0)
+        assert main(["predict", str(video), "--weights", str(checkpoint), "--save-json", str(out)]) == 2
     ended = [r.getMessage() for r in caplog.records if "video ended after" in r.getMessage()]
     assert len(ended) == 1 and ended[0].startswith(f"{video}: video ended after ") and " of 30 frames" in ended[0]
     read = int(ended[0].split("after ")[1].split(" of")[0])
     assert 0 < read < 30
+    line = _one_error_line(capsys, "predict")
+    assert line == (
+        f"{video}: the video ended after {read} of the 30 frames its header lists (truncated or corrupt file); "
+        "the outputs above hold those frames"
+    )
+    assert len(out.with_suffix(".jsonl").read_text().splitlines()) == read  # the frames it had are written
 
 
 def _video_outputs(tmp_path: Path) -> tuple[Outputs, Path]:
