@@ -29,7 +29,7 @@ from defect_detector.cli import (  # noqa: E402
     val,
 )
 from defect_detector.cli.errors import CliError, error_line, is_expected  # noqa: E402
-from defect_detector.cli.parser import build_parser  # noqa: E402
+from defect_detector.cli.parser import build_parser, parse_args  # noqa: E402
 from defect_detector.core.errors import Stopped  # noqa: E402
 
 COMMANDS = {
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run one subcommand; the error boundary: an expected failure (see ``cli_errors``) prints one line
     ``defect-detector CMD: error: <file>: <problem>`` and returns 2, Ctrl-C returns 130 (``predict``: SIGTERM 143,
     SIGHUP 129, each after writing the outputs of the frames so far)."""
-    args = build_parser(COMMANDS).parse_args(argv)
+    args = parse_args(build_parser(COMMANDS), argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         COMMANDS[args.command].run(args)
