@@ -13,6 +13,8 @@ def test_overrides_may_follow_options() -> None:
     args = parse_args(build_parser(COMMANDS), argv)  # "unrecognized arguments: train.lr=0.01" before
     assert args.resume and args.threads == 1 and args.overrides == ["train.epochs=2", "train.lr=0.01", "seed=3"]
     assert parse_args(build_parser(COMMANDS), ["train", "--config", "c.yaml", "--resume"]).overrides == []
+    args = parse_args(build_parser(COMMANDS), ["train", "--config", "c.yaml", "--resume", "--allow-data-change", "train.lr=0.01"])
+    assert args.allow_data_change and args.overrides == ["train.lr=0.01"]
 
 
 @pytest.mark.parametrize("argv", [["train", "--config", "c.yaml", "--resume", "--bogus"], ["predict", "x.png", "zz=1"]])
