@@ -22,6 +22,7 @@ from defect_detector.cli import main as cli
 from defect_detector.cli.errors import error_line, worker_message
 from defect_detector.cli.main import main
 from defect_detector.cli.parser import build_parser
+from defect_detector.core.constants import DEEPPCB_CLASSES
 from defect_detector.core.errors import DatasetError
 from defect_detector.core.types import Detections
 from defect_detector.data.collate import build_loader
@@ -134,6 +135,10 @@ FORGED = [
     ({"format_version": 0}, "artifact format_version 0, this runtime reads"),
     ({"half": "yes"}, "meta.json half must be true or false, got 'yes'"),
     ({"pixel_scale": -1}, "meta.json pixel_scale must be null or a positive number, got -1"),
+    # forgeries every key check passes: the digest of graph, weights and meta refuses them (they used to run)
+    ({"class_names": list(reversed(DEEPPCB_CLASSES))}, "meta.json does not match the model it is packed with (digest "),
+    ({"pixel_scale": 4.0}, "meta.json does not match the model it is packed with (digest "),
+    ({"digest": None}, "meta.json carries no digest of the graph and weights"),
 ]
 
 
@@ -145,6 +150,20 @@ def test_forged_meta_json_is_one_line_naming_the_file_and_key(
     assert main(["predict", str(frames), "--weights", str(forged), "--threads", "1"]) == 2
     line = _one_error_line(capsys, "predict")
     assert line.startswith(f"{forged}: ") and problem in line, line
+
+
+def test_a_meta_json_copied_onto_a_foreign_model_is_refused(
+    artifact: Path, frames: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other = write_small_checkpoint(tmp_path / "other.pt", IMGSZ, seed=1)  # same shapes, other weights
+    foreign = tmp_path / "foreign.torchscript.pt"
+    export_torchscript(load_checkpoint(other), foreign, optimize=False)
+    with zipfile.ZipFile(artifact) as src:
+        meta_text = next(src.read(n) for n in src.namelist() if n.endswith("/extra/meta.json")).decode()
+    forged = _forge(foreign, tmp_path / "forged.torchscript.pt", meta_text=meta_text)
+    assert main(["predict", str(frames), "--weights", str(forged), "--threads", "1"]) == 2
+    assert "meta.json does not match the model it is packed with" in _one_error_line(capsys, "predict")
+    assert main(["predict", str(frames), "--weights", str(foreign), "--threads", "1"]) == 0  # the genuine one loads
 
 
 @pytest.mark.parametrize(("text", "problem"), [("[1, 2]", "must be a JSON object, got list"), ("{oops", "is not valid JSON")])
