@@ -45,7 +45,7 @@ class Outputs:
     """``--save-json`` (one list, written atomically at the end; plus a JSONL line per frame, flushed, for
     video and stream sources) and ``--save-dir`` (annotated images with the source's relative names, or
     one annotated ``.mp4`` for video and stream sources). The JSONL and the video are written to hidden temp
-    files beside their destinations (``.NAME.tmp.jsonl``, ``.NAME.tmp.mp4``) and renamed into place by
+    files beside their destinations (``.NAME.<run>.tmp.jsonl``, ``.NAME.<run>.tmp.mp4``) and renamed into place by
     :meth:`close`; :meth:`discard` (a failed run) removes them and leaves any earlier outputs as they were."""
 
     def __init__(self, source: FrameSource, class_names: Sequence[str], save_json: str | None, save_dir: str | None) -> None:
