@@ -168,24 +168,37 @@ def _run_schedule(
     return done
 
 
-def late_competitor(weights: str | None, duration: float, toggles: list[float], start: int | None = None) -> dict[str, Any]:
+def late_competitor(
+    weights: str | None, duration: float, toggles: list[float], start: int | None = None, repeats: int = 1
+) -> dict[str, Any]:
     """predict's throughput through a run during which a competitor starts (and stops, and starts again) at ``toggles``:
-    the count chosen at the start and kept, the adaptive count, and every fixed count. Per phase (between toggles) the
-    best fixed count's rate is the best achievable; ``fraction_of_best`` is frames / those best frames over the run."""
+    the count chosen at the start and kept, the adaptive count, and every fixed count, one run each per round, rounds
+    interleaved (``repeats``). Per round and phase (between toggles) the best fixed count's rate is the best
+    achievable; a policy's fraction is its frames / those best frames over the run; the median over rounds is reported
+    (other load on the machine moves a single round's best)."""
     detect, frames = sample_pipeline(weights)
     counts = [str(n) for n in range(1, len(available_cores()) + 1)]
+    policies = ["start", "adaptive", *counts]
     edges = [0.0, *toggles, duration]
-    runs = {policy: _run_schedule(detect, frames, policy, duration, toggles, start) for policy in ["start", "adaptive", *counts]}
-    per_phase = {policy: [sum(a <= t < b for t in times) / (b - a) for a, b in zip(edges, edges[1:])] for policy, times in runs.items()}
-    best = [max(per_phase[c][i] for c in counts) for i in range(len(edges) - 1)]
-    best_frames = sum(rate * (b - a) for rate, a, b in zip(best, edges, edges[1:]))
+    rounds = []
+    for _ in range(repeats):
+        runs = {policy: _run_schedule(detect, frames, policy, duration, toggles, start) for policy in policies}
+        per_phase = {policy: [sum(a <= t < b for t in times) / (b - a) for a, b in zip(edges, edges[1:])] for policy, times in runs.items()}
+        best = [max(per_phase[c][i] for c in counts) for i in range(len(edges) - 1)]
+        best_frames = sum(rate * (b - a) for rate, a, b in zip(best, edges, edges[1:]))
+        rounds.append(
+            {
+                "per_phase_frames_per_s": {k: [round(v, 2) for v in rates] for k, rates in per_phase.items()},
+                "best_per_phase": [round(v, 2) for v in best],
+                "fraction_of_best": {policy: round(len(times) / best_frames, 3) for policy, times in runs.items()},
+            }
+        )
     return {
         "duration_s": duration,
         "start_threads": start if start is not None else "default_threads() at each start",
         "competitor_toggles_s": toggles,
-        "per_phase_frames_per_s": {k: [round(v, 2) for v in rates] for k, rates in per_phase.items()},
-        "best_per_phase": [round(v, 2) for v in best],
-        "fraction_of_best": {policy: round(len(times) / best_frames, 3) for policy, times in runs.items()},
+        "rounds": rounds,
+        "fraction_of_best": {p: statistics.median(r["fraction_of_best"][p] for r in rounds) for p in policies},
     }
 
 
@@ -193,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_shared", description=__doc__.split("\n")[0])
     parser.add_argument("--weights", help="checkpoint or artifact for predict (default: the bundled model)")
     parser.add_argument("--seconds", type=float, default=3.0, help="seconds per measurement")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians are reported)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians are reported; --late too)")
     parser.add_argument("--competitors", type=int, default=1, help="competitor processes (0: measure the machine as it is)")
     parser.add_argument("--settle", type=float, default=2.0, help="seconds the competitors run before measuring")
     parser.add_argument("--out", help="also write the results as JSON here")
@@ -213,10 +226,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.late:
         toggles = [float(t) for t in args.toggles.split(",") if t.strip()]
-        results = late_competitor(args.weights, args.duration, toggles, args.start_threads)
+        results = late_competitor(args.weights, args.duration, toggles, args.start_threads, args.rounds)
         for policy, fraction in results["fraction_of_best"].items():
-            rates = ", ".join(f"{r:.1f}" for r in results["per_phase_frames_per_s"][policy])
-            print(f"predict threads {policy}: {fraction:.2f} of the best through the run (frames/s per phase: {rates})")
+            each = ", ".join(f"{r['fraction_of_best'][policy]:.2f}" for r in results["rounds"])
+            rates = "; ".join(", ".join(f"{v:.1f}" for v in r["per_phase_frames_per_s"][policy]) for r in results["rounds"])
+            print(f"predict threads {policy}: {fraction:.2f} of the best through the run (rounds {each}; frames/s per phase {rates})")
         if args.out:
             atomic_write_json(args.out, results)
         return 0
