@@ -73,12 +73,11 @@ def check_writable_folder(folder: Path, what: str) -> None:
 
 
 def check_writable_file(path: Path, what: str) -> None:
-    """``path`` can be created or replaced: its folder is writable and it is not a folder itself."""
+    """``path`` can be created or replaced: its folder is writable (a rename replaces even a read-only file) and it
+    is not a folder itself."""
     if path.is_dir():
         raise ValueError(f"{what}: {path} is a folder, not a file")
     check_writable_folder(path.parent, what)
-    if path.exists() and not os.access(path, os.W_OK):
-        raise ValueError(f"{what}: {path} is not writable")
 
 
 def check_database(db: str | os.PathLike[str]) -> None:
