@@ -87,7 +87,10 @@ def check_database(db: str | os.PathLike[str]) -> None:
 
     url = parse_url(db)
     if url.get_backend_name() == "sqlite" and url.database:
-        check_writable_file(Path(url.database), "--db")
+        path = Path(url.database)
+        check_writable_file(path, "--db")
+        if path.exists() and not os.access(path, os.W_OK):  # SQLite writes into the file itself
+            raise ValueError(f"--db: {path} is not writable")
 
 
 class _Lock:
