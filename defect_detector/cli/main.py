@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
@@ -28,7 +29,8 @@ from defect_detector.cli import (  # noqa: E402
     val,
 )
 from defect_detector.cli.errors import CliError, error_line, is_expected  # noqa: E402
-from defect_detector.cli.parser import build_parser  # noqa: E402
+from defect_detector.cli.parser import build_parser, parse_args  # noqa: E402
+from defect_detector.core.errors import Stopped  # noqa: E402
 
 COMMANDS = {
     "convert": convert,
@@ -50,14 +52,17 @@ COMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     """Run one subcommand; the error boundary: an expected failure (see ``cli/errors.py``) prints one line
     ``defect-detector CMD: error: <file>: <problem>`` and returns 2 (3 when frames were not inspected:
-    ``NotInspected``), Ctrl-C returns 130."""
-    args = build_parser(COMMANDS).parse_args(argv)
+    ``NotInspected``), Ctrl-C returns 130 (``predict``: SIGTERM 143, SIGHUP 129, each after writing the outputs of
+    the frames so far)."""
+    args = parse_args(build_parser(COMMANDS), argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         COMMANDS[args.command].run(args)
-    except KeyboardInterrupt:
-        print(f"defect-detector {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, or core.errors.Stopped (predict: SIGTERM, SIGHUP, SIGINT after its outputs)
+        signum = getattr(exc, "signum", signal.SIGINT)
+        how = f"stopped by {exc.name}" if isinstance(exc, Stopped) else "interrupted"
+        print(f"defect-detector {args.command}: {how}", file=sys.stderr)
+        return 128 + signum
     except Exception as exc:
         if not is_expected(exc, (CliError,)):
             raise

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import signal
+from typing import TYPE_CHECKING, Any
 
 from defect_detector.cli.errors import CliError, NotInspected
 from defect_detector.cli.options import TTA_HELP, add_monitor_arguments
+
+if TYPE_CHECKING:
+    from defect_detector.inspect.stop_signals import StopSignals
 
 
 def add_parser(sub: Any) -> None:
@@ -43,7 +47,9 @@ def add_parser(sub: Any) -> None:
         help="exit 0 even when some frames were not inspected (default: exit 3, so no uninspected board passes unnoticed)",
     )
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
-    p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.add_argument(
+        "--threads", type=int, help="torch CPU threads (default: the cores other work leaves free, re-chosen every 2 s as that changes)"
+    )
     p.add_argument("--batch", type=int, default=1, help="frames per model call (files and video; streams use 1)")
     p.add_argument("--latest-only", action="store_true", help="live streams: drop stale frames, always process the newest")
     p.add_argument("--max-frames", type=int, help="stop after N frames")
@@ -64,7 +70,16 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    from defect_detector.inspect.stop_signals import StopSignals
+
+    with StopSignals() as stop:  # SIGTERM / SIGHUP / SIGINT: finish the frame, write the outputs, exit 128 + signal
+        _predict(args, stop)
+        stop.check()  # a signal while the sinks were closing
+
+
+def _predict(args: argparse.Namespace, stop: StopSignals) -> None:
     from defect_detector.core.config import EvalConfig
+    from defect_detector.core.errors import Stopped
     from defect_detector.inspect.inspector import Inspector
     from defect_detector.inspect.run_summary import summary_line
     from defect_detector.model.tta import orientations
@@ -111,18 +126,29 @@ def run(args: argparse.Namespace) -> None:
             args.save_dir,
             report=args.report,
             json_layout=args.json_layout,
+            stop=stop,
         )
+    summary["alerts_undelivered"] = max(summary["alerts_undelivered"], inspector.undelivered_at_close)  # final, after close
     print(summary_line(summary))
+    for path in summary["recovered"]:
+        print(f"recovered from a run that did not finish: {path}")
     for kind, path in summary["outputs"].items():
         print(f"wrote {kind}: {path}")
     if args.alerts:
         print(f"drift events: {args.alerts}")
     if args.db:
         print(f"station database: {args.db} (serve it: defect-detector station --db {args.db})")
+    if summary["signal"] is not None:
+        raise Stopped(getattr(signal, summary["signal"]), summary["signal"])
     if summary["gave_up"]:
         raise CliError(
             f"{args.source}: the stream failed and could not be reopened, so the run stopped early "
             f"(after {summary['frames']} frames, {summary['reconnects']} reconnects; the outputs above hold those frames)"
+        )
+    if summary["ended_early"]:  # any container: a truncated video is a failed run, as one that does not open is
+        raise CliError(
+            f"{args.source}: the video ended after {summary['frames']} of the {summary['expected_frames']} frames its header "
+            "lists (truncated or corrupt file); the outputs above hold those frames"
         )
     skipped = summary["verdicts"]["not_inspected"]
     if skipped and not args.allow_skips:

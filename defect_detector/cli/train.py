@@ -19,6 +19,11 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="skip calibrating the drift baseline at the end (default: best.pt and last.pt carry one, from 300 training images)",
     )
+    p.add_argument(
+        "--allow-data-change",
+        action="store_true",
+        help="--resume on training/validation jsons that changed since the run's last epoch (refused by default)",
+    )
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. train.epochs=3")
 
 
@@ -30,7 +35,7 @@ def run(args: argparse.Namespace) -> None:
     cfg = load_config(args.config, args.overrides)
     if not args.resume and not _names_model(args.config, args.overrides):
         cfg = adopt_init_architecture(cfg)  # fine-tuning: the architecture of train.init_weights
-    run_dir = fit(cfg, resume=args.resume, exist_ok=args.exist_ok, threads=args.threads)
+    run_dir = fit(cfg, resume=args.resume, exist_ok=args.exist_ok, threads=args.threads, allow_data_change=args.allow_data_change)
     print(f"run folder: {run_dir}")
     if not args.no_baseline:
         import time

@@ -399,37 +399,89 @@ def config_from_dict(raw: dict[str, Any]) -> Config:
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Return a copy of ``raw`` with ``a.b=value`` overrides applied (values parsed as YAML)."""
+    """Return a copy of ``raw`` with ``a.b=value`` overrides applied (values parsed as YAML). :class:`ConfigError`
+    with one line for a malformed override (no ``=``, an empty key part, a value that is not YAML) or a ``raw`` that
+    is not a mapping."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config: must be a mapping of sections (data:, train:, ...), got {type(raw).__name__}")
     out = _plain(raw)
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"{item}: override must look like key=value")
         dotted, text = item.split("=", 1)
         parts = dotted.strip().split(".")
+        if not all(part.strip() for part in parts):
+            raise ConfigError(f"{item}: override key must be a dotted name such as train.lr")
         node = out
         for part in parts[:-1]:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"{dotted}: {part} is not a section")
-        node[parts[-1]] = yaml.safe_load(text)
+        try:
+            node[parts[-1]] = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{item}: the value is not valid YAML ({_one_line(exc)})") from exc
     return out
 
 
+class _DuplicateKeyError(yaml.YAMLError):
+    def __init__(self, key: Any, line: int, first: int) -> None:
+        super().__init__(f"line {line}: duplicate key {key!r} (first set at line {first}; YAML would keep only the last)")
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key repeated within one mapping (plain YAML keeps the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark.line + 1)
+            except TypeError:  # an unhashable key: SafeLoader's own error follows
+                continue
+            if first != key_node.start_mark.line + 1:
+                raise _DuplicateKeyError(key, key_node.start_mark.line + 1, first)
+        return super().construct_mapping(node, deep)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def read_yaml_mapping(path: str | os.PathLike[str], what: str = "config", allow_empty: bool = False) -> dict[str, Any]:
+    """The mapping a YAML file holds; :class:`ConfigError` with one line naming the file for a missing, unreadable,
+    malformed or empty file (unless ``allow_empty``: ``{}``), a repeated key, or a top level that is not a mapping."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{p}: {what} file not found")
+    try:
+        raw = yaml.load(p.read_text(encoding="utf-8"), Loader=_StrictLoader)  # noqa: S506 - a SafeLoader
+    except _DuplicateKeyError as exc:
+        raise ConfigError(f"{p}: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: malformed YAML: {_one_line(exc)}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p}: cannot read {what} file: {_one_line(exc)}") from exc
+    if raw is None:
+        if allow_empty:
+            return {}
+        raise ConfigError(f"{p}: the {what} file is empty (a run needs at least data.train; see configs/default.yaml)")
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{p}: the {what} must be a mapping of sections (data:, train:, ...), got a {type(raw).__name__}")
+    return raw
+
+
 def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | None = None) -> Config:
-    """Load a YAML config (or the defaults when ``path`` is None) plus overrides.
+    """Load a YAML config (or the defaults when ``path`` is None) plus overrides (:func:`read_yaml_mapping`: an
+    empty file, a repeated key or a top level that is no mapping is a one-line :class:`ConfigError`).
 
     Relative data paths stay as written: they are resolved against the current
     working directory when the dataset opens them.
     """
-    raw: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"{p}: config file not found")
-        try:
-            raw = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{p}: malformed YAML: {exc}") from exc
+    raw = read_yaml_mapping(path) if path is not None else {}
     return config_from_dict(apply_overrides(raw, overrides or []))
 
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
+from typing import Any
 
 import torch
+
+log = logging.getLogger("defect_detector")
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
@@ -43,32 +47,48 @@ def _own_ticks(stat: str = "/proc/self/stat") -> int:
     return int(fields[11]) + int(fields[12])  # utime + stime
 
 
-def _busy_now(cores: list[int], window_s: float, stat: str = "/proc/stat") -> float | None:
-    """How many of ``cores`` were busy over the last ``window_s`` seconds, from ``/proc/stat`` (None without it)."""
+class CoreLoad:
+    """How many of ``cores`` other work kept busy between two readings of ``/proc/stat`` (less this process's own
+    ticks): :meth:`busy` returns the share since the previous call (or since construction), without sleeping, so a
+    long run can re-read it every few seconds at no cost. None where ``/proc/stat`` cannot be read."""
 
-    def read() -> dict[int, tuple[int, int]]:
+    def __init__(self, cores: list[int], stat: str = "/proc/stat") -> None:
+        self.cores, self.stat = set(cores), stat
+        self._last = self._read()
+
+    def _read(self) -> tuple[dict[int, tuple[int, int]], int] | None:
         out = {}
-        with open(stat) as fh:
-            for line in fh:
-                name, *values = line.split()
-                if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cores:
-                    ticks = [int(v) for v in values[:8]]
-                    out[int(name[3:])] = (sum(ticks), ticks[3] + ticks[4])  # total, idle + iowait
-        return out
+        try:
+            with open(self.stat) as fh:
+                for line in fh:
+                    name, *values = line.split()
+                    if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in self.cores:
+                        ticks = [int(v) for v in values[:8]]
+                        out[int(name[3:])] = (sum(ticks), ticks[3] + ticks[4])  # total, idle + iowait
+            return out, _own_ticks()
+        except (OSError, ValueError, IndexError):
+            return None
 
-    try:
-        before, own_before = read(), _own_ticks()
-        time.sleep(window_s)
-        after, own_after = read(), _own_ticks()
-    except (OSError, ValueError, IndexError):
-        return None
-    busy, spans = 0.0, []
-    for cpu, (total, idle) in after.items():
-        if cpu in before and total > before[cpu][0]:
-            busy += 1.0 - (idle - before[cpu][1]) / (total - before[cpu][0])
-            spans.append(total - before[cpu][0])
-    mine = (own_after - own_before) / (sum(spans) / len(spans)) if spans else 0.0
-    return max(busy - mine, 0.0)
+    def busy(self) -> float | None:
+        """Cores' worth of other work since the last call (0 .. len(cores))."""
+        before, after = self._last, self._read()
+        self._last = after
+        if before is None or after is None:
+            return None
+        busy, spans = 0.0, []
+        for cpu, (total, idle) in after[0].items():
+            if cpu in before[0] and total > before[0][cpu][0]:
+                busy += 1.0 - (idle - before[0][cpu][1]) / (total - before[0][cpu][0])
+                spans.append(total - before[0][cpu][0])
+        mine = (after[1] - before[1]) / (sum(spans) / len(spans)) if spans else 0.0
+        return max(busy - mine, 0.0)
+
+
+def _busy_now(cores: list[int], window_s: float, stat: str = "/proc/stat") -> float | None:
+    """How many of ``cores`` were busy with other work over the next ``window_s`` seconds (None without ``/proc/stat``)."""
+    load = CoreLoad(cores, stat)
+    time.sleep(window_s)
+    return load.busy()
 
 
 def free_cores(cores: int, busy: float) -> int:
@@ -101,3 +121,45 @@ def default_threads(window_s: float = 0.3) -> int:
     except (AttributeError, OSError):
         load = 0.0
     return free_cores(len(cores), load)
+
+
+class AdaptiveThreads:
+    """Re-chooses torch's CPU thread count while a long run goes on, as :func:`default_threads` chose it at the
+    start: every ``interval_s`` seconds (checked from :meth:`tick`, called once per frame) the cores other work kept
+    busy since the last check are read (:class:`CoreLoad`, no sleeping) and the threads set to the cores left, at
+    least 1. A program that starts beside a run costs it at most one interval at the old count; one that ends gives
+    its cores back as soon. Build it with :meth:`for_device` (None where the count must not move)."""
+
+    def __init__(self, interval_s: float = 2.0, cores: list[int] | None = None, clock: Any = time.monotonic) -> None:
+        self.cores = cores if cores is not None else available_cores()
+        self.interval_s = interval_s
+        self.clock = clock
+        self.load = CoreLoad(self.cores)
+        self._next = clock() + interval_s
+        self.changes = 0
+
+    @classmethod
+    def for_device(cls, device: torch.device, interval_s: float = 2.0) -> AdaptiveThreads | None:
+        """An adaptive count for a CPU run; None on CUDA or where ``OMP_NUM_THREADS`` fixes it."""
+        omp = os.environ.get("OMP_NUM_THREADS", "")
+        if device.type != "cpu" or (omp.isdigit() and int(omp) >= 1):
+            return None
+        return cls(interval_s)
+
+    def tick(self) -> int | None:
+        """Re-choose when the interval has passed; the thread count set then (None between checks, or without
+        ``/proc/stat``)."""
+        now = self.clock()
+        if now < self._next:
+            return None
+        self._next = now + self.interval_s
+        busy = self.load.busy()
+        if busy is None:
+            return None
+        threads = free_cores(len(self.cores), busy)
+        if threads != torch.get_num_threads():
+            before = torch.get_num_threads()
+            log.info("torch threads %d -> %d (other work keeps %.1f of %d cores busy)", before, threads, busy, len(self.cores))
+            torch.set_num_threads(threads)
+            self.changes += 1
+        return threads

@@ -271,12 +271,17 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
         Annotations of images dropped for a bad file go with their image without being counted again.
         """
         kept: dict[int, list[dict[str, Any]]] = {}
+        seen: set[int] = set()
         for ann in entries:
             if not valid_annotation_entry(ann):
                 needs = "needs int id, image_id, category_id, a bbox of 4 numbers, iscrowd 0 or 1"
                 self._bad("malformed annotation", f"{self.ann_file}: {ann!r}", needs)
                 continue
             where = f"{self.ann_file}: annotation id {ann['id']}"
+            if ann["id"] in seen:  # the first one with this id is kept; a second would count a box twice
+                self._bad("duplicate annotation id", where, "an earlier annotation has this id")
+                continue
+            seen.add(ann["id"])
             if ann["image_id"] not in images:
                 if ann["image_id"] not in dropped_ids:
                     self._bad("annotation references a missing image id", where, f"image_id {ann['image_id']}")

@@ -11,8 +11,10 @@ between the two reruns that epoch, which rewrites ``best.pt``; the other order c
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
+import logging
 import os
 import re
 from pathlib import Path
@@ -24,6 +26,8 @@ from defect_detector.core.config import Config, ConfigError, config_from_dict, s
 from defect_detector.core.io import atomic_write_bytes, atomic_write_text
 from defect_detector.engine.errors import TrainingError
 from defect_detector.model.checkpoint import _read_checkpoint, _without_retired_keys
+
+log = logging.getLogger("defect_detector.engine")
 
 RESUME_KEYS = ("model", "ema", "ema_updates", "optimizer", "scaler", "scheduler", "epoch", "config", "history")
 """The entries ``--resume`` needs in ``last.pt`` (an exported or stripped checkpoint lacks the optimizer's)."""
@@ -99,6 +103,39 @@ def check_resume_config(cfg: Config, saved: dict[str, Any], path: Path) -> None:
             f"{path}: --resume with settings that differ from the run's: {listed}; resume with the run's settings "
             f"({path.parent.parent / 'config.yaml'}) or start a new run (name=NEW); only train.epochs may grow"
         )
+
+
+def data_digests(cfg: Config) -> dict[str, str]:
+    """SHA-256 of the training and validation jsons (``{"data.train": hex, "data.val": hex}``; a key per file set),
+    stored in every checkpoint so that ``--resume`` sees a json edited in place."""
+    out = {}
+    for key, path in (("data.train", cfg.data.train), ("data.val", cfg.data.val)):
+        if path:
+            digest = hashlib.sha256()
+            with open(path, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(block)
+            out[key] = digest.hexdigest()
+    return out
+
+
+def check_resume_data(saved: dict[str, str] | None, current: dict[str, str], path: Path, allow_change: bool) -> None:
+    """Refuse (``TrainingError``, one line) to resume the run of ``path`` on jsons whose digests differ from the ones
+    it recorded (``saved``), unless ``allow_change`` (``--allow-data-change``): then the change is logged and the run
+    goes on with the new data. A checkpoint without digests (before v0.10) cannot be checked: logged."""
+    if saved is None:
+        log.warning("%s records no digest of its training data (an earlier version): --resume cannot tell if the jsons changed", path)
+        return
+    changed = [key for key in sorted(saved.keys() | current.keys()) if saved.get(key) != current.get(key)]
+    if not changed:
+        return
+    listed = "; ".join(f"{key} (sha256 {str(saved.get(key))[:12]} -> {str(current.get(key))[:12]})" for key in changed)
+    if not allow_change:
+        raise TrainingError(
+            f"{path}: --resume with data that changed since the run's last epoch: {listed}; resume on the same jsons, "
+            "pass --allow-data-change to go on with the new ones, or start a new run (name=NEW)"
+        )
+    log.warning("%s: resuming on changed data (--allow-data-change): %s", path, listed)
 
 
 def prepare_run_dir(run_dir: Path, cfg: Config, history: list[dict[str, Any]] | None) -> None:

@@ -11,7 +11,7 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,14 @@ from defect_detector.engine import plots
 from defect_detector.engine.errors import NonFiniteLossError, TrainingError
 from defect_detector.engine.evaluate import evaluate_predictions, predict_dataset
 from defect_detector.engine.run_data import build_datasets, build_loaders, has_ground_truth, with_pixel_scale
-from defect_detector.engine.run_files import check_resume_config, commit_epoch, prepare_run_dir, read_resume_checkpoint
+from defect_detector.engine.run_files import (
+    check_resume_config,
+    check_resume_data,
+    commit_epoch,
+    data_digests,
+    prepare_run_dir,
+    read_resume_checkpoint,
+)
 from defect_detector.engine.state import (
     StepState,
     Training,
@@ -179,6 +186,7 @@ class _Run:
     train_model: torch.nn.Module
     progress: bool
     unreadable: int = 0
+    data_digests: dict[str, str] = field(default_factory=dict)
 
 
 def _set_threads(threads: int | None) -> None:
@@ -189,7 +197,7 @@ def _set_threads(threads: int | None) -> None:
 
 
 def _open_run(
-    cfg: Config, run_dir: Path, resume: bool, exist_ok: bool, device: torch.device
+    cfg: Config, run_dir: Path, resume: bool, exist_ok: bool, device: torch.device, allow_data_change: bool = False
 ) -> tuple[Config, dict[str, Any] | None, CocoDetectionDataset, CocoDetectionDataset | None]:
     """Check everything before writing anything, then prepare ``run_dir``: the resume checkpoint (read with the
     checked loader), the datasets (a training set with no readable image is an error), ``data.pixel_scale`` and
@@ -205,6 +213,7 @@ def _open_run(
     cfg = with_pixel_scale(cfg, [(img["height"], img["width"]) for img in train_set.coco.imgs.values()])
     if ckpt is not None:
         check_resume_config(cfg, ckpt["config"], last_path)
+        check_resume_data(ckpt.get("data_digests"), data_digests(cfg), last_path, allow_data_change)
     if is_main():
         prepare_run_dir(run_dir, cfg, ckpt["history"] if ckpt is not None else None)
         log.info("train: %d images (%s); val: %d images", len(train_set), train_set.report(), len(val_set) if val_set else 0)
@@ -219,12 +228,15 @@ def fit(
     progress: bool = True,
     stop_after_epochs: int | None = None,
     threads: int | None = None,
+    allow_data_change: bool = False,
 ) -> Path:
     """Train per ``cfg``; writes ``<out_dir>/<name>/`` and returns that folder.
 
     ``resume`` continues from ``weights/last.pt`` (model, EMA, optimizer, scaler, scheduler, epoch and counters
     restored) at the epoch after the last finished one. Its config must match ``cfg`` (see
-    :func:`~defect_detector.engine.run_files.check_resume_config`), checked before anything is written. Every
+    :func:`~defect_detector.engine.run_files.check_resume_config`), and its training and validation jsons the digests
+    the checkpoint records unless ``allow_data_change`` (:func:`~defect_detector.engine.run_files.check_resume_data`),
+    checked before anything is written. Every
     random draw is a function of ``(seed, epoch, sample)``, so a resumed run gives the same weights, bit for bit,
     as an uninterrupted one at the same thread count. A new run refuses a folder that already holds a run
     unless ``exist_ok`` (then its metrics and weights are replaced). ``threads``: torch CPU threads (None:
@@ -240,7 +252,7 @@ def fit(
     _set_threads(threads)
     run_dir = Path(cfg.out_dir) / cfg.name
     last_path = run_dir / "weights" / "last.pt"
-    cfg, ckpt, train_set, val_set = _open_run(cfg, run_dir, resume, exist_ok, device)
+    cfg, ckpt, train_set, val_set = _open_run(cfg, run_dir, resume, exist_ok, device, allow_data_change)
     val_set = val_set if has_ground_truth(val_set) else None
     train_loader, val_loader = build_loaders(cfg, train_set, val_set, device, distributed)
     amp_dtype = resolve_amp(cfg.train.amp, device)
@@ -252,6 +264,7 @@ def fit(
     train_model = DistributedDataParallel(training.model) if distributed else training.model
     world = dist.get_world_size() if distributed else 1
     run = _Run(cfg, run_dir, device, amp_dtype, world, train_set, val_set, train_loader, val_loader, training, train_model, progress)
+    run.data_digests = data_digests(cfg)
 
     run_start = time.perf_counter()
     end = cfg.train.epochs if stop_after_epochs is None else min(cfg.train.epochs, training.start_epoch + stop_after_epochs)
@@ -291,7 +304,8 @@ def _run_epoch(run: _Run, epoch: int) -> None:
     if improved:
         t.best_map = metrics["map50_95"]
     plain_metrics = {k: v for k, v in metrics.items() if k not in ("pr_curve", "confusion")}
-    commit_epoch(run.run_dir, checkpoint_dict(t, epoch, cfg, plain_metrics), record, best=improved or run.val_set is None)
+    ckpt = checkpoint_dict(t, epoch, cfg, plain_metrics) | {"data_digests": run.data_digests}  # checked by --resume
+    commit_epoch(run.run_dir, ckpt, record, best=improved or run.val_set is None)
     if improved and run.val_set is not None:
         write_eval_plots(run.run_dir / "plots", metrics, predictions, run.val_set, cfg.data.class_names, cfg.eval.f1_conf)
     if metrics or is_last:

@@ -22,6 +22,7 @@ from defect_detector.core.constants import DEFAULT_LAYERS
 from defect_detector.core.io import atomic_write_bytes
 from defect_detector.export.baseline import BaselineArg, export_baseline
 from defect_detector.export.deploy_model import META_FILE, DeployModel, ExportError, checkpoint_meta
+from defect_detector.export.digest import DIGEST_KEY, with_digest
 from defect_detector.export.onednn import onednn_available
 from defect_detector.export.parity import FP32_TOLERANCE, check_parity, max_diffs, parity_inputs, reference_outputs
 from defect_detector.model.checkpoint import LoadedModel
@@ -80,12 +81,19 @@ def _median_ms(module: nn.Module, x: torch.Tensor, iters: int) -> float:
 
 
 def artifact_bytes(module: torch.jit.ScriptModule, meta: dict[str, Any] | None = None) -> bytes:
-    """``torch.jit.save`` ``module`` (with ``meta`` as ``meta.json``) to bytes."""
-    buffer = io.BytesIO()
-    extra = {META_FILE: json.dumps(meta, indent=2)} if meta is not None else {}
-    with quiet_jit():
-        torch.jit.save(module, buffer, _extra_files=extra)
-    return buffer.getvalue()
+    """``torch.jit.save`` ``module`` (with ``meta`` as ``meta.json``, plus the digest of the graph, weights and meta that
+    the runtime checks: :mod:`.digest`) to bytes."""
+
+    def save(extra: dict[str, str]) -> bytes:
+        buffer = io.BytesIO()
+        with quiet_jit():
+            torch.jit.save(module, buffer, _extra_files=extra)
+        return buffer.getvalue()
+
+    if meta is None:
+        return save({})
+    signed = with_digest(save({META_FILE: "{}"}), meta)
+    return save({META_FILE: json.dumps(signed, indent=2)})
 
 
 def load_artifact_bytes(data: bytes, device: torch.device | str = "cpu") -> tuple[torch.jit.ScriptModule, dict[str, Any]]:
@@ -199,8 +207,9 @@ def export_torchscript(
     data = artifact_bytes(module, meta)
 
     restored, restored_meta = load_artifact_bytes(data, device)
-    if restored_meta != meta:
+    if {k: v for k, v in restored_meta.items() if k != DIGEST_KEY} != meta:
         raise ExportError("meta.json did not round-trip through the saved artifact")
+    meta = restored_meta  # with its digest
     x = parity_inputs(imgsz, check_images, channels=deploy.in_channels)
     with torch.no_grad():
         got = restored(x.to(device, dtype))

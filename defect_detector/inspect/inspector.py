@@ -33,15 +33,17 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from defect_detector.core.devices import default_threads
+from defect_detector.core.devices import AdaptiveThreads, default_threads
 from defect_detector.core.types import Detections
 from defect_detector.data.images import ConversionNotice
 from defect_detector.inspect.outputs import Outputs
 from defect_detector.inspect.pipeline import Pipeline, gray_frame
 from defect_detector.inspect.references import ReferenceError, References
+from defect_detector.inspect.run_guard import RunGuard, check_database
 from defect_detector.inspect.run_summary import Tally
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.inspect.sources import Frame, open_source
+from defect_detector.inspect.stop_signals import StopSignals, until_stopped
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
 from defect_detector.monitor.alerts import AlertRouter
 from defect_detector.monitor.drift import DriftEvent
@@ -90,6 +92,8 @@ class Inspector:
     :meth:`close`."""
 
     recorder: Any = None  # station recording: a defect_detector.station.recorder.Recorder (load(db=URL))
+    undelivered_at_close = 0  # alerts the sinks had not delivered when close() stopped them
+    autothreads: AdaptiveThreads | None = None  # load(threads=None) on a CPU: the thread count re-chosen as the run goes
 
     def __init__(self, pipeline: Pipeline, router: AlertRouter | None = None) -> None:
         runtime = pipeline.runtime
@@ -133,7 +137,8 @@ class Inspector:
         """Load weights (None: the bundled model; with ``reference``, the bundled golden-template model) and set
         up registration and monitoring. ``reference``: one golden image for every frame, or a folder of them (by
         frame name); a golden-template model needs it (an :meth:`inspect` call may still pass its own).
-        ``threads``: torch CPU threads (None: the cores free now, :func:`~defect_detector.core.devices.default_threads`).
+        ``threads``: torch CPU threads (None: the cores free now, :func:`~defect_detector.core.devices.default_threads`,
+        re-chosen every 2 s while frames are inspected on a CPU: :class:`~defect_detector.core.devices.AdaptiveThreads`).
         ``tta``: test-time augmentation (``flip2``, ``flip4``, ``d8``: that many model passes per frame; default one).
         ``conf`` / ``iou``: None takes the operating point the weights store. ``tile``: None chooses from the model's
         recorded pixel scale, True / False force tiling / letterboxing. Monitoring: see :func:`build_monitoring`;
@@ -141,7 +146,7 @@ class Inspector:
         path, ``sqlite:///...`` or ``postgresql://...``; see ``defect_detector.station``). Raises ``FileNotFoundError`` /
         ``ValueError`` with one clear line."""
         weights = weights or (DEFAULT_REFERENCE_WEIGHTS if reference else None)
-        threads = default_threads() if threads is None else threads
+        adaptive, threads = threads is None, default_threads() if threads is None else threads
         runtime = Runtime.load(weights, device=device, threads=threads, tta=tta)
         references = References(reference) if reference else None
         pipeline = Pipeline(runtime, references, conf, iou, max_det, tile)
@@ -162,10 +167,12 @@ class Inspector:
             if router is not None:
                 router.close()
             raise
+        inspector.autothreads = AdaptiveThreads.for_device(runtime.device) if adaptive else None  # follows the machine
         if db is not None:  # station recording
             from defect_detector.station.recorder import Recorder
 
             try:
+                check_database(db)  # a read-only folder fails now, not as frames "unrecorded" at the end
                 inspector.recorder = Recorder(db, conf=pipeline.conf, classes=runtime.class_names)
             except ValueError:
                 inspector.close()
@@ -191,8 +198,9 @@ class Inspector:
         """Inspect gray frames (from a source, or :meth:`inspect`) in one model call; one :class:`Inspection` per
         frame, in order, drift updated per frame. ``references``: one golden image (or None) per frame.
         ``RuntimeError`` after :meth:`close`."""
-        if self._closed:
-            raise RuntimeError("this Inspector is closed: drift monitoring and its sinks are gone; load a new one")
+        self._check_open()
+        if self.autothreads is not None:
+            self.autothreads.tick()
         frames, good, golden = self._register(list(frames), references)
         results = self.pipeline.detect([f.image for f in good], golden) if good else []
         by_index = {f.index: r for f, r in zip(good, results)}
@@ -244,8 +252,14 @@ class Inspector:
         except ReferenceError:
             return None
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this Inspector is closed: drift monitoring and its sinks are gone; load a new one")
+
     def rebaseline(self, reason: str = "requested") -> DriftEvent | None:
-        """Accept the line's next frames as its new clean level (a new board design): logged and sent to the sinks."""
+        """Accept the line's next frames as its new clean level (a new board design): logged and sent to the sinks.
+        ``RuntimeError`` after :meth:`close`."""
+        self._check_open()
         if not self.monitoring:
             return None
         event = self.router.detector.rebaseline(self._next_index, "api", reason)
@@ -263,6 +277,7 @@ class Inspector:
         on_result: Callable[[Inspection], None] | None = None,
         report: str | None = None,
         json_layout: str = "frames",
+        stop: StopSignals | None = None,
     ) -> dict[str, Any]:
         """Inspect every frame of ``source`` (image, folder, glob, video, camera index, stream URL; see
         ``inspect/sources.py``) and write the requested outputs (``inspect/outputs.py``: ``save_json`` one record per frame
@@ -270,20 +285,29 @@ class Inspector:
         (:func:`~defect_detector.inspect.run_summary.summary_line`).
         Live sources run one frame per call. Ctrl-C stops cleanly: outputs so far are written and
         ``summary["interrupted"]`` is True. Any other error discards this run's unfinished outputs (earlier
-        files at ``save_json`` stay as they were) and is raised. ``on_result`` is called per frame, in order."""
+        files at ``save_json`` stay as they were) and is raised. ``on_result`` is called per frame, in order.
+        ``stop`` (``predict``): SIGTERM / SIGHUP / SIGINT stop the run as Ctrl-C does, after the current frame
+        (``summary["signal"]`` names it; see ``inspect/stop_signals.py``). Before the first frame the outputs are
+        checked, locked against a second run and leftovers of a killed run recovered (``inspect/run_guard.py``)."""
+        self._check_open()  # before any output is touched
         if batch < 1:
             raise ValueError(f"--batch must be >= 1, got {batch}")
         if max_frames is not None and max_frames < 1:
             raise ValueError(f"--max-frames must be >= 1, got {max_frames}")
-        frames = open_source(source, latest_only=latest_only)
-        self.runtime.warmup()
-        outputs = Outputs(frames, self.runtime.class_names, save_json, save_dir, report, json_layout)
+        guard = RunGuard(save_json, save_dir)  # writable, one writer, leftovers of a killed run recovered
+        try:
+            frames = open_source(source, latest_only=latest_only)
+            self.runtime.warmup()
+            outputs = Outputs(frames, self.runtime.class_names, save_json, save_dir, report, json_layout)
+        except BaseException:
+            guard.release()
+            raise
         tally = Tally()
-        interrupted = False
+        interrupted, stopped_by = False, None
         bar = tqdm(total=frames.total if max_frames is None else max_frames, unit="frame", file=sys.stderr, disable=None, leave=False)
         try:
             with frames:
-                for chunk in _batches(iter(frames), 1 if frames.is_stream else batch, max_frames):
+                for chunk in _batches(until_stopped(iter(frames), stop), 1 if frames.is_stream else batch, max_frames):
                     for inspection in self.inspect_frames(chunk):
                         outputs.add(inspection)
                         tally.add(inspection)
@@ -291,16 +315,26 @@ class Inspector:
                             on_result(inspection)
                     bar.update(len(chunk))
                     bar.set_postfix_str(tally.status(bar.n), refresh=False)
-        except KeyboardInterrupt:
-            interrupted = True
-            log.warning("interrupted: writing the outputs of the frames processed so far")
+        except KeyboardInterrupt as exc:  # Ctrl-C, or a stop signal (core.errors.Stopped)
+            interrupted, stopped_by = True, getattr(exc, "name", "SIGINT")
+            log.warning("%s: writing the outputs of the frames processed so far", stopped_by)
         except BaseException:
             outputs.discard()  # a failed run keeps the outputs of an earlier one
             raise
         finally:
             bar.close()
-            written = outputs.close()
-        return tally.summary(source, frames, self, written, interrupted)
+            try:
+                written = outputs.close()
+            finally:
+                guard.release()
+        summary = tally.summary(source, frames, self, written, interrupted)
+        summary.update(signal=stopped_by, recovered=guard.recovered, ended_early=frames.stats.ended_early)
+        summary.update(expected_frames=frames.stats.expected_frames, alerts_undelivered=self._undelivered())
+        return summary
+
+    def _undelivered(self) -> int:
+        """Alerts a sink failed to deliver so far (a webhook that fails or hangs, a full queue; see ``AlertRouter``)."""
+        return self.router.undelivered if self.router is not None else self.undelivered_at_close
 
     def close(self) -> None:
         """Close the alert sinks (files, webhook thread, metrics port) and the station recorder (writing what it holds);
@@ -308,6 +342,7 @@ class Inspector:
         self._closed = True
         if self.router is not None:
             self.router.close()
+            self.undelivered_at_close = self.router.undelivered  # the webhook's last tries and what was left in flight
             self.router = None
         if self.recorder is not None:  # station recording
             self.recorder.close()

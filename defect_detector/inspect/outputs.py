@@ -19,6 +19,7 @@ import csv
 import io
 import json
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -30,6 +31,7 @@ from torchvision.ops import box_convert
 from defect_detector.core.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from defect_detector.core.types import Detections
 from defect_detector.data.draw import draw_detections, stamp
+from defect_detector.inspect.run_guard import run_temp_name
 from defect_detector.inspect.sources import FrameSource
 
 VERDICTS = ("pass", "fail", "not_inspected")
@@ -37,6 +39,7 @@ JSON_LAYOUTS = ("frames", "detections")
 _PLACEHOLDER = (240, 640)  # size of the stamped image that stands in for a frame that could not be read
 
 _DEFAULT_VIDEO_FPS = 10.0
+_FSYNC_S = 1.0  # the per-frame JSONL is fsynced at least this often
 
 
 def call_records(result: Detections | None) -> list[dict[str, Any]]:
@@ -69,8 +72,8 @@ class Outputs:
     """``--save-json`` (written atomically at the end; plus a JSONL line per frame, flushed, for video and stream
     sources), ``--report`` (CSV, at the end) and ``--save-dir`` (annotated images with the source's relative names, or
     one annotated ``.mp4`` for video and stream sources). The JSONL and the video are written to hidden temp files
-    beside their destinations (``.NAME.tmp.jsonl``, ``.NAME.tmp.mp4``) and renamed into place by :meth:`close`;
-    :meth:`discard` (a failed run) removes them and leaves any earlier outputs as they were."""
+    beside their destinations (``.NAME.<run>.tmp.jsonl``, ``.NAME.<run>.tmp.mp4``) and renamed into place by
+    :meth:`close`; :meth:`discard` (a failed run) removes them and leaves any earlier outputs as they were."""
 
     def __init__(
         self,
@@ -95,6 +98,7 @@ class Outputs:
         self.jsonl_path: Path | None = None
         self.jsonl_tmp: Path | None = None
         self.closed = False
+        self.synced = time.monotonic()
         if self.save_json and self.per_frame:
             self.jsonl_path = self.save_json.with_suffix(".jsonl")
             self.jsonl_tmp = _temp_name(self.jsonl_path)
@@ -113,6 +117,9 @@ class Outputs:
         if self.jsonl is not None:
             self.jsonl.write(json.dumps(record) + "\n")
             self.jsonl.flush()
+            if time.monotonic() - self.synced >= _FSYNC_S:  # durable as it goes: a power loss costs at most ~1 s
+                os.fsync(self.jsonl.fileno())
+                self.synced = time.monotonic()
         if self.save_dir is not None:
             annotated = self._annotated(inspection)
             if self.per_frame:
@@ -170,6 +177,8 @@ class Outputs:
                 atomic_write_text(self.report, report_csv(self.records, self.class_names))
                 written["report"] = str(self.report)
             if self.jsonl is not None:
+                self.jsonl.flush()
+                os.fsync(self.jsonl.fileno())
                 self.jsonl.close()
                 os.replace(self.jsonl_tmp, self.jsonl_path)
                 self.jsonl = None
@@ -227,5 +236,6 @@ def report_csv(records: Sequence[dict[str, Any]], class_names: Sequence[str]) ->
 
 
 def _temp_name(path: Path) -> Path:
-    """The hidden temp file an output is written to before it is renamed to ``path``: ``.STEM.tmp.SUFFIX`` beside it."""
-    return path.with_name(f".{path.stem}.tmp{path.suffix}")
+    """The hidden temp file an output is written to before it is renamed to ``path``: ``.STEM.<run>.tmp.SUFFIX``
+    beside it, unique per run (``inspect/run_guard.py`` recovers those a killed run left)."""
+    return run_temp_name(path)

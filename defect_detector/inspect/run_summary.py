@@ -87,6 +87,8 @@ def summary_line(summary: dict[str, Any]) -> str:
     why = ", ".join(f"{reason} x{n}" for reason, n in sorted(summary["not_inspected"].items()))
     alerts = [e for e in summary.get("drift_events", []) if e["event"] == "drift"]
     drift = f"; drift alerts {len(alerts)}" if summary.get("drift_monitoring") else "; drift monitoring off"
+    if summary.get("alerts_undelivered"):
+        drift += f" ({summary['alerts_undelivered']} not delivered: see the webhook warnings)"
     cut = f" ({summary['calls_cut_by_max_det']} more cut by --max-det)" if summary.get("calls_cut_by_max_det") else ""
     return (
         f"frames {summary['frames']}: pass {v['pass']}, fail {v['fail']}, NOT INSPECTED {v['not_inspected']}"

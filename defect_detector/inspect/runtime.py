@@ -32,6 +32,7 @@ from defect_detector.export import (
     quiet_jit,
     trace_deploy_model,
 )
+from defect_detector.export.digest import check_digest
 from defect_detector.export.meta import check_outputs, parse_meta
 from defect_detector.export.onednn import onednn_available
 from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, is_torchscript_archive, load_checkpoint
@@ -161,6 +162,7 @@ class Runtime:
         module.eval()
         runtime = cls(module, meta, device, torch.float16 if exported_half else torch.float32, "torchscript", path)
         check_outputs(runtime)  # a forged meta.json fails here, naming the key, not at the first frame
+        check_digest(path, meta)  # one that fits the graph (permuted class names, another pixel_scale) fails here
         return runtime
 
     @staticmethod

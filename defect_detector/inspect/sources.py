@@ -11,7 +11,9 @@ thread that reads ahead of inference through a bounded queue and yields :class:`
 - camera index (``"0"``) or stream URL (``rtsp://``, ``http(s)://``, ...): a live stream. A failed open or
   read closes the capture and reopens it with exponential backoff (``reconnect_attempts`` tries starting
   at ``reconnect_delay`` seconds, doubling up to ``max_reconnect_delay``); each gap is logged and counted
-  in :attr:`FrameSource.stats`. When the attempts are exhausted the source ends (``stats.gave_up``).
+  in :attr:`FrameSource.stats`, its length from the start of the read that failed to the next frame. A read that
+  blocks for ``stall_s`` (5 s) or more and then succeeds is a gap too (``stalled``). When the attempts are exhausted
+  the source ends (``stats.gave_up``).
   With ``latest_only`` the queue holds one frame and a newer frame replaces an unconsumed one
   (counted as ``dropped``), so a slow consumer always gets the newest frame.
 
@@ -82,7 +84,9 @@ class Frame:
 
 @dataclass
 class Gap:
-    """A stream interruption: when it started (``time.time()``), how long until the next frame, why, and the reopen attempts."""
+    """A stream interruption: when it started (``time.time()``: the start of the read that failed or blocked), how long
+    until the next frame (measured on the monotonic clock, blocked reads and reopen delays included), why, and the
+    reopen attempts."""
 
     start: float
     seconds: float
@@ -129,8 +133,10 @@ class FrameSource:
         reconnect_attempts: int = 5,
         reconnect_delay: float = 0.5,
         max_reconnect_delay: float = 8.0,
+        stall_s: float = 5.0,
     ) -> None:
         self.source = source
+        self.stall_s = stall_s
         self.kind = kind
         self.files = files or []
         self.target = target
@@ -178,13 +184,19 @@ class FrameSource:
         if self._error is not None:
             raise self._error
 
-    def close(self) -> None:
-        """Stop the decode thread and release the capture (idempotent)."""
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the decode thread and release the capture (idempotent). A thread still blocked in a stream read after
+        ``timeout`` seconds is left behind (a daemon: it releases its capture when the read returns), so a stalled
+        camera never holds up a stop."""
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
+            deadline = time.monotonic() + timeout
             while self._thread.is_alive():
                 self._drain()
                 self._thread.join(timeout=_POLL_S)
+                if time.monotonic() > deadline and self._thread.is_alive():
+                    log.warning("%s: the decode thread is still blocked in a read after %.0f s: left behind", self.source, timeout)
+                    return
 
     # --- producer side -------------------------------------------------------------------------------------
 
@@ -276,7 +288,8 @@ class FrameSource:
         name = Path(self.source).name if self.kind == "video" else (f"camera{self.target}" if self.kind == "camera" else self.source)
         capture = self._first_capture()
         index = 0
-        gap_start: float | None = None if capture is not None else time.time()
+        # a gap runs from the start of the read that failed (or blocked) to the next frame, on the monotonic clock
+        gap_since: float | None = None if capture is not None else time.monotonic()
         gap_reason = "open failed"
         attempts = 0
         try:
@@ -299,7 +312,7 @@ class FrameSource:
                         continue
                     with self._lock:
                         self.stats.reconnects += 1
-                start = time.perf_counter()
+                start, read_began = time.perf_counter(), time.monotonic()
                 try:
                     ok, image = capture.read()
                 except Exception as exc:  # noqa: BLE001 - a crashing read is a stream failure
@@ -312,22 +325,27 @@ class FrameSource:
                         return
                     capture.release()
                     capture = None
-                    if gap_start is None:
-                        gap_start = time.time()
+                    if gap_since is None:
+                        gap_since = read_began
                     continue
-                if gap_start is not None:
-                    gap = Gap(gap_start, time.time() - gap_start, gap_reason, attempts)
-                    with self._lock:
-                        self.stats.gaps.append(gap)
-                    log.warning(
-                        "%s: stream resumed after a %.2f s gap (%s, %d attempts)", self.source, gap.seconds, gap.reason, gap.attempts
-                    )
-                    gap_start, attempts = None, 0
+                if gap_since is None and self.is_stream and time.monotonic() - read_began >= self.stall_s:
+                    gap_since, gap_reason = read_began, "stalled: the read blocked"  # then resumed, without failing
+                if gap_since is not None:
+                    self._gap(gap_since, gap_reason, attempts)
+                    gap_since, attempts = None, 0
                 yield self._frame(capture, image, index, name, start)
                 index += 1
         finally:
             if capture is not None:
                 capture.release()
+
+    def _gap(self, since: float, reason: str, attempts: int) -> None:
+        """Record and log a gap that began at ``since`` (``time.monotonic()``) and ends now."""
+        seconds = time.monotonic() - since
+        gap = Gap(time.time() - seconds, seconds, reason, attempts)
+        with self._lock:
+            self.stats.gaps.append(gap)
+        log.warning("%s: stream resumed after a %.2f s gap (%s, %d attempts)", self.source, gap.seconds, gap.reason, gap.attempts)
 
     def _first_capture(self) -> Capture | None:
         """The first open of the capture: a video file that does not open is an error (a stream retries), and records

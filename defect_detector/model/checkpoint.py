@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import pickle
+import re
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -55,6 +57,25 @@ def is_torchscript_archive(path: str | os.PathLike[str]) -> bool:
         return False
 
 
+def _first_line(message: str, limit: int = 200) -> str:
+    """The first line of ``message``, cut to ``limit`` characters."""
+    line = message.strip().splitlines()[0] if message.strip() else message
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _refusal(path: Path, message: str) -> str:
+    """One line for torch's weights-only refusal ``message``: a pickled Python object (named) or a corrupt pickle."""
+    found = re.search(r"WeightsUnpickler error:\s*(.*?)(?:\n|$)", message.strip() + "\n", re.S)
+    reason = " ".join(found.group(1).split()) if found else _first_line(message)
+    global_name = re.search(r"Unsupported global: GLOBAL (\S+)", reason)
+    if global_name:
+        return (
+            f"{path}: refused: it holds a pickled Python object ({global_name.group(1)}), not only the tensors and plain values "
+            "every checkpoint of this package holds; unpickling it could run code, so use a checkpoint written by train or strip"
+        )
+    return f"{path}: not a readable checkpoint (corrupt, or no torch file: {_first_line(reason, 120)})"
+
+
 def _read_checkpoint(path: Path, device: torch.device | str) -> dict[str, Any]:
     """``torch.load(weights_only=True)`` of a dict with a ``model`` entry; clear errors naming ``path`` otherwise."""
     if not path.is_file():
@@ -66,8 +87,10 @@ def _read_checkpoint(path: Path, device: torch.device | str) -> dict[str, Any]:
         )
     try:
         ckpt = torch.load(path, map_location=device, weights_only=True)
+    except pickle.UnpicklingError as exc:  # torch's message: 654 characters that suggest loading it unsafely
+        raise ValueError(_refusal(path, str(exc))) from exc
     except Exception as exc:
-        raise ValueError(f"{path}: not a readable checkpoint ({type(exc).__name__}: {exc})") from exc
+        raise ValueError(f"{path}: not a readable checkpoint ({type(exc).__name__}: {_first_line(str(exc))})") from exc
     if not isinstance(ckpt, dict) or "model" not in ckpt:
         raise ValueError(f"{path}: not a defect_detector checkpoint (needs 'model' and 'config' entries)")
     return ckpt

@@ -16,7 +16,7 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,11 @@ class Sink:
 
     def close(self) -> None:
         """Release files, threads and ports."""
+
+    @property
+    def undelivered(self) -> int:
+        """Events this sink took but could not deliver (failed, dropped, stranded at close)."""
+        return 0
 
 
 class LogSink(Sink):
@@ -126,6 +131,7 @@ class WebhookSink(Sink):
         self.sent = 0
         self.failed = 0
         self.dropped = 0
+        self.stranded = 0  # in a POST that still hung when close() gave up on it
         self._queue: queue.Queue[dict[str, Any]] = queue.Queue(maxsize=max_queue)
         self._closing = threading.Event()
         self._lock = threading.Lock()
@@ -170,15 +176,33 @@ class WebhookSink(Sink):
                 self._closing.wait(self.backoff * (2**attempt))
         return False
 
+    @property
+    def undelivered(self) -> int:
+        with self._lock:
+            return self.failed + self.dropped + self.stranded
+
     def close(self, timeout: float = 5.0) -> None:
-        """Stop accepting events and give the thread up to ``timeout`` seconds to deliver the queued ones."""
+        """Stop accepting events and give the thread up to ``timeout`` seconds to deliver the queued ones; what is left
+        (queued, or in a POST that hangs) is counted and the losses logged once, at WARNING."""
+        if self._closing.is_set():
+            return
         self._closing.set()
         self._thread.join(timeout)
         left = self._queue.qsize()
-        if left:
-            with self._lock:
-                self.dropped += left
-            logger.warning("webhook %s: %d events not delivered before close", self.url, left)
+        with self._lock:
+            self.dropped += left
+            if self._thread.is_alive():  # still inside a POST to a server that does not answer
+                self.stranded = 1
+        if self.undelivered:
+            logger.warning(
+                "webhook %s: %d drift events not delivered (failed %d, dropped %d, still in a hanging POST at close %d; sent %d)",
+                self.url,
+                self.undelivered,
+                self.failed,
+                self.dropped,
+                self.stranded,
+                self.sent,
+            )
 
 
 class PrometheusSink(Sink):
@@ -223,9 +247,24 @@ class PrometheusSink(Sink):
             self.alerts.labels(severity=severity)
         for stage in STAGES:
             self.latency.labels(stage=stage)
-        started = start_http_server(port, addr=addr, registry=self.registry)
+        try:
+            started = start_http_server(port, addr=addr, registry=self.registry)
+        except OSError as exc:  # e.g. the port in use: name it
+            raise ValueError(f"--metrics-port {port}: cannot serve metrics on {addr}:{port}: {exc.strerror or exc}") from exc
         self._server = started[0] if isinstance(started, tuple) else None
         self.port = int(self._server.server_address[1]) if self._server is not None else port
+
+    def count_undelivered(self, total: Callable[[], int]) -> None:
+        """Serve ``defect_detector_alerts_undelivered_total``, read from ``total()`` at each scrape (the router's count)."""
+        from prometheus_client.core import CounterMetricFamily
+
+        class _Undelivered:
+            def collect(self) -> Any:
+                yield CounterMetricFamily(
+                    "defect_detector_alerts_undelivered", "Drift events a sink could not deliver (webhook failed, hung or full).", total()
+                )
+
+        self.registry.register(_Undelivered())
 
     def on_frame(
         self,
@@ -278,6 +317,16 @@ class AlertRouter:
         if detector is not None and self.layer_names != detector.layer_names:
             raise ValueError(f"layer names {self.layer_names} differ from the baseline's {detector.layer_names}")
         self.sink_errors = 0
+        self.event_errors = 0  # events a sink raised on (each also counted in sink_errors)
+        for sink in self.sinks:
+            if isinstance(sink, PrometheusSink):
+                sink.count_undelivered(lambda: self.undelivered)
+
+    @property
+    def undelivered(self) -> int:
+        """Drift events that did not reach every sink: each sink's own count (a webhook that fails, hangs or overflows)
+        plus events a sink raised on. In the run summary and in Prometheus (``defect_detector_alerts_undelivered_total``)."""
+        return sum(sink.undelivered for sink in self.sinks) + self.event_errors
 
     def on_frame(
         self,
@@ -318,6 +367,7 @@ class AlertRouter:
             getattr(sink, method)(*args)
         except Exception:
             self.sink_errors += 1
+            self.event_errors += method == "on_event"
             if self.sink_errors <= 10:
                 logger.exception("monitoring sink %s.%s failed (inference continues)", type(sink).__name__, method)
 

@@ -16,9 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from defect_detector.core.config import ConfigError, MonitorConfig, config_from_dict
+from defect_detector.core.config import ConfigError, MonitorConfig, config_from_dict, read_yaml_mapping
 from defect_detector.monitor.alerts import AlertRouter, JsonlSink, LogSink, PrometheusSink, Sink, WebhookSink
 from defect_detector.monitor.baseline import Baseline, BaselineError
 from defect_detector.monitor.drift import DriftDetector
@@ -33,14 +31,10 @@ class MonitorSetupError(ValueError):
 def load_monitor_config(path: str | os.PathLike[str]) -> MonitorConfig:
     """Read drift thresholds from YAML: a run config with a ``monitor`` section, or just that section's keys."""
     path = Path(path)
-    if not path.is_file():
-        raise MonitorSetupError(f"{path}: monitor config file not found")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (yaml.YAMLError, OSError, UnicodeDecodeError) as exc:
-        raise MonitorSetupError(f"{path}: cannot read monitor config: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise MonitorSetupError(f"{path}: monitor config must be a mapping")
+        raw = read_yaml_mapping(path, "monitor config", allow_empty=True)  # a repeated key is refused, not the last kept
+    except ConfigError as exc:
+        raise MonitorSetupError(str(exc)) from exc
     section = raw["monitor"] if "monitor" in raw else raw
     try:
         return config_from_dict({"monitor": section}).monitor

@@ -73,3 +73,18 @@ def test_run_bench_feeds_a_reference_model_two_channels(tmp_path: Path, one_thre
     assert set(result["derived"]["registration_ratio"]) == {"full", "fixed", "reuse"}
     assert result["derived"]["registration_ratio"]["reuse"] == result["registration"]["register_reuse_ratio"]
     assert result["targets"]["registration_full_ratio_max"] == 0.25 and result["targets"]["registration_reuse_ratio_max"] == 0.05
+
+
+def test_bench_shared_late_competitor_schedule_runs_and_stops_its_competitor(monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks import bench_shared
+
+    started: list[object] = []
+    real = bench_shared.start_competitor
+    monkeypatch.setattr(bench_shared, "start_competitor", lambda: started.append(real()) or started[-1])
+    before = torch.get_num_threads()
+    try:
+        times = bench_shared._run_schedule(lambda frame: None, [0], "adaptive", 0.4, [0.1, 0.2, 0.3])
+    finally:
+        torch.set_num_threads(before)
+    assert times and times == sorted(times)
+    assert len(started) == 2 and all(p.poll() is not None for p in started)  # started twice, none left running

@@ -22,6 +22,7 @@ from defect_detector.cli import main as cli
 from defect_detector.cli.errors import error_line, worker_message
 from defect_detector.cli.main import main
 from defect_detector.cli.parser import build_parser
+from defect_detector.core.constants import DEEPPCB_CLASSES
 from defect_detector.core.errors import DatasetError
 from defect_detector.core.types import Detections
 from defect_detector.data.collate import build_loader
@@ -32,6 +33,7 @@ from defect_detector.inspect import inspector as inspector_module
 from defect_detector.inspect import outputs as outputs_module
 from defect_detector.inspect.inspector import Inspection
 from defect_detector.inspect.outputs import Outputs
+from defect_detector.inspect.run_guard import RUN_TOKEN
 from defect_detector.inspect.sources import Frame, open_source
 from defect_detector.model.checkpoint import load_checkpoint
 
@@ -134,6 +136,10 @@ FORGED = [
     ({"format_version": 0}, "artifact format_version 0, this runtime reads"),
     ({"half": "yes"}, "meta.json half must be true or false, got 'yes'"),
     ({"pixel_scale": -1}, "meta.json pixel_scale must be null or a positive number, got -1"),
+    # forgeries every key check passes: the digest of graph, weights and meta refuses them (they used to run)
+    ({"class_names": list(reversed(DEEPPCB_CLASSES))}, "meta.json does not match the model it is packed with (digest "),
+    ({"pixel_scale": 4.0}, "meta.json does not match the model it is packed with (digest "),
+    ({"digest": None}, "meta.json carries no digest of the graph and weights"),
 ]
 
 
@@ -145,6 +151,20 @@ def test_forged_meta_json_is_one_line_naming_the_file_and_key(
     assert main(["predict", str(frames), "--weights", str(forged), "--threads", "1"]) == 2
     line = _one_error_line(capsys, "predict")
     assert line.startswith(f"{forged}: ") and problem in line, line
+
+
+def test_a_meta_json_copied_onto_a_foreign_model_is_refused(
+    artifact: Path, frames: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other = write_small_checkpoint(tmp_path / "other.pt", IMGSZ, seed=1)  # same shapes, other weights
+    foreign = tmp_path / "foreign.torchscript.pt"
+    export_torchscript(load_checkpoint(other), foreign, optimize=False)
+    with zipfile.ZipFile(artifact) as src:
+        meta_text = next(src.read(n) for n in src.namelist() if n.endswith("/extra/meta.json")).decode()
+    forged = _forge(foreign, tmp_path / "forged.torchscript.pt", meta_text=meta_text)
+    assert main(["predict", str(frames), "--weights", str(forged), "--threads", "1"]) == 2
+    assert "meta.json does not match the model it is packed with" in _one_error_line(capsys, "predict")
+    assert main(["predict", str(frames), "--weights", str(foreign), "--threads", "1"]) == 0  # the genuine one loads
 
 
 @pytest.mark.parametrize(("text", "problem"), [("[1, 2]", "must be a JSON object, got list"), ("{oops", "is not valid JSON")])
@@ -283,16 +303,23 @@ def test_colour_video_warns_once_and_a_gray_one_not(checkpoint: Path, tmp_path: 
     assert len(notes) == 1 and notes[0].levelno == logging.WARNING and str(colour) in notes[0].getMessage()
 
 
-def test_truncated_video_says_it_ended_early(checkpoint: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_truncated_video_says_it_ended_early(checkpoint: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys) -> None:
     video = _write_video(tmp_path / "long.avi", 30)
     data = video.read_bytes()
     video.write_bytes(data[: len(data) * 6 // 10])
-    with caplog.at_level(logging.WARNING, logger="defect_detector.inspect"):
-        assert main(["predict", str(video), "--weights", str(checkpoint)]) == 0
+    out = tmp_path / "det.json"
+    with caplog.at_level(logging.WARNING, logger="defect_detector.inspect"):  # exit 2 like a truncated mp4 (it was 0)
+        assert main(["predict", str(video), "--weights", str(checkpoint), "--save-json", str(out)]) == 2
     ended = [r.getMessage() for r in caplog.records if "video ended after" in r.getMessage()]
     assert len(ended) == 1 and ended[0].startswith(f"{video}: video ended after ") and " of 30 frames" in ended[0]
     read = int(ended[0].split("after ")[1].split(" of")[0])
     assert 0 < read < 30
+    line = _one_error_line(capsys, "predict")
+    assert line == (
+        f"{video}: the video ended after {read} of the 30 frames its header lists (truncated or corrupt file); "
+        "the outputs above hold those frames"
+    )
+    assert len(out.with_suffix(".jsonl").read_text().splitlines()) == read  # the frames it had are written
 
 
 def _video_outputs(tmp_path: Path) -> tuple[Outputs, Path]:
@@ -311,7 +338,8 @@ def _video_outputs(tmp_path: Path) -> tuple[Outputs, Path]:
 
 def test_outputs_discard_keeps_earlier_files(tmp_path: Path) -> None:
     outputs, out = _video_outputs(tmp_path)
-    assert sorted(p.name for p in out.parent.iterdir()) == [".cam.tmp.mp4", ".det.tmp.jsonl", "det.json", "det.jsonl"]
+    run = RUN_TOKEN  # temp names are unique per run (inspect/run_guard.py)
+    assert sorted(p.name for p in out.parent.iterdir()) == [f".cam.{run}.tmp.mp4", f".det.{run}.tmp.jsonl", "det.json", "det.jsonl"]
     outputs.discard()
     assert outputs.close() == {}
     assert sorted(p.name for p in out.parent.iterdir()) == ["det.json", "det.jsonl"]

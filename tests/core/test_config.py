@@ -90,3 +90,49 @@ def test_malformed_yaml_and_missing_file(tmp_path: Path) -> None:
         load_config(bad)
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "missing.yaml")
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("- data\n- train\n", "the config must be a mapping of sections (data:, train:, ...), got a list"),
+        ("just a string\n", "the config must be a mapping of sections (data:, train:, ...), got a str"),
+        ("", "the config file is empty (a run needs at least data.train; see configs/default.yaml)"),
+        ("# only a comment\n", "the config file is empty (a run needs at least data.train; see configs/default.yaml)"),
+        (
+            "train:\n  lr: 0.01\n  epochs: 3\n  lr: 0.1\n",
+            "line 4: duplicate key 'lr' (first set at line 2; YAML would keep only the last)",
+        ),
+        ("train:\n  epochs: 3\ntrain:\n  lr: 0.1\n", "line 3: duplicate key 'train' (first set at line 1; YAML would keep only the last)"),
+        (b"train:\n  name: \xff\n", "cannot read config file: 'utf-8' codec can't decode"),
+    ],
+    ids=["list", "scalar", "empty", "comment-only", "duplicate-key", "duplicate-section", "not-utf8"],
+)
+def test_a_config_that_is_no_mapping_empty_or_repeats_a_key_is_one_line(tmp_path: Path, text: str | bytes, problem: str) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    for overrides in ([], ["train.lr=0.01"]):  # a list with any key=value was a traceback
+        with pytest.raises(ConfigError) as info:
+            load_config(path, overrides)
+        message = str(info.value)
+        assert message.startswith(f"{path}: {problem}") and "\n" not in message
+
+
+def test_a_repeated_key_in_a_monitor_config_is_refused(tmp_path: Path) -> None:
+    from defect_detector.monitor.setup import MonitorSetupError, load_monitor_config
+
+    (tmp_path / "m.yaml").write_text("window: 4\nwindow: 8\n")
+    with pytest.raises(MonitorSetupError, match=r"m\.yaml: line 2: duplicate key 'window'"):
+        load_monitor_config(tmp_path / "m.yaml")
+    (tmp_path / "empty.yaml").write_text("")
+    assert load_monitor_config(tmp_path / "empty.yaml").window > 0  # empty: the default thresholds, as before
+
+
+@pytest.mark.parametrize(
+    ("item", "problem"),
+    [("train.lr=[0.1", "train.lr=[0.1: the value is not valid YAML"), (".lr=1", ".lr=1: override key must be a dotted name")],
+)
+def test_a_malformed_override_is_one_line(item: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        apply_overrides({}, [item])
+    assert str(info.value).startswith(problem) and "\n" not in str(info.value)

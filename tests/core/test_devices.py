@@ -1,5 +1,6 @@
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from small_checkpoint import write_small_checkpoint
@@ -94,5 +95,66 @@ def test_inspector_load_uses_the_default_threads_and_runtime_load_leaves_them(tm
         assert torch.get_num_threads() == before  # the library call keeps what the caller set
         inspector.Inspector.load(checkpoint, device="cpu").close()
         assert torch.get_num_threads() == other  # the product path (predict) takes the free cores
+    finally:
+        torch.set_num_threads(before)
+
+
+class _Load:
+    """A stand-in :class:`devices.CoreLoad`: the busy cores each :meth:`busy` call reports."""
+
+    def __init__(self, *busy: float | None) -> None:
+        self.values = list(busy)
+
+    def busy(self) -> float | None:
+        return self.values.pop(0)
+
+
+def test_adaptive_threads_follow_other_work_while_running(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = torch.get_num_threads()
+    now = [0.0]
+    auto = devices.AdaptiveThreads(interval_s=2.0, cores=[0, 1, 2, 3], clock=lambda: now[0])
+    auto.load = _Load(0.0, 2.2, None, 0.4)  # idle, a 2-core program starts, /proc/stat unreadable, it ends
+    try:
+        torch.set_num_threads(1)
+        assert auto.tick() is None  # not yet time
+        now[0] = 2.0
+        assert auto.tick() == 4 and torch.get_num_threads() == 4
+        assert auto.tick() is None and torch.get_num_threads() == 4  # within the interval: nothing read
+        now[0] = 4.5
+        assert auto.tick() == 2 and torch.get_num_threads() == 2
+        now[0] = 7.0
+        assert auto.tick() is None and torch.get_num_threads() == 2  # no reading: keep the count
+        now[0] = 9.0
+        assert auto.tick() == 4 and auto.changes == 3
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_adaptive_threads_only_where_nothing_fixes_the_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert isinstance(devices.AdaptiveThreads.for_device(torch.device("cpu")), devices.AdaptiveThreads)
+    assert devices.AdaptiveThreads.for_device(torch.device("cuda")) is None
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert devices.AdaptiveThreads.for_device(torch.device("cpu")) is None
+
+
+def test_inspector_rechooses_threads_unless_they_are_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from defect_detector.inspect import inspector
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    checkpoint = write_small_checkpoint(tmp_path / "small.pt", imgsz=64)
+    before = torch.get_num_threads()
+    try:
+        with inspector.Inspector.load(checkpoint, device="cpu", threads=1, monitor=False) as fixed:
+            assert fixed.autothreads is None  # --threads N is kept
+        with inspector.Inspector.load(checkpoint, device="cpu", monitor=False) as auto:
+            assert auto.autothreads is not None
+            auto.autothreads.clock = lambda: float("inf")  # the interval has passed at every frame
+            cores = len(auto.autothreads.cores)
+            auto.autothreads.load = _Load(cores - 1.0, 0.0)  # all but one core taken, then all free
+            auto.inspect(np.zeros((64, 64), np.uint8))
+            assert torch.get_num_threads() == 1
+            auto.inspect(np.zeros((64, 64), np.uint8))
+            assert torch.get_num_threads() == cores
     finally:
         torch.set_num_threads(before)

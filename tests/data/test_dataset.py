@@ -134,6 +134,10 @@ def _malformed_annotation(root: Path, coco: dict[str, Any]) -> None:
     coco["annotations"][2]["bbox"] = [1, 2, 3]
 
 
+def _duplicate_annotation_id(root: Path, coco: dict[str, Any]) -> None:
+    coco["annotations"][3]["id"] = 102  # annotation 2's id: the box used to count (and pycocotools to index) twice
+
+
 BAD_INPUTS: list[tuple[Mutation, str, str, int]] = [
     # mutation, skip reason, text the error names, images left
     (_missing_image, "missing image file", "img_1.png", 2),
@@ -144,6 +148,7 @@ BAD_INPUTS: list[tuple[Mutation, str, str, int]] = [
     (_category_not_in_class_names, "unknown category", "'scratch'", 3),
     (_missing_image_id, "annotation references a missing image id", "annotation id 102", 3),
     (_malformed_annotation, "malformed annotation", "'id': 102", 3),
+    (_duplicate_annotation_id, "duplicate annotation id", "annotation id 102", 3),
 ]
 
 

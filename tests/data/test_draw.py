@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from defect_detector.data.draw import draw_detections
+from defect_detector.data.draw import class_color, draw_detections
 
 CLASS_NAMES = ["missing_hole", "mouse_bite", "open_circuit", "short", "spur", "spurious_copper"]
 
@@ -27,9 +27,9 @@ def test_draw_detections_draws_box_border(height: int, width: int) -> None:
     assert out.shape == (height, width, 3) and out.dtype == np.uint8
     np.testing.assert_array_equal(image, original)  # input untouched
     mid_x, mid_y = (x1 + x2) // 2, (y1 + y2) // 2
-    red = np.array([0, 0, 255])
+    colour = np.array(class_color(1))  # each class its own colour (label 1: blue)
     for y, x in [(mid_y, x1), (mid_y, x2), (y2, mid_x)]:  # left, right, bottom borders
-        np.testing.assert_array_equal(out[y, x], red)
+        np.testing.assert_array_equal(out[y, x], colour)
     np.testing.assert_array_equal(out[mid_y, mid_x], [128, 128, 128])  # interior untouched
     assert (out[:y1, x1:x2] != 128).any()  # the tag sits above the box
 

@@ -281,3 +281,24 @@ def test_ddp_two_processes_gloo(synth_coco: Path, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     ckpt = _load(tmp_path / "ddp" / "weights" / "last.pt")
     assert ckpt["epoch"] == 0 and ckpt["optimizer_steps"] == 1  # 4 images / (2 ranks x batch 2) = 1 step
+
+
+def test_resume_checks_a_digest_of_the_jsons(synth_coco: Path, tmp_path: Path, tiny_config, caplog: pytest.LogCaptureFixture) -> None:
+    coco = json.loads(synth_coco.read_text())
+    root = coco.get("info", {}).get("images_root", ".")
+    coco["info"] = {**coco.get("info", {}), "images_root": str((synth_coco.parent / root).resolve())}
+    ann = tmp_path / "train.json"
+    ann.write_text(json.dumps(coco))
+    cfg = tiny_config(ann, tmp_path / "runs", imgsz=64, epochs=2, val_every=10)
+    run = fit(cfg, progress=False, threads=1, stop_after_epochs=1)
+    assert set(_load(run / "weights" / "last.pt")["data_digests"]) == {"data.train", "data.val"}
+    coco["info"]["description"] = "edited in place"  # (was accepted on --resume without a word)
+    ann.write_text(json.dumps(coco))
+    changed = r"data that changed since the run's last epoch: data\.train \(sha256 \w{12} -> \w{12}\)"
+    with pytest.raises(TrainingError, match=changed) as info:
+        fit(cfg, resume=True, progress=False, threads=1)
+    assert "--allow-data-change" in str(info.value) and "\n" not in str(info.value)
+    assert _epochs(run) == [0]
+    with caplog.at_level("WARNING", logger="defect_detector.engine"):
+        fit(cfg, resume=True, progress=False, threads=1, allow_data_change=True)
+    assert _epochs(run) == [0, 1] and "resuming on changed data (--allow-data-change)" in caplog.text

@@ -348,3 +348,23 @@ def test_inspect_refuses_what_is_not_a_frame_and_a_closed_inspector(checkpoint: 
     inspector.close()
     with pytest.raises(RuntimeError, match="closed"):
         inspector.inspect(np.zeros((64, 64), np.uint8))
+
+
+def test_a_closed_inspector_raises_everywhere_and_touches_no_output(checkpoint: Path, boards: Path, tmp_path: Path) -> None:
+    inspector = Inspector.load(checkpoint, device="cpu", monitor=False)
+    inspector.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        inspector.rebaseline()  # it returned None silently (monitoring looked off)
+    with pytest.raises(RuntimeError, match="closed"):
+        inspector.run(str(boards), save_json=str(tmp_path / "det.json"))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_summary_counts_undelivered_alerts(checkpoint: Path, boards: Path) -> None:
+    from defect_detector.inspect.run_summary import summary_line
+
+    with Inspector.load(checkpoint, device="cpu", monitor=False) as inspector:
+        summary = inspector.run(str(boards))
+    assert summary["alerts_undelivered"] == 0 and "not delivered" not in summary_line(summary)
+    summary.update(drift_monitoring=True, alerts_undelivered=2)  # a webhook that failed or hung twice
+    assert "drift alerts 0 (2 not delivered: see the webhook warnings)" in summary_line(summary)

@@ -219,3 +219,35 @@ def test_colour_files_warn_once_per_source(tmp_path: Path, caplog: pytest.LogCap
     assert all(f.image.ndim == 2 for f in frames)
     notes = [r for r in caplog.records if "converting" in r.getMessage()]
     assert len(notes) == 1 and notes[0].levelname == "WARNING" and "first: c_colour.png" in notes[0].getMessage()
+
+
+class StallingCapture(FakeCapture):
+    """Yields ``frames`` frames, then one read blocks ``stall_s`` seconds and fails (``fail``) or returns a frame."""
+
+    def __init__(self, frames: int, stall_s: float, fail: bool) -> None:
+        super().__init__(frames + (0 if fail else 2))
+        self.left, self.stall_s, self.fail = frames, stall_s, fail
+
+    def read(self) -> tuple[bool, np.ndarray | None]:
+        if self.left == 0:
+            self.left = -1
+            threading.Event().wait(self.stall_s)
+            if self.fail:
+                return False, None
+        self.left -= 1
+        return super().read()
+
+
+@pytest.mark.parametrize("fail", [True, False], ids=["read-fails-after-the-stall", "read-returns-after-the-stall"])
+def test_a_stall_is_logged_with_its_real_length(fail: bool, caplog: pytest.LogCaptureFixture) -> None:
+    stall = 0.4  # (a 30 s stall was logged as a "0.50 s gap": the reopen delay alone)
+    factory = FakeFactory([StallingCapture(2, stall, fail), FakeCapture(1, start=50)])
+    source = FrameSource(
+        "rtsp://fake", "stream", target="rtsp://fake", capture_factory=factory, reconnect_attempts=1, reconnect_delay=0.001, stall_s=0.3
+    )
+    with caplog.at_level("WARNING", logger="defect_detector.inspect"), source:
+        frames = list(source)
+    assert [f.index for f in frames] == list(range(3 if fail else 5))
+    gap = source.stats.gaps[0]  # (then the fake stream ends: a second gap that gives up)
+    assert gap.seconds >= stall and gap.reason == ("read failed" if fail else "stalled: the read blocked")
+    assert f"resumed after a {gap.seconds:.2f} s gap" in caplog.text

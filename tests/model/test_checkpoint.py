@@ -151,3 +151,25 @@ def test_strip_set_on_the_bundled_weights(name: str, tmp_path: Path) -> None:
     assert main(["strip", str(DEFAULT_WEIGHTS.with_name(name)), "--out", str(out), "--set", "eval.f1_conf=0.45"]) == 0
     loaded = load_checkpoint(out)
     assert loaded.config.eval.f1_conf == 0.45 and loaded.baseline is not None  # the baseline is kept
+
+
+class _Foreign:
+    """A Python object a checkpoint of this package never holds (weights_only refuses to unpickle it)."""
+
+
+def test_a_pickled_object_is_refused_in_one_line_that_does_not_suggest_unsafe_loading(tmp_path: Path, capsys) -> None:
+    from defect_detector.cli.main import main
+    from defect_detector.model.checkpoint import load_checkpoint
+
+    path = tmp_path / "foreign.pt"
+    torch.save({"model": {}, "config": {}, "payload": _Foreign()}, path)
+    with pytest.raises(ValueError) as info:
+        load_checkpoint(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: refused: it holds a pickled Python object (") and "_Foreign" in message and "\n" not in message
+    assert "weights_only=False" not in message and len(message) < 300  # it was 654 characters suggesting exactly that
+    assert main(["predict", str(tmp_path), "--weights", str(path)]) == 2
+    assert "weights_only" not in capsys.readouterr().err
+    path.write_bytes(b"\x80\x02garbage that is no pickle")
+    with pytest.raises(ValueError, match="not a readable checkpoint"):
+        load_checkpoint(path)

@@ -245,3 +245,43 @@ def test_monitor_config_yaml(tmp_path: Path) -> None:
     router = build_monitoring(LAYERS, embedded=baseline.to_dict(), monitor_config=tmp_path / "section.yaml")
     assert router.detector.cfg.window == 6
     router.close()
+
+
+class _Hanging:
+    """A loopback TCP server that accepts connections and never answers (a webhook that hangs)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/hook"
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_hanging_webhook_is_counted_logged_and_served(caplog: pytest.LogCaptureFixture) -> None:
+    server = _Hanging()
+    webhook = WebhookSink(server.url, timeout=0.3, retries=0)
+    metrics = PrometheusSink(0, addr="127.0.0.1")
+    router = AlertRouter(None, [webhook, metrics], LAYERS)
+    try:
+        for frame in range(3):
+            router.emit(_event(frame))  # never blocks, whatever the server does
+        with caplog.at_level(logging.WARNING, logger="defect_detector.monitor"):
+            webhook.close(timeout=0.1)  # (a 60-frame run ended before one POST timed out: reported nowhere)
+        assert webhook.sent == 0 and router.undelivered == webhook.undelivered == 3
+        assert "drift events not delivered" in caplog.text and server.url in caplog.text
+        assert "defect_detector_alerts_undelivered_total 3.0" in _http_get(f"http://127.0.0.1:{metrics.port}/metrics")
+    finally:
+        router.close()
+        server.close()
+
+
+def test_metrics_port_in_use_names_the_port() -> None:
+    first = PrometheusSink(0, addr="127.0.0.1")
+    try:
+        with pytest.raises(MonitorSetupError, match=rf"--metrics-port {first.port}: cannot serve metrics on 127.0.0.1:{first.port}: "):
+            build_monitoring(LAYERS, monitor=False, metrics_port=first.port, metrics_addr="127.0.0.1")
+    finally:
+        first.close()
