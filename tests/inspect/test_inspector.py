@@ -292,7 +292,7 @@ def test_inspector_runs_a_folder_end_to_end_with_drift_events(checkpoint: Path, 
     drift = [frame for kind, frame in kinds if kind == "drift"]
     assert drift and 12 <= drift[0] < 30 and not any(kind == "recovered" for kind, _ in kinds)
     assert [json.loads(line)["event"] for line in alerts.read_text().splitlines()] == [k for k, _ in kinds]
-    assert seen[-1].drift in ("warning", "critical") and seen[0].drift == "normal" and seen[-1].score is not None
+    assert seen[-1].drift in ("warning", "critical") and seen[0].drift == "warming_up" and seen[-1].score is not None
     assert json.loads((tmp_path / "det.json").read_text()) is not None
 
 
