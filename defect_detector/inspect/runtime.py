@@ -42,7 +42,6 @@ log = logging.getLogger("defect_detector.inspect")
 DEFAULT_OPERATING_POINT = {"conf": 0.25, "iou": 0.5}
 """The operating point of an artifact that records none (exported before v0.9)."""
 
-
 def archive_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The ``meta.json`` of a TorchScript archive read straight from the zip (no model load); ``{}`` when absent or unreadable."""
     try:

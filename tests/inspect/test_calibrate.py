@@ -31,3 +31,5 @@ def test_run_calibrate_writes_a_baseline(tmp_path: Path) -> None:
     assert loaded.model["weights"].endswith("w.pt")
     with pytest.raises(FileNotFoundError):
         run_calibrate(tmp_path / "missing.pt", ann, None, out)
+
+
