@@ -190,7 +190,7 @@ class PrometheusSink(Sink):
 
     Metrics (in a dedicated ``CollectorRegistry`` unless ``registry`` is given):
     ``defect_detector_layer_activation{layer, statistic}`` gauge (latest frame),
-    ``defect_detector_drift_score`` gauge, ``defect_detector_drift_state`` gauge (0 normal,
+    ``defect_detector_drift_score`` gauge, ``defect_detector_drift_state`` gauge (0 normal or warming up,
     1 warning, 2 critical), counters ``defect_detector_frames_total``,
     ``defect_detector_alerts_total{severity}``, ``defect_detector_detections_total``, and the
     histogram ``defect_detector_stage_latency_seconds{stage}`` (decode, preprocess, model,
@@ -257,7 +257,7 @@ class PrometheusSink(Sink):
         if event.event == "drift":
             self.alerts.labels(severity=event.severity).inc()
             self.drift_state.set(2 if event.severity == "critical" else 1)
-        elif event.event == "recovered":
+        elif event.event in ("recovered", "rebaseline"):  # a changeover leaves the state as it is
             self.drift_state.set(0)
 
     def close(self) -> None:
