@@ -161,6 +161,7 @@ class DriftDetector:
         self.line_reference, self._collected = None, []
         self.state = "normal" if len(self._window) >= self.cfg.window else WARMING_UP
         self._above, self._critical, self._below = 0, 0, 0
+        self._blank, self._since = False, None
         reason = f"line reference cleared ({reason}); a new one is collected from the next frames"
         logger.info("drift monitor: %s", reason)
         return self._info("rebaseline", frame_index, source, reason)

@@ -10,7 +10,7 @@ matrix (so statistics that move together with board content count little) and sc
 the nearest fault in the pooled within-fault covariance of those features (linear discriminant
 analysis), read on the alert's last frames against the line reference. Simulating three strengths rather
 than one raised the lighting drops named right at alert time from 26 to 30 of 32 held-out onsets with the
-bundled model (``monitor/evaluate_drift.py`` measures every fault).
+bundled model (``benchmarks/evaluate_drift.py`` measures every fault).
 
 A change far from every simulated fault (beyond ``_UNKNOWN_FACTOR`` times the calibration spread of
 the features) is named "unlike the simulated camera faults" instead: a new board design or product, or a
