@@ -32,5 +32,6 @@ def run(args: argparse.Namespace) -> None:
     baseline = run_calibrate(
         args.weights, args.data, args.images, args.out, args.imgsz, args.max_images, args.batch, reference=args.reference
     )
-    print(f"wrote {args.out}: {len(baseline.layer_names)} layers from {baseline.count} frames")
+    against = ", each relative to its golden image" if baseline.relative else ""
+    print(f"wrote {args.out}: {len(baseline.layer_names)} layers from {baseline.count} frames{against}")
     print(f"carry it in the weights: defect-detector strip WEIGHTS --baseline {args.out} --out WEIGHTS_WITH_BASELINE")

@@ -255,11 +255,13 @@ class MonitorConfig:
 
     ``z_warn`` / ``z_alert`` bound the drift score, a Mahalanobis distance in units of the spread of
     single clean calibration frames; per-statistic z-scores (same units) only explain an alert.
-    ``window``: frames averaged; ``reference``: clean frames that form the line reference, once at the
-    start and after each deliberate rebaseline, then frozen (0 = compare with the calibration baseline
-    only); ``z_clear``: an alert is recovered only after ``recover`` consecutive frames score below it
-    (hysteresis below ``z_warn``; None: ``0.9 * z_warn``); ``baseline_margin``: z allowed against the
-    calibration baseline before it counts (unseen board designs sit away from it); ``rel_floor``:
+    ``window``: frames averaged (the detector reports ``warming_up`` until it has seen that many); ``reference``:
+    clean frames that form the line reference, once at the start and after each deliberate rebaseline, then frozen
+    (0 = compare with the calibration baseline only; a change of golden image keeps it); ``z_clear``: an alert is
+    recovered only after ``recover`` consecutive frames score below it (hysteresis well below ``z_warn``, so a
+    board design on which a fault shows less does not clear it; None: ``0.5 * z_warn``); ``baseline_margin``: z
+    allowed against the calibration baseline before it counts (unseen board designs sit away from it; None: 2 for a
+    single-image baseline, 0 for one read against golden images, where the design cancels out); ``rel_floor``:
     the scale is at least this fraction of the baseline value; ``shrinkage``: how far the
     calibration correlation between statistics is pulled towards none (0 = as measured, 1 = each
     statistic on its own); ``debounce``: consecutive frames above it before an alert; ``recover``:
@@ -275,11 +277,11 @@ class MonitorConfig:
     z_warn: float = 5.5
     z_alert: float = 8.0
     z_clear: float | None = None
-    baseline_margin: float = 2.0
+    baseline_margin: float | None = None
     rel_floor: float = 0.02
     shrinkage: float = 0.0
     debounce: int = 3
-    recover: int = 8
+    recover: int = 12
     layers: tuple[str, ...] = DEFAULT_LAYERS
 
     def validate(self) -> None:
@@ -288,7 +290,8 @@ class MonitorConfig:
         _check(0 < self.z_warn <= self.z_alert, "monitor.z_warn", "must be > 0 and <= monitor.z_alert", self.z_warn)
         clear_ok = self.z_clear is None or 0 < self.z_clear <= self.z_warn
         _check(clear_ok, "monitor.z_clear", "must be > 0 and <= monitor.z_warn (or null)", self.z_clear)
-        _check(self.baseline_margin >= 0, "monitor.baseline_margin", "must be >= 0", self.baseline_margin)
+        margin_ok = self.baseline_margin is None or self.baseline_margin >= 0
+        _check(margin_ok, "monitor.baseline_margin", "must be >= 0 (or null)", self.baseline_margin)
         _check(self.rel_floor >= 0, "monitor.rel_floor", "must be >= 0", self.rel_floor)
         _check(0.0 <= self.shrinkage <= 1.0, "monitor.shrinkage", "must be in [0, 1]", self.shrinkage)
         _check(self.debounce >= 1, "monitor.debounce", "must be >= 1", self.debounce)

@@ -6,6 +6,10 @@ image registered, letterboxed or tiled with the statistics pooled over the tiles
 simulated camera fault (``monitor/faults.py``, applied to the frame in its own pixels as a camera would deliver it), so
 an alert can name its likely cause. Frames come from a COCO json (its golden ``reference`` entries too) or from a
 folder of good frames (no annotations needed; a golden-template model then takes ``--reference``).
+
+For a golden-template model each frame's golden image also goes through the pipeline, paired with itself, and the
+baseline describes the frames relative to their golden images (``Baseline.relative``, ``monitor/drift.py``): the
+inspector reads every frame against its own golden image, so a board design the calibration never saw cancels out.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from defect_detector.inspect.references import ReferenceError, References
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.inspect.source_kinds import list_images, source_kind
 from defect_detector.monitor.baseline import FAULT_FRAMES, Baseline, calibrate
+from defect_detector.monitor.blank import image_levels
 from defect_detector.monitor.faults import CALIBRATION_STRENGTHS, apply_fault
 
 logger = logging.getLogger("defect_detector.monitor")
@@ -76,6 +81,12 @@ def _statistics(pipeline: Pipeline, pairs: list[Pair]) -> np.ndarray:
     """float64 ``[N, L, 2]`` pooled layer statistics of ``pairs`` through the pipeline."""
     golden = [g for _, g in pairs] if pipeline.runtime.channels == 2 else None
     return np.stack([d.stats.double().numpy() for d in pipeline.detect([im for im, _ in pairs], golden)])
+
+
+def golden_statistics(pipeline: Pipeline, pairs: list[Pair], batch: int) -> list[np.ndarray]:
+    """Per batch of ``pairs``: float64 ``[B, L, 2]`` statistics of each frame's registered golden image paired with itself,
+    through the pipeline as its frame (what the inspector computes once per golden image; ``monitor/drift.py``)."""
+    return [_statistics(pipeline, [(g, g) for _, g in pairs[i : i + batch]]) for i in range(0, len(pairs), batch)]
 
 
 def fault_statistics(pipeline: Pipeline, pairs: list[Pair], batch: int, progress: bool = False) -> dict[str, np.ndarray]:
@@ -137,8 +148,11 @@ def run_calibrate(
     if len(pairs) < 2:
         raise ValueError(f"{source}: fewer than 2 frames could be read and inspected")
     stats = [_statistics(pipeline, pairs[i : i + batch]) for i in range(0, len(pairs), batch)]
+    golden = golden_statistics(pipeline, pairs, batch) if runtime.channels == 2 else None
+    levels = np.stack([image_levels(image) for image, _ in pairs])
     info = {"weights": str(runtime.path), "kind": runtime.kind, "class_names": list(runtime.class_names)}
-    baseline = calibrate(stats, runtime.layer_names, runtime.imgsz, info, f"{source} ({len(pairs)} images)")
+    source = f"{source} ({len(pairs)} images)"
+    baseline = calibrate(stats, runtime.layer_names, runtime.imgsz, info, source, golden=golden, image_levels=levels)
     kept = [pairs[i] for i in evenly_spaced(len(pairs), FAULT_FRAMES)]
     baseline.faults = fault_statistics(pipeline, kept, batch, progress)
     baseline.save(out)

@@ -36,6 +36,7 @@ from tqdm import tqdm
 from defect_detector.core.devices import AdaptiveThreads, default_threads
 from defect_detector.core.types import Detections
 from defect_detector.data.images import ConversionNotice
+from defect_detector.inspect.drift_inputs import DriftInputs
 from defect_detector.inspect.outputs import Outputs
 from defect_detector.inspect.pipeline import Pipeline, gray_frame
 from defect_detector.inspect.references import ReferenceError, References
@@ -101,6 +102,7 @@ class Inspector:
             raise ValueError(f"{runtime.path.name} is a golden-template model: give each frame's reference with --reference REF")
         self.pipeline = pipeline
         self.router = router
+        self.drift_inputs = DriftInputs(pipeline)  # gray levels, blank frames, golden-image statistics (issues 24, 27)
         self.notice = ConversionNotice("api")
         self._next_index = 0
         self._closed = False
@@ -205,13 +207,20 @@ class Inspector:
         results = self.pipeline.detect([f.image for f in good], golden) if good else []
         by_index = {f.index: r for f, r in zip(good, results)}
         warped = dict(zip((f.index for f in good), golden or []))  # station recording: registered golden images
+        # drift inputs besides the statistics: gray levels; golden-image statistics, cached per golden image (issue 27)
+        drift = dict(zip([f.index for f in good], self.drift_inputs.take(good, golden, self.router is not None and self.router.relative)))
         out = []
         for frame in frames:
             result = by_index.get(frame.index)
             inspection = Inspection(frame, result)
             if self.router is not None and result is not None:
                 timings = {"decode": frame.decode_ms / 1000.0, **{k: v / 1000.0 for k, v in result.timings.items()}}
-                inspection.events = self.router.on_frame(frame.index, frame.source_name, result.stats, timings, len(result))
+                levels, gold = drift[frame.index]
+                inspection.events = self.router.on_frame(
+                    frame.index, frame.source_name, result.stats, timings, len(result), golden=gold, levels=levels
+                )
+            elif self.router is not None and self.drift_inputs.was_blank(frame.index):  # a blank frame alerts at once (issue 24)
+                inspection.events = self.router.on_blank(frame.index, frame.source_name, frame.error)
             if self.monitoring:
                 inspection.drift, inspection.score = self.router.detector.state, self.router.detector.score
             if self.recorder is not None:  # station recording
@@ -232,6 +241,10 @@ class Inspector:
         for i, frame in enumerate(frames):
             if frame.image is None:
                 out.append(frame)
+                continue
+            blank = self.drift_inputs.check(frame, given[i] if given is not None else None)  # issue 24: not inspected
+            if blank is not None:
+                out.append(dataclasses.replace(frame, error=blank, error_kind="blank frame"))
                 continue
             try:
                 warped = self.pipeline.register(frame.image, frame.file_name, given[i] if given is not None else None)

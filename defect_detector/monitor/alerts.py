@@ -25,6 +25,7 @@ import torch
 
 from defect_detector.monitor.baseline import STATISTICS
 from defect_detector.monitor.drift import DriftDetector, DriftEvent
+from defect_detector.monitor.golden import Golden
 
 logger = logging.getLogger("defect_detector.monitor")
 
@@ -37,7 +38,7 @@ class Sink:
     """Receives events and frame metrics. Subclasses override what they need; defaults do nothing."""
 
     def on_event(self, event: DriftEvent) -> None:
-        """Called for every drift / recovered event."""
+        """Called for every event (drift, recovered, rebaseline, changeover)."""
 
     def on_frame(
         self,
@@ -68,6 +69,9 @@ class LogSink(Sink):
         self.log = log or logger
 
     def on_event(self, event: DriftEvent) -> None:
+        if event.event == "changeover":
+            self.log.info("changeover at frame %d of %s: %s", event.frame, event.source, event.reason)
+            return
         where = f" in {', '.join(event.layers)}" if event.layers else ""
         self.log.log(
             _SEVERITY_LEVEL.get(event.severity, logging.WARNING),
@@ -210,7 +214,7 @@ class PrometheusSink(Sink):
 
     Metrics (in a dedicated ``CollectorRegistry`` unless ``registry`` is given):
     ``defect_detector_layer_activation{layer, statistic}`` gauge (latest frame),
-    ``defect_detector_drift_score`` gauge, ``defect_detector_drift_state`` gauge (0 normal,
+    ``defect_detector_drift_score`` gauge, ``defect_detector_drift_state`` gauge (0 normal or warming up,
     1 warning, 2 critical), counters ``defect_detector_frames_total``,
     ``defect_detector_alerts_total{severity}``, ``defect_detector_detections_total``, and the
     histogram ``defect_detector_stage_latency_seconds{stage}`` (decode, preprocess, model,
@@ -292,7 +296,7 @@ class PrometheusSink(Sink):
         if event.event == "drift":
             self.alerts.labels(severity=event.severity).inc()
             self.drift_state.set(2 if event.severity == "critical" else 1)
-        else:
+        elif event.event in ("recovered", "rebaseline"):  # a changeover leaves the state as it is
             self.drift_state.set(0)
 
     def close(self) -> None:
@@ -335,9 +339,12 @@ class AlertRouter:
         stats: torch.Tensor | np.ndarray | None,
         timings: Mapping[str, float] | None = None,
         num_detections: int = 0,
+        golden: Golden | None = None,
+        levels: np.ndarray | None = None,
     ) -> list[DriftEvent]:
         """One frame: ``stats`` float ``[L, 2]`` (any device; one host copy), ``timings`` seconds per
-        stage (keys from ``STAGES``), ``num_detections`` defects found. Returns the events raised."""
+        stage (keys from ``STAGES``), ``num_detections`` defects found, ``golden`` its golden image (golden-template
+        models), ``levels`` its gray levels (``monitor/blank.py``). Returns the events raised."""
         values = None
         if stats is not None:
             values = stats.detach().to("cpu", torch.float64).numpy() if isinstance(stats, torch.Tensor) else np.asarray(stats, np.float64)
@@ -349,13 +356,26 @@ class AlertRouter:
         events: list[DriftEvent] = []
         score = None
         if self.detector is not None and values is not None:
-            events = self.detector.update(values, frame_index, source)
+            events = self.detector.update(values, frame_index, source, golden if self.detector.relative else None, levels)
             score = self.detector.score
         for sink in self.sinks:
             self._call(sink, "on_frame", frame_index, source, values, timings or {}, num_detections, score, self.layer_names)
             for event in events:
                 self._call(sink, "on_event", event)
         return events
+
+    def on_blank(self, frame_index: int, source: str, reason: str) -> list[DriftEvent]:
+        """A frame not inspected because it is blank (``monitor/blank.py`` ``reason``): the detector alerts at once."""
+        events = self.detector.blank(frame_index, source, reason) if self.detector is not None else []
+        for sink in self.sinks:
+            for event in events:
+                self._call(sink, "on_event", event)
+        return events
+
+    @property
+    def relative(self) -> bool:
+        """Whether the detector reads frames against their golden images (it then needs them)."""
+        return self.detector is not None and self.detector.relative
 
     def emit(self, event: DriftEvent) -> None:
         """Send an event raised outside :meth:`on_frame` (a deliberate rebaseline) to every sink."""

@@ -20,15 +20,18 @@ import numpy as np
 import torch
 
 from defect_detector.core.io import atomic_write_json, read_json_file
+from defect_detector.monitor.blank import LEVELS
 
 logger = logging.getLogger("defect_detector.monitor")
 
 STATISTICS = ("mean", "std")
 QUANTILE_LEVELS = (0.01, 0.05, 0.5, 0.95, 0.99)
-BASELINE_VERSION = 4
-"""4: with the statistics of simulated camera faults (``faults``); 3: without (alerts then name no cause);
-statistics read on every ``ceil(H / 40)``-th row of tall layers (2: every ``ceil(H / 80)``-th; 1: no covariance)."""
-READABLE_VERSIONS = (3, 4)
+BASELINE_VERSION = 5
+"""5: golden-template baselines describe each frame relative to its golden image (``relative``), and every baseline
+records the frames' raw ``level`` and their gray ``image_levels``; 4: with the statistics of simulated camera faults
+(``faults``); 3: without (alerts then name no cause); statistics read on every ``ceil(H / 40)``-th row of tall layers
+(2: every ``ceil(H / 80)``-th; 1: no covariance)."""
+READABLE_VERSIONS = (3, 4, 5)
 FAULT_FRAMES = 64
 """Calibration frames that ``calibrate`` also runs with each simulated fault (``monitor/faults.py``)."""
 _EPS = 1e-6
@@ -56,6 +59,15 @@ class Baseline:
     ``faults`` (or None): float64 ``[N, L, 2]`` statistics of N calibration frames under each simulated
     fault of ``monitor/faults.py`` (by name), and of the same frames clean (``"clean"``); the drift
     detector names an alert's likely cause from them (``monitor/explain.py``).
+
+    ``space``: the statistics are described as they are (``"linear"``) or as their logarithms (``"log"``, chosen by
+    :func:`calibrate` when every statistic is positive: content scales activations, and a log turns that into a shift
+    the covariance removes). ``relative`` (golden-template models): the distribution is that of ``frame - golden`` in
+    that space (a log-ratio), each frame's statistics against those of its golden image paired with itself
+    (``monitor/drift.py``), so the board design cancels out.
+    ``level`` float64 ``[L, 2]``: the mean of the frames' own statistics (equal to ``mean`` unless ``relative``;
+    the unit of ``rel_floor`` and of the percentages alerts quote). ``image_levels`` float64 ``[4]`` or None: the
+    median gray levels of the calibration frames (``monitor/blank.py`` ``LEVELS``), which alerts compare with.
     """
 
     layer_names: list[str]
@@ -73,6 +85,14 @@ class Baseline:
     statistics: tuple[str, ...] = STATISTICS
     quantile_levels: tuple[float, ...] = QUANTILE_LEVELS
     faults: dict[str, np.ndarray] | None = None
+    relative: bool = False
+    space: str = "linear"
+    level: np.ndarray | None = None
+    image_levels: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.level is None:
+            self.level = self.mean
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict (nested lists of floats), the inverse of :meth:`from_dict`."""
@@ -93,6 +113,10 @@ class Baseline:
             "max": self.max.tolist(),
             "covariance": self.covariance.tolist(),
             "faults": {k: v.tolist() for k, v in self.faults.items()} if self.faults else None,
+            "relative": self.relative,
+            "space": self.space,
+            "level": self.level.tolist(),
+            "image_levels": self.image_levels.tolist() if self.image_levels is not None else None,
         }
 
     @classmethod
@@ -136,6 +160,17 @@ class Baseline:
         model = raw.get("model", {})
         if not isinstance(model, dict):
             raise BaselineError(f"{where}: model: must be an object, got {type(model).__name__}")
+        relative = raw.get("relative", False)
+        if not isinstance(relative, bool):
+            raise BaselineError(f"{where}: relative: must be true or false, got {relative!r}")
+        space = raw.get("space", "linear")
+        if space not in SPACES:
+            raise BaselineError(f"{where}: space: must be one of {list(SPACES)}, got {space!r}")
+        level = _array(raw["level"], shape, f"{where}: level") if raw.get("level") is not None else None
+        if relative and level is None:
+            raise BaselineError(f"{where}: level: a relative (golden-template) baseline needs the frames' level")
+        image_levels = raw.get("image_levels")
+        image_levels = _array(image_levels, (len(LEVELS),), f"{where}: image_levels") if image_levels is not None else None
         return cls(
             layer_names=list(names),
             quantiles=quantiles,
@@ -148,6 +183,10 @@ class Baseline:
             statistics=statistics,
             quantile_levels=tuple(float(q) for q in levels),
             faults=_faults(raw.get("faults"), shape, where),
+            relative=relative,
+            space=space,
+            level=level,
+            image_levels=image_levels,
             **arrays,
         )
 
@@ -161,8 +200,23 @@ class Baseline:
         return cls.from_dict(read_json_file(path, "baseline", BaselineError), where=str(path))
 
     def scale(self, rel_floor: float) -> np.ndarray:
-        """float64 ``[L, 2]``: ``max(std, eps, rel_floor * |mean|)``, the unit of every z-score."""
-        return np.maximum(np.maximum(self.std, _EPS), rel_floor * np.abs(self.mean))
+        """float64 ``[L, 2]``: ``max(std, eps, rel_floor * |level|)`` (``"log"`` space: ``max(std, eps, rel_floor)``, the
+        same relative floor), the unit of every z-score."""
+        floor = rel_floor if self.space == "log" else rel_floor * np.abs(self.level)
+        return np.maximum(np.maximum(self.std, _EPS), floor)
+
+    def transform(self, stats: np.ndarray) -> np.ndarray:
+        """Statistics ``[..., L, 2]`` in the baseline's space (``log``: logarithms, non-positive values clamped)."""
+        return to_space(stats, self.space)
+
+
+SPACES = ("linear", "log")
+_LOG_FLOOR = 1e-6
+
+
+def to_space(stats: np.ndarray, space: str) -> np.ndarray:
+    """``stats`` as they are (``"linear"``) or their logarithms (``"log"``; values clamped at 1e-6)."""
+    return np.log(np.maximum(stats, _LOG_FLOOR)) if space == "log" else stats
 
 
 def _faults(raw: Any, shape: tuple[int, int], where: str) -> dict[str, np.ndarray] | None:
@@ -212,22 +266,39 @@ def calibrate(
     model_info: dict[str, Any] | None = None,
     source: str = "",
     faults: dict[str, np.ndarray] | None = None,
+    golden: Iterable[torch.Tensor | np.ndarray] | None = None,
+    image_levels: np.ndarray | None = None,
+    space: str | None = None,
 ) -> Baseline:
     """Build a :class:`Baseline` from per-frame layer statistics of clean reference frames.
 
     ``stats_iter`` yields float ``[B, L, 2]`` (or ``[L, 2]``) tensors or arrays, layers in
-    ``layer_names`` order. Frames with a non-finite value are left out (and counted in a warning).
-    ``faults``: see :class:`Baseline` (from :func:`fault_statistics`). Raises ``ValueError`` for fewer
-    than 2 usable frames; warns below 30.
+    ``layer_names`` order. ``golden`` (golden-template models): the statistics of each frame's golden image
+    paired with itself, in the same batches; the baseline is then ``relative`` (frame minus golden).
+    Frames with a non-finite value are left out (and counted in a warning).
+    ``faults``: see :class:`Baseline` (from ``inspect/calibrate.py``'s ``fault_statistics``). ``image_levels``:
+    float ``[N, 4]`` gray levels of the frames (``monitor/blank.py``), stored as their median. ``space``: ``"log"`` or
+    ``"linear"`` (None: log when every statistic is positive). Raises
+    ``ValueError`` for fewer than 2 usable frames; warns below 30.
     """
-    frames: list[np.ndarray] = []
-    for stats in stats_iter:
-        frames.append(as_frames(stats, len(layer_names)))
-    values = np.concatenate(frames) if frames else np.zeros((0, len(layer_names), len(STATISTICS)))
-    finite = np.isfinite(values).all(axis=(1, 2))
+    values = _stacked(stats_iter, len(layer_names))
+    references = _stacked(golden, len(layer_names)) if golden is not None else None
+    if references is not None and references.shape != values.shape:
+        raise ValueError(f"got golden-image statistics for {len(references)} frames and frame statistics for {len(values)}")
+    finite = np.isfinite(values).all(axis=(1, 2)) & (np.isfinite(references).all(axis=(1, 2)) if references is not None else True)
     if not finite.all():
         logger.warning("calibration: left out %d of %d frames with non-finite layer statistics", int((~finite).sum()), len(values))
         values = values[finite]
+        references = references[finite] if references is not None else None
+    level = values.mean(axis=0) if len(values) else None
+    if space is None:
+        positive = len(values) and (values > 0).all() and (references is None or (references > 0).all())
+        space = "log" if positive else "linear"
+    if space not in SPACES:
+        raise ValueError(f"space must be one of {list(SPACES)}, got {space!r}")
+    values = to_space(values, space)
+    if references is not None:
+        values = values - to_space(references, space)
     if len(values) < _MIN_FRAMES:
         raise ValueError(f"calibration needs at least {_MIN_FRAMES} frames with finite statistics, got {len(values)}")
     if len(values) < _FEW_FRAMES:
@@ -245,4 +316,14 @@ def calibrate(
         model=dict(model_info or {}),
         source=source,
         faults=faults,
+        relative=references is not None,
+        space=space,
+        level=level,
+        image_levels=np.median(np.asarray(image_levels, np.float64), axis=0) if image_levels is not None and len(image_levels) else None,
     )
+
+
+def _stacked(stats_iter: Iterable[torch.Tensor | np.ndarray], num_layers: int) -> np.ndarray:
+    """Float64 ``[N, L, 2]`` of batches of per-frame statistics."""
+    frames = [as_frames(stats, num_layers) for stats in stats_iter]
+    return np.concatenate(frames) if frames else np.zeros((0, num_layers, len(STATISTICS)))

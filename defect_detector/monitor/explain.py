@@ -10,7 +10,7 @@ matrix (so statistics that move together with board content count little) and sc
 the nearest fault in the pooled within-fault covariance of those features (linear discriminant
 analysis), read on the alert's last frames against the line reference. Simulating three strengths rather
 than one raised the lighting drops named right at alert time from 26 to 30 of 32 held-out onsets with the
-bundled model (``monitor/evaluate_drift.py`` measures every fault).
+bundled model (``benchmarks/evaluate_drift.py`` measures every fault).
 
 A change far from every simulated fault (beyond ``_UNKNOWN_FACTOR`` times the calibration spread of
 the features) is named "unlike the simulated camera faults" instead: a new board design or product, or a
@@ -30,7 +30,17 @@ HINTS = {
     "salt_and_pepper": "sensor noise or interference?",
 }
 """The hint of each simulated fault (``monitor/faults.py`` names), in the order DESIGN.md lists causes."""
+ACTIONS = {
+    "defocus": "check the focus and clean the lens",
+    "contrast_loss": "clean the lens and its window, shade stray light, check the camera gain",
+    "lighting_drop": "check the light and the exposure setting",
+    "salt_and_pepper": "check the camera, its cable and grounding, and nearby interference",
+}
+"""What the line engineer should do about each fault."""
 UNKNOWN_HINT = "unlike the simulated camera faults: a new board design or product (calibrate for it), or another fault?"
+UNKNOWN_ACTION = "compare a frame with a known-good one; if the camera is fine, calibrate for this product"
+_NOTABLE = 0.1  # a gray-level change an alert quotes, as a fraction
+_LIFTED = 0.04  # a rise of the dark level (fraction of the reference's spread) that means lost contrast
 _UNKNOWN_FACTOR = 3.0
 _RIDGE = 1e-3
 _EXPLAIN_Z = 1.0  # per-statistic |z| from which a layer is named in an alert
@@ -49,9 +59,9 @@ class FaultClassifier:
         self._whiten = vectors @ np.diag(np.sqrt(np.maximum(values, 0.0))) @ vectors.T  # [E, E]
         self._scale = scale
         self._entries = entries
-        clean = baseline.faults["clean"]
+        clean = baseline.transform(baseline.faults["clean"])
         self.names = [name for name in HINTS if name in baseline.faults]
-        features = {name: self._features((baseline.faults[name] - clean) / scale) for name in self.names}
+        features = {name: self._features((baseline.transform(baseline.faults[name]) - clean) / scale) for name in self.names}
         self._means = np.stack([features[n].mean(0) for n in self.names])  # [K, E]
         pooled = sum(np.cov((features[n] - features[n].mean(0)).T, bias=True) for n in self.names) / len(self.names)
         self._inverse = np.linalg.inv(np.atleast_2d(pooled) + _RIDGE * np.eye(len(entries)))
@@ -73,6 +83,22 @@ class FaultClassifier:
         distances = self._distances(self._features(change[None]))[0]
         best = int(np.argmin(distances))
         return self.names[best] if distances[best] <= self._unknown else None
+
+
+def refine_cause(cause: str | None, levels: np.ndarray | None, reference: np.ndarray | None) -> str | None:
+    """Tell a lighting change from a contrast loss by the gray levels, which the layer statistics confuse: haze, glare
+    or gain lift the dark level, a dimmer light keeps it and lowers the bright level. ``levels`` / ``reference``:
+    ``monitor/blank.py`` levels of the recent frames and of what they are compared with (None: ``cause`` as it is)."""
+    if levels is None or reference is None or cause not in (None, "contrast_loss", "lighting_drop"):
+        return cause
+    spread = max(float(reference[2]) - float(reference[0]), 1.0)
+    lifted = (float(levels[0]) - float(reference[0])) / spread
+    bright = float(levels[2]) / max(float(reference[2]), 1.0) - 1.0
+    if lifted >= _LIFTED:
+        return "contrast_loss"
+    if abs(bright) >= _NOTABLE and abs(lifted) < _LIFTED / 2:
+        return "lighting_drop"
+    return cause
 
 
 def hint(fault: str | None) -> str:
@@ -100,4 +126,55 @@ def describe(z: np.ndarray, change: np.ndarray, layers: list[int]) -> tuple[int,
     percent = 100.0 * float(np.median(np.abs(change[members, statistic])))
     what = "mean activation" if STATISTICS[statistic] == "mean" else "activation contrast (std)"
     verb = "rose" if direction > 0 else "fell"
-    return statistic, members, f"{what} {verb} {percent:.0f}% {'above' if direction > 0 else 'below'} normal in {len(members)} layers"
+    where = "1 layer" if len(members) == 1 else f"{len(members)} layers"
+    return statistic, members, f"the model's {what} {verb} {percent:.0f}% {'above' if direction > 0 else 'below'} normal in {where}"
+
+
+def image_fact(
+    cause: str | None,
+    levels: np.ndarray | None,
+    reference: np.ndarray | None,
+    relative: bool,
+    change: np.ndarray,
+    layers: list[int],
+) -> str | None:
+    """What the image shows, in the line's words, e.g. "image 40% darker than at calibration", or None when the
+    statistics at hand say nothing readable (the caller then quotes :func:`describe`).
+
+    ``levels`` / ``reference``: the recent frames' gray levels and those they are compared with (``monitor/blank.py``
+    ``LEVELS``: dark, median, bright, detail; None when unknown); ``relative``: compared with the golden images
+    (else with calibration); ``change`` float64 ``[L, 2]`` relative change of the layer statistics, ``layers`` the
+    scored ones (their activation contrast measures fine detail)."""
+    versus = "than its golden image" if relative else "than at calibration"
+    if levels is not None and reference is not None:
+        bright = float(levels[2]) / max(float(reference[2]), 1.0) - 1.0
+        spread = (float(levels[2]) - float(levels[0])) / max(float(reference[2]) - float(reference[0]), 1.0) - 1.0
+        if cause == "contrast_loss" and spread <= -_NOTABLE:
+            return f"image contrast {100 * -spread:.0f}% lower {versus}"
+        if cause in (None, "lighting_drop", "contrast_loss") and abs(bright) >= _NOTABLE:
+            return f"image {100 * abs(bright):.0f}% {'darker' if bright < 0 else 'brighter'} {versus}"
+        if cause is None and abs(spread) >= _NOTABLE:
+            return f"image contrast {100 * abs(spread):.0f}% {'lower' if spread < 0 else 'higher'} {versus}"
+    if cause == "defocus":
+        weaker = -100.0 * float(min(change[layers, 1].min(), 0.0)) if layers else 0.0
+        return f"image blurred (fine detail {weaker:.0f}% weaker {versus})"
+    if cause == "salt_and_pepper":
+        stronger = 100.0 * float(max(change[layers].max(), 0.0)) if layers else 0.0
+        return f"speckle noise in the image (the model's first layers respond {stronger:.0f}% more strongly {versus})"
+    return None
+
+
+def alert_text(fact: str, cause: str | None, since: int | None, named: bool = True) -> str:
+    """An alert's reason: what the image shows, the likely cause, what to do, and which results are suspect.
+    ``named``: the baseline can name causes (else only the fact and the suspect frames)."""
+    suspect = f"; inspection results since frame {since} are suspect" if since is not None else ""
+    if not named:
+        return f"{fact}: check the camera{suspect}"
+    question = HINTS.get(cause, UNKNOWN_HINT) if cause is not None else UNKNOWN_HINT
+    action = ACTIONS.get(cause, UNKNOWN_ACTION) if cause is not None else UNKNOWN_ACTION
+    return f"{fact}: {question} {action}{suspect}"
+
+
+def blank_text(reason: str, frame: int) -> str:
+    """The alert of a blank frame (``monitor/blank.py`` ``reason``): such frames are not inspected."""
+    return f"{reason}; frame {frame} and any blank frame after it are not inspected"

@@ -256,7 +256,8 @@ def test_stream_that_gives_up_exits_2_after_writing_its_frames(
 
         def read(self) -> tuple[bool, np.ndarray | None]:
             self.frames -= 1
-            return (True, np.full((48, 64, 3), 90, np.uint8)) if self.frames >= 0 else (False, None)
+            board = np.random.default_rng(self.frames).integers(0, 256, (48, 64, 3), dtype=np.uint8)  # not blank
+            return (True, board) if self.frames >= 0 else (False, None)
 
         def get(self, prop: int) -> float:
             return 0.0
@@ -282,7 +283,8 @@ def test_stream_that_gives_up_exits_2_after_writing_its_frames(
 
 def test_frame_shrunk_over_8x_warns_once_without_tiling(checkpoint: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     for i in range(2):
-        assert cv2.imwrite(str(tmp_path / f"big{i}.png"), np.full((600, 560), 100, np.uint8))
+        board = np.random.default_rng(i).integers(0, 256, (600, 560), dtype=np.uint8)  # not blank: it is inspected
+        assert cv2.imwrite(str(tmp_path / f"big{i}.png"), board)
     with caplog.at_level(logging.WARNING, logger="defect_detector.inspect"):
         assert main(["predict", str(tmp_path), "--weights", str(checkpoint), "--no-tile"]) == 0
     warnings = [r.getMessage() for r in caplog.records if "letterboxed whole" in r.getMessage()]

@@ -140,7 +140,7 @@ def test_on_result_and_max_frames(checkpoint: Path, boards: Path) -> None:
 def test_predict_errors(checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["predict", str(tmp_path / "missing_dir"), "--weights", str(checkpoint)]) == 2
     assert "no such file" in capsys.readouterr().err
-    assert cv2.imwrite(str(tmp_path / "a.png"), np.zeros((32, 32), np.uint8))
+    assert cv2.imwrite(str(tmp_path / "a.png"), generate_board(64, 64, np.random.default_rng(0))[0])  # a black frame is blank
     assert main(["predict", str(tmp_path), "--weights", str(tmp_path / "missing.pt")]) == 2
     assert "weights file not found" in capsys.readouterr().err
     assert main(["predict", str(tmp_path), "--weights", str(checkpoint), "--tta", "d4"]) == 2
@@ -305,7 +305,7 @@ def test_inspector_runs_a_folder_end_to_end_with_drift_events(checkpoint: Path, 
     drift = [frame for kind, frame in kinds if kind == "drift"]
     assert drift and 12 <= drift[0] < 30 and not any(kind == "recovered" for kind, _ in kinds)
     assert [json.loads(line)["event"] for line in alerts.read_text().splitlines()] == [k for k, _ in kinds]
-    assert seen[-1].drift in ("warning", "critical") and seen[0].drift == "normal" and seen[-1].score is not None
+    assert seen[-1].drift in ("warning", "critical") and seen[0].drift == "warming_up" and seen[-1].score is not None
     assert json.loads((tmp_path / "det.json").read_text()) is not None
 
 

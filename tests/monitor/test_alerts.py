@@ -39,7 +39,7 @@ def _event(frame: int = 7, event: str = "drift") -> DriftEvent:
 
 def _baseline():
     rng = np.random.default_rng(0)
-    return calibrate([rng.normal(1.0, 0.1, size=(100, len(LAYERS), 2))], LAYERS)
+    return calibrate([rng.normal(1.0, 0.1, size=(100, len(LAYERS), 2))], LAYERS, space="linear")
 
 
 def _http_get(url: str) -> str:

@@ -14,7 +14,7 @@ from defect_detector.model.checkpoint import load_checkpoint
 from defect_detector.monitor import faults
 from defect_detector.monitor.baseline import Baseline, BaselineError, calibrate
 from defect_detector.monitor.drift import DriftDetector
-from defect_detector.monitor.explain import HINTS
+from defect_detector.monitor.explain import ACTIONS, HINTS
 from defect_detector.monitor.hooks import ActivationMonitor
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -76,7 +76,7 @@ def _stream(detector: DriftDetector, clean: np.ndarray, faulted: np.ndarray | No
 def _synthetic_baseline(n: int = 200, seed: int = 0) -> tuple[Baseline, np.ndarray]:
     rng = np.random.default_rng(seed)
     frames = rng.normal([[1.0, 0.5]] * len(LAYERS), 0.1, size=(n, len(LAYERS), 2))
-    return calibrate([frames], LAYERS), frames
+    return calibrate([frames], LAYERS, space="linear"), frames
 
 
 def test_baseline_json_round_trip(tmp_path: Path, streams: dict) -> None:
@@ -173,10 +173,10 @@ def test_clean_boards_never_alert_and_set_the_line_reference_once(streams: dict)
 @pytest.mark.parametrize(
     ("fault", "words"),
     [
-        ("defocus", "fell"),
-        ("contrast_loss", "fell"),
-        ("lighting_drop", "fell"),
-        ("salt_and_pepper", "rose"),
+        ("defocus", "image blurred (fine detail"),
+        ("contrast_loss", "the model's activation contrast (std) fell"),
+        ("lighting_drop", "the model's"),
+        ("salt_and_pepper", "speckle noise in the image"),
     ],
 )
 def test_each_fault_alerts_within_30_frames_and_names_its_cause(streams: dict, fault: str, words: str) -> None:
@@ -190,8 +190,10 @@ def test_each_fault_alerts_within_30_frames_and_names_its_cause(streams: dict, f
         assert onset <= first.frame < onset + 30
         assert first.severity in ("warning", "critical") and first.score >= cfg.z_warn
         assert first.layers and set(first.layers) <= set(DEFAULT_LAYERS)
-        assert words in first.reason and "normal" in first.reason
-        assert first.cause == fault and first.reason.endswith(HINTS[fault]), first.reason
+        assert first.reason.startswith(words), first.reason
+        assert first.cause == fault and f": {HINTS[fault]} {ACTIONS[fault]}; " in first.reason, first.reason
+        assert first.since is not None and onset - cfg.window < first.since <= onset + 1  # where the fault began
+        assert first.reason.endswith(f"inspection results since frame {first.since} are suspect")
         line = first.to_dict()
         assert list(line)[: len(DESIGN_KEYS)] == DESIGN_KEYS
         assert line["statistic"] in ("mean", "std") and set(line["observed"]) == set(line["baseline"])

@@ -28,7 +28,7 @@ def detector() -> DriftDetector:
     for name, direction in DIRECTIONS.items():
         moved = clean + 0.1 * np.asarray(direction, float).reshape(len(LAYERS), 2)
         faults[name] = moved + rng.normal(0, 0.01, size=moved.shape)
-    baseline = calibrate([frames], LAYERS, faults=faults)
+    baseline = calibrate([frames], LAYERS, faults=faults, space="linear")
     return DriftDetector(baseline, MonitorConfig(layers=("layer*",)))
 
 
@@ -64,6 +64,6 @@ def test_hints_differ_per_fault_in_the_documented_order() -> None:
 def test_describe_names_the_statistic_and_direction(z: tuple, text: str) -> None:
     z = np.array(z)
     statistic, members, said = describe(z, z * 0.05, [0, 1])
-    assert said.startswith(text), said
+    assert said.startswith(f"the model's {text}"), said
     assert members and all(abs(z[i, statistic]) > 0 for i in members)
-    assert f"in {len(members)} layers" in said
+    assert said.endswith("in 1 layer" if len(members) == 1 else f"in {len(members)} layers")
