@@ -1,0 +1,191 @@
+"""int8 export: ONNX Runtime post-training static quantization (QDQ) of the float32 ONNX model, calibrated on training frames.
+
+Flow (:func:`export_int8`): the float32 ONNX export of :class:`DeployModel` (:mod:`.onnx`) -> ONNX Runtime's
+pre-processing (shape inference, graph optimisation) -> ``quantize_static`` in QDQ format, per-channel int8 weights,
+uint8 activations (ONNX Runtime's advice for x86 CPUs with VNNI; also right without it on this model), ranges from
+MinMax calibration on :func:`~.calibration_data.calibration_inputs` -> the model with ``meta.json`` embedded.
+
+The drift statistics stay float: every node that feeds only the ``stats`` output (the reductions over the monitored
+layers, ``monitor/hooks.py``) is kept out of quantization, so the statistics are float32 sums over the layer outputs
+as the int8 model computes them. The box decoding that feeds ``pred`` after the last convolutions (anchor arithmetic,
+sigmoid) stays float too: only convolutions, and the element-wise ops between them, run in int8. The embedded drift
+baseline is the float model's; ``export_int8`` measures how far the int8 statistics move on the calibration frames
+(``report["stats_shift"]``, in units of the baseline's spread per layer) and the test suite keeps it small.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from defect_detector.core.constants import DEFAULT_LAYERS
+from defect_detector.core.io import atomic_write_bytes, atomic_write_json
+from defect_detector.export.baseline import BaselineArg
+from defect_detector.export.calibration_data import CALIBRATION_IMAGES, calibration_inputs
+from defect_detector.export.deploy_model import META_FILE, ExportError
+from defect_detector.export.onnx import export_onnx, onnx_meta_path
+from defect_detector.model.checkpoint import LoadedModel
+
+log = logging.getLogger("defect_detector.export")
+
+QUANTIZED_OPS = ("Conv", "Mul", "Add", "Sigmoid", "Concat", "MaxPool", "Resize", "Split", "Slice")
+"""Op types quantized (where they feed ``pred`` through the network trunk; see :func:`float_only_nodes`)."""
+
+
+def float_only_nodes(model: Any, outputs: Sequence[str] = ("stats",), keep: str = "pred") -> list[str]:
+    """Names of the nodes of ONNX ``model`` (a ModelProto) that stay float: those that feed only ``outputs``, not
+    ``keep`` (the statistics' reductions), and those after the last convolution on the way to ``keep`` (decoding)."""
+    producers = {out: node for node in model.graph.node for out in node.output}
+
+    def ancestors(names: Sequence[str]) -> set[str]:
+        seen: set[str] = set()
+        stack = list(names)
+        while stack:
+            node = producers.get(stack.pop())
+            if node is None or node.name in seen:
+                continue
+            seen.add(node.name)
+            stack.extend(node.input)
+        return seen
+
+    feeds_keep = ancestors([keep])
+    convs = [n for n in model.graph.node if n.op_type == "Conv"]
+    trunk = ancestors([o for n in convs for o in n.output])  # every node up to some convolution's output
+    return [n.name for n in model.graph.node if n.name not in feeds_keep or (n.name not in trunk and n.op_type != "Conv")]
+
+
+class _Reader:
+    """``onnxruntime.quantization.CalibrationDataReader`` over uint8 ``[N, C, S, S]`` frames, one float32 frame at a time."""
+
+    def __init__(self, frames: np.ndarray, input_name: str) -> None:
+        self.frames, self.input_name, self.index = frames, input_name, 0
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        if self.index >= len(self.frames):
+            return None
+        x = self.frames[self.index : self.index + 1].astype(np.float32) / 255.0
+        self.index += 1
+        return {self.input_name: x}
+
+    def rewind(self) -> None:
+        self.index = 0
+
+
+def quantize_onnx(float_path: Path, out_path: Path, frames: np.ndarray) -> None:
+    """ONNX Runtime static QDQ quantization of the float32 model at ``float_path`` into ``out_path``, calibrated on
+    ``frames`` (uint8 ``[N, C, S, S]``); the statistics and decoding stay float (:func:`float_only_nodes`)."""
+    import onnx
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quant_pre_process, quantize_static
+
+    with tempfile.TemporaryDirectory() as tmp:
+        prepared = Path(tmp) / "prepared.onnx"
+        quant_pre_process(str(float_path), str(prepared), skip_symbolic_shape=True)
+        model = onnx.load(str(prepared))
+        excluded = float_only_nodes(model)
+        quantize_static(
+            str(prepared),
+            str(out_path),
+            _Reader(frames, model.graph.input[0].name),
+            quant_format=QuantFormat.QDQ,
+            op_types_to_quantize=list(QUANTIZED_OPS),
+            per_channel=True,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+            nodes_to_exclude=excluded,
+            calibrate_method=CalibrationMethod.MinMax,
+            extra_options={"CalibTensorRangeSymmetric": False},
+        )
+
+
+def export_int8(
+    loaded: LoadedModel,
+    out_path: str | os.PathLike[str],
+    data: str | os.PathLike[str],
+    imgsz: int | None = None,
+    baseline: BaselineArg = None,
+    max_images: int = CALIBRATION_IMAGES,
+    images_root: str | None = None,
+    layers: Sequence[str] = DEFAULT_LAYERS,
+) -> dict[str, Any]:
+    """Export ``loaded`` as an int8 ONNX model (``<out>`` and ``<out stem>.meta.json``), calibrated on up to
+    ``max_images`` frames of the COCO json ``data`` (training images; with their golden images for a golden-template
+    model). The meta is the float export's, with ``"int8"`` describing the quantization and its calibration set.
+
+    Returns a report with the meta, the calibration frame count and ``stats_shift`` (the largest per-layer shift of the
+    int8 statistics' means from the float model's on the calibration frames, in units of the baseline's spread; None
+    without a baseline). :class:`ExportError` without ``onnxruntime``; ``ValueError`` naming ``data`` for a bad json."""
+    try:
+        import onnxruntime as ort
+    except ImportError as exc:
+        raise ExportError(f"{out_path}: int8 export needs onnxruntime (pip install '.[onnx]')") from exc
+    imgsz = int(imgsz or loaded.config.data.imgsz)
+    channels = int(getattr(loaded.model, "in_channels", 1))
+    frames = calibration_inputs(data, imgsz, channels, max_images, images_root)
+    out_path = Path(out_path)
+    with tempfile.TemporaryDirectory() as tmp:
+        float_path = Path(tmp) / "float.onnx"
+        report = export_onnx(loaded, float_path, imgsz=imgsz, baseline=baseline, layers=layers)
+        quantized = Path(tmp) / "int8.onnx"
+        quantize_onnx(float_path, quantized, frames)
+        meta = dict(report["meta"])
+        meta["int8"] = {
+            "method": "onnxruntime static QDQ, per-channel int8 weights, uint8 activations, MinMax calibration",
+            "calibration": {"data": str(data), "frames": len(frames)},
+            "float_nodes": "layer statistics and box decoding",
+            "onnxruntime": ort.__version__,
+        }
+        shift = _stats_shift(float_path, quantized, frames, meta.get("baseline"))
+        data_bytes = _with_meta(quantized, meta)
+    atomic_write_bytes(out_path, data_bytes)
+    atomic_write_json(onnx_meta_path(out_path), meta)
+    return {
+        "path": str(out_path),
+        "bytes": len(data_bytes),
+        "meta": meta,
+        "calibration_frames": len(frames),
+        "stats_shift": shift,
+        "baseline_source": report["baseline_source"],
+        "parity": None,
+        "parity_skipped": "int8: scored by val instead",
+    }
+
+
+def _with_meta(path: Path, meta: dict[str, Any]) -> bytes:
+    import onnx
+
+    model = onnx.load(str(path))
+    del model.metadata_props[:]
+    entry = model.metadata_props.add()
+    entry.key, entry.value = META_FILE, json.dumps(meta)
+    return model.SerializeToString()
+
+
+def _stats_shift(float_path: Path, int8_path: Path, frames: np.ndarray, baseline: dict[str, Any] | None, n: int = 16) -> float | None:
+    """Largest ``|mean_int8 - mean_float| / spread`` over layers and statistics (mean, std) of ``n`` calibration frames,
+    ``spread`` the baseline's per-layer standard deviation of that statistic (None without a baseline)."""
+    if baseline is None:
+        return None
+    import onnxruntime as ort
+
+    from defect_detector.monitor.baseline import Baseline
+
+    spread = Baseline.from_dict(baseline).std  # [L, 2]
+    x = frames[spread_index(len(frames), n)].astype(np.float32) / 255.0
+    outs = []
+    for path in (float_path, int8_path):
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        outs.append(np.concatenate([session.run(["stats"], {session.get_inputs()[0].name: x[i : i + 1]})[0] for i in range(len(x))]))
+    shift = np.abs(outs[1] - outs[0]).mean(0) / np.maximum(np.asarray(spread, dtype=np.float64), 1e-12)
+    return float(shift.max())
+
+
+def spread_index(n: int, k: int) -> list[int]:
+    """``min(n, k)`` indices spread evenly over ``range(n)``."""
+    return sorted({int(i) for i in np.linspace(0, n - 1, min(n, k)).round()})
