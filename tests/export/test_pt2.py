@@ -19,7 +19,7 @@ from defect_detector.cli import export as cli_export
 from defect_detector.cli.errors import CliError
 from defect_detector.cli.main import main
 from defect_detector.data.synth import generate_board
-from defect_detector.export import PT2_TOLERANCE, GOLDEN_CHECK, parity_inputs, reference_outputs
+from defect_detector.export import GOLDEN_CHECK, PT2_TOLERANCE, parity_inputs, reference_outputs
 from defect_detector.export.pt2 import is_pt2_package, load_pt2, read_pt2_meta
 from defect_detector.inspect.artifacts import artifact_kind
 from defect_detector.inspect.runtime import Runtime
