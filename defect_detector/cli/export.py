@@ -41,6 +41,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--data", help="--int8: COCO json of training images to calibrate on (golden-template models: with 'reference' entries)")
     p.add_argument("--calib-images", type=int, default=300, help="--int8: calibration frames, spread over --data (default 300)")
     p.add_argument(
+        "--int8-for",
+        choices=["cpu", "tensorrt"],
+        default="cpu",
+        help="--int8: cpu (ONNX Runtime, uint8 activations; default) or tensorrt (symmetric int8 for trtexec --int8, deploy/JETSON.md)",
+    )
+    p.add_argument(
         "--baseline",
         help="drift baseline JSON to embed in meta.json (default: the checkpoint's own, if any); "
         "its layers, imgsz and class names must match the export",
@@ -119,7 +125,9 @@ def run(args: argparse.Namespace) -> None:
         from defect_detector.export.int8 import export_int8
 
         out = Path(args.out or f"{weights.stem}.int8.onnx")
-        report = export_int8(loaded, out, args.data, imgsz=args.imgsz, baseline=baseline, max_images=args.calib_images)
+        report = export_int8(
+            loaded, out, args.data, imgsz=args.imgsz, baseline=baseline, max_images=args.calib_images, target=args.int8_for
+        )
         shift = "n/a (no baseline)" if report["stats_shift"] is None else f"{report['stats_shift']:.3f} baseline spreads"
         print(
             f"wrote {out} ({report['bytes'] / 1e6:.2f} MB, int8, calibrated on {report['calibration_frames']} frames of {args.data}) "

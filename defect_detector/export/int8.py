@@ -1,9 +1,10 @@
 """int8 export: ONNX Runtime post-training static quantization (QDQ) of the float32 ONNX model, calibrated on training frames.
 
 Flow (:func:`export_int8`): the float32 ONNX export of :class:`DeployModel` (:mod:`.onnx`) -> ONNX Runtime's
-pre-processing (shape inference, graph optimisation) -> ``quantize_static`` in QDQ format, per-channel int8 weights,
-uint8 activations (ONNX Runtime's advice for x86 CPUs with VNNI; also right without it on this model), ranges from
-MinMax calibration on :func:`~.calibration_data.calibration_inputs` -> the model with ``meta.json`` embedded.
+pre-processing (shape inference) -> ``quantize_static`` in QDQ format, per-channel int8 weights, uint8 activations
+(ONNX Runtime's advice for x86 CPUs with VNNI), ranges from MinMax calibration on
+:func:`~.calibration_data.calibration_inputs` -> the model with ``meta.json`` embedded. ``target="tensorrt"`` writes
+symmetric int8 activations instead (zero point 0), the form TensorRT's explicit quantization takes (deploy/JETSON.md).
 
 The drift statistics stay float: every node that feeds only the ``stats`` output (the reductions over the monitored
 layers, ``monitor/hooks.py``) is kept out of quantization, so the statistics are float32 sums over the layer outputs
@@ -78,9 +79,16 @@ class _Reader:
         self.index = 0
 
 
-def quantize_onnx(float_path: Path, out_path: Path, frames: np.ndarray) -> None:
+INT8_TARGETS = {
+    "cpu": "uint8 activations (asymmetric), per-channel int8 weights: ONNX Runtime on x86 CPUs",
+    "tensorrt": "int8 activations and weights, symmetric (zero point 0): TensorRT's explicit quantization (trtexec --int8)",
+}
+
+
+def quantize_onnx(float_path: Path, out_path: Path, frames: np.ndarray, target: str = "cpu") -> None:
     """ONNX Runtime static QDQ quantization of the float32 model at ``float_path`` into ``out_path``, calibrated on
-    ``frames`` (uint8 ``[N, C, S, S]``); the statistics and decoding stay float (:func:`float_only_nodes`)."""
+    ``frames`` (uint8 ``[N, C, S, S]``); the statistics and decoding stay float (:func:`float_only_nodes`). ``target``:
+    a key of :data:`INT8_TARGETS`."""
     import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quant_pre_process, quantize_static
 
@@ -89,6 +97,7 @@ def quantize_onnx(float_path: Path, out_path: Path, frames: np.ndarray) -> None:
         quant_pre_process(str(float_path), str(prepared), skip_symbolic_shape=True)
         model = onnx.load(str(prepared))
         excluded = float_only_nodes(model)
+        symmetric = target == "tensorrt"
         quantize_static(
             str(prepared),
             str(out_path),
@@ -96,11 +105,11 @@ def quantize_onnx(float_path: Path, out_path: Path, frames: np.ndarray) -> None:
             quant_format=QuantFormat.QDQ,
             op_types_to_quantize=list(QUANTIZED_OPS),
             per_channel=True,
-            activation_type=QuantType.QUInt8,
+            activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
             weight_type=QuantType.QInt8,
             nodes_to_exclude=excluded,
             calibrate_method=CalibrationMethod.MinMax,
-            extra_options={"CalibTensorRangeSymmetric": False},
+            extra_options={"ActivationSymmetric": symmetric, "WeightSymmetric": True},
         )
 
 
@@ -113,14 +122,18 @@ def export_int8(
     max_images: int = CALIBRATION_IMAGES,
     images_root: str | None = None,
     layers: Sequence[str] = DEFAULT_LAYERS,
+    target: str = "cpu",
 ) -> dict[str, Any]:
     """Export ``loaded`` as an int8 ONNX model (``<out>`` and ``<out stem>.meta.json``), calibrated on up to
     ``max_images`` frames of the COCO json ``data`` (training images; with their golden images for a golden-template
     model). The meta is the float export's, with ``"int8"`` describing the quantization and its calibration set.
+    ``target``: ``cpu`` (ONNX Runtime) or ``tensorrt`` (symmetric, for ``trtexec --int8``; see :data:`INT8_TARGETS`).
 
     Returns a report with the meta, the calibration frame count and ``stats_shift`` (the largest per-layer shift of the
     int8 statistics' means from the float model's on the calibration frames, in units of the baseline's spread; None
     without a baseline). :class:`ExportError` without ``onnxruntime``; ``ValueError`` naming ``data`` for a bad json."""
+    if target not in INT8_TARGETS:
+        raise ValueError(f"int8 target must be one of {', '.join(INT8_TARGETS)}, got {target!r}")
     try:
         import onnxruntime as ort
     except ImportError as exc:
@@ -133,10 +146,11 @@ def export_int8(
         float_path = Path(tmp) / "float.onnx"
         report = export_onnx(loaded, float_path, imgsz=imgsz, baseline=baseline, layers=layers)
         quantized = Path(tmp) / "int8.onnx"
-        quantize_onnx(float_path, quantized, frames)
+        quantize_onnx(float_path, quantized, frames, target)
         meta = dict(report["meta"])
         meta["int8"] = {
-            "method": "onnxruntime static QDQ, per-channel int8 weights, uint8 activations, MinMax calibration",
+            "method": f"onnxruntime static QDQ, MinMax calibration; {INT8_TARGETS[target]}",
+            "target": target,
             "calibration": {"data": str(data), "frames": len(frames)},
             "float_nodes": "layer statistics and box decoding",
             "onnxruntime": ort.__version__,

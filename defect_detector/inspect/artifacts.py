@@ -131,6 +131,9 @@ def read_onnx(path: Path, device: torch.device, explicit_device: bool, threads: 
     options = ort.SessionOptions()
     options.intra_op_num_threads = int(threads or torch.get_num_threads())
     options.inter_op_num_threads = 1
+    # Threads that spin between calls would take the cores from frame decoding and from everything else on a line PC
+    # (and, in an interleaved benchmark, from the candidate timed next): park them instead.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.log_severity_level = 3  # errors only
     try:
         session = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])

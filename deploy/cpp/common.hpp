@@ -337,6 +337,9 @@ inline int run_example(int argc, char** argv, const char* program, const char* m
   } catch (const NotInspected& e) {
     std::cerr << "not inspected: " << e.what() << "\n";
     return kNotInspected;
+  } catch (const c10::Error& e) {  // libtorch's errors carry a backtrace: print the message alone
+    std::cerr << "error: " << opt.model_path << ": " << e.what_without_backtrace() << "\n";
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

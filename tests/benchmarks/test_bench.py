@@ -73,3 +73,19 @@ def test_run_bench_feeds_a_reference_model_two_channels(tmp_path: Path, one_thre
     assert set(result["derived"]["registration_ratio"]) == {"full", "fixed", "reuse"}
     assert result["derived"]["registration_ratio"]["reuse"] == result["registration"]["register_reuse_ratio"]
     assert result["targets"]["registration_full_ratio_max"] == 0.25 and result["targets"]["registration_reuse_ratio_max"] == 0.05
+
+
+def test_bench_kinds_times_every_artifact_kind(small_pt2: dict, monkeypatch: pytest.MonkeyPatch, one_thread: None) -> None:
+    pytest.importorskip("onnxruntime", reason="onnxruntime not installed (pip install '.[onnx]')")
+    import shutil
+
+    from benchmarks import bench_kinds
+
+    # the session's .pt2 of the same checkpoint and size stands in for a second AOTInductor compile (about a minute)
+    monkeypatch.setattr(bench_kinds, "export_pt2", lambda loaded, out, imgsz: shutil.copy(small_pt2["path"], out))
+    loaded = load_checkpoint(small_pt2["checkpoint"])
+    result = bench_kinds.bench_kinds(loaded, imgsz=small_pt2["report"]["meta"]["imgsz"], threads=1, iters=2, calib_images=4)
+    assert list(result["latency"]) == ["torchscript", "pt2", "onnx", "int8"]
+    assert all(row["n"] == 2 and row["median_ms"] > 0 for row in result["latency"].values())
+    assert result["latency"]["torchscript"]["vs_torchscript"] == 1.0 and result["ratios"]["int8_vs_torchscript"] > 0
+    assert result["targets"] == {"int8_vs_torchscript_max": 0.6, "pt2_vs_torchscript_max": 1.0}

@@ -1,0 +1,107 @@
+"""Runtime loading of every artifact kind through ``--weights``: ONNX float32 (issue 24: ``predict --weights model.onnx``
+failed with an unpickling error) and int8 here; ``.pt2`` in tests/export/test_pt2.py, TorchScript in test_runtime.py.
+
+The int8 test quantizes the bundled model, calibrated on the 4 sample boards of group 50600 and scored on the 4 of
+group 92000 (a design it never saw in calibration): ``val`` of int8 against float32 on the same boards."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from pipeline_helpers import detect
+from small_checkpoint import write_small_checkpoint
+
+from defect_detector.cli.main import main
+from defect_detector.data.synth import generate_board
+from defect_detector.export import export_onnx, onnx_meta_path
+from defect_detector.inspect.artifacts import artifact_kind
+from defect_detector.inspect.runtime import Runtime
+from defect_detector.inspect.validate import validate
+from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, load_checkpoint
+
+pytest.importorskip("onnx", reason="onnx not installed (pip install '.[onnx]')")
+pytest.importorskip("onnxruntime", reason="onnxruntime not installed (pip install '.[onnx]')")
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+IMGSZ = 128
+SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples" / "deeppcb"
+INT8_MAP50_LOSS_MAX = 0.005
+"""The int8 target: at most this much mAP@0.5 below float32 (issue 29)."""
+
+
+@pytest.fixture(scope="module")
+def onnx_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("onnx")
+    checkpoint = write_small_checkpoint(folder / "small.pt", IMGSZ, seed=2)
+    export_onnx(load_checkpoint(checkpoint), folder / "small.onnx")
+    return checkpoint, folder / "small.onnx"
+
+
+def test_runtime_runs_onnx_like_the_checkpoint(onnx_model: tuple[Path, Path]) -> None:
+    checkpoint, path = onnx_model
+    runtime = Runtime.load(path, device="cpu")
+    assert runtime.kind == "onnx" and artifact_kind(path) == "onnx" and runtime.imgsz == IMGSZ and runtime.dtype == torch.float32
+    eager = Runtime.load(checkpoint, device="cpu", trace=False)
+    board = generate_board(96, 160, np.random.default_rng(4))[0]
+    got, want = detect(runtime, [board])[0], detect(eager, [board])[0]
+    assert len(got) == len(want) > 0
+    torch.testing.assert_close(got.boxes, want.boxes, atol=1e-2, rtol=0)
+    torch.testing.assert_close(got.scores, want.scores, atol=1e-4, rtol=0)
+    torch.testing.assert_close(got.stats, want.stats, atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="ONNX"):
+        Runtime._load_artifact(path, "onnx", torch.device("cuda"), "auto", explicit_device=True)
+
+
+def test_onnx_meta_from_the_model_else_beside_it(onnx_model: tuple[Path, Path], tmp_path: Path) -> None:
+    import onnx
+
+    model = onnx.load(str(onnx_model[1]))
+    del model.metadata_props[:]
+    bare = tmp_path / "bare.onnx"
+    onnx.save(model, str(bare))
+    with pytest.raises(ValueError, match=r"bare.onnx: ONNX model without meta.json"):
+        Runtime.load(bare)
+    onnx_meta_path(bare).write_text(onnx_meta_path(onnx_model[1]).read_text())
+    assert Runtime.load(bare).meta == Runtime.load(onnx_model[1]).meta  # the sidecar written by export
+    (tmp_path / "junk.onnx").write_bytes(b"\x00garbage")
+    with pytest.raises(ValueError, match="junk.onnx: not a loadable ONNX model"):
+        Runtime.load(tmp_path / "junk.onnx")
+
+
+def test_predict_takes_an_onnx_model(onnx_model: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import cv2
+
+    assert cv2.imwrite(str(tmp_path / "board.png"), generate_board(96, 160, np.random.default_rng(4))[0])
+    out = tmp_path / "pred.json"
+    assert main(["predict", str(tmp_path / "board.png"), "--weights", str(onnx_model[1]), "--save-json", str(out), "--threads", "1"]) == 0
+    assert "(onnx, cpu" in capsys.readouterr().out and isinstance(json.loads(out.read_text()), list)
+
+
+def _subset(group: str, folder: Path) -> Path:
+    """The sample annotations of one DeepPCB group, images resolved from the samples folder."""
+    raw = json.loads((SAMPLES / "annotations.json").read_text())
+    images = [i for i in raw["images"] if i["file_name"].startswith(group)]
+    ids = {i["id"] for i in images}
+    raw.update(images=images, annotations=[a for a in raw["annotations"] if a["image_id"] in ids], info={"images_root": str(SAMPLES)})
+    path = folder / f"{group}.json"
+    path.write_text(json.dumps(raw))
+    return path
+
+
+def test_int8_export_keeps_map_within_the_bound(tmp_path: Path) -> None:
+    calib, held_out = _subset("50600", tmp_path), _subset("92000", tmp_path)
+    out = tmp_path / "deeppcb.int8.onnx"
+    assert main(["export", "--int8", "--data", str(calib), "--out", str(out)]) == 0
+    meta = json.loads(onnx_meta_path(out).read_text())
+    assert meta["int8"]["calibration"]["frames"] == 4 and meta["baseline"] == load_checkpoint(DEFAULT_WEIGHTS).baseline
+    runtime = Runtime.load(out, device="cpu")
+    assert runtime.kind == "onnx" and runtime.meta == meta
+    float32 = validate(DEFAULT_WEIGHTS, held_out, progress=False).metrics
+    int8 = validate(out, held_out, progress=False).metrics
+    assert float32["map50"] > 0.5  # the boards are scored at all
+    assert int8["map50"] >= float32["map50"] - INT8_MAP50_LOSS_MAX, (int8["map50"], float32["map50"])
