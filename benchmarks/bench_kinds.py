@@ -107,7 +107,8 @@ def print_kinds(result: dict[str, Any]) -> None:
     print(f"artifact kinds at {result['imgsz']}x{result['imgsz']}, batch 1, {result['threads']} threads, interleaved:")
     for name, row in result["latency"].items():
         print(
-            f"{name:>12}: median {row['median_ms']:8.2f} ms  p90 {row['p90_ms']:8.2f} ms  min {row['min_ms']:8.2f} ms  x{row['vs_torchscript']:.3f} of TorchScript"
+            f"{name:>12}: median {row['median_ms']:8.2f} ms  p90 {row['p90_ms']:8.2f} ms  min {row['min_ms']:8.2f} ms  "
+            f"x{row['vs_torchscript']:.3f} of TorchScript"
         )
     targets = result["targets"]
     print(
