@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from pipeline_helpers import detect
+from pipeline_helpers import detect, preprocess
 from small_checkpoint import write_small_checkpoint
 
 from defect_detector.cli.main import main
@@ -47,12 +47,13 @@ def test_runtime_runs_onnx_like_the_checkpoint(onnx_model: tuple[Path, Path]) ->
     runtime = Runtime.load(path, device="cpu")
     assert runtime.kind == "onnx" and artifact_kind(path) == "onnx" and runtime.imgsz == IMGSZ and runtime.dtype == torch.float32
     eager = Runtime.load(checkpoint, device="cpu", trace=False)
-    board = generate_board(96, 160, np.random.default_rng(4))[0]
-    got, want = detect(runtime, [board])[0], detect(eager, [board])[0]
-    assert len(got) == len(want) > 0
-    torch.testing.assert_close(got.boxes, want.boxes, atol=1e-2, rtol=0)
-    torch.testing.assert_close(got.scores, want.scores, atol=1e-4, rtol=0)
-    torch.testing.assert_close(got.stats, want.stats, atol=1e-4, rtol=1e-4)
+    boards = [generate_board(96, 160, np.random.default_rng(i))[0] for i in range(3)]
+    x = preprocess(runtime, boards)[0]  # [3, 1, S, S]: the batch is dynamic
+    (pred, stats), (want_pred, want_stats) = runtime.infer(x), eager.infer(x)
+    torch.testing.assert_close(pred[..., :4], want_pred[..., :4], atol=1e-3, rtol=0)  # boxes, px
+    torch.testing.assert_close(pred[..., 4:], want_pred[..., 4:], atol=1e-4, rtol=0)  # scores
+    torch.testing.assert_close(stats, want_stats, atol=1e-4, rtol=1e-4)
+    assert len(detect(runtime, boards[:1])[0]) > 0
     with pytest.raises(ValueError, match="ONNX"):
         Runtime._load_artifact(path, "onnx", torch.device("cuda"), "auto", explicit_device=True)
 
@@ -98,10 +99,35 @@ def test_int8_export_keeps_map_within_the_bound(tmp_path: Path) -> None:
     out = tmp_path / "deeppcb.int8.onnx"
     assert main(["export", "--int8", "--data", str(calib), "--out", str(out)]) == 0
     meta = json.loads(onnx_meta_path(out).read_text())
-    assert meta["int8"]["calibration"]["frames"] == 4 and meta["baseline"] == load_checkpoint(DEFAULT_WEIGHTS).baseline
+    assert meta["int8"]["calibration"]["frames"] == 4 and meta["int8"]["target"] == "cpu"
+    float_baseline = load_checkpoint(DEFAULT_WEIGHTS).baseline
+    assert meta["baseline"]["layer_names"] == float_baseline["layer_names"] and meta["baseline"] != float_baseline
+    assert meta["int8"]["baseline"].startswith("calibrated through the int8 model")  # drift reads int8 statistics against int8
     runtime = Runtime.load(out, device="cpu")
     assert runtime.kind == "onnx" and runtime.meta == meta
     float32 = validate(DEFAULT_WEIGHTS, held_out, progress=False).metrics
     int8 = validate(out, held_out, progress=False).metrics
     assert float32["map50"] > 0.5  # the boards are scored at all
     assert int8["map50"] >= float32["map50"] - INT8_MAP50_LOSS_MAX, (int8["map50"], float32["map50"])
+
+
+def test_int8_for_tensorrt_is_symmetric_and_runs(onnx_model: tuple[Path, Path], tmp_path: Path) -> None:
+    import onnx
+    from onnx import numpy_helper
+
+    from defect_detector.data.synth import write_synthetic_dataset
+    from defect_detector.export import export_int8
+
+    calib = write_synthetic_dataset(tmp_path / "calib", n_images=4, height=IMGSZ, width=IMGSZ, seed=1)
+    out = tmp_path / "small.int8.trt.onnx"
+    report = export_int8(load_checkpoint(onnx_model[0]), out, calib, target="tensorrt")
+    assert report["meta"]["int8"]["target"] == "tensorrt" and report["calibration_frames"] == 4
+    model = onnx.load(str(out))
+    weights = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    zero_points = [
+        weights[n.input[2]] for n in model.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear") and len(n.input) > 2
+    ]
+    assert zero_points and all(z.dtype == np.int8 and not z.any() for z in zero_points)  # TensorRT takes symmetric int8 only
+    runtime = Runtime.load(out, device="cpu")
+    pred, stats = runtime.infer(torch.rand(1, 1, IMGSZ, IMGSZ))
+    assert pred.shape[-1] == 10 and stats.shape == (1, len(runtime.layer_names), 2) and torch.isfinite(stats).all()
