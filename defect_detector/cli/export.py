@@ -189,3 +189,9 @@ def _print_summary(report: dict[str, Any]) -> None:
             f"parity vs eager on {report['parity_images']} images: max abs diff pred {parity['pred']:.3g} "
             f"(boxes {parity['boxes']:.3g} px, scores {parity['scores']:.3g}), stats {parity['stats']:.3g}"
         )
+    if "parity_exported" in report:
+        exported = report["parity_exported"]
+        print(
+            f"vs the exported eager deploy model (BatchNorm folded): boxes {exported['boxes']:.3g} px, scores {exported['scores']:.3g}, "
+            f"stats {exported['stats']:.3g}"
+        )

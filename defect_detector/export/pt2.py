@@ -45,7 +45,10 @@ from defect_detector.model.checkpoint import LoadedModel
 log = logging.getLogger("defect_detector.export")
 
 PT2_TOLERANCE = 1e-4
-"""Most abs difference of a ``.pt2`` package from the unfused float32 eager model on boxes (px) and scores."""
+"""Most abs difference of a ``.pt2`` package from the eager :class:`DeployModel` it was exported from (BatchNorm folded, as
+in every artifact) on boxes (px) and scores. Against the unfused training-form model the ``FP32_TOLERANCE`` of every
+export applies: folding BatchNorm alone moves boxes by a few float32 ulps at 640 px (1.8e-4 px measured on the bundled
+model), more than 1e-4."""
 
 INDUCTOR_CONFIGS: dict[str, Any] = {}
 """AOTInductor options besides the metadata (none: Inductor's defaults; ``freezing`` measured no faster here)."""
@@ -144,6 +147,10 @@ def is_pt2_package(path: str | os.PathLike[str]) -> bool:
         return False
 
 
+def _worst(*diffs: dict[str, float]) -> dict[str, float]:
+    return {k: max(d[k] for d in diffs) for k in diffs[0]}
+
+
 def export_pt2(
     loaded: LoadedModel,
     out_path: str | os.PathLike[str],
@@ -159,9 +166,11 @@ def export_pt2(
     ``imgsz`` defaults to the training config's; ``baseline`` as for :func:`export_torchscript` (a file or dict,
     default the checkpoint's; checked against the model before the export). Parity: the package bytes are loaded
     back and compared with the unfused float32 eager model on ``check_images`` (default: two synthetic boards, see
-    :func:`parity_inputs`), as a batch and the first image alone (the batch is dynamic): boxes and scores within
-    :data:`PT2_TOLERANCE`, stats within ``FP32_TOLERANCE``. Returns a report with the meta, parity diffs, file
-    size, path, device, compile seconds and ``baseline_source``; raises :class:`ExportError` on a failed check.
+    :func:`parity_inputs`), as a batch and the first image alone (the batch is dynamic): within ``FP32_TOLERANCE`` of
+    the unfused float32 eager model (``report["parity"]``, as every export), and boxes, scores and stats within
+    :data:`PT2_TOLERANCE` of the eager :class:`DeployModel` that was exported (``report["parity_exported"]``). Returns a
+    report with the meta, both parity diffs, file size, path, device, compile seconds and ``baseline_source``; raises
+    :class:`ExportError` on a failed check.
     """
     imgsz = int(imgsz or loaded.config.data.imgsz)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -176,6 +185,8 @@ def export_pt2(
 
     x = parity_inputs(imgsz, check_images, channels=deploy.in_channels)
     want = reference_outputs(loaded, imgsz, deploy.layer_names, x)
+    with torch.no_grad():
+        exported = [t.cpu() for t in deploy(x.to(device))]
     with tempfile.TemporaryDirectory() as tmp:
         staged = Path(tmp) / "check.pt2"
         staged.write_bytes(data)
@@ -185,13 +196,12 @@ def export_pt2(
         with torch.no_grad():
             got = [t.cpu() for t in model(x.to(device))]
             single = [t.cpu() for t in model(x[:1].to(device))]
-    diffs = max_diffs(got, want)
-    single_diffs = max_diffs(single, [t[:1] for t in want])
-    diffs = {k: max(v, single_diffs[k]) for k, v in diffs.items()}
+    diffs = _worst(max_diffs(got, want), max_diffs(single, [t[:1] for t in want]))
     check_parity(diffs, False, ".pt2")
-    failed = {k: diffs[k] for k in ("boxes", "scores") if not diffs[k] <= PT2_TOLERANCE}
+    exported_diffs = _worst(max_diffs(got, exported), max_diffs(single, [t[:1] for t in exported]))
+    failed = {k: exported_diffs[k] for k in ("boxes", "scores", "stats") if not exported_diffs[k] <= PT2_TOLERANCE}
     if failed:
-        raise ExportError(f".pt2 parity check failed: max abs diff {failed} exceeds {PT2_TOLERANCE}")
+        raise ExportError(f".pt2 parity check failed: max abs diff from the exported eager model {failed} exceeds {PT2_TOLERANCE}")
 
     out_path = Path(out_path)
     atomic_write_bytes(out_path, data)
@@ -208,6 +218,7 @@ def export_pt2(
         "device": str(device),
         "compile_s": round(seconds, 1),
         "parity": diffs,
+        "parity_exported": exported_diffs,
         "parity_images": len(x),
         "meta": meta,
         "baseline_source": baseline_source,

@@ -287,6 +287,13 @@ inline at::Tensor to_input(const std::vector<cv::Mat>& planes, const Meta& meta,
   return at::cat(channels, 1).to(device).to(meta.half ? at::kHalf : at::kFloat).div(255.0);
 }
 
+// The first non-empty line of an error message (one line on stderr per failure).
+inline std::string first_line(const std::string& text) {
+  size_t start = text.find_first_not_of("\r\n");
+  if (start == std::string::npos) return text;
+  return text.substr(start, text.find_first_of("\r\n", start) - start);
+}
+
 // A loaded model: its meta.json text, the device it runs on, and its forward ([1, C, S, S] -> pred [1, A, 4 + C]).
 struct Loaded {
   std::string meta_json;
@@ -337,11 +344,11 @@ inline int run_example(int argc, char** argv, const char* program, const char* m
   } catch (const NotInspected& e) {
     std::cerr << "not inspected: " << e.what() << "\n";
     return kNotInspected;
-  } catch (const c10::Error& e) {  // libtorch's errors carry a backtrace: print the message alone
-    std::cerr << "error: " << opt.model_path << ": " << e.what_without_backtrace() << "\n";
+  } catch (const c10::Error& e) {  // libtorch's errors carry a backtrace (and may list an archive): their first line alone
+    std::cerr << "error: " << opt.model_path << ": " << first_line(e.what_without_backtrace()) << "\n";
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << "error: " << first_line(e.what()) << "\n";
     return 1;
   }
   return 0;
