@@ -428,7 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "at batch 1 and the last --threads count (benchmarks/bench_kinds.py)",
     )
     p.add_argument("--calib", help="--kinds: int8 calibration json (default: 8 synthetic boards)")
-    p.add_argument("--calib-images", type=int, default=300, help="--kinds: int8 calibration frames (default 300)")
+    p.add_argument("--calib-images", type=int, default=100, help="--kinds: int8 calibration frames (default 100)")
     p.add_argument("--out", help="write the results JSON here")
     args = p.parse_args(argv)
     if args.kinds:

@@ -52,7 +52,7 @@ def bench_kinds(
     iters: int = 60,
     yolo: bool = False,
     calib: str | None = None,
-    calib_images: int = 300,
+    calib_images: int = 100,
     measure: Callable[..., dict[str, dict[str, float]]] | None = None,
 ) -> dict[str, Any]:
     """Time every kind (and YOLOv8n with ``yolo``, when ultralytics is installed) at batch 1, ``threads`` threads.

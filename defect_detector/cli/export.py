@@ -9,6 +9,8 @@ from typing import Any
 from defect_detector.cli.errors import CliError, check_imgsz
 
 FORMATS = ("pt2", "torchscript", "onnx")
+BASELINE_IMAGES = 300
+"""Frames of ``--data`` the int8 model's drift baseline is calibrated on (as the bundled baselines were)."""
 
 
 def add_parser(sub: Any) -> None:
@@ -39,7 +41,7 @@ def add_parser(sub: Any) -> None:
         help="int8 ONNX for CPUs (ONNX Runtime static quantization), calibrated on --data; layer statistics stay float",
     )
     p.add_argument("--data", help="--int8: COCO json of training images to calibrate on (golden-template models: with 'reference' entries)")
-    p.add_argument("--calib-images", type=int, default=300, help="--int8: calibration frames, spread over --data (default 300)")
+    p.add_argument("--calib-images", type=int, default=100, help="--int8: calibration frames, spread over --data (default 100)")
     p.add_argument(
         "--int8-for",
         choices=["cpu", "tensorrt"],
@@ -130,7 +132,7 @@ def run(args: argparse.Namespace) -> None:
         )
         shift = "n/a (no baseline)" if report["stats_shift"] is None else f"{report['stats_shift']:.3f} baseline spreads"
         if report["meta"]["baseline"] is not None and not args.baseline:
-            report["meta"] = _int8_baseline(out, args.data, args.calib_images)
+            report["meta"] = _int8_baseline(out, args.data, BASELINE_IMAGES)
             report["baseline_source"] = f"calibration through the int8 model on {args.data}"
         print(
             f"wrote {out} ({report['bytes'] / 1e6:.2f} MB, int8, calibrated on {report['calibration_frames']} frames of {args.data}) "

@@ -21,8 +21,10 @@ from defect_detector.data.register import register
 
 log = logging.getLogger("defect_detector.export")
 
-CALIBRATION_IMAGES = 300
-"""Training frames an int8 export calibrates on by default."""
+CALIBRATION_IMAGES = 100
+"""Training frames an int8 export calibrates on by default. MinMax ranges only widen with more frames, and wider ranges
+cost resolution: on the bundled single-image model (held-out mAP@0.5 0.922 in float32), 100 frames spread over the
+training groups gave 0.920 in int8, 300 frames 0.906 (``export/int8.py``)."""
 
 
 def spread(n: int, k: int) -> list[int]:

@@ -66,21 +66,40 @@ def float_only_nodes(model: Any, outputs: Sequence[str] = ("stats",), keep: str 
     return [n.name for n in model.graph.node if n.name not in feeds_keep or (n.name not in trunk and n.op_type != "Conv")]
 
 
+CALIBRATION_STRIDE = 10
+"""At most this many frames' tensors are held at once while calibrating (``CalibStridedMinMax``): the calibrator keeps
+every intermediate tensor of a chunk (tens of MB a frame at 640; a histogram calibration that holds all of 300
+frames ran out of memory at 18 GB), then merges its ranges."""
+
+
 class _Reader:
-    """``onnxruntime.quantization.CalibrationDataReader`` over uint8 ``[N, C, S, S]`` frames, one float32 frame at a time."""
+    """``onnxruntime.quantization.CalibrationDataReader`` over uint8 ``[N, C, S, S]`` frames, one float32 frame at a time,
+    in the ranges ``set_range`` chooses (ONNX Runtime's strided calibration)."""
 
     def __init__(self, frames: np.ndarray, input_name: str) -> None:
-        self.frames, self.input_name, self.index = frames, input_name, 0
+        self.frames, self.input_name = frames, input_name
+        self.index, self.end = 0, len(frames)
+
+    def __len__(self) -> int:
+        return len(self.frames)
+
+    def set_range(self, start_index: int, end_index: int) -> None:
+        self.index, self.end = start_index, min(end_index, len(self.frames))
 
     def get_next(self) -> dict[str, np.ndarray] | None:
-        if self.index >= len(self.frames):
+        if self.index >= self.end:
             return None
         x = self.frames[self.index : self.index + 1].astype(np.float32) / 255.0
         self.index += 1
         return {self.input_name: x}
 
     def rewind(self) -> None:
-        self.index = 0
+        self.index, self.end = 0, len(self.frames)
+
+
+def calibration_stride(n: int, most: int = CALIBRATION_STRIDE) -> int:
+    """The largest divisor of ``n`` up to ``most`` (ONNX Runtime's strided calibration needs one)."""
+    return max(d for d in range(1, min(n, most) + 1) if n % d == 0)
 
 
 INT8_TARGETS = {
@@ -113,9 +132,11 @@ def quantize_onnx(float_path: Path, out_path: Path, frames: np.ndarray, target: 
             weight_type=QuantType.QInt8,
             nodes_to_exclude=excluded,
             calibrate_method=CalibrationMethod.MinMax,
-            # ranges are merged every 16 frames: the calibrator holds every intermediate tensor of the frames it has not
-            # merged yet (tens of MB a frame at 640): 300 frames at once took 18 GB
-            extra_options={"ActivationSymmetric": symmetric, "WeightSymmetric": True, "CalibMaxIntermediateOutputs": 16},
+            extra_options={
+                "ActivationSymmetric": symmetric,
+                "WeightSymmetric": True,
+                "CalibStridedMinMax": calibration_stride(len(frames)),  # bounded memory; the same global min / max
+            },
         )
 
 
