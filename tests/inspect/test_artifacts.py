@@ -1,8 +1,8 @@
 """Runtime loading of every artifact kind through ``--weights``: ONNX float32 (issue 24: ``predict --weights model.onnx``
 failed with an unpickling error) and int8 here; ``.pt2`` in tests/export/test_pt2.py, TorchScript in test_runtime.py.
 
-The int8 test quantizes the bundled model, calibrated on the 4 sample boards of group 50600 and scored on the 4 of
-group 92000 (a design it never saw in calibration): ``val`` of int8 against float32 on the same boards."""
+The int8 test quantizes the bundled model, calibrated on the 16 training boards of ``data/samples/calib`` and scored on
+the 8 held-out sample boards (groups 50600 and 92000): ``val`` of int8 against float32 on the same boards."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 IMGSZ = 128
 SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples" / "deeppcb"
+CALIB = SAMPLES.parent / "calib" / "calib.json"
 INT8_MAP50_LOSS_MAX = 0.005
 """The int8 target: at most this much mAP@0.5 below float32 (issue 29)."""
 
@@ -83,23 +84,12 @@ def test_predict_takes_an_onnx_model(onnx_model: tuple[Path, Path], tmp_path: Pa
     assert "(onnx, cpu" in capsys.readouterr().out and isinstance(json.loads(out.read_text()), list)
 
 
-def _subset(group: str, folder: Path) -> Path:
-    """The sample annotations of one DeepPCB group, images resolved from the samples folder."""
-    raw = json.loads((SAMPLES / "annotations.json").read_text())
-    images = [i for i in raw["images"] if i["file_name"].startswith(group)]
-    ids = {i["id"] for i in images}
-    raw.update(images=images, annotations=[a for a in raw["annotations"] if a["image_id"] in ids], info={"images_root": str(SAMPLES)})
-    path = folder / f"{group}.json"
-    path.write_text(json.dumps(raw))
-    return path
-
-
 def test_int8_export_keeps_map_within_the_bound(tmp_path: Path) -> None:
-    calib, held_out = _subset("50600", tmp_path), _subset("92000", tmp_path)
+    held_out = SAMPLES / "annotations.json"
     out = tmp_path / "deeppcb.int8.onnx"
-    assert main(["export", "--int8", "--data", str(calib), "--out", str(out)]) == 0
+    assert main(["export", "--int8", "--data", str(CALIB), "--out", str(out)]) == 0
     meta = json.loads(onnx_meta_path(out).read_text())
-    assert meta["int8"]["calibration"]["frames"] == 4 and meta["int8"]["target"] == "cpu"
+    assert meta["int8"]["calibration"]["frames"] == 16 and meta["int8"]["target"] == "cpu"
     float_baseline = load_checkpoint(DEFAULT_WEIGHTS).baseline
     assert meta["baseline"]["layer_names"] == float_baseline["layer_names"] and meta["baseline"] != float_baseline
     assert meta["int8"]["baseline"].startswith("calibrated through the int8 model")  # drift reads int8 statistics against int8
