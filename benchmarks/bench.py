@@ -429,6 +429,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--calib", help="--kinds: int8 calibration json (default: 8 synthetic boards)")
     p.add_argument("--calib-images", type=int, default=100, help="--kinds: int8 calibration frames (default 100)")
+    p.add_argument("--keep", metavar="DIR", help="--kinds: export into DIR and keep the artifacts; a rerun reuses them")
     p.add_argument("--out", help="write the results JSON here")
     args = p.parse_args(argv)
     if args.kinds:
@@ -443,7 +444,7 @@ def _report_kinds(args: argparse.Namespace) -> None:
 
     threads = int(args.threads.split(",")[-1])
     loaded, description = load_bench_model(args.weights, args.config)
-    result = bench_kinds(loaded, args.imgsz, threads, args.iters, args.yolo, args.calib, args.calib_images)
+    result = bench_kinds(loaded, args.imgsz, threads, args.iters, args.yolo, args.calib, args.calib_images, keep=args.keep)
     result["model"] = description
     print(f"model: {description}")
     print_kinds(result)

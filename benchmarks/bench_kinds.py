@@ -28,8 +28,12 @@ KINDS = ("torchscript", "pt2", "onnx", "int8")
 
 
 def export_kinds(loaded: LoadedModel, folder: Path, imgsz: int, calib: str | None, calib_images: int) -> dict[str, Path]:
-    """Write every kind of ``loaded`` into ``folder``; ``calib``: the int8 calibration json (None: 8 synthetic boards, each
-    its own golden image for a golden-template model: speed does not depend on where the ranges came from)."""
+    """Write every kind of ``loaded`` into ``folder`` (a kind whose file is there already is kept: ``--keep DIR`` reruns
+    reuse them); ``calib``: the int8 calibration json (None: 8 synthetic boards, each its own golden image for a
+    golden-template model: speed does not depend on where the ranges came from)."""
+    paths = {kind: folder / name for kind, name in zip(KINDS, ("m.torchscript.pt", "m.pt2", "m.onnx", "m.int8.onnx"))}
+    if all(p.is_file() for p in paths.values()):
+        return paths
     if calib is None:
         ann = write_synthetic_dataset(folder / "calib", n_images=8, height=imgsz, width=imgsz, seed=0)
         raw = json.loads(ann.read_text())
@@ -37,7 +41,6 @@ def export_kinds(loaded: LoadedModel, folder: Path, imgsz: int, calib: str | Non
             image["reference"] = image["file_name"]
         ann.write_text(json.dumps(raw))
         calib = str(ann)
-    paths = {kind: folder / name for kind, name in zip(KINDS, ("m.torchscript.pt", "m.pt2", "m.onnx", "m.int8.onnx"))}
     export_torchscript(loaded, paths["torchscript"], imgsz=imgsz, optimize=False)
     export_pt2(loaded, paths["pt2"], imgsz=imgsz)
     export_onnx(loaded, paths["onnx"], imgsz=imgsz)
@@ -54,9 +57,11 @@ def bench_kinds(
     calib: str | None = None,
     calib_images: int = 100,
     measure: Callable[..., dict[str, dict[str, float]]] | None = None,
+    keep: str | None = None,
 ) -> dict[str, Any]:
     """Time every kind (and YOLOv8n with ``yolo``, when ultralytics is installed) at batch 1, ``threads`` threads.
 
+    ``keep``: export into this folder and keep the files (a rerun reuses them) instead of a temporary one.
     Returns ``{"latency": {kind: summary + "vs_torchscript"}, "ratios": {...}, "targets", "threads", "imgsz", "yolov8n"}``."""
     from benchmarks.bench import build_yolov8n, measure_interleaved, paired_ratio
 
@@ -65,7 +70,9 @@ def bench_kinds(
     torch.set_num_threads(threads)
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            paths = export_kinds(loaded, Path(tmp), imgsz, calib, calib_images)
+            folder = Path(keep) if keep else Path(tmp)
+            folder.mkdir(parents=True, exist_ok=True)
+            paths = export_kinds(loaded, folder, imgsz, calib, calib_images)
             runtimes = {kind: Runtime.load(path, device="cpu", threads=threads) for kind, path in paths.items()}
             channels = runtimes["torchscript"].channels
             x = torch.rand(1, channels, imgsz, imgsz)
