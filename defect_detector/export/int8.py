@@ -135,6 +135,8 @@ def quantize_onnx(float_path: Path, out_path: Path, frames: np.ndarray, target: 
             extra_options={
                 "ActivationSymmetric": symmetric,
                 "WeightSymmetric": True,
+                # TensorRT's explicit quantization: float weights through a Q/DQ pair, float biases
+                **({"AddQDQPairToWeight": True, "QuantizeBias": False} if symmetric else {}),
                 "CalibStridedMinMax": calibration_stride(len(frames)),  # bounded memory; the same global min / max
             },
         )
