@@ -240,15 +240,10 @@ def _stats_shift(float_path: Path, int8_path: Path, frames: np.ndarray, baseline
     from defect_detector.monitor.baseline import Baseline
 
     spread = Baseline.from_dict(baseline).std  # [L, 2]
-    x = frames[spread_index(len(frames), n)].astype(np.float32) / 255.0
+    x = frames[spread(len(frames), n)].astype(np.float32) / 255.0
     outs = []
     for path in (float_path, int8_path):
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         outs.append(np.concatenate([session.run(["stats"], {session.get_inputs()[0].name: x[i : i + 1]})[0] for i in range(len(x))]))
     shift = np.abs(outs[1] - outs[0]).mean(0) / np.maximum(np.asarray(spread, dtype=np.float64), 1e-12)
     return float(shift.max())
-
-
-def spread_index(n: int, k: int) -> list[int]:
-    """``min(n, k)`` indices spread evenly over ``range(n)``."""
-    return sorted({int(i) for i in np.linspace(0, n - 1, min(n, k)).round()})
