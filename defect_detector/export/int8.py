@@ -33,7 +33,7 @@ import numpy as np
 from defect_detector.core.constants import DEFAULT_LAYERS
 from defect_detector.core.io import atomic_write_bytes, atomic_write_json
 from defect_detector.export.baseline import BaselineArg
-from defect_detector.export.calibration_data import CALIBRATION_IMAGES, calibration_inputs
+from defect_detector.export.calibration_data import CALIBRATION_IMAGES, calibration_inputs, spread
 from defect_detector.export.deploy_model import META_FILE, ExportError
 from defect_detector.export.onnx import export_onnx, onnx_meta_path
 from defect_detector.model.checkpoint import LoadedModel
@@ -239,11 +239,11 @@ def _stats_shift(float_path: Path, int8_path: Path, frames: np.ndarray, baseline
 
     from defect_detector.monitor.baseline import Baseline
 
-    spread = Baseline.from_dict(baseline).std  # [L, 2]
+    scale = Baseline.from_dict(baseline).std  # [L, 2]
     x = frames[spread(len(frames), n)].astype(np.float32) / 255.0
     outs = []
     for path in (float_path, int8_path):
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         outs.append(np.concatenate([session.run(["stats"], {session.get_inputs()[0].name: x[i : i + 1]})[0] for i in range(len(x))]))
-    shift = np.abs(outs[1] - outs[0]).mean(0) / np.maximum(np.asarray(spread, dtype=np.float64), 1e-12)
+    shift = np.abs(outs[1] - outs[0]).mean(0) / np.maximum(np.asarray(scale, dtype=np.float64), 1e-12)
     return float(shift.max())
