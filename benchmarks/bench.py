@@ -421,10 +421,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--threads", default="1,2", help="comma-separated torch thread counts")
     p.add_argument("--iters", type=int, default=20, help="timed calls per candidate at batch 1 (a quarter of that for larger batches)")
     p.add_argument("--yolo", action="store_true", help="also time a traced YOLOv8n from ultralytics' yolov8n.yaml (needs ultralytics)")
+    p.add_argument(
+        "--kinds",
+        action="store_true",
+        help="instead: every artifact kind (TorchScript, .pt2, ONNX float32, int8; YOLOv8n with --yolo) in one interleaved run "
+        "at batch 1 and the last --threads count (benchmarks/bench_kinds.py)",
+    )
+    p.add_argument("--calib", help="--kinds: int8 calibration json (default: 8 synthetic boards)")
+    p.add_argument("--calib-images", type=int, default=100, help="--kinds: int8 calibration frames (default 100)")
+    p.add_argument("--keep", metavar="DIR", help="--kinds: export into DIR and keep the artifacts; a rerun reuses them")
     p.add_argument("--out", help="write the results JSON here")
     args = p.parse_args(argv)
-    _report(args)
+    if args.kinds:
+        _report_kinds(args)
+    else:
+        _report(args)
     return 0
+
+
+def _report_kinds(args: argparse.Namespace) -> None:
+    from benchmarks.bench_kinds import bench_kinds, print_kinds
+
+    threads = int(args.threads.split(",")[-1])
+    loaded, description = load_bench_model(args.weights, args.config)
+    result = bench_kinds(loaded, args.imgsz, threads, args.iters, args.yolo, args.calib, args.calib_images, keep=args.keep)
+    result["model"] = description
+    print(f"model: {description}")
+    print_kinds(result)
+    if args.out:
+        atomic_write_json(args.out, result)
+        print(f"wrote {args.out}")
 
 
 def _report(args: argparse.Namespace) -> None:

@@ -63,3 +63,34 @@ def _tiny_config(ann: Path, out_dir: Path, imgsz: int = 256, **train: object) ->
         "train": {"epochs": 2, "batch_size": 4, "lr": 0.01, "warmup_epochs": 0.5, "device": "cpu", "ema_decay": 0.9, **train},
     }
     return config_from_dict(raw)
+
+
+PT2_IMGSZ = 320
+"""Input size of the shared ``.pt2`` (a 640x480 board letterboxes into it at scale exactly 0.5, as the C++ test needs)."""
+
+
+@pytest.fixture(scope="session")
+def small_pt2(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One AOTInductor ``.pt2`` of a small seeded 1-channel checkpoint at :data:`PT2_IMGSZ`, with a drift baseline embedded,
+    compiled once per session (AOTInductor builds a shared library: ~30-60 s on a loaded 2-core machine) and shared by
+    the ``.pt2`` export, runtime, CLI and C++ tests. ``{"checkpoint", "path", "report"}``."""
+    import numpy as np
+    from small_checkpoint import write_small_checkpoint
+
+    from defect_detector.export import DeployModel, export_pt2
+    from defect_detector.model.checkpoint import load_checkpoint
+    from defect_detector.monitor.baseline import calibrate
+
+    folder = tmp_path_factory.mktemp("pt2")
+    checkpoint = write_small_checkpoint(folder / "small.pt", PT2_IMGSZ, seed=1)
+    loaded = load_checkpoint(checkpoint)
+    layers = list(DeployModel(loaded.model, PT2_IMGSZ).layer_names)
+    frames = np.abs(np.random.default_rng(0).normal(1.0, 0.1, (32, len(layers), 2)))
+    baseline = calibrate(frames, layers, PT2_IMGSZ, source="test").to_dict()
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        report = export_pt2(loaded, folder / "small.pt2", baseline=baseline)
+    finally:
+        torch.set_num_threads(before)
+    return {"checkpoint": checkpoint, "path": folder / "small.pt2", "report": report}

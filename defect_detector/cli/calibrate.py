@@ -10,7 +10,7 @@ from defect_detector.cli.errors import CliError, check_imgsz
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("calibrate", help="drift baseline: layer statistics of the model over clean frames, as predict measures them")
-    p.add_argument("--weights", help="checkpoint or exported artifact (default: the bundled DeepPCB model)")
+    p.add_argument("--weights", help="checkpoint or artifact: .pt2, TorchScript, ONNX, int8 ONNX (default: the bundled DeepPCB model)")
     frames = p.add_argument_group("clean frames: a COCO json, or a folder of good frames (no annotations needed)")
     frames.add_argument("--data", help="COCO json of clean images (for a golden-template model, with their reference entries)")
     frames.add_argument("--images", help="with --data: its images root (default: from the json); alone: a folder or glob of good frames")

@@ -18,7 +18,9 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("predict", help="detect defects in an image, folder, glob, video, camera or stream")
     p.add_argument("source", help="image, folder, glob, video file, camera index or rtsp/http URL")
     p.add_argument(
-        "--weights", help="TorchScript export or checkpoint (default: bundled DeepPCB model; with --reference the bundled reference model)"
+        "--weights",
+        help="exported artifact (.pt2, .torchscript.pt, .onnx, .int8.onnx) or checkpoint "
+        "(default: bundled DeepPCB model; with --reference the bundled reference model)",
     )
     p.add_argument(
         "--reference",

@@ -12,7 +12,7 @@ from defect_detector.cli.options import TTA_HELP
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("val", help="score weights on a COCO json (mAP, per-class AP, DeepPCB F-score, operating points)")
-    p.add_argument("--weights", help="checkpoint or exported artifact (default: the bundled DeepPCB model)")
+    p.add_argument("--weights", help="checkpoint or artifact: .pt2, TorchScript, ONNX, int8 ONNX (default: the bundled DeepPCB model)")
     p.add_argument("--data", required=True, help="COCO json")
     p.add_argument("--images", help="images root (default: from the json)")
     p.add_argument("--imgsz", type=int, help="input size of a checkpoint (default: the model's; an artifact fixes its own)")

@@ -1,4 +1,6 @@
-"""Export a trained detector as a self-describing TorchScript (or ONNX) artifact, or a Triton model repository.
+"""Export a trained detector as a self-describing artifact: an AOTInductor ``.pt2`` (torch.export; the default on a recent
+torch), TorchScript (Jetson, older torch), ONNX float32 or int8 (ONNX Runtime static quantization), or a Triton model
+repository.
 
 The exported graph is :class:`DeployModel`: the detector, box decoding and the drift statistics of the
 monitored layers, for one fixed square input size. NMS and un-letterboxing stay in the runtime.
@@ -21,12 +23,13 @@ model are about twice as fast that way. Numerics do not change beyond float roun
 
 Modules: :mod:`.deploy_model` (the graph and ``meta.json``), :mod:`.baseline` (the embedded drift baseline,
 checked against the model), :mod:`.parity` (checks against the eager model), :mod:`.torchscript`,
-:mod:`.onnx` and :mod:`.triton` (the formats).
+:mod:`.pt2`, :mod:`.onnx`, :mod:`.int8` (with :mod:`.calibration_data`) and :mod:`.triton` (the formats).
 """
 
 from defect_detector.export.baseline import BaselineArg, check_baseline, export_baseline
 from defect_detector.export.deploy_model import (
     FORMAT_VERSION,
+    GOLDEN_CHECK,
     META_FILE,
     OUTPUTS,
     DeployModel,
@@ -36,6 +39,7 @@ from defect_detector.export.deploy_model import (
     fuse_conv_bn,
     model_channels,
 )
+from defect_detector.export.int8 import export_int8
 from defect_detector.export.onnx import ONNX_OPSET, export_onnx, onnx_meta_path
 from defect_detector.export.parity import (
     FP16_BOX_TOLERANCE,
@@ -48,6 +52,7 @@ from defect_detector.export.parity import (
     reference_outputs,
     shifted_copy,
 )
+from defect_detector.export.pt2 import PT2_TOLERANCE, export_pt2, pt2_unavailable_reason
 from defect_detector.export.torchscript import (
     OPTIMIZE_MIN_GAIN,
     TRACE_BATCH,
@@ -66,11 +71,13 @@ __all__ = [
     "FP16_BOX_TOLERANCE",
     "FP16_TOLERANCE",
     "FP32_TOLERANCE",
+    "GOLDEN_CHECK",
     "META_FILE",
     "ONNX_OPSET",
     "OPTIMIZE_MIN_GAIN",
     "OUTPUTS",
     "PARITY_REFERENCE_SHIFT",
+    "PT2_TOLERANCE",
     "TRACE_BATCH",
     "TRITON_INPUT",
     "TRITON_OUTPUTS",
@@ -85,7 +92,9 @@ __all__ = [
     "choose_optimization",
     "cpu_half_supported",
     "export_baseline",
+    "export_int8",
     "export_onnx",
+    "export_pt2",
     "export_torchscript",
     "export_triton",
     "fuse_conv_bn",
@@ -94,6 +103,7 @@ __all__ = [
     "model_channels",
     "onnx_meta_path",
     "parity_inputs",
+    "pt2_unavailable_reason",
     "quiet_jit",
     "reference_outputs",
     "shifted_copy",

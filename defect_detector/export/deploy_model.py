@@ -29,6 +29,18 @@ OUTPUTS = {
     "stats": "float32 [B, L, 2]: mean and std of each monitored layer output (layers in meta 'layers' order)",
 }
 
+GOLDEN_CHECK = {
+    "method": "zncc",
+    "scale": 0.5,
+    "blur_sigma": 1.0,
+    "min_zncc": 0.5,
+    "applies_to": "a golden image given already registered into the frame (deploy/cpp); below min_zncc the frame is not inspected",
+}
+"""meta ``golden_check`` of a golden-template model: the ZNCC of the frame and its registered golden image, both downscaled
+by ``scale`` (INTER_AREA) and blurred (Gaussian, ``blur_sigma`` px), must reach ``min_zncc``. On the DeepPCB training split
+(839 pairs, as given): true pairs median 0.989 (4 below 0.5: 3 blank all-white boards, 1 at 0.49), golden images of
+another group max 0.46 (median 0.00). Neighbouring boards of one design reach 0.99: this check does not separate those."""
+
 
 class ExportError(ValueError):
     """The model cannot be exported as asked (unsupported option, mismatched baseline, or the parity check failed)."""
@@ -164,6 +176,7 @@ def build_meta(
         "optimize_for_inference": optimize or {"applied": False, "reason": "not exported"},
         "source_weights": source,
         "tta": "none",
+        "golden_check": dict(GOLDEN_CHECK) if int(channels) == 2 else None,
     }
 
 

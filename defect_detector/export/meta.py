@@ -34,7 +34,7 @@ def _is_int(value: Any) -> bool:
 def parse_meta(path: str | os.PathLike[str], text: str) -> dict[str, Any]:
     """``meta.json`` text of the artifact at ``path`` as a dict, each key the runtime reads checked:
     ``format_version``, ``class_names``, ``imgsz``, ``channels``, ``strides``, ``layers``, ``half``, ``cpu_only``,
-    ``pixel_scale``, ``operating_point`` and ``baseline``. ``ValueError`` naming ``path`` and the first bad key."""
+    ``pixel_scale``, ``operating_point``, ``golden_check`` and ``baseline``. ``ValueError`` naming ``path`` and the first bad key."""
     try:
         meta = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -68,6 +68,9 @@ def parse_meta(path: str | os.PathLike[str], text: str) -> dict[str, Any]:
         isinstance(point, dict) and all(_is_number(point.get(k)) and 0 <= point[k] <= 1 for k in ("conf", "iou"))
     ):
         raise _bad(path, "operating_point", 'null or {"conf": c, "iou": i} with both in [0, 1]', point)
+    check = meta.get("golden_check")
+    if check is not None and not (isinstance(check, dict) and _is_number(check.get("min_zncc")) and -1 <= check["min_zncc"] <= 1):
+        raise _bad(path, "golden_check", 'null or {"min_zncc": t, ...} with t in [-1, 1]', check)
     if meta.get("baseline") is not None:
         from defect_detector.monitor.baseline import Baseline
 

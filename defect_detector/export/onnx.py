@@ -60,6 +60,8 @@ def export_onnx(
     with torch.no_grad(), warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=DeprecationWarning, message=r".*legacy TorchScript-based ONNX export")
         warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx")
+        # the layer statistics read layer shapes as Python ints: constants for the exported imgsz, as intended
+        warnings.filterwarnings("ignore", category=torch.jit.TracerWarning, module=r"defect_detector\.monitor\.hooks")
         torch.onnx.export(
             deploy,
             (example,),

@@ -4,7 +4,7 @@
 
     from defect_detector import Inspector
 
-    with Inspector.load("model.torchscript.pt", alerts="alerts.jsonl") as inspector:
+    with Inspector.load("model.pt2", alerts="alerts.jsonl") as inspector:
         result = inspector.inspect(frame)          # uint8 [H, W] (or BGR, 16-bit) camera frame
         if result.verdict == "not_inspected":      # "pass", "fail" or "not_inspected"
             stop_the_board(result.reason)          # never count it as clean

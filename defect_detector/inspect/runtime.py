@@ -1,4 +1,5 @@
-"""Runtime: a loaded model, any artifact kind (TorchScript, or a training checkpoint traced at load), ready to infer.
+"""Runtime: a loaded model, any artifact kind (AOTInductor ``.pt2``, TorchScript, ONNX float32 or int8, or a training
+checkpoint traced at load), ready to infer. The artifact loaders live in ``inspect/artifacts.py``.
 
 The runtime runs the model on prepared input and says what the model is (classes, input size, channels, monitored
 layers, training pixel scale, operating point). Everything a frame goes through before and after the model lives in
@@ -11,10 +12,8 @@ asked for (``tta=``, :meth:`Runtime.set_tta`).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,19 +22,12 @@ import torch
 
 from defect_detector.core.constants import DEFAULT_LAYERS
 from defect_detector.core.devices import resolve_device
-from defect_detector.export import (
-    FORMAT_VERSION,
-    META_FILE,
-    DeployModel,
-    ExportError,
-    checkpoint_meta,
-    quiet_jit,
-    trace_deploy_model,
-)
+from defect_detector.export import DeployModel, ExportError, checkpoint_meta, trace_deploy_model
 from defect_detector.export.digest import check_digest
 from defect_detector.export.meta import check_outputs, parse_meta
 from defect_detector.export.onednn import onednn_available
-from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, is_torchscript_archive, load_checkpoint
+from defect_detector.inspect.artifacts import archive_meta, artifact_kind, read_onnx, read_pt2, read_torchscript  # noqa: F401 - archive_meta re-exported
+from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, load_checkpoint
 from defect_detector.model.tta import orientations, tta_forward
 
 log = logging.getLogger("defect_detector.inspect")
@@ -43,24 +35,15 @@ log = logging.getLogger("defect_detector.inspect")
 DEFAULT_OPERATING_POINT = {"conf": 0.25, "iou": 0.5}
 """The operating point of an artifact that records none (exported before v0.9)."""
 
-def archive_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The ``meta.json`` of a TorchScript archive read straight from the zip (no model load); ``{}`` when absent or unreadable."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            name = next((n for n in archive.namelist() if n.endswith(f"/extra/{META_FILE}")), None)
-            meta = json.loads(archive.read(name)) if name else {}
-            return meta if isinstance(meta, dict) else {}
-    except (zipfile.BadZipFile, OSError, ValueError):
-        return {}
-
-
 class Runtime:
     """A loaded model ready for :meth:`predict`. Build it with :meth:`load`.
 
-    Attributes: ``model`` (TorchScript module or eager :class:`DeployModel`), ``meta`` (the artifact's
+    Attributes: ``model`` (the model callable: a TorchScript module, an AOTInductor model, an ONNX Runtime session
+    wrapper or the eager :class:`DeployModel`), ``meta`` (the artifact's
     ``meta.json`` as a dict), ``class_names``, ``imgsz``, ``channels`` (model input channels, meta ``channels``,
     1 when absent: 1 the image, 2 the image and its registered reference), ``layer_names``, ``device``,
-    ``dtype`` (model input dtype), ``kind`` (``"torchscript"`` or ``"checkpoint"``), ``path``, ``tta`` (the
+    ``dtype`` (model input dtype), ``kind`` (``"pt2"``, ``"torchscript"``, ``"onnx"`` or
+    ``"checkpoint"``), ``path``, ``tta`` (the
     test-time augmentation mode :meth:`infer` applies: ``none``, one pass, unless ``load(tta=)`` or :meth:`set_tta`
     chose another; the model's ``meta["tta"]`` is not applied by default) and ``pixel_scale`` (``meta["pixel_scale"]``:
     model input pixels per original pixel in training, or None when not recorded; see :meth:`tile_plan`).
@@ -104,11 +87,14 @@ class Runtime:
         trace: bool = True,
         tta: str | None = None,
     ) -> Runtime:
-        """Load a TorchScript artifact from ``export`` or a training checkpoint (``None``: the bundled model).
+        """Load an artifact from ``export`` (``.pt2``, TorchScript, ONNX float32 or int8: see ``inspect/artifacts.py``)
+        or a training checkpoint (``None``: the bundled model).
 
-        ``device``: ``auto`` | ``cpu`` | ``cuda[:N]``. ``half``: ``auto`` runs float16 on CUDA (a checkpoint is
-        converted; an artifact must have been exported with ``--half``) and float32 on the CPU; ``True``
-        forces float16, ``False`` float32. ``threads`` sets ``torch.set_num_threads`` (None: leaves it as it is;
+        ``device``: ``auto`` | ``cpu`` | ``cuda[:N]``; an artifact that runs only on the CPU (a ``.pt2`` compiled for
+        the CPU, a ``cpu_only`` TorchScript, ONNX) runs there under ``auto`` and is refused for an explicit other
+        device. ``half``: ``auto`` runs float16 on CUDA (a checkpoint is converted; a TorchScript artifact must have
+        been exported with ``--half``; the other kinds are float32) and float32 on the CPU; ``True`` forces float16,
+        ``False`` float32. ``threads`` sets ``torch.set_num_threads`` (and ONNX Runtime's threads; None: leaves it as it is;
         ``Inspector.load`` and ``predict`` choose the cores actually free). ``monitor_layers``,
         ``imgsz`` and ``trace`` apply to checkpoints only (an artifact fixes them at export). With ``trace``, a
         checkpoint run in float32 on the CPU is traced and frozen at load, as ``export`` does (checked against
@@ -127,10 +113,11 @@ class Runtime:
         if tta is not None:
             orientations(tta)
         resolved = resolve_device(device)
-        if is_torchscript_archive(path):
-            runtime = cls._load_torchscript(path, resolved, half, explicit_device=str(device) != "auto")
-        else:
+        kind = artifact_kind(path)
+        if kind == "checkpoint":
             runtime = cls._load_checkpoint(path, resolved, half, monitor_layers, imgsz, trace)
+        else:
+            runtime = cls._load_artifact(path, kind, resolved, half, explicit_device=str(device) != "auto")
         if tta is not None:
             runtime.set_tta(tta)
         return runtime
@@ -143,41 +130,28 @@ class Runtime:
         self.tta = mode
 
     @classmethod
-    def _load_torchscript(cls, path: Path, device: torch.device, half: bool | str, explicit_device: bool = True) -> Runtime:
-        if archive_meta(path).get("cpu_only") and device.type != "cpu":
-            if explicit_device:
-                raise ValueError(f"{path}: exported with CPU-only (oneDNN) kernels; export with --portable (or --half) to run on {device}")
-            log.warning("%s: exported with CPU-only (oneDNN) kernels, running on the CPU; export with --portable for %s", path, device)
-            device = torch.device("cpu")
-        module, meta = cls._read_torchscript(path, device)
-        if meta.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"{path}: artifact format_version {meta.get('format_version')!r}, this runtime reads {FORMAT_VERSION}")
+    def _load_artifact(cls, path: Path, kind: str, device: torch.device, half: bool | str, explicit_device: bool = True) -> Runtime:
+        """An exported artifact of ``kind`` (see :func:`~defect_detector.inspect.artifacts.artifact_kind`), its meta
+        checked (:func:`~defect_detector.export.meta.parse_meta`) and its outputs checked against it once."""
+        if kind == "pt2":
+            model, text, device = read_pt2(path, device, explicit_device)
+        elif kind == "onnx":
+            model, text, device = read_onnx(path, device, explicit_device)
+        else:
+            model, text, device = read_torchscript(path, device, explicit_device)
+        meta = parse_meta(path, text)
         exported_half = bool(meta.get("half", False))
         if half is True and not exported_half:
-            raise ValueError(f"{path}: exported in float32; re-export with --half for float16")
+            raise ValueError(f"{path}: exported in float32; re-export as TorchScript with --half for float16")
         if half is False and exported_half:
             raise ValueError(f"{path}: exported in float16 (--half); export again without --half for float32")
         if exported_half and device.type == "cpu":
             log.warning("%s: float16 artifact on the CPU runs slowly; export without --half for CPU use", path)
-        module.eval()
-        runtime = cls(module, meta, device, torch.float16 if exported_half else torch.float32, "torchscript", path)
+        runtime = cls(model, meta, device, torch.float16 if exported_half else torch.float32, kind, path)
         check_outputs(runtime)  # a forged meta.json fails here, naming the key, not at the first frame
-        check_digest(path, meta)  # one that fits the graph (permuted class names, another pixel_scale) fails here
+        if kind == "torchscript":  # a meta that fits the graph (permuted class names, another pixel_scale) fails here
+            check_digest(path, meta)
         return runtime
-
-    @staticmethod
-    def _read_torchscript(path: Path, device: torch.device) -> tuple[torch.jit.ScriptModule, dict[str, Any]]:
-        """``torch.jit.load`` onto ``device`` with its ``meta.json``; ``ValueError`` naming ``path`` when either is missing
-        or a key of the meta is malformed (:func:`~defect_detector.export.meta.parse_meta`)."""
-        extra = {META_FILE: ""}
-        try:
-            with quiet_jit():
-                module = torch.jit.load(str(path), map_location=device, _extra_files=extra)
-        except RuntimeError as exc:
-            raise ValueError(f"{path}: not a loadable TorchScript archive: {exc}") from exc
-        if not extra[META_FILE]:
-            raise ValueError(f"{path}: TorchScript archive without {META_FILE}; export it with `defect-detector export`")
-        return module, parse_meta(path, extra[META_FILE])
 
     @classmethod
     def _load_checkpoint(

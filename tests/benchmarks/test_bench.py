@@ -88,3 +88,19 @@ def test_bench_shared_late_competitor_schedule_runs_and_stops_its_competitor(mon
         torch.set_num_threads(before)
     assert times and times == sorted(times)
     assert len(started) == 2 and all(p.poll() is not None for p in started)  # started twice, none left running
+
+
+def test_bench_kinds_times_every_artifact_kind(small_pt2: dict, monkeypatch: pytest.MonkeyPatch, one_thread: None) -> None:
+    pytest.importorskip("onnxruntime", reason="onnxruntime not installed (pip install '.[onnx]')")
+    import shutil
+
+    from benchmarks import bench_kinds
+
+    # the session's .pt2 of the same checkpoint and size stands in for a second AOTInductor compile (about a minute)
+    monkeypatch.setattr(bench_kinds, "export_pt2", lambda loaded, out, imgsz: shutil.copy(small_pt2["path"], out))
+    loaded = load_checkpoint(small_pt2["checkpoint"])
+    result = bench_kinds.bench_kinds(loaded, imgsz=small_pt2["report"]["meta"]["imgsz"], threads=1, iters=2, calib_images=4)
+    assert list(result["latency"]) == ["torchscript", "pt2", "onnx", "int8"]
+    assert all(row["n"] == 2 and row["median_ms"] > 0 for row in result["latency"].values())
+    assert result["latency"]["torchscript"]["vs_torchscript"] == 1.0 and result["ratios"]["int8_vs_torchscript"] > 0
+    assert result["targets"] == {"int8_vs_torchscript_max": 0.6, "pt2_vs_torchscript_max": 1.0}

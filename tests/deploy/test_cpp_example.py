@@ -1,4 +1,5 @@
-"""The libtorch C++ example (deploy/cpp) builds and agrees with the Python runtime.
+"""The libtorch C++ examples (deploy/cpp: the TorchScript and the AOTInductor .pt2 targets) build and agree with the
+Python runtime, and refuse a golden image that does not fit the frame.
 
 Skipped when cmake, a C++ compiler or OpenCV's CMake package is missing, unless DEFECT_DETECTOR_REQUIRE_DEPLOY_TESTS=1
 (CI, .ci/run) turns the skip into a failure. Building takes about 30 s of CPU time (set DEFECT_DETECTOR_CPP_BUILD to a
@@ -93,14 +94,26 @@ def _assert_same_detections(cpp: list[dict], python: Detections) -> None:
 
 
 @pytest.fixture(scope="module")
-def executable(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def build_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     reuse = os.environ.get("DEFECT_DETECTOR_CPP_BUILD")  # a persistent build folder makes reruns incremental
     configure = _configure(Path(reuse) if reuse else tmp_path_factory.mktemp("cpp_build"))
     assert configure.returncode == 0, configure.stdout[-3000:] + configure.stderr[-3000:]
     build = Path(configure.args[4])
     compiled = subprocess.run(["cmake", "--build", str(build), "-j", "2"], capture_output=True, text=True, timeout=900)
     assert compiled.returncode == 0, compiled.stdout[-3000:] + compiled.stderr[-3000:]
-    return build / "defect_detector_cpp"
+    return build
+
+
+@pytest.fixture(scope="module")
+def executable(build_dir: Path) -> Path:
+    """The TorchScript example."""
+    return build_dir / "defect_detector_cpp"
+
+
+@pytest.fixture(scope="module")
+def pt2_executable(build_dir: Path) -> Path:
+    """The .pt2 example (torch::inductor::AOTIModelPackageLoader)."""
+    return build_dir / "defect_detector_pt2"
 
 
 def test_cpp_matches_python_runtime(executable: Path, tmp_path: Path) -> None:
@@ -130,6 +143,15 @@ def test_cpp_reference_model_matches_python_runtime(executable: Path, tmp_path: 
         _assert_same_detections([json.loads(line) for line in run.stdout.splitlines() if line.strip()], python)
     missing = _run(executable, str(artifact), str(image_path))
     assert missing.returncode == 2 and "reference model" in missing.stderr
+    # a golden image that does not fit the frame is refused (exit 3, one line), never "0 detections"
+    other_board = generate_board_pair(480, 640, np.random.default_rng(60))[1]
+    wrongs = {"other": other_board, "blank": np.full_like(template, 114), "not_registered": np.roll(template, (37, 53), (0, 1))}
+    for name, wrong in wrongs.items():
+        assert cv2.imwrite(str(tmp_path / f"{name}.png"), wrong)
+        refused = _run(executable, str(artifact), str(image_path), "--reference", str(tmp_path / f"{name}.png"))
+        assert refused.returncode == 3 and refused.stdout == "", (name, refused.stderr)
+        assert "not inspected" in refused.stderr and "golden_check.min_zncc 0.500" in refused.stderr
+        assert len(refused.stderr.splitlines()) == 1
     small = tmp_path / "small.png"
     assert cv2.imwrite(str(small), template[:-1])
     wrong_size = _run(executable, str(artifact), str(image_path), "--reference", str(small))
@@ -161,7 +183,9 @@ def test_cpp_stacks_the_reference_as_channel_1_with_the_image_geometry(executabl
         traced = torch.jit.trace(CentroidModel(IMGSZ).eval(), torch.rand(1, 2, IMGSZ, IMGSZ))
     artifact = tmp_path / "centroid.torchscript.pt"
     strides = (IMGSZ, IMGSZ)  # two anchors of one cell each: the meta must describe the graph's 2 predictions
-    artifact.write_bytes(artifact_bytes(traced, build_meta(DEEPPCB_CLASSES, IMGSZ, strides, (), channels=2)))
+    meta = build_meta(DEEPPCB_CLASSES, IMGSZ, strides, (), channels=2)
+    meta["golden_check"]["min_zncc"] = -1.0  # this pair is unlike on purpose: the check is off (tested above)
+    artifact.write_bytes(artifact_bytes(traced, meta))
     image = np.zeros((480, 640), np.uint8)
     image[300:360, 500:600] = 250  # bright patch low right
     reference = np.zeros((480, 640), np.uint8)
@@ -174,6 +198,23 @@ def test_cpp_stacks_the_reference_as_channel_1_with_the_image_geometry(executabl
     run = _run(executable, str(artifact), str(image_path), "--reference", str(reference_path))
     assert run.returncode == 0, run.stderr
     _assert_same_detections([json.loads(line) for line in run.stdout.splitlines() if line.strip()], python)
+
+
+def test_cpp_pt2_matches_python_runtime(pt2_executable: Path, small_pt2: dict, tmp_path: Path) -> None:
+    artifact = small_pt2["path"]  # compiled once per session (conftest.py), imgsz 320 like the artifacts above
+    image = generate_board(480, 640, np.random.default_rng(5))[0]
+    image_path = tmp_path / "board.png"
+    assert cv2.imwrite(str(image_path), image)
+    run = _run(pt2_executable, str(artifact), str(image_path))
+    assert run.returncode == 0, run.stderr
+    cpp = [json.loads(line) for line in run.stdout.splitlines() if line.strip()]
+    _assert_same_detections(cpp, detect(Runtime.load(artifact, device="cpu"), [image], conf=0.25, iou=0.5)[0])
+    refused = _run(pt2_executable, str(artifact), str(image_path), "--reference", str(image_path))
+    assert refused.returncode == 2 and "takes 1 input channel" in refused.stderr
+    torchscript = tmp_path / "small.torchscript.pt"
+    export_torchscript(load_checkpoint(small_pt2["checkpoint"]), torchscript, optimize=False)
+    wrong_kind = _run(pt2_executable, str(torchscript), str(image_path))  # a TorchScript file: one line, no backtrace
+    assert wrong_kind.returncode == 1 and wrong_kind.stderr.startswith("error: ") and len(wrong_kind.stderr.splitlines()) == 1
 
 
 def test_cpp_reports_bad_input(executable: Path, tmp_path: Path) -> None:

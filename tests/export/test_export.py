@@ -219,7 +219,8 @@ def test_cli_export(checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixt
     baseline.save(tmp_path / "baseline.json")
     assert main(["export", "--weights", str(checkpoint), "--out", str(out), "--baseline", str(tmp_path / "baseline.json")]) == 0
     printed = capsys.readouterr().out
-    assert "parity vs eager" in printed and "optimize_for_inference:" in printed
+    assert "parity vs eager" in printed
+    assert ("optimize_for_inference: applied" in printed) == archive_meta(out)["optimize_for_inference"]["applied"]  # said when applied
     assert f"baseline embedded from file {tmp_path / 'baseline.json'}" in printed
     extra = {"meta.json": ""}
     torch.jit.load(str(out), _extra_files=extra)(torch.rand(1, 1, IMGSZ, IMGSZ))

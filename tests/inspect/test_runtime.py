@@ -204,9 +204,9 @@ def test_cpu_only_artifact_stays_on_the_cpu(runtime: Runtime, checkpoint: Path, 
     assert runtime.meta["cpu_only"] is True and archive_meta(runtime.path) == runtime.meta
     assert archive_meta(checkpoint) == {} and Runtime.load(checkpoint, device="cpu").meta["cpu_only"] is True
     with pytest.raises(ValueError, match="--portable"):  # an explicit CUDA request is refused before anything loads
-        Runtime._load_torchscript(runtime.path, torch.device("cuda"), "auto", explicit_device=True)
+        Runtime._load_artifact(runtime.path, "torchscript", torch.device("cuda"), "auto", explicit_device=True)
     with caplog.at_level(logging.WARNING, logger="defect_detector"):
-        auto = Runtime._load_torchscript(runtime.path, torch.device("cuda"), "auto", explicit_device=False)
+        auto = Runtime._load_artifact(runtime.path, "torchscript", torch.device("cuda"), "auto", explicit_device=False)
     assert auto.device.type == "cpu" and any("running on the CPU" in r.getMessage() for r in caplog.records)
 
 

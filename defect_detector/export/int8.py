@@ -1,0 +1,249 @@
+"""int8 export: ONNX Runtime post-training static quantization (QDQ) of the float32 ONNX model, calibrated on training frames.
+
+Flow (:func:`export_int8`): the float32 ONNX export of :class:`DeployModel` (:mod:`.onnx`) -> ONNX Runtime's
+pre-processing (shape inference) -> ``quantize_static`` in QDQ format, per-channel int8 weights, uint8 activations
+(ONNX Runtime's advice for x86 CPUs with VNNI), ranges from MinMax calibration on
+:func:`~.calibration_data.calibration_inputs` -> the model with ``meta.json`` embedded. ``target="tensorrt"`` writes
+symmetric int8 activations instead (zero point 0), the form TensorRT's explicit quantization takes (deploy/JETSON.md).
+
+The drift statistics stay float: every node that feeds only the ``stats`` output (the reductions over the monitored
+layers, ``monitor/hooks.py``) is kept out of quantization, so the statistics are float32 sums over the layer outputs
+as the int8 model computes them. The box decoding that feeds ``pred`` after the last convolutions (anchor arithmetic,
+sigmoid) stays float too: only convolutions, and the element-wise ops between them, run in int8. The layer outputs
+themselves are the int8 network's, so their statistics move: on the bundled single-image model the largest per-layer
+shift of a statistic's mean was 0.78 baseline spread (100 calibration frames; 1.0 with 300): ``report["stats_shift"]``,
+in units of the float baseline's per-layer standard deviation over frames. ``export_int8`` embeds the float baseline (checked as every
+export checks it); ``export --int8`` then calibrates the baseline again through the int8 model on the same ``--data``
+frames (``inspect/calibrate.py``, as ``calibrate --weights model.int8.onnx`` does) and embeds that one
+(:func:`embed_baseline`), so drift compares the int8 model's statistics with its own clean level.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from defect_detector.core.constants import DEFAULT_LAYERS
+from defect_detector.core.io import atomic_write_bytes, atomic_write_json
+from defect_detector.export.baseline import BaselineArg
+from defect_detector.export.calibration_data import CALIBRATION_IMAGES, calibration_inputs, spread
+from defect_detector.export.deploy_model import META_FILE, ExportError
+from defect_detector.export.onnx import export_onnx, onnx_meta_path
+from defect_detector.model.checkpoint import LoadedModel
+
+log = logging.getLogger("defect_detector.export")
+
+QUANTIZED_OPS = ("Conv", "Mul", "Add", "Sigmoid", "Concat", "MaxPool", "Resize", "Split", "Slice")
+"""Op types quantized (where they feed ``pred`` through the network trunk; see :func:`float_only_nodes`)."""
+
+
+def float_only_nodes(model: Any, outputs: Sequence[str] = ("stats",), keep: str = "pred") -> list[str]:
+    """Names of the nodes of ONNX ``model`` (a ModelProto) that stay float: those that feed only ``outputs``, not
+    ``keep`` (the statistics' reductions), and those after the last convolution on the way to ``keep`` (decoding)."""
+    producers = {out: node for node in model.graph.node for out in node.output}
+
+    def ancestors(names: Sequence[str]) -> set[str]:
+        seen: set[str] = set()
+        stack = list(names)
+        while stack:
+            node = producers.get(stack.pop())
+            if node is None or node.name in seen:
+                continue
+            seen.add(node.name)
+            stack.extend(node.input)
+        return seen
+
+    feeds_keep = ancestors([keep])
+    convs = [n for n in model.graph.node if n.op_type == "Conv"]
+    trunk = ancestors([o for n in convs for o in n.output])  # every node up to some convolution's output
+    return [n.name for n in model.graph.node if n.name not in feeds_keep or (n.name not in trunk and n.op_type != "Conv")]
+
+
+CALIBRATION_STRIDE = 10
+"""At most this many frames' tensors are held at once while calibrating (``CalibStridedMinMax``): the calibrator keeps
+every intermediate tensor of a chunk (tens of MB a frame at 640; a histogram calibration that holds all of 300
+frames ran out of memory at 18 GB), then merges its ranges."""
+
+
+class _Reader:
+    """``onnxruntime.quantization.CalibrationDataReader`` over uint8 ``[N, C, S, S]`` frames, one float32 frame at a time,
+    in the ranges ``set_range`` chooses (ONNX Runtime's strided calibration)."""
+
+    def __init__(self, frames: np.ndarray, input_name: str) -> None:
+        self.frames, self.input_name = frames, input_name
+        self.index, self.end = 0, len(frames)
+
+    def __len__(self) -> int:
+        return len(self.frames)
+
+    def set_range(self, start_index: int, end_index: int) -> None:
+        self.index, self.end = start_index, min(end_index, len(self.frames))
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        if self.index >= self.end:
+            return None
+        x = self.frames[self.index : self.index + 1].astype(np.float32) / 255.0
+        self.index += 1
+        return {self.input_name: x}
+
+    def rewind(self) -> None:
+        self.index, self.end = 0, len(self.frames)
+
+
+def calibration_stride(n: int, most: int = CALIBRATION_STRIDE) -> int:
+    """The largest divisor of ``n`` up to ``most`` (ONNX Runtime's strided calibration needs one)."""
+    return max(d for d in range(1, min(n, most) + 1) if n % d == 0)
+
+
+INT8_TARGETS = {
+    "cpu": "uint8 activations (asymmetric), per-channel int8 weights: ONNX Runtime on x86 CPUs",
+    "tensorrt": "int8 activations and weights, symmetric (zero point 0): TensorRT's explicit quantization (trtexec --int8)",
+}
+
+
+def quantize_onnx(float_path: Path, out_path: Path, frames: np.ndarray, target: str = "cpu") -> None:
+    """ONNX Runtime static QDQ quantization of the float32 model at ``float_path`` into ``out_path``, calibrated on
+    ``frames`` (uint8 ``[N, C, S, S]``); the statistics and decoding stay float (:func:`float_only_nodes`). ``target``:
+    a key of :data:`INT8_TARGETS`."""
+    import onnx
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quant_pre_process, quantize_static
+
+    with tempfile.TemporaryDirectory() as tmp:
+        prepared = Path(tmp) / "prepared.onnx"
+        quant_pre_process(str(float_path), str(prepared), skip_symbolic_shape=True)
+        model = onnx.load(str(prepared))
+        excluded = float_only_nodes(model)
+        symmetric = target == "tensorrt"
+        quantize_static(
+            str(prepared),
+            str(out_path),
+            _Reader(frames, model.graph.input[0].name),
+            quant_format=QuantFormat.QDQ,
+            op_types_to_quantize=list(QUANTIZED_OPS),
+            per_channel=True,
+            activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+            nodes_to_exclude=excluded,
+            calibrate_method=CalibrationMethod.MinMax,
+            extra_options={
+                "ActivationSymmetric": symmetric,
+                "WeightSymmetric": True,
+                # TensorRT's explicit quantization: float weights through a Q/DQ pair, float biases
+                **({"AddQDQPairToWeight": True, "QuantizeBias": False} if symmetric else {}),
+                "CalibStridedMinMax": calibration_stride(len(frames)),  # bounded memory; the same global min / max
+            },
+        )
+
+
+def export_int8(
+    loaded: LoadedModel,
+    out_path: str | os.PathLike[str],
+    data: str | os.PathLike[str],
+    imgsz: int | None = None,
+    baseline: BaselineArg = None,
+    max_images: int = CALIBRATION_IMAGES,
+    images_root: str | None = None,
+    layers: Sequence[str] = DEFAULT_LAYERS,
+    target: str = "cpu",
+) -> dict[str, Any]:
+    """Export ``loaded`` as an int8 ONNX model (``<out>`` and ``<out stem>.meta.json``), calibrated on up to
+    ``max_images`` frames of the COCO json ``data`` (training images; with their golden images for a golden-template
+    model). The meta is the float export's, with ``"int8"`` describing the quantization and its calibration set.
+    ``target``: ``cpu`` (ONNX Runtime) or ``tensorrt`` (symmetric, for ``trtexec --int8``; see :data:`INT8_TARGETS`).
+
+    Returns a report with the meta, the calibration frame count and ``stats_shift`` (the largest per-layer shift of the
+    int8 statistics' means from the float model's on the calibration frames, in units of the baseline's spread; None
+    without a baseline). :class:`ExportError` without ``onnxruntime``; ``ValueError`` naming ``data`` for a bad json."""
+    if target not in INT8_TARGETS:
+        raise ValueError(f"int8 target must be one of {', '.join(INT8_TARGETS)}, got {target!r}")
+    try:
+        import onnxruntime as ort
+    except ImportError as exc:
+        raise ExportError(f"{out_path}: int8 export needs onnxruntime (pip install '.[onnx]')") from exc
+    imgsz = int(imgsz or loaded.config.data.imgsz)
+    channels = int(getattr(loaded.model, "in_channels", 1))
+    frames = calibration_inputs(data, imgsz, channels, max_images, images_root)
+    out_path = Path(out_path)
+    with tempfile.TemporaryDirectory() as tmp:
+        float_path = Path(tmp) / "float.onnx"
+        report = export_onnx(loaded, float_path, imgsz=imgsz, baseline=baseline, layers=layers)
+        quantized = Path(tmp) / "int8.onnx"
+        quantize_onnx(float_path, quantized, frames, target)
+        meta = dict(report["meta"])
+        meta["int8"] = {
+            "method": f"onnxruntime static QDQ, MinMax calibration; {INT8_TARGETS[target]}",
+            "target": target,
+            "calibration": {"data": str(data), "frames": len(frames)},
+            "float_nodes": "layer statistics and box decoding",
+            "onnxruntime": ort.__version__,
+        }
+        shift = _stats_shift(float_path, quantized, frames, meta.get("baseline"))
+        data_bytes = _with_meta(quantized, meta)
+    atomic_write_bytes(out_path, data_bytes)
+    atomic_write_json(onnx_meta_path(out_path), meta)
+    return {
+        "path": str(out_path),
+        "bytes": len(data_bytes),
+        "meta": meta,
+        "calibration_frames": len(frames),
+        "stats_shift": shift,
+        "baseline_source": report["baseline_source"],
+        "parity": None,
+        "parity_skipped": "int8: scored by val instead",
+    }
+
+
+def embed_baseline(path: str | os.PathLike[str], baseline: dict[str, Any], source: str) -> dict[str, Any]:
+    """Replace the drift baseline in the meta of the ONNX model at ``path`` (embedded and the ``.meta.json`` beside it),
+    atomically; ``meta["int8"]["baseline"]`` records ``source``. Returns the new meta. Used by ``export --int8`` to carry
+    a baseline calibrated through the int8 model itself (see the module docstring)."""
+    import onnx
+
+    path = Path(path)
+    model = onnx.load(str(path))
+    entry = next((e for e in model.metadata_props if e.key == META_FILE), None)
+    if entry is None:
+        raise ValueError(f"{path}: ONNX model without {META_FILE}")
+    meta = json.loads(entry.value)
+    meta["baseline"] = baseline
+    meta.setdefault("int8", {})["baseline"] = source
+    data = _with_meta(path, meta)
+    atomic_write_bytes(path, data)
+    atomic_write_json(onnx_meta_path(path), meta)
+    return meta
+
+
+def _with_meta(path: Path, meta: dict[str, Any]) -> bytes:
+    import onnx
+
+    model = onnx.load(str(path))
+    del model.metadata_props[:]
+    entry = model.metadata_props.add()
+    entry.key, entry.value = META_FILE, json.dumps(meta)
+    return model.SerializeToString()
+
+
+def _stats_shift(float_path: Path, int8_path: Path, frames: np.ndarray, baseline: dict[str, Any] | None, n: int = 16) -> float | None:
+    """Largest ``|mean_int8 - mean_float| / spread`` over layers and statistics (mean, std) of ``n`` calibration frames,
+    ``spread`` the baseline's per-layer standard deviation of that statistic (None without a baseline)."""
+    if baseline is None:
+        return None
+    import onnxruntime as ort
+
+    from defect_detector.monitor.baseline import Baseline
+
+    scale = Baseline.from_dict(baseline).std  # [L, 2]
+    x = frames[spread(len(frames), n)].astype(np.float32) / 255.0
+    outs = []
+    for path in (float_path, int8_path):
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        outs.append(np.concatenate([session.run(["stats"], {session.get_inputs()[0].name: x[i : i + 1]})[0] for i in range(len(x))]))
+    shift = np.abs(outs[1] - outs[0]).mean(0) / np.maximum(np.asarray(scale, dtype=np.float64), 1e-12)
+    return float(shift.max())

@@ -1,0 +1,225 @@
+"""``.pt2`` export: ``torch.export`` of :class:`DeployModel`, compiled and packaged by AOTInductor, with ``meta.json`` inside.
+
+The package is what ``torch._inductor.aoti_compile_and_package`` writes: a zip (PT2 archive) holding the compiled
+model (a shared library with its weights) for one device kind, the CPU or CUDA, and for the torch version that
+wrote it. ``meta.json`` (the same facts as the TorchScript artifact's, :func:`checkpoint_meta`) travels as the
+AOTInductor metadata entry ``"meta.json"`` (``inductor_configs["aot_inductor.metadata"]``): Python reads it with
+``aoti_load_package(path).get_metadata()`` (or :func:`read_pt2_meta` without loading the model), C++ with
+``torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(path, "model")`` or ``loader.get_metadata()``.
+
+The layer statistics come from :class:`~defect_detector.monitor.hooks.ActivationMonitor`'s forward hooks:
+``torch.export`` (non-strict, the default) runs the Python forward, hooks included, and records their tensor ops,
+so the exported graph returns the same ``stats`` as eager (checked by the parity run, as for TorchScript).
+
+The batch dimension is dynamic (``torch.export.Dim``, at least 1). The graph is the portable one (no oneDNN
+conv + SiLU op of :mod:`.onednn`): Inductor generates and fuses its own kernels. A package compiled on the CPU runs
+only on the CPU (meta ``cpu_only`` and ``"aoti_device": "cpu"``); one compiled where CUDA is available runs on CUDA.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+import warnings
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from defect_detector.core.constants import DEFAULT_LAYERS
+from defect_detector.core.io import atomic_write_bytes
+from defect_detector.export.baseline import BaselineArg, export_baseline
+from defect_detector.export.deploy_model import META_FILE, DeployModel, ExportError, checkpoint_meta
+from defect_detector.export.parity import check_parity, max_diffs, parity_inputs, reference_outputs
+from defect_detector.export.torchscript import TRACE_BATCH
+from defect_detector.model.checkpoint import LoadedModel
+
+log = logging.getLogger("defect_detector.export")
+
+PT2_TOLERANCE = 1e-4
+"""Most abs difference of a ``.pt2`` package from the eager :class:`DeployModel` it was exported from (BatchNorm folded, as
+in every artifact) on boxes (px) and scores. Against the unfused training-form model the ``FP32_TOLERANCE`` of every
+export applies: folding BatchNorm alone moves boxes by a few float32 ulps at 640 px (1.8e-4 px measured on the bundled
+model), more than 1e-4."""
+
+INDUCTOR_CONFIGS: dict[str, Any] = {}
+"""AOTInductor options besides the metadata (none: Inductor's defaults; ``freezing`` measured no faster here)."""
+
+
+PT2_MIN_TORCH = (2, 6)
+"""The first torch with ``torch._inductor.aoti_compile_and_package`` and ``aoti_load_package``."""
+
+
+def pt2_unavailable_reason() -> str | None:
+    """Why ``.pt2`` cannot be exported here (None when it can): a torch older than :data:`PT2_MIN_TORCH` (JetPack's,
+    say), or no C++ compiler for AOTInductor (``CXX``, ``c++``, ``g++`` or ``clang++``). ``export`` then defaults
+    to TorchScript."""
+    version = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2] if p.isdigit())
+    if version < PT2_MIN_TORCH:
+        return f"torch {torch.__version__} is older than {'.'.join(map(str, PT2_MIN_TORCH))} (no AOTInductor packages)"
+    compilers = [os.environ.get("CXX"), "c++", "g++", "clang++"]
+    if not any(c and shutil.which(c) for c in compilers):
+        return "no C++ compiler found for AOTInductor (set CXX, or install g++)"
+    return None
+
+
+def export_program(deploy: DeployModel, device: torch.device | str = "cpu") -> torch.export.ExportedProgram:
+    """``torch.export`` of ``deploy`` (on ``device``, float32) with a dynamic batch dimension (``[B, C, S, S]``, B >= 1).
+
+    :class:`ExportError` naming the cause when ``torch.export`` cannot capture the graph."""
+    example = torch.rand(TRACE_BATCH, deploy.in_channels, deploy.imgsz, deploy.imgsz, device=device)
+    batch = torch.export.Dim("batch", min=1)
+    try:
+        with torch.no_grad():
+            return torch.export.export(deploy, (example,), dynamic_shapes={"x": {0: batch}})
+    except Exception as exc:  # torch.export raises many types (UserError, GuardOnDataDependentSymNode, ...)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ExportError(f"torch.export failed on the deploy model: {type(exc).__name__}: {first}") from exc
+
+
+def compile_package(program: torch.export.ExportedProgram, meta: dict[str, Any]) -> bytes:
+    """AOTInductor-compile ``program`` into ``.pt2`` package bytes holding ``meta`` as the metadata entry ``meta.json``.
+
+    Needs a C++ compiler (Inductor's CPU backend builds the model as a shared library); takes tens of seconds."""
+    import torch._inductor
+
+    configs = {**INDUCTOR_CONFIGS, "aot_inductor.metadata": {META_FILE: json.dumps(meta)}}
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\._inductor")
+        torch._inductor.aoti_compile_and_package(program, package_path=buffer, inductor_configs=configs)
+    return buffer.getvalue()
+
+
+def load_pt2(path: str | os.PathLike[str], device: torch.device | str = "cpu") -> tuple[Any, str]:
+    """``aoti_load_package`` of the ``.pt2`` at ``path`` and its ``meta.json`` text (``""`` when absent).
+
+    The loaded model is a callable ``[B, C, S, S] -> [pred, stats]`` (a list of tensors). ``device`` picks the CUDA
+    device index for a CUDA package; a CPU package ignores it. ``ValueError`` naming ``path`` when it cannot load."""
+    import torch._inductor
+
+    device = torch.device(device)
+    index = device.index if device.type == "cuda" and device.index is not None else -1
+    try:
+        model = torch._inductor.aoti_load_package(os.fspath(path), device_index=index)
+    except (RuntimeError, OSError) as exc:
+        lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+        raise ValueError(f"{path}: not a loadable AOTInductor .pt2 package: {lines[0] if lines else type(exc).__name__}") from exc
+    return model, model.get_metadata().get(META_FILE, "")
+
+
+def read_pt2_meta(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``(meta.json, AOTInductor metadata)`` of a ``.pt2`` read straight from the zip, without loading the model.
+
+    The AOTInductor metadata holds, besides ``meta.json``, the device kind the package was compiled for
+    (``AOTI_DEVICE_KEY``: ``cpu`` or ``cuda``). Empty dicts when absent or unreadable."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            name = next((n for n in archive.namelist() if n.endswith("wrapper_metadata.json") and "/aotinductor/" in n), None)
+            aoti = json.loads(archive.read(name)) if name else {}
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return {}, {}
+    if not isinstance(aoti, dict):
+        return {}, {}
+    try:
+        meta = json.loads(aoti.get(META_FILE, "{}"))
+    except (TypeError, ValueError):
+        meta = {}
+    return (meta if isinstance(meta, dict) else {}), {k: v for k, v in aoti.items() if k != META_FILE}
+
+
+def is_pt2_package(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is an AOTInductor ``.pt2`` package (a zip with ``archive_format`` ``pt2`` and an ``aotinductor`` folder)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+            fmt = next((n for n in names if n.endswith("/archive_format") or n == "archive_format"), None)
+            return fmt is not None and archive.read(fmt).strip() == b"pt2" and any("/aotinductor/" in n for n in names)
+    except (zipfile.BadZipFile, OSError):
+        return False
+
+
+def _worst(*diffs: dict[str, float]) -> dict[str, float]:
+    return {k: max(d[k] for d in diffs) for k in diffs[0]}
+
+
+def export_pt2(
+    loaded: LoadedModel,
+    out_path: str | os.PathLike[str],
+    imgsz: int | None = None,
+    baseline: BaselineArg = None,
+    check_images: Sequence[np.ndarray] | None = None,
+    layers: Sequence[str] = DEFAULT_LAYERS,
+) -> dict[str, Any]:
+    """Export ``loaded`` as an AOTInductor ``.pt2`` package (float32, dynamic batch) with ``meta.json``, checked and
+    written atomically.
+
+    Compiled for CUDA when it is available, else for the CPU (meta ``"aoti_device"``; ``cpu_only`` for the CPU).
+    ``imgsz`` defaults to the training config's; ``baseline`` as for :func:`export_torchscript` (a file or dict,
+    default the checkpoint's; checked against the model before the export). Parity: the package bytes are loaded
+    back and compared with the unfused float32 eager model on ``check_images`` (default: two synthetic boards, see
+    :func:`parity_inputs`), as a batch and the first image alone (the batch is dynamic): within ``FP32_TOLERANCE`` of
+    the unfused float32 eager model (``report["parity"]``, as every export), and boxes, scores and stats within
+    :data:`PT2_TOLERANCE` of the eager :class:`DeployModel` that was exported (``report["parity_exported"]``). Returns a
+    report with the meta, both parity diffs, file size, path, device, compile seconds and ``baseline_source``; raises
+    :class:`ExportError` on a failed check.
+    """
+    imgsz = int(imgsz or loaded.config.data.imgsz)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    deploy = DeployModel(loaded.model, imgsz, layers).float().to(device)
+    embedded, baseline_source = export_baseline(loaded, baseline, deploy.layer_names, imgsz)
+    optimize = {"applied": False, "reason": "TorchScript only: AOTInductor compiles and fuses the graph itself"}
+    meta = checkpoint_meta(loaded, deploy, embedded, optimize=optimize, cpu_only=device.type == "cpu")
+    meta["aoti_device"] = device.type
+    start = time.perf_counter()
+    data = compile_package(export_program(deploy, device), meta)
+    seconds = time.perf_counter() - start
+
+    x = parity_inputs(imgsz, check_images, channels=deploy.in_channels)
+    want = reference_outputs(loaded, imgsz, deploy.layer_names, x)
+    with torch.no_grad():
+        exported = [t.cpu() for t in deploy(x.to(device))]
+    with tempfile.TemporaryDirectory() as tmp:
+        staged = Path(tmp) / "check.pt2"
+        staged.write_bytes(data)
+        model, restored_meta = load_pt2(staged, device)
+        if json.loads(restored_meta or "null") != meta:
+            raise ExportError("meta.json did not round-trip through the .pt2 package")
+        with torch.no_grad():
+            got = [t.cpu() for t in model(x.to(device))]
+            single = [t.cpu() for t in model(x[:1].to(device))]
+    diffs = _worst(max_diffs(got, want), max_diffs(single, [t[:1] for t in want]))
+    check_parity(diffs, False, ".pt2")
+    exported_diffs = _worst(max_diffs(got, exported), max_diffs(single, [t[:1] for t in exported]))
+    failed = {k: exported_diffs[k] for k in ("boxes", "scores", "stats") if not exported_diffs[k] <= PT2_TOLERANCE}
+    if failed:
+        raise ExportError(f".pt2 parity check failed: max abs diff from the exported eager model {failed} exceeds {PT2_TOLERANCE}")
+
+    out_path = Path(out_path)
+    atomic_write_bytes(out_path, data)
+    log.debug(
+        ".pt2 parity on %d images: max abs diff boxes %.3g, scores %.3g, stats %.3g",
+        len(x),
+        diffs["boxes"],
+        diffs["scores"],
+        diffs["stats"],
+    )
+    return {
+        "path": str(out_path),
+        "bytes": len(data),
+        "device": str(device),
+        "compile_s": round(seconds, 1),
+        "parity": diffs,
+        "parity_exported": exported_diffs,
+        "parity_images": len(x),
+        "meta": meta,
+        "baseline_source": baseline_source,
+    }

@@ -1,0 +1,151 @@
+"""Exported artifacts read into a model callable and their ``meta.json``: TorchScript, AOTInductor ``.pt2``, ONNX
+(float32, and the int8 ``export --int8`` writes).
+
+Every loader returns ``(model, meta text, device)``: ``model(x)`` takes ``[B, C, S, S]`` (meta ``channels`` and
+``imgsz``; float32, or float16 for a ``--half`` TorchScript) on ``device`` and returns ``(pred float32 [B, A, 4 + C],
+stats float32 [B, L, 2])`` (a tuple or list), whatever the kind. :class:`~defect_detector.inspect.runtime.Runtime`
+checks the meta (``export/meta.py``) and the outputs the same way for all of them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from defect_detector.export import META_FILE, quiet_jit
+from defect_detector.export.onnx import onnx_meta_path
+from defect_detector.export.pt2 import is_pt2_package, load_pt2, read_pt2_meta
+from defect_detector.model.checkpoint import is_torchscript_archive
+
+log = logging.getLogger("defect_detector.inspect")
+
+ONNX_SUFFIX = ".onnx"
+
+
+def artifact_kind(path: str | os.PathLike[str]) -> str:
+    """What ``path`` holds: ``"pt2"`` (AOTInductor package), ``"onnx"`` (by its ``.onnx`` suffix: ONNX files carry no
+    magic number), ``"torchscript"`` (a ``torch.jit.save`` archive) or ``"checkpoint"`` (anything else: a training
+    checkpoint, or a file that ``load_checkpoint`` will refuse with one line)."""
+    if Path(path).suffix.lower() == ONNX_SUFFIX:
+        return "onnx"
+    if is_pt2_package(path):
+        return "pt2"
+    if is_torchscript_archive(path):
+        return "torchscript"
+    return "checkpoint"
+
+
+def archive_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The ``meta.json`` of a TorchScript archive read straight from the zip (no model load); ``{}`` when absent or unreadable."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            name = next((n for n in archive.namelist() if n.endswith(f"/extra/{META_FILE}")), None)
+            meta = json.loads(archive.read(name)) if name else {}
+            return meta if isinstance(meta, dict) else {}
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return {}
+
+
+def cpu_fallback(path: Path, device: torch.device, explicit_device: bool, why: str, fix: str) -> torch.device:
+    """The device a CPU-only artifact runs on: the CPU. ``ValueError`` when another device was asked for explicitly,
+    else a warning that names ``why`` it is CPU-only and the ``fix``."""
+    if device.type == "cpu":
+        return device
+    if explicit_device:
+        raise ValueError(f"{path}: {why}; {fix} to run on {device}")
+    log.warning("%s: %s, running on the CPU; %s for %s", path, why, fix, device)
+    return torch.device("cpu")
+
+
+def read_torchscript(path: Path, device: torch.device, explicit_device: bool) -> tuple[torch.jit.ScriptModule, str, torch.device]:
+    """``torch.jit.load`` onto ``device`` (the CPU for a ``cpu_only`` export) with its ``meta.json`` text.
+
+    torch 2.14 marks ``torch.jit.load`` deprecated with a FutureWarning on every call; it is filtered here
+    (:func:`quiet_jit`) on purpose: TorchScript is the artifact for Jetson and older torch, and ``.pt2`` the default
+    export for a recent one. ``ValueError`` naming ``path`` when the archive or its meta is missing."""
+    if archive_meta(path).get("cpu_only"):
+        device = cpu_fallback(
+            path, device, explicit_device, "exported with CPU-only (oneDNN) kernels", "export with --portable (or --half)"
+        )
+    extra = {META_FILE: ""}
+    try:
+        with quiet_jit():
+            module = torch.jit.load(str(path), map_location=device, _extra_files=extra)
+    except RuntimeError as exc:
+        raise ValueError(f"{path}: not a loadable TorchScript archive: {exc}") from exc
+    if not extra[META_FILE]:
+        raise ValueError(f"{path}: TorchScript archive without {META_FILE}; export it with `defect-detector export`")
+    module.eval()
+    return module, extra[META_FILE], device
+
+
+def read_pt2(path: Path, device: torch.device, explicit_device: bool) -> tuple[Any, str, torch.device]:
+    """``aoti_load_package`` of an AOTInductor ``.pt2`` on the device kind it was compiled for (AOTInductor metadata
+    ``AOTI_DEVICE_KEY``), with its ``meta.json`` text. ``ValueError`` naming ``path`` for a package without
+    ``meta.json``, one compiled for CUDA on a machine without it, or one this torch cannot load."""
+    meta, aoti = read_pt2_meta(path)
+    compiled_for = aoti.get("AOTI_DEVICE_KEY", meta.get("aoti_device", "cpu"))
+    if compiled_for == "cpu":
+        device = cpu_fallback(path, device, explicit_device, "compiled for the CPU", "export it again on a CUDA machine")
+    elif not torch.cuda.is_available():
+        raise ValueError(f"{path}: compiled for {compiled_for}, which this machine lacks; export it again here (or --format torchscript)")
+    elif device.type != "cuda":
+        device = torch.device("cuda")
+    model, text = load_pt2(path, device)
+    if not text:
+        raise ValueError(f"{path}: .pt2 package without {META_FILE}; export it with `defect-detector export --format pt2`")
+    return model, text, device
+
+
+class OnnxModel:
+    """An ONNX Runtime session as a model callable: ``x`` ``[B, C, S, S]`` (any device) -> ``(pred, stats)`` float32 CPU tensors."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.input_name = session.get_inputs()[0].name
+        self.output_names = [o.name for o in session.get_outputs()]
+
+    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        feed = {self.input_name: x.detach().to("cpu", torch.float32).contiguous().numpy()}
+        return tuple(torch.from_numpy(a) for a in self.session.run(self.output_names, feed))
+
+
+def read_onnx(path: Path, device: torch.device, explicit_device: bool, threads: int | None = None) -> tuple[OnnxModel, str, torch.device]:
+    """An ONNX Runtime CPU session of the ONNX model at ``path`` (float32 or int8 QDQ) with its ``meta.json`` text: the
+    model's ``metadata_props["meta.json"]``, else the ``<name>.meta.json`` beside it. ``threads``: ONNX Runtime's
+    intra-op threads (None: torch's current thread count, which ``Runtime.load(threads=)`` sets). ``ValueError``
+    naming ``path`` without onnxruntime, for a file it cannot load, or without meta."""
+    try:
+        import onnxruntime as ort
+    except ImportError as exc:
+        raise ValueError(f"{path}: running ONNX models needs onnxruntime (pip install '.[onnx]')") from exc
+    device = cpu_fallback(
+        path, device, explicit_device, "ONNX models run on ONNX Runtime's CPU provider here", "use a .pt2 or TorchScript export"
+    )
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = int(threads or torch.get_num_threads())
+    options.inter_op_num_threads = 1
+    # Threads that spin between calls would take the cores from frame decoding and from everything else on a line PC
+    # (and, in an interleaved benchmark, from the candidate timed next): park them instead.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.log_severity_level = 3  # errors only
+    try:
+        session = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises its own exception types (Fail, InvalidProtobuf, NoSuchFile, ...)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"{path}: not a loadable ONNX model: {first}") from exc
+    text = session.get_modelmeta().custom_metadata_map.get(META_FILE, "")
+    sidecar = onnx_meta_path(path)
+    if not text and sidecar.is_file():
+        text = sidecar.read_text(encoding="utf-8")
+    if not text:
+        raise ValueError(
+            f"{path}: ONNX model without {META_FILE} (embedded or {sidecar.name} beside it); export it with `defect-detector export`"
+        )
+    return OnnxModel(session), text, device

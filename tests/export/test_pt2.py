@@ -1,0 +1,125 @@
+""".pt2 export (torch.export + AOTInductor): parity with eager, dynamic batch, meta.json inside, the runtime and CLI.
+
+The package is compiled once per session (``small_pt2`` in conftest.py); every test here reads it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from pipeline_helpers import detect
+
+from defect_detector.cli import export as cli_export
+from defect_detector.cli.errors import CliError
+from defect_detector.cli.main import main
+from defect_detector.data.synth import generate_board
+from defect_detector.export import GOLDEN_CHECK, PT2_TOLERANCE, parity_inputs, reference_outputs
+from defect_detector.export.pt2 import is_pt2_package, load_pt2, read_pt2_meta
+from defect_detector.inspect.artifacts import artifact_kind
+from defect_detector.inspect.runtime import Runtime
+from defect_detector.model.checkpoint import load_checkpoint
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_pt2_export_matches_eager_within_1e4(small_pt2: dict) -> None:
+    report = small_pt2["report"]
+    exported = report["parity_exported"]  # against the eager deploy model that torch.export captured
+    assert exported["boxes"] <= PT2_TOLERANCE and exported["scores"] <= PT2_TOLERANCE and exported["stats"] <= PT2_TOLERANCE
+    assert report["parity"]["boxes"] <= PT2_TOLERANCE and report["parity"]["scores"] <= PT2_TOLERANCE  # and the unfused model
+    assert report["parity"]["stats"] <= 1e-4 and report["parity_images"] == 2
+    meta = report["meta"]
+    assert meta["aoti_device"] == "cpu" and meta["cpu_only"] is True and meta["golden_check"] is None
+    assert meta["operating_point"] == {"conf": 0.25, "iou": 0.5} and meta["baseline"]["layer_names"] == meta["layers"]
+
+
+def test_pt2_batch_is_dynamic_and_stats_survive_export(small_pt2: dict) -> None:
+    loaded = load_checkpoint(small_pt2["checkpoint"])
+    meta = small_pt2["report"]["meta"]
+    model, text = load_pt2(small_pt2["path"])
+    assert json.loads(text) == meta
+    rng = np.random.default_rng(3)
+    boards = [generate_board(240, 320, rng)[0] for _ in range(3)]
+    x = parity_inputs(meta["imgsz"], boards)  # 3 frames: the export traced 2 and checked 2 and 1
+    want = reference_outputs(loaded, meta["imgsz"], meta["layers"], x)
+    with torch.no_grad():
+        got = model(x)
+    assert got[0].shape == want[0].shape and got[1].shape == (3, len(meta["layers"]), 2) and len(meta["layers"]) > 0
+    assert float((got[0][..., :4] - want[0][..., :4]).abs().max()) <= PT2_TOLERANCE  # boxes, px
+    assert float((got[0][..., 4:] - want[0][..., 4:]).abs().max()) <= PT2_TOLERANCE  # scores
+    assert torch.allclose(got[1], want[1], atol=1e-4)  # the hooks' statistics are in the exported graph
+
+
+def test_pt2_package_is_recognised_without_loading(small_pt2: dict, tmp_path: Path) -> None:
+    meta, aoti = read_pt2_meta(small_pt2["path"])
+    assert meta == small_pt2["report"]["meta"] and aoti["AOTI_DEVICE_KEY"] == "cpu"
+    assert is_pt2_package(small_pt2["path"]) and not is_pt2_package(small_pt2["checkpoint"])
+    assert artifact_kind(small_pt2["path"]) == "pt2" and artifact_kind(small_pt2["checkpoint"]) == "checkpoint"
+    broken = tmp_path / "broken.pt2"
+    broken.write_bytes(b"not a zip")
+    assert artifact_kind(broken) == "checkpoint" and read_pt2_meta(broken) == ({}, {})
+    with pytest.raises(ValueError, match="broken.pt2"):
+        Runtime.load(broken)  # one line naming the file (load_checkpoint's refusal)
+
+
+def test_runtime_runs_the_pt2_like_the_checkpoint(small_pt2: dict) -> None:
+    runtime = Runtime.load(small_pt2["path"], device="cpu")
+    assert runtime.kind == "pt2" and runtime.imgsz == 320 and runtime.meta["baseline"] is not None
+    eager = Runtime.load(small_pt2["checkpoint"], device="cpu", trace=False)
+    board = generate_board(480, 640, np.random.default_rng(5))[0]
+    got, want = detect(runtime, [board])[0], detect(eager, [board])[0]
+    assert len(got) == len(want) > 0
+    torch.testing.assert_close(got.boxes, want.boxes, atol=1e-3, rtol=0)
+    torch.testing.assert_close(got.scores, want.scores, atol=1e-4, rtol=0)
+    torch.testing.assert_close(got.stats, want.stats, atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="compiled for the CPU"):  # an explicit CUDA request is refused before loading
+        Runtime._load_artifact(small_pt2["path"], "pt2", torch.device("cuda"), "auto", explicit_device=True)
+    assert Runtime._load_artifact(small_pt2["path"], "pt2", torch.device("cuda"), "auto", explicit_device=False).device.type == "cpu"
+    with pytest.raises(ValueError, match="float32"):
+        Runtime.load(small_pt2["path"], device="cpu", half=True)
+
+
+def test_predict_and_val_take_a_pt2(small_pt2: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    board = generate_board(480, 640, np.random.default_rng(5))[0]
+    assert cv2.imwrite(str(tmp_path / "board.png"), board)
+    out = tmp_path / "pred.json"
+    args = ["predict", str(tmp_path / "board.png"), "--weights", str(small_pt2["path"]), "--save-json", str(out), "--threads", "1"]
+    assert main(args) == 0
+    printed = capsys.readouterr()
+    assert "(pt2, cpu" in printed.out and "FutureWarning" not in printed.err
+    assert isinstance(json.loads(out.read_text()), list)
+
+
+def _args(**given: object) -> argparse.Namespace:
+    base = {"format": None, "out": None, "half": False, "portable": False, "triton": None, "int8": False, "data": None}
+    return argparse.Namespace(**{**base, **given})
+
+
+def test_export_format_defaults_to_pt2_where_it_can_be_built(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr("defect_detector.export.pt2.pt2_unavailable_reason", lambda: None)
+    assert cli_export.choose_format(_args()) == "pt2"
+    assert cli_export.choose_format(_args(out="m.torchscript.pt")) == "torchscript"  # the --out suffix names it
+    assert cli_export.choose_format(_args(out="m.onnx")) == "onnx"
+    assert cli_export.choose_format(_args(half=True)) == "torchscript"  # Jetson: float16 TorchScript
+    assert cli_export.choose_format(_args(triton="repo")) == "torchscript"
+    assert cli_export.choose_format(_args(int8=True, data="train.json")) == "onnx"
+    monkeypatch.setattr("defect_detector.export.pt2.pt2_unavailable_reason", lambda: "torch 2.5 is older than 2.6")
+    assert cli_export.choose_format(_args()) == "torchscript"  # older torch (JetPack): TorchScript, said on stdout
+    assert "torch 2.5" in capsys.readouterr().out
+    for bad in (_args(int8=True), _args(int8=True, data="t.json", format="pt2"), _args(data="t.json"), _args(format="pt2", half=True)):
+        with pytest.raises(CliError):
+            cli_export.choose_format(bad)
+
+
+def test_golden_check_is_in_a_reference_models_meta() -> None:
+    from defect_detector.core.constants import DEEPPCB_CLASSES
+    from defect_detector.export import build_meta
+
+    assert build_meta(DEEPPCB_CLASSES, 64, (8, 16, 32), (), channels=2)["golden_check"] == GOLDEN_CHECK
+    assert build_meta(DEEPPCB_CLASSES, 64, (8, 16, 32), (), channels=1)["golden_check"] is None
