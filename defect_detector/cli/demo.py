@@ -72,7 +72,8 @@ def run_demo(out_dir: str | Path = "out/demo", samples: str | Path = SAMPLES, th
     print("  export for Jetson/CUDA    defect-detector export --half --out model.torchscript.pt   (see deploy/JETSON.md)")
     print("  golden-template line      defect-detector predict frames/ --reference golden.png   (docs/golden.md: capturing a golden image)")
     print("  watch a camera            defect-detector predict rtsp://camera/stream --alerts alerts.jsonl --metrics-port 9100")
-    print(f"  review the calls          defect-detector predict {boards} --db {out / 'station.db'} && defect-detector station --db {out / 'station.db'}")
+    db = out / "station.db"
+    print(f"  review the calls          defect-detector predict {boards} --db {db} && defect-detector station --db {db}")
     return {"predict": summaries, "samples_metrics": metrics, "golden_metrics": golden_metrics, "events": events}
 
 
