@@ -80,11 +80,8 @@ def run(args: argparse.Namespace) -> None:
 
 
 def _predict(args: argparse.Namespace, stop: StopSignals) -> None:
-    from defect_detector.core.config import EvalConfig
-    from defect_detector.core.errors import Stopped
     from defect_detector.inspect.inspector import Inspector
     from defect_detector.inspect.run_summary import summary_line
-    from defect_detector.model.tta import orientations
 
     inspector = Inspector.load(
         args.weights,
@@ -106,19 +103,7 @@ def _predict(args: argparse.Namespace, stop: StopSignals) -> None:
         db=args.db,
     )
     with inspector:
-        runtime = inspector.runtime
-        what = "golden-template model (image + reference)" if runtime.channels == 2 else "single-image model"
-        n = len(orientations(runtime.tta))
-        passes = f"{n} model passes per frame (test-time augmentation {runtime.tta})" if n > 1 else "one model pass per frame"
-        drift = "on (baseline from " + ("--baseline" if args.baseline else "the weights") + ")" if inspector.monitoring else "off"
-        print(f"model: {runtime.path.name} ({runtime.kind}, {runtime.device}, {what}); {passes}; drift monitoring {drift}")
-        conf = inspector.pipeline.conf
-        print(f"operating point: score >= {conf:g}, NMS IoU {inspector.pipeline.iou:g}" + (" (the weights')" if args.conf is None else ""))
-        if args.save_json and conf > EvalConfig.conf:  # the score threshold val uses for mAP
-            print(
-                f"note: --save-json keeps detections scoring >= {conf:g}; "
-                f"to score mAP (pycocotools) keep the whole ranking: --conf {EvalConfig.conf}"
-            )
+        _print_setup(inspector, args)
         summary = inspector.run(
             args.source,
             args.batch,
@@ -140,6 +125,32 @@ def _predict(args: argparse.Namespace, stop: StopSignals) -> None:
         print(f"drift events: {args.alerts}")
     if args.db:
         print(f"station database: {args.db} (serve it: defect-detector station --db {args.db})")
+    _raise_for(summary, args)
+
+
+def _print_setup(inspector: Any, args: argparse.Namespace) -> None:
+    """What the run will do: the model, its passes, drift monitoring and the operating point."""
+    from defect_detector.core.config import EvalConfig
+    from defect_detector.model.tta import orientations
+
+    runtime = inspector.runtime
+    what = "golden-template model (image + reference)" if runtime.channels == 2 else "single-image model"
+    n = len(orientations(runtime.tta))
+    passes = f"{n} model passes per frame (test-time augmentation {runtime.tta})" if n > 1 else "one model pass per frame"
+    drift = "on (baseline from " + ("--baseline" if args.baseline else "the weights") + ")" if inspector.monitoring else "off"
+    print(f"model: {runtime.path.name} ({runtime.kind}, {runtime.device}, {what}); {passes}; drift monitoring {drift}")
+    conf = inspector.pipeline.conf
+    print(f"operating point: score >= {conf:g}, NMS IoU {inspector.pipeline.iou:g}" + (" (the weights')" if args.conf is None else ""))
+    if args.save_json and conf > EvalConfig.conf:  # the score threshold val uses for mAP
+        print(f"note: --save-json keeps detections scoring >= {conf:g}; to score mAP (pycocotools) keep the whole ranking: ", end="")
+        print(f"--conf {EvalConfig.conf}")
+
+
+def _raise_for(summary: dict[str, Any], args: argparse.Namespace) -> None:
+    """The run's exit, after its outputs are written: the signal that stopped it, a stream given up or a truncated video
+    (exit 2), or frames not inspected (exit 3 unless ``--allow-skips``)."""
+    from defect_detector.core.errors import Stopped
+
     if summary["signal"] is not None:
         raise Stopped(getattr(signal, summary["signal"]), summary["signal"])
     if summary["gave_up"]:

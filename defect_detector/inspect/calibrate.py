@@ -108,7 +108,7 @@ def fault_statistics(pipeline: Pipeline, pairs: list[Pair], batch: int, progress
     return faults
 
 
-def run_calibrate(
+def run_calibrate(  # noqa: PLR0913 - the Python twin of calibrate's flags, one keyword each
     weights: str | os.PathLike[str] | None,
     data_json: str | os.PathLike[str] | None,
     images_root: str | os.PathLike[str] | None,

@@ -43,7 +43,7 @@ from defect_detector.inspect.references import ReferenceError, References
 from defect_detector.inspect.run_guard import RunGuard, check_database
 from defect_detector.inspect.run_summary import Tally
 from defect_detector.inspect.runtime import Runtime
-from defect_detector.inspect.sources import Frame, open_source
+from defect_detector.inspect.sources import Frame, FrameSource, open_source
 from defect_detector.inspect.stop_signals import StopSignals, until_stopped
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
 from defect_detector.monitor.alerts import AlertRouter
@@ -51,7 +51,6 @@ from defect_detector.monitor.drift import DriftEvent
 from defect_detector.monitor.setup import build_monitoring
 
 log = logging.getLogger("defect_detector.inspect")
-
 
 
 @dataclass
@@ -116,7 +115,7 @@ class Inspector:
         return self.pipeline.references
 
     @classmethod
-    def load(
+    def load(  # noqa: PLR0913 - the Python twin of predict's flags, one keyword each
         cls,
         weights: str | Path | None = None,
         reference: str | Path | None = None,
@@ -170,16 +169,21 @@ class Inspector:
                 router.close()
             raise
         inspector.autothreads = AdaptiveThreads.for_device(runtime.device) if adaptive else None  # follows the machine
-        if db is not None:  # station recording
-            from defect_detector.station.recorder import Recorder
-
-            try:
-                check_database(db)  # a read-only folder fails now, not as frames "unrecorded" at the end
-                inspector.recorder = Recorder(db, conf=pipeline.conf, classes=runtime.class_names)
-            except ValueError:
-                inspector.close()
-                raise
+        if db is not None:
+            inspector._record_into(db)
         return inspector
+
+    def _record_into(self, db: str) -> None:
+        """Station recording: every frame from now on goes to a :class:`~defect_detector.station.recorder.Recorder` on
+        ``db``; a database that cannot be written fails now (the inspector is closed), not as frames "unrecorded"."""
+        from defect_detector.station.recorder import Recorder
+
+        try:
+            check_database(db)
+            self.recorder = Recorder(db, conf=self.pipeline.conf, classes=self.runtime.class_names)
+        except ValueError:
+            self.close()
+            raise
 
     @property
     def monitoring(self) -> bool:
@@ -279,7 +283,7 @@ class Inspector:
         self.router.emit(event)
         return event
 
-    def run(
+    def run(  # noqa: PLR0913 - the Python twin of predict's run flags, one keyword each
         self,
         source: str,
         batch: int = 1,
@@ -316,11 +320,33 @@ class Inspector:
             guard.release()
             raise
         tally = Tally()
-        interrupted, stopped_by = False, None
-        bar = tqdm(total=frames.total if max_frames is None else max_frames, unit="frame", file=sys.stderr, disable=None, leave=False)
+        try:
+            chunks = _batches(until_stopped(iter(frames), stop), 1 if frames.is_stream else batch, max_frames)
+            stopped_by = self._consume(frames, chunks, outputs, tally, frames.total if max_frames is None else max_frames, on_result)
+        finally:
+            guard.release()
+        summary = tally.summary(source, frames, self, outputs.written, stopped_by is not None)
+        summary.update(signal=stopped_by, recovered=guard.recovered, ended_early=frames.stats.ended_early)
+        summary.update(expected_frames=frames.stats.expected_frames, alerts_undelivered=self._undelivered())
+        return summary
+
+    def _consume(
+        self,
+        frames: FrameSource,
+        chunks: Iterator[list[Frame]],
+        outputs: Outputs,
+        tally: Tally,
+        total: int | None,
+        on_result: Callable[[Inspection], None] | None,
+    ) -> str | None:
+        """Inspect ``chunks`` of ``frames`` into ``outputs`` and ``tally`` (a progress bar of ``total``), then finish the
+        outputs; returns the signal that stopped the run (``SIGINT`` for Ctrl-C), None when the source ended. Any other
+        error discards the unfinished outputs and is raised."""
+        stopped_by = None
+        bar = tqdm(total=total, unit="frame", file=sys.stderr, disable=None, leave=False)
         try:
             with frames:
-                for chunk in _batches(until_stopped(iter(frames), stop), 1 if frames.is_stream else batch, max_frames):
+                for chunk in chunks:
                     for inspection in self.inspect_frames(chunk):
                         outputs.add(inspection)
                         tally.add(inspection)
@@ -329,21 +355,15 @@ class Inspector:
                     bar.update(len(chunk))
                     bar.set_postfix_str(tally.status(bar.n), refresh=False)
         except KeyboardInterrupt as exc:  # Ctrl-C, or a stop signal (core.errors.Stopped)
-            interrupted, stopped_by = True, getattr(exc, "name", "SIGINT")
+            stopped_by = getattr(exc, "name", "SIGINT")
             log.warning("%s: writing the outputs of the frames processed so far", stopped_by)
         except BaseException:
             outputs.discard()  # a failed run keeps the outputs of an earlier one
             raise
         finally:
             bar.close()
-            try:
-                written = outputs.close()
-            finally:
-                guard.release()
-        summary = tally.summary(source, frames, self, written, interrupted)
-        summary.update(signal=stopped_by, recovered=guard.recovered, ended_early=frames.stats.ended_early)
-        summary.update(expected_frames=frames.stats.expected_frames, alerts_undelivered=self._undelivered())
-        return summary
+            outputs.close()
+        return stopped_by
 
     def _undelivered(self) -> int:
         """Alerts a sink failed to deliver so far (a webhook that fails or hangs, a full queue; see ``AlertRouter``)."""

@@ -94,6 +94,7 @@ class Outputs:
         self.report = Path(report) if report else None
         self.json_layout = json_layout
         self.records: list[dict[str, Any]] = []
+        self.written: dict[str, str] = {}  # what close() wrote, by kind
         self.jsonl: TextIO | None = None
         self.jsonl_path: Path | None = None
         self.jsonl_tmp: Path | None = None
@@ -194,6 +195,7 @@ class Outputs:
         self.closed = True
         if self.save_dir is not None and "video" not in written:
             written["images"] = str(self.save_dir)
+        self.written = written
         return written
 
     def discard(self) -> None:
