@@ -25,35 +25,25 @@ the model's one-pass TorchScript latency in the same rounds.
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import platform
-import statistics
-import tempfile
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import cv2
-import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from benchmarks.bench_stages import bench_pipeline, bench_registration, bench_tta, cpu_artifact
+from benchmarks.timing import measure_interleaved, paired_ratio
 from defect_detector.core.config import load_config
-from defect_detector.core.constants import DEFAULT_LAYERS, PAD_VALUE
+from defect_detector.core.constants import DEFAULT_LAYERS
 from defect_detector.core.io import atomic_write_json
-from defect_detector.data.register import RegisterConfig, Registrar, register
-from defect_detector.data.synth import generate_board, generate_board_pair
-from defect_detector.export import DeployModel, artifact_bytes, checkpoint_meta, model_channels, quiet_jit, trace_deploy_model
+from defect_detector.export import DeployModel, model_channels, quiet_jit
 from defect_detector.export.onednn import onednn_available
-from defect_detector.inspect.pipeline import Pipeline
-from defect_detector.inspect.runtime import Runtime
 from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, LoadedModel, load_checkpoint
 from defect_detector.model.detector import build_model
-from defect_detector.model.postprocess import decode
 from defect_detector.model.summary import count_flops
-from defect_detector.model.tta import TTA_MODES
 
 TARGETS = {
     "yolo_ratio_max": 0.25,
@@ -73,46 +63,6 @@ def load_bench_model(weights: str | os.PathLike[str] | None, config: str | os.Pa
     cfg = load_config(config)
     model = build_model(cfg.model, len(cfg.data.class_names)).eval()
     return LoadedModel(model, cfg, tuple(cfg.data.class_names), {}, Path(config)), f"random init of {config} (bundled weights not found)"
-
-
-def measure_interleaved(
-    candidates: dict[str, Callable[[], Any]], iters: int, warmup: int = 2, raw: dict[str, list[float]] | None = None
-) -> dict[str, dict[str, float]]:
-    """Time each callable ``iters`` times, one call of each per round; ``{name: {"median_ms", "p90_ms", "min_ms"}}``.
-    ``raw``, when given, receives every call's time in ms, in round order, per name."""
-    for fn in candidates.values():
-        for _ in range(warmup):
-            fn()
-    times: dict[str, list[float]] = {name: [] for name in candidates}
-    for _ in range(iters):
-        for name, fn in candidates.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append((time.perf_counter() - start) * 1000.0)
-    if raw is not None:
-        raw.update(times)
-    return {name: _summary(values) for name, values in times.items()}
-
-
-def paired_ratio(times: list[float], reference: list[float]) -> float:
-    """Median over rounds of ``times[i] / reference[i]`` (two candidates timed in the same rounds): unlike a
-    ratio of medians, it cancels the machine speeding up or slowing down between rounds."""
-    return statistics.median(a / b for a, b in zip(times, reference))
-
-
-def _summary(values: Sequence[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    p90 = ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
-    return {"median_ms": round(statistics.median(ordered), 3), "p90_ms": round(p90, 3), "min_ms": round(ordered[0], 3), "n": len(ordered)}
-
-
-def _artifact(loaded: LoadedModel, imgsz: int, layers: Sequence[str], cpu_fusion: bool) -> torch.jit.ScriptModule:
-    """The TorchScript artifact as ``export`` writes it on the CPU (without the parity run), loaded back from bytes."""
-    deploy = DeployModel(loaded.model, imgsz, layers, cpu_fusion=cpu_fusion).float().cpu()
-    meta = checkpoint_meta(loaded, deploy, cpu_only=cpu_fusion)
-    data = artifact_bytes(trace_deploy_model(deploy), meta)
-    with quiet_jit():
-        return torch.jit.load(io.BytesIO(data), map_location="cpu")
 
 
 def build_yolov8n(imgsz: int, channels_last: bool = False) -> tuple[torch.jit.ScriptModule, int] | None:
@@ -139,6 +89,29 @@ def build_yolov8n(imgsz: int, channels_last: bool = False) -> tuple[torch.jit.Sc
     return traced, int(counter.get_total_flops())
 
 
+def _add_yolov8n(models: dict[str, torch.nn.Module], imgsz: int) -> dict[str, Any]:
+    """Add the traced YOLOv8n (and its channels-last twin) to ``models`` when ultralytics is installed; its info."""
+    built = build_yolov8n(imgsz)
+    if built is None:
+        return {"available": False, "reason": "ultralytics is not installed"}
+    models["yolov8n"], yolo_flops = built
+    models["yolov8n_channels_last"] = build_yolov8n(imgsz, channels_last=True)[0]
+    return {"available": True, "gflops": yolo_flops / 1e9, "source": "ultralytics yolov8n.yaml, random init, fused, traced"}
+
+
+def _add_paired_ratios(timings: dict[str, dict[str, Any]], raw: dict[str, list[float]]) -> None:
+    """Add the paired ratios to ``timings``: each ``*_stats`` against its ``*_nostats``, and ``torchscript_stats`` against the
+    portable graph and YOLOv8n where they ran (``raw``: per-call times by candidate)."""
+    for kind in ("eager", "torchscript"):
+        timings[f"{kind}_stats"]["paired_vs_nostats"] = round(paired_ratio(raw[f"{kind}_stats"], raw[f"{kind}_nostats"]), 4)
+    if "torchscript_portable" in raw:
+        fusion_ratio = paired_ratio(raw["torchscript_stats"], raw["torchscript_portable"])
+        timings["torchscript_stats"]["paired_vs_portable"] = round(fusion_ratio, 4)
+    for name in ("yolov8n", "yolov8n_channels_last"):
+        if name in raw:
+            timings["torchscript_stats"][f"paired_vs_{name}"] = round(paired_ratio(raw["torchscript_stats"], raw[name]), 4)
+
+
 def bench_models(
     loaded: LoadedModel, imgsz: int, batches: Sequence[int], threads: Sequence[int], iters: int, yolo: bool
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -151,20 +124,12 @@ def bench_models(
         "eager_model": loaded.model.eval(),
         "eager_stats": DeployModel(loaded.model, imgsz, DEFAULT_LAYERS),
         "eager_nostats": DeployModel(loaded.model, imgsz, ()),
-        "torchscript_stats": _artifact(loaded, imgsz, DEFAULT_LAYERS, fusion),
-        "torchscript_nostats": _artifact(loaded, imgsz, (), fusion),
+        "torchscript_stats": cpu_artifact(loaded, imgsz, DEFAULT_LAYERS, fusion),
+        "torchscript_nostats": cpu_artifact(loaded, imgsz, (), fusion),
     }
     if fusion:
-        models["torchscript_portable"] = _artifact(loaded, imgsz, DEFAULT_LAYERS, False)
-    yolo_info: dict[str, Any] = {"available": False}
-    if yolo:
-        built = build_yolov8n(imgsz)
-        if built is not None:
-            models["yolov8n"], yolo_flops = built
-            models["yolov8n_channels_last"] = build_yolov8n(imgsz, channels_last=True)[0]
-            yolo_info = {"available": True, "gflops": yolo_flops / 1e9, "source": "ultralytics yolov8n.yaml, random init, fused, traced"}
-        else:
-            yolo_info["reason"] = "ultralytics is not installed"
+        models["torchscript_portable"] = cpu_artifact(loaded, imgsz, DEFAULT_LAYERS, False)
+    yolo_info = _add_yolov8n(models, imgsz) if yolo else {"available": False}
     channels = model_channels(loaded.model)
     rows = []
     for n_threads in threads:
@@ -183,14 +148,7 @@ def bench_models(
             raw: dict[str, list[float]] = {}
             with torch.inference_mode():
                 timings = measure_interleaved(candidates, n_iters, warmup=2 if batch == 1 else 1, raw=raw)
-            for kind in ("eager", "torchscript"):
-                timings[f"{kind}_stats"]["paired_vs_nostats"] = round(paired_ratio(raw[f"{kind}_stats"], raw[f"{kind}_nostats"]), 4)
-            if "torchscript_portable" in raw:
-                fusion_ratio = paired_ratio(raw["torchscript_stats"], raw["torchscript_portable"])
-                timings["torchscript_stats"]["paired_vs_portable"] = round(fusion_ratio, 4)
-            for name in ("yolov8n", "yolov8n_channels_last"):
-                if name in raw:
-                    timings["torchscript_stats"][f"paired_vs_{name}"] = round(paired_ratio(raw["torchscript_stats"], raw[name]), 4)
+            _add_paired_ratios(timings, raw)
             for name, t in timings.items():
                 model_flops = yolo_info.get("gflops", 0.0) * 1e9 if name.startswith("yolo") else flops
                 rows.append(
@@ -206,129 +164,6 @@ def bench_models(
     return rows, yolo_info
 
 
-def _portable_runtime(loaded: LoadedModel, imgsz: int) -> tuple[Runtime, DeployModel]:
-    """A CPU :class:`Runtime` over a portable TorchScript artifact of ``loaded`` (traced via a temp file), and its eager wrapper."""
-    deploy = DeployModel(loaded.model, imgsz, DEFAULT_LAYERS).float().cpu()
-    meta = checkpoint_meta(loaded, deploy)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "bench.torchscript.pt"
-        path.write_bytes(artifact_bytes(trace_deploy_model(deploy), meta))
-        runtime = Runtime.load(path, device="cpu")
-    return runtime, deploy
-
-
-def bench_pipeline(
-    loaded: LoadedModel, imgsz: int, sizes: Sequence[tuple[int, int]], iters: int, conf: float = 0.25
-) -> list[dict[str, Any]]:
-    """Per-frame cost beyond the model: Runtime preprocess + postprocess medians (and decode) per frame size
-    ``(height, width)``; a reference model's preprocess includes letterboxing the (already aligned) reference."""
-    runtime, deploy = _portable_runtime(loaded, imgsz)
-    pipeline = Pipeline(runtime, conf=conf)
-    raw = torch.randn(1, int(deploy.points.shape[0]), 4 + deploy.num_classes)
-    rows = []
-    for height, width in sizes:
-        frame, references = _board_and_references(runtime.channels, height, width)
-        runtime.warmup()
-        pipeline.detect([frame], references)
-        stages: dict[str, list[float]] = {"preprocess": [], "model": [], "postprocess": []}
-        detections = []
-        for _ in range(iters):
-            result = pipeline.detect([frame], references)[0]
-            detections.append(len(result))
-            for stage in stages:
-                stages[stage].append(result.timings[stage])
-        with torch.inference_mode():
-            timed = measure_interleaved({"decode": lambda: decode(raw, deploy.points, deploy.anchor_strides)}, iters)
-        decode_ms = timed["decode"]["median_ms"]
-        medians = {stage: round(statistics.median(v), 3) for stage, v in stages.items()}
-        rows.append(
-            {
-                "frame": f"{width}x{height}",
-                **{f"{stage}_ms": v for stage, v in medians.items()},
-                "decode_ms": decode_ms,
-                "overhead_ms": round(medians["preprocess"] + medians["postprocess"], 3),
-                "overhead_with_decode_ms": round(medians["preprocess"] + medians["postprocess"] + decode_ms, 3),
-                "detections_median": statistics.median(detections),
-                "conf": conf,
-            }
-        )
-    return rows
-
-
-def _board_and_references(channels: int, height: int, width: int) -> tuple[np.ndarray, list[np.ndarray] | None]:
-    """A synthetic uint8 ``[height, width]`` board, and for a 2-channel model its defect-free template as the
-    (already aligned) reference of :meth:`Pipeline.detect`; None for a 1-channel model."""
-    if channels == 1:
-        return generate_board(height, width, np.random.default_rng(0))[0], None
-    image, template = generate_board_pair(height, width, np.random.default_rng(0))[:2]
-    return image, [template]
-
-
-def bench_tta(loaded: LoadedModel, imgsz: int, iters: int) -> dict[str, dict[str, float]]:
-    """Model time of one ``imgsz`` board frame through ``Runtime.infer`` in each test-time augmentation mode,
-    timed interleaved: ``{mode: {"median_ms", "min_ms", ..., "paired_vs_none"}}`` (median per-round ratio)."""
-    runtime, _ = _portable_runtime(loaded, imgsz)
-    frame, references = _board_and_references(runtime.channels, imgsz, imgsz)
-    batch = Pipeline(runtime).inputs([frame], references)[0]
-
-    def run(mode: str) -> None:
-        runtime.set_tta(mode)
-        runtime.infer(batch)
-
-    raw: dict[str, list[float]] = {}
-    timings = measure_interleaved({mode: lambda m=mode: run(m) for mode in TTA_MODES}, iters, raw=raw)
-    for mode in TTA_MODES:
-        timings[mode]["paired_vs_none"] = round(paired_ratio(raw[mode], raw["none"]), 3)
-    return timings
-
-
-REGISTRATION_MOTION = (0.6, 4.5, -3.2)  # degrees, dx, dy (px): how far the bench's golden board sits from the frame
-
-
-def registration_pair(size: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """``(frame, reference)``, both uint8 ``[size, size]``: a synthetic defective board, and its defect-free template
-    rotated and shifted by :data:`REGISTRATION_MOTION` (border 114), so registration has a real motion to find."""
-    image, template = generate_board_pair(size, size, np.random.default_rng(seed))[:2]
-    angle, dx, dy = REGISTRATION_MOTION
-    matrix = cv2.getRotationMatrix2D(((size - 1) / 2, (size - 1) / 2), angle, 1.0)
-    matrix[:, 2] += (dx, dy)
-    return image, cv2.warpAffine(template, matrix, (size, size), flags=cv2.INTER_LINEAR, borderValue=PAD_VALUE)
-
-
-def bench_registration(loaded: LoadedModel, imgsz: int, iters: int) -> dict[str, Any]:
-    """Registration cost at ``imgsz x imgsz`` frames against the model, timed interleaved in the same rounds.
-
-    Candidates: ``model`` (the TorchScript artifact as ``export`` writes it on this CPU, one pass of
-    ``[1, in_channels, imgsz, imgsz]``), ``register_full`` (:func:`register` per frame: reference prepared and
-    transform estimated every time), ``register_fixed`` (a :class:`Registrar` over one golden board with reuse
-    off: transform estimated every frame) and ``register_reuse`` (the Registrar's cached transform, scored and
-    kept). Returns the summaries, ``<candidate>_ratio`` (median per-round ratio to ``model``), the fraction of
-    reuse calls that really reused, and the registration's ``score`` / ``ok`` on this pair.
-    """
-    artifact = _artifact(loaded, imgsz, DEFAULT_LAYERS, onednn_available())
-    x = torch.rand(1, model_channels(loaded.model), imgsz, imgsz)
-    image, reference = registration_pair(imgsz)
-    fixed = Registrar(reference, RegisterConfig(reuse=False))
-    cached = Registrar(reference)
-    first = cached(image)[1]  # primes the cache
-    reused: list[bool] = []
-    candidates = {
-        "model": lambda: artifact(x),
-        "register_full": lambda: register(reference, image),
-        "register_fixed": lambda: fixed(image),
-        "register_reuse": lambda: reused.append(cached(image)[1].reused),
-    }
-    raw: dict[str, list[float]] = {}
-    with torch.inference_mode():
-        timings = measure_interleaved(candidates, iters, raw=raw)
-    result: dict[str, Any] = {"frame": f"{imgsz}x{imgsz}", "model_channels": model_channels(loaded.model)}
-    result.update({"torch_threads": torch.get_num_threads(), "cv2_threads": cv2.getNumThreads(), **timings})
-    for name in ("register_full", "register_fixed", "register_reuse"):
-        result[f"{name}_ratio"] = round(paired_ratio(raw[name], raw["model"]), 4)
-    result.update({"reused_fraction": round(sum(reused) / len(reused), 3), "score": round(first.score, 4), "ok": first.ok})
-    return result
-
-
 def _cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -341,6 +176,32 @@ def _cpu_name() -> str:
 
 def _find(rows: list[dict[str, Any]], candidate: str, batch: int, threads: int) -> dict[str, Any] | None:
     return next((r for r in rows if r["candidate"] == candidate and r["batch"] == batch and r["threads"] == threads), None)
+
+
+def _derived(rows: list[dict[str, Any]], registration: dict[str, Any], batches: Sequence[int], threads: Sequence[int]) -> dict[str, Any]:
+    """The ratios :func:`run_bench` reports against the targets: the statistics' overhead (%), oneDNN fusion, ours vs
+    YOLOv8n per thread count, and registration vs the model (``rows``: the latency rows of :func:`bench_models`)."""
+    derived: dict[str, Any] = {"stats_overhead_pct": {}, "yolo_ratio": {}, "onednn_fusion_ratio": {}}
+    derived["registration_ratio"] = {k: registration[f"register_{k}_ratio"] for k in ("full", "fixed", "reuse")}
+    for n_threads in threads:
+        for batch in batches:
+            for kind in ("eager", "torchscript"):
+                with_stats, without = _find(rows, f"{kind}_stats", batch, n_threads), _find(rows, f"{kind}_nostats", batch, n_threads)
+                derived["stats_overhead_pct"][f"{kind}_b{batch}_t{n_threads}"] = {
+                    **{stat: round(100.0 * (with_stats[stat] / without[stat] - 1.0), 2) for stat in ("median_ms", "min_ms")},
+                    "paired": round(100.0 * (with_stats["paired_vs_nostats"] - 1.0), 2),
+                }
+            fused = _find(rows, "torchscript_stats", batch, n_threads)
+            if "paired_vs_portable" in fused:
+                derived["onednn_fusion_ratio"][f"b{batch}_t{n_threads}"] = round(fused["paired_vs_portable"], 3)
+        ours = _find(rows, "torchscript_stats", 1, n_threads)
+        for yolo_name in ("yolov8n", "yolov8n_channels_last"):
+            other = _find(rows, yolo_name, 1, n_threads)
+            if other is not None:
+                ratios = {stat: round(ours[stat] / other[stat], 3) for stat in ("median_ms", "min_ms")}
+                ratios["paired"] = round(ours[f"paired_vs_{yolo_name}"], 3)
+                derived["yolo_ratio"][f"{yolo_name}_t{n_threads}"] = ratios
+    return derived
 
 
 def run_bench(
@@ -366,26 +227,7 @@ def run_bench(
         registration = bench_registration(loaded, imgsz, iters)
     finally:
         torch.set_num_threads(threads_before)
-    derived: dict[str, Any] = {"stats_overhead_pct": {}, "yolo_ratio": {}, "onednn_fusion_ratio": {}}
-    derived["registration_ratio"] = {k: registration[f"register_{k}_ratio"] for k in ("full", "fixed", "reuse")}
-    for n_threads in threads:
-        for batch in batches:
-            for kind in ("eager", "torchscript"):
-                with_stats, without = _find(rows, f"{kind}_stats", batch, n_threads), _find(rows, f"{kind}_nostats", batch, n_threads)
-                derived["stats_overhead_pct"][f"{kind}_b{batch}_t{n_threads}"] = {
-                    **{stat: round(100.0 * (with_stats[stat] / without[stat] - 1.0), 2) for stat in ("median_ms", "min_ms")},
-                    "paired": round(100.0 * (with_stats["paired_vs_nostats"] - 1.0), 2),
-                }
-            fused = _find(rows, "torchscript_stats", batch, n_threads)
-            if "paired_vs_portable" in fused:
-                derived["onednn_fusion_ratio"][f"b{batch}_t{n_threads}"] = round(fused["paired_vs_portable"], 3)
-        ours = _find(rows, "torchscript_stats", 1, n_threads)
-        for yolo_name in ("yolov8n", "yolov8n_channels_last"):
-            other = _find(rows, yolo_name, 1, n_threads)
-            if other is not None:
-                ratios = {stat: round(ours[stat] / other[stat], 3) for stat in ("median_ms", "min_ms")}
-                ratios["paired"] = round(ours[f"paired_vs_{yolo_name}"], 3)
-                derived["yolo_ratio"][f"{yolo_name}_t{n_threads}"] = ratios
+    derived = _derived(rows, registration, batches, threads)
     return {
         "weights": description,
         "imgsz": imgsz,

@@ -4,7 +4,7 @@ Each kind is written by the real export (``export_torchscript`` as ``export`` wr
 ``export_onnx``, ``export_int8`` calibrated on ``calib``), loaded back by :class:`Runtime` as ``predict`` loads it, and
 timed through ``Runtime.infer`` on one ``[1, C, S, S]`` input, one call of each kind per round, so that background load
 falls on all of them alike. Ratios are medians of per-round ratios against the float32 TorchScript artifact
-(:func:`benchmarks.bench.paired_ratio`). ONNX Runtime runs with its threads not spinning (``inspect/artifacts.py``):
+(:func:`benchmarks.timing.paired_ratio`). ONNX Runtime runs with its threads not spinning (``inspect/artifacts.py``):
 spinning threads would steal the cores from the candidate timed next, as they would from a line PC's other work.
 """
 
@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from benchmarks.timing import measure_interleaved, paired_ratio
 from defect_detector.data.synth import write_synthetic_dataset
 from defect_detector.export import export_int8, export_onnx, export_pt2, export_torchscript
 from defect_detector.inspect.runtime import Runtime
@@ -56,16 +57,14 @@ def bench_kinds(
     yolo: bool = False,
     calib: str | None = None,
     calib_images: int = 100,
-    measure: Callable[..., dict[str, dict[str, float]]] | None = None,
     keep: str | None = None,
 ) -> dict[str, Any]:
     """Time every kind (and YOLOv8n with ``yolo``, when ultralytics is installed) at batch 1, ``threads`` threads.
 
     ``keep``: export into this folder and keep the files (a rerun reuses them) instead of a temporary one.
     Returns ``{"latency": {kind: summary + "vs_torchscript"}, "ratios": {...}, "targets", "threads", "imgsz", "yolov8n"}``."""
-    from benchmarks.bench import build_yolov8n, measure_interleaved, paired_ratio
+    from benchmarks.bench import build_yolov8n
 
-    measure = measure or measure_interleaved
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -88,7 +87,7 @@ def bench_kinds(
                     candidates["yolov8n"] = lambda: _no_grad(model, x3)
                     yolo_info = {"available": True, "gflops": flops / 1e9, "source": "ultralytics yolov8n.yaml, random init, fused, traced"}
             raw: dict[str, list[float]] = {}
-            summary = measure(candidates, iters, raw=raw)
+            summary = measure_interleaved(candidates, iters, raw=raw)
     finally:
         torch.set_num_threads(before)
     for name, row in summary.items():

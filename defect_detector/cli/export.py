@@ -67,12 +67,7 @@ def choose_format(args: argparse.Namespace) -> str:
     from defect_detector.export.pt2 import pt2_unavailable_reason
 
     if args.int8:
-        if args.format not in (None, "onnx"):
-            raise CliError("--int8 writes an int8 ONNX model; drop --format or use --format onnx")
-        if not args.data:
-            raise CliError("--int8 needs --data CALIB.json: training images to calibrate on (never the validation set)")
-        if args.half or args.triton or args.portable:
-            raise CliError("--int8 takes none of --half, --portable, --triton")
+        _check_int8_flags(args)
         return "onnx"
     if args.data:
         raise CliError("--data is the --int8 calibration set; add --int8")
@@ -95,6 +90,16 @@ def choose_format(args: argparse.Namespace) -> str:
         print(f"exporting TorchScript: .pt2 needs AOTInductor here, and {reason}")
         return "torchscript"
     return "pt2"
+
+
+def _check_int8_flags(args: argparse.Namespace) -> None:
+    """``CliError`` for a flag that contradicts ``--int8`` (another format, no ``--data``, a TorchScript-only flag)."""
+    if args.format not in (None, "onnx"):
+        raise CliError("--int8 writes an int8 ONNX model; drop --format or use --format onnx")
+    if not args.data:
+        raise CliError("--int8 needs --data CALIB.json: training images to calibrate on (never the validation set)")
+    if args.half or args.triton or args.portable:
+        raise CliError("--int8 takes none of --half, --portable, --triton")
 
 
 def format_from_suffix(out: str | None) -> str | None:

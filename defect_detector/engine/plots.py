@@ -79,20 +79,34 @@ def plot_training_curves(metrics: list[dict], path: str | os.PathLike[str]) -> P
     rows = sorted(metrics, key=lambda m: m.get("epoch", 0))
     epochs = [int(m.get("epoch", i)) + 1 for i, m in enumerate(rows)]  # counted from 1, as the training log counts them
 
-    def series(key: str) -> tuple[list[int], list[float]]:
-        xs, ys = [], []
-        for epoch, row in zip(epochs, rows):
-            value = _finite_or_none(row.get(key))
-            if value is not None:
-                xs.append(epoch)
-                ys.append(value)
-        return xs, ys
-
     fig = Figure(figsize=(12, 4.5))
     ax_loss, ax_map = fig.subplots(1, 2, sharex=True)
+    _plot_losses(ax_loss, rows, epochs)
+    _plot_map(ax_map, rows, epochs)
+    ax_map.tick_params(labelbottom=True)
+    ax_loss.xaxis.get_major_locator().set_params(integer=True)
+    ax_loss.set_xlim(min(epochs) - 0.5, max(epochs) + 0.5)
 
+    fig.tight_layout()
+    return _save_figure(fig, path)
+
+
+def _series(rows: list[dict], epochs: list[int], key: str) -> tuple[list[int], list[float]]:
+    """``(epochs, values)`` of ``key`` over ``rows`` (one metrics dict per epoch), missing and non-finite values left out."""
+    xs, ys = [], []
+    for epoch, row in zip(epochs, rows):
+        value = _finite_or_none(row.get(key))
+        if value is not None:
+            xs.append(epoch)
+            ys.append(value)
+    return xs, ys
+
+
+def _plot_losses(ax_loss: Any, rows: list[dict], epochs: list[int]) -> None:
+    """The training losses of :data:`LOSS_KEYS` over ``rows`` on ``ax_loss``, the learning rate on a secondary axis when
+    the rows have one."""
     for key, name in LOSS_KEYS:
-        xs, ys = series(key)
+        xs, ys = _series(rows, epochs, key)
         if xs:
             ax_loss.plot(xs, ys, marker="o", markersize=3, label=name)
     ax_loss.set_xlabel("epoch")
@@ -101,7 +115,7 @@ def plot_training_curves(metrics: list[dict], path: str | os.PathLike[str]) -> P
     ax_loss.grid(True, alpha=0.3)
     handles, names = ax_loss.get_legend_handles_labels()
 
-    lr_x, lr_y = series("lr")
+    lr_x, lr_y = _series(rows, epochs, "lr")
     if lr_x:
         ax_lr = ax_loss.twinx()
         ax_lr.plot(lr_x, lr_y, color="gray", linestyle="--", linewidth=1, label="learning rate")
@@ -113,9 +127,12 @@ def plot_training_curves(metrics: list[dict], path: str | os.PathLike[str]) -> P
     if handles:
         ax_loss.legend(handles, names, loc="upper right", fontsize=8)
 
+
+def _plot_map(ax_map: Any, rows: list[dict], epochs: list[int]) -> None:
+    """The validation mAP of :data:`MAP_KEYS` over ``rows`` on ``ax_map`` (a note instead when no epoch has one)."""
     plotted_map = False
     for key, name in MAP_KEYS:
-        xs, ys = series(key)
+        xs, ys = _series(rows, epochs, key)
         if xs:
             ax_map.plot(xs, ys, marker="o", markersize=3, label=name)
             plotted_map = True
@@ -128,13 +145,6 @@ def plot_training_curves(metrics: list[dict], path: str | os.PathLike[str]) -> P
     ax_map.set_ylabel("mAP")
     ax_map.set_title("validation mAP")
     ax_map.grid(True, alpha=0.3)
-
-    ax_map.tick_params(labelbottom=True)
-    ax_loss.xaxis.get_major_locator().set_params(integer=True)
-    ax_loss.set_xlim(min(epochs) - 0.5, max(epochs) + 0.5)
-
-    fig.tight_layout()
-    return _save_figure(fig, path)
 
 
 def plot_pr_curves(precision: np.ndarray, class_names: Sequence[str], path: str | os.PathLike[str]) -> Path:
@@ -272,6 +282,17 @@ def _caption(text: str, width: int, height: int = GRID_CAPTION_HEIGHT) -> np.nda
     return strip
 
 
+def _legend_strip(width: int) -> np.ndarray:
+    """The grid's header: a white BGR caption strip ``width`` wide with the ground-truth and prediction colour keys."""
+    header = _caption("", width)
+    x = 6
+    for text, color in (("ground truth", GT_COLOR_BGR), ("prediction (name score)", PRED_COLOR_BGR)):
+        cv2.rectangle(header, (x, 8), (x + 24, GRID_CAPTION_HEIGHT - 8), color, thickness=-1)
+        cv2.putText(header, text, (x + 30, GRID_CAPTION_HEIGHT - 8), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (0, 0, 0), 1, lineType=cv2.LINE_AA)
+        x += 30 + cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, 0.5, 1)[0][0] + 24
+    return header
+
+
 def plot_prediction_grid(
     images: Sequence[np.ndarray],
     predictions: Sequence[dict],
@@ -323,13 +344,7 @@ def plot_prediction_grid(
         y, x = gap + row * (cell_h + gap), gap + col * (cell_w + gap)
         mosaic[y : y + cell_h, x : x + cell_w] = cell
 
-    header = _caption("", mosaic.shape[1])
-    x = 6
-    for text, color in (("ground truth", GT_COLOR_BGR), ("prediction (name score)", PRED_COLOR_BGR)):
-        cv2.rectangle(header, (x, 8), (x + 24, GRID_CAPTION_HEIGHT - 8), color, thickness=-1)
-        cv2.putText(header, text, (x + 30, GRID_CAPTION_HEIGHT - 8), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (0, 0, 0), 1, lineType=cv2.LINE_AA)
-        x += 30 + cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, 0.5, 1)[0][0] + 24
-    mosaic = np.concatenate([header, mosaic], axis=0)
+    mosaic = np.concatenate([_legend_strip(mosaic.shape[1]), mosaic], axis=0)
 
     ok, encoded = cv2.imencode(".png", mosaic)
     if not ok:

@@ -142,7 +142,7 @@ def quantize_onnx(float_path: Path, out_path: Path, frames: np.ndarray, target: 
         )
 
 
-def export_int8(
+def export_int8(  # noqa: PLR0913 - one keyword per export --int8 flag; data, max_images, images_root: calibration_inputs'
     loaded: LoadedModel,
     out_path: str | os.PathLike[str],
     data: str | os.PathLike[str],

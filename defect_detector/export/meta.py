@@ -43,6 +43,13 @@ def parse_meta(path: str | os.PathLike[str], text: str) -> dict[str, Any]:
         raise ValueError(f"{path}: {META_FILE} must be a JSON object, got {type(meta).__name__}")
     if meta.get("format_version") != FORMAT_VERSION:
         raise ValueError(f"{path}: artifact format_version {meta.get('format_version')!r}, this runtime reads {FORMAT_VERSION}")
+    _check_graph_keys(path, meta)
+    _check_option_keys(path, meta)
+    return meta
+
+
+def _check_graph_keys(path: str | os.PathLike[str], meta: dict[str, Any]) -> None:
+    """The keys that describe the graph's input and outputs: ``class_names``, ``strides``, ``imgsz``, ``channels``, ``layers``."""
     names = meta.get("class_names")
     if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
         raise _bad(path, "class_names", "a non-empty list of distinct names", names)
@@ -57,6 +64,11 @@ def parse_meta(path: str | os.PathLike[str], text: str) -> dict[str, Any]:
     layers = meta.get("layers")
     if not isinstance(layers, list) or not all(isinstance(n, str) for n in layers):
         raise _bad(path, "layers", "a list of layer names", layers)
+
+
+def _check_option_keys(path: str | os.PathLike[str], meta: dict[str, Any]) -> None:
+    """The keys that describe how to run the graph: ``half``, ``cpu_only``, ``pixel_scale``, ``operating_point``,
+    ``golden_check`` and ``baseline``."""
     for key in ("half", "cpu_only"):
         if not isinstance(meta.get(key, False), bool):
             raise _bad(path, key, "true or false", meta.get(key))
@@ -75,7 +87,6 @@ def parse_meta(path: str | os.PathLike[str], text: str) -> dict[str, Any]:
         from defect_detector.monitor.baseline import Baseline
 
         Baseline.from_dict(meta["baseline"], where=f"{path}: {META_FILE} baseline")  # BaselineError (a ValueError) names the key
-    return meta
 
 
 def check_outputs(runtime: Any) -> None:

@@ -49,14 +49,33 @@ def export_onnx(
     """
     imgsz = int(imgsz or loaded.config.data.imgsz)
     deploy = DeployModel(loaded.model, imgsz, layers).float().cpu()
-    channels = deploy.in_channels
     embedded, baseline_source = export_baseline(loaded, baseline, deploy.layer_names, imgsz)
     if importlib.util.find_spec("onnx") is None:
         raise ExportError(f"{out_path}: ONNX export needs the onnx package (pip install '.[onnx]')")
     meta = checkpoint_meta(loaded, deploy, embedded)
     meta["onnx_opset"] = ONNX_OPSET
+    data = _with_onnx_metadata(_onnx_bytes(deploy), meta)
+
+    report: dict[str, Any] = {
+        "path": str(out_path),
+        "bytes": len(data),
+        "opset": ONNX_OPSET,
+        "meta": meta,
+        "parity": None,
+        "baseline_source": baseline_source,
+    }
+    report.update(_onnx_parity(data, loaded, deploy, check_images))
+    out_path = Path(out_path)
+    atomic_write_bytes(out_path, data)
+    atomic_write_json(onnx_meta_path(out_path), meta)
+    return report
+
+
+def _onnx_bytes(deploy: DeployModel) -> bytes:
+    """The ONNX model of ``deploy`` (float32 on the CPU), traced on a random ``[TRACE_BATCH, C, S, S]`` batch, with the
+    batch axis of ``images``, ``pred`` and ``stats`` dynamic."""
     buffer = io.BytesIO()
-    example = torch.rand(TRACE_BATCH, channels, imgsz, imgsz)
+    example = torch.rand(TRACE_BATCH, deploy.in_channels, deploy.imgsz, deploy.imgsz)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=DeprecationWarning, message=r".*legacy TorchScript-based ONNX export")
         warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx")
@@ -72,39 +91,30 @@ def export_onnx(
             dynamic_axes={"images": {0: "batch"}, "pred": {0: "batch"}, "stats": {0: "batch"}},
             dynamo=False,
         )
-    data = _with_onnx_metadata(buffer.getvalue(), meta)
+    return buffer.getvalue()
 
-    report: dict[str, Any] = {
-        "path": str(out_path),
-        "bytes": len(data),
-        "opset": ONNX_OPSET,
-        "meta": meta,
-        "parity": None,
-        "baseline_source": baseline_source,
-    }
+
+def _onnx_parity(data: bytes, loaded: LoadedModel, deploy: DeployModel, check_images: Sequence[np.ndarray] | None) -> dict[str, Any]:
+    """The report's parity entries for the ONNX model ``data``: ``parity`` (max abs diffs from the unfused float32 eager
+    model, checked) and ``parity_images`` with ``onnxruntime``; ``parity_skipped`` (logged) without it."""
     try:
         import onnxruntime as ort
     except ImportError:
         log.warning("onnxruntime is not installed: ONNX parity check skipped (pip install onnxruntime)")
-        report["parity_skipped"] = "onnxruntime not installed"
-    else:
-        x = parity_inputs(imgsz, check_images, channels=channels)
-        session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
-        got = [torch.from_numpy(a) for a in session.run(["pred", "stats"], {"images": x.numpy()})]
-        diffs = max_diffs(got, reference_outputs(loaded, imgsz, deploy.layer_names, x))
-        check_parity(diffs, False, "ONNX")
-        report["parity"], report["parity_images"] = diffs, len(x)
-        log.debug(
-            "ONNX parity on %d images (onnxruntime %s): max abs diff pred %.3g, stats %.3g",
-            len(x),
-            ort.__version__,
-            diffs["pred"],
-            diffs["stats"],
-        )
-    out_path = Path(out_path)
-    atomic_write_bytes(out_path, data)
-    atomic_write_json(onnx_meta_path(out_path), meta)
-    return report
+        return {"parity_skipped": "onnxruntime not installed"}
+    x = parity_inputs(deploy.imgsz, check_images, channels=deploy.in_channels)
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    got = [torch.from_numpy(a) for a in session.run(["pred", "stats"], {"images": x.numpy()})]
+    diffs = max_diffs(got, reference_outputs(loaded, deploy.imgsz, deploy.layer_names, x))
+    check_parity(diffs, False, "ONNX")
+    log.debug(
+        "ONNX parity on %d images (onnxruntime %s): max abs diff pred %.3g, stats %.3g",
+        len(x),
+        ort.__version__,
+        diffs["pred"],
+        diffs["stats"],
+    )
+    return {"parity": diffs, "parity_images": len(x)}
 
 
 def onnx_meta_path(onnx_path: str | os.PathLike[str]) -> Path:

@@ -184,24 +184,7 @@ def export_pt2(
     seconds = time.perf_counter() - start
 
     x = parity_inputs(imgsz, check_images, channels=deploy.in_channels)
-    want = reference_outputs(loaded, imgsz, deploy.layer_names, x)
-    with torch.no_grad():
-        exported = [t.cpu() for t in deploy(x.to(device))]
-    with tempfile.TemporaryDirectory() as tmp:
-        staged = Path(tmp) / "check.pt2"
-        staged.write_bytes(data)
-        model, restored_meta = load_pt2(staged, device)
-        if json.loads(restored_meta or "null") != meta:
-            raise ExportError("meta.json did not round-trip through the .pt2 package")
-        with torch.no_grad():
-            got = [t.cpu() for t in model(x.to(device))]
-            single = [t.cpu() for t in model(x[:1].to(device))]
-    diffs = _worst(max_diffs(got, want), max_diffs(single, [t[:1] for t in want]))
-    check_parity(diffs, False, ".pt2")
-    exported_diffs = _worst(max_diffs(got, exported), max_diffs(single, [t[:1] for t in exported]))
-    failed = {k: exported_diffs[k] for k in ("boxes", "scores", "stats") if not exported_diffs[k] <= PT2_TOLERANCE}
-    if failed:
-        raise ExportError(f".pt2 parity check failed: max abs diff from the exported eager model {failed} exceeds {PT2_TOLERANCE}")
+    diffs, exported_diffs = _check_package(data, meta, loaded, deploy, x, device)
 
     out_path = Path(out_path)
     atomic_write_bytes(out_path, data)
@@ -223,3 +206,31 @@ def export_pt2(
         "meta": meta,
         "baseline_source": baseline_source,
     }
+
+
+def _check_package(
+    data: bytes, meta: dict[str, Any], loaded: LoadedModel, deploy: DeployModel, x: torch.Tensor, device: torch.device
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Load the ``.pt2`` package ``data`` back and check it on ``x`` (float ``[B, C, S, S]``), as a batch and the first
+    image alone: ``meta`` round-trips, outputs within ``FP32_TOLERANCE`` of the unfused float32 eager model, and boxes,
+    scores and stats within :data:`PT2_TOLERANCE` of ``deploy`` (both run on ``device``, ``deploy``'s). Returns both max
+    abs diffs (the first against the unfused model); :class:`ExportError` on a failed check."""
+    want = reference_outputs(loaded, deploy.imgsz, deploy.layer_names, x)
+    with torch.no_grad():
+        exported = [t.cpu() for t in deploy(x.to(device))]
+    with tempfile.TemporaryDirectory() as tmp:
+        staged = Path(tmp) / "check.pt2"
+        staged.write_bytes(data)
+        model, restored_meta = load_pt2(staged, device)
+        if json.loads(restored_meta or "null") != meta:
+            raise ExportError("meta.json did not round-trip through the .pt2 package")
+        with torch.no_grad():
+            got = [t.cpu() for t in model(x.to(device))]
+            single = [t.cpu() for t in model(x[:1].to(device))]
+    diffs = _worst(max_diffs(got, want), max_diffs(single, [t[:1] for t in want]))
+    check_parity(diffs, False, ".pt2")
+    exported_diffs = _worst(max_diffs(got, exported), max_diffs(single, [t[:1] for t in exported]))
+    failed = {k: exported_diffs[k] for k in ("boxes", "scores", "stats") if not exported_diffs[k] <= PT2_TOLERANCE}
+    if failed:
+        raise ExportError(f".pt2 parity check failed: max abs diff from the exported eager model {failed} exceeds {PT2_TOLERANCE}")
+    return diffs, exported_diffs

@@ -168,7 +168,7 @@ def cpu_half_supported() -> bool:
         return False
 
 
-def export_torchscript(
+def export_torchscript(  # noqa: PLR0913 - one keyword per export flag and per choice the tests pin (optimize, check_images)
     loaded: LoadedModel,
     out_path: str | os.PathLike[str],
     imgsz: int | None = None,

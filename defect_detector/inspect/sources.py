@@ -10,10 +10,10 @@ thread that reads ahead of inference through a bounded queue and yields :class:`
   gives (``CAP_PROP_FRAME_COUNT``) is logged as a warning, ``ended after N of M frames`` (``stats.ended_early``).
 - camera index (``"0"``) or stream URL (``rtsp://``, ``http(s)://``, ...): a live stream. A failed open or
   read closes the capture and reopens it with exponential backoff (``reconnect_attempts`` tries starting
-  at ``reconnect_delay`` seconds, doubling up to ``max_reconnect_delay``); each gap is logged and counted
-  in :attr:`FrameSource.stats`, its length from the start of the read that failed to the next frame. A read that
-  blocks for ``stall_s`` (5 s) or more and then succeeds is a gap too (``stalled``). When the attempts are exhausted
-  the source ends (``stats.gave_up``).
+  at ``reconnect_delay`` seconds, doubling up to ``max_reconnect_delay``; :class:`~.capture.ReconnectPolicy`); each
+  gap is logged and counted in :attr:`FrameSource.stats`, its length from the start of the read that failed to the
+  next frame. A read that blocks for ``stall_s`` (5 s) or more and then succeeds is a gap too (``stalled``). When the
+  attempts are exhausted the source ends (``stats.gave_up``). Video files and streams are read by ``capture.py``.
   With ``latest_only`` the queue holds one frame and a newer frame replaces an unconsumed one
   (counted as ``dropped``), so a slow consumer always gets the newest frame.
 
@@ -29,35 +29,36 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import cv2
 import numpy as np
 
 from defect_detector.core.errors import DatasetError
 from defect_detector.data.images import IMAGE_SUFFIXES, ConversionNotice, gray_from_file, read_image, to_gray_uint8
+from defect_detector.inspect.capture import Capture, CaptureFactory, CaptureReading, Gap, ReconnectPolicy
 from defect_detector.inspect.source_kinds import VIDEO_SUFFIXES, list_images, source_kind
 
-__all__ = ["VIDEO_SUFFIXES", "Capture", "Frame", "FrameSource", "Gap", "SourceStats", "list_images", "open_source", "source_kind"]
+__all__ = [
+    "VIDEO_SUFFIXES",
+    "Capture",
+    "CaptureFactory",
+    "Frame",
+    "FrameSource",
+    "Gap",
+    "ReconnectPolicy",
+    "SourceStats",
+    "list_images",
+    "open_source",
+    "source_kind",
+]
 
 log = logging.getLogger("defect_detector.inspect")
 
 _POLL_S = 0.1
-
-
-class Capture(Protocol):
-    """The part of ``cv2.VideoCapture`` a source uses."""
-
-    def isOpened(self) -> bool: ...  # noqa: N802 - OpenCV's name
-    def read(self) -> tuple[bool, np.ndarray | None]: ...
-    def get(self, prop_id: int) -> float: ...
-    def release(self) -> None: ...
-
-
-CaptureFactory = Callable[[Any], Capture]
 
 
 @dataclass(frozen=True)
@@ -83,18 +84,6 @@ class Frame:
 
 
 @dataclass
-class Gap:
-    """A stream interruption: when it started (``time.time()``: the start of the read that failed or blocked), how long
-    until the next frame (measured on the monotonic clock, blocked reads and reopen delays included), why, and the
-    reopen attempts."""
-
-    start: float
-    seconds: float
-    reason: str
-    attempts: int
-
-
-@dataclass
 class SourceStats:
     """Counters of a source: frames yielded (error frames included), ``skipped`` error frames, ``dropped``
     stale frames (``latest_only``), ``reconnects`` (successful reopens), ``gaps`` and ``gave_up``; for a video
@@ -113,12 +102,13 @@ class SourceStats:
 _END = object()
 
 
-class FrameSource:
+class FrameSource(CaptureReading):
     """An iterable of :class:`Frame` fed by a decode thread; use as a context manager (or call :meth:`close`).
 
     ``kind`` is one of ``image``, ``folder``, ``glob``, ``video``, ``camera``, ``stream``; ``is_stream`` is
     True for the kinds that are not finite files (``video`` is finite). ``fps`` is the capture's frame rate
-    (0 when unknown or for image files); ``total`` the number of files (None for captures).
+    (0 when unknown or for image files); ``total`` the number of files (None for captures). ``reconnect``: how a live
+    stream recovers (default :class:`~.capture.ReconnectPolicy`'s defaults).
     """
 
     def __init__(
@@ -130,21 +120,15 @@ class FrameSource:
         capture_factory: CaptureFactory | None = None,
         queue_size: int = 8,
         latest_only: bool = False,
-        reconnect_attempts: int = 5,
-        reconnect_delay: float = 0.5,
-        max_reconnect_delay: float = 8.0,
-        stall_s: float = 5.0,
+        reconnect: ReconnectPolicy | None = None,
     ) -> None:
         self.source = source
-        self.stall_s = stall_s
         self.kind = kind
         self.files = files or []
         self.target = target
         self.capture_factory = capture_factory or cv2.VideoCapture
         self.latest_only = latest_only
-        self.reconnect_attempts = reconnect_attempts
-        self.reconnect_delay = reconnect_delay
-        self.max_reconnect_delay = max_reconnect_delay
+        self.reconnect = reconnect or ReconnectPolicy()
         self.stats = SourceStats()
         self.fps = 0.0
         self.conversions = ConversionNotice(source)
@@ -269,95 +253,6 @@ class FrameSource:
             kind = "unreadable" if error else None
             yield Frame(index, image, self.source, name, time.time(), error, (time.perf_counter() - start) * 1000.0, kind)
 
-    def _open_capture(self) -> Capture | None:
-        try:
-            capture = self.capture_factory(self.target)
-        except Exception as exc:  # noqa: BLE001 - any failure to open is retried like a failed read
-            log.warning("%s: cannot open capture: %s", self.source, exc)
-            return None
-        if capture is None or not capture.isOpened():
-            if capture is not None:
-                capture.release()
-            return None
-        fps = float(capture.get(cv2.CAP_PROP_FPS) or 0.0)
-        self.fps = fps if np.isfinite(fps) and fps > 0 else 0.0
-        return capture
-
-    def _read_capture(self) -> Iterator[Frame]:
-        """Frames of a video file (until its end) or of a live stream (reopened after failures)."""
-        name = Path(self.source).name if self.kind == "video" else (f"camera{self.target}" if self.kind == "camera" else self.source)
-        capture = self._first_capture()
-        index = 0
-        # a gap runs from the start of the read that failed (or blocked) to the next frame, on the monotonic clock
-        gap_since: float | None = None if capture is not None else time.monotonic()
-        gap_reason = "open failed"
-        attempts = 0
-        try:
-            while not self._stop.is_set():
-                if capture is None:
-                    attempts += 1
-                    if attempts > self.reconnect_attempts:
-                        self.stats.gave_up = True
-                        log.error("%s: giving up after %d reconnect attempts (%s)", self.source, self.reconnect_attempts, gap_reason)
-                        return
-                    delay = min(self.reconnect_delay * 2 ** (attempts - 1), self.max_reconnect_delay)
-                    log.warning(
-                        "%s: %s; reconnect attempt %d/%d in %.2f s", self.source, gap_reason, attempts, self.reconnect_attempts, delay
-                    )
-                    if self._stop.wait(delay):
-                        return
-                    capture = self._open_capture()
-                    if capture is None:
-                        gap_reason = "reopen failed"
-                        continue
-                    with self._lock:
-                        self.stats.reconnects += 1
-                start, read_began = time.perf_counter(), time.monotonic()
-                try:
-                    ok, image = capture.read()
-                except Exception as exc:  # noqa: BLE001 - a crashing read is a stream failure
-                    ok, image, gap_reason = False, None, f"read raised {type(exc).__name__}: {exc}"
-                else:
-                    gap_reason = "read failed"
-                if not ok or image is None:
-                    if not self.is_stream:
-                        self._check_end(index)
-                        return
-                    capture.release()
-                    capture = None
-                    if gap_since is None:
-                        gap_since = read_began
-                    continue
-                if gap_since is None and self.is_stream and time.monotonic() - read_began >= self.stall_s:
-                    gap_since, gap_reason = read_began, "stalled: the read blocked"  # then resumed, without failing
-                if gap_since is not None:
-                    self._gap(gap_since, gap_reason, attempts)
-                    gap_since, attempts = None, 0
-                yield self._frame(capture, image, index, name, start)
-                index += 1
-        finally:
-            if capture is not None:
-                capture.release()
-
-    def _gap(self, since: float, reason: str, attempts: int) -> None:
-        """Record and log a gap that began at ``since`` (``time.monotonic()``) and ends now."""
-        seconds = time.monotonic() - since
-        gap = Gap(time.time() - seconds, seconds, reason, attempts)
-        with self._lock:
-            self.stats.gaps.append(gap)
-        log.warning("%s: stream resumed after a %.2f s gap (%s, %d attempts)", self.source, gap.seconds, gap.reason, gap.attempts)
-
-    def _first_capture(self) -> Capture | None:
-        """The first open of the capture: a video file that does not open is an error (a stream retries), and records
-        the frame count its header gives."""
-        capture = self._open_capture()
-        if capture is None and not self.is_stream:
-            raise ValueError(f"{self.source}: cannot open video file (truncated or corrupt, or a codec this OpenCV build lacks)")
-        if not self.is_stream:
-            count = float(capture.get(cv2.CAP_PROP_FRAME_COUNT) or 0.0)
-            self.stats.expected_frames = int(count) if np.isfinite(count) and count > 0 else 0
-        return capture
-
     def _frame(self, capture: Capture, image: np.ndarray, index: int, name: str, start: float) -> Frame:
         """The :class:`Frame` of a decoded capture image (an error frame when it cannot be converted to gray)."""
         timestamp = capture.get(cv2.CAP_PROP_POS_MSEC) / 1000.0 if self.kind == "video" else time.time()
@@ -369,13 +264,6 @@ class FrameSource:
             gray, error = None, f"frame {index}: {exc}"
         kind = "unreadable" if error else None
         return Frame(index, gray, self.source, name, timestamp, error, (time.perf_counter() - start) * 1000.0, kind)
-
-    def _check_end(self, read: int) -> None:
-        """At the end of a video file: warn when fewer than its header's frame count were read."""
-        expected = self.stats.expected_frames
-        if expected and read < expected:
-            self.stats.ended_early = True
-            log.warning("%s: video ended after %d of %d frames (truncated or corrupt file?)", self.source, read, expected)
 
 
 def open_source(
@@ -412,7 +300,5 @@ def open_source(
         capture_factory=capture_factory,
         queue_size=queue_size,
         latest_only=latest_only and kind in ("camera", "stream"),
-        reconnect_attempts=reconnect_attempts,
-        reconnect_delay=reconnect_delay,
-        max_reconnect_delay=max_reconnect_delay,
+        reconnect=ReconnectPolicy(reconnect_attempts, reconnect_delay, max_reconnect_delay),
     )

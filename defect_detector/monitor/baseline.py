@@ -122,73 +122,10 @@ class Baseline:
     @classmethod
     def from_dict(cls, raw: Any, where: str = "baseline") -> Baseline:
         """Validate and build a baseline; :class:`BaselineError` names ``where`` and the bad key."""
-        if not isinstance(raw, dict):
-            raise BaselineError(f"{where}: must be a JSON object, got {type(raw).__name__}")
-        if "version" not in raw:
-            raise BaselineError(f"{where}: missing keys ['version']")
-        if raw["version"] not in READABLE_VERSIONS:
-            raise BaselineError(
-                f"{where}: version: unsupported baseline version {raw['version']!r} (expected {BASELINE_VERSION}); "
-                "run `defect-detector calibrate` again to rebuild it"
-            )
-        missing = [k for k in ("layer_names", "mean", "std", "quantiles", "min", "max", "covariance", "count") if k not in raw]
-        if missing:
-            raise BaselineError(f"{where}: missing keys {missing}")
-        names = raw["layer_names"]
-        if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
-            raise BaselineError(f"{where}: layer_names: must be a non-empty list of unique layer names, got {names!r}")
-        statistics = tuple(raw.get("statistics", STATISTICS))
-        if statistics != STATISTICS:
-            raise BaselineError(f"{where}: statistics: must be {list(STATISTICS)}, got {list(statistics)}")
-        levels = raw.get("quantile_levels", list(QUANTILE_LEVELS))
-        if not isinstance(levels, list) or not levels or not all(_is_number(q) and 0 <= q <= 1 for q in levels):
-            raise BaselineError(f"{where}: quantile_levels: must be a non-empty list of numbers in [0, 1], got {levels!r}")
-        count = raw["count"]
-        if isinstance(count, bool) or not isinstance(count, int) or count < _MIN_FRAMES:
-            raise BaselineError(f"{where}: count: must be an integer >= {_MIN_FRAMES}, got {count!r}")
-        imgsz = raw.get("imgsz")
-        if imgsz is not None and (isinstance(imgsz, bool) or not isinstance(imgsz, int) or imgsz <= 0):
-            raise BaselineError(f"{where}: imgsz: must be a positive integer or null, got {imgsz!r}")
-        shape = (len(names), len(STATISTICS))
-        arrays = {key: _array(raw[key], shape, f"{where}: {key}") for key in ("mean", "std", "min", "max")}
-        quantiles = _array(raw["quantiles"], (*shape, len(levels)), f"{where}: quantiles")
-        covariance = _array(raw["covariance"], (2 * len(names), 2 * len(names)), f"{where}: covariance")
-        if not np.allclose(covariance, covariance.T) or (np.diag(covariance) < 0).any():
-            raise BaselineError(f"{where}: covariance: must be symmetric with a non-negative diagonal")
-        if (arrays["std"] < 0).any():
-            raise BaselineError(f"{where}: std: must be >= 0")
-        model = raw.get("model", {})
-        if not isinstance(model, dict):
-            raise BaselineError(f"{where}: model: must be an object, got {type(model).__name__}")
-        relative = raw.get("relative", False)
-        if not isinstance(relative, bool):
-            raise BaselineError(f"{where}: relative: must be true or false, got {relative!r}")
-        space = raw.get("space", "linear")
-        if space not in SPACES:
-            raise BaselineError(f"{where}: space: must be one of {list(SPACES)}, got {space!r}")
-        level = _array(raw["level"], shape, f"{where}: level") if raw.get("level") is not None else None
-        if relative and level is None:
-            raise BaselineError(f"{where}: level: a relative (golden-template) baseline needs the frames' level")
-        image_levels = raw.get("image_levels")
-        image_levels = _array(image_levels, (len(LEVELS),), f"{where}: image_levels") if image_levels is not None else None
-        return cls(
-            layer_names=list(names),
-            quantiles=quantiles,
-            covariance=covariance,
-            count=count,
-            imgsz=imgsz,
-            model=model,
-            source=str(raw.get("source", "")),
-            created=str(raw.get("created", "")),
-            statistics=statistics,
-            quantile_levels=tuple(float(q) for q in levels),
-            faults=_faults(raw.get("faults"), shape, where),
-            relative=relative,
-            space=space,
-            level=level,
-            image_levels=image_levels,
-            **arrays,
-        )
+        header = _checked_header(raw, where)
+        shape = (len(header["layer_names"]), len(STATISTICS))
+        arrays = _checked_arrays(raw, shape, len(header["quantile_levels"]), where)
+        return cls(**header, **arrays, **_checked_extras(raw, shape, where))
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the baseline as JSON atomically (temp file + rename)."""
@@ -217,6 +154,83 @@ _LOG_FLOOR = 1e-6
 def to_space(stats: np.ndarray, space: str) -> np.ndarray:
     """``stats`` as they are (``"linear"``) or their logarithms (``"log"``; values clamped at 1e-6)."""
     return np.log(np.maximum(stats, _LOG_FLOOR)) if space == "log" else stats
+
+
+def _checked_header(raw: Any, where: str) -> dict[str, Any]:
+    """The checked scalar fields of a baseline dict ``raw`` (its version readable, every array key present):
+    ``layer_names``, ``statistics``, ``quantile_levels``, ``count`` and ``imgsz``."""
+    if not isinstance(raw, dict):
+        raise BaselineError(f"{where}: must be a JSON object, got {type(raw).__name__}")
+    if "version" not in raw:
+        raise BaselineError(f"{where}: missing keys ['version']")
+    if raw["version"] not in READABLE_VERSIONS:
+        raise BaselineError(
+            f"{where}: version: unsupported baseline version {raw['version']!r} (expected {BASELINE_VERSION}); "
+            "run `defect-detector calibrate` again to rebuild it"
+        )
+    missing = [k for k in ("layer_names", "mean", "std", "quantiles", "min", "max", "covariance", "count") if k not in raw]
+    if missing:
+        raise BaselineError(f"{where}: missing keys {missing}")
+    names = raw["layer_names"]
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
+        raise BaselineError(f"{where}: layer_names: must be a non-empty list of unique layer names, got {names!r}")
+    statistics = tuple(raw.get("statistics", STATISTICS))
+    if statistics != STATISTICS:
+        raise BaselineError(f"{where}: statistics: must be {list(STATISTICS)}, got {list(statistics)}")
+    levels = raw.get("quantile_levels", list(QUANTILE_LEVELS))
+    if not isinstance(levels, list) or not levels or not all(_is_number(q) and 0 <= q <= 1 for q in levels):
+        raise BaselineError(f"{where}: quantile_levels: must be a non-empty list of numbers in [0, 1], got {levels!r}")
+    count = raw["count"]
+    if isinstance(count, bool) or not isinstance(count, int) or count < _MIN_FRAMES:
+        raise BaselineError(f"{where}: count: must be an integer >= {_MIN_FRAMES}, got {count!r}")
+    imgsz = raw.get("imgsz")
+    if imgsz is not None and (isinstance(imgsz, bool) or not isinstance(imgsz, int) or imgsz <= 0):
+        raise BaselineError(f"{where}: imgsz: must be a positive integer or null, got {imgsz!r}")
+    quantile_levels = tuple(float(q) for q in levels)
+    return {"layer_names": list(names), "statistics": statistics, "quantile_levels": quantile_levels, "count": count, "imgsz": imgsz}
+
+
+def _checked_arrays(raw: dict[str, Any], shape: tuple[int, int], num_levels: int, where: str) -> dict[str, np.ndarray]:
+    """The distribution arrays of a baseline dict, float64: ``mean``, ``std``, ``min``, ``max`` of ``shape`` ``[L, 2]``,
+    ``quantiles`` ``[L, 2, num_levels]`` and ``covariance`` ``[2L, 2L]`` (symmetric, non-negative diagonal)."""
+    arrays = {key: _array(raw[key], shape, f"{where}: {key}") for key in ("mean", "std", "min", "max")}
+    arrays["quantiles"] = _array(raw["quantiles"], (*shape, num_levels), f"{where}: quantiles")
+    covariance = _array(raw["covariance"], (2 * shape[0], 2 * shape[0]), f"{where}: covariance")
+    if not np.allclose(covariance, covariance.T) or (np.diag(covariance) < 0).any():
+        raise BaselineError(f"{where}: covariance: must be symmetric with a non-negative diagonal")
+    if (arrays["std"] < 0).any():
+        raise BaselineError(f"{where}: std: must be >= 0")
+    arrays["covariance"] = covariance
+    return arrays
+
+
+def _checked_extras(raw: dict[str, Any], shape: tuple[int, int], where: str) -> dict[str, Any]:
+    """The checked optional fields of a baseline dict: ``model``, ``source``, ``created``, ``relative``, ``space``,
+    ``level`` (``shape`` ``[L, 2]``; needed when ``relative``), ``image_levels`` ``[4]`` and ``faults``."""
+    model = raw.get("model", {})
+    if not isinstance(model, dict):
+        raise BaselineError(f"{where}: model: must be an object, got {type(model).__name__}")
+    relative = raw.get("relative", False)
+    if not isinstance(relative, bool):
+        raise BaselineError(f"{where}: relative: must be true or false, got {relative!r}")
+    space = raw.get("space", "linear")
+    if space not in SPACES:
+        raise BaselineError(f"{where}: space: must be one of {list(SPACES)}, got {space!r}")
+    level = _array(raw["level"], shape, f"{where}: level") if raw.get("level") is not None else None
+    if relative and level is None:
+        raise BaselineError(f"{where}: level: a relative (golden-template) baseline needs the frames' level")
+    image_levels = raw.get("image_levels")
+    image_levels = _array(image_levels, (len(LEVELS),), f"{where}: image_levels") if image_levels is not None else None
+    return {
+        "model": model,
+        "source": str(raw.get("source", "")),
+        "created": str(raw.get("created", "")),
+        "relative": relative,
+        "space": space,
+        "level": level,
+        "image_levels": image_levels,
+        "faults": _faults(raw.get("faults"), shape, where),
+    }
 
 
 def _faults(raw: Any, shape: tuple[int, int], where: str) -> dict[str, np.ndarray] | None:
@@ -259,7 +273,7 @@ def as_frames(stats: torch.Tensor | np.ndarray, num_layers: int) -> np.ndarray:
     return array
 
 
-def calibrate(
+def calibrate(  # noqa: PLR0913 - one keyword per Baseline field it records (imgsz, model, source, faults, image_levels, space)
     stats_iter: Iterable[torch.Tensor | np.ndarray],
     layer_names: Sequence[str],
     imgsz: int | None = None,
@@ -281,21 +295,9 @@ def calibrate(
     ``"linear"`` (None: log when every statistic is positive). Raises
     ``ValueError`` for fewer than 2 usable frames; warns below 30.
     """
-    values = _stacked(stats_iter, len(layer_names))
-    references = _stacked(golden, len(layer_names)) if golden is not None else None
-    if references is not None and references.shape != values.shape:
-        raise ValueError(f"got golden-image statistics for {len(references)} frames and frame statistics for {len(values)}")
-    finite = np.isfinite(values).all(axis=(1, 2)) & (np.isfinite(references).all(axis=(1, 2)) if references is not None else True)
-    if not finite.all():
-        logger.warning("calibration: left out %d of %d frames with non-finite layer statistics", int((~finite).sum()), len(values))
-        values = values[finite]
-        references = references[finite] if references is not None else None
+    values, references = _finite_frames(stats_iter, golden, len(layer_names))
     level = values.mean(axis=0) if len(values) else None
-    if space is None:
-        positive = len(values) and (values > 0).all() and (references is None or (references > 0).all())
-        space = "log" if positive else "linear"
-    if space not in SPACES:
-        raise ValueError(f"space must be one of {list(SPACES)}, got {space!r}")
+    space = _chosen_space(values, references, space)
     values = to_space(values, space)
     if references is not None:
         values = values - to_space(references, space)
@@ -321,6 +323,34 @@ def calibrate(
         level=level,
         image_levels=np.median(np.asarray(image_levels, np.float64), axis=0) if image_levels is not None and len(image_levels) else None,
     )
+
+
+def _finite_frames(
+    stats_iter: Iterable[torch.Tensor | np.ndarray], golden: Iterable[torch.Tensor | np.ndarray] | None, num_layers: int
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Float64 ``[N, L, 2]`` frame statistics and their golden images' (None without ``golden``; the same shape), the
+    frames with a non-finite value in either left out (and counted in a warning)."""
+    values = _stacked(stats_iter, num_layers)
+    references = _stacked(golden, num_layers) if golden is not None else None
+    if references is not None and references.shape != values.shape:
+        raise ValueError(f"got golden-image statistics for {len(references)} frames and frame statistics for {len(values)}")
+    finite = np.isfinite(values).all(axis=(1, 2)) & (np.isfinite(references).all(axis=(1, 2)) if references is not None else True)
+    if not finite.all():
+        logger.warning("calibration: left out %d of %d frames with non-finite layer statistics", int((~finite).sum()), len(values))
+        values = values[finite]
+        references = references[finite] if references is not None else None
+    return values, references
+
+
+def _chosen_space(values: np.ndarray, references: np.ndarray | None, space: str | None) -> str:
+    """``space`` checked, or when None ``"log"`` if every statistic (``[N, L, 2]``, and the golden images') is positive,
+    else ``"linear"``."""
+    if space is None:
+        positive = len(values) and (values > 0).all() and (references is None or (references > 0).all())
+        space = "log" if positive else "linear"
+    if space not in SPACES:
+        raise ValueError(f"space must be one of {list(SPACES)}, got {space!r}")
+    return space
 
 
 def _stacked(stats_iter: Iterable[torch.Tensor | np.ndarray], num_layers: int) -> np.ndarray:

@@ -42,7 +42,7 @@ def load_monitor_config(path: str | os.PathLike[str]) -> MonitorConfig:
         raise MonitorSetupError(f"{path}: {exc}") from exc
 
 
-def build_monitoring(
+def build_monitoring(  # noqa: PLR0913 - one keyword per monitoring flag of predict (--baseline ... --monitor-config)
     layer_names: Sequence[str],
     baseline: str | os.PathLike[str] | None = None,
     embedded: dict[str, Any] | None = None,
@@ -77,14 +77,26 @@ def build_monitoring(
         raise MonitorSetupError(
             f"the baseline covers layers {found.layer_names} but the model reports {list(layer_names)}; calibrate again with these weights"
         )
-    if isinstance(monitor_config, MonitorConfig):
-        cfg = monitor_config
-    else:
-        cfg = load_monitor_config(monitor_config) if monitor_config else MonitorConfig()
+    cfg = _thresholds(monitor_config)  # read (and checked) even when only metrics are served
     detector = DriftDetector(found, cfg) if found is not None else None
+    return AlertRouter(detector, _sinks(detector is not None, alerts, webhook, metrics_port, metrics_addr), layer_names)
+
+
+def _thresholds(monitor_config: str | os.PathLike[str] | MonitorConfig | None) -> MonitorConfig:
+    """``monitor_config`` as it is (a :class:`MonitorConfig`), read from its YAML path, or the defaults (None)."""
+    if isinstance(monitor_config, MonitorConfig):
+        return monitor_config
+    return load_monitor_config(monitor_config) if monitor_config else MonitorConfig()
+
+
+def _sinks(
+    drift: bool, alerts: str | os.PathLike[str] | None, webhook: str | None, metrics_port: int | None, metrics_addr: str
+) -> list[Sink]:
+    """The sinks asked for: the log when ``drift`` is detected, then JSONL ``alerts``, the ``webhook`` and Prometheus on
+    ``metrics_port``. :class:`MonitorSetupError` (the ones started closed again) when one cannot start."""
     sinks: list[Sink] = []
     try:
-        if detector is not None:
+        if drift:
             sinks.append(LogSink())
         if alerts:
             sinks.append(JsonlSink(alerts))
@@ -98,7 +110,7 @@ def build_monitoring(
         for sink in sinks:
             sink.close()
         raise MonitorSetupError(f"cannot start monitoring: {exc}") from exc
-    return AlertRouter(detector, sinks, layer_names)
+    return sinks
 
 
 def _baseline(path: str | None, embedded: dict[str, Any] | None) -> Baseline | None:

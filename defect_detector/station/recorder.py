@@ -54,14 +54,24 @@ class _Prepared:
     review: list[bool] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class RecorderTiming:
+    """When a :class:`Recorder` speaks up: ``warn_every`` seconds between WARNINGs about unrecorded frames, ``live_every``
+    seconds between pictures of frames that are not kept (for the live page), both on ``clock`` (monotonic seconds;
+    tests replace it)."""
+
+    warn_every: float = 60.0
+    live_every: float = 0.25
+    clock: Callable[[], float] = time.monotonic
+
+
 class Recorder:
     """Records frames into the database at ``url`` (see :func:`~defect_detector.station.db.parse_url`).
 
     ``conf``: the operating point (module docstring). ``classes``: the model's class names, recorded as the database's
     known classes (the review page offers them). ``images``: the folder for stored PNGs (default: beside a SQLite file,
     else the one the database names, else ``./<database>.images``). ``queue_size``: frames waiting before new ones are
-    dropped. ``warn_every``: seconds between WARNINGs about unrecorded frames. ``live_every``: seconds between pictures
-    of frames that are not kept, for the live page. ``clock``: monotonic seconds (tests replace it).
+    dropped. ``timing``: how often it warns and stores live pictures (:class:`RecorderTiming`).
     Raises ``ValueError`` only for a malformed URL; connecting happens in the writer thread.
     """
 
@@ -73,14 +83,12 @@ class Recorder:
         images: str | Path | None = None,
         queue_size: int = 64,
         batch_size: int = 32,
-        warn_every: float = 60.0,
-        live_every: float = 0.25,
-        clock: Callable[[], float] = time.monotonic,
+        timing: RecorderTiming = RecorderTiming(),
     ) -> None:
         self.url = parse_url(url)
         self.conf = float(conf)
         self.batch_size = max(1, batch_size)
-        self.warn_every, self.live_every, self._clock = warn_every, live_every, clock
+        self.warn_every, self.live_every, self._clock = timing.warn_every, timing.live_every, timing.clock
         self._classes = list(dict.fromkeys(classes))
         self._explicit_images = Path(images).resolve() if images is not None else None
         self._engine = make_engine(self.url, pool_size=1)

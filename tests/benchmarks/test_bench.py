@@ -5,8 +5,10 @@ import pytest
 import torch
 from small_checkpoint import write_small_checkpoint
 
-from benchmarks import bench
-from benchmarks.bench import bench_registration, bench_tta, measure_interleaved, paired_ratio, run_bench
+from benchmarks import timing
+from benchmarks.bench import run_bench
+from benchmarks.bench_stages import bench_registration, bench_tta
+from benchmarks.timing import measure_interleaved, paired_ratio
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.model.checkpoint import load_checkpoint
 from defect_detector.model.tta import TTA_MODES, orientations
@@ -37,7 +39,7 @@ def test_bench_tta_times_each_mode_with_its_own_passes(tmp_path: Path, one_threa
     # A fake clock that advances 1 ms per model pass: each mode must take exactly its number of orientations,
     # which holds only if bench_tta really switches the runtime's mode per candidate and times them apart.
     clock = [0.0]
-    monkeypatch.setattr(bench, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
     real_infer = Runtime.infer
 
     def infer(self: Runtime, batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

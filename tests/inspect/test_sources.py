@@ -9,7 +9,7 @@ import cv2
 import numpy as np
 import pytest
 
-from defect_detector.inspect.sources import FrameSource, open_source, source_kind
+from defect_detector.inspect.sources import FrameSource, ReconnectPolicy, open_source, source_kind
 
 
 def _write_png(path: Path, value: int, shape: tuple[int, int] = (24, 32)) -> None:
@@ -132,9 +132,7 @@ def test_stream_failure_is_retried_with_backoff(caplog: pytest.LogCaptureFixture
         "stream",
         target="rtsp://fake",
         capture_factory=factory,
-        reconnect_attempts=3,
-        reconnect_delay=0.001,
-        max_reconnect_delay=0.004,
+        reconnect=ReconnectPolicy(attempts=3, delay=0.001, max_delay=0.004),
     )
     with caplog.at_level("WARNING", logger="defect_detector.inspect"), source:
         frames = list(source)
@@ -243,7 +241,11 @@ def test_a_stall_is_logged_with_its_real_length(fail: bool, caplog: pytest.LogCa
     stall = 0.4  # (a 30 s stall was logged as a "0.50 s gap": the reopen delay alone)
     factory = FakeFactory([StallingCapture(2, stall, fail), FakeCapture(1, start=50)])
     source = FrameSource(
-        "rtsp://fake", "stream", target="rtsp://fake", capture_factory=factory, reconnect_attempts=1, reconnect_delay=0.001, stall_s=0.3
+        "rtsp://fake",
+        "stream",
+        target="rtsp://fake",
+        capture_factory=factory,
+        reconnect=ReconnectPolicy(attempts=1, delay=0.001, stall_s=0.3),
     )
     with caplog.at_level("WARNING", logger="defect_detector.inspect"), source:
         frames = list(source)

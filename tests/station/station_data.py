@@ -13,37 +13,27 @@ from defect_detector.data.synth import generate_board_pair
 from defect_detector.station.records import CallRecord, FrameRecord
 
 
-def board_record(
-    index: int,
-    height: int = 240,
-    width: int = 320,
-    seed: int = 0,
-    drift: str = "normal",
-    score: float | None = 0.5,
-    events: tuple[dict[str, Any], ...] = (),
-    time: datetime | None = None,
-    calls: int | None = None,
-) -> FrameRecord:
+def board_record(index: int, height: int = 240, width: int = 320, seed: int = 0, calls: int | None = None, **fields: Any) -> FrameRecord:
     """Frame ``index``: a synthetic board with defects; the model calls its first defects at scores 0.9, 0.7, ... and
-    adds one low-scoring call (0.1) off them; ``calls`` limits how many defects are called."""
+    adds one low-scoring call (0.1) off them; ``calls`` limits how many defects are called. ``fields``: the
+    monitor's side of the record, ``drift`` (default ``"normal"``), ``score`` (0.5), ``events`` (none) and ``time`` (now)."""
     image, template, boxes, labels = generate_board_pair(height, width, np.random.default_rng([seed, index]), (2, 4))
     n = len(boxes) if calls is None else min(calls, len(boxes))
     found = [CallRecord(DEEPPCB_CLASSES[int(labels[i])], round(0.9 - 0.2 * i, 2), tuple(float(v) for v in boxes[i])) for i in range(n)]
     found.append(CallRecord(DEEPPCB_CLASSES[0], 0.1, (5.0, 5.0, 25.0, 25.0)))
+    monitor = {"drift": "normal", "score": 0.5, "events": (), **fields}
+    monitor["time"] = monitor.get("time") or datetime.now(timezone.utc)
     return FrameRecord(
         source="line 1",
         frame=index,
         name=f"board_{index:04d}.png",
-        time=time or datetime.now(timezone.utc),
         model="small.pt",
         verdict="fail" if n else "pass",
         reference="golden.png",
-        drift=drift,
-        score=score,
-        events=events,
         calls=tuple(found),
         image=image,
         reference_image=template,
+        **monitor,
     )
 
 

@@ -15,7 +15,7 @@ from station_data import board_record
 from defect_detector.cli.main import main
 from defect_detector.core.constants import DEEPPCB_CLASSES
 from defect_detector.station.app import create_app
-from defect_detector.station.recorder import Recorder
+from defect_detector.station.recorder import Recorder, RecorderTiming
 from defect_detector.station.server import running
 from defect_detector.station.store import Store
 
@@ -51,7 +51,7 @@ def _coloured_pixels(page, selector: str) -> int:  # noqa: ANN001
 
 def test_live_page_review_by_keyboard_missed_box_and_export(tmp_path: Path) -> None:
     db = tmp_path / "station.db"
-    recorder = Recorder(str(db), conf=0.5, classes=DEEPPCB_CLASSES, live_every=0.0)
+    recorder = Recorder(str(db), conf=0.5, classes=DEEPPCB_CLASSES, timing=RecorderTiming(live_every=0.0))
     recorder.record(board_record(0, height=480, width=640, calls=2))  # two calls to review (0.9, 0.7)
     recorder.record(board_record(1, height=480, width=640, calls=1))  # one (0.9)
     assert recorder.flush(60)

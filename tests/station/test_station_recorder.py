@@ -22,7 +22,7 @@ from station_data import board_record, drift_event, frames_with_drift
 
 from defect_detector.core.constants import DEEPPCB_CLASSES
 from defect_detector.station.app import create_app
-from defect_detector.station.recorder import Recorder
+from defect_detector.station.recorder import Recorder, RecorderTiming
 from defect_detector.station.records import CallRecord, FrameRecord, record_from_inspection, utc_now
 from defect_detector.station.schema import calls, class_tallies, classes, drift_events, inspections, tallies
 from defect_detector.station.store import Store
@@ -72,7 +72,7 @@ def test_records_frames_calls_events_and_the_review_queue(station_db: StationDB)
 def test_frames_below_the_operating_point_are_not_queued_and_only_the_latest_picture_is_kept(tmp_path: Path) -> None:
     url = str(tmp_path / "line.db")
     clock = types.SimpleNamespace(now=0.0)
-    with Recorder(url, conf=0.95, live_every=0.5, clock=lambda: clock.now) as recorder:
+    with Recorder(url, conf=0.95, timing=RecorderTiming(live_every=0.5, clock=lambda: clock.now)) as recorder:
         for i in range(4):
             recorder.record(board_record(i))  # best call 0.9 < 0.95, drift normal: not queued
             recorder.flush(60)
@@ -146,7 +146,7 @@ def test_unreachable_database_is_counted_and_logged_once_a_minute(caplog: pytest
     clock = types.SimpleNamespace(now=1000.0)
     url = "postgresql://station@127.0.0.1:1/nowhere"  # nothing listens on port 1: refused at once
     with caplog.at_level(logging.WARNING, logger="defect_detector.station"):
-        recorder = Recorder(url, clock=lambda: clock.now)
+        recorder = Recorder(url, timing=RecorderTiming(clock=lambda: clock.now))
         for i in range(3):
             assert recorder.record(board_record(i)) is True  # handed over: never an exception
             recorder.flush(60)
