@@ -19,10 +19,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
-from torch.optim.swa_utils import AveragedModel
 from tqdm import tqdm
 
-from defect_detector.core.config import Config
+from defect_detector.core.config import Config, TrainConfig
 from defect_detector.core.devices import default_threads, resolve_device
 from defect_detector.data.dataset import CocoDetectionDataset
 from defect_detector.engine import plots
@@ -48,7 +47,6 @@ from defect_detector.engine.state import (
     restore_training,
 )
 from defect_detector.model.detector import TinyDetector
-from defect_detector.model.loss import DetectionLoss
 from defect_detector.model.postprocess import make_anchor_points
 
 __all__ = ["NonFiniteLossError", "TrainingError", "fit", "lr_factor", "train_one_epoch", "with_pixel_scale"]
@@ -59,72 +57,70 @@ log = logging.getLogger("defect_detector.train")
 def train_one_epoch(
     model: torch.nn.Module,
     loader: torch.utils.data.DataLoader,
-    criterion: DetectionLoss,
-    optimizer: torch.optim.Optimizer,
-    scaler: torch.amp.GradScaler,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
-    ema: AveragedModel,
-    state: StepState,
+    training: Training,
     device: torch.device,
     amp_dtype: torch.dtype | None,
-    accumulate: int,
-    grad_clip: float,
-    max_bad_steps: int,
+    settings: TrainConfig,
     desc: str = "train",
     progress: bool = True,
 ) -> dict[str, float]:
-    """One pass over ``loader``. AMP order: scale -> backward -> unscale_ -> clip -> step -> update.
-
-    A step whose loss or gradient norm is not finite is skipped and counted in
-    ``state.bad_steps``; more than ``max_bad_steps`` raises :class:`NonFiniteLossError`.
-    Returns the mean ``loss``, ``box``, ``cls`` and the throughput ``images_per_s``.
+    """One pass over ``loader`` (batches of float32 ``[B, C, S, S]`` images and their targets) with ``training``'s
+    loss, optimizer, AMP scaler, schedule and EMA; ``model`` is ``training.model``, or its DDP wrapper. ``settings``
+    gives ``accumulate``, ``grad_clip`` and ``max_bad_steps``. AMP order per step: scale -> backward -> unscale_ ->
+    clip -> step -> update (:func:`_step`). A loss or gradient norm that is not finite is a skipped step counted in
+    ``training.state.bad_steps``; more than ``max_bad_steps`` raises :class:`NonFiniteLossError`.
+    Returns the mean ``loss``, ``box``, ``cls``, the throughput ``images_per_s`` and the ``seconds`` taken.
     """
     model.train()
     strides = model.module.strides if isinstance(model, DistributedDataParallel) else model.strides
     sums: dict[str, float] = defaultdict(float)
     num_batches = num_images = 0
     start = time.perf_counter()
-    optimizer.zero_grad(set_to_none=True)
+    training.optimizer.zero_grad(set_to_none=True)
     bar = tqdm(loader, desc=desc, leave=False, disable=not progress, dynamic_ncols=True)
     for i, (images, targets) in enumerate(bar):
         images = images.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last)
         points, point_strides = make_anchor_points(images.shape[-2], images.shape[-1], strides, device)
         with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
             raw = model(images)
-        loss, parts = criterion(raw, targets, points, point_strides)
+        loss, parts = training.criterion(raw, targets, points, point_strides)
         if not torch.isfinite(loss):
-            _count_bad_step(state, max_bad_steps, f"non-finite loss {float(loss.detach())}")
-            optimizer.zero_grad(set_to_none=True)
+            _count_bad_step(training.state, settings.max_bad_steps, f"non-finite loss {float(loss.detach())}")
+            training.optimizer.zero_grad(set_to_none=True)
             continue
-        scaler.scale(loss / accumulate).backward()
-        if (i + 1) % accumulate == 0 or i + 1 == len(loader):
-            scaler.unscale_(optimizer)
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-            if not scaler.is_enabled() and not torch.isfinite(grad_norm):
-                _count_bad_step(state, max_bad_steps, f"non-finite gradient norm {float(grad_norm)}")
-            else:
-                scaler.step(optimizer)
-                ema.update_parameters(model.module if isinstance(model, DistributedDataParallel) else model)
-                state.optimizer_steps += 1
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
-            scheduler.step()
+        training.scaler.scale(loss / settings.accumulate).backward()
+        if (i + 1) % settings.accumulate == 0 or i + 1 == len(loader):
+            _step(model, training, settings)
         num_batches += 1
         num_images += images.shape[0]
         sums["loss"] += float(loss.detach())
         sums["box"] += parts["box"]
         sums["cls"] += parts["cls"]
         rate = num_images / (time.perf_counter() - start)
-        bar.set_postfix(loss=f"{sums['loss'] / num_batches:.3f}", lr=f"{optimizer.param_groups[0]['lr']:.2e}", img_s=f"{rate:.1f}")
+        bar.set_postfix(loss=f"{sums['loss'] / num_batches:.3f}", lr=f"{training.optimizer.param_groups[0]['lr']:.2e}", img_s=f"{rate:.1f}")
     elapsed = time.perf_counter() - start
     means = {k: v / max(1, num_batches) for k, v in sums.items()}
-    return {
-        "loss": means.get("loss", float("nan")),
-        "box": means.get("box", float("nan")),
-        "cls": means.get("cls", float("nan")),
+    return {k: means.get(k, float("nan")) for k in ("loss", "box", "cls")} | {
         "images_per_s": num_images / max(elapsed, 1e-9),
         "seconds": elapsed,
     }
+
+
+def _step(model: torch.nn.Module, training: Training, settings: TrainConfig) -> None:
+    """One optimizer step on the accumulated gradients: unscale_ -> clip -> step (skipped and counted when the gradient
+    norm is not finite without a scaler; the scaler skips it itself) -> EMA -> scaler update -> zero -> schedule."""
+    optimizer, scaler = training.optimizer, training.scaler
+    scaler.unscale_(optimizer)
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
+    if not scaler.is_enabled() and not torch.isfinite(grad_norm):
+        _count_bad_step(training.state, settings.max_bad_steps, f"non-finite gradient norm {float(grad_norm)}")
+    else:
+        scaler.step(optimizer)
+        training.ema.update_parameters(model.module if isinstance(model, DistributedDataParallel) else model)
+        training.state.optimizer_steps += 1
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    training.scheduler.step()
 
 
 def _count_bad_step(state: StepState, max_bad_steps: int, why: str) -> None:
@@ -315,23 +311,15 @@ def _run_epoch(run: _Run, epoch: int) -> None:
 
 def _train_epoch(run: _Run, epoch: int) -> dict[str, float]:
     """:func:`train_one_epoch` with the run's settings."""
-    cfg, t = run.cfg, run.training
     return train_one_epoch(
         run.train_model,
         run.train_loader,
-        t.criterion,
-        t.optimizer,
-        t.scaler,
-        t.scheduler,
-        t.ema,
-        t.state,
+        run.training,
         run.device,
         run.amp_dtype,
-        cfg.train.accumulate,
-        cfg.train.grad_clip,
-        cfg.train.max_bad_steps,
-        desc=f"epoch {epoch + 1}/{cfg.train.epochs}",
-        progress=run.progress and is_main(),
+        run.cfg.train,
+        f"epoch {epoch + 1}/{run.cfg.train.epochs}",
+        run.progress,
     )
 
 

@@ -16,8 +16,9 @@ import torch
 from defect_detector.cli.main import main
 from defect_detector.core.config import AugmentConfig, ConfigError, load_config, save_config
 from defect_detector.data.synth import write_synthetic_dataset
-from defect_detector.engine import run_files, trainer
+from defect_detector.engine import run_files
 from defect_detector.engine.trainer import NonFiniteLossError, TrainingError, fit, lr_factor, with_pixel_scale
+from defect_detector.model.loss import DetectionLoss
 
 
 @pytest.fixture(scope="module")
@@ -196,7 +197,7 @@ def test_non_finite_loss_is_skipped_then_stops(synth_coco: Path, tmp_path: Path,
     def nan_loss(self, raw, targets, points, strides):
         return raw.sum() * float("nan"), {"box": 0.0, "cls": 0.0, "num_fg": 0.0}
 
-    monkeypatch.setattr(trainer.DetectionLoss, "__call__", nan_loss)
+    monkeypatch.setattr(DetectionLoss, "__call__", nan_loss)
     with pytest.raises(NonFiniteLossError, match="max_bad_steps=0.*lower train.lr") as info:
         fit(tiny_config(synth_coco, tmp_path, epochs=1, max_bad_steps=0), progress=False, threads=1)
     assert isinstance(info.value, ValueError), "the CLI reports ValueErrors as one line"
