@@ -143,15 +143,33 @@ class AugmentConfig:
         )
 
 
+FUSIONS = ("early", "diff", "siamese")
+"""``model.fusion`` values: how a reference model combines the image and its golden reference."""
+
+BOX_HEADS = ("distance", "dfl")
+"""``model.box_head`` values: direct edge distances, or distributions over bins (distribution focal loss)."""
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """TinyDetector size. ``widths`` are the channels at strides 4, 8, 16, 32;
     ``depths`` the number of depthwise-separable blocks per stage. ``head_convs``: blocks in each class branch
     of the head, and in each box branch unless ``head_box_convs`` says otherwise (null: the same).
     ``in_channels``: 1 for the single-image model; 2 for golden-template inspection (channel 0 the
-    image, channel 1 its registered reference, fused at the stem)."""
+    image, channel 1 its registered reference).
+    ``fusion`` (reference models only): how the two channels meet. ``early``: both enter the stem's first
+    convolution; ``diff``: the same, with a third channel ``|image - reference|`` computed inside the model;
+    ``siamese``: one shared-weight trunk (stem, stages 1-3) runs on the image and on the reference, and their
+    features are fused (concatenation with their difference, then a 1x1 convolution) at strides 8 and 16; the
+    reference's trunk features can be computed once per golden image and reused.
+    ``box_head``: ``distance`` regresses each edge distance directly (softplus); ``dfl`` predicts a distribution
+    over ``reg_max`` bins per edge (in units of the level's stride), read as its expectation, and trains it with
+    distribution focal loss (GFL)."""
 
     in_channels: int = 1
+    fusion: str = "early"
+    box_head: str = "distance"
+    reg_max: int = 16
     widths: tuple[int, int, int, int] = (32, 64, 128, 192)
     depths: tuple[int, int, int, int] = (1, 3, 3, 2)
     neck_channels: int = 64
@@ -161,6 +179,15 @@ class ModelConfig:
 
     def validate(self) -> None:
         _check(self.in_channels in (1, 2), "model.in_channels", "must be 1 (image) or 2 (image + reference)", self.in_channels)
+        _check(self.fusion in FUSIONS, "model.fusion", f"must be one of {', '.join(FUSIONS)}", self.fusion)
+        _check(
+            self.fusion == "early" or self.in_channels == 2,
+            "model.fusion",
+            "needs model.in_channels: 2 (an image and its reference) unless it is 'early'",
+            self.fusion,
+        )
+        _check(self.box_head in BOX_HEADS, "model.box_head", f"must be one of {', '.join(BOX_HEADS)}", self.box_head)
+        _check(2 <= self.reg_max <= 64, "model.reg_max", "must be an integer in [2, 64]", self.reg_max)
         _check(
             len(self.widths) == 4 and all(w > 0 and w % 8 == 0 for w in self.widths),
             "model.widths",

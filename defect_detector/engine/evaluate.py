@@ -65,8 +65,9 @@ def predict_dataset(
 
 
 def _decoded_pass(model: torch.nn.Module, points: torch.Tensor, strides: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
-    """One model pass, decoded: ``[N, C, S, S]`` -> ``[N, A, 4 + K]`` xyxy input pixels + class probabilities."""
-    return decode(model(images), points, strides)
+    """One model pass, decoded: ``[N, C, S, S]`` -> ``[N, A, 4 + K]`` xyxy input pixels + class probabilities
+    (a distribution box head, ``model.box_bins`` > 0, read as its expectation)."""
+    return decode(model(images), points, strides, getattr(model, "box_bins", 0))
 
 
 def to_coco_results(predictions: Predictions, label_to_cat_id: Mapping[int, int]) -> list[dict]:

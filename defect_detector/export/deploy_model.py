@@ -92,6 +92,7 @@ class DeployModel(nn.Module):
         self.in_channels = model_channels(model)
         self.imgsz = int(imgsz)
         self.strides = tuple(int(s) for s in model.strides)
+        self.box_bins = int(getattr(model, "box_bins", 0))
         if self.imgsz % max(self.strides) != 0:
             raise ValueError(f"imgsz must be a multiple of {max(self.strides)}, got {imgsz}")
         device = next(detector.parameters()).device
@@ -112,7 +113,7 @@ class DeployModel(nn.Module):
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         raw = self.model(x)
-        pred = decode(raw, self.points, self.anchor_strides)
+        pred = decode(raw, self.points, self.anchor_strides, self.box_bins)
         stats = self.monitor.stats() if self.monitor is not None else torch.zeros_like(pred[:, :0, :2])
         return pred, stats
 

@@ -34,18 +34,32 @@ def make_anchor_points(
     return torch.cat(points), torch.cat(stride_values)
 
 
-def decode_boxes(raw_boxes: torch.Tensor, points: torch.Tensor, strides: torch.Tensor) -> torch.Tensor:
-    """Raw box outputs ``[B, A, 4]`` -> xyxy ``[B, A, 4]`` in input (letterboxed) pixels.
+def box_distances(raw_boxes: torch.Tensor, box_bins: int = 0) -> torch.Tensor:
+    """Raw box outputs -> float32 edge distances ``[B, A, 4]`` (l, t, r, b) in units of the level's stride.
 
-    Each raw value becomes an edge distance ``softplus(raw) * stride``.
+    ``box_bins`` 0: ``raw_boxes`` ``[B, A, 4]``, each value ``softplus(raw)``. ``box_bins`` n > 0 (distribution
+    focal loss): ``[B, A, 4 * n]``, 4 groups of n logits over the distances 0..n-1, each read as the expectation
+    of its softmax (the integral of GFL).
     """
-    distances = F.softplus(raw_boxes.float()) * strides[:, None]
+    if not box_bins:
+        return F.softplus(raw_boxes.float())
+    probs = raw_boxes.float().unflatten(-1, (4, box_bins)).softmax(-1)  # [B, A, 4, n]
+    bins = torch.arange(box_bins, dtype=torch.float32, device=raw_boxes.device)
+    return (probs * bins).sum(-1)
+
+
+def decode_boxes(raw_boxes: torch.Tensor, points: torch.Tensor, strides: torch.Tensor, box_bins: int = 0) -> torch.Tensor:
+    """Raw box outputs (``[B, A, 4]``, or ``[B, A, 4 * box_bins]``: see :func:`box_distances`) -> xyxy ``[B, A, 4]``
+    in input (letterboxed) pixels: each edge distance times the location's stride, from its anchor point."""
+    distances = box_distances(raw_boxes, box_bins) * strides[:, None]
     return ltrb_to_xyxy(distances, points)
 
 
-def decode(raw: torch.Tensor, points: torch.Tensor, strides: torch.Tensor) -> torch.Tensor:
-    """Raw predictions ``[B, A, 4 + C]`` -> ``[B, A, 4 + C]``: xyxy boxes in input pixels, then class probabilities."""
-    return torch.cat((decode_boxes(raw[..., :4], points, strides), raw[..., 4:].float().sigmoid()), dim=-1)
+def decode(raw: torch.Tensor, points: torch.Tensor, strides: torch.Tensor, box_bins: int = 0) -> torch.Tensor:
+    """Raw predictions ``[B, A, R + C]`` (``R`` 4, or ``4 * box_bins`` for a distribution head) -> ``[B, A, 4 + C]``:
+    xyxy boxes in input pixels, then class probabilities."""
+    split = 4 * box_bins if box_bins else 4
+    return torch.cat((decode_boxes(raw[..., :split], points, strides, box_bins), raw[..., split:].float().sigmoid()), dim=-1)
 
 
 def postprocess(
