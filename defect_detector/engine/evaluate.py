@@ -169,7 +169,7 @@ def ground_truth(coco_gt: COCO, image_id: int, cat_id_to_label: Mapping[int, int
     return {"boxes": xywh_to_xyxy(boxes), "labels": labels}
 
 
-def _greedy_matches(
+def greedy_matches(
     pred: dict[str, torch.Tensor], gt: dict[str, torch.Tensor], iou_threshold: float, same_class: bool
 ) -> list[tuple[int, int]]:
     """Greedy one-to-one matching by descending score; pairs ``(pred_index, gt_index)`` with IoU > threshold.
@@ -207,7 +207,7 @@ def deeppcb_f1(
     for image_id, pred in predictions.items():
         pred = _above(pred, conf)
         gt = ground_truth(coco_gt, image_id, cat_id_to_label)
-        tp += len(_greedy_matches(pred, gt, iou_threshold, same_class=True))
+        tp += len(greedy_matches(pred, gt, iou_threshold, same_class=True))
         num_pred += len(pred["boxes"])
         num_gt += len(gt["boxes"])
     precision = tp / num_pred if num_pred else 0.0
@@ -225,7 +225,7 @@ def confusion_matrix(
     for image_id, pred in predictions.items():
         pred = _above(pred, conf)
         gt = ground_truth(coco_gt, image_id, cat_id_to_label)
-        pairs = _greedy_matches(pred, gt, iou_threshold, same_class=False)
+        pairs = greedy_matches(pred, gt, iou_threshold, same_class=False)
         for p, g in pairs:
             matrix[int(pred["labels"][p]), int(gt["labels"][g])] += 1
         matched_p = {p for p, _ in pairs}
@@ -251,7 +251,7 @@ def operating_points(
     false calls per board it costs.
 
     Matching ignores class: a ground-truth box is caught by a detection of any class with IoU >
-    ``iou_threshold``, one-to-one, greedy by descending score (:func:`_greedy_matches`); a false call
+    ``iou_threshold``, one-to-one, greedy by descending score (:func:`greedy_matches`); a false call
     is a detection at score >= ``conf`` that matches no ground-truth box. Boards are the images in
     ``predictions``. One matching of all detections serves every threshold: greedy matching visits
     detections by descending score, so the detections at score >= t are matched exactly as a
@@ -268,7 +268,7 @@ def operating_points(
         gt = ground_truth(coco_gt, image_id, cat_id_to_label)
         num_gt += len(gt["boxes"])
         hit = np.zeros(len(pred["scores"]), dtype=bool)
-        matched = [p for p, _ in _greedy_matches(pred, gt, iou_threshold, same_class=False)]
+        matched = [p for p, _ in greedy_matches(pred, gt, iou_threshold, same_class=False)]
         hit[matched] = True
         scores.append(pred["scores"].detach().cpu().double().numpy().reshape(-1))  # float64 holds float32 scores exactly
         hits.append(hit)
