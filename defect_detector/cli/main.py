@@ -104,7 +104,10 @@ def _cmd_val(args: argparse.Namespace) -> None:
     loader = build_loader(dataset, args.batch_size, train=False, workers=args.workers, seed=0)
     tta = args.tta or "none"
     f1_conf = cfg.eval.f1_conf if args.conf is None else args.conf
-    predictions = predict_dataset(loaded.model, loader, torch.device("cpu"), cfg.eval.conf, cfg.eval.nms_iou, cfg.eval.max_det, tta=tta)
+    cross_class = (cfg.eval.cross_class_iou, cfg.eval.cross_class_factor)
+    predictions = predict_dataset(
+        loaded.model, loader, torch.device("cpu"), cfg.eval.conf, cfg.eval.nms_iou, cfg.eval.max_det, tta=tta, cross_class=cross_class
+    )
     metrics = evaluate_predictions(dataset.coco, predictions, dataset.label_to_cat_id, loaded.class_names, f1_conf)
     summary = model_summary(loaded.model, dataset.imgsz)
     keys = ("map50", "map50_95", "per_class", "absent_classes", "f1_iou033", "precision", "recall", "operating_points")

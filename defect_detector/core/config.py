@@ -256,17 +256,23 @@ class EvalConfig:
     """Postprocess thresholds. ``conf`` is the low threshold used for mAP;
     ``f1_conf`` the operating point for DeepPCB's F-score. Every evaluation runs one model pass per
     image, as the deployed artifact does; test-time augmentation is asked for per command (``val --tta``,
-    ``predict --tta``), never stored with the model."""
+    ``predict --tta``), never stored with the model. ``cross_class_iou``: after per-class NMS, a detection
+    overlapping a higher-scored detection of another class by more than this IoU has its score multiplied by
+    ``cross_class_factor`` (one defect, one call at the line's threshold; null: off)."""
 
     conf: float = 0.001
     nms_iou: float = 0.6
     max_det: int = 100
     f1_conf: float = 0.3
+    cross_class_iou: float | None = None
+    cross_class_factor: float = 0.25
 
     def validate(self) -> None:
-        for name in ("conf", "nms_iou", "f1_conf"):
+        for name in ("conf", "nms_iou", "f1_conf", "cross_class_factor"):
             _check(0.0 <= getattr(self, name) <= 1.0, f"eval.{name}", "must be in [0, 1]", getattr(self, name))
         _check(self.max_det >= 1, "eval.max_det", "must be >= 1", self.max_det)
+        ok = self.cross_class_iou is None or 0.0 <= self.cross_class_iou <= 1.0
+        _check(ok, "eval.cross_class_iou", "must be in [0, 1] or null", self.cross_class_iou)
 
 
 @dataclass(frozen=True)

@@ -42,8 +42,11 @@ def predict_dataset(
     max_det: int,
     progress: bool = True,
     tta: str = "none",
+    cross_class: tuple[float | None, float] = (None, 0.25),
 ) -> Predictions:
     """Run ``model`` over ``loader`` (batches of ``(images [B,1,S,S], targets)``) -> ``{image_id: prediction}``.
+
+    ``cross_class``: ``(eval.cross_class_iou, eval.cross_class_factor)`` for ``postprocess`` (None: off).
 
     ``tta`` names a test-time augmentation mode of :mod:`defect_detector.model.tta` (``none``: one pass).
     Boxes are mapped back to original-image pixels with each target's ``letterbox`` record.
@@ -59,7 +62,7 @@ def predict_dataset(
             anchors[size] = make_anchor_points(size[0], size[1], model.strides, device)
         forward = functools.partial(_decoded_pass, model, *anchors[size])
         decoded, _ = tta_forward(forward, images, modes, model.strides, size[0], one_batch=device.type == "cuda")  # [B, A, 4 + C]
-        for target, pred in zip(targets, postprocess(decoded, [t["letterbox"] for t in targets], conf, iou, max_det)):
+        for target, pred in zip(targets, postprocess(decoded, [t["letterbox"] for t in targets], conf, iou, max_det, *cross_class)):
             results[int(target["image_id"])] = {k: v.cpu() for k, v in pred.items()}
     return results
 
