@@ -139,3 +139,13 @@ def test_reference_architectures_fit_the_limits(fusion: str, box_head: str) -> N
     model = build_model(cfg.model, len(cfg.data.class_names))
     assert count_parameters(model) <= 1_500_000
     assert count_flops(model, 640) <= 2.5e9
+
+
+def test_summary_reports_architecture_and_cached_frame_flops() -> None:
+    from defect_detector.model.summary import model_summary
+
+    early = model_summary(_small(), 64)
+    assert early["fusion"] == "early" and early["box_head"] == "distance" and "gflops_cached_frame" not in early
+    siamese = model_summary(_small(fusion="siamese", box_head="dfl"), 64)
+    assert siamese["fusion"] == "siamese" and siamese["box_head"] == "dfl"
+    assert 0 < siamese["gflops_cached_frame"] < siamese["gflops"]
