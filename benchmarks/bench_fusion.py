@@ -28,7 +28,7 @@ from defect_detector.export import DeployModel, quiet_jit
 from defect_detector.export.onednn import onednn_available
 from defect_detector.model.checkpoint import load_checkpoint
 from defect_detector.model.postprocess import decode
-from defect_detector.model.summary import count_flops, count_parameters
+from defect_detector.model.summary import count_flops, count_flops_cached_frame, count_parameters
 
 
 class CachedFrame(nn.Module):
@@ -59,7 +59,7 @@ def candidates(weights: Sequence[str], imgsz: int) -> tuple[dict[str, Callable[[
     for path in weights:
         loaded = load_checkpoint(path)
         model = loaded.model.eval()
-        name = Path(path).stem if Path(path).parent.name != "weights" else Path(path).parent.parent.name
+        name = Path(path).parent.parent.name if Path(path).stem in ("best", "last") else Path(path).stem  # runs/NAME/weights/best.pt
         deploy = DeployModel(model, imgsz, DEFAULT_LAYERS, cpu_fusion=onednn_available()).eval()
         x = torch.rand(1, deploy.in_channels, imgsz, imgsz).contiguous(memory_format=torch.channels_last)
         traced = _trace(deploy, (x,))
@@ -72,7 +72,11 @@ def candidates(weights: Sequence[str], imgsz: int) -> tuple[dict[str, Callable[[
             board = x[:, :1].contiguous(memory_format=torch.channels_last)
             per_frame = _trace(CachedFrame(deploy), (board, c3, c4))
             calls[f"{name}_cached"] = lambda t=per_frame, b=board, c3=c3, c4=c4: t(b, c3, c4)
-            facts[f"{name}_cached"] = {**facts[name], "part": "per frame: the board's trunk pass + fusion + neck + head + decode + stats"}
+            facts[f"{name}_cached"] = {
+                **facts[name],
+                "gflops": count_flops_cached_frame(model, imgsz) / 1e9,
+                "part": "per frame: the board's trunk pass + fusion + neck + head + decode + stats",
+            }
     return calls, facts
 
 

@@ -28,4 +28,5 @@ def test_run_times_each_candidate_and_the_cached_part(tmp_path: Path, one_thread
     result = run([str(early), str(siamese)], imgsz=64, threads=1, iters=3)
     rows = result["rows"]
     assert list(rows) == ["early", "siamese", "siamese_cached"]
+    assert rows["siamese_cached"]["gflops"] < rows["siamese"]["gflops"]
     assert rows["early"]["ratio_to_early"] == 1.0 and rows["siamese_cached"]["median_ms"] > 0
