@@ -15,16 +15,27 @@ SMALL_MODEL = {"widths": [16, 32, 48, 64], "depths": [1, 1, 1, 1], "neck_channel
 
 
 def write_small_checkpoint(
-    path: Path, imgsz: int = 128, cls_bias: float = -1.0, randomize_bn: bool = False, seed: int = 0, in_channels: int = 1
+    path: Path,
+    imgsz: int = 128,
+    cls_bias: float = -1.0,
+    randomize_bn: bool = False,
+    seed: int = 0,
+    in_channels: int = 1,
+    model: dict | None = None,
 ) -> Path:
     """Write a seeded random checkpoint whose class biases yield detections at conf 0.25, its stored operating point
     (``eval.f1_conf`` 0.25, ``eval.nms_iou`` 0.5: what ``predict`` and the ``Inspector`` default to).
 
     ``randomize_bn`` gives BatchNorm non-trivial statistics, so conv+BN folding is really exercised.
     ``in_channels`` 2 writes a reference model (input: the image and its registered reference).
+    ``model``: further ``model.*`` keys, e.g. ``{"fusion": "siamese", "box_head": "dfl"}``.
     """
     cfg = config_from_dict(
-        {"model": {**SMALL_MODEL, "in_channels": in_channels}, "data": {"imgsz": imgsz}, "eval": {"f1_conf": 0.25, "nms_iou": 0.5}}
+        {
+            "model": {**SMALL_MODEL, "in_channels": in_channels, **(model or {})},
+            "data": {"imgsz": imgsz},
+            "eval": {"f1_conf": 0.25, "nms_iou": 0.5},
+        }
     )
     torch.manual_seed(seed)
     model = build_model(cfg.model, len(DEEPPCB_CLASSES))

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from defect_detector.cli.errors import check_imgsz
+from defect_detector.cli.errors import CliError, check_imgsz
 from defect_detector.cli.options import TTA_HELP
 
 
@@ -26,6 +26,13 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--out", help="write metrics JSON here")
     p.add_argument("--plots", help="write PR curves, confusion matrix and a grid of predictions (PNG) to this folder")
+    p.add_argument(
+        "--gallery",
+        metavar="DIR",
+        help="write an error gallery here: the lowest-scored true defects (misses at the operating point first) and the "
+        "highest-scored false calls, board and golden crops side by side (index.html, one PNG sheet per kind)",
+    )
+    p.add_argument("--gallery-n", type=int, default=32, metavar="N", help="entries per kind in --gallery (default: 32)")
 
 
 def run(args: argparse.Namespace) -> None:
@@ -35,6 +42,8 @@ def run(args: argparse.Namespace) -> None:
     from defect_detector.inspect.validate import validate
 
     check_imgsz(args.imgsz)
+    if args.gallery_n < 1:
+        raise CliError(f"--gallery-n must be >= 1, got {args.gallery_n}")
     if args.threads:
         torch.set_num_threads(args.threads)
     result = validate(args.weights, args.data, args.images, args.conf, args.tta, align=not args.no_register, imgsz=args.imgsz)
@@ -62,6 +71,25 @@ def run(args: argparse.Namespace) -> None:
 
         write_eval_plots(Path(args.plots), metrics, result.predictions, result.dataset, runtime.class_names, out["f1_conf"])
         print(f"wrote PR curves, confusion matrix (score >= {out['f1_conf']}) and a grid of predictions to {args.plots}")
+    if args.gallery:
+        _write_gallery(args.gallery, args.gallery_n, result, out["f1_conf"])
+
+
+def _write_gallery(folder: str, n: int, result: Any, conf: float) -> None:
+    """``val --gallery``: :func:`~defect_detector.engine.gallery.write_gallery` of the validation ``result``."""
+    import functools
+
+    from defect_detector.engine.gallery import write_gallery
+    from defect_detector.inspect.validate import load_pair
+
+    dataset = result.dataset
+    pair = functools.partial(load_pair, result)
+    entries = write_gallery(folder, dataset.coco, result.predictions, dataset.label_to_cat_id, result.runtime.class_names, conf, pair, n)
+    missed = sum(e.missed for e in entries["miss"])
+    print(
+        f"wrote the error gallery to {folder}/index.html: {len(entries['miss'])} lowest-scored true defects "
+        f"({missed} missed at score >= {conf}), {len(entries['false_call'])} highest-scored false calls"
+    )
 
 
 def _summary(runtime: Any) -> dict[str, Any]:

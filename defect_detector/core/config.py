@@ -146,15 +146,33 @@ class AugmentConfig:
         )
 
 
+FUSIONS = ("early", "diff", "siamese")
+"""``model.fusion`` values: how a reference model combines the image and its golden reference."""
+
+BOX_HEADS = ("distance", "dfl")
+"""``model.box_head`` values: direct edge distances, or distributions over bins (distribution focal loss)."""
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """TinyDetector size. ``widths`` are the channels at strides 4, 8, 16, 32;
     ``depths`` the number of depthwise-separable blocks per stage. ``head_convs``: blocks in each class branch
     of the head, and in each box branch unless ``head_box_convs`` says otherwise (null: the same).
     ``in_channels``: 1 for the single-image model; 2 for golden-template inspection (channel 0 the
-    image, channel 1 its registered reference, fused at the stem)."""
+    image, channel 1 its registered reference).
+    ``fusion`` (reference models only): how the two channels meet. ``early``: both enter the stem's first
+    convolution; ``diff``: the same, with a third channel ``|image - reference|`` computed inside the model;
+    ``siamese``: one shared-weight trunk (stem, stages 1-3) runs on the image and on the reference, and their
+    features are fused (concatenation with their difference, then a 1x1 convolution) at strides 8 and 16; the
+    reference's trunk features can be computed once per golden image and reused.
+    ``box_head``: ``distance`` regresses each edge distance directly (softplus); ``dfl`` predicts a distribution
+    over ``reg_max`` bins per edge (in units of the level's stride), read as its expectation, and trains it with
+    distribution focal loss (GFL)."""
 
     in_channels: int = 1
+    fusion: str = "early"
+    box_head: str = "distance"
+    reg_max: int = 16
     widths: tuple[int, int, int, int] = (32, 64, 128, 192)
     depths: tuple[int, int, int, int] = (1, 3, 3, 2)
     neck_channels: int = 64
@@ -164,6 +182,15 @@ class ModelConfig:
 
     def validate(self) -> None:
         _check(self.in_channels in (1, 2), "model.in_channels", "must be 1 (image) or 2 (image + reference)", self.in_channels)
+        _check(self.fusion in FUSIONS, "model.fusion", f"must be one of {', '.join(FUSIONS)}", self.fusion)
+        _check(
+            self.fusion == "early" or self.in_channels == 2,
+            "model.fusion",
+            "needs model.in_channels: 2 (an image and its reference) unless it is 'early'",
+            self.fusion,
+        )
+        _check(self.box_head in BOX_HEADS, "model.box_head", f"must be one of {', '.join(BOX_HEADS)}", self.box_head)
+        _check(2 <= self.reg_max <= 64, "model.reg_max", "must be an integer in [2, 64]", self.reg_max)
         _check(
             len(self.widths) == 4 and all(w > 0 and w % 8 == 0 for w in self.widths),
             "model.widths",
@@ -236,17 +263,23 @@ class EvalConfig:
     """Postprocess thresholds. ``conf`` is the low threshold used for mAP;
     ``f1_conf`` the operating point for DeepPCB's F-score. Every evaluation runs one model pass per
     image, as the deployed artifact does; test-time augmentation is asked for per command (``val --tta``,
-    ``predict --tta``), never stored with the model."""
+    ``predict --tta``), never stored with the model. ``cross_class_iou``: after per-class NMS, a detection
+    overlapping a higher-scored detection of another class by more than this IoU has its score multiplied by
+    ``cross_class_factor`` (one defect, one call at the line's threshold; null: off)."""
 
     conf: float = 0.001
     nms_iou: float = 0.6
     max_det: int = 100
     f1_conf: float = 0.3
+    cross_class_iou: float | None = None
+    cross_class_factor: float = 0.25
 
     def validate(self) -> None:
-        for name in ("conf", "nms_iou", "f1_conf"):
+        for name in ("conf", "nms_iou", "f1_conf", "cross_class_factor"):
             _check(0.0 <= getattr(self, name) <= 1.0, f"eval.{name}", "must be in [0, 1]", getattr(self, name))
         _check(self.max_det >= 1, "eval.max_det", "must be >= 1", self.max_det)
+        ok = self.cross_class_iou is None or 0.0 <= self.cross_class_iou <= 1.0
+        _check(ok, "eval.cross_class_iou", "must be in [0, 1] or null", self.cross_class_iou)
 
 
 @dataclass(frozen=True)

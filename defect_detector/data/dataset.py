@@ -365,6 +365,17 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
                 self._bad(reason, str(exc))
         raise DatasetError(f"{self.ann_file}: no readable image within {_MAX_READ_ATTEMPTS} samples of index {index}")
 
+    def load_pair(self, image_id: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """The original image of ``image_id`` as uint8 ``[H, W]`` and, for a reference dataset, its reference as the
+        samples see it (registered into the image's frame when ``register``), else None; no augmentation, no
+        letterbox. Raises :class:`DatasetError` for an unknown id or an unreadable or unregistrable pair
+        (the error gallery's ``load_pair``, ``engine/gallery.py``)."""
+        rec = next((r for r in self._records if r.image_id == image_id), None)
+        if rec is None:
+            raise DatasetError(f"{self.ann_file}: no image with id {image_id}")
+        image = self._read(rec.path, _UNREADABLE)
+        return image, self._aligned_reference(rec, image) if self.reference else None
+
     def _read(self, path: str, reason: str) -> np.ndarray:
         """Decode ``path`` as uint8 ``[H, W]`` (warning once per conversion kind); :class:`SampleError` with ``reason``."""
         try:

@@ -41,8 +41,11 @@ def predict_dataset(
     max_det: int,
     progress: bool = True,
     tta: str = "none",
+    cross_class: tuple[float | None, float] = (None, 0.25),
 ) -> Predictions:
     """Run ``model`` over ``loader`` (batches of ``(images [B,1,S,S], targets)``) -> ``{image_id: prediction}``.
+
+    ``cross_class``: ``(eval.cross_class_iou, eval.cross_class_factor)`` for ``postprocess`` (None: off).
 
     ``tta`` names a test-time augmentation mode of :mod:`defect_detector.model.tta` (``none``: one pass).
     Boxes are mapped back to original-image pixels with each target's ``letterbox`` record.
@@ -58,14 +61,15 @@ def predict_dataset(
             anchors[size] = make_anchor_points(size[0], size[1], model.strides, device)
         forward = functools.partial(_decoded_pass, model, *anchors[size])
         decoded, _ = tta_forward(forward, images, modes, model.strides, size[0], one_batch=device.type == "cuda")  # [B, A, 4 + C]
-        for target, pred in zip(targets, postprocess(decoded, [t["letterbox"] for t in targets], conf, iou, max_det)):
+        for target, pred in zip(targets, postprocess(decoded, [t["letterbox"] for t in targets], conf, iou, max_det, *cross_class)):
             results[int(target["image_id"])] = {k: v.cpu() for k, v in pred.items()}
     return results
 
 
 def _decoded_pass(model: torch.nn.Module, points: torch.Tensor, strides: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
-    """One model pass, decoded: ``[N, C, S, S]`` -> ``[N, A, 4 + K]`` xyxy input pixels + class probabilities."""
-    return decode(model(images), points, strides)
+    """One model pass, decoded: ``[N, C, S, S]`` -> ``[N, A, 4 + K]`` xyxy input pixels + class probabilities
+    (a distribution box head, ``model.box_bins`` > 0, read as its expectation)."""
+    return decode(model(images), points, strides, getattr(model, "box_bins", 0))
 
 
 def to_coco_results(predictions: Predictions, label_to_cat_id: Mapping[int, int]) -> list[dict]:
@@ -167,7 +171,7 @@ def ground_truth(coco_gt: COCO, image_id: int, cat_id_to_label: Mapping[int, int
     return {"boxes": box_convert(boxes, "xywh", "xyxy"), "labels": labels}
 
 
-def _greedy_matches(
+def greedy_matches(
     pred: dict[str, torch.Tensor], gt: dict[str, torch.Tensor], iou_threshold: float, same_class: bool
 ) -> list[tuple[int, int]]:
     """Greedy one-to-one matching by descending score; pairs ``(pred_index, gt_index)`` with IoU > threshold.
@@ -205,7 +209,7 @@ def deeppcb_f1(
     for image_id, pred in predictions.items():
         pred = _above(pred, conf)
         gt = ground_truth(coco_gt, image_id, cat_id_to_label)
-        tp += len(_greedy_matches(pred, gt, iou_threshold, same_class=True))
+        tp += len(greedy_matches(pred, gt, iou_threshold, same_class=True))
         num_pred += len(pred["boxes"])
         num_gt += len(gt["boxes"])
     precision = tp / num_pred if num_pred else 0.0
@@ -223,7 +227,7 @@ def confusion_matrix(
     for image_id, pred in predictions.items():
         pred = _above(pred, conf)
         gt = ground_truth(coco_gt, image_id, cat_id_to_label)
-        pairs = _greedy_matches(pred, gt, iou_threshold, same_class=False)
+        pairs = greedy_matches(pred, gt, iou_threshold, same_class=False)
         for p, g in pairs:
             matrix[int(pred["labels"][p]), int(gt["labels"][g])] += 1
         matched_p = {p for p, _ in pairs}
@@ -249,7 +253,7 @@ def operating_points(
     false calls per board it costs.
 
     Matching ignores class: a ground-truth box is caught by a detection of any class with IoU >
-    ``iou_threshold``, one-to-one, greedy by descending score (:func:`_greedy_matches`); a false call
+    ``iou_threshold``, one-to-one, greedy by descending score (:func:`greedy_matches`); a false call
     is a detection at score >= ``conf`` that matches no ground-truth box. Boards are the images in
     ``predictions``. One matching of all detections serves every threshold: greedy matching visits
     detections by descending score, so the detections at score >= t are matched exactly as a
@@ -266,7 +270,7 @@ def operating_points(
         gt = ground_truth(coco_gt, image_id, cat_id_to_label)
         num_gt += len(gt["boxes"])
         hit = np.zeros(len(pred["scores"]), dtype=bool)
-        matched = [p for p, _ in _greedy_matches(pred, gt, iou_threshold, same_class=False)]
+        matched = [p for p, _ in greedy_matches(pred, gt, iou_threshold, same_class=False)]
         hit[matched] = True
         scores.append(pred["scores"].detach().cpu().double().numpy().reshape(-1))  # float64 holds float32 scores exactly
         hits.append(hit)

@@ -139,7 +139,8 @@ def build_training(cfg: Config, device: torch.device, steps_per_epoch: int, amp_
     warmup_steps = int(cfg.train.warmup_epochs * steps_per_epoch)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, total_steps, warmup_steps, cfg.train.min_lr_ratio))
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
-    return Training(model, make_ema(model, cfg.train.ema_decay), optimizer, scheduler, scaler, DetectionLoss(len(cfg.data.class_names)))
+    criterion = DetectionLoss(len(cfg.data.class_names), box_bins=model.box_bins)
+    return Training(model, make_ema(model, cfg.train.ema_decay), optimizer, scheduler, scaler, criterion)
 
 
 def checkpoint_dict(training: Training, epoch: int, cfg: Config, metrics: dict) -> dict[str, Any]:

@@ -104,6 +104,7 @@ class DeployModel(nn.Module):
         self.in_channels = model_channels(model)
         self.imgsz = int(imgsz)
         self.strides = tuple(int(s) for s in model.strides)
+        self.box_bins = int(getattr(model, "box_bins", 0))
         if self.imgsz % max(self.strides) != 0:
             raise ValueError(f"imgsz must be a multiple of {max(self.strides)}, got {imgsz}")
         device = next(detector.parameters()).device
@@ -124,7 +125,7 @@ class DeployModel(nn.Module):
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         raw = self.model(x)
-        pred = decode(raw, self.points, self.anchor_strides)
+        pred = decode(raw, self.points, self.anchor_strides, self.box_bins)
         stats = self.monitor.stats() if self.monitor is not None else torch.zeros_like(pred[:, :0, :2])
         return pred, stats
 
@@ -190,7 +191,8 @@ def checkpoint_meta(
 ) -> dict[str, Any]:
     """:func:`build_meta` for ``deploy`` wrapping the model of ``loaded`` (a ``LoadedModel``): its class names, input
     size, strides, monitored layers, channels, source path and recorded ``data.pixel_scale``, and the operating point
-    it was validated at (``"operating_point": {"conf": eval.f1_conf, "iou": eval.nms_iou}``), which ``predict`` defaults to."""
+    it was validated at (``"operating_point": {"conf": eval.f1_conf, "iou": eval.nms_iou, "cross_class_iou": ...,
+    "cross_class_factor": ...}``), which ``predict`` defaults to."""
     meta = build_meta(
         loaded.class_names,
         deploy.imgsz,
@@ -204,5 +206,11 @@ def checkpoint_meta(
         deploy.in_channels,
         loaded.config.data.pixel_scale,
     )
-    meta["operating_point"] = {"conf": float(loaded.config.eval.f1_conf), "iou": float(loaded.config.eval.nms_iou)}
+    ev = loaded.config.eval
+    meta["operating_point"] = {
+        "conf": float(ev.f1_conf),
+        "iou": float(ev.nms_iou),
+        "cross_class_iou": None if ev.cross_class_iou is None else float(ev.cross_class_iou),
+        "cross_class_factor": float(ev.cross_class_factor),
+    }
     return meta

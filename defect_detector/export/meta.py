@@ -66,6 +66,9 @@ def _check_graph_keys(path: str | os.PathLike[str], meta: dict[str, Any]) -> Non
         raise _bad(path, "layers", "a list of layer names", layers)
 
 
+_CROSS_CLASS_KEYS = ("cross_class_iou", "cross_class_factor")
+
+
 def _check_option_keys(path: str | os.PathLike[str], meta: dict[str, Any]) -> None:
     """The keys that describe how to run the graph: ``half``, ``cpu_only``, ``pixel_scale``, ``operating_point``,
     ``golden_check`` and ``baseline``."""
@@ -80,6 +83,8 @@ def _check_option_keys(path: str | os.PathLike[str], meta: dict[str, Any]) -> No
         isinstance(point, dict) and all(_is_number(point.get(k)) and 0 <= point[k] <= 1 for k in ("conf", "iou"))
     ):
         raise _bad(path, "operating_point", 'null or {"conf": c, "iou": i} with both in [0, 1]', point)
+    if point is not None and not all(point.get(k) is None or (_is_number(point[k]) and 0 <= point[k] <= 1) for k in _CROSS_CLASS_KEYS):
+        raise _bad(path, "operating_point", "cross_class_iou and cross_class_factor null or in [0, 1]", point)
     check = meta.get("golden_check")
     if check is not None and not (isinstance(check, dict) and _is_number(check.get("min_zncc")) and -1 <= check["min_zncc"] <= 1):
         raise _bad(path, "golden_check", 'null or {"min_zncc": t, ...} with t in [-1, 1]', check)

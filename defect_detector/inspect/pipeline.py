@@ -98,7 +98,8 @@ class Pipeline:
     ``references``: where each frame's golden image comes from (reference models; see :meth:`register`). ``align``:
     register a golden image given per frame into it (False: use it as given, already aligned). ``conf`` / ``iou``:
     score threshold and per-class NMS IoU; None takes the operating point the weights store
-    (``Runtime.operating_point``: ``eval.f1_conf`` and ``eval.nms_iou``). ``max_det``: calls kept per model input
+    (``Runtime.operating_point``: ``eval.f1_conf`` and ``eval.nms_iou``; the weights' cross-class demotion always
+    applies). ``max_det``: calls kept per model input
     (see the module docstring). ``tile``: None tiles the frames that letterboxing would shrink well below the
     training scale, True tiles every frame, False letterboxes every frame whole (:meth:`plan`).
     """
@@ -125,6 +126,7 @@ class Pipeline:
         self.register_cfg = references.cfg if references is not None else RegisterConfig()
         self.conf = point["conf"] if conf is None else float(conf)
         self.iou = point["iou"] if iou is None else float(iou)
+        self.cross_class = (point["cross_class_iou"], point["cross_class_factor"])  # the weights' setting (v0.10)
         self.max_det = int(max_det)
         self.tile = tile
         if not 0.0 <= self.conf <= 1.0 or not 0.0 <= self.iou <= 1.0 or self.max_det < 1:
@@ -232,7 +234,8 @@ class Pipeline:
         self.runtime.sync()
         t_model = time.perf_counter()
         with torch.inference_mode():
-            rows = [{k: v.cpu() for k, v in r.items()} for r in postprocess(pred, metas, self.conf, self.iou, PRE_NMS_TOPK)]
+            rows = postprocess(pred, metas, self.conf, self.iou, PRE_NMS_TOPK, *self.cross_class)
+            rows = [{k: v.cpu() for k, v in r.items()} for r in rows]
             frames = self._per_frame(rows, stats.float().cpu(), metas, records)
         t_post = time.perf_counter()
         n = len(images)

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from defect_detector.core.config import EvalConfig
 from defect_detector.core.constants import DEFAULT_LAYERS
 from defect_detector.core.devices import resolve_device
 from defect_detector.export import DeployModel, ExportError, checkpoint_meta, trace_deploy_model
@@ -69,11 +70,19 @@ class Runtime:
         self.set_tta("none")
 
     @property
-    def operating_point(self) -> dict[str, float]:
-        """The score threshold and NMS IoU the weights were validated at (meta ``operating_point``: ``eval.f1_conf``,
-        ``eval.nms_iou``); artifacts exported before v0.9 carry none and get ``DEFAULT_OPERATING_POINT``."""
+    def operating_point(self) -> dict[str, Any]:
+        """The postprocess the weights were validated at (meta ``operating_point``): score threshold ``conf``
+        (``eval.f1_conf``), per-class NMS ``iou`` (``eval.nms_iou``), and the cross-class demotion
+        ``cross_class_iou`` (None: off) / ``cross_class_factor``; artifacts exported before v0.9 carry none and get
+        ``DEFAULT_OPERATING_POINT``, those before v0.10 no cross-class demotion."""
         point = self.meta.get("operating_point") or DEFAULT_OPERATING_POINT
-        return {"conf": float(point["conf"]), "iou": float(point["iou"])}
+        cross_iou = point.get("cross_class_iou")
+        return {
+            "conf": float(point["conf"]),
+            "iou": float(point["iou"]),
+            "cross_class_iou": None if cross_iou is None else float(cross_iou),
+            "cross_class_factor": float(point.get("cross_class_factor", EvalConfig.cross_class_factor)),
+        }
 
     @classmethod
     def load(

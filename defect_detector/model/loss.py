@@ -12,7 +12,9 @@ Loss: quality focal loss (GFL) on class logits against IoU-aware soft targets
 (the normalised alignment), plus Complete-IoU box loss
 (``torchvision.ops.complete_box_iou_loss``) weighted by the same targets.
 Both are normalised by the sum of soft targets, so an image without defects
-contributes only the (finite) negative classification term.
+contributes only the (finite) negative classification term. A distribution box head
+(``box_bins`` > 0, ``model.box_head: dfl``) adds GFL's distribution focal loss on each edge's
+bins, weighted and normalised the same way.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torchvision.ops import box_iou, complete_box_iou_loss
 
+from defect_detector.core.boxes import xyxy_to_ltrb
 from defect_detector.model.postprocess import decode_boxes
 
 
@@ -111,27 +114,57 @@ def quality_focal_loss(logits: torch.Tensor, target_scores: torch.Tensor, beta: 
     return bce * (prob - target_scores).abs().pow(beta)
 
 
+def distribution_focal_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Distribution focal loss (Li et al., GFL): cross-entropy towards the two bins around a continuous target.
+
+    ``logits`` float ``[N, 4, n]`` (a distribution over distances 0..n-1 per edge), ``target`` float ``[N, 4]``
+    edge distances in the same units, clamped here to ``[0, n - 1.01]``. Returns ``[N]``: the mean over edges of
+    ``CE(left) * (right - t) + CE(right) * (t - left)`` with ``left = floor(t)``, ``right = left + 1``.
+    """
+    bins = logits.shape[-1]
+    target = target.clamp(0, bins - 1.01)
+    left = target.long()
+    weight_left = left.float() + 1 - target
+    log_probs = logits.float().log_softmax(-1)  # [N, 4, n]
+    ce_left = -log_probs.gather(-1, left[..., None]).squeeze(-1)
+    ce_right = -log_probs.gather(-1, (left + 1)[..., None]).squeeze(-1)
+    return (ce_left * weight_left + ce_right * (1 - weight_left)).mean(-1)
+
+
 class DetectionLoss:
     """Loss over a batch of raw predictions.
 
     ``__call__(raw [B, A, 4 + C], targets, points [A, 2], strides [A])`` ->
     ``(total, parts)`` where ``targets`` is the list of per-image dicts
     (``boxes`` ``[N, 4]`` xyxy in input pixels, ``labels`` ``[N]``) and
-    ``parts`` holds detached ``box``, ``cls`` and ``num_fg`` values for logging.
+    ``parts`` holds detached ``box``, ``cls``, ``dfl`` and ``num_fg`` values for logging. ``box_bins`` > 0: the raw
+    predictions hold ``4 * box_bins`` distribution logits before the class logits (``[B, A, 4 * n + C]``), and the
+    distribution focal loss (weight ``dfl_weight``) joins the CIoU loss.
     """
 
-    def __init__(self, num_classes: int, box_weight: float = 2.0, cls_weight: float = 1.0, topk: int = 10) -> None:
+    def __init__(
+        self,
+        num_classes: int,
+        box_weight: float = 2.0,
+        cls_weight: float = 1.0,
+        topk: int = 10,
+        box_bins: int = 0,
+        dfl_weight: float = 0.5,
+    ) -> None:
         self.num_classes = num_classes
         self.box_weight = box_weight
         self.cls_weight = cls_weight
         self.topk = topk
+        self.box_bins = box_bins
+        self.dfl_weight = dfl_weight
 
     def __call__(
         self, raw: torch.Tensor, targets: Sequence[dict], points: torch.Tensor, strides: torch.Tensor
     ) -> tuple[torch.Tensor, dict[str, float]]:
         raw = raw.float()
-        logits = raw[..., 4:]  # [B, A, C]
-        pred_boxes = decode_boxes(raw[..., :4], points, strides)  # [B, A, 4]
+        split = 4 * self.box_bins if self.box_bins else 4
+        logits = raw[..., split:]  # [B, A, C]
+        pred_boxes = decode_boxes(raw[..., :split], points, strides, self.box_bins)  # [B, A, 4]
         probs = logits.detach().sigmoid()
 
         assignments = [
@@ -155,8 +188,38 @@ class DetectionLoss:
             weight = target_scores.sum(-1)[foreground]  # [F]
             ciou = complete_box_iou_loss(pred_boxes[foreground], target_boxes[foreground], reduction="none")  # [F]
             box_loss = (ciou * weight).sum() / normaliser
+            dfl_loss = self._dfl(raw[..., :split], target_boxes, foreground, weight, points, strides) / normaliser
         else:
             box_loss = pred_boxes.sum() * 0.0
+            dfl_loss = box_loss
         total = self.box_weight * box_loss + self.cls_weight * cls_loss
-        parts = {"box": float(box_loss.detach()), "cls": float(cls_loss.detach()), "num_fg": float(foreground.sum())}
+        if self.box_bins:
+            total = total + self.dfl_weight * dfl_loss
+        parts = {
+            "box": float(box_loss.detach()),
+            "cls": float(cls_loss.detach()),
+            "dfl": float(dfl_loss.detach()),
+            "num_fg": float(foreground.sum()),
+        }
         return total, parts
+
+    def _dfl(
+        self,
+        raw_boxes: torch.Tensor,
+        target_boxes: torch.Tensor,
+        foreground: torch.Tensor,
+        weight: torch.Tensor,
+        points: torch.Tensor,
+        strides: torch.Tensor,
+    ) -> torch.Tensor:
+        """Weighted sum of :func:`distribution_focal_loss` over the foreground (0 without a distribution head).
+
+        ``raw_boxes`` ``[B, A, 4 * n]``, ``target_boxes`` ``[B, A, 4]`` xyxy input pixels, ``foreground`` bool
+        ``[B, A]``, ``weight`` ``[F]``; targets become edge distances in units of each location's stride."""
+        if not self.box_bins:
+            return raw_boxes.sum() * 0.0
+        batch_points = points.expand(raw_boxes.shape[0], -1, -1)[foreground]  # [F, 2]
+        batch_strides = strides.expand(raw_boxes.shape[0], -1)[foreground][:, None]  # [F, 1]
+        target = xyxy_to_ltrb(target_boxes[foreground], batch_points) / batch_strides  # [F, 4]
+        logits = raw_boxes[foreground].unflatten(-1, (4, self.box_bins))  # [F, 4, n]
+        return (distribution_focal_loss(logits, target) * weight).sum()

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
-from torchvision.ops import batched_nms, remove_small_boxes
+from torchvision.ops import batched_nms, box_iou, remove_small_boxes
 
 from defect_detector.core.boxes import boxes_from_letterbox, ltrb_to_xyxy
 from defect_detector.core.types import LetterboxMeta
@@ -36,18 +36,49 @@ def make_anchor_points(
     return torch.cat(points), torch.cat(stride_values)
 
 
-def decode_boxes(raw_boxes: torch.Tensor, points: torch.Tensor, strides: torch.Tensor) -> torch.Tensor:
-    """Raw box outputs ``[B, A, 4]`` -> xyxy ``[B, A, 4]`` in input (letterboxed) pixels.
+def box_distances(raw_boxes: torch.Tensor, box_bins: int = 0) -> torch.Tensor:
+    """Raw box outputs -> float32 edge distances ``[B, A, 4]`` (l, t, r, b) in units of the level's stride.
 
-    Each raw value becomes an edge distance ``softplus(raw) * stride``.
+    ``box_bins`` 0: ``raw_boxes`` ``[B, A, 4]``, each value ``softplus(raw)``. ``box_bins`` n > 0 (distribution
+    focal loss): ``[B, A, 4 * n]``, 4 groups of n logits over the distances 0..n-1, each read as the expectation
+    of its softmax (the integral of GFL).
     """
-    distances = F.softplus(raw_boxes.float()) * strides[:, None]
+    if not box_bins:
+        return F.softplus(raw_boxes.float())
+    probs = raw_boxes.float().unflatten(-1, (4, box_bins)).softmax(-1)  # [B, A, 4, n]
+    bins = torch.arange(box_bins, dtype=torch.float32, device=raw_boxes.device)
+    return (probs * bins).sum(-1)
+
+
+def decode_boxes(raw_boxes: torch.Tensor, points: torch.Tensor, strides: torch.Tensor, box_bins: int = 0) -> torch.Tensor:
+    """Raw box outputs (``[B, A, 4]``, or ``[B, A, 4 * box_bins]``: see :func:`box_distances`) -> xyxy ``[B, A, 4]``
+    in input (letterboxed) pixels: each edge distance times the location's stride, from its anchor point."""
+    distances = box_distances(raw_boxes, box_bins) * strides[:, None]
     return ltrb_to_xyxy(distances, points)
 
 
-def decode(raw: torch.Tensor, points: torch.Tensor, strides: torch.Tensor) -> torch.Tensor:
-    """Raw predictions ``[B, A, 4 + C]`` -> ``[B, A, 4 + C]``: xyxy boxes in input pixels, then class probabilities."""
-    return torch.cat((decode_boxes(raw[..., :4], points, strides), raw[..., 4:].float().sigmoid()), dim=-1)
+def decode(raw: torch.Tensor, points: torch.Tensor, strides: torch.Tensor, box_bins: int = 0) -> torch.Tensor:
+    """Raw predictions ``[B, A, R + C]`` (``R`` 4, or ``4 * box_bins`` for a distribution head) -> ``[B, A, 4 + C]``:
+    xyxy boxes in input pixels, then class probabilities."""
+    split = 4 * box_bins if box_bins else 4
+    return torch.cat((decode_boxes(raw[..., :split], points, strides, box_bins), raw[..., split:].float().sigmoid()), dim=-1)
+
+
+def demote_cross_class(boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor, iou: float, factor: float) -> torch.Tensor:
+    """Scores after cross-class suppression: a detection that overlaps a higher-scored detection of another class
+    by IoU > ``iou`` has its score multiplied by ``factor`` (0 drops it below any threshold).
+
+    ``boxes`` float ``[K, 4]`` xyxy, ``scores`` ``[K]``, ``labels`` int64 ``[K]``; returns new float ``[K]`` scores in
+    the same order. One defect then gets one call at a line's threshold, while the other classes it might be stay
+    in the ranking (for mAP) at a fraction of their score; ties in score do not demote each other.
+    """
+    if scores.numel() < 2:
+        return scores.clone()
+    overlap = box_iou(boxes.float(), boxes.float()) > iou  # [K, K]
+    higher = scores[None, :] > scores[:, None]  # [i, j]: j scores above i
+    other = labels[None, :] != labels[:, None]
+    demoted = (overlap & higher & other).any(1)
+    return torch.where(demoted, scores * factor, scores)
 
 
 def postprocess(
@@ -56,12 +87,16 @@ def postprocess(
     conf: float = 0.25,
     iou: float = 0.5,
     max_det: int = 100,
+    cross_class_iou: float | None = None,
+    cross_class_factor: float = 0.25,
 ) -> list[dict[str, torch.Tensor]]:
-    """Score threshold, per-class NMS, top-k, and un-letterboxing.
+    """Score threshold, per-class NMS, optional cross-class suppression, top-k, and un-letterboxing.
 
     ``decoded``: ``[B, A, 4 + C]`` from :func:`decode` (or the exported model).
     Every (location, class) pair scoring above ``conf`` is a candidate, so one
-    location may propose several classes. ``metas[i]`` maps boxes back to the
+    location may propose several classes; with ``cross_class_iou`` set, :func:`demote_cross_class` then
+    multiplies the score of each that overlaps a higher-scored call of another class by ``cross_class_factor``
+    (after NMS, before top-k; None: off, as before v2). ``metas[i]`` maps boxes back to the
     original image; ``None`` keeps input pixels. Returns one dict per image:
     ``boxes`` float32 ``[K, 4]`` xyxy in original-image pixels, ``scores``
     float32 ``[K]``, ``labels`` int64 ``[K]`` in 0..C-1, sorted by score. Boxes that
@@ -78,6 +113,10 @@ def postprocess(
         cand_boxes = boxes[anchor_idx]
         keep = batched_nms(cand_boxes, cand_scores, labels, iou)
         out_boxes, out_scores, out_labels = cand_boxes[keep], cand_scores[keep], labels[keep]
+        if cross_class_iou is not None:
+            out_scores = demote_cross_class(out_boxes, out_scores, out_labels, cross_class_iou, cross_class_factor)
+            order = torch.argsort(out_scores, descending=True, stable=True)
+            out_boxes, out_scores, out_labels = out_boxes[order], out_scores[order], out_labels[order]
         if meta is not None:
             out_boxes = boxes_from_letterbox(out_boxes, meta)
             inside = remove_small_boxes(out_boxes, MIN_SIDE)  # a box wholly in the padding clips to zero area

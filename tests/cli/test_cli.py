@@ -136,6 +136,10 @@ FORGED = [
     ({"format_version": 0}, "artifact format_version 0, this runtime reads"),
     ({"half": "yes"}, "meta.json half must be true or false, got 'yes'"),
     ({"pixel_scale": -1}, "meta.json pixel_scale must be null or a positive number, got -1"),
+    (
+        {"operating_point": {"conf": 0.4, "iou": 0.6, "cross_class_iou": 2}},
+        "meta.json operating_point must be cross_class_iou and cross_class_factor null or in [0, 1]",
+    ),
     # forgeries every key check passes: the digest of graph, weights and meta refuses them (they used to run)
     ({"class_names": list(reversed(DEEPPCB_CLASSES))}, "meta.json does not match the model it is packed with (digest "),
     ({"pixel_scale": 4.0}, "meta.json does not match the model it is packed with (digest "),

@@ -13,11 +13,11 @@ from defect_detector.cli.main import main
 from defect_detector.data.synth import write_synthetic_dataset
 from defect_detector.engine.evaluate import (
     _above,
-    _greedy_matches,
     coco_map,
     confusion_matrix,
     deeppcb_f1,
     evaluate_predictions,
+    greedy_matches,
     ground_truth,
     image_groups,
     operating_points,
@@ -192,7 +192,7 @@ def _direct(coco: COCO, preds: dict, conf: float, iou: float = 0.33) -> tuple[in
     for image_id, pred in preds.items():
         kept = _above(pred, conf)
         gt = ground_truth(coco, image_id, CAT_TO_LABEL)
-        pairs = _greedy_matches(kept, gt, iou, same_class=False)
+        pairs = greedy_matches(kept, gt, iou, same_class=False)
         caught += len(pairs)
         false_calls += len(kept["boxes"]) - len(pairs)
         num_gt += len(gt["boxes"])

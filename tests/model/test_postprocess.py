@@ -59,3 +59,28 @@ def test_postprocess_drops_boxes_wholly_in_padding() -> None:
     (out,) = postprocess(decoded, [meta], conf=0.25, iou=0.5, max_det=1)
     assert out["boxes"].tolist() == [[10.0, 10.0, 30.0, 30.0]]  # max_det counts real detections only
     assert out["scores"].tolist() == [0.800000011920929]
+
+
+def test_cross_class_suppression_demotes_the_lower_class_only() -> None:
+    from defect_detector.model.postprocess import demote_cross_class
+
+    boxes = torch.tensor([[0, 0, 10, 10], [1, 0, 11, 10], [0, 0, 10, 10], [50, 50, 60, 60]], dtype=torch.float32)
+    scores = torch.tensor([0.9, 0.5, 0.4, 0.3])
+    labels = torch.tensor([0, 1, 0, 1])
+    got = demote_cross_class(boxes, scores, labels, 0.3, 0.25)
+    # 1 overlaps the higher-scored 0 of another class: demoted; 2 overlaps 0 (its own class: no matter) and the
+    # higher-scored 1 of another class: demoted (by original scores); 3 overlaps nothing
+    torch.testing.assert_close(got, torch.tensor([0.9, 0.125, 0.1, 0.3]))
+    assert torch.equal(demote_cross_class(boxes, scores, labels, 0.3, 1.0), scores)
+
+
+def test_postprocess_cross_class_one_call_per_defect() -> None:
+    decoded = torch.zeros(1, 3, 4 + 2)
+    decoded[0, :, :4] = torch.tensor([[10, 10, 30, 30], [11, 10, 31, 30], [100, 100, 120, 120]], dtype=torch.float32)
+    decoded[0, 0, 4], decoded[0, 1, 5], decoded[0, 2, 5] = 0.9, 0.6, 0.5
+    plain = postprocess(decoded, [None], conf=0.25, iou=0.6)[0]
+    assert plain["labels"].tolist() == [0, 1, 1]
+    one = postprocess(decoded, [None], conf=0.25, iou=0.6, cross_class_iou=0.3, cross_class_factor=0.25)[0]
+    assert one["labels"].tolist() == [0, 1, 1]
+    torch.testing.assert_close(one["scores"], torch.tensor([0.9, 0.5, 0.15]))
+    assert one["boxes"][2].tolist() == [11, 10, 31, 30]
