@@ -4,7 +4,7 @@ stays a quick start."""
 import re
 from pathlib import Path
 
-from defect_detector.core.config import config_reference_markdown
+from defect_detector.core.config_docs import config_reference_markdown
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "docs" / "config.md"
@@ -14,7 +14,7 @@ def test_config_reference_is_current() -> None:
     text = REFERENCE.read_text()
     match = re.search(r"<!-- config-reference -->\n(.*?)<!-- /config-reference -->", text, re.S)
     assert match, "docs/config.md lacks the config-reference markers"
-    assert match.group(1) == config_reference_markdown(), "regenerate it with: python -m defect_detector.core.config --update-docs"
+    assert match.group(1) == config_reference_markdown(), "regenerate it with: python -m defect_detector.core.config_docs --update-docs"
 
 
 def test_readme_is_a_quick_start_with_links_that_resolve() -> None:

@@ -13,16 +13,29 @@ import math
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, get_args, get_origin, get_type_hints
+from typing import Any
 
 import yaml
 
 from defect_detector.core.constants import DEEPPCB_CLASSES, DEFAULT_LAYERS
 from defect_detector.core.io import atomic_write_text
+from defect_detector.core.typed_yaml import ConfigError, apply_overrides, build, plain, read_yaml_mapping
 
-
-class ConfigError(ValueError):
-    """A config key or value is invalid; the message names the key."""
+__all__ = [
+    "AugmentConfig",
+    "Config",
+    "ConfigError",
+    "DataConfig",
+    "EvalConfig",
+    "ModelConfig",
+    "MonitorConfig",
+    "TrainConfig",
+    "apply_overrides",
+    "config_from_dict",
+    "load_config",
+    "read_yaml_mapping",
+    "save_config",
+]
 
 
 @dataclass(frozen=True)
@@ -355,7 +368,7 @@ class Config:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (tuples as lists) for YAML, JSON and checkpoints."""
-        return _plain(dataclasses.asdict(self))
+        return plain(dataclasses.asdict(self))
 
 
 def _check(ok: bool, key: str, what: str, value: Any) -> None:
@@ -363,151 +376,13 @@ def _check(ok: bool, key: str, what: str, value: Any) -> None:
         raise ConfigError(f"{key}: {what}, got {value!r}")
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _coerce(value: Any, hint: Any, key: str) -> Any:
-    """Convert a YAML value to the annotated type, or raise naming ``key``."""
-    origin = get_origin(hint)
-    args = get_args(hint)
-    if dataclasses.is_dataclass(hint):
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key}: must be a mapping, got {value!r}")
-        return _build(hint, value, key + ".")
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{key}: must be a list, got {value!r}")
-        item = args[0]
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_coerce(v, item, f"{key}[{i}]") for i, v in enumerate(value))
-        if len(value) != len(args):
-            raise ConfigError(f"{key}: must have {len(args)} items, got {value!r}")
-        return tuple(_coerce(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
-    if args and type(None) in args:
-        if value is None:
-            return None
-        return _coerce(value, next(a for a in args if a is not type(None)), key)
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{key}: must be true or false, got {value!r}")
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{key}: must be an integer, got {value!r}")
-        return value
-    if hint is float:
-        if isinstance(value, str):  # YAML 1.1 reads "1e-3" (no dot) as a string
-            try:
-                value = float(value)
-            except ValueError:
-                pass
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{key}: must be a number, got {value!r}")
-        return float(value)
-    if hint is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{key}: must be a string, got {value!r}")
-        return value
-    raise ConfigError(f"{key}: unsupported type {hint!r}")
-
-
-def _build(cls: type, raw: dict[str, Any], prefix: str = "") -> Any:
-    hints = get_type_hints(cls)
-    known = {f.name for f in fields(cls)}
-    for key in raw:
-        if key not in known:
-            raise ConfigError(f"{prefix}{key}: unknown key (known: {', '.join(sorted(known))})")
-    return cls(**{k: _coerce(v, hints[k], prefix + k) for k, v in raw.items()})
-
-
 def config_from_dict(raw: dict[str, Any]) -> Config:
     """Build and validate a :class:`Config` from a nested dict."""
     if not isinstance(raw, dict):
         raise ConfigError(f"config: must be a mapping, got {type(raw).__name__}")
-    cfg = _build(Config, raw)
+    cfg = build(Config, raw)
     cfg.validate()
     return cfg
-
-
-def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Return a copy of ``raw`` with ``a.b=value`` overrides applied (values parsed as YAML). :class:`ConfigError`
-    with one line for a malformed override (no ``=``, an empty key part, a value that is not YAML) or a ``raw`` that
-    is not a mapping."""
-    if not isinstance(raw, dict):
-        raise ConfigError(f"config: must be a mapping of sections (data:, train:, ...), got {type(raw).__name__}")
-    out = _plain(raw)
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"{item}: override must look like key=value")
-        dotted, text = item.split("=", 1)
-        parts = dotted.strip().split(".")
-        if not all(part.strip() for part in parts):
-            raise ConfigError(f"{item}: override key must be a dotted name such as train.lr")
-        node = out
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"{dotted}: {part} is not a section")
-        try:
-            node[parts[-1]] = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{item}: the value is not valid YAML ({_one_line(exc)})") from exc
-    return out
-
-
-class _DuplicateKeyError(yaml.YAMLError):
-    def __init__(self, key: Any, line: int, first: int) -> None:
-        super().__init__(f"line {line}: duplicate key {key!r} (first set at line {first}; YAML would keep only the last)")
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a key repeated within one mapping (plain YAML keeps the last one silently)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self.construct_object(key_node, deep=True)
-            try:
-                first = seen.setdefault(key, key_node.start_mark.line + 1)
-            except TypeError:  # an unhashable key: SafeLoader's own error follows
-                continue
-            if first != key_node.start_mark.line + 1:
-                raise _DuplicateKeyError(key, key_node.start_mark.line + 1, first)
-        return super().construct_mapping(node, deep)
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())
-
-
-def read_yaml_mapping(path: str | os.PathLike[str], what: str = "config", allow_empty: bool = False) -> dict[str, Any]:
-    """The mapping a YAML file holds; :class:`ConfigError` with one line naming the file for a missing, unreadable,
-    malformed or empty file (unless ``allow_empty``: ``{}``), a repeated key, or a top level that is not a mapping."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"{p}: {what} file not found")
-    try:
-        raw = yaml.load(p.read_text(encoding="utf-8"), Loader=_StrictLoader)  # noqa: S506 - a SafeLoader
-    except _DuplicateKeyError as exc:
-        raise ConfigError(f"{p}: {exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: malformed YAML: {_one_line(exc)}") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{p}: cannot read {what} file: {_one_line(exc)}") from exc
-    if raw is None:
-        if allow_empty:
-            return {}
-        raise ConfigError(f"{p}: the {what} file is empty (a run needs at least data.train; see configs/default.yaml)")
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{p}: the {what} must be a mapping of sections (data:, train:, ...), got a {type(raw).__name__}")
-    return raw
 
 
 def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | None = None) -> Config:
@@ -524,47 +399,3 @@ def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | None
 def save_config(cfg: Config, path: str | os.PathLike[str]) -> None:
     """Write the resolved config as YAML, atomically."""
     atomic_write_text(Path(path), yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-
-
-def config_reference_markdown() -> str:
-    """The configuration reference (every section, key, type and default) as Markdown.
-
-    ``docs/config.md`` embeds this text between ``<!-- config-reference -->`` markers; a
-    test regenerates it so the documentation cannot drift from the code.
-    """
-    lines: list[str] = []
-    for section in fields(Config):
-        default = getattr(Config(), section.name)
-        if not dataclasses.is_dataclass(default):
-            continue
-        doc = " ".join((type(default).__doc__ or "").split())
-        lines += [f"### `{section.name}`", "", doc, "", "| key | type | default |", "| --- | --- | --- |"]
-        hints = get_type_hints(type(default))
-        for f in fields(default):
-            type_name = str(hints[f.name]).replace(" | ", " or ").replace("typing.", "").replace("<class '", "").replace("'>", "")
-            lines.append(f"| `{section.name}.{f.name}` | `{type_name}` | `{_plain(getattr(default, f.name))!r}` |")
-        lines.append("")
-    top = ", ".join(
-        f"`{f.name}` (default `{getattr(Config(), f.name)!r}`)"
-        for f in fields(Config)
-        if not dataclasses.is_dataclass(getattr(Config(), f.name))
-    )
-    return "\n".join([f"Top-level keys: {top}.", ""] + lines).rstrip() + "\n"
-
-
-def _update_docs(path: Path) -> None:
-    """Rewrite the config-reference section of ``docs/config.md`` from the code."""
-    import re
-
-    text = path.read_text()
-    block = "<!-- config-reference -->\n" + config_reference_markdown() + "<!-- /config-reference -->"
-    path.write_text(re.sub(r"<!-- config-reference -->\n.*?<!-- /config-reference -->", lambda _: block, text, flags=re.S))
-
-
-if __name__ == "__main__":
-    import sys
-
-    if sys.argv[1:] == ["--update-docs"]:
-        _update_docs(Path(__file__).resolve().parents[2] / "docs" / "config.md")
-    else:
-        print(config_reference_markdown())

@@ -116,7 +116,7 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
     those found inside DataLoader workers.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - one argument per dataset option; callers name them
         self,
         ann_file: str | os.PathLike[str],
         images_root: str | os.PathLike[str] | None,

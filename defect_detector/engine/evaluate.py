@@ -25,6 +25,7 @@ from pycocotools.cocoeval import COCOeval
 from torchvision.ops import box_convert, box_iou
 from tqdm import tqdm
 
+from defect_detector.core.config import EvalConfig
 from defect_detector.model.postprocess import decode, make_anchor_points, postprocess
 from defect_detector.model.tta import orientations, tta_forward
 
@@ -36,16 +37,13 @@ def predict_dataset(
     model: torch.nn.Module,
     loader: torch.utils.data.DataLoader,
     device: torch.device,
-    conf: float,
-    iou: float,
-    max_det: int,
+    settings: EvalConfig,
     progress: bool = True,
     tta: str = "none",
-    cross_class: tuple[float | None, float] = (None, 0.25),
 ) -> Predictions:
     """Run ``model`` over ``loader`` (batches of ``(images [B,1,S,S], targets)``) -> ``{image_id: prediction}``.
 
-    ``cross_class``: ``(eval.cross_class_iou, eval.cross_class_factor)`` for ``postprocess`` (None: off).
+    ``settings``: the postprocess (``eval.conf``, ``nms_iou``, ``max_det``, ``cross_class_iou``, ``cross_class_factor``).
 
     ``tta`` names a test-time augmentation mode of :mod:`defect_detector.model.tta` (``none``: one pass).
     Boxes are mapped back to original-image pixels with each target's ``letterbox`` record.
@@ -61,9 +59,14 @@ def predict_dataset(
             anchors[size] = make_anchor_points(size[0], size[1], model.strides, device)
         forward = functools.partial(_decoded_pass, model, *anchors[size])
         decoded, _ = tta_forward(forward, images, modes, model.strides, size[0], one_batch=device.type == "cuda")  # [B, A, 4 + C]
-        for target, pred in zip(targets, postprocess(decoded, [t["letterbox"] for t in targets], conf, iou, max_det, *cross_class)):
+        for target, pred in zip(targets, postprocess(decoded, [t["letterbox"] for t in targets], *_postprocess_args(settings))):
             results[int(target["image_id"])] = {k: v.cpu() for k, v in pred.items()}
     return results
+
+
+def _postprocess_args(settings: EvalConfig) -> tuple[float, float, int, float | None, float]:
+    """``postprocess``'s thresholds from the ``eval`` section."""
+    return settings.conf, settings.nms_iou, settings.max_det, settings.cross_class_iou, settings.cross_class_factor
 
 
 def _decoded_pass(model: torch.nn.Module, points: torch.Tensor, strides: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
@@ -264,21 +267,8 @@ def operating_points(
     at ``conf`` (without one: the most reached, at the lowest score), ``false_calls`` (at ``conf``, or
     at the lowest score), ``false_calls_per_image`` and ``images``.
     """
-    scores, hits = [], []
-    num_gt = 0
-    for image_id, pred in predictions.items():
-        gt = ground_truth(coco_gt, image_id, cat_id_to_label)
-        num_gt += len(gt["boxes"])
-        hit = np.zeros(len(pred["scores"]), dtype=bool)
-        matched = [p for p, _ in greedy_matches(pred, gt, iou_threshold, same_class=False)]
-        hit[matched] = True
-        scores.append(pred["scores"].detach().cpu().double().numpy().reshape(-1))  # float64 holds float32 scores exactly
-        hits.append(hit)
+    score, hit, num_gt = _ranked_hits(coco_gt, predictions, cat_id_to_label, iou_threshold)
     images = len(predictions)
-    score = np.concatenate(scores) if scores else np.zeros(0, np.float64)
-    hit = np.concatenate(hits) if hits else np.zeros(0, bool)
-    order = np.argsort(-score, kind="stable")
-    score, hit = score[order], hit[order]
     tp = np.cumsum(hit)  # caught defects with the detections ranked 0..i
     fp = np.cumsum(~hit)
     # A threshold at a score keeps every detection of that score: the end of each run of equal scores.
@@ -302,6 +292,26 @@ def operating_points(
             }
         )
     return out
+
+
+def _ranked_hits(
+    coco_gt: COCO, predictions: Predictions, cat_id_to_label: Mapping[int, int], iou_threshold: float
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """All detections' scores (float64, descending, stable) with whether each caught a defect (class-agnostic greedy
+    matching per image), and the number of ground-truth boxes."""
+    scores, hits = [], []
+    num_gt = 0
+    for image_id, pred in predictions.items():
+        gt = ground_truth(coco_gt, image_id, cat_id_to_label)
+        num_gt += len(gt["boxes"])
+        hit = np.zeros(len(pred["scores"]), dtype=bool)
+        hit[[p for p, _ in greedy_matches(pred, gt, iou_threshold, same_class=False)]] = True
+        scores.append(pred["scores"].detach().cpu().double().numpy().reshape(-1))  # float64 holds float32 scores exactly
+        hits.append(hit)
+    score = np.concatenate(scores) if scores else np.zeros(0, np.float64)
+    hit = np.concatenate(hits) if hits else np.zeros(0, bool)
+    order = np.argsort(-score, kind="stable")
+    return score[order], hit[order], num_gt
 
 
 def evaluate_predictions(

@@ -160,10 +160,7 @@ def validate(
     progress: bool = True,
 ) -> tuple[dict, dict]:
     """Predict on the validation set and compute all metrics. Returns ``(metrics, predictions)``."""
-    cross_class = (cfg.eval.cross_class_iou, cfg.eval.cross_class_factor)
-    predictions = predict_dataset(
-        model, loader, device, cfg.eval.conf, cfg.eval.nms_iou, cfg.eval.max_det, progress, cross_class=cross_class
-    )
+    predictions = predict_dataset(model, loader, device, cfg.eval, progress)
     metrics = evaluate_predictions(val_set.coco, predictions, val_set.label_to_cat_id, cfg.data.class_names, cfg.eval.f1_conf)
     return metrics, predictions
 

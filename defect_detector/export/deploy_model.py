@@ -130,7 +130,7 @@ class DeployModel(nn.Module):
         return pred, stats
 
 
-def build_meta(
+def build_meta(  # noqa: PLR0913 - one argument per meta.json key the caller knows
     class_names: Sequence[str],
     imgsz: int,
     strides: Sequence[int],
