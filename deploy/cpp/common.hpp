@@ -1,6 +1,6 @@
 // The steps the two C++ examples share (main.cpp: TorchScript; main_pt2.cpp: AOTInductor .pt2), the same as the
 // Python frame pipeline (defect_detector/inspect/pipeline.py):
-//   1. parse meta.json (class names, imgsz, channels, half, golden_check) with a minimal parser;
+//   1. parse meta.json (class names, imgsz, channels, half, golden_check, operating_point) with a minimal parser;
 //   2. read IMAGE as 8-bit grayscale and letterbox it to imgsz x imgsz (aspect kept, centred, pad 114,
 //      INTER_AREA when shrinking, INTER_LINEAR when enlarging), divide by 255;
 //      a reference model (meta.json "channels": 2) also needs REFERENCE, the golden board ALREADY REGISTERED
@@ -9,7 +9,9 @@
 //      then letterboxed with IMAGE's geometry and stacked as channel 1: input [1, 2, imgsz, imgsz];
 //   3. run the model (the caller's forward): pred [1, A, 4 + C] xyxy letterboxed pixels + class probabilities;
 //   4. keep (anchor, class) pairs scoring above --conf (at most 1000, highest first), NMS per class
-//      (cv::dnn::NMSBoxes), keep the --max-det best;
+//      (cv::dnn::NMSBoxes) at --iou, demote a call overlapping a higher-scored call of another class (the weights'
+//      operating_point.cross_class_iou / cross_class_factor, when set), keep the --max-det best; --conf and --iou
+//      default to the weights' operating point (meta.json operating_point), as `defect-detector predict` does;
 //   5. map boxes back to original pixels (clipped) and print one JSON object per detection:
 //      {"label": 2, "category_name": "mousebite", "score": 0.91, "box": [x1, y1, x2, y2]}
 //
@@ -52,12 +54,20 @@ struct GoldenCheck {  // meta.json "golden_check"; these defaults are the export
   double blur_sigma = 1.0;
 };
 
+struct OperatingPoint {  // meta.json "operating_point"; these defaults are the runtime's for artifacts without one
+  float conf = 0.25f;
+  float iou = 0.5f;
+  float cross_class_iou = -1.0f;  // null in meta.json: no cross-class demotion
+  float cross_class_factor = 0.25f;
+};
+
 struct Meta {
   int imgsz = 0;
   int channels = 1;  // 1: the image; 2: the image and its registered reference
   bool half = false;
   std::vector<std::string> class_names;
   GoldenCheck golden;
+  OperatingPoint point;
 };
 
 struct Placement {
@@ -76,7 +86,7 @@ struct Detection {
 
 struct Options {
   std::string model_path, image_path, reference_path;
-  float conf = 0.25f, iou = 0.5f;
+  float conf = NAN, iou = NAN;  // NAN: the weights' operating point
   int max_det = 100, threads = 0;
 };
 
@@ -119,6 +129,25 @@ inline GoldenCheck parse_golden_check(const std::string& json) {
   return check;
 }
 
+// meta.json "operating_point": {"conf": c, "iou": i, "cross_class_iou": t or null, "cross_class_factor": f}; defaults
+// when absent or null, no demotion when cross_class_iou is null or absent.
+inline OperatingPoint parse_operating_point(const std::string& json) {
+  OperatingPoint point;
+  const size_t start = find_value(json, "operating_point");
+  if (start == std::string::npos || json[start] != '{') return point;
+  const size_t end = json.find('}', start);
+  auto number = [&](const char* key, float fallback) {
+    const size_t pos = find_value(json, key, start);
+    if (pos == std::string::npos || pos >= end || json.compare(pos, 4, "null") == 0) return fallback;
+    return std::stof(json.substr(pos));
+  };
+  point.conf = number("conf", point.conf);
+  point.iou = number("iou", point.iou);
+  point.cross_class_iou = number("cross_class_iou", point.cross_class_iou);
+  point.cross_class_factor = number("cross_class_factor", point.cross_class_factor);
+  return point;
+}
+
 inline Meta parse_meta(const std::string& json) {
   Meta meta;
   meta.imgsz = std::stoi(json.substr(value_start(json, "imgsz")));
@@ -137,6 +166,7 @@ inline Meta parse_meta(const std::string& json) {
   }
   if (meta.imgsz <= 0 || meta.class_names.empty()) throw std::runtime_error("meta.json: bad imgsz or class_names");
   meta.golden = parse_golden_check(json);
+  meta.point = parse_operating_point(json);
   return meta;
 }
 
@@ -176,8 +206,32 @@ inline double golden_zncc(const cv::Mat& image, const cv::Mat& golden, const Gol
   return denom > 1e-6 ? a.dot(b) / denom : 0.0;
 }
 
+inline double box_iou(const Detection& a, const Detection& b) {
+  const double w = std::max(0.0f, std::min(a.x2, b.x2) - std::max(a.x1, b.x1));
+  const double h = std::max(0.0f, std::min(a.y2, b.y2) - std::max(a.y1, b.y1));
+  const double inter = w * h;
+  const double area = (a.x2 - a.x1) * (a.y2 - a.y1) + (b.x2 - b.x1) * (b.y2 - b.y1) - inter;
+  return area > 0.0 ? inter / area : 0.0;
+}
+
+// Score-sorted calls: each that overlaps a higher-scored call of another class by more than `iou` (IoU) has its
+// score multiplied by `factor` (decided on the scores before demotion), then re-sorted (stable), as the Python
+// postprocess (defect_detector/model/postprocess.py, demote_cross_class) does.
+inline void demote_cross_class(std::vector<Detection>& kept, float iou, float factor) {
+  std::vector<bool> demoted(kept.size(), false);
+  for (size_t i = 0; i < kept.size(); ++i) {
+    for (size_t j = 0; j < i && !demoted[i]; ++j) {
+      demoted[i] = kept[j].label != kept[i].label && kept[j].score > kept[i].score && box_iou(kept[i], kept[j]) > iou;
+    }
+  }
+  for (size_t i = 0; i < kept.size(); ++i) {
+    if (demoted[i]) kept[i].score *= factor;
+  }
+  std::stable_sort(kept.begin(), kept.end(), [](const Detection& a, const Detection& b) { return a.score > b.score; });
+}
+
 // pred: float32 [A, 4 + C] on the CPU, contiguous. Returns detections in letterboxed pixels, best first.
-inline std::vector<Detection> select(const at::Tensor& pred, float conf, float iou, int max_det) {
+inline std::vector<Detection> select(const at::Tensor& pred, float conf, float iou, int max_det, const OperatingPoint& point) {
   const int64_t anchors = pred.size(0), cols = pred.size(1), classes = cols - 4;
   const float* p = pred.data_ptr<float>();
   std::vector<Detection> candidates;
@@ -209,6 +263,7 @@ inline std::vector<Detection> select(const at::Tensor& pred, float conf, float i
     for (int i : indices) kept.push_back(*members[i]);
   }
   std::stable_sort(kept.begin(), kept.end(), by_score);
+  if (point.cross_class_iou >= 0.0f) demote_cross_class(kept, point.cross_class_iou, point.cross_class_factor);
   if (static_cast<int>(kept.size()) > max_det) kept.resize(max_det);
   return kept;
 }
@@ -224,8 +279,8 @@ inline void to_original(Detection& d, const Placement& pl) {
 }
 
 inline int usage(const char* program, const char* model) {
-  std::cerr << "usage: " << program << " " << model << " IMAGE [REFERENCE] [--reference REFERENCE] [--conf 0.25] [--iou 0.5] "
-            << "[--max-det 100] [--threads N]\n";
+  std::cerr << "usage: " << program << " " << model << " IMAGE [REFERENCE] [--reference REFERENCE] [--conf C] [--iou I] "
+            << "[--max-det 100] [--threads N]   (--conf, --iou: default the weights' operating point)\n";
   return 2;
 }
 
@@ -331,7 +386,9 @@ inline int run_example(int argc, char** argv, const char* program, const char* m
       c10::InferenceMode guard;
       pred = model.forward(input)[0].to(at::kCPU, at::kFloat).contiguous();
     }
-    std::vector<Detection> detections = select(pred, opt.conf, opt.iou, opt.max_det);
+    const float conf = std::isnan(opt.conf) ? meta.point.conf : opt.conf;
+    const float iou = std::isnan(opt.iou) ? meta.point.iou : opt.iou;
+    std::vector<Detection> detections = select(pred, conf, iou, opt.max_det, meta.point);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 
     for (auto& d : detections) {

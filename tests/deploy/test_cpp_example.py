@@ -131,6 +131,30 @@ def test_cpp_matches_python_runtime(executable: Path, tmp_path: Path) -> None:
     assert refused.returncode == 2 and "takes 1 input channel" in refused.stderr
 
 
+def test_cpp_defaults_to_the_weights_operating_point_with_cross_class_demotion(executable: Path, tmp_path: Path) -> None:
+    """Without --conf / --iou the example applies meta.json's operating point, cross-class demotion included."""
+    ckpt_path = write_small_checkpoint(tmp_path / "point.ckpt.pt", IMGSZ, seed=1, cls_bias=0.5)
+    ckpt = torch.load(ckpt_path, weights_only=True)
+    ckpt["config"]["eval"].update({"f1_conf": 0.3, "nms_iou": 0.6, "cross_class_iou": 0.3, "cross_class_factor": 0.5})
+    torch.save(ckpt, ckpt_path)
+    artifact = tmp_path / "point.torchscript.pt"
+    export_torchscript(load_checkpoint(ckpt_path), artifact, optimize=False)
+    image = generate_board(480, 640, np.random.default_rng(5))[0]
+    image_path = tmp_path / "board.png"
+    assert cv2.imwrite(str(image_path), image)
+    command = [str(executable), str(artifact), str(image_path), "--threads", "1"]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert run.returncode == 0, run.stderr
+    cpp = [json.loads(line) for line in run.stdout.splitlines() if line.strip()]
+    python = detect(Runtime.load(artifact, device="cpu"), [image])[0]  # the pipeline's defaults: the weights' point
+    ckpt["config"]["eval"]["cross_class_iou"] = None
+    torch.save(ckpt, ckpt_path)
+    export_torchscript(load_checkpoint(ckpt_path), tmp_path / "plain.torchscript.pt", optimize=False)
+    plain = detect(Runtime.load(tmp_path / "plain.torchscript.pt", device="cpu"), [image])[0]
+    assert len(plain) == len(python) and float(python.scores.sum()) < float(plain.scores.sum())  # some calls demoted
+    _assert_same_detections(cpp, python)
+
+
 def test_cpp_reference_model_matches_python_runtime(executable: Path, tmp_path: Path) -> None:
     artifact = _make_artifact(tmp_path / "ref.torchscript.pt", in_channels=2)
     image, template = generate_board_pair(480, 640, np.random.default_rng(6))[:2]  # scale 0.5, pad_y 40, as above
