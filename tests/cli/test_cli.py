@@ -221,9 +221,9 @@ def test_train_with_on_bad_sample_error_and_two_workers_is_one_line(
 
 
 def test_non_finite_loss_is_one_line(tmp_path: Path, synth_coco: Path, tiny_config, monkeypatch, capsys) -> None:
-    from defect_detector.engine import trainer
+    from defect_detector.model.loss import DetectionLoss
 
-    monkeypatch.setattr(trainer.DetectionLoss, "__call__", lambda self, raw, *a: (raw.sum() * float("nan"), {}))
+    monkeypatch.setattr(DetectionLoss, "__call__", lambda self, raw, *a: (raw.sum() * float("nan"), {}))
     cfg = tiny_config(synth_coco, tmp_path / "runs", imgsz=64, epochs=1, max_bad_steps=0).to_dict()
     (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
     assert main(["train", "--config", str(tmp_path / "cfg.yaml"), "--threads", "1"]) == 2
