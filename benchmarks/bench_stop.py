@@ -78,7 +78,7 @@ def jsonl_lines(out: Path) -> int:
 
 def summary_frames(stdout: str) -> int | None:
     line = next((line for line in stdout.splitlines() if line.startswith("frames ")), None)
-    return int(line.split()[1]) if line else None
+    return int(line.split()[1].rstrip(":")) if line else None  # "frames N: pass ..."
 
 
 def sigterm_run(source: Path, checkpoint: Path, out: Path, kind: str, rng: random.Random) -> dict[str, Any]:
