@@ -50,6 +50,19 @@ in every artifact) on boxes (px) and scores. Against the unfused training-form m
 export applies: folding BatchNorm alone moves boxes by a few float32 ulps at 640 px (1.8e-4 px measured on the bundled
 model), more than 1e-4."""
 
+PT2_BOX_ULPS = 4
+"""Boxes are compared at float32's resolution where it is coarser than :data:`PT2_TOLERANCE`: a box coordinate near
+``imgsz`` (640 px) is stored to 6.1e-5 px, so a compiled graph that sums the distribution box head's bins in another
+order moves it by 1-2 ulps (1.2e-4 px measured on the bundled v0.10 model). The box tolerance is the larger of
+``PT2_TOLERANCE`` and this many float32 ulps at ``imgsz``."""
+
+
+def box_tolerance(imgsz: int) -> float:
+    """The ``.pt2`` parity tolerance on boxes (px) for an input of ``imgsz``: see :data:`PT2_BOX_ULPS`."""
+    ulp = float(np.spacing(np.float32(imgsz)))
+    return max(PT2_TOLERANCE, PT2_BOX_ULPS * ulp)
+
+
 INDUCTOR_CONFIGS: dict[str, Any] = {}
 """AOTInductor options besides the metadata (none: Inductor's defaults; ``freezing`` measured no faster here)."""
 
@@ -212,9 +225,10 @@ def _check_package(
     data: bytes, meta: dict[str, Any], loaded: LoadedModel, deploy: DeployModel, x: torch.Tensor, device: torch.device
 ) -> tuple[dict[str, float], dict[str, float]]:
     """Load the ``.pt2`` package ``data`` back and check it on ``x`` (float ``[B, C, S, S]``), as a batch and the first
-    image alone: ``meta`` round-trips, outputs within ``FP32_TOLERANCE`` of the unfused float32 eager model, and boxes,
-    scores and stats within :data:`PT2_TOLERANCE` of ``deploy`` (both run on ``device``, ``deploy``'s). Returns both max
-    abs diffs (the first against the unfused model); :class:`ExportError` on a failed check."""
+    image alone: ``meta`` round-trips, outputs within ``FP32_TOLERANCE`` of the unfused float32 eager model, and scores
+    and stats within :data:`PT2_TOLERANCE` (boxes: :func:`box_tolerance`) of ``deploy`` (both run on ``device``,
+    ``deploy``'s). Returns both max abs diffs (the first against the unfused model); :class:`ExportError` on a failed
+    check."""
     want = reference_outputs(loaded, deploy.imgsz, deploy.layer_names, x)
     with torch.no_grad():
         exported = [t.cpu() for t in deploy(x.to(device))]
@@ -230,7 +244,8 @@ def _check_package(
     diffs = _worst(max_diffs(got, want), max_diffs(single, [t[:1] for t in want]))
     check_parity(diffs, False, ".pt2")
     exported_diffs = _worst(max_diffs(got, exported), max_diffs(single, [t[:1] for t in exported]))
-    failed = {k: exported_diffs[k] for k in ("boxes", "scores", "stats") if not exported_diffs[k] <= PT2_TOLERANCE}
+    limits = {"boxes": box_tolerance(deploy.imgsz), "scores": PT2_TOLERANCE, "stats": PT2_TOLERANCE}
+    failed = {k: exported_diffs[k] for k, limit in limits.items() if not exported_diffs[k] <= limit}
     if failed:
-        raise ExportError(f".pt2 parity check failed: max abs diff from the exported eager model {failed} exceeds {PT2_TOLERANCE}")
+        raise ExportError(f".pt2 parity check failed: max abs diff from the exported eager model {failed} exceeds {limits}")
     return diffs, exported_diffs

@@ -124,3 +124,12 @@ def test_golden_check_is_in_a_reference_models_meta() -> None:
 
     assert build_meta(DEEPPCB_CLASSES, 64, (8, 16, 32), (), channels=2)["golden_check"] == GOLDEN_CHECK
     assert build_meta(DEEPPCB_CLASSES, 64, (8, 16, 32), (), channels=1)["golden_check"] is None
+
+
+def test_box_tolerance_is_float32_resolution_where_it_is_coarser() -> None:
+    """A box coordinate near 640 px is stored to 6.1e-5 px: the tolerance allows 4 ulps there, 1e-4 on small inputs."""
+    from defect_detector.export.pt2 import PT2_BOX_ULPS, box_tolerance
+
+    assert box_tolerance(64) == PT2_TOLERANCE
+    assert box_tolerance(640) == PT2_BOX_ULPS * 2.0**-14  # float32 spacing in [512, 1024)
+    assert PT2_TOLERANCE < box_tolerance(640) < 3e-4
