@@ -96,7 +96,7 @@ def postprocess(
     Every (location, class) pair scoring above ``conf`` is a candidate, so one
     location may propose several classes; with ``cross_class_iou`` set, :func:`demote_cross_class` then
     multiplies the score of each that overlaps a higher-scored call of another class by ``cross_class_factor``
-    (after NMS, before top-k; None: off, as before v2). ``metas[i]`` maps boxes back to the
+    (after NMS, before top-k; None: off, as before v2), and a call demoted to ``conf`` or below is dropped. ``metas[i]`` maps boxes back to the
     original image; ``None`` keeps input pixels. Returns one dict per image:
     ``boxes`` float32 ``[K, 4]`` xyxy in original-image pixels, ``scores``
     float32 ``[K]``, ``labels`` int64 ``[K]`` in 0..C-1, sorted by score. Boxes that
@@ -116,6 +116,7 @@ def postprocess(
         if cross_class_iou is not None:
             out_scores = demote_cross_class(out_boxes, out_scores, out_labels, cross_class_iou, cross_class_factor)
             order = torch.argsort(out_scores, descending=True, stable=True)
+            order = order[out_scores[order] > conf]  # a call demoted below the threshold is no call at it
             out_boxes, out_scores, out_labels = out_boxes[order], out_scores[order], out_labels[order]
         if meta is not None:
             out_boxes = boxes_from_letterbox(out_boxes, meta)

@@ -10,7 +10,8 @@
 //   3. run the model (the caller's forward): pred [1, A, 4 + C] xyxy letterboxed pixels + class probabilities;
 //   4. keep (anchor, class) pairs scoring above --conf (at most 1000, highest first), NMS per class
 //      (cv::dnn::NMSBoxes) at --iou, demote a call overlapping a higher-scored call of another class (the weights'
-//      operating_point.cross_class_iou / cross_class_factor, when set), keep the --max-det best; --conf and --iou
+//      operating_point.cross_class_iou / cross_class_factor, when set; one demoted to --conf or below is dropped),
+//      keep the --max-det best; --conf and --iou
 //      default to the weights' operating point (meta.json operating_point), as `defect-detector predict` does;
 //   5. map boxes back to original pixels (clipped) and print one JSON object per detection:
 //      {"label": 2, "category_name": "mousebite", "score": 0.91, "box": [x1, y1, x2, y2]}
@@ -263,7 +264,11 @@ inline std::vector<Detection> select(const at::Tensor& pred, float conf, float i
     for (int i : indices) kept.push_back(*members[i]);
   }
   std::stable_sort(kept.begin(), kept.end(), by_score);
-  if (point.cross_class_iou >= 0.0f) demote_cross_class(kept, point.cross_class_iou, point.cross_class_factor);
+  if (point.cross_class_iou >= 0.0f) {
+    demote_cross_class(kept, point.cross_class_iou, point.cross_class_factor);
+    // a call demoted to --conf or below is no call at it (sorted by score: drop the tail)
+    kept.erase(std::find_if(kept.begin(), kept.end(), [conf](const Detection& d) { return !(d.score > conf); }), kept.end());
+  }
   if (static_cast<int>(kept.size()) > max_det) kept.resize(max_det);
   return kept;
 }

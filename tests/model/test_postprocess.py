@@ -80,7 +80,10 @@ def test_postprocess_cross_class_one_call_per_defect() -> None:
     decoded[0, 0, 4], decoded[0, 1, 5], decoded[0, 2, 5] = 0.9, 0.6, 0.5
     plain = postprocess(decoded, [None], conf=0.25, iou=0.6)[0]
     assert plain["labels"].tolist() == [0, 1, 1]
+    ranked = postprocess(decoded, [None], conf=0.1, iou=0.6, cross_class_iou=0.3, cross_class_factor=0.25)[0]
+    assert ranked["labels"].tolist() == [0, 1, 1]  # demoted, still ranked (for mAP) above the threshold
+    torch.testing.assert_close(ranked["scores"], torch.tensor([0.9, 0.5, 0.15]))
+    assert ranked["boxes"][2].tolist() == [11, 10, 31, 30]
     one = postprocess(decoded, [None], conf=0.25, iou=0.6, cross_class_iou=0.3, cross_class_factor=0.25)[0]
-    assert one["labels"].tolist() == [0, 1, 1]
-    torch.testing.assert_close(one["scores"], torch.tensor([0.9, 0.5, 0.15]))
-    assert one["boxes"][2].tolist() == [11, 10, 31, 30]
+    assert one["labels"].tolist() == [0, 1]  # demoted below the line's threshold: one call for the defect
+    torch.testing.assert_close(one["scores"], torch.tensor([0.9, 0.5]))
