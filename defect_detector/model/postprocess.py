@@ -96,8 +96,8 @@ def postprocess(
     Every (location, class) pair scoring above ``conf`` is a candidate, so one
     location may propose several classes; with ``cross_class_iou`` set, :func:`demote_cross_class` then
     multiplies the score of each that overlaps a higher-scored call of another class by ``cross_class_factor``
-    (after NMS, before top-k; None: off, as before v2), and a call demoted to ``conf`` or below is dropped. ``metas[i]`` maps boxes back to the
-    original image; ``None`` keeps input pixels. Returns one dict per image:
+    (after NMS, before top-k; None: off, as before v2), and a call demoted to ``conf`` or below is dropped.
+    ``metas[i]`` maps boxes back to the original image; ``None`` keeps input pixels. Returns one dict per image:
     ``boxes`` float32 ``[K, 4]`` xyxy in original-image pixels, ``scores``
     float32 ``[K]``, ``labels`` int64 ``[K]`` in 0..C-1, sorted by score. Boxes that
     lie wholly in the letterbox padding (zero area once clipped) are dropped.
