@@ -74,9 +74,15 @@ def _make_artifact(path: Path, in_channels: int = 1) -> Path:
     return path
 
 
-def _run(executable: Path, *args: str) -> subprocess.CompletedProcess:
-    command = [str(executable), *args, "--conf", "0.25", "--iou", "0.5", "--threads", "1"]
+def _run(executable: Path, *args: str, point: tuple[str, ...] = ("--conf", "0.25", "--iou", "0.5")) -> subprocess.CompletedProcess:
+    """Run a C++ example on one thread; ``point``: its score threshold and NMS flags (empty: the weights' own)."""
+    command = [str(executable), *args, *point, "--threads", "1"]
     return subprocess.run(command, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def _json_lines(stdout: str) -> list[dict]:
+    """The detections a C++ example printed, one JSON object per line."""
+    return [json.loads(line) for line in stdout.splitlines() if line.strip()]
 
 
 def _assert_same_detections(cpp: list[dict], python: Detections) -> None:
@@ -125,7 +131,7 @@ def test_cpp_matches_python_runtime(executable: Path, tmp_path: Path) -> None:
 
     run = _run(executable, str(artifact), str(image_path))
     assert run.returncode == 0, run.stderr
-    cpp = [json.loads(line) for line in run.stdout.splitlines() if line.strip()]
+    cpp = _json_lines(run.stdout)
     _assert_same_detections(cpp, detect(Runtime.load(artifact, device="cpu"), [image], conf=0.25, iou=0.5)[0])
     refused = _run(executable, str(artifact), str(image_path), "--reference", str(image_path))
     assert refused.returncode == 2 and "takes 1 input channel" in refused.stderr
@@ -142,10 +148,9 @@ def test_cpp_defaults_to_the_weights_operating_point_with_cross_class_demotion(e
     image = generate_board(480, 640, np.random.default_rng(5))[0]
     image_path = tmp_path / "board.png"
     assert cv2.imwrite(str(image_path), image)
-    command = [str(executable), str(artifact), str(image_path), "--threads", "1"]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    run = _run(executable, str(artifact), str(image_path), point=())
     assert run.returncode == 0, run.stderr
-    cpp = [json.loads(line) for line in run.stdout.splitlines() if line.strip()]
+    cpp = _json_lines(run.stdout)
     python = detect(Runtime.load(artifact, device="cpu"), [image])[0]  # the pipeline's defaults: the weights' point
     ckpt["config"]["eval"]["cross_class_iou"] = None
     torch.save(ckpt, ckpt_path)
@@ -164,7 +169,7 @@ def test_cpp_reference_model_matches_python_runtime(executable: Path, tmp_path: 
     for args in (["--reference", str(reference_path)], [str(reference_path)]):  # flag or third positional argument
         run = _run(executable, str(artifact), str(image_path), *args)
         assert run.returncode == 0, run.stderr
-        _assert_same_detections([json.loads(line) for line in run.stdout.splitlines() if line.strip()], python)
+        _assert_same_detections(_json_lines(run.stdout), python)
     missing = _run(executable, str(artifact), str(image_path))
     assert missing.returncode == 2 and "reference model" in missing.stderr
     # a golden image that does not fit the frame is refused (exit 3, one line), never "0 detections"
@@ -221,7 +226,7 @@ def test_cpp_stacks_the_reference_as_channel_1_with_the_image_geometry(executabl
     assert float(python.boxes[1, 0]) < float(python.boxes[0, 0]) - 20  # class 1 (the reference's) lies left
     run = _run(executable, str(artifact), str(image_path), "--reference", str(reference_path))
     assert run.returncode == 0, run.stderr
-    _assert_same_detections([json.loads(line) for line in run.stdout.splitlines() if line.strip()], python)
+    _assert_same_detections(_json_lines(run.stdout), python)
 
 
 def test_cpp_pt2_matches_python_runtime(pt2_executable: Path, small_pt2: dict, tmp_path: Path) -> None:
@@ -231,7 +236,7 @@ def test_cpp_pt2_matches_python_runtime(pt2_executable: Path, small_pt2: dict, t
     assert cv2.imwrite(str(image_path), image)
     run = _run(pt2_executable, str(artifact), str(image_path))
     assert run.returncode == 0, run.stderr
-    cpp = [json.loads(line) for line in run.stdout.splitlines() if line.strip()]
+    cpp = _json_lines(run.stdout)
     _assert_same_detections(cpp, detect(Runtime.load(artifact, device="cpu"), [image], conf=0.25, iou=0.5)[0])
     refused = _run(pt2_executable, str(artifact), str(image_path), "--reference", str(image_path))
     assert refused.returncode == 2 and "takes 1 input channel" in refused.stderr
