@@ -41,7 +41,12 @@ def add_parser(sub: Any) -> None:
         help="int8 ONNX for CPUs (ONNX Runtime static quantization), calibrated on --data; layer statistics stay float",
     )
     p.add_argument("--data", help="--int8: COCO json of training images to calibrate on (golden-template models: with 'reference' entries)")
-    p.add_argument("--calib-images", type=int, default=100, help="--int8: calibration frames, spread over --data (default 100)")
+    p.add_argument(
+        "--calib-images",
+        type=int,
+        default=100,
+        help="--int8: calibration frames, spread over --data (default 100; 16 more are held back to check the int8 model's accuracy)",
+    )
     p.add_argument(
         "--int8-for",
         choices=["cpu", "tensorrt"],
@@ -142,6 +147,11 @@ def run(args: argparse.Namespace) -> None:
         print(
             f"wrote {out} ({report['bytes'] / 1e6:.2f} MB, int8, calibrated on {report['calibration_frames']} frames of {args.data}) "
             f"and {export.onnx_meta_path(out)}"
+        )
+        check = report["check"]
+        print(
+            f"accuracy check on {check.frames} held-back frames: the int8 model keeps {check.matched} of the float32 model's "
+            f"{check.float_calls} calls at the operating point and adds {check.int8_calls - check.matched} (agreement F {check.f1:.3f})"
         )
         print(f"layer statistics computed in float on the int8 layer outputs: largest shift from float32 {shift} of the float baseline")
     elif fmt == "onnx":

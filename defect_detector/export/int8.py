@@ -16,6 +16,15 @@ in units of the float baseline's per-layer standard deviation over frames. ``exp
 export checks it); ``export --int8`` then calibrates the baseline again through the int8 model on the same ``--data``
 frames (``inspect/calibrate.py``, as ``calibrate --weights model.int8.onnx`` does) and embeds that one
 (:func:`embed_baseline`), so drift compares the int8 model's statistics with its own clean level.
+
+Weights are quantized to 7 bits (``reduce_range``) for the ``cpu`` target. ONNX Runtime's uint8 x int8 convolutions
+on x86 CPUs without VNNI (AVX2, AVX-512F without VNNI) add pairs of products in int16 (``vpmaddubsw``), which
+saturates when both weights of a pair are large and the input is bright: 2 x 255 x 127 > 32767. DeepPCB's frames are
+binarized white, so they hit it: the same int8 model gave 105 class scores above 0.4 on two sample frames on a VNNI
+CPU and 40 under ``qemu-x86_64 -cpu Haswell``, and held-out mAP@0.5 fell from 0.92 to 0.60 on a CPU without VNNI
+(issue 33). With 7-bit weights, 2 x 255 x 64 fits in int16 and both CPUs give bit-identical outputs. ``export_int8``
+then checks its own accuracy against float32 on held-back frames and refuses to write a model that disagrees
+(:mod:`.int8_check`).
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from defect_detector.core.io import atomic_write_bytes, atomic_write_json
 from defect_detector.export.baseline import BaselineArg
 from defect_detector.export.calibration_data import CALIBRATION_IMAGES, calibration_inputs, spread
 from defect_detector.export.deploy_model import META_FILE, ExportError
+from defect_detector.export.int8_check import CHECK_FRAMES, call_agreement, refusal, split_check_frames
 from defect_detector.export.onnx import export_onnx, onnx_meta_path
 from defect_detector.model.checkpoint import LoadedModel
 
@@ -128,6 +138,7 @@ def quantize_onnx(float_path: Path, out_path: Path, frames: np.ndarray, target: 
             quant_format=QuantFormat.QDQ,
             op_types_to_quantize=list(QUANTIZED_OPS),
             per_channel=True,
+            reduce_range=not symmetric,  # 7-bit weights: no int16 saturation on CPUs without VNNI (module docstring)
             activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
             weight_type=QuantType.QInt8,
             nodes_to_exclude=excluded,
@@ -158,7 +169,11 @@ def export_int8(  # noqa: PLR0913 - one keyword per export --int8 flag; data, ma
     model). The meta is the float export's, with ``"int8"`` describing the quantization and its calibration set.
     ``target``: ``cpu`` (ONNX Runtime) or ``tensorrt`` (symmetric, for ``trtexec --int8``; see :data:`INT8_TARGETS`).
 
-    Returns a report with the meta, the calibration frame count and ``stats_shift`` (the largest per-layer shift of the
+    Up to :data:`~.int8_check.CHECK_FRAMES` more frames of ``data`` are held back from calibration: the int8 model's calls on
+    them must agree with the float32 model's (:mod:`.int8_check`), else :class:`ExportError` and nothing is written.
+
+    Returns a report with the meta, the calibration frame count, ``check`` (the :class:`~.int8_check.Agreement`) and
+    ``stats_shift`` (the largest per-layer shift of the
     int8 statistics' means from the float model's on the calibration frames, in units of the baseline's spread; None
     without a baseline). :class:`ExportError` without ``onnxruntime``; ``ValueError`` naming ``data`` for a bad json."""
     if target not in INT8_TARGETS:
@@ -169,7 +184,7 @@ def export_int8(  # noqa: PLR0913 - one keyword per export --int8 flag; data, ma
         raise ExportError(f"{out_path}: int8 export needs onnxruntime (pip install '.[onnx]')") from exc
     imgsz = int(imgsz or loaded.config.data.imgsz)
     channels = int(getattr(loaded.model, "in_channels", 1))
-    frames = calibration_inputs(data, imgsz, channels, max_images, images_root)
+    frames, check = split_check_frames(calibration_inputs(data, imgsz, channels, max_images + CHECK_FRAMES, images_root))
     out_path = Path(out_path)
     with tempfile.TemporaryDirectory() as tmp:
         float_path = Path(tmp) / "float.onnx"
@@ -177,10 +192,16 @@ def export_int8(  # noqa: PLR0913 - one keyword per export --int8 flag; data, ma
         quantized = Path(tmp) / "int8.onnx"
         quantize_onnx(float_path, quantized, frames, target)
         meta = dict(report["meta"])
+        agreement = call_agreement(float_path, quantized, check, meta.get("operating_point"))
+        if (reason := refusal(agreement, out_path)) is not None:
+            raise ExportError(reason)
+        if not agreement.conclusive:
+            log.warning("int8 accuracy check: %d float32 calls on %d held-back frames, too few to judge", agreement.float_calls, len(check))
         meta["int8"] = {
-            "method": f"onnxruntime static QDQ, MinMax calibration; {INT8_TARGETS[target]}",
+            "method": f"onnxruntime static QDQ, MinMax calibration, 7-bit weights on cpu; {INT8_TARGETS[target]}",
             "target": target,
-            "calibration": {"data": str(data), "frames": len(frames)},
+            "calibration": {"data": str(data), "frames": len(frames), "held_back": len(check)},
+            "check": agreement.to_dict(),
             "float_nodes": "layer statistics and box decoding",
             "onnxruntime": ort.__version__,
         }
@@ -193,6 +214,7 @@ def export_int8(  # noqa: PLR0913 - one keyword per export --int8 flag; data, ma
         "bytes": len(data_bytes),
         "meta": meta,
         "calibration_frames": len(frames),
+        "check": agreement,
         "stats_shift": shift,
         "baseline_source": report["baseline_source"],
         "parity": None,

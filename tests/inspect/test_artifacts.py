@@ -89,7 +89,8 @@ def test_int8_export_keeps_map_within_the_bound(tmp_path: Path) -> None:
     out = tmp_path / "deeppcb.int8.onnx"
     assert main(["export", "--int8", "--data", str(CALIB), "--out", str(out)]) == 0
     meta = json.loads(onnx_meta_path(out).read_text())
-    assert meta["int8"]["calibration"]["frames"] == 15 and meta["int8"]["target"] == "cpu"
+    assert meta["int8"]["calibration"] == {"data": str(CALIB), "frames": 12, "held_back": 3} and meta["int8"]["target"] == "cpu"
+    assert meta["int8"]["check"]["f1"] >= 0.9  # the int8 model agrees with float32 on the held-back frames
     float_baseline = load_checkpoint(DEFAULT_WEIGHTS).baseline
     assert meta["baseline"]["layer_names"] == float_baseline["layer_names"] and meta["baseline"] != float_baseline
     assert meta["int8"]["baseline"].startswith("calibrated through the int8 model")  # drift reads int8 statistics against int8

@@ -23,6 +23,10 @@ LEGACY_REF_MODEL = {
     "head_box_convs": 2,
 }
 """configs/deeppcb_ref.yaml's model section before v2 (the bundled golden-template model of v0.8)."""
+RAW_ATOL = 1e-5
+"""Raw outputs (logits, box distances in stride units): float32 summation order, see the test's docstring."""
+DECODED_ATOL = 1e-4
+"""Decoded boxes, letterboxed pixels."""
 SMALL = {"widths": (16, 32, 48, 64), "depths": (1, 1, 1, 1), "neck_channels": 32, "head_convs": 1, "in_channels": 2}
 
 
@@ -35,8 +39,14 @@ def _small(**kw) -> torch.nn.Module:
 def test_defaults_build_and_predict_as_before_v2(name: str) -> None:
     """``legacy_outputs.pt`` was written by the code before model.fusion / model.box_head existed: a seeded model of
     the default config and of configs/deeppcb_ref.yaml's model section, on a fixed input. The same seed must give
-    the same parameter names and bit-identical raw and decoded outputs (so every existing checkpoint loads and
-    predicts as before)."""
+    the same parameter names and the same raw and decoded outputs (so every existing checkpoint loads and predicts as
+    before).
+
+    Not bit-identical: float32 convolutions sum in an order that depends on the CPU's kernels (AVX2 / AVX-512) and
+    on how the work is split over threads, so the last bits move between machines and runs (measured: up to 3.3e-6
+    on raw outputs of magnitude 4.6, about 7 ulps; 2.3e-5 px on decoded boxes of magnitude 112, 3 ulps). The
+    tolerances are about 3x those and 4-5 orders of magnitude below what any change of architecture, parameter order
+    or initialisation gives (outputs move by 0.1-1)."""
     legacy = torch.load(LEGACY, weights_only=True)[name]
     model_cfg = {} if name == "default" else dict(LEGACY_REF_MODEL)  # an old config: the new keys absent
     cfg = config_from_dict({"model": model_cfg}).model
@@ -46,8 +56,8 @@ def test_defaults_build_and_predict_as_before_v2(name: str) -> None:
     with torch.no_grad():
         raw = model(legacy["input"])
     points, strides = make_anchor_points(64, 64, model.strides)
-    assert torch.equal(raw, legacy["raw"])
-    assert torch.equal(decode(raw, points, strides, model.box_bins), legacy["decoded"])
+    torch.testing.assert_close(raw, legacy["raw"], rtol=0, atol=RAW_ATOL)
+    torch.testing.assert_close(decode(raw, points, strides, model.box_bins), legacy["decoded"], rtol=0, atol=DECODED_ATOL)
 
 
 def test_config_validates_fusion_and_box_head() -> None:

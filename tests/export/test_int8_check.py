@@ -1,0 +1,82 @@
+"""The int8 export checks its own accuracy on held-back frames and refuses a model that disagrees with float32
+(issue 33: a third of the single-image model's mAP was lost without a word on a CPU without VNNI)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from small_checkpoint import write_small_checkpoint
+
+from defect_detector.data.letterbox import letterbox
+from defect_detector.data.synth import generate_board, write_synthetic_dataset
+from defect_detector.export import export_onnx
+from defect_detector.export.deploy_model import ExportError
+from defect_detector.export.int8_check import MIN_CALLS, Agreement, call_agreement, refusal, split_check_frames
+from defect_detector.model.checkpoint import load_checkpoint
+
+pytest.importorskip("onnxruntime", reason="onnxruntime not installed (pip install '.[onnx]')")
+
+IMGSZ = 128
+LOOSE = {"conf": 0.01, "iou": 0.5}
+"""A score threshold low enough that a random small model makes calls to compare."""
+
+
+def test_split_holds_back_spread_frames_and_at_most_a_quarter() -> None:
+    frames = np.arange(116)[:, None, None, None].astype(np.uint8)
+    calib, check = split_check_frames(frames)
+    assert len(check) == 16 and len(calib) == 100
+    assert sorted({*calib[:, 0, 0, 0].tolist(), *check[:, 0, 0, 0].tolist()}) == list(range(116))
+    assert check[:, 0, 0, 0].min() > 0 and check[:, 0, 0, 0].max() < 115  # spread, not the first 16
+    again = split_check_frames(frames)
+    assert np.array_equal(again[1], check)
+    small_calib, small_check = split_check_frames(frames[:15])
+    assert len(small_check) == 3 and len(small_calib) == 12
+    assert len(split_check_frames(frames[:3])[1]) == 0
+
+
+def test_agreement_and_refusal() -> None:
+    same = Agreement(frames=4, float_calls=20, int8_calls=20, matched=20)
+    broken = Agreement(frames=4, float_calls=60, int8_calls=35, matched=35)
+    assert same.f1 == 1.0 and refusal(same, Path("m.onnx")) is None
+    line = refusal(broken, Path("m.onnx"))
+    assert line is not None and "\n" not in line
+    assert line.startswith("m.onnx: not written: the int8 model keeps 35 of the float32 model's 60 calls") and "F 0.74" in line
+    weak = Agreement(frames=4, float_calls=MIN_CALLS - 1, int8_calls=0, matched=0)
+    assert not weak.conclusive and refusal(weak, Path("m.onnx")) is None  # too few calls to judge: warned, not refused
+    assert Agreement(frames=2, float_calls=0, int8_calls=0, matched=0).f1 == 1.0
+
+
+def _frames(n: int) -> np.ndarray:
+    boards = [generate_board(96, 128, np.random.default_rng(i))[0] for i in range(n)]
+    return np.stack([letterbox(b, IMGSZ)[0][None] for b in boards])
+
+
+def test_call_agreement_tells_a_model_from_another(tmp_path: Path) -> None:
+    paths = []
+    for seed in (2, 3):
+        checkpoint = write_small_checkpoint(tmp_path / f"s{seed}.pt", IMGSZ, seed=seed)
+        paths.append(tmp_path / f"s{seed}.onnx")
+        export_onnx(load_checkpoint(checkpoint), paths[-1])
+    frames = _frames(3)
+    itself = call_agreement(paths[0], paths[0], frames, LOOSE)
+    assert itself.conclusive and itself.matched == itself.float_calls == itself.int8_calls and itself.f1 == 1.0
+    other = call_agreement(paths[0], paths[1], frames, LOOSE)
+    assert other.conclusive and other.f1 < 0.9 and refusal(other, tmp_path / "x.onnx") is not None
+
+
+def test_export_int8_refuses_a_broken_model_and_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from defect_detector.export import int8
+
+    loaded = load_checkpoint(write_small_checkpoint(tmp_path / "small.pt", IMGSZ, seed=2))
+    other = tmp_path / "other.onnx"
+    export_onnx(load_checkpoint(write_small_checkpoint(tmp_path / "other.pt", IMGSZ, seed=3)), other)
+    calib = write_synthetic_dataset(tmp_path / "calib", n_images=8, height=IMGSZ, width=IMGSZ, seed=1)
+    monkeypatch.setattr(int8, "quantize_onnx", lambda float_path, out_path, frames, target: shutil.copy(other, out_path))
+    monkeypatch.setattr(int8, "call_agreement", lambda a, b, frames, point: call_agreement(a, b, frames, LOOSE))
+    out = tmp_path / "small.int8.onnx"
+    with pytest.raises(ExportError, match=r"small.int8.onnx: not written: the int8 model keeps \d+ of"):
+        int8.export_int8(loaded, out, calib)
+    assert not out.exists() and not (tmp_path / "small.int8.meta.json").exists()
