@@ -1,5 +1,6 @@
 # `make test` and `make demo` create .venv and install the project on first use, pinned by constraints.txt;
-# later runs skip the install unless pyproject.toml or constraints.txt changed.
+# later runs skip the install unless pyproject.toml or constraints.txt changed. pip runs -qq: errors only, not the
+# warnings of an index folder that a machine's pip configuration names but lacks.
 # `make install CONSTRAINTS=` installs without the pins (e.g. on a Python other than constraints.txt's 3.11).
 PYTHON ?= python3
 VENV := .venv
@@ -16,7 +17,7 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e ".[$(EXTRAS)]"
+	$(PY) -m pip install --quiet --quiet --disable-pip-version-check $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
 test: $(STAMP)

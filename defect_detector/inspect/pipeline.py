@@ -34,7 +34,7 @@ from defect_detector.data.register import RegisterConfig, check_pair, register
 from defect_detector.data.tiles import EDGE_MARGIN, crop_tiles, merge_tile_detections, plan_tiles, pool_tile_stats
 from defect_detector.inspect.references import ReferenceError, References
 from defect_detector.inspect.runtime import Runtime
-from defect_detector.model.postprocess import PRE_NMS_TOPK, postprocess
+from defect_detector.model.postprocess import PRE_NMS_TOPK, demote_and_drop, postprocess
 
 log = logging.getLogger("defect_detector.inspect")
 
@@ -234,8 +234,7 @@ class Pipeline:
         self.runtime.sync()
         t_model = time.perf_counter()
         with torch.inference_mode():
-            rows = postprocess(pred, metas, self.conf, self.iou, PRE_NMS_TOPK, *self.cross_class)
-            rows = [{k: v.cpu() for k, v in r.items()} for r in rows]
+            rows = self._postprocess(pred, metas, records)
             frames = self._per_frame(rows, stats.float().cpu(), metas, records)
         t_post = time.perf_counter()
         n = len(images)
@@ -250,6 +249,22 @@ class Pipeline:
             Detections(d["boxes"], d["scores"], d["labels"], [names[j] for j in d["labels"].tolist()], s, dict(timings), m, n, r, dropped)
             for (d, s, m, dropped), r in zip(frames, records)
         ]
+
+    def _postprocess(
+        self, pred: torch.Tensor, metas: list[LetterboxMeta], records: list[TileRecord | None]
+    ) -> list[dict[str, torch.Tensor]]:
+        """:func:`postprocess` of each model input (uncapped, on the CPU). A letterboxed frame gets the weights'
+        cross-class demotion here; a tile does not, since it is applied once to the merged frame (:meth:`_per_frame`), as
+        to a single image: demoting within a tile and again across tiles would demote a call twice."""
+        tile_rows = [record is not None for record in records for _ in range(len(record) if record is not None else 1)]
+        rows: list[dict[str, torch.Tensor]] = [{} for _ in metas]
+        for is_tile, cross_iou in ((False, self.cross_class[0]), (True, None)):
+            index = [i for i, t in enumerate(tile_rows) if t == is_tile]
+            if index:
+                out = postprocess(pred[index], [metas[i] for i in index], self.conf, self.iou, PRE_NMS_TOPK, cross_iou, self.cross_class[1])
+                for i, row in zip(index, out):
+                    rows[i] = {k: v.cpu() for k, v in row.items()}
+        return rows
 
     def _per_frame(
         self, rows: list[dict[str, torch.Tensor]], stats: torch.Tensor, metas: list[LetterboxMeta], records: list[TileRecord | None]
@@ -267,6 +282,8 @@ class Pipeline:
             margin = EDGE_MARGIN * record.tile / self.runtime.imgsz  # EDGE_MARGIN is in model pixels
             tiles = slice(first, first + len(record))
             merged = merge_tile_detections([r for r, _ in capped[tiles]], record, self.iou, PRE_NMS_TOPK, margin)
+            if self.cross_class[0] is not None:  # across tiles as within one input: one defect on a seam, one call
+                merged = demote_and_drop(merged, self.conf, *self.cross_class)
             merged, dropped = _cap(merged, self.max_det * len(record))
             out.append((merged, pool_tile_stats(stats[tiles]), metas[first], dropped + sum(d for _, d in capped[tiles])))
             first += len(record)

@@ -81,6 +81,18 @@ def demote_cross_class(boxes: torch.Tensor, scores: torch.Tensor, labels: torch.
     return torch.where(demoted, scores * factor, scores)
 
 
+def demote_and_drop(detections: dict[str, torch.Tensor], conf: float, iou: float, factor: float) -> dict[str, torch.Tensor]:
+    """One image's calls after :func:`demote_cross_class` at ``iou`` / ``factor``, re-sorted by score, those demoted
+    to ``conf`` or below dropped (no call at that threshold). ``detections``: ``boxes`` float ``[K, 4]`` xyxy (any one
+    pixel frame), ``scores`` ``[K]``, ``labels`` int64 ``[K]``; returns the same keys. Used by :func:`postprocess` per
+    model input and by the frame pipeline again after tiles are merged (one defect on a seam: one call)."""
+    boxes, scores, labels = detections["boxes"], detections["scores"], detections["labels"]
+    scores = demote_cross_class(boxes, scores, labels, iou, factor)
+    order = torch.argsort(scores, descending=True, stable=True)
+    order = order[scores[order] > conf]
+    return {"boxes": boxes[order], "scores": scores[order], "labels": labels[order]}
+
+
 def postprocess(
     decoded: torch.Tensor,
     metas: Sequence[LetterboxMeta | None],
@@ -114,10 +126,9 @@ def postprocess(
         keep = batched_nms(cand_boxes, cand_scores, labels, iou)
         out_boxes, out_scores, out_labels = cand_boxes[keep], cand_scores[keep], labels[keep]
         if cross_class_iou is not None:
-            out_scores = demote_cross_class(out_boxes, out_scores, out_labels, cross_class_iou, cross_class_factor)
-            order = torch.argsort(out_scores, descending=True, stable=True)
-            order = order[out_scores[order] > conf]  # a call demoted below the threshold is no call at it
-            out_boxes, out_scores, out_labels = out_boxes[order], out_scores[order], out_labels[order]
+            calls = {"boxes": out_boxes, "scores": out_scores, "labels": out_labels}
+            calls = demote_and_drop(calls, conf, cross_class_iou, cross_class_factor)
+            out_boxes, out_scores, out_labels = calls["boxes"], calls["scores"], calls["labels"]
         if meta is not None:
             out_boxes = boxes_from_letterbox(out_boxes, meta)
             inside = remove_small_boxes(out_boxes, MIN_SIDE)  # a box wholly in the padding clips to zero area

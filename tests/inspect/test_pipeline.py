@@ -8,6 +8,7 @@ import cv2
 import numpy as np
 import pytest
 import torch
+from torchvision.ops import box_iou
 from pipeline_helpers import detect
 from small_checkpoint import write_small_checkpoint
 
@@ -60,3 +61,23 @@ def test_calibrate_on_large_frames_measures_what_predict_measures(native_checkpo
     measured = np.stack([r.detections.stats.double().numpy() for r in results])
     np.testing.assert_allclose(baseline.mean, measured.mean(0), rtol=1e-5, atol=1e-6)
     assert baseline.count == 4 and baseline.faults is not None
+
+
+def test_tiled_frames_get_the_cross_class_demotion_of_a_single_image(native_checkpoint: Path, tmp_path: Path) -> None:
+    """Issue 35: the tile merge applied no cross-class demotion, so one defect on a seam gave calls of several classes.
+    With factor 0 every call that overlaps a higher-scored call of another class is dropped, within a tile and across
+    tiles alike; without demotion the same tiled frame keeps such pairs (the test would see them)."""
+    ckpt = torch.load(native_checkpoint, weights_only=True)
+    frame = generate_board(512, 640, np.random.default_rng(0))[0]
+    plain = detect(Runtime.load(native_checkpoint, device="cpu"), [frame], conf=0.001, max_det=1000, tile=True)[0]
+    ckpt["config"]["eval"].update(cross_class_iou=0.3, cross_class_factor=0.0)
+    demoting = tmp_path / "demoting.pt"
+    torch.save(ckpt, demoting)
+    (tiled,) = detect(Runtime.load(demoting, device="cpu"), [frame], conf=0.001, max_det=1000, tile=True)
+
+    def cross_class_pairs(d) -> int:  # overlapping calls of two classes, one scored above the other (ties demote neither)
+        iou = box_iou(d.boxes, d.boxes) > 0.3
+        return int((iou & (d.labels[:, None] != d.labels[None, :]) & (d.scores[:, None] > d.scores[None, :])).sum())
+
+    assert len(tiled.tiles) > 1 and cross_class_pairs(plain) > 0 and len(tiled) > 0
+    assert cross_class_pairs(tiled) == 0 and len(tiled) < len(plain)
