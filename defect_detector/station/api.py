@@ -96,10 +96,12 @@ def _reading_routes(router: APIRouter, store: Store, clock: Callable[[], datetim
 
     @router.get("/api/inspections")
     def inspections(
-        limit: Annotated[int, Query(ge=1, le=queries.MAX_LIMIT)] = 50, before: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None
+        limit: Annotated[int, Query(ge=1, le=queries.MAX_LIMIT)] = 50,
+        before: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
+        verdict: Annotated[str | None, Query(pattern="^(pass|fail|not_inspected)$")] = None,
     ) -> dict[str, Any]:
         with store.engine.connect() as conn:
-            return {"items": queries.list_inspections(conn, limit, before)}
+            return {"items": queries.list_inspections(conn, limit, before, verdict)}
 
     @router.get("/api/inspections/{inspection_id}")
     def inspection(inspection_id: Id) -> dict[str, Any]:

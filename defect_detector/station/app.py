@@ -25,7 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from defect_detector.station.api import build_api
 from defect_detector.station.db import describe, iso, parse_time
 from defect_detector.station.records import utc_now
-from defect_detector.station.report import DEFAULT_SHIFTS, report, report_csv, report_rows
+from defect_detector.station.report import DEFAULT_SHIFTS, report, report_csv, report_rows, window_lists
 from defect_detector.station.security import token_middleware
 from defect_detector.station.store import Store
 
@@ -107,12 +107,14 @@ def create_app(
             start = parse_time(since) if since else (now - timedelta(days=1)).replace(tzinfo=None)
             with store.engine.connect() as conn:
                 summaries = report(conn, start.replace(tzinfo=now.tzinfo), now, shifts)
+                lists = window_lists(conn, start.replace(tzinfo=now.tzinfo), now)
         except ValueError as exc:
             raise HTTPException(400, str(exc)) from None
         if format == "csv" or (format is None and "text/csv" in request.headers.get("accept", "")):
             headers = {"Content-Disposition": 'attachment; filename="station-report.csv"'}
             return Response(report_csv(summaries), media_type="text/csv; charset=utf-8", headers=headers)
         rows = report_rows(summaries)
-        return page("report.html", active="report", rows=rows, since=iso(start.replace(microsecond=0)), shifts=len(summaries))
+        since_text = iso(start.replace(microsecond=0))
+        return page("report.html", active="report", rows=rows, since=since_text, shifts=len(summaries), **lists)
 
     return app
