@@ -4,6 +4,8 @@
 - 1 -> 2: every frame counted, inspected or not (issue 33). Adds ``inspections.reason_kind`` and the index on
   ``inspections(verdict, id)``, ``tallies.not_inspected``; fills them, ``refusal_tallies`` and ``design_runs`` in from
   the frames already recorded (one pass over the inspections, streamed).
+- 2 -> 3: two reviewers (issue 36). Adds ``calls.version`` (1 for a call that already has a verdict, else 0) and the
+  lease columns ``calls.lease_reviewer`` / ``calls.lease_until``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from sqlalchemy.engine import Connection
 from defect_detector.station.db import upsert_add
 from defect_detector.station.designs import DesignRuns, FrameDesign
 from defect_detector.station.records import reason_kind
-from defect_detector.station.schema import inspections, refusal_tallies, tallies
+from defect_detector.station.schema import calls, inspections, refusal_tallies, tallies
 
 _BATCH = 1000
 
@@ -64,5 +66,12 @@ def _to_2(conn: Connection) -> None:
     upsert_add(conn, refusal_tallies, rows_kind, ["minute", "reason_kind"], ["frames"])
 
 
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _to_2}
+def _to_3(conn: Connection) -> None:
+    _add_column(conn, "calls", "version", "INTEGER NOT NULL DEFAULT 0")
+    _add_column(conn, "calls", "lease_reviewer", "VARCHAR(64)")
+    _add_column(conn, "calls", "lease_until", "DATETIME" if conn.dialect.name == "sqlite" else "TIMESTAMP WITHOUT TIME ZONE")
+    conn.execute(calls.update().where(calls.c.verdict.is_not(None), calls.c.version == 0).values(version=1))
+
+
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _to_2, 2: _to_3}
 """``version -> step`` bringing a database at ``version`` to ``version + 1``."""

@@ -13,7 +13,7 @@ to changeovers and to the other events separately.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from sqlalchemy import func, select, true
@@ -21,6 +21,7 @@ from sqlalchemy.engine import Connection, Row
 
 from defect_detector.station.db import iso
 from defect_detector.station.designs import recent_runs
+from defect_detector.station.review import LEASE_S, lease_next
 from defect_detector.station.schema import calls, class_tallies, drift_events, get_meta, inspections, refusal_tallies, tallies
 
 MAX_LIMIT = 500
@@ -36,7 +37,9 @@ MAX_EVENTS = 2000
 
 
 def call_dict(row: Row[Any]) -> dict[str, Any]:
-    """A ``calls`` row as the API gives it: ``{"id", "class", "score", "box": [x1, y1, x2, y2]}`` (+ review state)."""
+    """A ``calls`` row as the API gives it: ``{"id", "class", "score", "box": [x1, y1, x2, y2]}`` (+ review state: the
+    latest ``verdict`` and ``verdict_class``, and ``version``, the number of verdicts so far, which a verdict on a call
+    that has one must send)."""
     return {
         "id": row.id,
         "class": row.class_name,
@@ -44,6 +47,7 @@ def call_dict(row: Row[Any]) -> dict[str, Any]:
         "box": [float(row.x1), float(row.y1), float(row.x2), float(row.y2)],
         "verdict": row.verdict,
         "verdict_class": row.verdict_class,
+        "version": row.version,
     }
 
 
@@ -106,12 +110,19 @@ def queue_length(conn: Connection) -> int:
     return int(conn.execute(select(func.count()).select_from(calls).where(calls.c.pending == true())).scalar() or 0)
 
 
-def review_next(conn: Connection) -> dict[str, Any] | None:
-    """The oldest call waiting for a verdict with its inspection, and the queue's length; None when the queue is empty."""
-    call = conn.execute(select(calls).where(calls.c.pending == true()).order_by(calls.c.id).limit(1)).first()
+def review_next(
+    conn: Connection, reviewer: str | None = None, now: datetime | None = None, lease_s: float = LEASE_S
+) -> dict[str, Any] | None:
+    """The call to show ``reviewer`` next (:func:`~defect_detector.station.review.lease_next`: leased to them until
+    ``now`` (naive UTC, default the current time) + ``lease_s``) with its inspection, the queue's length and the lease
+    (``{"reviewer", "until"}``, None without a reviewer); None when no call is free."""
+    when = now if now is not None else datetime.now(timezone.utc).replace(tzinfo=None)
+    call = lease_next(conn, reviewer, when, lease_s)
     if call is None:
         return None
-    return {"call": call_dict(call), "inspection": inspection_with_calls(conn, call.inspection_id), "queue": queue_length(conn)}
+    lease = None if reviewer is None else {"reviewer": call.lease_reviewer, "until": iso(call.lease_until)}
+    item = inspection_with_calls(conn, call.inspection_id)
+    return {"call": call_dict(call), "inspection": item, "queue": queue_length(conn), "lease": lease}
 
 
 def event_dict(row: Row[Any]) -> dict[str, Any]:

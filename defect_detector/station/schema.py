@@ -14,7 +14,9 @@ and tables, and the counts a new table holds filled in from the rows already rec
 
 Every frame is an inspection row, inspected or not: ``tallies.boards`` counts the inspected ones, ``tallies.not_inspected``
 the others (``refusal_tallies`` per ``reason_kind``). ``design_runs`` folds the frames of one source inspected against
-one golden image in a row into one line (what a run of ``changeover`` events would be otherwise).
+one golden image in a row into one line (what a run of ``changeover`` events would be otherwise). A call's ``version``
+counts its verdicts (a verdict on a call that has one must name it), and ``lease_reviewer`` / ``lease_until`` hold it
+for the reviewer ``/api/review/next`` handed it to (schema 3).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection, Engine
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 ID = BigInteger().with_variant(Integer(), "sqlite")  # SQLite: INTEGER PRIMARY KEY, the rowid
 CALL_VERDICTS = ("defect", "false_call", "skip")
 
@@ -97,6 +99,9 @@ calls = Table(
     Column("pending", Boolean, nullable=False),  # in the queue and without a verdict yet
     Column("verdict", String(16)),  # the latest verdict (history in ``verdicts``)
     Column("verdict_class", Text),  # the class the reviewer confirmed (defect only)
+    Column("version", Integer, nullable=False, server_default="0"),  # verdicts given so far (schema 3)
+    Column("lease_reviewer", String(64)),  # who /api/review/next handed it to (schema 3)
+    Column("lease_until", DateTime),  # ... until when (naive UTC)
     Index("ix_calls_inspection", "inspection_id"),
     Index("ix_calls_pending", "pending", "id"),
     Index("ix_calls_verdict_time", "verdict", "time"),

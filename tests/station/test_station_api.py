@@ -37,7 +37,7 @@ def recorded(station_db: StationDB) -> Iterator[tuple[Store, list]]:
 
 @pytest.fixture
 def client(recorded: tuple[Store, list]) -> Iterator[TestClient]:
-    with TestClient(create_app(recorded[0])) as c:
+    with TestClient(create_app(recorded[0]), base_url="http://localhost") as c:
         yield c
 
 

@@ -61,7 +61,7 @@ def recorded(station_db: StationDB) -> Iterator[Store]:
 
 @pytest.fixture
 def client(recorded: Store) -> Iterator[TestClient]:
-    with TestClient(create_app(recorded)) as c:
+    with TestClient(create_app(recorded), base_url="http://localhost") as c:
         yield c
 
 
@@ -134,7 +134,7 @@ def test_a_flood_of_changeovers_keeps_the_drift_alert(tmp_path) -> None:  # noqa
     with Store(db) as store, store.engine.connect() as conn:
         found = events_since(conn, datetime(2000, 1, 1), limit=10)
         assert [e["event"] for e in found].count("drift") == 1 and len(found) == 11
-        with TestClient(create_app(store)) as client:
+        with TestClient(create_app(store), base_url="http://localhost") as client:
             live = client.get("/api/live").json()
     assert [a["event"] for a in live["alerts"]] == ["drift"] and len(live["designs"]) == 20
     assert live["designs"][0]["line"] == "design g119.png: frame 119 (1 board)"
@@ -169,7 +169,7 @@ def test_a_schema_1_database_is_migrated_to_count_every_frame(station_db: Statio
     with Store(station_db.url, station_db.images) as store:
         with store.engine.connect() as conn:
             assert conn.execute(text("SELECT value FROM station_meta WHERE key = 'schema_version'")).scalar() == str(SCHEMA_VERSION)
-        with TestClient(create_app(store)) as client:
+        with TestClient(create_app(store), base_url="http://localhost") as client:
             live = client.get("/api/live").json()
     assert (live["shift"]["frames"], live["shift"]["not_inspected"]) == (N, len(REFUSED))
     assert live["shift"]["reasons"] == {"reference does not match": 3, "blank frame": 2}

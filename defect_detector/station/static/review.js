@@ -107,7 +107,8 @@
     stopDrawing();
     let item;
     try {
-      item = await api("/api/review/next");
+      // the call is leased to this reviewer for a while: a second reviewer gets the next one
+      item = await api(reviewer() ? `/api/review/next?reviewer=${encodeURIComponent(reviewer())}` : "/api/review/next");
     } catch (err) {
       toast(err.message, true);
       return;
@@ -136,7 +137,7 @@
   async function verdict(kind, className = null) {
     if (!state.item || state.busy) return;
     if (!reviewer()) { askReviewer(); return; }
-    const body = { verdict: kind, reviewer: reviewer() };
+    const body = { verdict: kind, reviewer: reviewer(), version: state.item.call.version };
     if (className) body.class = className;
     state.busy = true;
     try {
@@ -145,6 +146,7 @@
       await next();
     } catch (err) {
       toast(err.message, true);
+      if (err.status === 409) await next(); // another reviewer's verdict came first: show the next call
     } finally {
       state.busy = false;
     }
