@@ -44,14 +44,18 @@
       ["frames", data.hour.frames, data.shift.frames],
       ["boards inspected", data.hour.boards, data.shift.boards],
       ["not inspected", data.hour.not_inspected, data.shift.not_inspected],
+    ];
+    const perBoard = [
       ["calls", data.hour.calls, data.shift.calls],
       ["calls per board", data.hour.calls_per_board, data.shift.calls_per_board],
     ];
-    document.getElementById("counts-summary").replaceChildren(...summary.map(([name, h, s]) => {
+    const row = ([name, h, s]) => {
       const tr = el("tr");
       tr.append(el("th", name), el("td", fmt(h)), el("td", fmt(s)));
       return tr;
-    }));
+    };
+    document.getElementById("counts-summary").replaceChildren(...summary.map(row));
+    document.getElementById("counts-calls").replaceChildren(...perBoard.map(row));
     const kinds = [...new Set([...Object.keys(data.shift.reasons), ...Object.keys(data.hour.reasons)])];
     document.getElementById("counts-reason").replaceChildren(...kinds.map((kind) => {
       const tr = el("tr", null, "reason");

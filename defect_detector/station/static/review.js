@@ -21,6 +21,7 @@
     if (!name) { event.preventDefault(); return; }
     sessionStorage.setItem("reviewer", name);
     $("reviewer").textContent = name;
+    next(); // the next call is leased under this name
   });
   $("change-reviewer").addEventListener("click", askReviewer);
 
@@ -248,6 +249,6 @@
   });
 
   $("reviewer").textContent = reviewer() || "?";
-  if (!reviewer()) askReviewer();
-  next();
+  if (!reviewer()) askReviewer(); // the queue is shown once the name is given
+  else next();
 })();
