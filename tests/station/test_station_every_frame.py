@@ -154,12 +154,16 @@ def test_a_reclassified_call_counts_under_the_reviewers_class(client: TestClient
     assert per_class[model_class]["false_call_rate"] == "0.0" and per_class["all"]["confirmed"] == "1"
 
 
-def test_a_schema_1_database_is_migrated_to_count_every_frame(station_db: StationDB) -> None:
+def test_a_schema_1_database_is_migrated(station_db: StationDB) -> None:
     start = datetime.now(timezone.utc) - timedelta(minutes=5)
     with Recorder(station_db.url, conf=0.5, classes=DEEPPCB_CLASSES, images=station_db.images) as recorder:
         for record in _frames(start):
             recorder.record(record)
     with Store(station_db.url, station_db.images) as store, store.engine.begin() as conn:  # back to what schema 1 had
+        reviewed = conn.execute(text("SELECT min(id) FROM calls")).scalar()
+        conn.execute(text(f"UPDATE calls SET verdict = 'defect', pending = false WHERE id = {int(reviewed)}"))
+        for column in ("version", "lease_reviewer", "lease_until"):
+            conn.execute(text(f"ALTER TABLE calls DROP COLUMN {column}"))
         conn.execute(text("DROP INDEX ix_inspections_verdict"))
         conn.execute(text("ALTER TABLE inspections DROP COLUMN reason_kind"))
         conn.execute(text("ALTER TABLE tallies DROP COLUMN not_inspected"))
@@ -169,6 +173,8 @@ def test_a_schema_1_database_is_migrated_to_count_every_frame(station_db: Statio
     with Store(station_db.url, station_db.images) as store:
         with store.engine.connect() as conn:
             assert conn.execute(text("SELECT value FROM station_meta WHERE key = 'schema_version'")).scalar() == str(SCHEMA_VERSION)
+            versions = dict(conn.execute(text("SELECT id, version FROM calls")).all())
+        assert versions[reviewed] == 1 and set(versions.values()) == {0, 1}  # a call with a verdict starts at version 1
         with TestClient(create_app(store), base_url="http://localhost") as client:
             live = client.get("/api/live").json()
     assert (live["shift"]["frames"], live["shift"]["not_inspected"]) == (N, len(REFUSED))
