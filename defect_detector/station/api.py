@@ -211,6 +211,8 @@ def _review_routes(router: APIRouter, store: Store, clock: Callable[[], datetime
                 raise HTTPException(404, f"no inspection {inspection_id}")
             if not row.width or not row.height:
                 raise HTTPException(409, f"inspection {inspection_id} has no frame to draw on")
+            if row.verdict == "not_inspected":
+                raise HTTPException(409, f"inspection {inspection_id} was not inspected ({row.reason_kind}): it is not a training frame")
             _check_missed_box(body.box, row.width, row.height)
             stored = record_missed(conn, inspection_id, body.box, body.class_name, body.reviewer, clock())
         return JSONResponse(stored, status_code=201)

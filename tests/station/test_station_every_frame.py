@@ -90,6 +90,8 @@ def test_not_inspected_frames_are_counted_listed_and_served(client: TestClient) 
     everything = client.get("/api/inspections", params={"limit": 100}).json()["items"]
     assert len(everything) == N and sum(i["verdict"] == "not_inspected" for i in everything) == len(REFUSED)
     assert client.get("/api/inspections", params={"verdict": "maybe"}).status_code == 422
+    drawn = client.post(f"/api/inspections/{items[0]['id']}/missed", json={"box": [10, 10, 30, 30], "class": "open", "reviewer": "ana"})
+    assert drawn.status_code == 409 and "was not inspected" in drawn.json()["detail"]  # never exported as a training frame
 
 
 def test_the_report_counts_every_frame_per_reason(client: TestClient) -> None:
