@@ -1,4 +1,4 @@
-"""``defect-detector station --db URL [--host 127.0.0.1] [--port 8080] [--token T]``: the line station's web app
+"""``defect-detector station --db URL [--host 127.0.0.1] [--port 8080] [--token-file F]``: the line station's web app
 (live page, review queue, shift report) over a station database that ``predict --db URL`` records into."""
 
 from __future__ import annotations
@@ -15,8 +15,17 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
     p.add_argument(
         "--token",
-        help="require this bearer token on every request (default: $DEFECT_DETECTOR_TOKEN); a browser opens /?token=T once "
-        "and keeps it in an HttpOnly cookie",
+        help="require this bearer token on every request (default: --token-file, else $DEFECT_DETECTOR_TOKEN); visible in ps: "
+        "prefer --token-file or the variable. A browser opens /?token=T once and keeps it in an HttpOnly cookie",
+    )
+    p.add_argument("--token-file", metavar="FILE", help="read the token from the first line of FILE (not visible in ps)")
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="answer requests whose Host is NAME (repeatable; default: localhost names and the bound address, on 0.0.0.0 this "
+        "machine's names too; * answers any)",
     )
     p.add_argument("--images", help="folder of the stored frames (default: beside a SQLite file, else the one the database names)")
     p.add_argument(
@@ -29,4 +38,6 @@ def run(args: argparse.Namespace) -> None:
     from defect_detector.station.report import parse_shifts
     from defect_detector.station.server import serve
 
-    serve(args.db, host=args.host, port=args.port, token=args.token, images=args.images, shifts=parse_shifts(args.shifts))
+    shifts = parse_shifts(args.shifts)
+    options = {"token_file": args.token_file, "allowed_hosts": args.allowed_host}
+    serve(args.db, host=args.host, port=args.port, token=args.token, images=args.images, shifts=shifts, **options)

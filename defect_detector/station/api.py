@@ -1,8 +1,15 @@
 """The station's JSON API (DESIGN.md "Line station"; every answer JSON unless it is a PNG).
 
 Inputs are validated before they reach the database: ids are positive integers, classes are the database's known
-classes, a missed box lies inside its frame (xyxy in frame pixels, at least one pixel wide and high), a reviewer's name
-is one printable line. SQL goes through bound parameters only, and image files are found through the paths the
+classes, a missed box lies inside its frame (xyxy in frame pixels, at least :data:`MIN_MISSED_SIDE` pixels a side and at
+most :data:`MAX_MISSED_SHARE` of the frame's area), a reviewer's name is one printable line, times are ISO 8601 within
+the years :data:`~defect_detector.station.db.YEARS`.
+
+Two reviewers: ``GET /api/review/next?reviewer=NAME`` leases the call it hands out to NAME for
+:data:`~defect_detector.station.review.LEASE_S` seconds (the next reviewer gets the next call); a verdict on a call
+that already has one must carry the call's current ``version`` (in the body, or ``If-Match: "N"``), else 409.
+
+SQL goes through bound parameters only, and image files are found through the paths the
 recorder stored, never through anything in the request.
 """
 
@@ -10,10 +17,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, HTTPException, Path, Query
+from fastapi import APIRouter, Header, HTTPException, Path, Query
 from fastapi.responses import FileResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -21,10 +28,15 @@ from defect_detector.station import queries
 from defect_detector.station.db import parse_time
 from defect_detector.station.images import resolve
 from defect_detector.station.report import shift_start
-from defect_detector.station.review import NotFound, missed_of, record_missed, record_verdict
+from defect_detector.station.review import Conflict, NotFound, missed_of, record_missed, record_verdict
 from defect_detector.station.store import Store
 
 MAX_ID = 2**63 - 1
+MAX_VERSION = 2**31 - 1
+MIN_MISSED_SIDE = 4
+"""Pixels a drawn missed box must at least measure a side (a smaller one is a slip of the mouse, not a defect)."""
+MAX_MISSED_SHARE = 0.5
+"""Largest share of its frame's area a drawn missed box may cover (a box over the whole frame teaches nothing)."""
 Id = Annotated[int, Path(ge=1, le=MAX_ID, description="a positive integer id")]
 
 
@@ -42,6 +54,7 @@ class VerdictIn(BaseModel):
     verdict: Literal["defect", "false_call", "skip"]
     class_name: str | None = Field(default=None, alias="class", min_length=1, max_length=128)
     reviewer: str = Field(min_length=1, max_length=64)
+    version: int | None = Field(default=None, ge=0, le=MAX_VERSION)
 
     _check_reviewer = field_validator("reviewer")(_reviewer)
 
@@ -62,9 +75,42 @@ class MissedIn(BaseModel):
         x1, y1, x2, y2 = box
         if not all(math.isfinite(v) for v in box):
             raise ValueError("box coordinates must be finite numbers")
-        if x2 - x1 < 1 or y2 - y1 < 1:
-            raise ValueError("box must be [x1, y1, x2, y2] with x2 >= x1 + 1 and y2 >= y1 + 1")
+        if x2 - x1 < MIN_MISSED_SIDE or y2 - y1 < MIN_MISSED_SIDE:
+            side = MIN_MISSED_SIDE
+            raise ValueError(f"box must be [x1, y1, x2, y2] with x2 >= x1 + {side} and y2 >= y1 + {side} (at least {side} pixels a side)")
         return box
+
+
+def _check_class(store: Store, name: str) -> None:
+    if not store.is_class(name):
+        raise HTTPException(422, f"class: unknown class {name[:64]!r} (known: {', '.join(store.classes())})")
+
+
+def _reviewer_query(value: str | None) -> str | None:
+    try:
+        return None if value is None else _reviewer(value)
+    except ValueError as exc:
+        raise HTTPException(422, f"reviewer: {exc}") from None
+
+
+def _if_match(value: str | None) -> int | None:
+    """The version an ``If-Match`` header names (``"3"``, ``W/"3"`` or ``3``); None without one; 400 for another."""
+    if value is None:
+        return None
+    text = value.strip().removeprefix("W/").strip('"')
+    if not text.isdigit() or int(text) > MAX_VERSION:
+        raise HTTPException(400, f'If-Match: expected a call version such as "3", got {value[:32]!r}')
+    return int(text)
+
+
+def _check_missed_box(box: tuple[float, float, float, float], width: int, height: int) -> None:
+    """422 unless ``box`` (xyxy) lies inside the ``width`` x ``height`` frame and covers at most MAX_MISSED_SHARE of it."""
+    x1, y1, x2, y2 = box
+    if x1 < 0 or y1 < 0 or x2 > width or y2 > height:
+        raise HTTPException(422, f"box: {list(box)} is not inside the {width}x{height} frame")
+    if (x2 - x1) * (y2 - y1) > MAX_MISSED_SHARE * width * height:
+        share = f"{MAX_MISSED_SHARE:.0%}"
+        raise HTTPException(422, f"box: {list(box)} covers more than {share} of the {width}x{height} frame; draw the defect itself")
 
 
 def _since(text: str | None, default: datetime) -> datetime:
@@ -96,10 +142,12 @@ def _reading_routes(router: APIRouter, store: Store, clock: Callable[[], datetim
 
     @router.get("/api/inspections")
     def inspections(
-        limit: Annotated[int, Query(ge=1, le=queries.MAX_LIMIT)] = 50, before: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None
+        limit: Annotated[int, Query(ge=1, le=queries.MAX_LIMIT)] = 50,
+        before: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
+        verdict: Annotated[str | None, Query(pattern="^(pass|fail|not_inspected)$")] = None,
     ) -> dict[str, Any]:
         with store.engine.connect() as conn:
-            return {"items": queries.list_inspections(conn, limit, before)}
+            return {"items": queries.list_inspections(conn, limit, before, verdict)}
 
     @router.get("/api/inspections/{inspection_id}")
     def inspection(inspection_id: Id) -> dict[str, Any]:
@@ -131,36 +179,41 @@ def _review_routes(router: APIRouter, store: Store, clock: Callable[[], datetime
     """The review queue, verdicts and drawn misses."""
 
     @router.get("/api/review/next", response_model=None)
-    def review_next() -> dict[str, Any] | Response:
-        with store.engine.connect() as conn:
-            item = queries.review_next(conn)
-        return Response(status_code=204) if item is None else item
+    def review_next(reviewer: Annotated[str | None, Query(min_length=1, max_length=64)] = None) -> dict[str, Any] | Response:
+        reviewer = _reviewer_query(reviewer)
+        with store.engine.begin() as conn:
+            item = queries.review_next(conn, reviewer, clock().astimezone(timezone.utc).replace(tzinfo=None))
+        if item is None:
+            return Response(status_code=204)
+        return JSONResponse(item, headers={"ETag": f'"{item["call"]["version"]}"'})
 
     @router.post("/api/calls/{call_id}/verdict")
-    def verdict(call_id: Id, body: VerdictIn) -> dict[str, Any]:
+    def verdict(call_id: Id, body: VerdictIn, if_match: Annotated[str | None, Header(max_length=64)] = None) -> dict[str, Any]:
+        version = body.version if body.version is not None else _if_match(if_match)
         if body.class_name is not None and body.verdict != "defect":
             raise HTTPException(422, "class: only a defect verdict takes a class")
-        if body.class_name is not None and not store.is_class(body.class_name):
-            raise HTTPException(422, f"class: unknown class {body.class_name[:64]!r} (known: {', '.join(store.classes())})")
+        if body.class_name is not None:
+            _check_class(store, body.class_name)
         try:
             with store.engine.begin() as conn:
-                return record_verdict(conn, call_id, body.verdict, body.class_name, body.reviewer, clock())
+                return record_verdict(conn, call_id, body.verdict, body.class_name, body.reviewer, clock(), version)
         except NotFound as exc:
             raise HTTPException(404, str(exc)) from None
+        except Conflict as exc:
+            raise HTTPException(409, str(exc)) from None
 
     @router.post("/api/inspections/{inspection_id}/missed", status_code=201)
     def missed(inspection_id: Id, body: MissedIn) -> JSONResponse:
-        if not store.is_class(body.class_name):
-            raise HTTPException(422, f"class: unknown class {body.class_name[:64]!r} (known: {', '.join(store.classes())})")
+        _check_class(store, body.class_name)
         with store.engine.begin() as conn:
             row = queries.get_inspection(conn, inspection_id)
             if row is None:
                 raise HTTPException(404, f"no inspection {inspection_id}")
             if not row.width or not row.height:
                 raise HTTPException(409, f"inspection {inspection_id} has no frame to draw on")
-            x1, y1, x2, y2 = body.box
-            if x1 < 0 or y1 < 0 or x2 > row.width or y2 > row.height:
-                raise HTTPException(422, f"box: {list(body.box)} is not inside the {row.width}x{row.height} frame")
+            if row.verdict == "not_inspected":
+                raise HTTPException(409, f"inspection {inspection_id} was not inspected ({row.reason_kind}): it is not a training frame")
+            _check_missed_box(body.box, row.width, row.height)
             stored = record_missed(conn, inspection_id, body.box, body.class_name, body.reviewer, clock())
         return JSONResponse(stored, status_code=201)
 

@@ -9,7 +9,7 @@ Pages: ``GET /`` the live page (it polls ``/api/live`` twice a second), ``GET /r
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
@@ -24,8 +24,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from defect_detector.station.api import build_api
 from defect_detector.station.db import describe, iso, parse_time
+from defect_detector.station.limits import LOCAL_HOSTS, MAX_BODY, RequestGuard
 from defect_detector.station.records import utc_now
-from defect_detector.station.report import DEFAULT_SHIFTS, report, report_csv, report_rows
+from defect_detector.station.report import DEFAULT_SHIFTS, report, report_csv, report_rows, window_lists
 from defect_detector.station.security import token_middleware
 from defect_detector.station.store import Store
 
@@ -72,12 +73,18 @@ def _install_handlers(app: FastAPI) -> None:
 
 
 def create_app(
-    store: Store, token: str | None = None, shifts: tuple[int, ...] = DEFAULT_SHIFTS, clock: Callable[[], datetime] = utc_now
+    store: Store,
+    token: str | None = None,
+    shifts: tuple[int, ...] = DEFAULT_SHIFTS,
+    clock: Callable[[], datetime] = utc_now,
+    allowed_hosts: Iterable[str] | None = LOCAL_HOSTS,
 ) -> FastAPI:
     """The app over an open :class:`Store`. ``token``: required on every request when given (see
-    :mod:`~defect_detector.station.security`); ``shifts``: local hours shifts start at; ``clock``: aware UTC now."""
+    :mod:`~defect_detector.station.security`); ``shifts``: local hours shifts start at; ``clock``: aware UTC now;
+    ``allowed_hosts``: the ``Host`` names it answers to (:mod:`~defect_detector.station.limits`; None: any)."""
     app = FastAPI(title="defect_detector station", docs_url=None, redoc_url=None, openapi_url=None)
     app.middleware("http")(token_middleware(token))
+    app.add_middleware(RequestGuard, hosts=allowed_hosts, max_body=MAX_BODY)  # outermost: before the token check
     _install_handlers(app)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     app.include_router(build_api(store, clock, shifts))
@@ -107,12 +114,14 @@ def create_app(
             start = parse_time(since) if since else (now - timedelta(days=1)).replace(tzinfo=None)
             with store.engine.connect() as conn:
                 summaries = report(conn, start.replace(tzinfo=now.tzinfo), now, shifts)
-        except ValueError as exc:
-            raise HTTPException(400, str(exc)) from None
+                lists = window_lists(conn, start.replace(tzinfo=now.tzinfo), now)
+        except (ValueError, OverflowError) as exc:
+            raise HTTPException(400, _one_line(str(exc) or "since: out of range")) from None
         if format == "csv" or (format is None and "text/csv" in request.headers.get("accept", "")):
             headers = {"Content-Disposition": 'attachment; filename="station-report.csv"'}
             return Response(report_csv(summaries), media_type="text/csv; charset=utf-8", headers=headers)
         rows = report_rows(summaries)
-        return page("report.html", active="report", rows=rows, since=iso(start.replace(microsecond=0)), shifts=len(summaries))
+        since_text = iso(start.replace(microsecond=0))
+        return page("report.html", active="report", rows=rows, since=since_text, shifts=len(summaries), **lists)
 
     return app

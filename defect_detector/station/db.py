@@ -23,6 +23,8 @@ from sqlalchemy.exc import ArgumentError
 _POSTGRES = ("postgresql", "postgresql+psycopg", "postgres")
 CONNECT_TIMEOUT_S = 3
 """Seconds a PostgreSQL connection attempt may take before the database counts as unreachable."""
+YEARS = (1970, 9000)
+"""The years a time in a request may name."""
 BUSY_TIMEOUT_MS = 5000
 """How long a SQLite writer waits for another writer's transaction (the recorder vs. the station's verdicts)."""
 
@@ -125,9 +127,13 @@ def iso(value: datetime | None) -> str | None:
 
 
 def parse_time(text: str, what: str = "since") -> datetime:
-    """An ISO 8601 time (``Z`` or an offset; none means UTC) as naive UTC; ``ValueError`` with one line otherwise."""
+    """An ISO 8601 time (``Z`` or an offset; none means UTC) as naive UTC; ``ValueError`` with one line otherwise,
+    also for a year outside :data:`YEARS` (so that no later date arithmetic can overflow)."""
     try:
         value = datetime.fromisoformat(text.strip())
-    except ValueError as exc:
+        value = to_db_time(value)
+    except (ValueError, OverflowError) as exc:
         raise ValueError(f"{what}: not an ISO 8601 time: {text[:64]!r}") from exc
-    return to_db_time(value)
+    if not YEARS[0] <= value.year <= YEARS[1]:
+        raise ValueError(f"{what}: {text[:64]!r} is outside the years {YEARS[0]}-{YEARS[1]}")
+    return value

@@ -2,8 +2,9 @@
 
 A frame is exported once it is fully reviewed: it has at least one verdict, and every call that went to its review
 queue has a ``defect`` or ``false_call`` verdict (a skipped or pending call keeps the frame out: its truth is unknown,
-and an unlabelled defect would teach the model to miss it). Confirmed calls become annotations under the class the
-reviewer confirmed; false calls are absent; missed defects the reviewer drew are added. Layout of ``DIR``::
+and an unlabelled defect would teach the model to miss it); a frame that was not inspected never is. Confirmed calls
+become annotations under the class the reviewer confirmed; false calls are absent; missed defects the reviewer drew
+are added. Layout of ``DIR``::
 
     annotations.json          COCO; info.images_root ".", image entries carry "reference" where there is one
     images/<id>.png           the stored frame (id: the inspection's id)
@@ -90,6 +91,9 @@ def _build(conn: Connection, store: Store, out: Path) -> tuple[dict[str, Any], C
         for m in conn.execute(stmt):
             missed[m.inspection_id].append(m)
         for row in rows:
+            if row.verdict == "not_inspected":  # its picture is kept to be seen, never to train on
+                skipped["not inspected"] += 1
+                continue
             if not _complete(call_rows[row.id], row.id in has_verdict):
                 skipped["not fully reviewed"] += 1
                 continue

@@ -2,33 +2,44 @@
 
 Every query here is served by an index: newest inspections by primary key with keyset pagination (``before=ID``), the
 review queue by ``calls(pending, id)``, counts per class and per board from the per-minute ``tallies`` the recorder adds
-up (a shift is at most a few hundred rows, whatever the frame rate), events by ``time``. Boxes are xyxy in frame pixels.
+up (a shift is at most a few hundred rows, whatever the frame rate), events by ``time``, not-inspected frames by
+``inspections(verdict, id)``. Boxes are xyxy in frame pixels.
+
+Changeovers never crowd out a drift alert: the live page's alert history holds drift, recovered and rebaseline events
+only, with the design runs (:mod:`~defect_detector.station.designs`) beside it, and ``/api/events`` applies its limit
+to changeovers and to the other events separately.
 """
 
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from sqlalchemy import func, select, true
 from sqlalchemy.engine import Connection, Row
 
 from defect_detector.station.db import iso
-from defect_detector.station.schema import calls, class_tallies, drift_events, get_meta, inspections, tallies
+from defect_detector.station.designs import recent_runs
+from defect_detector.station.review import LEASE_S, lease_next
+from defect_detector.station.schema import calls, class_tallies, drift_events, get_meta, inspections, refusal_tallies, tallies
 
 MAX_LIMIT = 500
 """Most inspections one ``/api/inspections`` page returns."""
 DRIFT_POINTS = 300
 """Frames in the live page's drift chart."""
 ALERTS = 50
-"""Events in the live page's alert history."""
+"""Events in the live page's alert history (drift, recovered, rebaseline; changeovers are folded into design runs)."""
+REFUSED = 10
+"""Not-inspected frames the live page lists."""
 MAX_EVENTS = 2000
 """Most events one ``/api/events`` answer returns (the oldest after ``since``)."""
 
 
 def call_dict(row: Row[Any]) -> dict[str, Any]:
-    """A ``calls`` row as the API gives it: ``{"id", "class", "score", "box": [x1, y1, x2, y2]}`` (+ review state)."""
+    """A ``calls`` row as the API gives it: ``{"id", "class", "score", "box": [x1, y1, x2, y2]}`` (+ review state: the
+    latest ``verdict`` and ``verdict_class``, and ``version``, the number of verdicts so far, which a verdict on a call
+    that has one must send)."""
     return {
         "id": row.id,
         "class": row.class_name,
@@ -36,6 +47,7 @@ def call_dict(row: Row[Any]) -> dict[str, Any]:
         "box": [float(row.x1), float(row.y1), float(row.x2), float(row.y2)],
         "verdict": row.verdict,
         "verdict_class": row.verdict_class,
+        "version": row.version,
     }
 
 
@@ -50,6 +62,8 @@ def inspection_dict(row: Row[Any], call_rows: list[Row[Any]]) -> dict[str, Any]:
         "model": row.model,
         "reference": row.reference,
         "verdict": row.verdict,
+        "reason": row.reason,
+        "reason_kind": row.reason_kind,
         "drift": row.drift,
         "score": None if row.score is None else round(float(row.score), 4),
         "width": row.width,
@@ -68,11 +82,14 @@ def _calls_of(conn: Connection, ids: list[int]) -> dict[int, list[Row[Any]]]:
     return by_id
 
 
-def list_inspections(conn: Connection, limit: int = 50, before: int | None = None) -> list[dict[str, Any]]:
-    """Up to ``limit`` inspections, newest first, with ids below ``before`` when given (keyset pagination)."""
+def list_inspections(conn: Connection, limit: int = 50, before: int | None = None, verdict: str | None = None) -> list[dict[str, Any]]:
+    """Up to ``limit`` inspections, newest first, with ids below ``before`` when given (keyset pagination), only those of
+    ``verdict`` when given (``not_inspected``: the frames that were not inspected, each with its ``reason``)."""
     stmt = select(inspections).order_by(inspections.c.id.desc()).limit(max(1, min(limit, MAX_LIMIT)))
     if before is not None:
         stmt = stmt.where(inspections.c.id < before)
+    if verdict is not None:
+        stmt = stmt.where(inspections.c.verdict == verdict)
     rows = conn.execute(stmt).all()
     by_id = _calls_of(conn, [r.id for r in rows])
     return [inspection_dict(r, by_id[r.id]) for r in rows]
@@ -93,12 +110,19 @@ def queue_length(conn: Connection) -> int:
     return int(conn.execute(select(func.count()).select_from(calls).where(calls.c.pending == true())).scalar() or 0)
 
 
-def review_next(conn: Connection) -> dict[str, Any] | None:
-    """The oldest call waiting for a verdict with its inspection, and the queue's length; None when the queue is empty."""
-    call = conn.execute(select(calls).where(calls.c.pending == true()).order_by(calls.c.id).limit(1)).first()
+def review_next(
+    conn: Connection, reviewer: str | None = None, now: datetime | None = None, lease_s: float = LEASE_S
+) -> dict[str, Any] | None:
+    """The call to show ``reviewer`` next (:func:`~defect_detector.station.review.lease_next`: leased to them until
+    ``now`` (naive UTC, default the current time) + ``lease_s``) with its inspection, the queue's length and the lease
+    (``{"reviewer", "until"}``, None without a reviewer); None when no call is free."""
+    when = now if now is not None else datetime.now(timezone.utc).replace(tzinfo=None)
+    call = lease_next(conn, reviewer, when, lease_s)
     if call is None:
         return None
-    return {"call": call_dict(call), "inspection": inspection_with_calls(conn, call.inspection_id), "queue": queue_length(conn)}
+    lease = None if reviewer is None else {"reviewer": call.lease_reviewer, "until": iso(call.lease_until)}
+    item = inspection_with_calls(conn, call.inspection_id)
+    return {"call": call_dict(call), "inspection": item, "queue": queue_length(conn), "lease": lease}
 
 
 def event_dict(row: Row[Any]) -> dict[str, Any]:
@@ -120,17 +144,28 @@ def event_dict(row: Row[Any]) -> dict[str, Any]:
 
 
 def events_since(conn: Connection, since: datetime, limit: int = MAX_EVENTS) -> list[dict[str, Any]]:
-    """Drift and changeover events at or after ``since`` (naive UTC), oldest first, at most ``limit``."""
-    stmt = select(drift_events).where(drift_events.c.time >= since).order_by(drift_events.c.time, drift_events.c.id).limit(limit)
-    return [event_dict(r) for r in conn.execute(stmt)]
+    """Drift and changeover events at or after ``since`` (naive UTC), oldest first: at most ``limit`` changeovers and at
+    most ``limit`` other events, so a flood of changeovers never pushes a drift alert out of the answer."""
+    order = (drift_events.c.time, drift_events.c.id)
+    base = select(drift_events).where(drift_events.c.time >= since).order_by(*order).limit(limit)
+    rows = conn.execute(base.where(drift_events.c.event != "changeover")).all()
+    rows += conn.execute(base.where(drift_events.c.event == "changeover")).all()
+    return [event_dict(r) for r in sorted(rows, key=lambda r: (r.time, r.id))]
 
 
 def counts_since(conn: Connection, since: datetime) -> dict[str, Any]:
-    """Boards, calls, calls per board and calls per class in the minutes from ``since`` (naive UTC) on."""
+    """Frames, inspected boards, not-inspected frames (and per reason kind), calls, calls per (inspected) board and
+    calls per class in the minutes from ``since`` (naive UTC) on."""
     minute = since.replace(second=0, microsecond=0)
-    boards, total = conn.execute(
-        select(func.coalesce(func.sum(tallies.c.boards), 0), func.coalesce(func.sum(tallies.c.calls), 0)).where(tallies.c.minute >= minute)
+    sums = (func.coalesce(func.sum(tallies.c.boards), 0), func.coalesce(func.sum(tallies.c.calls), 0))
+    boards, total, refused = conn.execute(
+        select(*sums, func.coalesce(func.sum(tallies.c.not_inspected), 0)).where(tallies.c.minute >= minute)
     ).one()
+    per_kind = conn.execute(
+        select(refusal_tallies.c.reason_kind, func.sum(refusal_tallies.c.frames))
+        .where(refusal_tallies.c.minute >= minute)
+        .group_by(refusal_tallies.c.reason_kind)
+    ).all()
     per_class = conn.execute(
         select(class_tallies.c.class_name, func.sum(class_tallies.c.calls))
         .where(class_tallies.c.minute >= minute)
@@ -138,7 +173,10 @@ def counts_since(conn: Connection, since: datetime) -> dict[str, Any]:
     ).all()
     boards, total = int(boards), int(total)
     return {
+        "frames": boards + int(refused),
         "boards": boards,
+        "not_inspected": int(refused),
+        "reasons": {kind: int(n) for kind, n in sorted(per_kind, key=lambda kn: (-int(kn[1]), kn[0]))},
         "calls": total,
         "calls_per_board": round(total / boards, 3) if boards else None,
         "per_class": {name: int(n) for name, n in per_class},
@@ -162,13 +200,28 @@ def drift_series(conn: Connection, points: int = DRIFT_POINTS) -> list[dict[str,
 
 
 def recent_events(conn: Connection, limit: int = ALERTS) -> list[dict[str, Any]]:
-    """The newest ``limit`` events, newest first."""
-    return [event_dict(r) for r in conn.execute(select(drift_events).order_by(drift_events.c.id.desc()).limit(limit))]
+    """The newest ``limit`` drift, recovered and rebaseline events (changeovers are in the design runs), newest first."""
+    stmt = select(drift_events).where(drift_events.c.event != "changeover").order_by(drift_events.c.id.desc()).limit(limit)
+    return [event_dict(r) for r in conn.execute(stmt)]
+
+
+def recent_refused(conn: Connection, limit: int = REFUSED) -> list[dict[str, Any]]:
+    """The newest ``limit`` frames that were not inspected, newest first: ``{"id", "source", "frame", "name", "time",
+    "reason", "reason_kind", "image"}`` (``image``: whether its picture is stored)."""
+    cols = (inspections.c.id, inspections.c.source, inspections.c.frame, inspections.c.name, inspections.c.time)
+    cols += (inspections.c.reason, inspections.c.reason_kind, inspections.c.image)
+    stmt = select(*cols).where(inspections.c.verdict == "not_inspected").order_by(inspections.c.id.desc()).limit(limit)
+    return [
+        {"id": r.id, "source": r.source, "frame": r.frame, "name": r.name, "time": iso(r.time), "reason": r.reason}
+        | {"reason_kind": r.reason_kind, "image": r.image is not None}
+        for r in conn.execute(stmt)
+    ]
 
 
 def live_summary(conn: Connection, now: datetime, shift_start: datetime) -> dict[str, Any]:
     """Everything the live page shows: the newest frame with a picture (and its calls), the counts of the last hour
-    and of the shift, the drift chart's points, the alert history and the review queue's length."""
+    and of the shift, the drift chart's points, the alert history (drift events), the design runs, the newest
+    not-inspected frames and the review queue's length."""
     live = get_meta(conn, "live")
     latest = inspection_with_calls(conn, int(live)) if live else None
     newest = conn.execute(select(inspections.c.id, inspections.c.time).order_by(inspections.c.id.desc()).limit(1)).first()
@@ -181,5 +234,7 @@ def live_summary(conn: Connection, now: datetime, shift_start: datetime) -> dict
         "shift": counts_since(conn, shift_start),
         "drift": drift_series(conn),
         "alerts": recent_events(conn),
+        "designs": recent_runs(conn),
+        "not_inspected": recent_refused(conn),
         "queue": queue_length(conn),
     }

@@ -1,4 +1,4 @@
-"""The recorder: every inspected frame into the station database, without ever slowing or failing inspection.
+"""The recorder: every frame (inspected or not) into the station database, without ever slowing or failing inspection.
 
 :meth:`Recorder.record` only puts the :class:`~defect_detector.station.records.FrameRecord` on a bounded queue (a full
 queue drops the frame and counts it); one writer thread takes up to ``batch_size`` frames at a time and writes them in
@@ -10,6 +10,9 @@ again; what was committed stays.
 
 A frame is queued for review when it has a call scoring at least ``conf`` (the operating point) or its drift state is
 ``warning`` / ``critical``; its calls at or above ``conf`` (all of them while drift is raised) wait in the review queue.
+A frame that was not inspected is recorded with its reason (and counted per reason kind in ``refusal_tallies``), and its
+picture is kept, so the station can list it. Frames against one golden image in a row fold into a design run
+(:mod:`~defect_detector.station.designs`).
 """
 
 from __future__ import annotations
@@ -30,9 +33,20 @@ import numpy as np
 from sqlalchemy.engine import Connection
 
 from defect_detector.station.db import describe, insert_ignore, make_engine, parse_time, parse_url, to_db_time, upsert_add
+from defect_detector.station.designs import DesignRuns, FrameDesign, design_of
 from defect_detector.station.images import new_names, write_png
 from defect_detector.station.records import RAISED, FrameRecord, record_from_inspection
-from defect_detector.station.schema import calls, class_tallies, classes, drift_events, ensure_schema, inspections, set_meta, tallies
+from defect_detector.station.schema import (
+    calls,
+    class_tallies,
+    classes,
+    drift_events,
+    ensure_schema,
+    inspections,
+    refusal_tallies,
+    set_meta,
+    tallies,
+)
 from defect_detector.station.store import images_root
 
 log = logging.getLogger("defect_detector.station")
@@ -93,7 +107,8 @@ class Recorder:
         self._explicit_images = Path(images).resolve() if images is not None else None
         self._engine = make_engine(self.url, pool_size=1)
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(1, queue_size))
-        self._dropped = self._failed = self._recorded = 0
+        self._dropped = self._failed = self._recorded = self._not_inspected = 0
+        self._designs = DesignRuns()
         self._last_warning: float | None = None
         self._warn_lock = threading.Lock()
         self._ready = False
@@ -113,8 +128,13 @@ class Recorder:
 
     @property
     def recorded(self) -> int:
-        """Frames committed to the database."""
+        """Frames committed to the database, inspected or not."""
         return self._recorded
+
+    @property
+    def not_inspected(self) -> int:
+        """Of :attr:`recorded`, the frames that were not inspected."""
+        return self._not_inspected
 
     def record(self, record: FrameRecord) -> bool:
         """Hand one frame to the writer; never blocks and never raises. False (and counted) when it is dropped."""
@@ -206,8 +226,10 @@ class Recorder:
         try:
             self._write(records)
             self._recorded += len(records)
+            self._not_inspected += sum(r.verdict == "not_inspected" for r in records)
         except Exception as exc:  # the database (or disk) failing is counted, never raised
             self._failed += len(records)
+            self._designs.reset()
             self._ready = False
             self._disconnect()
             self._warn(_one_line(exc))
@@ -242,6 +264,7 @@ class Recorder:
         with self._conn.begin():
             self._insert(self._conn, prepared)
             previous = self._update_live(self._conn, prepared)
+        self._designs.commit()
         if previous is not None and self.images is not None:
             (self.images / previous).unlink(missing_ok=True)
 
@@ -261,6 +284,7 @@ class Recorder:
                 "reference": record.reference,
                 "verdict": record.verdict,
                 "reason": record.reason,
+                "reason_kind": record.kind,
                 "drift": record.drift[:16],
                 "score": record.score,
                 "width": width,
@@ -271,7 +295,7 @@ class Recorder:
             }
             review = [queued and (raised or c.score >= self.conf) for c in record.calls]
             out.append(_Prepared(record, row, review=review))
-            if queued and record.image is not None:
+            if (queued or record.verdict == "not_inspected") and record.image is not None:
                 self._store(out[-1], live=False)
         newest = out[-1] if out else None
         now = self._clock()
@@ -297,12 +321,17 @@ class Recorder:
             item.id = int(inspection_id)
         call_rows, event_rows = [], []
         boards: Counter[datetime] = Counter()
+        refused: Counter[datetime] = Counter()
         minute_calls: Counter[datetime] = Counter()
         per_class: Counter[tuple[datetime, str]] = Counter()
+        per_kind: Counter[tuple[datetime, str]] = Counter()
         for item in prepared:
             record, when = item.record, item.row["time"]
             minute = when.replace(second=0, microsecond=0)
             boards[minute] += record.verdict != "not_inspected"
+            refused[minute] += record.verdict == "not_inspected"
+            if record.kind is not None:
+                per_kind[(minute, record.kind)] += 1
             minute_calls[minute] += len(record.calls)
             for call, review in zip(record.calls, item.review):
                 x1, y1, x2, y2 = (float(v) for v in call.box)
@@ -319,11 +348,13 @@ class Recorder:
         new = sorted({r["class_name"] for r in call_rows} - self._known)
         insert_ignore(conn, classes, [{"name": n} for n in new], ["name"])
         self._known.update(new)
-        upsert_add(
-            conn, tallies, [{"minute": m, "boards": boards[m], "calls": minute_calls[m]} for m in boards], ["minute"], ["boards", "calls"]
-        )
+        minutes = [{"minute": m, "boards": boards[m], "calls": minute_calls[m], "not_inspected": refused[m]} for m in boards]
+        upsert_add(conn, tallies, minutes, ["minute"], ["boards", "calls", "not_inspected"])
         rows = [{"minute": m, "class_name": c, "calls": n} for (m, c), n in per_class.items()]
         upsert_add(conn, class_tallies, rows, ["minute", "class_name"], ["calls"])
+        kinds = [{"minute": m, "reason_kind": k, "frames": n} for (m, k), n in per_kind.items()]
+        upsert_add(conn, refusal_tallies, kinds, ["minute", "reason_kind"], ["frames"])
+        self._designs.add(conn, [_frame_design(p) for p in prepared])
 
     def _update_live(self, conn: Connection, prepared: list[_Prepared]) -> str | None:
         """Point ``live`` at the newest frame with a picture; returns the superseded live-only picture to delete."""
@@ -338,6 +369,14 @@ class Recorder:
             return None
         conn.execute(inspections.update().where(inspections.c.id == previous[0]).values(image=None))
         return previous[1]
+
+
+def _frame_design(item: _Prepared) -> FrameDesign:
+    """What the design runs need of a written frame."""
+    record = item.record
+    assert item.id is not None
+    inspected = record.verdict != "not_inspected"
+    return FrameDesign(item.id, record.source, record.frame, item.row["time"], design_of(record.reference, record.events), inspected)
 
 
 def _event_row(event: dict[str, Any], inspection_id: int | None, record: FrameRecord) -> dict[str, Any]:

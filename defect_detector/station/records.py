@@ -20,6 +20,18 @@ VERDICTS = ("pass", "fail", "not_inspected")
 RAISED = ("warning", "critical")
 """Drift states that queue a frame for review."""
 
+KIND_CHARS = 80
+"""Longest reason kind kept (the kind is a short label; the whole reason is kept beside it)."""
+
+
+def reason_kind(reason: str | None) -> str:
+    """The kind of a not-inspected reason, for counting: the text after the frame's name and before any detail in
+    parentheses (``"b.png: no golden image (a golden-template model)"`` -> ``"no golden image"``); ``unknown`` for none."""
+    if not reason or not reason.strip():
+        return "unknown"
+    text = " ".join(reason.split()).split(": ", 1)[-1]
+    return text.split(" (", 1)[0][:KIND_CHARS] or "unknown"
+
 
 @dataclass(frozen=True)
 class CallRecord:
@@ -37,7 +49,8 @@ class FrameRecord:
     ``source``: the SOURCE (camera, folder ...); ``frame``: 0-based index in it; ``name``: the frame's file name or
     label; ``time``: when it was inspected (timezone-aware, or naive meaning UTC); ``model``: the weights' file name;
     ``reference``: the golden image's name (None without one); ``verdict``: one of :data:`VERDICTS`; ``reason``: why it
-    was not inspected (else None); ``drift``: the drift monitor's state after this frame (``off``, ``normal``,
+    was not inspected (else None), ``reason_kind`` its short kind for counting (default: :func:`reason_kind` of it);
+    ``drift``: the drift monitor's state after this frame (``off``, ``normal``,
     ``warning``, ``critical``), ``score`` its score (None without monitoring); ``events``: drift / changeover events this
     frame raised, as ``DriftEvent.to_dict()`` gives them; ``calls``: the model's calls; ``image``: the gray frame,
     uint8 ``[H, W]`` (None when it could not be read); ``reference_image``: its golden image registered into the
@@ -53,6 +66,7 @@ class FrameRecord:
     verdict: str
     reference: str | None = None
     reason: str | None = None
+    reason_kind: str | None = None
     drift: str = "off"
     score: float | None = None
     events: tuple[dict[str, Any], ...] = ()
@@ -69,6 +83,13 @@ class FrameRecord:
                 raise ValueError(
                     f"{name} must be a uint8 [H, W] array, got {getattr(array, 'dtype', type(array))} {getattr(array, 'shape', '')}"
                 )
+
+    @property
+    def kind(self) -> str | None:
+        """The reason kind a not-inspected frame is counted under (None for an inspected one)."""
+        if self.verdict != "not_inspected":
+            return None
+        return (self.reason_kind or "").strip()[:KIND_CHARS] or reason_kind(self.reason)
 
     def queued(self, conf: float) -> bool:
         """Whether this frame goes to the review queue: a call scoring at least ``conf``, or drift raised."""
@@ -103,7 +124,7 @@ def record_from_inspection(
     events: Sequence[Any] | None = None,
 ) -> FrameRecord:
     """The :class:`FrameRecord` of an inspector's ``Inspection`` (read by attribute: ``frame`` with ``index``,
-    ``source_name``, ``file_name``, ``image``, ``error``; ``detections``; ``drift``; ``score``; ``events``; and, where it
+    ``source_name``, ``file_name``, ``image``, ``error``, ``error_kind``; ``detections``; ``drift``; ``score``; ``events``; and, where it
     has them, ``verdict`` / ``reason``). Without a ``verdict`` attribute: ``not_inspected`` when there are no
     detections, ``fail`` when a call scores at least ``conf``, else ``pass``."""
     frame, detections = inspection.frame, inspection.detections
@@ -114,6 +135,7 @@ def record_from_inspection(
     reason = getattr(inspection, "reason", None)
     if reason is None and verdict == "not_inspected":
         reason = getattr(frame, "error", None)
+    kind = getattr(frame, "error_kind", None) if verdict == "not_inspected" else None
     image = frame.image if isinstance(frame.image, np.ndarray) and frame.image.ndim == 2 and frame.image.dtype == np.uint8 else None
     return FrameRecord(
         source=str(frame.source_name),
@@ -124,6 +146,7 @@ def record_from_inspection(
         verdict=verdict,
         reference=reference,
         reason=reason,
+        reason_kind=kind if isinstance(kind, str) else None,
         drift=str(inspection.drift),
         score=None if inspection.score is None else float(inspection.score),
         events=tuple(_event_dict(e) for e in (inspection.events if events is None else events)),

@@ -1,40 +1,109 @@
 """Reviewers' verdicts: on a call (``defect``, optionally with another class; ``false_call``; ``skip``) and on a defect
 the model missed (a box the reviewer drew, xyxy in frame pixels). Each is kept with who gave it and when; a call's
-latest verdict takes it out of the review queue."""
+latest verdict takes it out of the review queue.
+
+Two reviewers at once:
+
+- :func:`lease_next` hands the oldest waiting call to one reviewer for :data:`LEASE_S` seconds; while the lease holds,
+  the next reviewer gets the next call. The claim is one conditional ``UPDATE``, so two requests never both win it.
+- A call's ``version`` counts its verdicts. :func:`record_verdict` stores a verdict only when the version the reviewer
+  saw is still the call's (a first verdict may omit it: it expects 0); otherwise :class:`Conflict`, and nothing is
+  written. The check is part of the ``UPDATE`` itself, so of two reviewers posting at once exactly one wins.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import or_, select, true
 from sqlalchemy.engine import Connection
 
 from defect_detector.station.db import iso, to_db_time
 from defect_detector.station.schema import CALL_VERDICTS, calls, verdicts
+
+LEASE_S = 120.0
+"""Seconds a call handed out by ``/api/review/next`` is held for its reviewer."""
+_CLAIM_TRIES = 16
 
 
 class NotFound(LookupError):
     """No call or inspection of that id."""
 
 
-def record_verdict(conn: Connection, call_id: int, verdict: str, class_name: str | None, reviewer: str, now: datetime) -> dict[str, Any]:
+class Conflict(RuntimeError):
+    """The call changed since the reviewer saw it (another verdict came first): one line saying what it holds now."""
+
+
+def lease_next(conn: Connection, reviewer: str | None, now: datetime, lease_s: float = LEASE_S) -> Any | None:
+    """The ``calls`` row of the call to show ``reviewer`` next, leased to them until ``now + lease_s``: the call they
+    already hold, else the oldest waiting call nobody holds. Without a ``reviewer`` nothing is leased (the oldest free
+    call is only looked at). None when no call is free."""
+    when = to_db_time(now)
+    until = when + timedelta(seconds=lease_s)
+    free = or_(calls.c.lease_until.is_(None), calls.c.lease_until <= when)
+    waiting = calls.c.pending == true()
+    if reviewer is None:
+        return conn.execute(select(calls).where(waiting, free).order_by(calls.c.id).limit(1)).first()
+    mine = or_(free, calls.c.lease_reviewer == reviewer)
+    held = (
+        select(calls.c.id)
+        .where(waiting, calls.c.lease_reviewer == reviewer, calls.c.lease_until > when)
+        .order_by(calls.c.id)
+        .limit(1)
+        .scalar_subquery()
+    )
+    oldest_free = select(calls.c.id).where(waiting, free).order_by(calls.c.id).limit(1).scalar_subquery()
+    for target in (held, oldest_free):
+        for _ in range(_CLAIM_TRIES):  # a claim lost to another reviewer: try the next free call
+            claim = (
+                calls.update()
+                .where(calls.c.id == target, waiting, mine)
+                .values(lease_reviewer=reviewer, lease_until=until)
+                .returning(calls.c.id)
+            )
+            claimed = conn.execute(claim).scalar()
+            if claimed is not None:
+                return conn.execute(select(calls).where(calls.c.id == claimed)).first()
+            if conn.execute(select(target)).scalar() is None:
+                break
+    return None
+
+
+def record_verdict(
+    conn: Connection,
+    call_id: int,
+    verdict: str,
+    class_name: str | None,
+    reviewer: str,
+    now: datetime,
+    version: int | None = None,
+) -> dict[str, Any]:
     """Store ``verdict`` on call ``call_id`` by ``reviewer`` at ``now``; a ``defect`` keeps the call's class unless
-    ``class_name`` corrects it (other verdicts carry no class). :class:`NotFound` for an unknown call."""
+    ``class_name`` corrects it (other verdicts carry no class). ``version``: the call's version the reviewer saw (None:
+    this is the call's first verdict). :class:`NotFound` for an unknown call, :class:`Conflict` when the call's version
+    is another (nothing written). Releases the call's lease."""
     if verdict not in CALL_VERDICTS:
         raise ValueError(f"verdict must be one of {', '.join(CALL_VERDICTS)}, got {verdict!r}")
     call = conn.execute(select(calls.c.id, calls.c.inspection_id, calls.c.class_name).where(calls.c.id == call_id)).first()
     if call is None:
         raise NotFound(f"no call {call_id}")
+    expected = 0 if version is None else version
     confirmed = (class_name or call.class_name) if verdict == "defect" else None
     when = to_db_time(now)
+    done = conn.execute(
+        calls.update()
+        .where(calls.c.id == call.id, calls.c.version == expected)
+        .values(pending=False, verdict=verdict, verdict_class=confirmed, version=calls.c.version + 1, lease_reviewer=None, lease_until=None)
+    ).rowcount
+    if not done:
+        raise Conflict(_conflict(conn, call.id, version))
     conn.execute(
         verdicts.insert().values(
             call_id=call.id, inspection_id=call.inspection_id, verdict=verdict, class_name=confirmed, reviewer=reviewer, time=when
         )
     )
-    conn.execute(calls.update().where(calls.c.id == call.id).values(pending=False, verdict=verdict, verdict_class=confirmed))
     return {
         "call": call.id,
         "inspection": call.inspection_id,
@@ -42,7 +111,21 @@ def record_verdict(conn: Connection, call_id: int, verdict: str, class_name: str
         "class": confirmed,
         "reviewer": reviewer,
         "time": iso(when),
+        "version": expected + 1,
     }
+
+
+def _conflict(conn: Connection, call_id: int, version: int | None) -> str:
+    """The one line of a :class:`Conflict`: what the call holds now, and what to send."""
+    now = conn.execute(select(calls.c.verdict, calls.c.version).where(calls.c.id == call_id)).first()
+    last = conn.execute(
+        select(verdicts.c.reviewer).where(verdicts.c.call_id == call_id).order_by(verdicts.c.id.desc()).limit(1)
+    ).scalar()
+    held = f"{now.verdict} by {last}" if now is not None and last else (now.verdict if now is not None else "none")
+    current = now.version if now is not None else 0
+    if version is None:
+        return f"call {call_id} already has a verdict ({held}, version {current}): reload it and send \"version\": {current} to change it"
+    return f"call {call_id} is at version {current} ({held}), not {version}: another verdict came first; reload it"
 
 
 def record_missed(

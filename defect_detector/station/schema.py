@@ -9,12 +9,17 @@ adds up as it writes) for the live page's counts, and the ``time`` indexes for t
 
 ``station_meta`` holds ``schema_version`` (:data:`SCHEMA_VERSION`), ``images_root`` (where stored PNGs live, for a
 server database) and ``live`` (the id of the newest inspection with a picture). A database written by a newer version
-is refused; an older one is migrated by :data:`_MIGRATIONS` (none yet).
+is refused; an older one is migrated in place by :mod:`~defect_detector.station.migrations` (added columns, indexes
+and tables, and the counts a new table holds filled in from the rows already recorded).
+
+Every frame is an inspection row, inspected or not: ``tallies.boards`` counts the inspected ones, ``tallies.not_inspected``
+the others (``refusal_tallies`` per ``reason_kind``). ``design_runs`` folds the frames of one source inspected against
+one golden image in a row into one line (what a run of ``changeover`` events would be otherwise). A call's ``version``
+counts its verdicts (a verdict on a call that has one must name it), and ``lease_reviewer`` / ``lease_until`` hold it
+for the reviewer ``/api/review/next`` handed it to (schema 3).
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 from sqlalchemy import (
     BigInteger,
@@ -34,7 +39,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection, Engine
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 3
 ID = BigInteger().with_variant(Integer(), "sqlite")  # SQLite: INTEGER PRIMARY KEY, the rowid
 CALL_VERDICTS = ("defect", "false_call", "skip")
 
@@ -66,6 +71,7 @@ inspections = Table(
     Column("reference", Text),
     Column("verdict", String(16), nullable=False),
     Column("reason", Text),
+    Column("reason_kind", Text),  # the short kind of ``reason`` for counting (not_inspected only; schema 2)
     Column("drift", String(16), nullable=False),
     Column("score", Float),
     Column("width", Integer),
@@ -74,6 +80,7 @@ inspections = Table(
     Column("reference_image", String(255)),  # stored registered golden image, same frame and folder
     Column("queued", Boolean, nullable=False),
     Index("ix_inspections_time", "time"),
+    Index("ix_inspections_verdict", "verdict", "id"),
 )
 
 calls = Table(
@@ -92,6 +99,9 @@ calls = Table(
     Column("pending", Boolean, nullable=False),  # in the queue and without a verdict yet
     Column("verdict", String(16)),  # the latest verdict (history in ``verdicts``)
     Column("verdict_class", Text),  # the class the reviewer confirmed (defect only)
+    Column("version", Integer, nullable=False, server_default="0"),  # verdicts given so far (schema 3)
+    Column("lease_reviewer", String(64)),  # who /api/review/next handed it to (schema 3)
+    Column("lease_until", DateTime),  # ... until when (naive UTC)
     Index("ix_calls_inspection", "inspection_id"),
     Index("ix_calls_pending", "pending", "id"),
     Index("ix_calls_verdict_time", "verdict", "time"),
@@ -137,8 +147,33 @@ tallies = Table(
     "tallies",
     metadata,
     Column("minute", DateTime, primary_key=True),
-    Column("boards", Integer, nullable=False),
+    Column("boards", Integer, nullable=False),  # inspected frames
     Column("calls", Integer, nullable=False),
+    Column("not_inspected", Integer, nullable=False, server_default="0"),  # schema 2
+)
+
+refusal_tallies = Table(
+    "refusal_tallies",
+    metadata,
+    Column("minute", DateTime, primary_key=True),
+    Column("reason_kind", Text, primary_key=True),
+    Column("frames", Integer, nullable=False),
+)
+
+design_runs = Table(
+    "design_runs",
+    metadata,
+    Column("id", ID, primary_key=True, autoincrement=True),
+    Column("source", Text, nullable=False),
+    Column("design", Text, nullable=False),  # the golden image's name
+    Column("first_frame", BigInteger, nullable=False),
+    Column("last_frame", BigInteger, nullable=False),
+    Column("frames", Integer, nullable=False),
+    Column("not_inspected", Integer, nullable=False),
+    Column("inspection_id", ID, ForeignKey("inspections.id", ondelete="SET NULL")),  # its first frame
+    Column("started", DateTime, nullable=False),
+    Column("ended", DateTime, nullable=False),
+    Index("ix_design_runs_ended", "ended"),
 )
 
 class_tallies = Table(
@@ -148,10 +183,6 @@ class_tallies = Table(
     Column("class_name", Text, primary_key=True),
     Column("calls", Integer, nullable=False),
 )
-
-_MIGRATIONS: dict[int, Callable[[Connection], None]] = {}
-"""``version -> step`` bringing a database at ``version`` to ``version + 1``."""
-
 
 def ensure_schema(engine: Engine) -> None:
     """Create the tables a database lacks and check (or migrate) its schema version. ``ValueError`` for a database of
@@ -165,8 +196,10 @@ def ensure_schema(engine: Engine) -> None:
         version = int(stored)
         if version > SCHEMA_VERSION:
             raise ValueError(f"the station database has schema version {version}; this program knows up to {SCHEMA_VERSION}: upgrade it")
+        from defect_detector.station.migrations import MIGRATIONS
+
         while version < SCHEMA_VERSION:
-            _MIGRATIONS[version](conn)
+            MIGRATIONS[version](conn)
             version += 1
         conn.execute(station_meta.update().where(station_meta.c.key == "schema_version").values(value=str(version)))
 

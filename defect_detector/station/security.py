@@ -5,7 +5,9 @@
 - :func:`token_middleware`: with a token, every request needs ``Authorization: Bearer TOKEN``. A browser cannot send
   that header for a page, so a page opened once as ``/?token=TOKEN`` is answered with a redirect to the same page
   without the token and an HttpOnly, SameSite=Strict cookie holding it; later requests of that browser carry the
-  cookie. Tokens are compared in constant time.
+  cookie. The redirect never leaves the station (:func:`same_site`). Tokens are compared in constant time.
+- :func:`read_token`: the token from ``--token``, a file (``--token-file``) or the environment variable
+  :data:`TOKEN_ENV`, so that it need not show in ``ps``.
 - :data:`SECURITY_HEADERS`: on every answer; the content security policy allows only the station's own scripts,
   styles and images (nothing from outside, nothing inline).
 """
@@ -14,7 +16,9 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import os
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from urllib.parse import urlencode
 
 from starlette.requests import Request
@@ -41,12 +45,36 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def read_token(token: str | None = None, token_file: str | os.PathLike[str] | None = None) -> str | None:
+    """The station's token: ``token``, else the first line of ``token_file``, else ``$DEFECT_DETECTOR_TOKEN``, else
+    None. ``ValueError`` (one line) for both flags at once, or a file that cannot be read or is empty."""
+    if token is not None and token_file is not None:
+        raise ValueError("give --token or --token-file, not both")
+    if token_file is not None:
+        try:
+            lines = Path(token_file).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"--token-file {token_file}: cannot read it ({type(exc).__name__})") from None
+        if not lines or not lines[0].strip():
+            raise ValueError(f"--token-file {token_file}: the first line is empty")
+        return lines[0].strip()
+    return token if token is not None else (os.environ.get(TOKEN_ENV) or None)
+
+
 def check_bind(host: str, token: str | None) -> None:
     """``ValueError`` (one line) when serving on ``host`` would expose the station without a token."""
     if token is not None and not token.strip():
         raise ValueError("--token is empty")
     if not is_loopback(host) and not token:
-        raise ValueError(f"refusing to serve on {host} without a token: give --token TOKEN (or set {TOKEN_ENV}), or bind 127.0.0.1")
+        raise ValueError(
+            f"refusing to serve on {host} without a token: give --token-file FILE (or set {TOKEN_ENV}, or --token TOKEN), or bind 127.0.0.1"
+        )
+
+
+def same_site(path: str) -> str:
+    """``path`` as a redirect target that stays on this station: one leading ``/`` (``//evil.example/`` and
+    ``/\\evil.example`` would send a browser to another site) and no backslashes."""
+    return "/" + path.replace("\\", "/").lstrip("/")
 
 
 def _matches(given: str | None, token: str) -> bool:
@@ -67,7 +95,7 @@ def token_middleware(token: str | None) -> Callable[[Request, Callable[[Request]
             response = await call_next(request)
         elif request.method == "GET" and _matches(request.query_params.get("token"), token):
             query = urlencode([(k, v) for k, v in request.query_params.multi_items() if k != "token"])
-            target = request.url.path + (f"?{query}" if query else "")
+            target = same_site(request.url.path) + (f"?{query}" if query else "")
             response = RedirectResponse(target, status_code=303)
             response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/")
         else:

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from defect_detector.station.db import describe
-from defect_detector.station.security import TOKEN_ENV, check_bind
+from defect_detector.station.limits import allowed_hosts as allowed_hosts_for
+from defect_detector.station.security import check_bind, read_token
 
 log = logging.getLogger("defect_detector.station")
 
@@ -25,23 +25,28 @@ def serve(
     token: str | None = None,
     images: str | Path | None = None,
     shifts: tuple[int, ...] | None = None,
+    token_file: str | Path | None = None,
+    allowed_hosts: Sequence[str] = (),
 ) -> None:
-    """Open the database at ``url`` and serve the station on ``host:port`` until interrupted. ``token`` (default: the
-    environment variable ``DEFECT_DETECTOR_TOKEN``) is required on any address but a loopback one. ``ValueError`` /
-    ``OSError`` with one line for a bad URL, a database that cannot be opened, or a missing token."""
+    """Open the database at ``url`` and serve the station on ``host:port`` until interrupted. The token (``token``, else
+    the first line of ``token_file``, else the environment variable ``DEFECT_DETECTOR_TOKEN``) is required on any
+    address but a loopback one. ``allowed_hosts``: ``Host`` names answered besides the loopback names and ``host``
+    (:mod:`~defect_detector.station.limits`). ``ValueError`` / ``OSError`` with one line for a bad URL, a database that
+    cannot be opened, or a missing token."""
     import uvicorn
 
     from defect_detector.station.app import create_app
     from defect_detector.station.report import DEFAULT_SHIFTS
     from defect_detector.station.store import Store
 
-    token = token if token is not None else (os.environ.get(TOKEN_ENV) or None)
+    token = read_token(token, token_file)
     check_bind(host, token)
     if not 0 <= port <= 65535:
         raise ValueError(f"--port must be 0-65535, got {port}")
     store = Store(url, images)
     try:
-        app = create_app(store, token=token, shifts=shifts or DEFAULT_SHIFTS)
+        hosts = allowed_hosts_for(host, allowed_hosts)
+        app = create_app(store, token=token, shifts=shifts or DEFAULT_SHIFTS, allowed_hosts=hosts)
         shown = f"[{host}]" if ":" in host else host
         print(f"station: {describe(store.url)}, images {store.images}")
         print(f"serving on http://{shown}:{port}/ (live), /review, /report" + ("; token required" if token else ""))

@@ -37,7 +37,7 @@ def recorded(station_db: StationDB) -> Iterator[tuple[Store, list]]:
 
 @pytest.fixture
 def client(recorded: tuple[Store, list]) -> Iterator[TestClient]:
-    with TestClient(create_app(recorded[0])) as c:
+    with TestClient(create_app(recorded[0]), base_url="http://localhost") as c:
         yield c
 
 
@@ -173,10 +173,12 @@ def test_report_html_and_csv(client: TestClient) -> None:
     csv_text = client.get("/report", params={"since": since}, headers={"Accept": "text/csv"})
     assert csv_text.headers["content-type"].startswith("text/csv")
     lines = csv_text.text.strip().splitlines()
-    assert lines[0] == "shift_start,shift_end,class,boards,calls,confirmed,false_calls,false_call_rate,missed,drift_alerts"
+    header = "shift_start,shift_end,class,reason,frames,boards,not_inspected,calls,confirmed,reclassified,false_calls,false_call_rate"
+    assert lines[0] == header + ",missed,drift_alerts"
     rows = [dict(zip(lines[0].split(","), line.split(","))) for line in lines[1:]]
     total = [r for r in rows if r["class"] == "all" and r["boards"] != "0"]
-    assert len(total) == 1 and total[0]["boards"] == str(N) and total[0]["drift_alerts"] == "1"
+    assert len(total) == 1 and total[0]["boards"] == total[0]["frames"] == str(N) and total[0]["drift_alerts"] == "1"
+    assert total[0]["not_inspected"] == "0"
     assert total[0]["confirmed"] == "1" and total[0]["false_calls"] == "1"
     first_class = [r for r in rows if r["class"] == first["call"]["class"] and r["shift_start"] == total[0]["shift_start"]][0]
     assert float(first_class["false_call_rate"]) > 0

@@ -1,12 +1,15 @@
 """End to end in headless Chromium (Debian's ``/usr/bin/chromium``, driven by Playwright; no browser is downloaded):
 the live page shows a frame with its boxes and updates itself, three calls are reviewed with the keyboard, one missed
-defect is drawn with the mouse, the export holds exactly that. Screenshots of each page go to the test's tmp folder
-and to ``/tmp/station_shots/`` for a person to look at."""
+defect is drawn with the mouse, the export holds exactly that; a second reviewer is handed another call than the first
+(leases), and a frame that was not inspected shows on the live page with its reason, beside the design runs.
+Screenshots of each page go to the test's tmp folder and to ``/tmp/station_shots/`` for a person to look at."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -57,8 +60,9 @@ def test_live_page_review_by_keyboard_missed_box_and_export(tmp_path: Path) -> N
     assert recorder.flush(60)
     store = Store(str(db))
     errors: list[str] = []
+    offset = [timedelta(0)]
     try:
-        with running(create_app(store)) as base, sync_api.sync_playwright() as p:
+        with running(create_app(store, clock=lambda: datetime.now(timezone.utc) + offset[0])) as base, sync_api.sync_playwright() as p:
             browser = p.chromium.launch(
                 executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
             )
@@ -81,6 +85,14 @@ def test_live_page_review_by_keyboard_missed_box_and_export(tmp_path: Path) -> N
             page.fill("#who-name", "ana")
             page.press("#who-name", "Enter")
             page.wait_for_selector("body[data-shown]")
+            second = browser.new_page()  # a second reviewer at once: handed another call (the first is leased to ana)
+            second.goto(f"{base}/review")
+            second.fill("#who-name", "ben")
+            second.press("#who-name", "Enter")
+            second.wait_for_selector("body[data-shown]")
+            assert second.get_attribute("body", "data-shown") != page.get_attribute("body", "data-shown")
+            second.close()
+            offset[0] = timedelta(seconds=121)  # ben's lease runs out: ana gets his call in turn
             shown = []
             for key in ("d", "2"):  # frame 0: defect as called; defect, corrected to class 2 (short)
                 shown.append(page.get_attribute("body", "data-shown"))
@@ -121,6 +133,21 @@ def test_live_page_review_by_keyboard_missed_box_and_export(tmp_path: Path) -> N
             page.wait_for_function("(prev) => document.getElementById('frame').dataset.inspection !== prev", arg=before)
             assert "frame 2" in page.inner_text("#frame-meta")
             _shot(page, tmp_path, "live_updated")
+            refused = dataclasses.replace(
+                board_record(3, height=480, width=640, calls=0),
+                verdict="not_inspected",
+                calls=(),
+                reason="board_0003.png: reference does not match (41% of the frame unlike the golden image)",
+                reference=None,
+                reference_image=None,
+            )
+            recorder.record(refused)
+            assert recorder.flush(60)
+            page.wait_for_selector("#refused a:has-text('image')")
+            assert "41% of the frame unlike the golden image" in page.inner_text("#refused")
+            assert "design golden.png: frames 0-3 (4 boards, 1 not inspected)" in page.inner_text("#designs")
+            assert "not inspected" in page.inner_text("#counts-summary") and "reference does not match" in page.inner_text("#counts-reason")
+            _shot(page, tmp_path, "live_not_inspected")
 
             page.goto(f"{base}/report")
             page.wait_for_selector("table.report-table")

@@ -30,7 +30,7 @@ def _review(url: str, images: Path) -> tuple[dict[int, list], list]:
         for record in frames:
             recorder.record(record)
     expected: dict[int, list] = {}
-    with Store(url, images) as store, TestClient(create_app(store)) as client:
+    with Store(url, images) as store, TestClient(create_app(store), base_url="http://localhost") as client:
         items = {i["frame"]: i for i in client.get("/api/inspections").json()["items"]}
 
         def judge(frame: int, score: float, verdict: str, cls: str | None = None) -> None:

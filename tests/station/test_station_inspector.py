@@ -17,6 +17,7 @@ from sqlalchemy import func, select
 from defect_detector.cli.main import main
 from defect_detector.data.synth import generate_board_pair
 from defect_detector.inspect.inspector import Inspector
+from defect_detector.station.queries import counts_since
 from defect_detector.station.report import parse_shifts, shift_start, shift_windows
 from defect_detector.station.schema import calls, inspections
 from defect_detector.station.store import Store
@@ -34,6 +35,8 @@ def boards(tmp_path_factory: pytest.TempPathFactory) -> Path:
         assert cv2.imwrite(str(folder / "frames" / f"b{i}.png"), image)
         assert cv2.imwrite(str(folder / "golden" / f"b{i}.png"), template)
     (folder / "frames" / "broken.png").write_bytes(b"not an image")
+    image, _, _, _ = generate_board_pair(192, 256, np.random.default_rng(9), (2, 3))
+    assert cv2.imwrite(str(folder / "frames" / "c_no_golden.png"), image)  # readable, but no golden image: not inspected
     return folder
 
 
@@ -43,13 +46,19 @@ def test_inspector_records_frames_and_their_golden_images(boards: Path, tmp_path
     with Inspector.load(weights, reference=boards / "golden", device="cpu", threads=1, conf=0.25, db=str(db)) as inspector:
         summary = inspector.run(str(boards / "frames"))
         assert inspector.recorder is not None
-    assert inspector.recorder is None and summary["frames"] == 4
+    assert inspector.recorder is None and summary["frames"] == 5
     with Store(str(db)) as store, store.engine.connect() as conn:
-        rows = conn.execute(select(inspections).order_by(inspections.c.frame)).all()
+        rows = conn.execute(select(inspections).order_by(inspections.c.name)).all()
         n_calls = conn.execute(select(func.count()).select_from(calls)).scalar()
-    assert [r.name for r in rows] == ["b0.png", "b1.png", "b2.png", "broken.png"]
-    assert [r.verdict for r in rows] == ["fail", "fail", "fail", "not_inspected"]
-    assert rows[3].reason and rows[3].image is None and rows[3].reference is None
+        counts = counts_since(conn, datetime(2000, 1, 1))
+    assert [r.name for r in rows] == ["b0.png", "b1.png", "b2.png", "broken.png", "c_no_golden.png"]
+    assert [r.verdict for r in rows] == ["fail", "fail", "fail", "not_inspected", "not_inspected"]
+    assert rows[3].reason and rows[3].image is None and rows[3].reference is None and rows[3].reason_kind == "unreadable"
+    refused = rows[4]  # every frame counts: its reason, its kind and its picture are kept
+    assert refused.reason_kind == "no reference" and "no golden image" in refused.reason and refused.image is not None
+    assert cv2.imread(str(store.images / refused.image), cv2.IMREAD_UNCHANGED).shape == (192, 256)
+    assert (counts["frames"], counts["boards"], counts["not_inspected"]) == (5, 3, 2)
+    assert counts["reasons"] == {"unreadable": 1, "no reference": 1} == summary["not_inspected"]
     assert n_calls == summary["detections"] > 0
     for r in rows[:3]:
         assert r.model == "ref.pt" and r.reference == r.name and r.queued and (r.width, r.height) == (256, 192)

@@ -234,7 +234,7 @@ def test_sigkill_loses_at_most_the_frame_in_flight(tmp_path: Path) -> None:
     assert images and all((store.images / p).is_file() for p in images)
     from fastapi.testclient import TestClient
 
-    with TestClient(create_app(store)) as client:  # the station starts on it
+    with TestClient(create_app(store), base_url="http://localhost") as client:  # the station starts on it
         assert client.get("/healthz").status_code == 200
         assert len(client.get("/api/inspections", params={"limit": 500}).json()["items"]) == count
     store.close()

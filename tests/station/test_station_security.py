@@ -67,7 +67,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
 
 
 def test_every_request_needs_the_token(store: Store) -> None:
-    client = TestClient(create_app(store, token=TOKEN))
+    client = TestClient(create_app(store, token=TOKEN), base_url="http://localhost")
     for path in (
         "/",
         "/review",
@@ -88,17 +88,17 @@ def test_every_request_needs_the_token(store: Store) -> None:
 
 
 def test_a_browser_gives_the_token_once_and_keeps_it_in_an_httponly_cookie(store: Store) -> None:
-    client = TestClient(create_app(store, token=TOKEN), follow_redirects=False)
+    client = TestClient(create_app(store, token=TOKEN), base_url="http://localhost", follow_redirects=False)
     first = client.get("/review", params={"token": TOKEN, "x": "1 2"})
     assert first.status_code == 303 and first.headers["location"] == "/review?x=1+2"  # the token leaves the address bar
     cookie = first.headers["set-cookie"]
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie.replace("Strict", "strict")
     assert client.get("/review").status_code == 200 and client.get("/static/review.js").status_code == 200  # the cookie
-    assert TestClient(create_app(store, token=TOKEN)).get("/", params={"token": "nope"}).status_code == 401
+    assert TestClient(create_app(store, token=TOKEN), base_url="http://localhost").get("/", params={"token": "nope"}).status_code == 401
 
 
 def test_without_a_token_loopback_needs_none(store: Store) -> None:
-    response = TestClient(create_app(store)).get("/healthz")
+    response = TestClient(create_app(store), base_url="http://localhost").get("/healthz")
     assert response.status_code == 200 and response.headers["x-frame-options"] == "DENY"
 
 

@@ -41,13 +41,25 @@
   function showCounts(data) {
     const fmt = (v) => (v === null || v === undefined ? "–" : String(v));
     const summary = [
-      ["boards", data.hour.boards, data.shift.boards],
+      ["frames", data.hour.frames, data.shift.frames],
+      ["boards inspected", data.hour.boards, data.shift.boards],
+      ["not inspected", data.hour.not_inspected, data.shift.not_inspected],
+    ];
+    const perBoard = [
       ["calls", data.hour.calls, data.shift.calls],
       ["calls per board", data.hour.calls_per_board, data.shift.calls_per_board],
     ];
-    document.getElementById("counts-summary").replaceChildren(...summary.map(([name, h, s]) => {
+    const row = ([name, h, s]) => {
       const tr = el("tr");
       tr.append(el("th", name), el("td", fmt(h)), el("td", fmt(s)));
+      return tr;
+    };
+    document.getElementById("counts-summary").replaceChildren(...summary.map(row));
+    document.getElementById("counts-calls").replaceChildren(...perBoard.map(row));
+    const kinds = [...new Set([...Object.keys(data.shift.reasons), ...Object.keys(data.hour.reasons)])];
+    document.getElementById("counts-reason").replaceChildren(...kinds.map((kind) => {
+      const tr = el("tr", null, "reason");
+      tr.append(el("th", `· ${kind}`), el("td", fmt(data.hour.reasons[kind] || 0)), el("td", fmt(data.shift.reasons[kind] || 0)));
       return tr;
     }));
     const names = [...new Set([...Object.keys(data.shift.per_class), ...Object.keys(data.hour.per_class)])].sort();
@@ -137,12 +149,51 @@
     }));
   }
 
+  function placeholder(body, text, span) {
+    const td = el("td", text, "muted");
+    td.colSpan = span;
+    const tr = el("tr");
+    tr.append(td);
+    body.replaceChildren(tr);
+  }
+
+  function showRefused(frames) {
+    const body = document.getElementById("refused");
+    if (!frames.length) return placeholder(body, "every frame was inspected", 5);
+    body.replaceChildren(...frames.map((f) => {
+      const tr = el("tr");
+      const pic = el("td");
+      if (f.image) {
+        const link = el("a", "image");
+        link.href = `/api/inspections/${f.id}/image`;
+        link.target = "_blank";
+        pic.append(link);
+      } else {
+        pic.textContent = "none";
+      }
+      tr.append(el("td", fmtTime(f.time)), el("td", `${f.frame} (${f.source})`), el("td", f.name),
+        el("td", f.reason || f.reason_kind || "unknown", "reason"), pic);
+      return tr;
+    }));
+  }
+
+  function showDesigns(runs) {
+    const list = document.getElementById("designs");
+    if (!runs.length) {
+      list.replaceChildren(el("li", "no design runs (no golden images)", "muted"));
+      return;
+    }
+    list.replaceChildren(...runs.map((r) => el("li", `${fmtTime(r.started)} · ${r.source} · ${r.line}`)));
+  }
+
   async function poll() {
     try {
       const data = await api("/api/live");
       showCounts(data);
       showDrift(data.drift, data.alerts);
       showAlerts(data.alerts);
+      showRefused(data.not_inspected);
+      showDesigns(data.designs);
       if (data.latest) await showFrame(data.latest);
     } catch (err) {
       Station.connectionLost();

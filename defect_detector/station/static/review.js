@@ -21,6 +21,7 @@
     if (!name) { event.preventDefault(); return; }
     sessionStorage.setItem("reviewer", name);
     $("reviewer").textContent = name;
+    next(); // the next call is leased under this name
   });
   $("change-reviewer").addEventListener("click", askReviewer);
 
@@ -107,7 +108,8 @@
     stopDrawing();
     let item;
     try {
-      item = await api("/api/review/next");
+      // the call is leased to this reviewer for a while: a second reviewer gets the next one
+      item = await api(reviewer() ? `/api/review/next?reviewer=${encodeURIComponent(reviewer())}` : "/api/review/next");
     } catch (err) {
       toast(err.message, true);
       return;
@@ -136,7 +138,7 @@
   async function verdict(kind, className = null) {
     if (!state.item || state.busy) return;
     if (!reviewer()) { askReviewer(); return; }
-    const body = { verdict: kind, reviewer: reviewer() };
+    const body = { verdict: kind, reviewer: reviewer(), version: state.item.call.version };
     if (className) body.class = className;
     state.busy = true;
     try {
@@ -145,6 +147,7 @@
       await next();
     } catch (err) {
       toast(err.message, true);
+      if (err.status === 409) await next(); // another reviewer's verdict came first: show the next call
     } finally {
       state.busy = false;
     }
@@ -246,6 +249,6 @@
   });
 
   $("reviewer").textContent = reviewer() || "?";
-  if (!reviewer()) askReviewer();
-  next();
+  if (!reviewer()) askReviewer(); // the queue is shown once the name is given
+  else next();
 })();

@@ -1,0 +1,77 @@
+"""Schema migrations: ``MIGRATIONS[v]`` brings a station database at schema version ``v`` to ``v + 1`` in place, inside
+:func:`~defect_detector.station.schema.ensure_schema`'s transaction (new tables are already created by then).
+
+- 1 -> 2: every frame counted, inspected or not (issue 33). Adds ``inspections.reason_kind`` and the index on
+  ``inspections(verdict, id)``, ``tallies.not_inspected``; fills them, ``refusal_tallies`` and ``design_runs`` in from
+  the frames already recorded (one pass over the inspections, streamed).
+- 2 -> 3: two reviewers (issue 36). Adds ``calls.version`` (1 for a call that already has a verdict, else 0) and the
+  lease columns ``calls.lease_reviewer`` / ``calls.lease_until``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from datetime import datetime
+
+from sqlalchemy import bindparam, select, text
+from sqlalchemy.engine import Connection
+
+from defect_detector.station.db import upsert_add
+from defect_detector.station.designs import DesignRuns, FrameDesign
+from defect_detector.station.records import reason_kind
+from defect_detector.station.schema import calls, inspections, refusal_tallies, tallies
+
+_BATCH = 1000
+
+
+def _add_column(conn: Connection, table: str, column: str, ddl: str) -> None:
+    """``ALTER TABLE table ADD COLUMN column ddl`` unless the column is there (both dialects)."""
+    from sqlalchemy import inspect
+
+    if column not in {c["name"] for c in inspect(conn).get_columns(table)}:
+        conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {ddl}"))
+
+
+def _to_2(conn: Connection) -> None:
+    _add_column(conn, "inspections", "reason_kind", "TEXT")
+    _add_column(conn, "tallies", "not_inspected", "INTEGER NOT NULL DEFAULT 0")
+    for index in inspections.indexes:
+        index.create(conn, checkfirst=True)
+    cols = (inspections.c.id, inspections.c.source, inspections.c.frame, inspections.c.time)
+    cols += (inspections.c.reference, inspections.c.verdict, inspections.c.reason)
+    runs = DesignRuns()
+    kinds: list[dict[str, object]] = []
+    refused: Counter[datetime] = Counter()
+    per_kind: Counter[tuple[datetime, str]] = Counter()
+    last = 0
+    while True:
+        page = conn.execute(select(*cols).where(inspections.c.id > last).order_by(inspections.c.id).limit(_BATCH)).all()
+        if not page:
+            break
+        last = page[-1].id
+        runs.add(conn, [FrameDesign(r.id, r.source, r.frame, r.time, r.reference, r.verdict != "not_inspected") for r in page])
+        runs.commit()
+        for row in (r for r in page if r.verdict == "not_inspected"):
+            kind = reason_kind(row.reason)
+            kinds.append({"row_id": row.id, "kind": kind})
+            minute = row.time.replace(second=0, microsecond=0)
+            refused[minute] += 1
+            per_kind[(minute, kind)] += 1
+    if kinds:
+        conn.execute(inspections.update().where(inspections.c.id == bindparam("row_id")).values(reason_kind=bindparam("kind")), kinds)
+    minutes = [{"minute": m, "boards": 0, "calls": 0, "not_inspected": n} for m, n in refused.items()]
+    upsert_add(conn, tallies, minutes, ["minute"], ["not_inspected"])
+    rows_kind = [{"minute": m, "reason_kind": k, "frames": n} for (m, k), n in per_kind.items()]
+    upsert_add(conn, refusal_tallies, rows_kind, ["minute", "reason_kind"], ["frames"])
+
+
+def _to_3(conn: Connection) -> None:
+    _add_column(conn, "calls", "version", "INTEGER NOT NULL DEFAULT 0")
+    _add_column(conn, "calls", "lease_reviewer", "VARCHAR(64)")
+    _add_column(conn, "calls", "lease_until", "DATETIME" if conn.dialect.name == "sqlite" else "TIMESTAMP WITHOUT TIME ZONE")
+    conn.execute(calls.update().where(calls.c.verdict.is_not(None), calls.c.version == 0).values(version=1))
+
+
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _to_2, 2: _to_3}
+"""``version -> step`` bringing a database at ``version`` to ``version + 1``."""
