@@ -153,7 +153,7 @@ class Pipeline:
         else:
             warped, result = register(golden, image, self.register_cfg)
         if not result.ok:
-            raise ReferenceError(f"{name}: the golden image does not match this frame ({result.reason})", "reference does not match")
+            raise ReferenceError(f"{name} against its golden image: {result.reason}", "reference does not match")
         return warped
 
     def plan(self, height: int, width: int) -> TileRecord | None:

@@ -106,7 +106,7 @@ class References:
             warped, reg = self._registrar(path)(image)
             if not reg.ok:
                 raise ReferenceError(
-                    f"{file_name}: reference {path.name} does not match this frame ({reg.reason})", "reference does not match"
+                    f"{file_name} against golden image {path.name}: {reg.reason}", "reference does not match"
                 )
         except ReferenceError as exc:
             self.skipped[exc.reason] += 1
