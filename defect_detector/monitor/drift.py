@@ -153,7 +153,17 @@ class DriftDetector:
         self._above = self._critical = self._below = 0
         self._run_start: int | None = None  # oldest window frame when the scores last rose from normal
         self._since: int | None = None
+        self._flagged: int | None = None  # first frame of the current run of frames scored at or above z_warn
         self._blank = False
+
+    @property
+    def flag(self) -> str:
+        """The drift field of the latest frame (the JSON record's ``drift``): the alert state, or, while no alert is
+        raised yet, ``warning`` / ``critical`` for a frame scored at or above ``z_warn`` / ``z_alert``. So every frame
+        from an alert's ``since`` on reads ``warning`` or ``critical``."""
+        if self.state == "normal" and self.level in ("warning", "critical"):
+            return self.level
+        return self.state
 
     def rebaseline(self, frame_index: int, source: str = "", reason: str = "requested") -> DriftEvent:
         """Drop the line reference (and any active alert) and collect a new one from the next ``cfg.reference``
@@ -251,6 +261,10 @@ class DriftDetector:
             score = max(score, self._distance((window_mean - self.line_reference) / self._scale))
         self.score = max(score, 0.0)
         self.level = "critical" if self.score >= self.cfg.z_alert else "warning" if self.score >= self.cfg.z_warn else "normal"
+        if self.level == "normal":
+            self._flagged = None
+        elif self._flagged is None:
+            self._flagged = seen.frame
         if self.state == WARMING_UP:
             self.state = "normal"
         if self.score < self.z_clear:
@@ -330,8 +344,9 @@ class DriftDetector:
         """The alert event, explained on the window's frames since the fault began (at least 2; else its last
         ``window // 2``) against the level they are compared with."""
         level_ref = self.line_reference if self.line_reference is not None else self.baseline.mean
+        onset = self._onset(level_ref)
         if self.state == "normal" or self._since is None:
-            self._since = self._onset(level_ref)
+            self._since = self._flagged if self._flagged is not None else onset
         self.state = severity
         self._below = 0
         recent_seen = [s for s in self._window if s.frame >= self._since]
@@ -356,7 +371,7 @@ class DriftDetector:
             severity=severity,
             score=self.score,
             layers=[self.layer_names[i] for i in order if np.abs(z[i]).max() >= 1.0] or [self.layer_names[order[0]]],
-            reason=alert_text(fact or moved, cause, self._since, self.classifier is not None),
+            reason=alert_text(fact or moved, cause, self._since, self.classifier is not None, began=onset),
             statistic=STATISTICS[statistic],
             observed={self.layer_names[i]: float(recent[i, statistic]) for i in members},
             baseline={self.layer_names[i]: float(level_ref[i, statistic]) for i in members},
