@@ -35,7 +35,9 @@ States. ``warming_up`` until ``window`` frames have been seen (nothing to judge 
 until ``recover`` consecutive frames score below ``z_clear`` (default ``0.9 * z_warn``); only then comes
 ``recovered``. A blank frame (:meth:`DriftDetector.blank`, ``monitor/blank.py``) raises a critical alert at once,
 whatever the statistics say. An alert names its likely cause (``monitor/explain.py``), says what the image shows
-and what to do, and carries ``since``, the frame where the fault began (the change point within the window).
+and what to do, and carries ``since``, the first frame flagged (the first of the run of frames scored at or above
+``z_warn`` that led to the alert; :attr:`DriftDetector.flag` marks every frame from there on); its words also name
+the change point within the window, where the fault began, when that is earlier.
 
 The scale is the spread of *single* frames, not the standard error of a window mean: consecutive frames
 show the same board design and are strongly correlated, so averaging removes little content variation.
@@ -154,6 +156,7 @@ class DriftDetector:
         self._run_start: int | None = None  # oldest window frame when the scores last rose from normal
         self._since: int | None = None
         self._flagged: int | None = None  # first frame of the current run of frames scored at or above z_warn
+        self._began = 0  # the active alert's change point (``_onset``): its explanation is read from there
         self._blank = False
 
     @property
@@ -319,7 +322,10 @@ class DriftDetector:
                 severity="info",
                 score=self.score,
                 layers=[],
-                reason=f"the camera is back to normal: layer statistics below z_clear={self.z_clear:g} for {self.cfg.recover} frames",
+                reason=(
+                    f"the camera is back to normal: drift score below {self.z_clear:g} for {self.cfg.recover} frames in a row "
+                    "(monitor.z_clear, monitor.recover)"
+                ),
             )
         if self.state == "warning" and self._critical >= self.cfg.debounce:
             return self._raise("critical", frame_index, source)
@@ -344,12 +350,12 @@ class DriftDetector:
         """The alert event, explained on the window's frames since the fault began (at least 2; else its last
         ``window // 2``) against the level they are compared with."""
         level_ref = self.line_reference if self.line_reference is not None else self.baseline.mean
-        onset = self._onset(level_ref)
         if self.state == "normal" or self._since is None:
-            self._since = self._flagged if self._flagged is not None else onset
+            self._began = self._onset(level_ref)
+            self._since = self._flagged if self._flagged is not None else self._began
         self.state = severity
         self._below = 0
-        recent_seen = [s for s in self._window if s.frame >= self._since]
+        recent_seen = [s for s in self._window if s.frame >= self._began]
         if len(recent_seen) < _MIN_EXPLAINED:
             recent_seen = list(self._window)[-max(1, self.cfg.window // 2) :]
         recent = np.mean([s.value for s in recent_seen], axis=0)
@@ -371,7 +377,7 @@ class DriftDetector:
             severity=severity,
             score=self.score,
             layers=[self.layer_names[i] for i in order if np.abs(z[i]).max() >= 1.0] or [self.layer_names[order[0]]],
-            reason=alert_text(fact or moved, cause, self._since, self.classifier is not None, began=onset),
+            reason=alert_text(fact or moved, cause, self._since, self.classifier is not None, began=self._began),
             statistic=STATISTICS[statistic],
             observed={self.layer_names[i]: float(recent[i, statistic]) for i in members},
             baseline={self.layer_names[i]: float(level_ref[i, statistic]) for i in members},
