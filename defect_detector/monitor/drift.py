@@ -146,7 +146,8 @@ class DriftDetector:
         self._window: deque[_Seen] = deque()
         self._window_sum = np.zeros_like(self._scale)
         self.line_reference: np.ndarray | None = None
-        self.golden: str | None = None
+        self.golden: str | None = None  # the key (pixel fingerprint) of the latest golden image
+        self.golden_name = ""  # what the latest golden image is called (its file name)
         self._collected: list[np.ndarray] = []
         self._pending: list[DriftEvent] = []
         self.state = WARMING_UP
@@ -200,8 +201,10 @@ class DriftDetector:
             ref = goldens[offset]
             if ref is not None and ref.key != self.golden:
                 if self.golden is not None:
-                    events.append(self._changeover(index, source, ref.key))
+                    events.append(self._changeover(index, source, ref.label))
                 self.golden = ref.key
+            if ref is not None:
+                self.golden_name = ref.label
             value = self.baseline.transform(frame)
             if self.relative:
                 value = value - self.baseline.transform(ref.stats)
@@ -297,9 +300,9 @@ class DriftDetector:
             event=event, frame=frame_index, source=source, severity="info", score=self.score, layers=[], reason=reason, **extra
         )
 
-    def _changeover(self, frame_index: int, source: str, key: str) -> DriftEvent:
-        reason = changeover_reason(key, self.golden or "")
-        return self._info("changeover", frame_index, source, reason, reference=key, previous=self.golden)
+    def _changeover(self, frame_index: int, source: str, name: str) -> DriftEvent:
+        reason = changeover_reason(name, self.golden_name)
+        return self._info("changeover", frame_index, source, reason, reference=name, previous=self.golden_name)
 
     def _transition(self, frame_index: int, source: str) -> DriftEvent | None:
         level = self.level
