@@ -44,10 +44,12 @@ class DataConfig:
 
     Reference models (``model.in_channels: 2``) read each image's golden ``reference`` from the json.
     ``register_train`` / ``register_val``: align each reference to its image with
-    ``data/register.py`` before augmentation (training) or inference (validation). Off for training
-    data whose pairs are already aligned (DeepPCB's are): the simulated residual
-    (``augment.ref_shift``, ``augment.ref_rotate``) then stands in for registration error.
-    A pair that does not register is a counted skip.
+    ``data/register.py`` before augmentation (training) or in the validation passes during training.
+    DeepPCB's pairs are not exactly aligned (the golden images are off by 2-7 px), so the bundled
+    golden-template recipe registers its training pairs too; off, the pairs are used as given and the
+    simulated residual (``augment.ref_shift``, ``augment.ref_rotate``) stands in for registration error.
+    ``val``, ``calibrate`` and ``predict`` always register (``--no-register``: as given), whatever these keys
+    say. A pair that does not register is a counted skip.
     ``pixel_scale``: model input pixels per original image pixel that the model was trained at (1.0:
     native resolution). ``train`` records it; ``predict`` tiles frames that letterboxing would shrink
     well below it (``data/tiles.py``). None: not recorded (frames are letterboxed).

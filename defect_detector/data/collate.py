@@ -28,7 +28,8 @@ from defect_detector.data.transforms import PairTransform
 
 
 def collate(batch: list[tuple[torch.Tensor, dict[str, Any]]]) -> tuple[torch.Tensor, list[dict[str, Any]]]:
-    """Stack ``B`` samples: images float32 ``[B, 1, H, W]``; targets stay an unpadded list of ``B`` dicts."""
+    """Stack ``B`` samples: images float32 ``[B, C, H, W]`` (C = 1, or 2 with golden images: board, golden image); targets
+    stay an unpadded list of ``B`` dicts."""
     images = torch.stack([image for image, _ in batch])
     targets = [target for _, target in batch]
     return images, targets

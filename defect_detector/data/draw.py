@@ -6,7 +6,7 @@ Boxes are xyxy in the pixels of the image they are drawn on; images come back as
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import cv2
@@ -144,22 +144,57 @@ def draw_boxes(
         cv2.putText(canvas, text, (tx + 1, ty + th + 1), font, font_scale, _text_color(bgr), font_thickness, lineType=cv2.LINE_AA)
 
 
+_STAMP_MARGIN = 8  # px left free at each side of a stamp's text
+
+
+def _pieces(word: str, fits: Callable[[str], bool]) -> list[str]:
+    """``word`` split into the longest leading pieces that ``fits`` (one character at least)."""
+    pieces = []
+    while word and not fits(word):
+        cut = next((k for k in range(len(word) - 1, 1, -1) if fits(word[:k])), 1)
+        pieces.append(word[:cut])
+        word = word[cut:]
+    return [*pieces, word] if word else pieces
+
+
+def _wrap(text: str, font: int, scale: float, thickness: int, width: int) -> list[str]:
+    """``text`` broken at spaces into lines at most ``width`` px wide in this font; a word wider than that is split."""
+
+    def fits(line: str) -> bool:
+        return cv2.getTextSize(line, font, scale, thickness)[0][0] <= width
+
+    lines: list[str] = []
+    for word in text.split():
+        for piece in _pieces(word, fits):
+            if lines and fits(f"{lines[-1]} {piece}"):
+                lines[-1] = f"{lines[-1]} {piece}"
+            else:
+                lines.append(piece)
+    return lines
+
+
 def stamp(canvas: np.ndarray, title: str, detail: str = "") -> np.ndarray:
     """Write ``title`` (e.g. ``NOT INSPECTED``) and ``detail`` (the reason) across BGR ``canvas`` in place, on a band
-    across its middle, so a frame that was not inspected can never pass for a clean one. Returns ``canvas``."""
+    across its middle, so a frame that was not inspected can never pass for a clean one. Both are wrapped at word
+    boundaries to fit inside the frame's width (the font shrinks until the band fits its height). Returns ``canvas``."""
     height, width = canvas.shape[:2]
     font, scale = cv2.FONT_HERSHEY_SIMPLEX, max(0.6, min(height, width) / 400.0)
-    lines = [(title, scale * 1.6, max(2, round(scale * 2.5)))] + [
-        (detail[i : i + 60], scale * 0.7, max(1, round(scale))) for i in range(0, len(detail), 60)
-    ]
-    sizes = [cv2.getTextSize(text, font, s, th)[0] for text, s, th in lines]
-    band = sum(h for _, h in sizes) + 14 * (len(lines) + 1)
+    room = max(1, width - 2 * _STAMP_MARGIN)
+    while True:
+        styles = ((title, scale * 1.6, max(2, round(scale * 2.5))), (detail, scale * 0.7, max(1, round(scale))))
+        lines = [(text, s, th) for words, s, th in styles for text in _wrap(words, font, s, th, room)]
+        sizes = [cv2.getTextSize(text, font, s, th)[0] for text, s, th in lines]
+        gap = max(4, round(10 * scale))
+        band = sum(h for _, h in sizes) + gap * (len(lines) + 1)
+        if band <= height or scale <= 0.2:
+            break
+        scale *= 0.8
     top = max(0, (height - band) // 2)
     cv2.rectangle(canvas, (0, top), (width - 1, min(height - 1, top + band)), STAMP_COLOR_BGR, thickness=-1)
     y = top
     for (text, s, th), (tw, h) in zip(lines, sizes):
-        y += 14 + h
-        cv2.putText(canvas, text, (max(4, (width - tw) // 2), y), font, s, (255, 255, 255), th, lineType=cv2.LINE_AA)
+        y += gap + h
+        cv2.putText(canvas, text, (max(_STAMP_MARGIN, (width - tw) // 2), y), font, s, (255, 255, 255), th, lineType=cv2.LINE_AA)
     return canvas
 
 

@@ -27,6 +27,7 @@ import numpy as np
 from defect_detector.core.constants import PAD_VALUE
 from defect_detector.data.golden_check import MAX_DIFFERENCE, covered_area, difference
 from defect_detector.data.register_fit import FramePyramid, PreparedReference, Scored, estimate, residual_motion
+from defect_detector.data.sharpness import blur_words
 
 FILL_VALUE = PAD_VALUE  # the letterbox pad value: "no data"
 
@@ -118,13 +119,29 @@ def _check_gray(name: str, array: object) -> np.ndarray:
 
 
 def _reason(blank: list[str], scored: Scored, shift: float, angle: float, cfg: RegisterConfig) -> str:
-    """Why a registration does not fit ("" when it does); the golden check comes after (:func:`_checked`)."""
+    """Why a registration does not fit ("" when it does), what was measured first and the key second; the golden check
+    comes after (:func:`_checked`)."""
     checks = (
-        (not blank, f"{' and '.join(blank)} blank (one grey level)"),
-        (scored.score >= cfg.min_score, f"score {scored.score:.3f} < register.min_score {cfg.min_score}"),
-        (shift <= cfg.max_shift, f"shift {shift:.1f} px > register.max_shift {cfg.max_shift}"),
-        (abs(angle) <= cfg.max_angle, f"angle {angle:.2f} deg beyond register.max_angle {cfg.max_angle}"),
-        (scored.overlap >= cfg.min_overlap, f"overlap {scored.overlap:.2f} < register.min_overlap {cfg.min_overlap}"),
+        (not blank, " and ".join(f"{'golden image' if b == 'reference' else 'frame'} is blank (one grey level)" for b in blank)),
+        (
+            scored.score >= cfg.min_score,
+            f"golden image does not match this board: alignment score {scored.score:.2f} (needs {cfg.min_score:.2f}; register.min_score)",
+        ),
+        (
+            shift <= cfg.max_shift,
+            f"board is {shift:.0f} px off the golden image's position (at most {cfg.max_shift:g} px; register.max_shift): "
+            "check how the board sits in the fixture",
+        ),
+        (
+            abs(angle) <= cfg.max_angle,
+            f"board is turned {abs(angle):.1f} degrees against the golden image (at most {cfg.max_angle:g}; register.max_angle): "
+            "check how the board sits in the fixture",
+        ),
+        (
+            scored.overlap >= cfg.min_overlap,
+            f"golden image covers only {scored.overlap:.0%} of the frame (needs {cfg.min_overlap:.0%}; register.min_overlap): "
+            "board partly out of view, or a cropped golden image",
+        ),
     )
     return next((why for ok, why in checks if not ok), "")
 
@@ -134,25 +151,32 @@ def _size_reason(reference_shape: tuple[int, ...], image_shape: tuple[int, ...],
     if max(abs(a - b) for a, b in zip(reference_shape, image_shape)) <= 2 * cfg.max_shift:
         return ""
     return (
-        f"golden image {reference_shape[1]}x{reference_shape[0]} px, the frame {image_shape[1]}x{image_shape[0]}: not captured at "
-        f"the frame's scale (sides may differ by 2 x register.max_shift = {2 * cfg.max_shift:g} px)"
+        f"golden image is {reference_shape[1]}x{reference_shape[0]} px, the frame {image_shape[1]}x{image_shape[0]} px: not captured at "
+        f"the frame's scale (sides may differ by {2 * cfg.max_shift:g} px, 2 x register.max_shift)"
     )
 
 
-def _checked(
-    reg: Registration, warped: np.ndarray, image: np.ndarray, reference_shape: tuple[int, ...], cfg: RegisterConfig
-) -> Registration:
-    """``reg`` with the golden check's ``difference``, refused (``ok`` False, ``reason``) when the golden image does not show
-    the frame's design at its scale."""
+def _with_blur(reason: str, image: np.ndarray, reference: np.ndarray) -> str:
+    """``reason`` led by the blur when the frame is blurred against its golden image (``data/sharpness.py``): a
+    blurred frame fails to match for that reason, not because it shows another board."""
+    blur = blur_words(image, reference) if reason else ""
+    return f"{blur}; {reason}" if blur else reason
+
+
+def _checked(reg: Registration, warped: np.ndarray, image: np.ndarray, reference: np.ndarray, cfg: RegisterConfig) -> Registration:
+    """``reg`` with the golden check's ``difference``, refused (``ok`` False, ``reason``) when the golden image
+    (``reference``, unwarped) does not show the frame's design at its scale."""
     if not reg.ok:
         return reg
+    reference_shape = reference.shape
     reason = _size_reason(reference_shape, image.shape, cfg)
     diff = difference(warped, image, covered_area(reg.matrix, reference_shape, image.shape)) if not reason else 1.0
     if not reason and diff > cfg.max_difference:
         reason = (
-            f"the golden image differs from the frame in {diff:.1%} of its area (register.max_difference {cfg.max_difference:.1%}): "
-            "another design or another board?"
+            f"golden image shows another design or another board: it differs from the frame in {diff:.1%} of the board's area "
+            f"(at most {cfg.max_difference:.1%}; register.max_difference)"
         )
+        reason = _with_blur(reason, image, reference)
     return replace(reg, difference=diff, ok=not reason, reason=reason)
 
 
@@ -165,11 +189,15 @@ def check_pair(reference: np.ndarray, image: np.ndarray, cfg: RegisterConfig | N
     identity = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
     identity.setflags(write=False)
     if reference.shape != image.shape:
-        reason = f"golden image {reference.shape[1]}x{reference.shape[0]} px, the frame {image.shape[1]}x{image.shape[0]}: register it"
+        reason = (
+            f"golden image is {reference.shape[1]}x{reference.shape[0]} px, the frame {image.shape[1]}x{image.shape[0]} px: "
+            "not aligned as given (register it)"
+        )
         return Registration(identity, 0.0, False, 0.0, 0.0, 0.0, reason=reason, difference=1.0)
     blank = [name for name, im in (("reference", reference), ("image", image)) if float(im.std()) < 1e-3]
-    reg = Registration(identity, 1.0, not blank, 0.0, 0.0, 1.0, reason=f"{' and '.join(blank)} blank (one grey level)" if blank else "")
-    return _checked(reg, reference, image, reference.shape, cfg)
+    blank_reason = " and ".join(f"{'golden image' if b == 'reference' else 'frame'} is blank (one grey level)" for b in blank)
+    reg = Registration(identity, 1.0, not blank, 0.0, 0.0, 1.0, reason=blank_reason)
+    return _checked(reg, reference, image, reference, cfg)
 
 
 def _register(frame: FramePyramid, cfg: RegisterConfig, init: np.ndarray | None) -> tuple[np.ndarray, Registration, Scored]:
@@ -189,9 +217,10 @@ def _register(frame: FramePyramid, cfg: RegisterConfig, init: np.ndarray | None)
     matrix.setflags(write=False)
     shift, angle = matrix_to_shift_angle(matrix, ref.image.shape, shape)
     reason = _reason(blank, scored, shift, angle, cfg)
+    reason = reason if blank else _with_blur(reason, frame.image, ref.image)
     reg = Registration(matrix, scored.score, not reason, shift, angle, scored.overlap, reason=reason)
     warped = cv2.convertScaleAbs(cv2.warpAffine(ref.image_f, matrix, (shape[1], shape[0]), flags=cv2.INTER_LINEAR, borderValue=FILL_VALUE))
-    return warped, _checked(reg, warped, frame.image, ref.image.shape, cfg), scored
+    return warped, _checked(reg, warped, frame.image, ref.image, cfg), scored
 
 
 def register(
@@ -247,7 +276,7 @@ class Registrar:
             init = reg.matrix
             score = self._reuse_score(frame, reg, scored) if self.cfg.reuse else None
             if score is not None:
-                checked = _checked(replace(reg, score=score, reused=True), warped, frame.image, self._ref.image.shape, self.cfg)
+                checked = _checked(replace(reg, score=score, reused=True), warped, frame.image, self._ref.image, self.cfg)
                 if checked.ok:  # the golden check runs on every frame: a cached matrix is no licence
                     return warped.copy(), checked
         warped, reg, scored = _register(frame, self.cfg, init)

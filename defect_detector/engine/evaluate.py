@@ -41,7 +41,8 @@ def predict_dataset(
     progress: bool = True,
     tta: str = "none",
 ) -> Predictions:
-    """Run ``model`` over ``loader`` (batches of ``(images [B,1,S,S], targets)``) -> ``{image_id: prediction}``.
+    """Run ``model`` over ``loader`` (batches of ``(images [B, C, S, S], targets)``, C = 1 or 2 with golden images)
+    -> ``{image_id: prediction}``.
 
     ``settings``: the postprocess (``eval.conf``, ``nms_iou``, ``max_det``, ``cross_class_iou``, ``cross_class_factor``).
 

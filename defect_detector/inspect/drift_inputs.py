@@ -3,19 +3,21 @@ golden-template model the statistics of the frame's golden image, cached per gol
 
 The golden image goes through the same frame pipeline as its frame (:meth:`Pipeline.detect`, paired with itself,
 registered into the frame's pixels as the frame's own channel was, letterboxed or tiled alike), once per golden image:
-the cache is keyed by the golden image's file (``References``) or by a fingerprint of the pixels given to
-``Inspector.inspect(..., reference=)``. Its statistics then cost nothing per frame but a lookup; each new golden image
-costs one more model call.
+the cache is keyed by a fingerprint of the golden image's pixels (``data/images.py`` ``pixel_fingerprint``: of the file
+``References`` holds, cached there by path and modification time, or of the pixels given to
+``Inspector.inspect(..., reference=)``), never by its file name. Its statistics then cost nothing per frame but a
+lookup; each new golden image costs one more model call, and two copies of one golden image under two names are one.
 """
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
 
+from defect_detector.data.images import pixel_fingerprint
 from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.inspect.sources import Frame
 from defect_detector.monitor.blank import blank_reason, image_levels
@@ -23,13 +25,6 @@ from defect_detector.monitor.golden import Golden
 
 CACHED = 64
 """Golden images whose statistics are kept (least recently used dropped first)."""
-
-
-def fingerprint(image: np.ndarray) -> str:
-    """A short name for a golden image given as pixels: a digest of every 4th pixel of every 4th row, and its shape."""
-    digest = hashlib.blake2b(np.ascontiguousarray(image[::4, ::4]).tobytes(), digest_size=8)
-    digest.update(repr(image.shape).encode())
-    return f"image:{digest.hexdigest()}"
 
 
 class DriftInputs:
@@ -58,12 +53,15 @@ class DriftInputs:
         """Whether frame ``index`` of the batch last :meth:`take`-n was found blank by :meth:`check`."""
         return index in self._batch_blank
 
-    def key(self, frame: Frame) -> str:
-        """The name of the golden image of ``frame``: its file, or the fingerprint of the pixels given."""
+    def key(self, frame: Frame) -> tuple[str, str]:
+        """``(key, name)`` of the golden image of ``frame``: the fingerprint of its pixels, and its file name (for the
+        pixels given: the fingerprint again)."""
         given = self._given.get(frame.index)
         if given is not None:
-            return fingerprint(given)
-        return str(self.pipeline.references.lookup(frame.file_name))
+            key = pixel_fingerprint(given)
+            return key, key
+        references = self.pipeline.references
+        return references.key(frame.file_name), references.lookup(frame.file_name).name
 
     def take(
         self, frames: Sequence[Frame], golden: Sequence[np.ndarray] | None, relative: bool
@@ -73,15 +71,15 @@ class DriftInputs:
         pipeline call). Forgets what :meth:`check` noted."""
         goldens: list[Golden | None] = [None] * len(frames)
         if relative and golden is not None:
-            keys = [self.key(f) for f in frames]
-            new = {k: g for k, g in zip(keys, golden) if k not in self._cache}
+            named = [self.key(f) for f in frames]
+            new = {k: g for (k, _), g in zip(named, golden) if k not in self._cache}
             if new:
                 results = self.pipeline.detect(list(new.values()), list(new.values()))
                 for (k, g), r in zip(new.items(), results):
                     self._cache[k] = Golden(k, r.stats.double().numpy(), image_levels(g))
-            for i, k in enumerate(keys):
+            for i, (k, name) in enumerate(named):
                 self._cache.move_to_end(k)
-                goldens[i] = self._cache[k]
+                goldens[i] = dataclasses.replace(self._cache[k], name=name)
             while len(self._cache) > CACHED:
                 self._cache.popitem(last=False)
         out = [(self._levels.get(f.index), g) for f, g in zip(frames, goldens)]

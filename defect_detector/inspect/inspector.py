@@ -59,7 +59,8 @@ class Inspection:
 
     ``detections``: boxes in the frame's original pixels (see :class:`Detections`), or None when the frame
     was not inspected (``frame.error`` says why: unreadable, no usable reference). ``events``: drift events
-    this frame raised. ``drift``: the monitor's state after it (``"off"`` without monitoring), ``score``
+    this frame raised. ``drift``: the monitor's flag after it (``DriftDetector.flag``: the alert state, or the frame's
+    own level at or above ``z_warn`` before an alert is raised; ``"off"`` without monitoring), ``score``
     its drift score (None without monitoring). ``verdict``: ``fail`` (at least one call at the operating
     point), ``pass`` (none), or ``not_inspected`` with the ``reason``: never count such a board as clean.
     """
@@ -226,7 +227,7 @@ class Inspector:
             elif self.router is not None and self.drift_inputs.was_blank(frame.index):  # a blank frame alerts at once (issue 24)
                 inspection.events = self.router.on_blank(frame.index, frame.source_name, frame.error)
             if self.monitoring:
-                inspection.drift, inspection.score = self.router.detector.state, self.router.detector.score
+                inspection.drift, inspection.score = self.router.detector.flag, self.router.detector.score
             if self.recorder is not None:  # station recording
                 reference = self._reference_name(frame, warped)
                 self.recorder.record_inspection(inspection, self.runtime.path.name, reference, warped.get(frame.index))

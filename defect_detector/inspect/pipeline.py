@@ -137,8 +137,9 @@ class Pipeline:
     def register(self, image: np.ndarray, name: str, given: np.ndarray | None = None) -> np.ndarray | None:
         """The golden image of the frame ``name`` (gray uint8 ``image``) registered into its pixels: uint8 ``[H, W]``, or
         None for a single-image model. ``given``: this frame's golden image (any OpenCV image), else the one
-        :attr:`references` holds for ``name``. Raises :class:`ReferenceError` (reason ``no golden image`` or ``golden
-        image refused``) when there is none or it does not fit the frame."""
+        :attr:`references` holds for ``name``. Raises :class:`ReferenceError` (reason ``no golden image``, ``no
+        reference``, ``unreadable reference`` or ``reference does not match``; its message says what was measured)
+        when there is none or it does not fit the frame."""
         if self.runtime.channels == 1:
             if given is not None:
                 raise ValueError(f"{name}: a golden image was given, but this model takes 1 input channel (no reference)")
@@ -153,7 +154,7 @@ class Pipeline:
         else:
             warped, result = register(golden, image, self.register_cfg)
         if not result.ok:
-            raise ReferenceError(f"{name}: the golden image does not match this frame ({result.reason})", "reference does not match")
+            raise ReferenceError(f"{name} against its golden image: {result.reason}", "reference does not match")
         return warped
 
     def plan(self, height: int, width: int) -> TileRecord | None:

@@ -17,12 +17,13 @@ from pathlib import Path
 import numpy as np
 
 from defect_detector.core.errors import DatasetError
-from defect_detector.data.images import IMAGE_SUFFIXES, load_image_gray
+from defect_detector.data.images import IMAGE_SUFFIXES, load_image_gray, pixel_fingerprint
 from defect_detector.data.register import RegisterConfig, Registrar, Registration
 
 log = logging.getLogger("defect_detector.inspect")
 
 _MAX_CACHED = 8  # registrars (decoded references) kept for a folder of references
+_MAX_KEYS = 4096  # golden files whose pixel fingerprint is kept
 _MAX_WARNINGS = 10
 
 
@@ -48,10 +49,11 @@ class References:
         self.cfg = cfg or RegisterConfig()
         self.skipped: Counter[str] = Counter()
         self._registrars: OrderedDict[Path, Registrar] = OrderedDict()
+        self._keys: OrderedDict[Path, tuple[tuple[int, int], str]] = OrderedDict()  # path -> ((mtime_ns, size), fingerprint)
         self._by_name: dict[str, Path] = {}
         self._by_stem: dict[str, Path] = {}
         if self.path.is_file():
-            self._registrars[self.path] = Registrar(load_image_gray(self.path), self.cfg)
+            self._registrars[self.path] = self._load(self.path)
         elif self.path.is_dir():
             for p in sorted(self.path.rglob("*")):
                 if p.suffix.lower() in IMAGE_SUFFIXES:
@@ -85,15 +87,49 @@ class References:
             )
         return found
 
+    def key(self, file_name: str) -> str:
+        """The design key of frame ``file_name``'s golden image: the fingerprint of its decoded pixels
+        (:func:`~defect_detector.data.images.pixel_fingerprint`), never its file name, so two copies of one golden
+        image under two names are one design. Cached per file by path, modification time and size (one ``stat`` per
+        frame); a file rewritten with new pixels gets a new key. :class:`ReferenceError` as :meth:`lookup`, or when
+        the file cannot be read."""
+        path = self.lookup(file_name)
+        tag = self._tag(path)
+        cached = self._keys.get(path)
+        if cached is None or cached[0] != tag:
+            self._registrar(path)
+            cached = self._keys[path]
+        self._keys.move_to_end(path)
+        return cached[1]
+
+    @staticmethod
+    def _tag(path: Path) -> tuple[int, int]:
+        try:
+            stat = path.stat()
+        except OSError as exc:
+            raise ReferenceError(f"{path}: cannot read the golden image ({exc.strerror})", "unreadable reference") from exc
+        return stat.st_mtime_ns, stat.st_size
+
+    def _load(self, path: Path) -> Registrar:
+        """A :class:`Registrar` of the golden image at ``path``, its pixel fingerprint noted (``DatasetError`` if unreadable)."""
+        tag = self._tag(path)
+        image = load_image_gray(path)
+        self._keys[path] = (tag, pixel_fingerprint(image))
+        while len(self._keys) > _MAX_KEYS:
+            self._keys.popitem(last=False)
+        return Registrar(image, self.cfg)
+
     def _registrar(self, path: Path) -> Registrar:
-        if path in self._registrars:
+        cached = self._keys.get(path)
+        if path in self._registrars and cached is not None and cached[0] == self._tag(path):
             self._registrars.move_to_end(path)
             return self._registrars[path]
         try:
-            registrar = Registrar(load_image_gray(path), self.cfg)
+            registrar = self._load(path)
         except DatasetError as exc:
             raise ReferenceError(str(exc), "unreadable reference") from exc
         self._registrars[path] = registrar
+        self._registrars.move_to_end(path)
         if len(self._registrars) > _MAX_CACHED:
             self._registrars.popitem(last=False)
         return registrar
@@ -106,7 +142,7 @@ class References:
             warped, reg = self._registrar(path)(image)
             if not reg.ok:
                 raise ReferenceError(
-                    f"{file_name}: reference {path.name} does not match this frame ({reg.reason})", "reference does not match"
+                    f"{file_name} against golden image {path.name}: {reg.reason}", "reference does not match"
                 )
         except ReferenceError as exc:
             self.skipped[exc.reason] += 1

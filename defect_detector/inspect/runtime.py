@@ -37,7 +37,7 @@ DEFAULT_OPERATING_POINT = {"conf": 0.25, "iou": 0.5}
 """The operating point of an artifact that records none (exported before v0.9)."""
 
 class Runtime:
-    """A loaded model ready for :meth:`predict`. Build it with :meth:`load`.
+    """A loaded model ready for :meth:`infer`. Build it with :meth:`load`.
 
     Attributes: ``model`` (the model callable: a TorchScript module, an AOTInductor model, an ONNX Runtime session
     wrapper or the eager :class:`DeployModel`), ``meta`` (the artifact's
@@ -47,7 +47,8 @@ class Runtime:
     ``"checkpoint"``), ``path``, ``tta`` (the
     test-time augmentation mode :meth:`infer` applies: ``none``, one pass, unless ``load(tta=)`` or :meth:`set_tta`
     chose another; the model's ``meta["tta"]`` is not applied by default) and ``pixel_scale`` (``meta["pixel_scale"]``:
-    model input pixels per original pixel in training, or None when not recorded; see :meth:`tile_plan`).
+    model input pixels per original pixel in training, or None when not recorded; the frame pipeline tiles by it:
+    :meth:`~defect_detector.inspect.pipeline.Pipeline.plan`).
     """
 
     def __init__(

@@ -35,7 +35,9 @@ States. ``warming_up`` until ``window`` frames have been seen (nothing to judge 
 until ``recover`` consecutive frames score below ``z_clear`` (default ``0.9 * z_warn``); only then comes
 ``recovered``. A blank frame (:meth:`DriftDetector.blank`, ``monitor/blank.py``) raises a critical alert at once,
 whatever the statistics say. An alert names its likely cause (``monitor/explain.py``), says what the image shows
-and what to do, and carries ``since``, the frame where the fault began (the change point within the window).
+and what to do, and carries ``since``, the first frame flagged (the first of the run of frames scored at or above
+``z_warn`` that led to the alert; :attr:`DriftDetector.flag` marks every frame from there on); its words also name
+the change point within the window, where the fault began, when that is earlier.
 
 The scale is the spread of *single* frames, not the standard error of a window mean: consecutive frames
 show the same board design and are strongly correlated, so averaging removes little content variation.
@@ -144,7 +146,8 @@ class DriftDetector:
         self._window: deque[_Seen] = deque()
         self._window_sum = np.zeros_like(self._scale)
         self.line_reference: np.ndarray | None = None
-        self.golden: str | None = None
+        self.golden: str | None = None  # the key (pixel fingerprint) of the latest golden image
+        self.golden_name = ""  # what the latest golden image is called (its file name)
         self._collected: list[np.ndarray] = []
         self._pending: list[DriftEvent] = []
         self.state = WARMING_UP
@@ -153,7 +156,18 @@ class DriftDetector:
         self._above = self._critical = self._below = 0
         self._run_start: int | None = None  # oldest window frame when the scores last rose from normal
         self._since: int | None = None
+        self._flagged: int | None = None  # first frame of the current run of frames scored at or above z_warn
+        self._began = 0  # the active alert's change point (``_onset``): its explanation is read from there
         self._blank = False
+
+    @property
+    def flag(self) -> str:
+        """The drift field of the latest frame (the JSON record's ``drift``): the alert state, or, while no alert is
+        raised yet, ``warning`` / ``critical`` for a frame scored at or above ``z_warn`` / ``z_alert``. So every frame
+        from an alert's ``since`` on reads ``warning`` or ``critical``."""
+        if self.state == "normal" and self.level in ("warning", "critical"):
+            return self.level
+        return self.state
 
     def rebaseline(self, frame_index: int, source: str = "", reason: str = "requested") -> DriftEvent:
         """Drop the line reference (and any active alert) and collect a new one from the next ``cfg.reference``
@@ -187,8 +201,10 @@ class DriftDetector:
             ref = goldens[offset]
             if ref is not None and ref.key != self.golden:
                 if self.golden is not None:
-                    events.append(self._changeover(index, source, ref.key))
+                    events.append(self._changeover(index, source, ref.label))
                 self.golden = ref.key
+            if ref is not None:
+                self.golden_name = ref.label
             value = self.baseline.transform(frame)
             if self.relative:
                 value = value - self.baseline.transform(ref.stats)
@@ -251,6 +267,10 @@ class DriftDetector:
             score = max(score, self._distance((window_mean - self.line_reference) / self._scale))
         self.score = max(score, 0.0)
         self.level = "critical" if self.score >= self.cfg.z_alert else "warning" if self.score >= self.cfg.z_warn else "normal"
+        if self.level == "normal":
+            self._flagged = None
+        elif self._flagged is None:
+            self._flagged = seen.frame
         if self.state == WARMING_UP:
             self.state = "normal"
         if self.score < self.z_clear:
@@ -280,9 +300,9 @@ class DriftDetector:
             event=event, frame=frame_index, source=source, severity="info", score=self.score, layers=[], reason=reason, **extra
         )
 
-    def _changeover(self, frame_index: int, source: str, key: str) -> DriftEvent:
-        reason = changeover_reason(key, self.golden or "")
-        return self._info("changeover", frame_index, source, reason, reference=key, previous=self.golden)
+    def _changeover(self, frame_index: int, source: str, name: str) -> DriftEvent:
+        reason = changeover_reason(name, self.golden_name)
+        return self._info("changeover", frame_index, source, reason, reference=name, previous=self.golden_name)
 
     def _transition(self, frame_index: int, source: str) -> DriftEvent | None:
         level = self.level
@@ -305,7 +325,10 @@ class DriftDetector:
                 severity="info",
                 score=self.score,
                 layers=[],
-                reason=f"the camera is back to normal: layer statistics below z_clear={self.z_clear:g} for {self.cfg.recover} frames",
+                reason=(
+                    f"the camera is back to normal: drift score below {self.z_clear:g} for {self.cfg.recover} frames in a row "
+                    "(monitor.z_clear, monitor.recover)"
+                ),
             )
         if self.state == "warning" and self._critical >= self.cfg.debounce:
             return self._raise("critical", frame_index, source)
@@ -331,10 +354,11 @@ class DriftDetector:
         ``window // 2``) against the level they are compared with."""
         level_ref = self.line_reference if self.line_reference is not None else self.baseline.mean
         if self.state == "normal" or self._since is None:
-            self._since = self._onset(level_ref)
+            self._began = self._onset(level_ref)
+            self._since = self._flagged if self._flagged is not None else self._began
         self.state = severity
         self._below = 0
-        recent_seen = [s for s in self._window if s.frame >= self._since]
+        recent_seen = [s for s in self._window if s.frame >= self._began]
         if len(recent_seen) < _MIN_EXPLAINED:
             recent_seen = list(self._window)[-max(1, self.cfg.window // 2) :]
         recent = np.mean([s.value for s in recent_seen], axis=0)
@@ -356,7 +380,7 @@ class DriftDetector:
             severity=severity,
             score=self.score,
             layers=[self.layer_names[i] for i in order if np.abs(z[i]).max() >= 1.0] or [self.layer_names[order[0]]],
-            reason=alert_text(fact or moved, cause, self._since, self.classifier is not None),
+            reason=alert_text(fact or moved, cause, self._since, self.classifier is not None, began=self._began),
             statistic=STATISTICS[statistic],
             observed={self.layer_names[i]: float(recent[i, statistic]) for i in members},
             baseline={self.layer_names[i]: float(level_ref[i, statistic]) for i in members},

@@ -24,7 +24,8 @@ class DriftEvent:
     them; ``observed`` / ``baseline`` per listed layer: that statistic's window mean and the normal level it is
     compared with; ``z`` per listed layer its z-score; ``reason`` what the image shows, the likely cause and what to
     do; ``cause`` the simulated fault the change looks like (``monitor/explain.py``; ``"blank"`` for a blank frame;
-    None when unknown or not a drift event); ``since`` the frame where the fault began (drift events).
+    None when unknown or not a drift event); ``since`` the first frame the monitor flagged (drift events; every
+    frame's ``drift`` field reads ``warning`` or ``critical`` from there, ``DriftDetector.flag``).
     """
 
     event: str

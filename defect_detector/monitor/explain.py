@@ -164,10 +164,14 @@ def image_fact(
     return None
 
 
-def alert_text(fact: str, cause: str | None, since: int | None, named: bool = True) -> str:
-    """An alert's reason: what the image shows, the likely cause, what to do, and which results are suspect.
+def alert_text(fact: str, cause: str | None, since: int | None, named: bool = True, began: int | None = None) -> str:
+    """An alert's reason: what the image shows, the likely cause, what to do, and which results are suspect: from
+    ``since``, the first frame the monitor flagged (the per-frame ``drift`` reads ``warning`` or ``critical`` from
+    there), and, when the window shows the change starting earlier (``began``), from about there.
     ``named``: the baseline can name causes (else only the fact and the suspect frames)."""
-    suspect = f"; inspection results since frame {since} are suspect" if since is not None else ""
+    suspect = f"; inspection results since frame {since} are suspect (first frame flagged)" if since is not None else ""
+    if since is not None and began is not None and began < since:
+        suspect += f"; the change shows from about frame {began}: re-check the boards from there"
     if not named:
         return f"{fact}: check the camera{suspect}"
     question = HINTS.get(cause, UNKNOWN_HINT) if cause is not None else UNKNOWN_HINT

@@ -3,8 +3,9 @@
 With a golden-template model every frame is read relative to its own golden image (``monitor/drift.py``): the
 inspection side runs the golden image through the same frame pipeline as its frame (paired with itself, letterboxed
 or tiled alike), once per golden image, and hands the monitor a :class:`Golden` per frame. A frame whose golden image
-differs from the previous frame's (another ``key``) is a changeover: a new board design on the line, logged as an
-event, never an alarm.
+differs from the previous frame's (another ``key``: a fingerprint of its pixels, never its file name) is a changeover:
+a new board design on the line, logged as an event, never an alarm. Boards of one design, or two copies of one golden
+image under two file names, share one key: no changeover between them.
 """
 
 from __future__ import annotations
@@ -16,15 +17,23 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Golden:
-    """The golden image of a frame: ``key`` names it (a file, or a fingerprint of its pixels), ``stats`` float64
-    ``[L, 2]`` are its layer statistics paired with itself, ``levels`` float64 ``[4]`` its gray levels
-    (``monitor/blank.py``), or None."""
+    """The golden image of a frame: ``key`` identifies it by its pixels (a fingerprint), ``stats`` float64 ``[L, 2]``
+    are its layer statistics paired with itself, ``levels`` float64 ``[4]`` its gray levels (``monitor/blank.py``), or
+    None; ``name`` what a line engineer knows it by (its file name; "" means ``key``)."""
 
     key: str
     stats: np.ndarray
     levels: np.ndarray | None = None
+    name: str = ""
+
+    @property
+    def label(self) -> str:
+        """``name``, else ``key``."""
+        return self.name or self.key
 
 
 def changeover_reason(reference: str, previous: str) -> str:
-    """The text of a ``changeover`` event."""
+    """The text of a ``changeover`` event: ``reference`` / ``previous`` name the new and the old golden image."""
+    if reference == previous:
+        return f"golden image {reference} now holds other pixels: a new board design; drift is read against the new golden image"
     return f"golden image changed to {reference} (was {previous}): a new board design; drift is read against the new golden image"

@@ -306,9 +306,9 @@ inline std::vector<cv::Mat> input_planes(const Meta& meta, const std::string& im
   }
   const double zncc = golden_zncc(gray, reference, meta.golden);
   if (!(zncc >= meta.golden.min_zncc)) {
-    char text[160];
-    std::snprintf(text, sizeof text, ": golden image does not fit the frame (ZNCC %.3f < golden_check.min_zncc %.3f): ", zncc,
-                  meta.golden.min_zncc);
+    char text[200];
+    std::snprintf(text, sizeof text, ": golden image does not match this board: alignment score (ZNCC) %.2f (needs %.2f; meta.json golden_check.min_zncc): ",
+                  zncc, meta.golden.min_zncc);
     throw NotInspected(image_path + text + "wrong board, blank, or not registered; NOT INSPECTED");
   }
   Placement same{};

@@ -319,7 +319,7 @@ def test_reference_of_another_size_without_registration_is_refused(tmp_path: Pat
     coco = _make_pairs(tmp_path, n=1)
     cv2.imwrite(str(tmp_path / "images" / "ref_0.png"), np.zeros((H + 2, W), np.uint8))
     with pytest.raises(
-        DatasetError, match=r"ref_0.png: does not match .*img_0.png \(golden image 64x50 px, the frame 64x48: register it\)"
+        DatasetError, match=r"ref_0.png: does not match .*img_0.png \(golden image is 64x50 px, the frame 64x48 px: not aligned as given"
     ):
         _pair_dataset(_write(tmp_path, coco), on_bad="error")[0]
 
@@ -348,7 +348,7 @@ def test_registration_aligns_a_moved_reference_and_refuses_another_board(tmp_pat
     image, target = ds[0]
     inner = (slice(20, 620), slice(20, 620))  # away from the border the move exposed
     assert float((image[0][inner] - image[1][inner]).abs().mean()) < 0.01  # registered back onto the board
-    with pytest.raises(DatasetError, match=r"moved.png: does not match .*board.png \(the golden image differs from the frame in"):
+    with pytest.raises(DatasetError, match=r"moved.png: does not match .*board.png \(golden image shows another design or another board"):
         CocoDetectionDataset(path, None, DEEPPCB_CLASSES, 640, on_bad="error", reference=True, register=False)[0]  # golden check
     _, target = ds[1]  # the other board's template does not fit: replaced by the next sample, and counted
     assert target["image_id"] == 1 and ds.skipped == {"reference does not match its image": 1}

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import cv2
 import numpy as np
 import pytest
 import torch
 
-from defect_detector.data.draw import class_color, draw_detections
+from defect_detector.data.draw import _wrap, class_color, draw_detections, stamp
 
 CLASS_NAMES = ["missing_hole", "mouse_bite", "open_circuit", "short", "spur", "spurious_copper"]
 
@@ -59,3 +60,22 @@ def test_draw_detections_bgr_input_empty_boxes_and_no_scores() -> None:
 def test_draw_detections_rejects_length_mismatch() -> None:
     with pytest.raises(ValueError):
         draw_detections(np.zeros((64, 64), np.uint8), np.zeros((2, 4)), np.zeros(1), np.zeros(2, dtype=np.int64), CLASS_NAMES)
+
+
+def test_stamp_wraps_a_long_reason_inside_a_640_px_frame() -> None:
+    reason = (
+        "board_017.png against golden image golden_a.png: frame is blurred: sharpness 27% of the golden image's (check the focus "
+        "and clean the lens); golden image shows another design or another board: it differs from the frame in 2.4% of the "
+        "board's area (at most 1.6%; register.max_difference)"
+    )
+    font, scale = cv2.FONT_HERSHEY_SIMPLEX, 640 / 400.0 * 0.7
+    lines = _wrap(reason, font, scale, 2, 640 - 16)
+    assert " ".join(lines) == " ".join(reason.split()) and len(lines) > 2  # every word kept, in order
+    assert all(cv2.getTextSize(line, font, scale, 2)[0][0] <= 624 for line in lines)
+    canvas = stamp(np.zeros((640, 640, 3), np.uint8), "NOT INSPECTED", reason)
+    white = (canvas > 200).all(axis=2)
+    rows = np.flatnonzero(white.any(axis=1))
+    assert len(rows) and rows[0] > 0 and rows[-1] < 639  # text inside the frame, top to bottom
+    assert not white[:, :4].any() and not white[:, -4:].any()  # nothing cut at either side
+    pieces = _wrap("x" * 300, font, scale, 2, 100)  # one word wider than the frame: split, never cut
+    assert "".join(pieces) == "x" * 300 and all(cv2.getTextSize(p, font, scale, 2)[0][0] <= 100 for p in pieces)

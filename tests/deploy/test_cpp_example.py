@@ -179,7 +179,8 @@ def test_cpp_reference_model_matches_python_runtime(executable: Path, tmp_path: 
         assert cv2.imwrite(str(tmp_path / f"{name}.png"), wrong)
         refused = _run(executable, str(artifact), str(image_path), "--reference", str(tmp_path / f"{name}.png"))
         assert refused.returncode == 3 and refused.stdout == "", (name, refused.stderr)
-        assert "not inspected" in refused.stderr and "golden_check.min_zncc 0.500" in refused.stderr
+        assert "not inspected" in refused.stderr and "alignment score (ZNCC) " in refused.stderr
+        assert "(needs 0.50; meta.json golden_check.min_zncc)" in refused.stderr
         assert len(refused.stderr.splitlines()) == 1
     small = tmp_path / "small.png"
     assert cv2.imwrite(str(small), template[:-1])

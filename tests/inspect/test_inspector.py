@@ -306,7 +306,10 @@ def test_inspector_runs_a_folder_end_to_end_with_drift_events(checkpoint: Path, 
     assert drift and 12 <= drift[0] < 30 and not any(kind == "recovered" for kind, _ in kinds)
     assert [json.loads(line)["event"] for line in alerts.read_text().splitlines()] == [k for k, _ in kinds]
     assert seen[-1].drift in ("warning", "critical") and seen[0].drift == "warming_up" and seen[-1].score is not None
-    assert json.loads((tmp_path / "det.json").read_text()) is not None
+    records = json.loads((tmp_path / "det.json").read_text())
+    since = next(e["since"] for e in summary["drift_events"] if e["event"] == "drift")
+    flagged = [r["frame"] for r in records if r["drift"] in ("warning", "critical")]  # the JSON agrees with since (issue 33)
+    assert flagged == list(range(since, 30)), (since, flagged)
 
 
 def test_inspect_one_frame_through_the_api(checkpoint: Path) -> None:

@@ -5,14 +5,14 @@ changeover (issue 27)."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from defect_detector.cli.main import main
-from defect_detector.data.images import load_image_gray
-from defect_detector.inspect.drift_inputs import fingerprint
+from defect_detector.data.images import load_image_gray, pixel_fingerprint
 from defect_detector.inspect.inspector import Inspector
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
 
@@ -69,8 +69,8 @@ def test_the_golden_template_model_reads_each_frame_against_its_golden_image(tmp
         "frame": len(order) - 2,
         "source": "api",
         "time": lines[-1]["time"],
-        "reference": fingerprint(pairs[order[-1]][1]),
-        "previous": fingerprint(pairs[order[-3]][1]),
+        "reference": pixel_fingerprint(pairs[order[-1]][1]),
+        "previous": pixel_fingerprint(pairs[order[-3]][1]),
         "reason": lines[-1]["reason"],
     }
 
@@ -84,5 +84,25 @@ def test_predict_with_golden_images_logs_a_changeover_per_new_golden_image(tmp_p
     assert code == 0
     lines = [json.loads(line) for line in alerts.read_text().splitlines()]
     assert [e["event"] for e in lines] == ["changeover"] * 7  # 8 boards, each with its own golden image
-    assert lines[0]["previous"].endswith("50600000_test.jpg") and lines[0]["reference"].endswith("50600017_test.jpg")
+    assert lines[0]["previous"] == "50600000_test.jpg" and lines[0]["reference"] == "50600017_test.jpg"
     assert any(r.getMessage().startswith("changeover at frame 1 of ") for r in caplog.records)
+
+
+def test_boards_of_one_design_make_no_changeover_whatever_the_golden_file_names(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Issues 33 and 35: 39 changeover lines for 40 boards of one design. A changeover fires on new golden pixels only:
+    four copies of one golden image under four names make none; the second design makes exactly one."""
+    boards = sorted((SAMPLES / "deeppcb").glob("*.jpg"))[:2]
+    frames, golden = tmp_path / "frames", tmp_path / "golden"
+    frames.mkdir()
+    golden.mkdir()
+    for i in range(6):
+        board = boards[0] if i < 4 else boards[1]
+        shutil.copyfile(board, frames / f"{i}.jpg")
+        shutil.copyfile(SAMPLES / "golden" / board.name, golden / f"{i}.jpg")  # one file per frame, copies of one design
+    alerts = tmp_path / "alerts.jsonl"
+    with caplog.at_level("INFO", logger="defect_detector.monitor"):
+        code = main(["predict", str(frames), "--reference", str(golden), "--device", "cpu", "--alerts", str(alerts)])
+    assert code == 0
+    lines = [json.loads(line) for line in alerts.read_text().splitlines()]
+    assert [(e["event"], e["frame"], e["previous"], e["reference"]) for e in lines] == [("changeover", 4, "3.jpg", "4.jpg")]
+    assert len([r for r in caplog.records if r.getMessage().startswith("changeover at frame")]) == 1

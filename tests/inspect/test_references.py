@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
 
+from defect_detector.data.images import pixel_fingerprint
 from defect_detector.inspect.references import ReferenceError, References
 
 
@@ -25,3 +27,20 @@ def test_a_png_golden_image_serves_a_jpg_frame(tmp_path: Path) -> None:
     assert refs.lookup("c.jpg") == golden / "c.jpg"
     with pytest.raises(ReferenceError, match="no golden image in .*any image extension"):
         refs.lookup("d.jpg")
+
+
+def test_a_golden_image_is_keyed_by_its_pixels_not_its_file_name(tmp_path: Path) -> None:
+    """Issue 35: two copies of one golden image under two names are one design; a file rewritten with new pixels is
+    another (the key is cached by path and modification time, so it is not re-hashed every frame)."""
+    rng = np.random.default_rng(0)
+    board, other = (rng.integers(0, 255, (48, 64), dtype=np.uint8) for _ in range(2))
+    for name, image in (("a.png", board), ("b.png", board), ("c.png", other)):
+        assert cv2.imwrite(str(tmp_path / name), image)
+    refs = References(tmp_path)
+    assert refs.key("a.png") == refs.key("b.png") == pixel_fingerprint(board) != refs.key("c.png")
+    assert refs.key("a.png") == refs.key("a.png") and refs._keys[tmp_path / "a.png"][1] == pixel_fingerprint(board)
+    assert cv2.imwrite(str(tmp_path / "b.png"), other)
+    os.utime(tmp_path / "b.png", ns=(1, 1))  # another modification time, whatever the file system's resolution
+    assert refs.key("b.png") == pixel_fingerprint(other)
+    warped, _ = refs.align(other, "b.png")  # the registrar follows the new pixels too
+    assert np.array_equal(warped, other)

@@ -192,14 +192,30 @@ def test_each_fault_alerts_within_30_frames_and_names_its_cause(streams: dict, f
         assert first.layers and set(first.layers) <= set(DEFAULT_LAYERS)
         assert first.reason.startswith(words), first.reason
         assert first.cause == fault and f": {HINTS[fault]} {ACTIONS[fault]}; " in first.reason, first.reason
-        assert first.since is not None and onset - cfg.window < first.since <= onset + 1  # where the fault began
-        assert first.reason.endswith(f"inspection results since frame {first.since} are suspect")
+        assert first.since is not None and onset <= first.since <= first.frame  # the first frame flagged
+        assert f"inspection results since frame {first.since} are suspect (first frame flagged)" in first.reason
         line = first.to_dict()
         assert list(line)[: len(DESIGN_KEYS)] == DESIGN_KEYS
         assert line["statistic"] in ("mean", "std") and set(line["observed"]) == set(line["baseline"])
         assert line["cause"] == fault
         assert datetime.fromisoformat(line["time"].replace("Z", "+00:00")).tzinfo is not None
         json.dumps(line)
+
+
+@pytest.mark.parametrize("fault", ["defocus", "lighting_drop"])
+def test_the_per_frame_drift_field_agrees_with_the_alerts_since(streams: dict, fault: str) -> None:
+    """Issue 33: "results since frame 61 are suspect" while frames 60-67 read "normal". Every frame from ``since`` on
+    is flagged, none before it; the alert also says where the window shows the change beginning."""
+    detector = DriftDetector(streams["baseline"], MonitorConfig())
+    clean, faulted, onset = streams["clean"], streams["faulted"][fault], 300
+    flags, events = {}, []
+    for t in range(onset + 40):
+        events += detector.update((faulted if t >= onset else clean)[t % len(clean)], t, "synthetic")
+        flags[t] = detector.flag
+    alert = next(e for e in events if e.event == "drift")
+    assert all(flags[t] in ("normal", "warming_up") for t in range(alert.since))
+    assert all(flags[t] in ("warning", "critical") for t in range(alert.since, onset + 40))
+    assert alert.since > onset and "the change shows from about frame " in alert.reason
 
 
 @pytest.mark.parametrize("fault", ["defocus", "lighting_drop", "salt_and_pepper"])
