@@ -8,9 +8,9 @@ import cv2
 import numpy as np
 import pytest
 import torch
-from torchvision.ops import box_iou
 from pipeline_helpers import detect
 from small_checkpoint import write_small_checkpoint
+from torchvision.ops import box_iou
 
 from defect_detector.data.synth import generate_board
 from defect_detector.inspect.calibrate import run_calibrate
