@@ -58,7 +58,7 @@ SUBSTRATE = 255
 MIN_GAP = 16
 TARGET_MAP_GAP = 0.01
 TARGET_TIME_RATIO = 1.2
-_METRIC_KEYS = ("map50", "map50_95", "f1_iou033", "precision", "recall", "per_class")
+_METRIC_KEYS = ("map50", "map50_95", "f1_iou033", "precision", "recall", "per_class", "operating_points")
 
 
 @dataclass(frozen=True)
@@ -286,6 +286,9 @@ def print_table(report: dict[str, Any]) -> None:
         cells = [f"{m['map50']:.4f}", f"{m['map50_95']:.4f}", f"{m['f1_iou033']:.3f}", f"{m['recall']:.3f}"]
         cells += [str(m.get("background_detections", "")), f"{m['model_ms']:.1f}" if "model_ms" in m else ""]
         print(f"{label:20s}" + "".join(f"{c:>11s}" for c in cells) + f"{m['off_border']['map50']:>20.4f}")
+    for name, label in (("one_by_one", "boards one by one"), ("tiled", "frames tiled")):
+        points = ", ".join(f"{p['recall']:.1%}: {p['false_calls_per_image']:.2f}" for p in r[name]["operating_points"])
+        print(f"{label}: false calls per board at {points} of defects caught")
     print(
         f"model time per tiled frame {t['frame_model_ms']:.1f} ms = {t['ratio']:.2f} x ({t['tiles_per_frame']} tiles x "
         f"{t['tile_model_ms']:.1f} ms) [target <= {TARGET_TIME_RATIO}]; mAP@0.5 one by one - tiled {report['map50_gap']:+.4f} "
