@@ -8,8 +8,8 @@ from defect_detector.core.config import Config, ConfigError, apply_overrides, co
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
-def test_defaults_are_valid() -> None:
-    Config().validate()
+def test_defaults_are_valid_and_round_trip() -> None:
+    assert config_from_dict(Config().to_dict()) == Config() == load_config(None)
 
 
 def _leaves(raw: dict, prefix: str = "") -> dict[str, object]:

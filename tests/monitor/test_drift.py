@@ -1,4 +1,3 @@
-import dataclasses
 import json
 from datetime import datetime
 from pathlib import Path
@@ -309,13 +308,15 @@ def test_nonfinite_frames_are_skipped() -> None:
 def test_monitor_config_validation() -> None:
     from defect_detector.core.config import ConfigError
 
-    with pytest.raises(ConfigError, match="monitor.z_warn"):
-        MonitorConfig(z_warn=5.0, z_alert=2.0).validate()
-    with pytest.raises(ConfigError, match="monitor.reference"):
-        MonitorConfig(reference=-1).validate()
+    with pytest.raises(ConfigError, match=r"^monitor\.z_warn: must be > 0 and <= monitor\.z_alert, got 5\.0$"):
+        MonitorConfig(z_warn=5.0, z_alert=2.0)
+    with pytest.raises(ConfigError, match=r"^monitor\.reference: must be >= 0, got -1$"):
+        MonitorConfig(reference=-1)
     with pytest.raises(ConfigError, match="monitor.z_clear"):
-        MonitorConfig(z_warn=4.0, z_clear=4.5).validate()
-    assert dataclasses.replace(MonitorConfig(), reference=0).reference == 0
+        MonitorConfig(z_warn=4.0, z_clear=4.5)
+    with pytest.raises(ConfigError, match=r"^monitor\.window: must be an integer, got '4'$"):
+        MonitorConfig(window="4")
+    assert MonitorConfig().model_copy(update={"reference": 0}).reference == 0
 
 
 def test_small_baseline_ignores_correlations(caplog: pytest.LogCaptureFixture) -> None:
