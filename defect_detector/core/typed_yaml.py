@@ -122,27 +122,27 @@ _M = TypeVar("_M", bound="Section")
 
 class Section(BaseModel):
     """A frozen config model: unknown keys refused, scalars as YAML writes them (:data:`Float` ...), and every
-    error one ``error`` line naming ``section.key`` (``ModelConfig(widths=(1, 2))`` included)."""
+    error one :class:`ConfigError` line naming ``section.key``, from a dict (:meth:`from_raw`) or keywords
+    (``ModelConfig(widths=(1, 2))``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     section: ClassVar[str] = ""
-    error: ClassVar[type[ValueError]] = ConfigError
 
     def __init__(self, **data: Any) -> None:
         try:
             super().__init__(**data)
         except ValidationError as exc:
-            raise self.error(error_line(exc, type(self), self.section)) from None
+            raise ConfigError(error_line(exc, type(self), self.section)) from None
 
     __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]  # nested sections validate in pydantic-core, not here
 
     @classmethod
     def from_raw(cls: type[_M], raw: Any) -> _M:
-        """The model from a nested dict; ``error`` with one line for the first bad key."""
+        """The model from a nested dict; :class:`ConfigError` with one line for the first bad key."""
         try:
             return cls.model_validate(raw)
         except ValidationError as exc:
-            raise cls.error(error_line(exc, cls, cls.section)) from None
+            raise ConfigError(error_line(exc, cls, cls.section)) from None
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
