@@ -24,7 +24,6 @@ frames through the run as a fraction of the best fixed count's, phase by phase. 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import statistics
@@ -103,7 +102,7 @@ def train_meter(folder: Path) -> Callable[[float], float]:
     def one_pass() -> dict[str, float]:
         loader.sampler.set_epoch(epoch[0])
         epoch[0] += 1
-        settings = dataclasses.replace(cfg.train, accumulate=1, grad_clip=10.0, max_bad_steps=10**6)
+        settings = cfg.train.model_copy(update={"accumulate": 1, "grad_clip": 10.0, "max_bad_steps": 10**6})
         return train_one_epoch(t.model, loader, t, torch.device("cpu"), None, settings, progress=False)
 
     one_pass()

@@ -312,7 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             result["cost"] = measure_cost(pipeline, baseline, cfg, pool[0], args.cost_repeats)
         results[str(weights)] = result
         print_table(weights.name, result)
-    atomic_write_json(args.out, json.loads(json.dumps({"monitor_config": dataclasses.asdict(cfg), "models": results}, default=float)))
+    atomic_write_json(args.out, json.loads(json.dumps({"monitor_config": cfg.model_dump(), "models": results}, default=float)))
     print(f"wrote {args.out}")
     return 0
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +54,7 @@ def _shifted(image: np.ndarray, dx: int, dy: int) -> np.ndarray:
 
 def _outcome(golden: np.ndarray, image: np.ndarray, cfg: RegisterConfig) -> dict[str, Any]:
     """Registration with the golden check off (``max_difference`` 1), so the sweep can apply any threshold."""
-    _, reg = register(golden, image, replace(cfg, max_difference=1.0))
+    _, reg = register(golden, image, cfg.model_copy(update={"max_difference": 1.0}))
     return {"registered": bool(reg.ok), "difference": float(reg.difference), "reason": reg.reason}
 
 

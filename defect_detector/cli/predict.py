@@ -141,9 +141,9 @@ def _print_setup(inspector: Any, args: argparse.Namespace) -> None:
     print(f"model: {runtime.path.name} ({runtime.kind}, {runtime.device}, {what}); {passes}; drift monitoring {drift}")
     conf = inspector.pipeline.conf
     print(f"operating point: score >= {conf:g}, NMS IoU {inspector.pipeline.iou:g}" + (" (the weights')" if args.conf is None else ""))
-    if args.save_json and conf > EvalConfig.conf:  # the score threshold val uses for mAP
+    if args.save_json and conf > EvalConfig().conf:  # the score threshold val uses for mAP
         print(f"note: --save-json keeps detections scoring >= {conf:g}; to score mAP (pycocotools) keep the whole ranking: ", end="")
-        print(f"--conf {EvalConfig.conf}")
+        print(f"--conf {EvalConfig().conf}")
 
 
 def _raise_for(summary: dict[str, Any], args: argparse.Namespace) -> None:

@@ -1,25 +1,25 @@
 """Typed, validated configuration loaded from YAML.
 
-A config is a tree of frozen dataclasses. Loading rejects unknown keys and bad
-values at start, naming the offending key (``train.lr: must be > 0, got -1``).
+A config is a tree of frozen pydantic models (``extra="forbid"``; :class:`defect_detector.core.typed_yaml.Section`).
+Loading rejects unknown keys and bad values at start, one line naming the offending key and value
+(``train.lr: must be finite and > 0, got -1.0``); copies with changes are ``cfg.model_copy(update={...})``.
 ``key=value`` overrides from the command line use dotted paths
 (``train.epochs=3``) and are parsed as YAML scalars.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
-from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
+from pydantic import Field, model_validator
 
 from defect_detector.core.constants import DEEPPCB_CLASSES, DEFAULT_LAYERS
 from defect_detector.core.io import atomic_write_text
-from defect_detector.core.typed_yaml import ConfigError, apply_overrides, build, plain, read_yaml_mapping
+from defect_detector.core.typed_yaml import Bool, ConfigError, Float, Int, Section, Str, apply_overrides, check, plain, read_yaml_mapping
 
 __all__ = [
     "AugmentConfig",
@@ -38,8 +38,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class DataConfig:
+class DataConfig(Section):
     """Where the COCO annotations and images are, and how images are shaped.
 
     Reference models (``model.in_channels: 2``) read each image's golden ``reference`` from the json.
@@ -55,31 +54,34 @@ class DataConfig:
     well below it (``data/tiles.py``). None: not recorded (frames are letterboxed).
     ``max_images``: use only this many images of each json, spread evenly over it (a quick run on a subset); null: all."""
 
-    train: str = ""
-    val: str = ""
-    train_images: str | None = None
-    val_images: str | None = None
-    class_names: tuple[str, ...] = DEEPPCB_CLASSES
-    imgsz: int = 640
-    on_bad_sample: str = "skip"
-    workers: int = 2
-    register_train: bool = False
-    register_val: bool = True
-    pixel_scale: float | None = None
-    max_images: int | None = None
+    section: ClassVar[str] = "data"
 
-    def validate(self) -> None:
-        _check(self.max_images is None or self.max_images >= 1, "data.max_images", "must be >= 1 or null", self.max_images)
-        _check(self.pixel_scale is None or self.pixel_scale > 0, "data.pixel_scale", "must be > 0 or null", self.pixel_scale)
-        _check(self.imgsz % 32 == 0 and self.imgsz >= 64, "data.imgsz", "must be a multiple of 32 and >= 64", self.imgsz)
-        _check(len(self.class_names) > 0, "data.class_names", "must not be empty", self.class_names)
-        _check(len(set(self.class_names)) == len(self.class_names), "data.class_names", "must be unique", self.class_names)
-        _check(self.on_bad_sample in ("skip", "error"), "data.on_bad_sample", "must be 'skip' or 'error'", self.on_bad_sample)
-        _check(self.workers >= 0, "data.workers", "must be >= 0", self.workers)
+    train: Str = ""
+    val: Str = ""
+    train_images: Str | None = None
+    val_images: Str | None = None
+    class_names: tuple[Str, ...] = DEEPPCB_CLASSES
+    imgsz: Int = 640
+    on_bad_sample: Str = "skip"
+    workers: Int = 2
+    register_train: Bool = False
+    register_val: Bool = True
+    pixel_scale: Float | None = None
+    max_images: Int | None = None
+
+    @model_validator(mode="after")
+    def _check_values(self) -> DataConfig:
+        check(self.max_images is None or self.max_images >= 1, "max_images", "must be >= 1 or null", self.max_images)
+        check(self.pixel_scale is None or self.pixel_scale > 0, "pixel_scale", "must be > 0 or null", self.pixel_scale)
+        check(self.imgsz % 32 == 0 and self.imgsz >= 64, "imgsz", "must be a multiple of 32 and >= 64", self.imgsz)
+        check(len(self.class_names) > 0, "class_names", "must not be empty", self.class_names)
+        check(len(set(self.class_names)) == len(self.class_names), "class_names", "must be unique", self.class_names)
+        check(self.on_bad_sample in ("skip", "error"), "on_bad_sample", "must be 'skip' or 'error'", self.on_bad_sample)
+        check(self.workers >= 0, "workers", "must be >= 0", self.workers)
+        return self
 
 
-@dataclass(frozen=True)
-class AugmentConfig:
+class AugmentConfig(Section):
     """Box-aware augmentation, applied in the original image frame (training only).
 
     Probabilities are in [0, 1]; a probability of 0 removes the transform.
@@ -102,32 +104,35 @@ class AugmentConfig:
     ``ref_rotate`` degrees, the error left after registration.
     """
 
-    crop_size: int = 0
-    crop_focus: float = 1.0
+    section: ClassVar[str] = "augment"
 
-    hflip: float = 0.5
-    vflip: float = 0.5
-    transpose: float = 0.0
-    rotate_deg: float = 5.0
-    rotate_p: float = 0.3
-    scale: float = 0.1
-    translate: float = 0.05
-    affine_p: float = 0.5
-    brightness: float = 0.2
-    contrast: float = 0.2
-    gamma: tuple[float, float] = (80.0, 120.0)
-    photometric_p: float = 0.5
-    blur_p: float = 0.1
-    noise_p: float = 0.1
-    glare_p: float = 0.1
-    invert_negatives: float = 0.0
-    min_visibility: float = 0.4
-    min_box_size: float = 2.0
-    ref_shift: float = 2.0
-    ref_rotate: float = 0.3
-    ref_p: float = 1.0
+    crop_size: Int = 0
+    crop_focus: Float = 1.0
 
-    def validate(self) -> None:
+    hflip: Float = 0.5
+    vflip: Float = 0.5
+    transpose: Float = 0.0
+    rotate_deg: Float = 5.0
+    rotate_p: Float = 0.3
+    scale: Float = 0.1
+    translate: Float = 0.05
+    affine_p: Float = 0.5
+    brightness: Float = 0.2
+    contrast: Float = 0.2
+    gamma: tuple[Float, Float] = (80.0, 120.0)
+    photometric_p: Float = 0.5
+    blur_p: Float = 0.1
+    noise_p: Float = 0.1
+    glare_p: Float = 0.1
+    invert_negatives: Float = 0.0
+    min_visibility: Float = 0.4
+    min_box_size: Float = 2.0
+    ref_shift: Float = 2.0
+    ref_rotate: Float = 0.3
+    ref_p: Float = 1.0
+
+    @model_validator(mode="after")
+    def _check_values(self) -> AugmentConfig:
         for name in (
             "crop_focus",
             "hflip",
@@ -144,21 +149,22 @@ class AugmentConfig:
             "ref_p",
         ):
             value = getattr(self, name)
-            _check(0.0 <= value <= 1.0, f"augment.{name}", "must be in [0, 1]", value)
+            check(0.0 <= value <= 1.0, name, "must be in [0, 1]", value)
         for name in ("rotate_deg", "scale", "translate", "brightness", "contrast", "min_box_size", "ref_shift", "ref_rotate"):
-            _check(getattr(self, name) >= 0, f"augment.{name}", "must be >= 0", getattr(self, name))
-        _check(
+            check(getattr(self, name) >= 0, name, "must be >= 0", getattr(self, name))
+        check(
             self.crop_size == 0 or (self.crop_size % 32 == 0 and self.crop_size >= 64),
-            "augment.crop_size",
+            "crop_size",
             "must be 0 (off) or a multiple of 32 >= 64",
             self.crop_size,
         )
-        _check(
+        check(
             len(self.gamma) == 2 and 0 < self.gamma[0] <= self.gamma[1],
-            "augment.gamma",
+            "gamma",
             "must be [low, high] with 0 < low <= high",
             self.gamma,
         )
+        return self
 
 
 FUSIONS = ("early", "diff", "siamese")
@@ -168,8 +174,7 @@ BOX_HEADS = ("distance", "dfl")
 """``model.box_head`` values: direct edge distances, or distributions over bins (distribution focal loss)."""
 
 
-@dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(Section):
     """TinyDetector size. ``widths`` are the channels at strides 4, 8, 16, 32;
     ``depths`` the number of depthwise-separable blocks per stage. ``head_convs``: blocks in each class branch
     of the head, and in each box branch unless ``head_box_convs`` says otherwise (null: the same).
@@ -184,48 +189,51 @@ class ModelConfig:
     over ``reg_max`` bins per edge (in units of the level's stride), read as its expectation, and trains it with
     distribution focal loss (GFL)."""
 
-    in_channels: int = 1
-    fusion: str = "early"
-    box_head: str = "distance"
-    reg_max: int = 16
-    widths: tuple[int, int, int, int] = (32, 64, 128, 192)
-    depths: tuple[int, int, int, int] = (1, 3, 3, 2)
-    neck_channels: int = 64
-    head_convs: int = 2
-    head_box_convs: int | None = None
-    strides: tuple[int, ...] = (8, 16, 32)
+    section: ClassVar[str] = "model"
 
-    def validate(self) -> None:
-        _check(self.in_channels in (1, 2), "model.in_channels", "must be 1 (image) or 2 (image + reference)", self.in_channels)
-        _check(self.fusion in FUSIONS, "model.fusion", f"must be one of {', '.join(FUSIONS)}", self.fusion)
-        _check(
+    in_channels: Int = 1
+    fusion: Str = "early"
+    box_head: Str = "distance"
+    reg_max: Int = 16
+    widths: tuple[Int, Int, Int, Int] = (32, 64, 128, 192)
+    depths: tuple[Int, Int, Int, Int] = (1, 3, 3, 2)
+    neck_channels: Int = 64
+    head_convs: Int = 2
+    head_box_convs: Int | None = None
+    strides: tuple[Int, ...] = (8, 16, 32)
+
+    @model_validator(mode="after")
+    def _check_values(self) -> ModelConfig:
+        check(self.in_channels in (1, 2), "in_channels", "must be 1 (image) or 2 (image + reference)", self.in_channels)
+        check(self.fusion in FUSIONS, "fusion", f"must be one of {', '.join(FUSIONS)}", self.fusion)
+        check(
             self.fusion == "early" or self.in_channels == 2,
-            "model.fusion",
+            "fusion",
             "needs model.in_channels: 2 (an image and its reference) unless it is 'early'",
             self.fusion,
         )
-        _check(self.box_head in BOX_HEADS, "model.box_head", f"must be one of {', '.join(BOX_HEADS)}", self.box_head)
-        _check(2 <= self.reg_max <= 64, "model.reg_max", "must be an integer in [2, 64]", self.reg_max)
-        _check(
+        check(self.box_head in BOX_HEADS, "box_head", f"must be one of {', '.join(BOX_HEADS)}", self.box_head)
+        check(2 <= self.reg_max <= 64, "reg_max", "must be an integer in [2, 64]", self.reg_max)
+        check(
             len(self.widths) == 4 and all(w > 0 and w % 8 == 0 for w in self.widths),
-            "model.widths",
+            "widths",
             "must be 4 positive multiples of 8",
             self.widths,
         )
-        _check(len(self.depths) == 4 and all(d >= 1 for d in self.depths), "model.depths", "must be 4 integers >= 1", self.depths)
-        _check(
+        check(len(self.depths) == 4 and all(d >= 1 for d in self.depths), "depths", "must be 4 integers >= 1", self.depths)
+        check(
             self.neck_channels > 0 and self.neck_channels % 8 == 0,
-            "model.neck_channels",
+            "neck_channels",
             "must be a positive multiple of 8",
             self.neck_channels,
         )
-        _check(self.head_convs >= 1, "model.head_convs", "must be >= 1", self.head_convs)
-        _check(self.head_box_convs is None or self.head_box_convs >= 1, "model.head_box_convs", "must be >= 1 or null", self.head_box_convs)
-        _check(tuple(self.strides) == (8, 16, 32), "model.strides", "must be [8, 16, 32]", self.strides)
+        check(self.head_convs >= 1, "head_convs", "must be >= 1", self.head_convs)
+        check(self.head_box_convs is None or self.head_box_convs >= 1, "head_box_convs", "must be >= 1 or null", self.head_box_convs)
+        check(tuple(self.strides) == (8, 16, 32), "strides", "must be [8, 16, 32]", self.strides)
+        return self
 
 
-@dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(Section):
     """Optimisation. ``amp``: 'auto' = float16 on CUDA, off on CPU; 'bf16' forces
     bfloat16 autocast on CPU; 'off' disables autocast. ``init_weights``: start
     from a checkpoint's (EMA) weights instead of a random initialisation, with a
@@ -234,47 +242,50 @@ class TrainConfig:
     tensors fit (another class count keeps the class branches fresh). ``max_minutes``: stop after the first epoch that
     ends past this many minutes of training (null: run every epoch); the schedule still spans ``epochs``."""
 
-    epochs: int = 30
-    batch_size: int = 8
-    accumulate: int = 1
-    lr: float = 2e-3
-    weight_decay: float = 0.05
-    warmup_epochs: float = 1.0
-    min_lr_ratio: float = 0.05
-    grad_clip: float = 10.0
-    ema_decay: float = 0.999
-    amp: str = "auto"
-    device: str = "auto"
-    val_every: int = 1
-    max_bad_steps: int = 50
-    init_weights: str | None = None
-    max_minutes: float | None = None
+    section: ClassVar[str] = "train"
 
-    def validate(self) -> None:
-        _check(self.epochs >= 1, "train.epochs", "must be >= 1", self.epochs)
-        _check(self.batch_size >= 1, "train.batch_size", "must be >= 1", self.batch_size)
-        _check(self.accumulate >= 1, "train.accumulate", "must be >= 1", self.accumulate)
-        _check(self.lr > 0 and math.isfinite(self.lr), "train.lr", "must be finite and > 0", self.lr)
+    epochs: Int = 30
+    batch_size: Int = 8
+    accumulate: Int = 1
+    lr: Float = 2e-3
+    weight_decay: Float = 0.05
+    warmup_epochs: Float = 1.0
+    min_lr_ratio: Float = 0.05
+    grad_clip: Float = 10.0
+    ema_decay: Float = 0.999
+    amp: Str = "auto"
+    device: Str = "auto"
+    val_every: Int = 1
+    max_bad_steps: Int = 50
+    init_weights: Str | None = None
+    max_minutes: Float | None = None
+
+    @model_validator(mode="after")
+    def _check_values(self) -> TrainConfig:
+        check(self.epochs >= 1, "epochs", "must be >= 1", self.epochs)
+        check(self.batch_size >= 1, "batch_size", "must be >= 1", self.batch_size)
+        check(self.accumulate >= 1, "accumulate", "must be >= 1", self.accumulate)
+        check(self.lr > 0 and math.isfinite(self.lr), "lr", "must be finite and > 0", self.lr)
         for name in ("weight_decay", "warmup_epochs"):
             value = getattr(self, name)
-            _check(value >= 0 and math.isfinite(value), f"train.{name}", "must be finite and >= 0", value)
-        _check(0 <= self.min_lr_ratio <= 1, "train.min_lr_ratio", "must be in [0, 1]", self.min_lr_ratio)
-        _check(self.grad_clip > 0, "train.grad_clip", "must be > 0", self.grad_clip)
-        _check(0 <= self.ema_decay < 1, "train.ema_decay", "must be in [0, 1)", self.ema_decay)
-        _check(self.amp in ("auto", "off", "bf16", "fp16"), "train.amp", "must be one of auto, off, bf16, fp16", self.amp)
-        _check(
+            check(value >= 0 and math.isfinite(value), name, "must be finite and >= 0", value)
+        check(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", "must be in [0, 1]", self.min_lr_ratio)
+        check(self.grad_clip > 0, "grad_clip", "must be > 0", self.grad_clip)
+        check(0 <= self.ema_decay < 1, "ema_decay", "must be in [0, 1)", self.ema_decay)
+        check(self.amp in ("auto", "off", "bf16", "fp16"), "amp", "must be one of auto, off, bf16, fp16", self.amp)
+        check(
             self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
-            "train.device",
+            "device",
             "must be auto, cpu, cuda or cuda:N",
             self.device,
         )
-        _check(self.val_every >= 1, "train.val_every", "must be >= 1", self.val_every)
-        _check(self.max_bad_steps >= 0, "train.max_bad_steps", "must be >= 0", self.max_bad_steps)
-        _check(self.max_minutes is None or self.max_minutes > 0, "train.max_minutes", "must be > 0 or null", self.max_minutes)
+        check(self.val_every >= 1, "val_every", "must be >= 1", self.val_every)
+        check(self.max_bad_steps >= 0, "max_bad_steps", "must be >= 0", self.max_bad_steps)
+        check(self.max_minutes is None or self.max_minutes > 0, "max_minutes", "must be > 0 or null", self.max_minutes)
+        return self
 
 
-@dataclass(frozen=True)
-class EvalConfig:
+class EvalConfig(Section):
     """Postprocess thresholds. ``conf`` is the low threshold used for mAP;
     ``f1_conf`` the operating point for DeepPCB's F-score. Every evaluation runs one model pass per
     image, as the deployed artifact does; test-time augmentation is asked for per command (``val --tta``,
@@ -282,23 +293,26 @@ class EvalConfig:
     overlapping a higher-scored detection of another class by more than this IoU has its score multiplied by
     ``cross_class_factor`` (one defect, one call at the line's threshold; null: off)."""
 
-    conf: float = 0.001
-    nms_iou: float = 0.6
-    max_det: int = 100
-    f1_conf: float = 0.3
-    cross_class_iou: float | None = None
-    cross_class_factor: float = 0.25
+    section: ClassVar[str] = "eval"
 
-    def validate(self) -> None:
+    conf: Float = 0.001
+    nms_iou: Float = 0.6
+    max_det: Int = 100
+    f1_conf: Float = 0.3
+    cross_class_iou: Float | None = None
+    cross_class_factor: Float = 0.25
+
+    @model_validator(mode="after")
+    def _check_values(self) -> EvalConfig:
         for name in ("conf", "nms_iou", "f1_conf", "cross_class_factor"):
-            _check(0.0 <= getattr(self, name) <= 1.0, f"eval.{name}", "must be in [0, 1]", getattr(self, name))
-        _check(self.max_det >= 1, "eval.max_det", "must be >= 1", self.max_det)
+            check(0.0 <= getattr(self, name) <= 1.0, name, "must be in [0, 1]", getattr(self, name))
+        check(self.max_det >= 1, "max_det", "must be >= 1", self.max_det)
         ok = self.cross_class_iou is None or 0.0 <= self.cross_class_iou <= 1.0
-        _check(ok, "eval.cross_class_iou", "must be in [0, 1] or null", self.cross_class_iou)
+        check(ok, "cross_class_iou", "must be in [0, 1] or null", self.cross_class_iou)
+        return self
 
 
-@dataclass(frozen=True)
-class MonitorConfig:
+class MonitorConfig(Section):
     """Drift detection (algorithm and units: monitor/drift.py).
 
     ``z_warn`` / ``z_alert`` bound the drift score, a Mahalanobis distance in units of the spread of
@@ -320,71 +334,65 @@ class MonitorConfig:
     board, and a new board design moves them more than a camera fault does.
     """
 
-    window: int = 16
-    reference: int = 256
-    z_warn: float = 5.5
-    z_alert: float = 8.0
-    z_clear: float | None = None
-    baseline_margin: float | None = None
-    rel_floor: float = 0.02
-    shrinkage: float = 0.0
-    debounce: int = 3
-    recover: int = 12
-    layers: tuple[str, ...] = DEFAULT_LAYERS
+    section: ClassVar[str] = "monitor"
 
-    def validate(self) -> None:
-        _check(self.window >= 1, "monitor.window", "must be >= 1", self.window)
-        _check(self.reference >= 0, "monitor.reference", "must be >= 0", self.reference)
-        _check(0 < self.z_warn <= self.z_alert, "monitor.z_warn", "must be > 0 and <= monitor.z_alert", self.z_warn)
+    window: Int = 16
+    reference: Int = 256
+    z_warn: Float = 5.5
+    z_alert: Float = 8.0
+    z_clear: Float | None = None
+    baseline_margin: Float | None = None
+    rel_floor: Float = 0.02
+    shrinkage: Float = 0.0
+    debounce: Int = 3
+    recover: Int = 12
+    layers: tuple[Str, ...] = DEFAULT_LAYERS
+
+    @model_validator(mode="after")
+    def _check_values(self) -> MonitorConfig:
+        check(self.window >= 1, "window", "must be >= 1", self.window)
+        check(self.reference >= 0, "reference", "must be >= 0", self.reference)
+        check(0 < self.z_warn <= self.z_alert, "z_warn", "must be > 0 and <= monitor.z_alert", self.z_warn)
         clear_ok = self.z_clear is None or 0 < self.z_clear <= self.z_warn
-        _check(clear_ok, "monitor.z_clear", "must be > 0 and <= monitor.z_warn (or null)", self.z_clear)
+        check(clear_ok, "z_clear", "must be > 0 and <= monitor.z_warn (or null)", self.z_clear)
         margin_ok = self.baseline_margin is None or self.baseline_margin >= 0
-        _check(margin_ok, "monitor.baseline_margin", "must be >= 0 (or null)", self.baseline_margin)
-        _check(self.rel_floor >= 0, "monitor.rel_floor", "must be >= 0", self.rel_floor)
-        _check(0.0 <= self.shrinkage <= 1.0, "monitor.shrinkage", "must be in [0, 1]", self.shrinkage)
-        _check(self.debounce >= 1, "monitor.debounce", "must be >= 1", self.debounce)
-        _check(self.recover >= 1, "monitor.recover", "must be >= 1", self.recover)
-        _check(all(isinstance(p, str) and p for p in self.layers), "monitor.layers", "must be a list of layer names or globs", self.layers)
+        check(margin_ok, "baseline_margin", "must be >= 0 (or null)", self.baseline_margin)
+        check(self.rel_floor >= 0, "rel_floor", "must be >= 0", self.rel_floor)
+        check(0.0 <= self.shrinkage <= 1.0, "shrinkage", "must be in [0, 1]", self.shrinkage)
+        check(self.debounce >= 1, "debounce", "must be >= 1", self.debounce)
+        check(self.recover >= 1, "recover", "must be >= 1", self.recover)
+        check(all(isinstance(p, str) and p for p in self.layers), "layers", "must be a list of layer names or globs", self.layers)
+        return self
 
 
-@dataclass(frozen=True)
-class Config:
+class Config(Section):
     """The whole run configuration."""
 
-    name: str = "run"
-    seed: int = 0
-    out_dir: str = "runs"
-    data: DataConfig = field(default_factory=DataConfig)
-    augment: AugmentConfig = field(default_factory=AugmentConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    monitor: MonitorConfig = field(default_factory=MonitorConfig)
+    name: Str = "run"
+    seed: Int = 0
+    out_dir: Str = "runs"
+    data: DataConfig = Field(default_factory=DataConfig)
+    augment: AugmentConfig = Field(default_factory=AugmentConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    monitor: MonitorConfig = Field(default_factory=MonitorConfig)
 
-    def validate(self) -> None:
-        _check(bool(self.name) and "/" not in self.name, "name", "must be a non-empty name without '/'", self.name)
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if dataclasses.is_dataclass(value):
-                value.validate()
+    @model_validator(mode="after")
+    def _check_values(self) -> Config:
+        check(bool(self.name) and "/" not in self.name, "name", "must be a non-empty name without '/'", self.name)
+        return self
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (tuples as lists) for YAML, JSON and checkpoints."""
-        return plain(dataclasses.asdict(self))
-
-
-def _check(ok: bool, key: str, what: str, value: Any) -> None:
-    if not ok:
-        raise ConfigError(f"{key}: {what}, got {value!r}")
+        return plain(self.model_dump())
 
 
 def config_from_dict(raw: dict[str, Any]) -> Config:
     """Build and validate a :class:`Config` from a nested dict."""
     if not isinstance(raw, dict):
         raise ConfigError(f"config: must be a mapping, got {type(raw).__name__}")
-    cfg = build(Config, raw)
-    cfg.validate()
-    return cfg
+    return Config.from_raw(raw)
 
 
 def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | None = None) -> Config:

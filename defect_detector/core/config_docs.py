@@ -1,15 +1,29 @@
-"""The configuration reference in ``docs/config.md``, generated from :mod:`defect_detector.core.config`'s dataclasses
-(every section, key, type and default): ``python -m defect_detector.core.config_docs --update-docs``."""
+"""The configuration reference in ``docs/config.md``, generated from :mod:`defect_detector.core.config`'s pydantic
+models (every section, key, type and default): ``python -m defect_detector.core.config_docs --update-docs``."""
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import fields
+import types
 from pathlib import Path
-from typing import get_type_hints
+from typing import Annotated, Any, Union, get_args, get_origin
+
+from pydantic import BaseModel
 
 from defect_detector.core.config import Config
 from defect_detector.core.typed_yaml import plain
+
+
+def _type_name(hint: Any) -> str:
+    """``int``, ``str or None``, ``tuple[float, float]``, ``tuple[str, ...]`` of a field annotation (the strictness
+    markers of :mod:`defect_detector.core.typed_yaml` left out)."""
+    origin, args = get_origin(hint), get_args(hint)
+    if origin is Annotated:
+        return _type_name(args[0])
+    if origin in (Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in args)
+    if origin is tuple:
+        return "tuple[" + ", ".join("..." if a is Ellipsis else _type_name(a) for a in args) + "]"
+    return "None" if hint is type(None) else getattr(hint, "__name__", str(hint))
 
 
 def config_reference_markdown() -> str:
@@ -19,22 +33,18 @@ def config_reference_markdown() -> str:
     test regenerates it so the documentation cannot drift from the code.
     """
     lines: list[str] = []
-    for section in fields(Config):
-        default = getattr(Config(), section.name)
-        if not dataclasses.is_dataclass(default):
+    defaults = Config()
+    for name in Config.model_fields:
+        section = getattr(defaults, name)
+        if not isinstance(section, BaseModel):
             continue
-        doc = " ".join((type(default).__doc__ or "").split())
-        lines += [f"### `{section.name}`", "", doc, "", "| key | type | default |", "| --- | --- | --- |"]
-        hints = get_type_hints(type(default))
-        for f in fields(default):
-            type_name = str(hints[f.name]).replace(" | ", " or ").replace("typing.", "").replace("<class '", "").replace("'>", "")
-            lines.append(f"| `{section.name}.{f.name}` | `{type_name}` | `{plain(getattr(default, f.name))!r}` |")
+        doc = " ".join((type(section).__doc__ or "").split())
+        lines += [f"### `{name}`", "", doc, "", "| key | type | default |", "| --- | --- | --- |"]
+        for key, field in type(section).model_fields.items():
+            lines.append(f"| `{name}.{key}` | `{_type_name(field.annotation)}` | `{plain(getattr(section, key))!r}` |")
         lines.append("")
-    top = ", ".join(
-        f"`{f.name}` (default `{getattr(Config(), f.name)!r}`)"
-        for f in fields(Config)
-        if not dataclasses.is_dataclass(getattr(Config(), f.name))
-    )
+    scalars = [name for name in Config.model_fields if not isinstance(getattr(defaults, name), BaseModel)]
+    top = ", ".join(f"`{name}` (default `{getattr(defaults, name)!r}`)" for name in scalars)
     return "\n".join([f"Top-level keys: {top}.", ""] + lines).rstrip() + "\n"
 
 

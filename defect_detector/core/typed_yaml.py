@@ -1,17 +1,16 @@
-"""Typed YAML: reading a mapping strictly, ``key=value`` overrides, and checking a nested dict into (nested) frozen
-dataclasses by their type annotations. Every error is one :class:`ConfigError` line naming the file or the dotted
-key (``train.lr: must be a number, got 'fast'``). :mod:`defect_detector.core.config` defines the dataclasses."""
+"""Typed YAML: reading a mapping strictly, ``key=value`` overrides, and the pydantic base that checks a nested dict
+into frozen models. Every error is one :class:`ConfigError` line naming the file or the dotted key
+(``train.lr: must be a number, got 'fast'``); :func:`error_line` turns a pydantic ``ValidationError`` into that line.
+:mod:`defect_detector.core.config` defines the models."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
-from collections.abc import Callable
-from dataclasses import fields
 from pathlib import Path
-from typing import Any, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, ClassVar, TypeVar
 
 import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Strict, StrictBool, StrictInt, StrictStr, ValidationError
 
 
 class ConfigError(ValueError):
@@ -27,75 +26,123 @@ def plain(value: Any) -> Any:
     return value
 
 
-def _bool(value: Any, key: str) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{key}: must be true or false, got {value!r}")
-    return value
-
-
-def _int(value: Any, key: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{key}: must be an integer, got {value!r}")
-    return value
-
-
-def _float(value: Any, key: str) -> float:
-    if isinstance(value, str):  # YAML 1.1 reads "1e-3" (no dot) as a string
+def _yaml_number(value: Any) -> Any:
+    """A string YAML 1.1 read from a number without a dot (``1e-3``) as that number; anything else unchanged."""
+    if isinstance(value, str):
         try:
-            value = float(value)
+            return float(value)
         except ValueError:
-            pass
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{key}: must be a number, got {value!r}")
-    return float(value)
-
-
-def _str(value: Any, key: str) -> str:
-    if not isinstance(value, str):
-        raise ConfigError(f"{key}: must be a string, got {value!r}")
+            return value
     return value
 
 
-_SCALARS: dict[Any, Callable[[Any, str], Any]] = {bool: _bool, int: _int, float: _float, str: _str}
+Bool = StrictBool
+Int = StrictInt
+Str = StrictStr
+Float = Annotated[float, Strict(), BeforeValidator(_yaml_number)]
+"""Field types as YAML writes them: no bool for a number, no number or string for a bool, no float for an integer."""
 
 
-def _tuple(value: Any, args: tuple[Any, ...], key: str) -> tuple[Any, ...]:
-    """``tuple[X, ...]`` (any length) or ``tuple[X, Y, ...]`` (fixed length) from a YAML list."""
-    if not isinstance(value, (list, tuple)):
-        raise ConfigError(f"{key}: must be a list, got {value!r}")
-    if len(args) == 2 and args[1] is Ellipsis:
-        return tuple(coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value))
-    if len(value) != len(args):
-        raise ConfigError(f"{key}: must have {len(args)} items, got {value!r}")
-    return tuple(coerce(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
+class Invalid(ValueError):
+    """A value check failed inside a model validator: ``key`` (relative to the model, '' for the model itself) and
+    the text after it (``must be > 0, got -1``)."""
+
+    def __init__(self, key: str, text: str) -> None:
+        super().__init__(f"{key}: {text}" if key else text)
+        self.key, self.text = key, text
 
 
-def coerce(value: Any, hint: Any, key: str) -> Any:
-    """Convert a YAML value to the annotated type ``hint`` (a dataclass, a tuple, an optional, or bool, int, float,
-    str), or raise :class:`ConfigError` naming ``key``."""
-    args = get_args(hint)
-    if dataclasses.is_dataclass(hint):
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key}: must be a mapping, got {value!r}")
-        return build(hint, value, key + ".")
-    if get_origin(hint) is tuple:
-        return _tuple(value, args, key)
-    if args and type(None) in args:
-        return None if value is None else coerce(value, next(a for a in args if a is not type(None)), key)
-    if hint in _SCALARS:
-        return _SCALARS[hint](value, key)
-    raise ConfigError(f"{key}: unsupported type {hint!r}")
+def check(ok: bool, key: str, what: str, value: Any) -> None:
+    """Raise :class:`Invalid` ``key: what, got value`` unless ``ok``."""
+    if not ok:
+        raise Invalid(key, f"{what}, got {value!r}")
 
 
-def build(cls: type, raw: dict[str, Any], prefix: str = "") -> Any:
-    """The dataclass ``cls`` from ``raw``, each value checked by :func:`coerce`; an unknown key is an error naming
-    the known ones (missing keys take the dataclass defaults)."""
-    hints = get_type_hints(cls)
-    known = {f.name for f in fields(cls)}
-    for key in raw:
-        if key not in known:
-            raise ConfigError(f"{prefix}{key}: unknown key (known: {', '.join(sorted(known))})")
-    return cls(**{k: coerce(v, hints[k], prefix + k) for k, v in raw.items()})
+_PHRASES = {
+    "bool_type": "must be true or false",
+    "int_type": "must be an integer",
+    "float_type": "must be a number",
+    "string_type": "must be a string",
+    "tuple_type": "must be a list",
+    "list_type": "must be a list",
+    "model_type": "must be a mapping",
+    "model_attributes_type": "must be a mapping",
+    "dict_type": "must be a mapping",
+    "too_long": "has too many items",
+}
+
+
+def _known(model: type[BaseModel], loc: tuple[str | int, ...]) -> str:
+    """The keys the (nested) model at ``loc`` knows, comma-separated."""
+    for part in loc:
+        field = model.model_fields.get(str(part))
+        if field is None or not (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):
+            return ""
+        model = field.annotation
+    return ", ".join(sorted(model.model_fields))
+
+
+def _dotted(parts: list[str | int]) -> str:
+    """``train.lr``, ``model.widths[2]`` from the parts of a location (empty parts skipped)."""
+    key = ""
+    for part in parts:
+        if part != "":
+            key += f"[{part}]" if isinstance(part, int) else f".{part}" if key else str(part)
+    return key
+
+
+def error_parts(exc: ValidationError, model: type[BaseModel], root: str = "") -> tuple[str, str]:
+    """``(dotted key, 'what, got value')`` of the first error of ``exc`` (raised validating ``model``), the key after
+    ``root`` (``train.lr``, ``model.widths[2]``); missing keys are reported together (``missing keys [...]``)."""
+    errors = exc.errors()
+    missing = [str(e["loc"][0]) for e in errors if e["type"] == "missing" and len(e["loc"]) == 1]
+    if missing:
+        return root, f"missing keys {missing}"
+    error = errors[0]
+    loc, kind = list(error["loc"]), error["type"]
+    if kind == "missing":  # an item of a fixed-length tuple
+        loc, kind = loc[:-1], "too_short"
+    cause = (error.get("ctx") or {}).get("error")
+    if isinstance(cause, Invalid):
+        return _dotted([root, *loc, cause.key]), cause.text
+    if kind == "extra_forbidden":
+        return _dotted([root, *loc]), f"unknown key (known: {_known(model, tuple(loc[:-1]))})"
+    what = _PHRASES.get(kind, "has too few items" if kind == "too_short" else error["msg"])
+    return _dotted([root, *loc]), f"{what}, got {error['input']!r}"
+
+
+def error_line(exc: ValidationError, model: type[BaseModel], root: str = "") -> str:
+    """:func:`error_parts` as one line, ``key: what, got value``."""
+    key, text = error_parts(exc, model, root)
+    return f"{key}: {text}" if key else text
+
+
+_M = TypeVar("_M", bound="Section")
+
+
+class Section(BaseModel):
+    """A frozen config model: unknown keys refused, scalars as YAML writes them (:data:`Float` ...), and every
+    error one :class:`ConfigError` line naming ``section.key``, from a dict (:meth:`from_raw`) or keywords
+    (``ModelConfig(widths=(1, 2))``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    section: ClassVar[str] = ""
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise ConfigError(error_line(exc, type(self), self.section)) from None
+
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]  # nested sections validate in pydantic-core, not here
+
+    @classmethod
+    def from_raw(cls: type[_M], raw: Any) -> _M:
+        """The model from a nested dict; :class:`ConfigError` with one line for the first bad key."""
+        try:
+            return cls.model_validate(raw)
+        except ValidationError as exc:
+            raise ConfigError(error_line(exc, cls, cls.section)) from None
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

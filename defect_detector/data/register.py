@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
 import cv2
 import numpy as np
+from pydantic import model_validator
 
 from defect_detector.core.constants import PAD_VALUE
+from defect_detector.core.typed_yaml import Bool, Float, Int, Section, check
 from defect_detector.data.golden_check import MAX_DIFFERENCE, covered_area, difference
 from defect_detector.data.register_fit import FramePyramid, PreparedReference, Scored, estimate, residual_motion
 from defect_detector.data.sharpness import blur_words
@@ -32,8 +35,7 @@ from defect_detector.data.sharpness import blur_words
 FILL_VALUE = PAD_VALUE  # the letterbox pad value: "no data"
 
 
-@dataclass(frozen=True)
-class RegisterConfig:
+class RegisterConfig(Section):
     """Registration settings (config section ``register``). ``min_score``: lowest acceptable ZNCC. ``max_shift``
     (image px, reference centre from image centre) / ``max_angle`` (degrees): the motion the fixture allows.
     ``min_overlap``: least fraction of the image the warped reference must cover. ``scale``: coarsest working
@@ -41,44 +43,44 @@ class RegisterConfig:
     stop. ``blur``: Gaussian sigma (level px). ``reuse``: :class:`Registrar` keeps its matrix while the score stays
     within ``reuse_margin`` of its own and one coarse Gauss-Newton step moves no corner over ``reuse_shift`` px.
     ``max_difference``: the golden check's limit (``data/golden_check.py``). A golden image whose width or height
-    differs from the frame's by more than ``2 * max_shift`` px was not captured at the frame's scale: refused."""
+    differs from the frame's by more than ``2 * max_shift`` px was not captured at the frame's scale: refused.
+    A bad value is a one-line ``ConfigError`` (a ``ValueError``) at construction: ``register.<field>: must be ..., got X``."""
 
-    min_score: float = 0.3
-    max_shift: float = 64.0
-    max_angle: float = 5.0
-    min_overlap: float = 0.85
-    scale: float = 0.25
-    levels: int = 2
-    iterations: int = 20
-    eps: float = 0.02
-    blur: float = 1.0
-    reuse: bool = True
-    reuse_margin: float = 0.05
-    reuse_shift: float = 1.0
-    max_difference: float = MAX_DIFFERENCE
+    section: ClassVar[str] = "register"
 
-    def validate(self) -> RegisterConfig:
-        """Raise ``ValueError("register.<field>: must be ..., got X")`` for the first bad field; return self."""
+    min_score: Float = 0.3
+    max_shift: Float = 64.0
+    max_angle: Float = 5.0
+    min_overlap: Float = 0.85
+    scale: Float = 0.25
+    levels: Int = 2
+    iterations: Int = 20
+    eps: Float = 0.02
+    blur: Float = 1.0
+    reuse: Bool = True
+    reuse_margin: Float = 0.05
+    reuse_shift: Float = 1.0
+    max_difference: Float = MAX_DIFFERENCE
+
+    @model_validator(mode="after")
+    def _check_values(self) -> RegisterConfig:
         checks = (
             ("min_score", -1.0 <= self.min_score <= 1.0, "must be in [-1, 1]"),
             ("max_shift", self.max_shift > 0, "must be > 0 (pixels)"),
             ("max_angle", 0 < self.max_angle <= 180, "must be in (0, 180] (degrees)"),
             ("min_overlap", 0 < self.min_overlap <= 1, "must be in (0, 1]"),
             ("scale", 0 < self.scale <= 1, "must be in (0, 1]"),
-            ("levels", isinstance(self.levels, int) and self.levels >= 1, "must be an integer >= 1"),
-            ("iterations", isinstance(self.iterations, int) and self.iterations >= 1, "must be an integer >= 1"),
+            ("levels", self.levels >= 1, "must be an integer >= 1"),
+            ("iterations", self.iterations >= 1, "must be an integer >= 1"),
             ("eps", self.eps > 0, "must be > 0 (pixels)"),
             ("blur", self.blur >= 0, "must be >= 0 (0 = off)"),
-            ("reuse", isinstance(self.reuse, bool), "must be true or false"),
             ("reuse_margin", 0 <= self.reuse_margin <= 2, "must be in [0, 2]"),
             ("reuse_shift", self.reuse_shift >= 0, "must be >= 0 (pixels)"),
             ("max_difference", 0 <= self.max_difference <= 1, "must be in [0, 1]"),
+            ("levels", self.scale * 2 ** (self.levels - 1) <= 1, "must keep the finest scale (scale * 2**(levels - 1)) <= 1"),
         )
         for name, ok, what in checks:
-            if not ok:
-                raise ValueError(f"register.{name}: {what}, got {getattr(self, name)!r}")
-        if self.scale * 2 ** (self.levels - 1) > 1:
-            raise ValueError(f"register.levels: must keep the finest scale (scale * 2**(levels - 1)) <= 1, got {self.levels!r}")
+            check(ok, name, what, getattr(self, name))
         return self
 
 
@@ -184,7 +186,7 @@ def check_pair(reference: np.ndarray, image: np.ndarray, cfg: RegisterConfig | N
     """The golden check of a pair used as given (already aligned, no registration: ``--no-register``, training pairs
     taken as aligned): the identity :class:`Registration` with its ``difference``, ``ok`` False with a ``reason`` when
     the golden image is blank, of another size or shows another design."""
-    cfg = (cfg or RegisterConfig()).validate()
+    cfg = cfg or RegisterConfig()
     reference, image = _check_gray("reference", reference), _check_gray("image", image)
     identity = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
     identity.setflags(write=False)
@@ -229,7 +231,7 @@ def register(
     """Warp ``reference`` (uint8 [H_ref, W_ref]) into the frame of ``image`` (uint8 [H, W]); ``init``: a 2x3 reference
     -> image seed (default: centre on centre). Returns (warped uint8 [H, W], border 114; :class:`Registration`).
     Raises ``ValueError`` for malformed inputs (not 2-D uint8, empty, too small) or a bad config, never for a misfit."""
-    cfg = (cfg or RegisterConfig()).validate()
+    cfg = cfg or RegisterConfig()
     reference, image = _check_gray("reference", reference), _check_gray("image", image)
     if init is not None and np.shape(init) not in ((2, 3), (3, 3)):
         raise ValueError(f"init: expected a 2x3 (or 3x3) matrix, got shape {np.shape(init)}")
@@ -247,7 +249,7 @@ class Registrar:
     results are cached."""
 
     def __init__(self, reference: np.ndarray | None = None, cfg: RegisterConfig | None = None) -> None:
-        self.cfg = (cfg or RegisterConfig()).validate()
+        self.cfg = cfg or RegisterConfig()
         self._ref: PreparedReference | None = None
         self._cache: tuple[np.ndarray, Registration, Scored] | None = None
         if reference is not None:

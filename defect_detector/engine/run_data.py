@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Sequence
 
@@ -60,7 +59,7 @@ def with_pixel_scale(cfg: Config, sizes: Sequence[tuple[int, int]]) -> Config:
     if cfg.data.pixel_scale is not None or not sizes:
         return cfg
     scale = 1.0 if cfg.augment.crop_size > 0 else float(np.median([min(cfg.data.imgsz / h, cfg.data.imgsz / w) for h, w in sizes]))
-    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, pixel_scale=scale))
+    return cfg.model_copy(update={"data": cfg.data.model_copy(update={"pixel_scale": scale})})
 
 
 def has_ground_truth(val_set: CocoDetectionDataset | None) -> bool:

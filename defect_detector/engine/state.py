@@ -3,7 +3,6 @@ their checkpoint (``checkpoint_dict`` / ``restore_training``, tensors and plain 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 from dataclasses import dataclass, field
@@ -114,7 +113,7 @@ def adopt_init_architecture(cfg: Config) -> Config:
         raise TrainingError(f"train.init_weights={cfg.train.init_weights}: not a readable defect_detector checkpoint ({exc})") from exc
     if model != cfg.model and is_main():
         log.info("train.init_weights: adopting its architecture (%s)", model)
-    return dataclasses.replace(cfg, model=model)
+    return cfg.model_copy(update={"model": model})
 
 
 def build_training(cfg: Config, device: torch.device, steps_per_epoch: int, amp_dtype: torch.dtype | None, init: bool) -> Training:

@@ -9,32 +9,118 @@ file and the key.
 from __future__ import annotations
 
 import json
-import math
 import os
-from typing import Any
+from typing import Annotated, Any
 
 import torch
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
 
+from defect_detector.core.typed_yaml import Bool, Int, Str, check, error_parts
 from defect_detector.export import FORMAT_VERSION, META_FILE
 
-
-def _bad(path: str | os.PathLike[str], key: str, what: str, value: Any) -> ValueError:
-    text = repr(value)
-    return ValueError(f"{path}: {META_FILE} {key} must be {what}, got {text[:80] + '...' if len(text) > 80 else text}")
+_Unit = Annotated[float, Strict(), Field(ge=0, le=1, allow_inf_nan=False)]
+_UNIT_OR_NULL = ("cross_class_iou", "cross_class_factor")
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+class _OperatingPoint(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    conf: _Unit
+    iou: _Unit
+    cross_class_iou: _Unit | None = None
+    cross_class_factor: _Unit | None = None
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+class _GoldenCheck(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    min_zncc: Annotated[float, Strict(), Field(ge=-1, le=1, allow_inf_nan=False)]
+    method: Any = None
+    scale: Any = None
+    blur_sigma: Any = None
+    applies_to: Any = None
+
+
+_WHAT = {
+    "class_names": "a non-empty list of distinct names",
+    "strides": "a non-empty list of positive integers",
+    "channels": "1 or 2",
+    "layers": "a list of layer names",
+    "half": "true or false",
+    "cpu_only": "true or false",
+    "pixel_scale": "null or a positive number",
+    "operating_point": 'null or {"conf": c, "iou": i} with both in [0, 1]',
+    "golden_check": 'null or {"min_zncc": t, ...} with t in [-1, 1]',
+    "baseline": "null or a drift baseline object",
+}
+
+
+class MetaFile(BaseModel):
+    """The keys of ``meta.json`` (``export/deploy_model.py`` ``build_meta`` and the format exporters; unknown keys
+    refused). Those the runtime reads are typed and checked; the rest (``Any``) are carried for people and other
+    readers. ``baseline`` is checked by :meth:`Baseline.from_dict <defect_detector.monitor.baseline.Baseline.from_dict>`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format_version: Any
+    class_names: Annotated[list[Str], Field(min_length=1)]
+    strides: Annotated[list[Annotated[Int, Field(gt=0)]], Field(min_length=1)]
+    imgsz: Annotated[Int, Field(gt=0)]
+    channels: Int = 1
+    layers: list[Str]
+    half: Bool = False
+    cpu_only: Bool = False
+    pixel_scale: Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False)] | None = None
+    operating_point: _OperatingPoint | None = None
+    golden_check: _GoldenCheck | None = None
+    baseline: dict[str, Any] | None = None
+    reference: Any = None
+    normalisation: Any = None
+    letterbox: Any = None
+    input: Any = None
+    outputs: Any = None
+    torch_version: Any = None
+    created: Any = None
+    optimize_for_inference: Any = None
+    source_weights: Any = None
+    tta: Any = None
+    digest: Any = None
+    onnx_opset: Any = None
+    aoti_device: Any = None
+    int8: Any = None
+
+    @model_validator(mode="after")
+    def _check_values(self) -> MetaFile:
+        unique = len(set(self.class_names)) == len(self.class_names) and all(self.class_names)
+        check(unique, "class_names", _WHAT["class_names"], self.class_names)
+        check(self.channels in (1, 2), "channels", _WHAT["channels"], self.channels)
+        check(self.imgsz % max(self.strides) == 0, "imgsz", "a multiple of the largest stride", self.imgsz)
+        return self
+
+
+def _meta_error(path: str | os.PathLike[str], exc: ValidationError, meta: dict[str, Any]) -> ValueError:
+    """The first error of ``exc`` as one line ``<path>: meta.json <key> must be <what>, got <value>`` (the value cut
+    at 80 characters)."""
+    key, text = error_parts(exc, MetaFile)
+    top, _, inner = key.partition(".")
+    top = top.split("[")[0]
+    if top not in _WHAT and top != "imgsz":  # an unknown key, a missing one
+        return ValueError(f"{path}: {META_FILE} {key}: {text}" if key else f"{path}: {META_FILE} {text}")
+    if top == "imgsz":
+        what = f"a positive multiple of the largest stride ({max(meta['strides'])})" if "strides" in meta else "a positive integer"
+    elif top == "operating_point" and inner.split("[")[0] in _UNIT_OR_NULL:
+        what = "cross_class_iou and cross_class_factor null or in [0, 1]"
+    else:
+        what = _WHAT[top]
+    value = repr(meta.get(top))
+    return ValueError(f"{path}: {META_FILE} {top} must be {what}, got {value[:80] + '...' if len(value) > 80 else value}")
 
 
 def parse_meta(path: str | os.PathLike[str], text: str) -> dict[str, Any]:
-    """``meta.json`` text of the artifact at ``path`` as a dict, each key the runtime reads checked:
-    ``format_version``, ``class_names``, ``imgsz``, ``channels``, ``strides``, ``layers``, ``half``, ``cpu_only``,
-    ``pixel_scale``, ``operating_point``, ``golden_check`` and ``baseline``. ``ValueError`` naming ``path`` and the first bad key."""
+    """``meta.json`` text of the artifact at ``path`` as a dict, checked by :class:`MetaFile` (each key the runtime
+    reads: ``format_version``, ``class_names``, ``imgsz``, ``channels``, ``strides``, ``layers``, ``half``,
+    ``cpu_only``, ``pixel_scale``, ``operating_point``, ``golden_check`` and ``baseline``; no unknown key).
+    ``ValueError`` naming ``path`` and the first bad key."""
     try:
         meta = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -43,55 +129,15 @@ def parse_meta(path: str | os.PathLike[str], text: str) -> dict[str, Any]:
         raise ValueError(f"{path}: {META_FILE} must be a JSON object, got {type(meta).__name__}")
     if meta.get("format_version") != FORMAT_VERSION:
         raise ValueError(f"{path}: artifact format_version {meta.get('format_version')!r}, this runtime reads {FORMAT_VERSION}")
-    _check_graph_keys(path, meta)
-    _check_option_keys(path, meta)
-    return meta
-
-
-def _check_graph_keys(path: str | os.PathLike[str], meta: dict[str, Any]) -> None:
-    """The keys that describe the graph's input and outputs: ``class_names``, ``strides``, ``imgsz``, ``channels``, ``layers``."""
-    names = meta.get("class_names")
-    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
-        raise _bad(path, "class_names", "a non-empty list of distinct names", names)
-    strides = meta.get("strides")
-    if not isinstance(strides, list) or not strides or not all(_is_int(s) and s > 0 for s in strides):
-        raise _bad(path, "strides", "a non-empty list of positive integers", strides)
-    imgsz = meta.get("imgsz")
-    if not _is_int(imgsz) or imgsz <= 0 or imgsz % max(strides):
-        raise _bad(path, "imgsz", f"a positive multiple of the largest stride ({max(strides)})", imgsz)
-    if meta.get("channels", 1) not in (1, 2) or isinstance(meta.get("channels"), bool):
-        raise _bad(path, "channels", "1 or 2", meta.get("channels"))
-    layers = meta.get("layers")
-    if not isinstance(layers, list) or not all(isinstance(n, str) for n in layers):
-        raise _bad(path, "layers", "a list of layer names", layers)
-
-
-_CROSS_CLASS_KEYS = ("cross_class_iou", "cross_class_factor")
-
-
-def _check_option_keys(path: str | os.PathLike[str], meta: dict[str, Any]) -> None:
-    """The keys that describe how to run the graph: ``half``, ``cpu_only``, ``pixel_scale``, ``operating_point``,
-    ``golden_check`` and ``baseline``."""
-    for key in ("half", "cpu_only"):
-        if not isinstance(meta.get(key, False), bool):
-            raise _bad(path, key, "true or false", meta.get(key))
-    scale = meta.get("pixel_scale")
-    if scale is not None and (not isinstance(scale, (int, float)) or isinstance(scale, bool) or not math.isfinite(scale) or scale <= 0):
-        raise _bad(path, "pixel_scale", "null or a positive number", scale)
-    point = meta.get("operating_point")
-    if point is not None and not (
-        isinstance(point, dict) and all(_is_number(point.get(k)) and 0 <= point[k] <= 1 for k in ("conf", "iou"))
-    ):
-        raise _bad(path, "operating_point", 'null or {"conf": c, "iou": i} with both in [0, 1]', point)
-    if point is not None and not all(point.get(k) is None or (_is_number(point[k]) and 0 <= point[k] <= 1) for k in _CROSS_CLASS_KEYS):
-        raise _bad(path, "operating_point", "cross_class_iou and cross_class_factor null or in [0, 1]", point)
-    check = meta.get("golden_check")
-    if check is not None and not (isinstance(check, dict) and _is_number(check.get("min_zncc")) and -1 <= check["min_zncc"] <= 1):
-        raise _bad(path, "golden_check", 'null or {"min_zncc": t, ...} with t in [-1, 1]', check)
+    try:
+        MetaFile.model_validate(meta)
+    except ValidationError as exc:
+        raise _meta_error(path, exc, meta) from None
     if meta.get("baseline") is not None:
         from defect_detector.monitor.baseline import Baseline
 
         Baseline.from_dict(meta["baseline"], where=f"{path}: {META_FILE} baseline")  # BaselineError (a ValueError) names the key
+    return meta
 
 
 def check_outputs(runtime: Any) -> None:

@@ -82,7 +82,7 @@ class Runtime:
             "conf": float(point["conf"]),
             "iou": float(point["iou"]),
             "cross_class_iou": None if cross_iou is None else float(cross_iou),
-            "cross_class_factor": float(point.get("cross_class_factor", EvalConfig.cross_class_factor)),
+            "cross_class_factor": float(point.get("cross_class_factor", EvalConfig().cross_class_factor)),
         }
 
     @classmethod

@@ -105,7 +105,7 @@ def validate(
     if imgsz is not None and imgsz != runtime.imgsz:
         raise ValueError(f"{runtime.path}: an exported artifact has a fixed input size ({runtime.imgsz}); drop --imgsz {imgsz}")
     point = runtime.operating_point
-    pipeline = Pipeline(runtime, conf=EvalConfig.conf, iou=point["iou"], max_det=EvalConfig.max_det, align=align)
+    pipeline = Pipeline(runtime, conf=EvalConfig().conf, iou=point["iou"], max_det=EvalConfig().max_det, align=align)
     dataset = open_dataset(data, images, runtime)
     predictions, skipped = predict_frames(pipeline, dataset, progress=progress)
     if not predictions:

@@ -14,12 +14,14 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import torch
+from pydantic import BaseModel, BeforeValidator, ConfigDict, StrictFloat, ValidationError, model_validator
 
 from defect_detector.core.io import atomic_write_json, read_json_file
+from defect_detector.core.typed_yaml import Bool, Int, Invalid, Str, check, error_parts
 from defect_detector.monitor.blank import LEVELS
 
 logger = logging.getLogger("defect_detector.monitor")
@@ -121,11 +123,14 @@ class Baseline:
 
     @classmethod
     def from_dict(cls, raw: Any, where: str = "baseline") -> Baseline:
-        """Validate and build a baseline; :class:`BaselineError` names ``where`` and the bad key."""
-        header = _checked_header(raw, where)
-        shape = (len(header["layer_names"]), len(STATISTICS))
-        arrays = _checked_arrays(raw, shape, len(header["quantile_levels"]), where)
-        return cls(**header, **arrays, **_checked_extras(raw, shape, where))
+        """Validate (:class:`BaselineFile`) and build a baseline; :class:`BaselineError`, one line naming ``where``, the
+        bad key and what is wrong with it."""
+        try:
+            parsed = BaselineFile.model_validate(raw)
+        except ValidationError as exc:
+            key, text = error_parts(exc, BaselineFile)
+            raise BaselineError(f"{where}: {key}: {text}" if key else f"{where}: {text}") from None
+        return cls(**{name: getattr(parsed, name) for name in BaselineFile.model_fields if name != "version"})
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the baseline as JSON atomically (temp file + rename)."""
@@ -156,109 +161,105 @@ def to_space(stats: np.ndarray, space: str) -> np.ndarray:
     return np.log(np.maximum(stats, _LOG_FLOOR)) if space == "log" else stats
 
 
-def _checked_header(raw: Any, where: str) -> dict[str, Any]:
-    """The checked scalar fields of a baseline dict ``raw`` (its version readable, every array key present):
-    ``layer_names``, ``statistics``, ``quantile_levels``, ``count`` and ``imgsz``."""
-    if not isinstance(raw, dict):
-        raise BaselineError(f"{where}: must be a JSON object, got {type(raw).__name__}")
-    if "version" not in raw:
-        raise BaselineError(f"{where}: missing keys ['version']")
-    if raw["version"] not in READABLE_VERSIONS:
-        raise BaselineError(
-            f"{where}: version: unsupported baseline version {raw['version']!r} (expected {BASELINE_VERSION}); "
-            "run `defect-detector calibrate` again to rebuild it"
-        )
-    missing = [k for k in ("layer_names", "mean", "std", "quantiles", "min", "max", "covariance", "count") if k not in raw]
-    if missing:
-        raise BaselineError(f"{where}: missing keys {missing}")
-    names = raw["layer_names"]
-    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
-        raise BaselineError(f"{where}: layer_names: must be a non-empty list of unique layer names, got {names!r}")
-    statistics = tuple(raw.get("statistics", STATISTICS))
-    if statistics != STATISTICS:
-        raise BaselineError(f"{where}: statistics: must be {list(STATISTICS)}, got {list(statistics)}")
-    levels = raw.get("quantile_levels", list(QUANTILE_LEVELS))
-    if not isinstance(levels, list) or not levels or not all(_is_number(q) and 0 <= q <= 1 for q in levels):
-        raise BaselineError(f"{where}: quantile_levels: must be a non-empty list of numbers in [0, 1], got {levels!r}")
-    count = raw["count"]
-    if isinstance(count, bool) or not isinstance(count, int) or count < _MIN_FRAMES:
-        raise BaselineError(f"{where}: count: must be an integer >= {_MIN_FRAMES}, got {count!r}")
-    imgsz = raw.get("imgsz")
-    if imgsz is not None and (isinstance(imgsz, bool) or not isinstance(imgsz, int) or imgsz <= 0):
-        raise BaselineError(f"{where}: imgsz: must be a positive integer or null, got {imgsz!r}")
-    quantile_levels = tuple(float(q) for q in levels)
-    return {"layer_names": list(names), "statistics": statistics, "quantile_levels": quantile_levels, "count": count, "imgsz": imgsz}
-
-
-def _checked_arrays(raw: dict[str, Any], shape: tuple[int, int], num_levels: int, where: str) -> dict[str, np.ndarray]:
-    """The distribution arrays of a baseline dict, float64: ``mean``, ``std``, ``min``, ``max`` of ``shape`` ``[L, 2]``,
-    ``quantiles`` ``[L, 2, num_levels]`` and ``covariance`` ``[2L, 2L]`` (symmetric, non-negative diagonal)."""
-    arrays = {key: _array(raw[key], shape, f"{where}: {key}") for key in ("mean", "std", "min", "max")}
-    arrays["quantiles"] = _array(raw["quantiles"], (*shape, num_levels), f"{where}: quantiles")
-    covariance = _array(raw["covariance"], (2 * shape[0], 2 * shape[0]), f"{where}: covariance")
-    if not np.allclose(covariance, covariance.T) or (np.diag(covariance) < 0).any():
-        raise BaselineError(f"{where}: covariance: must be symmetric with a non-negative diagonal")
-    if (arrays["std"] < 0).any():
-        raise BaselineError(f"{where}: std: must be >= 0")
-    arrays["covariance"] = covariance
-    return arrays
-
-
-def _checked_extras(raw: dict[str, Any], shape: tuple[int, int], where: str) -> dict[str, Any]:
-    """The checked optional fields of a baseline dict: ``model``, ``source``, ``created``, ``relative``, ``space``,
-    ``level`` (``shape`` ``[L, 2]``; needed when ``relative``), ``image_levels`` ``[4]`` and ``faults``."""
-    model = raw.get("model", {})
-    if not isinstance(model, dict):
-        raise BaselineError(f"{where}: model: must be an object, got {type(model).__name__}")
-    relative = raw.get("relative", False)
-    if not isinstance(relative, bool):
-        raise BaselineError(f"{where}: relative: must be true or false, got {relative!r}")
-    space = raw.get("space", "linear")
-    if space not in SPACES:
-        raise BaselineError(f"{where}: space: must be one of {list(SPACES)}, got {space!r}")
-    level = _array(raw["level"], shape, f"{where}: level") if raw.get("level") is not None else None
-    if relative and level is None:
-        raise BaselineError(f"{where}: level: a relative (golden-template) baseline needs the frames' level")
-    image_levels = raw.get("image_levels")
-    image_levels = _array(image_levels, (len(LEVELS),), f"{where}: image_levels") if image_levels is not None else None
-    return {
-        "model": model,
-        "source": str(raw.get("source", "")),
-        "created": str(raw.get("created", "")),
-        "relative": relative,
-        "space": space,
-        "level": level,
-        "image_levels": image_levels,
-        "faults": _faults(raw.get("faults"), shape, where),
-    }
-
-
-def _faults(raw: Any, shape: tuple[int, int], where: str) -> dict[str, np.ndarray] | None:
-    """The ``faults`` entry: None, or ``{"clean": [N, L, 2], <fault>: [N, L, 2], ...}`` with one N >= 2."""
-    if raw is None:
-        return None
-    if not isinstance(raw, dict) or "clean" not in raw or len(raw) < 2:
-        raise BaselineError(f"{where}: faults: must map 'clean' and fault names to per-frame statistics")
-    frames = len(raw["clean"]) if isinstance(raw["clean"], list) else 0
-    if frames < _MIN_FRAMES:
-        raise BaselineError(f"{where}: faults: need at least {_MIN_FRAMES} frames per fault, got {frames}")
-    return {str(k): _array(v, (frames, *shape), f"{where}: faults.{k}") for k, v in raw.items()}
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _array(value: Any, shape: tuple[int, ...], where: str) -> np.ndarray:
+def _float64(value: Any) -> np.ndarray:
+    """Nested lists of finite numbers as a float64 array; :class:`Invalid` for anything else."""
     try:
         array = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as exc:
-        raise BaselineError(f"{where}: must be nested lists of numbers with shape {list(shape)}") from exc
-    if array.shape != shape:
-        raise BaselineError(f"{where}: must have shape {list(shape)}, got {list(array.shape)}")
+        raise Invalid("", "must be nested lists of numbers") from exc
     if not np.isfinite(array).all():
-        raise BaselineError(f"{where}: must contain only finite numbers")
+        raise Invalid("", "must contain only finite numbers")
     return array
+
+
+Array = Annotated[Any, BeforeValidator(_float64)]
+"""A float64 array of finite numbers read from nested lists (its shape is checked against ``layer_names``)."""
+
+
+def _shape(array: np.ndarray, shape: tuple[int, ...], key: str) -> None:
+    if array.shape != shape:
+        raise Invalid(key, f"must have shape {list(shape)}, got {list(array.shape)}")
+
+
+class BaselineFile(BaseModel):
+    """The JSON form of a :class:`Baseline` (:meth:`Baseline.to_dict`), checked key by key (unknown keys refused):
+    a readable ``version``, unique ``layer_names`` (L of them), arrays of the shapes :class:`Baseline` gives,
+    ``faults`` None or ``{"clean": [N, L, 2], <fault>: [N, L, 2], ...}`` with one N >= 2."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: Int
+    layer_names: list[Str]
+    mean: Array
+    std: Array
+    quantiles: Array
+    min: Array
+    max: Array
+    covariance: Array
+    count: Int
+    statistics: tuple[Str, ...] = STATISTICS
+    quantile_levels: tuple[StrictFloat, ...] = QUANTILE_LEVELS
+    imgsz: Int | None = None
+    model: dict[str, Any] = {}
+    source: Str = ""
+    created: Str = ""
+    relative: Bool = False
+    space: Str = "linear"
+    level: Array | None = None
+    image_levels: Array | None = None
+    faults: dict[str, Array] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _readable(cls, raw: Any) -> Any:
+        if not isinstance(raw, dict):
+            raise Invalid("", f"must be a JSON object, got {type(raw).__name__}")
+        if "version" not in raw:
+            raise Invalid("", "missing keys ['version']")
+        if raw["version"] not in READABLE_VERSIONS:
+            expected = f"(expected {BASELINE_VERSION}); run `defect-detector calibrate` again to rebuild it"
+            raise Invalid("version", f"unsupported baseline version {raw['version']!r} {expected}")
+        return raw
+
+    @model_validator(mode="after")
+    def _check_header(self) -> BaselineFile:
+        names, levels = self.layer_names, self.quantile_levels
+        unique = bool(names) and all(names) and len(set(names)) == len(names)
+        check(unique, "layer_names", "must be a non-empty list of unique layer names", names)
+        check(self.statistics == STATISTICS, "statistics", f"must be {list(STATISTICS)}", list(self.statistics))
+        ok = bool(levels) and all(math.isfinite(q) and 0 <= q <= 1 for q in levels)
+        check(ok, "quantile_levels", "must be a non-empty list of numbers in [0, 1]", list(levels))
+        check(self.count >= _MIN_FRAMES, "count", f"must be an integer >= {_MIN_FRAMES}", self.count)
+        check(self.imgsz is None or self.imgsz > 0, "imgsz", "must be a positive integer or null", self.imgsz)
+        check(self.space in SPACES, "space", f"must be one of {list(SPACES)}", self.space)
+        return self
+
+    @model_validator(mode="after")
+    def _check_arrays(self) -> BaselineFile:
+        shape = (len(self.layer_names), len(STATISTICS))
+        for key in ("mean", "std", "min", "max"):
+            _shape(getattr(self, key), shape, key)
+        _shape(self.quantiles, (*shape, len(self.quantile_levels)), "quantiles")
+        _shape(self.covariance, (2 * shape[0], 2 * shape[0]), "covariance")
+        if not np.allclose(self.covariance, self.covariance.T) or (np.diag(self.covariance) < 0).any():
+            raise Invalid("covariance", "must be symmetric with a non-negative diagonal")
+        if (self.std < 0).any():
+            raise Invalid("std", "must be >= 0")
+        if self.level is not None:
+            _shape(self.level, shape, "level")
+        elif self.relative:
+            raise Invalid("level", "a relative (golden-template) baseline needs the frames' level")
+        if self.image_levels is not None:
+            _shape(self.image_levels, (len(LEVELS),), "image_levels")
+        if self.faults is not None:
+            if "clean" not in self.faults or len(self.faults) < 2:
+                raise Invalid("faults", "must map 'clean' and fault names to per-frame statistics")
+            frames = len(self.faults["clean"])
+            if frames < _MIN_FRAMES:
+                raise Invalid("faults", f"need at least {_MIN_FRAMES} frames per fault, got {frames}")
+            for name, array in self.faults.items():
+                _shape(array, (frames, *shape), f"faults.{name}")
+        return self
 
 
 def as_frames(stats: torch.Tensor | np.ndarray, num_layers: int) -> np.ndarray:

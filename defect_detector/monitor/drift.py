@@ -103,7 +103,6 @@ class DriftDetector:
         self.baseline = baseline
         self.relative = baseline.relative
         self.cfg = cfg or MonitorConfig()
-        self.cfg.validate()
         self.z_clear = self.cfg.z_clear if self.cfg.z_clear is not None else _CLEAR * self.cfg.z_warn
         margin = self.cfg.baseline_margin
         self.baseline_margin = margin if margin is not None else 0.0 if self.relative else _MARGIN

@@ -136,6 +136,8 @@ FORGED = [
     ({"format_version": 0}, "artifact format_version 0, this runtime reads"),
     ({"half": "yes"}, "meta.json half must be true or false, got 'yes'"),
     ({"pixel_scale": -1}, "meta.json pixel_scale must be null or a positive number, got -1"),
+    ({"strides": [8, 0]}, "meta.json strides must be a non-empty list of positive integers, got [8, 0]"),
+    ({"calibrated_by": "me"}, "meta.json calibrated_by: unknown key (known: aoti_device, baseline, channels, "),
     (
         {"operating_point": {"conf": 0.4, "iou": 0.6, "cross_class_iou": 2}},
         "meta.json operating_point must be cross_class_iou and cross_class_factor null or in [0, 1]",

@@ -8,8 +8,8 @@ from defect_detector.core.config import Config, ConfigError, apply_overrides, co
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
-def test_defaults_are_valid() -> None:
-    Config().validate()
+def test_defaults_are_valid_and_round_trip() -> None:
+    assert config_from_dict(Config().to_dict()) == Config() == load_config(None)
 
 
 def _leaves(raw: dict, prefix: str = "") -> dict[str, object]:
@@ -136,3 +136,35 @@ def test_a_malformed_override_is_one_line(item: str, problem: str) -> None:
     with pytest.raises(ConfigError) as info:
         apply_overrides({}, [item])
     assert str(info.value).startswith(problem) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"train": {"lr": "fast"}}, "train.lr: must be a number, got 'fast'"),
+        ({"train": {"epochs": 3.0}}, "train.epochs: must be an integer, got 3.0"),
+        ({"data": {"register_val": "yes"}}, "data.register_val: must be true or false, got 'yes'"),
+        ({"model": {"widths": [32, 64, True, 192]}}, "model.widths[2]: must be an integer, got True"),
+        ({"model": {"widths": [16, 32, 48]}}, "model.widths: has too few items, got [16, 32, 48]"),
+        ({"data": {"class_names": "open"}}, "data.class_names: must be a list, got 'open'"),
+        ({"train": 5}, "train: must be a mapping, got 5"),
+        ({"monitor": {"z_warn": 9.0}}, "monitor.z_warn: must be > 0 and <= monitor.z_alert, got 9.0"),
+        ({"name": "a/b"}, "name: must be a non-empty name without '/', got 'a/b'"),
+        ({"eval": {"tta": "d8"}}, "eval.tta: unknown key (known: conf, cross_class_factor, cross_class_iou, f1_conf, max_det, nms_iou)"),
+    ],
+)
+def test_an_error_is_one_line_naming_the_dotted_key_and_the_value(raw: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(raw)
+    assert str(info.value) == message
+
+
+def test_a_section_built_from_keywords_names_its_section() -> None:
+    from defect_detector.core.config import ModelConfig, TrainConfig
+
+    with pytest.raises(ConfigError, match=r"^train\.lr: must be finite and > 0, got -1\.0$"):
+        TrainConfig(lr=-1.0)
+    with pytest.raises(ConfigError, match=r"^model\.widht: unknown key \(known: box_head, depths, "):
+        ModelConfig(widht=(32, 64, 128, 192))
+    assert TrainConfig(lr=1).lr == 1.0 and isinstance(TrainConfig(lr=1).lr, float)  # an integer where a number is asked for
+    assert TrainConfig(lr="1e-3").lr == pytest.approx(1e-3)  # YAML 1.1 reads 1e-3 (no dot) as a string

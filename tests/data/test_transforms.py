@@ -1,4 +1,3 @@
-import dataclasses
 
 import albumentations as A
 import cv2
@@ -185,7 +184,7 @@ def test_invert_negatives_inverts_only_samples_without_boxes() -> None:
 
 def test_invert_negatives_sees_the_boxes_left_after_cropping() -> None:
     """A crop of a defect image that holds no box is a negative; one that holds a box is not."""
-    cropped = dataclasses.replace(NEGATIVES_ONLY, crop_size=64, crop_focus=0.5)
+    cropped = NEGATIVES_ONLY.model_copy(update={"crop_size": 64, "crop_focus": 0.5})
     transform = build_transforms(cropped, True, seed=0)
     image = np.zeros((256, 256), np.uint8)
     boxes = np.array([[40, 40, 52, 52], [180, 200, 192, 212]], np.float32)
@@ -201,7 +200,7 @@ def test_invert_negatives_sees_the_boxes_left_after_cropping() -> None:
     assert seen[True] > 0 and seen[False] > 0
 
 
-PAIR_GEOMETRY = dataclasses.replace(GEOMETRIC_ONLY, transpose=0.5, crop_size=160, crop_focus=0.5, ref_p=0.0)
+PAIR_GEOMETRY = GEOMETRIC_ONLY.model_copy(update={"transpose": 0.5, "crop_size": 160, "crop_focus": 0.5, "ref_p": 0.0})
 
 
 @pytest.mark.parametrize("seed", range(8))

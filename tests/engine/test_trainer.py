@@ -1,4 +1,3 @@
-import dataclasses
 import json
 import math
 import os
@@ -88,7 +87,7 @@ def test_sigkill_mid_epoch_then_resume_gives_identical_weights(tmp_path: Path, t
     """workers=2, augmentation on: kill -9 at a random point of epoch 2, ``train --resume``: the same weights, bit for bit."""
     ann = write_synthetic_dataset(tmp_path / "data", n_images=40, height=160, width=160, seed=5)
     cfg = tiny_config(ann, tmp_path / "runs", imgsz=128, epochs=3, val_every=10)
-    cfg = dataclasses.replace(cfg, augment=AugmentConfig(), data=dataclasses.replace(cfg.data, workers=2))
+    cfg = cfg.model_copy(update={"augment": AugmentConfig(), "data": cfg.data.model_copy(update={"workers": 2})})
     save_config(cfg, tmp_path / "cfg.yaml")
     straight = _train_cli(tmp_path / "cfg.yaml", "name=straight")
     _finish(straight)
@@ -139,19 +138,21 @@ def test_resume_refuses_a_changed_config_before_writing(synth_coco: Path, tmp_pa
     cfg = tiny_config(synth_coco, tmp_path, imgsz=64, epochs=2, val_every=10)
     run = fit(cfg, progress=False, threads=1, stop_after_epochs=1)
     config_yaml = (run / "config.yaml").read_text()
-    changed = dataclasses.replace(cfg, seed=4, train=dataclasses.replace(cfg.train, lr=0.02))
+    changed = cfg.model_copy(update={"seed": 4, "train": cfg.train.model_copy(update={"lr": 0.02})})
     with pytest.raises(TrainingError, match=r"seed \(3 -> 4\); train\.lr \(0\.01 -> 0\.02\).*name=NEW") as info:
         fit(changed, resume=True, progress=False, threads=1)
     assert "\n" not in str(info.value)
-    wider = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, neck_channels=64))
+    wider = cfg.model_copy(update={"model": cfg.model.model_copy(update={"neck_channels": 64})})
     with pytest.raises(TrainingError, match=r"architecture or classes: model\.neck_channels \(32 -> 64\)"):
         fit(wider, resume=True, progress=False, threads=1)
-    shorter = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, epochs=1))
+    shorter = cfg.model_copy(update={"train": cfg.train.model_copy(update={"epochs": 1})})
     with pytest.raises(TrainingError, match=r"train\.epochs \(2 -> 1\)"):
         fit(shorter, resume=True, progress=False, threads=1)
     assert (run / "config.yaml").read_text() == config_yaml
     assert _epochs(run) == [0]
-    longer = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, epochs=3), data=dataclasses.replace(cfg.data, workers=1))
+    longer = cfg.model_copy(
+        update={"train": cfg.train.model_copy(update={"epochs": 3}), "data": cfg.data.model_copy(update={"workers": 1})}
+    )
     fit(longer, resume=True, progress=False, threads=1)
     assert _epochs(run) == [0, 1, 2] and load_config(run / "config.yaml").train.epochs == 3
 
@@ -175,9 +176,9 @@ def test_pixel_scale_is_the_median_training_scale(synth_coco: Path, tmp_path: Pa
     assert cfg.data.pixel_scale is None
     sizes = [(384, 384), (512, 256), (256, 1024)]  # letterboxed into 256: scales 0.667, 0.5, 0.25
     assert with_pixel_scale(cfg, sizes).data.pixel_scale == pytest.approx(0.5)
-    cropped = dataclasses.replace(cfg, augment=dataclasses.replace(cfg.augment, crop_size=128))
+    cropped = cfg.model_copy(update={"augment": cfg.augment.model_copy(update={"crop_size": 128})})
     assert with_pixel_scale(cropped, sizes).data.pixel_scale == 1.0  # full-resolution crops, whatever the image size
-    recorded = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, pixel_scale=0.3))
+    recorded = cfg.model_copy(update={"data": cfg.data.model_copy(update={"pixel_scale": 0.3})})
     assert with_pixel_scale(recorded, sizes) is recorded and with_pixel_scale(cfg, []) is cfg
 
 
@@ -231,8 +232,8 @@ def test_training_json_without_readable_images(synth_coco: Path, tmp_path: Path,
 def test_validation_without_annotations_still_writes_best(synth_coco: Path, tmp_path: Path, tiny_config, caplog) -> None:
     """No ground truth: no mAP to choose by, so validation is skipped (said once) and best.pt is the latest epoch."""
     cfg = tiny_config(synth_coco, tmp_path, imgsz=64, epochs=2)
-    cfg = dataclasses.replace(
-        cfg, data=dataclasses.replace(cfg.data, val=str(_without(synth_coco, tmp_path / "noann.json", "annotations")))
+    cfg = cfg.model_copy(
+        update={"data": cfg.data.model_copy(update={"val": str(_without(synth_coco, tmp_path / "noann.json", "annotations"))})}
     )
     with caplog.at_level("WARNING", logger="defect_detector.train"):
         run = fit(cfg, progress=False, threads=1)

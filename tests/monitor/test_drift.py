@@ -1,4 +1,3 @@
-import dataclasses
 import json
 from datetime import datetime
 from pathlib import Path
@@ -134,6 +133,9 @@ def test_calibrate_skips_nonfinite_frames_and_needs_two() -> None:
         (lambda raw: raw["std"][0].__setitem__(0, "x"), "std"),
         (lambda raw: raw.update(layer_names=["a", "a", "b", "c"]), "layer_names"),
         (lambda raw: raw.update(count=1), "count"),
+        (lambda raw: raw.update(count="40"), r"bad\.json: count: must be an integer, got '40'$"),
+        (lambda raw: raw.update(sample_every=2), r"bad\.json: sample_every: unknown key \(known: count, covariance, "),
+        (lambda raw: raw.update(quantile_levels=[0.1, "x"]), r"quantile_levels\[1\]: must be a number, got 'x'$"),
         (lambda raw: raw.update(faults={"defocus": [[[0.0, 0.0]] * 4] * 3}), "faults: must map 'clean'"),
         (
             lambda raw: raw.update(faults={"clean": [[[0.0, 0.0]] * 4] * 3, "defocus": [[[0.0, 0.0]] * 3] * 3}),
@@ -146,8 +148,9 @@ def test_malformed_baseline_is_rejected(tmp_path: Path, mutate, match: str) -> N
     mutate(raw)
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(raw))
-    with pytest.raises(BaselineError, match=match):
+    with pytest.raises(BaselineError, match=match) as info:
         Baseline.load(path)
+    assert "\n" not in str(info.value)
 
 
 def test_missing_or_unparsable_baseline_file(tmp_path: Path) -> None:
@@ -325,13 +328,15 @@ def test_nonfinite_frames_are_skipped() -> None:
 def test_monitor_config_validation() -> None:
     from defect_detector.core.config import ConfigError
 
-    with pytest.raises(ConfigError, match="monitor.z_warn"):
-        MonitorConfig(z_warn=5.0, z_alert=2.0).validate()
-    with pytest.raises(ConfigError, match="monitor.reference"):
-        MonitorConfig(reference=-1).validate()
+    with pytest.raises(ConfigError, match=r"^monitor\.z_warn: must be > 0 and <= monitor\.z_alert, got 5\.0$"):
+        MonitorConfig(z_warn=5.0, z_alert=2.0)
+    with pytest.raises(ConfigError, match=r"^monitor\.reference: must be >= 0, got -1$"):
+        MonitorConfig(reference=-1)
     with pytest.raises(ConfigError, match="monitor.z_clear"):
-        MonitorConfig(z_warn=4.0, z_clear=4.5).validate()
-    assert dataclasses.replace(MonitorConfig(), reference=0).reference == 0
+        MonitorConfig(z_warn=4.0, z_clear=4.5)
+    with pytest.raises(ConfigError, match=r"^monitor\.window: must be an integer, got '4'$"):
+        MonitorConfig(window="4")
+    assert MonitorConfig().model_copy(update={"reference": 0}).reference == 0
 
 
 def test_small_baseline_ignores_correlations(caplog: pytest.LogCaptureFixture) -> None:

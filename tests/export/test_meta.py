@@ -1,0 +1,47 @@
+"""meta.json checks (export/meta.py): every key the exporters write is accepted, every bad or unknown key is one line."""
+
+import json
+
+import pytest
+
+from defect_detector.export.deploy_model import build_meta
+from defect_detector.export.meta import MetaFile, parse_meta
+
+
+def _meta(**changes: object) -> dict:
+    meta = build_meta(["open", "short"], 64, [8, 16, 32], ["backbone.stem"], channels=2, pixel_scale=0.5)
+    meta.update(operating_point={"conf": 0.3, "iou": 0.6, "cross_class_iou": None, "cross_class_factor": 0.25})
+    meta.update(digest={"sha256": "0" * 64, "covers": []}, onnx_opset=17, aoti_device="cpu", int8={"target": "avx2"})
+    return {**meta, **changes}
+
+
+def test_every_key_the_exporters_write_is_known() -> None:
+    meta = _meta()
+    assert set(meta) <= set(MetaFile.model_fields)
+    assert parse_meta("m.pt", json.dumps(meta)) == meta  # the dict the runtime reads, unchanged
+
+
+@pytest.mark.parametrize(
+    ("changes", "problem"),
+    [
+        ({"calibrated_by": "me"}, "m.pt: meta.json calibrated_by: unknown key (known: aoti_device, baseline, "),
+        ({"strides": [8, 0]}, "m.pt: meta.json strides must be a non-empty list of positive integers, got [8, 0]"),
+        ({"imgsz": "64"}, "m.pt: meta.json imgsz must be a positive multiple of the largest stride (32), got '64'"),
+        ({"channels": True}, "m.pt: meta.json channels must be 1 or 2, got True"),
+        ({"class_names": ["a", "a"]}, "m.pt: meta.json class_names must be a non-empty list of distinct names, got ['a', 'a']"),
+        ({"golden_check": {"min_zncc": 2}}, "m.pt: meta.json golden_check must be null or {\"min_zncc\": t, ...} with t in [-1, 1]"),
+        ({"operating_point": {"conf": 0.3}}, "m.pt: meta.json operating_point must be null or {\"conf\": c, \"iou\": i}"),
+        ({"pixel_scale": float("nan")}, "m.pt: meta.json pixel_scale must be null or a positive number, got nan"),
+    ],
+)
+def test_a_bad_key_is_one_line_naming_it_and_its_value(changes: dict, problem: str) -> None:
+    with pytest.raises(ValueError) as info:
+        parse_meta("m.pt", json.dumps(_meta(**changes)))
+    assert str(info.value).startswith(problem) and "\n" not in str(info.value), str(info.value)
+
+
+def test_a_missing_key_is_named() -> None:
+    meta = _meta()
+    del meta["layers"]
+    with pytest.raises(ValueError, match=r"^m\.pt: meta\.json missing keys \['layers'\]$"):
+        parse_meta("m.pt", json.dumps(meta))
