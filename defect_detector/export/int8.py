@@ -44,7 +44,7 @@ from defect_detector.core.io import atomic_write_bytes, atomic_write_json
 from defect_detector.export.baseline import BaselineArg
 from defect_detector.export.calibration_data import CALIBRATION_IMAGES, calibration_inputs, spread
 from defect_detector.export.deploy_model import META_FILE, ExportError
-from defect_detector.export.int8_check import CHECK_FRAMES, call_agreement, refusal, split_check_frames
+from defect_detector.export.int8_check import CHECK_FRAMES, Agreement, call_agreement, refusal, split_check_frames
 from defect_detector.export.onnx import export_onnx, onnx_meta_path
 from defect_detector.model.checkpoint import LoadedModel
 
@@ -197,14 +197,7 @@ def export_int8(  # noqa: PLR0913 - one keyword per export --int8 flag; data, ma
             raise ExportError(reason)
         if not agreement.conclusive:
             log.warning("int8 accuracy check: %d float32 calls on %d held-back frames, too few to judge", agreement.float_calls, len(check))
-        meta["int8"] = {
-            "method": f"onnxruntime static QDQ, MinMax calibration, 7-bit weights on cpu; {INT8_TARGETS[target]}",
-            "target": target,
-            "calibration": {"data": str(data), "frames": len(frames), "held_back": len(check)},
-            "check": agreement.to_dict(),
-            "float_nodes": "layer statistics and box decoding",
-            "onnxruntime": ort.__version__,
-        }
+        meta["int8"] = _int8_facts(target, data, len(frames), agreement, ort.__version__)
         shift = _stats_shift(float_path, quantized, frames, meta.get("baseline"))
         data_bytes = _with_meta(quantized, meta)
     atomic_write_bytes(out_path, data_bytes)
@@ -219,6 +212,18 @@ def export_int8(  # noqa: PLR0913 - one keyword per export --int8 flag; data, ma
         "baseline_source": report["baseline_source"],
         "parity": None,
         "parity_skipped": "int8: scored by val instead",
+    }
+
+
+def _int8_facts(target: str, data: str | os.PathLike[str], frames: int, agreement: Agreement, ort_version: str) -> dict[str, Any]:
+    """``meta["int8"]``: how the model was quantized, on what, and its accuracy check."""
+    return {
+        "method": f"onnxruntime static QDQ, MinMax calibration, 7-bit weights on cpu; {INT8_TARGETS[target]}",
+        "target": target,
+        "calibration": {"data": str(data), "frames": frames, "held_back": agreement.frames},
+        "check": agreement.to_dict(),
+        "float_nodes": "layer statistics and box decoding",
+        "onnxruntime": ort_version,
     }
 
 
