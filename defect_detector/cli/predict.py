@@ -80,6 +80,7 @@ def run(args: argparse.Namespace) -> None:
 
 
 def _predict(args: argparse.Namespace, stop: StopSignals) -> None:
+    from defect_detector.core.safe_text import mask_secrets
     from defect_detector.inspect.inspector import Inspector
     from defect_detector.inspect.run_summary import summary_line
 
@@ -116,7 +117,7 @@ def _predict(args: argparse.Namespace, stop: StopSignals) -> None:
             stop=stop,
         )
     summary["alerts_undelivered"] = max(summary["alerts_undelivered"], inspector.undelivered_at_close)  # final, after close
-    print(summary_line(summary))
+    print(mask_secrets(summary_line(summary)))
     for path in summary["recovered"]:
         print(f"recovered from a run that did not finish: {path}")
     for kind, path in summary["outputs"].items():
@@ -124,7 +125,8 @@ def _predict(args: argparse.Namespace, stop: StopSignals) -> None:
     if args.alerts:
         print(f"drift events: {args.alerts}")
     if args.db:
-        print(f"station database: {args.db} (serve it: defect-detector station --db {args.db})")
+        db = mask_secrets(args.db)  # the password of a postgresql:// URL never reaches the terminal or a log
+        print(f"station database: {db} (serve it: defect-detector station --db {db})")
     _raise_for(summary, args)
 
 

@@ -29,6 +29,7 @@ import numpy as np
 from torchvision.ops import box_convert
 
 from defect_detector.core.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from defect_detector.core.safe_text import csv_cell
 from defect_detector.core.types import Detections
 from defect_detector.data.draw import draw_detections, stamp
 from defect_detector.inspect.run_guard import run_temp_name
@@ -225,15 +226,16 @@ class Outputs:
 
 
 def report_csv(records: Sequence[dict[str, Any]], class_names: Sequence[str]) -> str:
-    """``--report``: one CSV row per frame record: file name, frame, verdict, reason, calls per class, drift state."""
+    """``--report``: one CSV row per frame record: file name, frame, verdict, reason, calls per class, drift state. A text
+    cell that a spreadsheet would run as a formula (``=1+2+cmd|calc!A0.jpg``) is escaped with a leading ``'``
+    (:func:`~defect_detector.core.safe_text.csv_cell`)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["file_name", "frame", "verdict", "reason", "calls", *class_names, "dropped", "drift"])
+    writer.writerow([csv_cell(v) for v in ["file_name", "frame", "verdict", "reason", "calls", *class_names, "dropped", "drift"]])
     for r in records:
         per_class = [sum(c["category_name"] == name for c in r["calls"]) for name in class_names]
-        writer.writerow(
-            [r["file_name"], r["frame"], r["verdict"], r["reason"] or "", len(r["calls"]), *per_class, r["dropped"], r["drift"]]
-        )
+        row = [r["file_name"], r["frame"], r["verdict"], r["reason"] or "", len(r["calls"]), *per_class, r["dropped"], r["drift"]]
+        writer.writerow([csv_cell(v) for v in row])
     return buffer.getvalue()
 
 
