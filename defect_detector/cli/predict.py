@@ -117,6 +117,7 @@ def _predict(args: argparse.Namespace, stop: StopSignals) -> None:
             stop=stop,
         )
     summary["alerts_undelivered"] = max(summary["alerts_undelivered"], inspector.undelivered_at_close)  # final, after close
+    summary["unrecorded"] = max(summary["unrecorded"], inspector.unrecorded_at_close)
     print(mask_secrets(summary_line(summary)))
     for path in summary["recovered"]:
         print(f"recovered from a run that did not finish: {path}")
@@ -149,12 +150,22 @@ def _print_setup(inspector: Any, args: argparse.Namespace) -> None:
 
 
 def _raise_for(summary: dict[str, Any], args: argparse.Namespace) -> None:
-    """The run's exit, after its outputs are written: the signal that stopped it, a stream given up or a truncated video
-    (exit 2), or frames not inspected (exit 3 unless ``--allow-skips``)."""
+    """The run's exit, after its outputs are written: the signal that stopped it, an output that could not be finished
+    (a full disk), frames the station database did not record, a stream given up or a truncated video (exit 2), or
+    frames not inspected (exit 3 unless ``--allow-skips``)."""
     from defect_detector.core.errors import Stopped
 
     if summary["signal"] is not None:
         raise Stopped(getattr(signal, summary["signal"]), summary["signal"])
+    lost = summary.get("outputs_failed") or []
+    if lost:
+        more = f" (and {len(lost) - 1} more output(s): see the warnings above)" if len(lost) > 1 else ""
+        raise CliError(f"{lost[0].split('; the other outputs go on')[0]}{more}; the other outputs are finished")
+    if summary.get("unrecorded"):
+        raise CliError(
+            f"--db {args.db}: {summary['unrecorded']} of {summary['frames']} frames were not recorded in the station database "
+            "(lost or unreachable during the run: see the warnings above); the other outputs are finished"
+        )
     if summary["gave_up"]:
         raise CliError(
             f"{args.source}: the stream failed and could not be reopened, so the run stopped early "

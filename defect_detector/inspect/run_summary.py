@@ -90,6 +90,10 @@ def summary_line(summary: dict[str, Any]) -> str:
     if summary.get("alerts_undelivered"):
         drift += f" ({summary['alerts_undelivered']} not delivered: see the webhook warnings)"
     cut = f" ({summary['calls_cut_by_max_det']} more cut by --max-det)" if summary.get("calls_cut_by_max_det") else ""
+    if summary.get("unrecorded"):
+        drift += f"; station database: {summary['unrecorded']} frames NOT RECORDED"
+    if summary.get("outputs_failed"):
+        drift += f"; {len(summary['outputs_failed'])} output(s) NOT FINISHED (see the warnings)"
     return (
         f"frames {summary['frames']}: pass {v['pass']}, fail {v['fail']}, NOT INSPECTED {v['not_inspected']}"
         + (f" ({why})" if why else "")
