@@ -167,7 +167,7 @@ class Outputs:
             try:
                 stream.write(lines[kind]())
             except OSError as exc:
-                self._lost(kind, exc)
+                self._lost(kind, exc, len(self.records) - 1)
         if self.save_dir is not None and "images" not in self.failed:
             annotated = self._annotated(inspection)
             try:
@@ -176,10 +176,11 @@ class Outputs:
                 else:
                     self._write_image(inspection.frame.file_name, annotated)
             except OSError as exc:
-                self._lost("images", exc)
+                self._lost("images", exc, len(self.records) - 1)
 
-    def _lost(self, kind: str, exc: OSError) -> None:
-        """Stop the output ``kind`` (a key of :data:`_FLAGS`) after ``exc``: one WARNING line, its temp file removed."""
+    def _lost(self, kind: str, exc: OSError, done: int | None = None) -> None:
+        """Stop the output ``kind`` (a key of :data:`_FLAGS`) after ``exc``, when it held ``done`` frames (None: while
+        finishing it, so nothing of it is written): one WARNING line, its temp file removed."""
         flag = _FLAGS[kind]
         stream = self.streams.pop(kind, None)
         if stream is not None:
@@ -191,7 +192,7 @@ class Outputs:
                 self.video_tmp.unlink(missing_ok=True)
         where = exc.filename or (stream.path if stream is not None else self.save_dir)
         why = exc.strerror or str(exc)
-        what = "not written" if kind == "json" else f"this output stopped after {len(self.records)} frames"
+        what = "not written" if done is None else f"this output stopped after {done} frames"
         self.failed[kind] = f"{flag} {where}: {why}: {what}; the other outputs go on"
         log.warning("%s", self.failed[kind])
 
