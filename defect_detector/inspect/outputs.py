@@ -147,15 +147,19 @@ class Outputs:
         self.written: dict[str, str] = {}  # what close() wrote, by kind
         self.failed: dict[str, str] = {}  # outputs that stopped, by kind (json, jsonl, report, images): the line that said so
         self.closed = False
-        self.streams: dict[str, _Stream] = {}
-        if self.save_json:
-            self.streams["jsonl"] = _Stream(self.save_json.with_suffix(".jsonl"))
-        if self.report:
-            self.streams["report"] = _Stream(self.report, _csv_line(report_header(self.class_names)))
         self.video: cv2.VideoWriter | None = None
         self.video_path: Path | None = None
         self.video_tmp: Path | None = None
         self.video_size: tuple[int, int] | None = None
+        self.streams: dict[str, _Stream] = {}
+        try:
+            if self.save_json:
+                self.streams["jsonl"] = _Stream(self.save_json.with_suffix(".jsonl"))
+            if self.report:
+                self.streams["report"] = _Stream(self.report, _csv_line(report_header(self.class_names)))
+        except BaseException:  # one that cannot be opened: no temp file of the others is left behind
+            self.discard()
+            raise
 
     def add(self, inspection: Any) -> None:
         """Record one :class:`~defect_detector.inspect.inspector.Inspection` in every requested output still going."""
