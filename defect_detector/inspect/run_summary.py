@@ -7,6 +7,7 @@ import time
 from collections import Counter
 from typing import Any
 
+from defect_detector.core.safe_text import mask_secrets
 from defect_detector.inspect.sources import FrameSource
 from defect_detector.monitor.alerts import STAGES
 from defect_detector.monitor.drift import DriftEvent
@@ -52,7 +53,7 @@ class Tally:
         wall = time.perf_counter() - self.start
         stats, runtime = frames.stats, inspector.runtime
         return {
-            "source": source,
+            "source": mask_secrets(source),  # a stream's rtsp://user:pw@... masked
             "kind": frames.kind,
             "weights": str(runtime.path),
             "device": str(runtime.device),
