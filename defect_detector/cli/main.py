@@ -31,6 +31,7 @@ from defect_detector.cli import (  # noqa: E402
 from defect_detector.cli.errors import CliError, error_line, is_expected  # noqa: E402
 from defect_detector.cli.parser import build_parser, parse_args  # noqa: E402
 from defect_detector.core.errors import Stopped  # noqa: E402
+from defect_detector.core.safe_text import install_masking, mask_secrets  # noqa: E402
 
 COMMANDS = {
     "convert": convert,
@@ -56,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     the frames so far)."""
     args = parse_args(build_parser(COMMANDS), argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    install_masking()  # no password, user info or query key of a URL (--db, --webhook, a stream) in any log line
     try:
         COMMANDS[args.command].run(args)
     except KeyboardInterrupt as exc:  # Ctrl-C, or core.errors.Stopped (predict: SIGTERM, SIGHUP, SIGINT after its outputs)
@@ -66,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if not is_expected(exc, (CliError,)):
             raise
-        print(f"defect-detector {args.command}: error: {error_line(exc)}", file=sys.stderr)
+        print(f"defect-detector {args.command}: error: {mask_secrets(error_line(exc))}", file=sys.stderr)
         return int(getattr(exc, "exit_code", 2))
     return 0
 

@@ -33,7 +33,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--save-json",
         help="write one record per frame here: verdict (pass, fail, not_inspected), reason, calls (bbox xywh in original pixels); "
-        "video/streams also get a .jsonl",
+        "plus a .jsonl written frame by frame (kept after a crash)",
     )
     p.add_argument(
         "--json-layout",
@@ -41,7 +41,9 @@ def add_parser(sub: Any) -> None:
         default="frames",
         help="frames (default): one record per frame; detections: v0.8's flat list of calls (frames without calls are absent)",
     )
-    p.add_argument("--report", help="write a CSV here: one row per frame (name, verdict, reason, calls per class, drift state)")
+    p.add_argument(
+        "--report", help="write a CSV here, row by row: one row per frame (name, verdict, reason, calls per class, drift state)"
+    )
     p.add_argument("--save-dir", help="write annotated images (or an .mp4 for video/streams) here; frames not inspected are stamped")
     p.add_argument(
         "--allow-skips",
@@ -80,6 +82,7 @@ def run(args: argparse.Namespace) -> None:
 
 
 def _predict(args: argparse.Namespace, stop: StopSignals) -> None:
+    from defect_detector.core.safe_text import mask_secrets
     from defect_detector.inspect.inspector import Inspector
     from defect_detector.inspect.run_summary import summary_line
 
@@ -116,7 +119,8 @@ def _predict(args: argparse.Namespace, stop: StopSignals) -> None:
             stop=stop,
         )
     summary["alerts_undelivered"] = max(summary["alerts_undelivered"], inspector.undelivered_at_close)  # final, after close
-    print(summary_line(summary))
+    summary["unrecorded"] = max(summary["unrecorded"], inspector.unrecorded_at_close)
+    print(mask_secrets(summary_line(summary)))
     for path in summary["recovered"]:
         print(f"recovered from a run that did not finish: {path}")
     for kind, path in summary["outputs"].items():
@@ -124,7 +128,8 @@ def _predict(args: argparse.Namespace, stop: StopSignals) -> None:
     if args.alerts:
         print(f"drift events: {args.alerts}")
     if args.db:
-        print(f"station database: {args.db} (serve it: defect-detector station --db {args.db})")
+        db = mask_secrets(args.db)  # the password of a postgresql:// URL never reaches the terminal or a log
+        print(f"station database: {db} (serve it: defect-detector station --db {db})")
     _raise_for(summary, args)
 
 
@@ -147,12 +152,22 @@ def _print_setup(inspector: Any, args: argparse.Namespace) -> None:
 
 
 def _raise_for(summary: dict[str, Any], args: argparse.Namespace) -> None:
-    """The run's exit, after its outputs are written: the signal that stopped it, a stream given up or a truncated video
-    (exit 2), or frames not inspected (exit 3 unless ``--allow-skips``)."""
+    """The run's exit, after its outputs are written: the signal that stopped it, an output that could not be finished
+    (a full disk), frames the station database did not record, a stream given up or a truncated video (exit 2), or
+    frames not inspected (exit 3 unless ``--allow-skips``)."""
     from defect_detector.core.errors import Stopped
 
     if summary["signal"] is not None:
         raise Stopped(getattr(signal, summary["signal"]), summary["signal"])
+    lost = summary.get("outputs_failed") or []
+    if lost:
+        more = f" (and {len(lost) - 1} more output(s): see the warnings above)" if len(lost) > 1 else ""
+        raise CliError(f"{lost[0].split('; the other outputs go on')[0]}{more}; the other outputs are finished")
+    if summary.get("unrecorded"):
+        raise CliError(
+            f"--db {args.db}: {summary['unrecorded']} of {summary['frames']} frames were not recorded in the station database "
+            "(lost or unreachable during the run: see the warnings above); the other outputs are finished"
+        )
     if summary["gave_up"]:
         raise CliError(
             f"{args.source}: the stream failed and could not be reopened, so the run stopped early "

@@ -45,7 +45,7 @@ from defect_detector.export.baseline import BaselineArg
 from defect_detector.export.calibration_data import CALIBRATION_IMAGES, calibration_inputs, spread
 from defect_detector.export.deploy_model import META_FILE, ExportError
 from defect_detector.export.int8_check import CHECK_FRAMES, Agreement, call_agreement, refusal, split_check_frames
-from defect_detector.export.onnx import export_onnx, onnx_meta_path
+from defect_detector.export.onnx import export_onnx, onnx_meta_path, sign_onnx, split_onnx_meta
 from defect_detector.model.checkpoint import LoadedModel
 
 log = logging.getLogger("defect_detector.export")
@@ -199,7 +199,7 @@ def export_int8(  # noqa: PLR0913 - one keyword per export --int8 flag; data, ma
             log.warning("int8 accuracy check: %d float32 calls on %d held-back frames, too few to judge", agreement.float_calls, len(check))
         meta["int8"] = _int8_facts(target, data, len(frames), agreement, ort.__version__)
         shift = _stats_shift(float_path, quantized, frames, meta.get("baseline"))
-        data_bytes = _with_meta(quantized, meta)
+        data_bytes, meta = sign_onnx(quantized.read_bytes(), meta)
     atomic_write_bytes(out_path, data_bytes)
     atomic_write_json(onnx_meta_path(out_path), meta)
     return {
@@ -229,32 +229,20 @@ def _int8_facts(target: str, data: str | os.PathLike[str], frames: int, agreemen
 
 def embed_baseline(path: str | os.PathLike[str], baseline: dict[str, Any], source: str) -> dict[str, Any]:
     """Replace the drift baseline in the meta of the ONNX model at ``path`` (embedded and the ``.meta.json`` beside it),
-    atomically; ``meta["int8"]["baseline"]`` records ``source``. Returns the new meta. Used by ``export --int8`` to carry
-    a baseline calibrated through the int8 model itself (see the module docstring)."""
-    import onnx
-
+    atomically, and sign the final model and meta again (the digest covers the new baseline: :mod:`.digest`);
+    ``meta["int8"]["baseline"]`` records ``source``. Returns the new meta. Used by ``export --int8`` to carry a baseline
+    calibrated through the int8 model itself (see the module docstring)."""
     path = Path(path)
-    model = onnx.load(str(path))
-    entry = next((e for e in model.metadata_props if e.key == META_FILE), None)
-    if entry is None:
+    _, texts = split_onnx_meta(path.read_bytes())
+    if not texts:
         raise ValueError(f"{path}: ONNX model without {META_FILE}")
-    meta = json.loads(entry.value)
+    meta = json.loads(texts[-1])
     meta["baseline"] = baseline
     meta.setdefault("int8", {})["baseline"] = source
-    data = _with_meta(path, meta)
+    data, meta = sign_onnx(path.read_bytes(), meta)
     atomic_write_bytes(path, data)
     atomic_write_json(onnx_meta_path(path), meta)
     return meta
-
-
-def _with_meta(path: Path, meta: dict[str, Any]) -> bytes:
-    import onnx
-
-    model = onnx.load(str(path))
-    del model.metadata_props[:]
-    entry = model.metadata_props.add()
-    entry.key, entry.value = META_FILE, json.dumps(meta)
-    return model.SerializeToString()
 
 
 def _stats_shift(float_path: Path, int8_path: Path, frames: np.ndarray, baseline: dict[str, Any] | None, n: int = 16) -> float | None:

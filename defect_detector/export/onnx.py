@@ -19,6 +19,7 @@ from defect_detector.core.constants import DEFAULT_LAYERS
 from defect_detector.core.io import atomic_write_bytes, atomic_write_json
 from defect_detector.export.baseline import BaselineArg, export_baseline
 from defect_detector.export.deploy_model import META_FILE, DeployModel, ExportError, checkpoint_meta
+from defect_detector.export.digest import ONNX_COVERS, onnx_digest, signed
 from defect_detector.export.parity import check_parity, max_diffs, parity_inputs, reference_outputs
 from defect_detector.export.torchscript import TRACE_BATCH
 from defect_detector.model.checkpoint import LoadedModel
@@ -54,7 +55,7 @@ def export_onnx(
         raise ExportError(f"{out_path}: ONNX export needs the onnx package (pip install '.[onnx]')")
     meta = checkpoint_meta(loaded, deploy, embedded)
     meta["onnx_opset"] = ONNX_OPSET
-    data = _with_onnx_metadata(_onnx_bytes(deploy), meta)
+    data, meta = sign_onnx(_onnx_bytes(deploy), meta)
 
     report: dict[str, Any] = {
         "path": str(out_path),
@@ -123,10 +124,96 @@ def onnx_meta_path(onnx_path: str | os.PathLike[str]) -> Path:
     return path.with_name(path.stem + ".meta.json")
 
 
-def _with_onnx_metadata(data: bytes, meta: dict[str, Any]) -> bytes:
-    import onnx
+_METADATA_PROPS = 14  # ModelProto.metadata_props: repeated StringStringEntryProto {key = 1, value = 2}
+_LENGTH_DELIMITED = 2
 
-    model = onnx.load_from_string(data)
-    entry = model.metadata_props.add()
-    entry.key, entry.value = META_FILE, json.dumps(meta)
-    return model.SerializeToString()
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise ValueError("truncated or corrupt protobuf (a varint runs past the end)")
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, pos
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _fields(data: bytes) -> list[tuple[int, int, int, int]]:
+    """The top-level fields of protobuf ``data``: ``(number, wire type, start, end)``, ``start:end`` the whole field
+    (tag included); the payload of a length-delimited field is its last ``length`` bytes. ``ValueError`` for bytes
+    that are not a protobuf message (a truncated file)."""
+    out, pos = [], 0
+    while pos < len(data):
+        start = pos
+        tag, pos = _varint(data, pos)
+        number, wire = tag >> 3, tag & 7
+        if wire == 0:
+            _, pos = _varint(data, pos)
+        elif wire in (1, 5):
+            pos += 8 if wire == 1 else 4
+        elif wire == _LENGTH_DELIMITED:
+            length, pos = _varint(data, pos)
+            pos += length
+        else:
+            raise ValueError(f"truncated or corrupt protobuf (wire type {wire})")
+        if pos > len(data) or number == 0:
+            raise ValueError("truncated or corrupt protobuf (a field runs past the end)")
+        out.append((number, wire, start, pos))
+    return out
+
+
+def _entry(field: bytes) -> dict[int, bytes]:
+    """The string fields of one serialized ``StringStringEntryProto`` (its tag and length included in ``field``)."""
+    _, pos = _varint(field, 0)
+    _, pos = _varint(field, pos)
+    body = field[pos:]
+    out = {}
+    for number, wire, start, end in _fields(body):
+        if wire == _LENGTH_DELIMITED:
+            _, at = _varint(body, start)
+            length, at = _varint(body, at)
+            out[number] = body[end - length : end]
+    return out
+
+
+def split_onnx_meta(data: bytes) -> tuple[bytes, list[str]]:
+    """``(the ONNX model bytes without their metadata_props entries "meta.json", the texts of those entries)``, read
+    from the protobuf wire format (no onnx package needed). The first part is what the digest covers
+    (:mod:`.digest`). ``ValueError`` for bytes that are not a protobuf message (a truncated file)."""
+    kept, metas = [], []
+    for number, wire, start, end in _fields(data):
+        if number == _METADATA_PROPS and wire == _LENGTH_DELIMITED:
+            entry = _entry(data[start:end])
+            if entry.get(1) == META_FILE.encode():
+                metas.append(entry.get(2, b"").decode("utf-8", "replace"))
+                continue
+        kept.append(data[start:end])
+    return b"".join(kept), metas
+
+
+def _meta_entry(text: str) -> bytes:
+    """The serialized ``metadata_props`` field ``{key: "meta.json", value: text}``."""
+    key, value = META_FILE.encode(), text.encode("utf-8")
+    body = b"\x0a" + _encode_varint(len(key)) + key + b"\x12" + _encode_varint(len(value)) + value
+    return _encode_varint(_METADATA_PROPS << 3 | _LENGTH_DELIMITED) + _encode_varint(len(body)) + body
+
+
+def sign_onnx(data: bytes, meta: dict[str, Any]) -> tuple[bytes, dict[str, Any]]:
+    """ONNX model ``data`` with ``meta`` and its digest (:func:`~defect_detector.export.digest.onnx_digest` over the
+    model without any earlier ``meta.json``) as the ``metadata_props`` entry ``meta.json``; returns the bytes and the
+    signed meta (what the sidecar holds)."""
+    stripped, _ = split_onnx_meta(data)
+    sealed = signed(meta, onnx_digest(stripped, meta), ONNX_COVERS)
+    return stripped + _meta_entry(json.dumps(sealed)), sealed

@@ -22,6 +22,7 @@ import io
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -38,6 +39,7 @@ from defect_detector.core.constants import DEFAULT_LAYERS
 from defect_detector.core.io import atomic_write_bytes
 from defect_detector.export.baseline import BaselineArg, export_baseline
 from defect_detector.export.deploy_model import META_FILE, DeployModel, ExportError, checkpoint_meta
+from defect_detector.export.digest import PT2_COVERS, check_recorded, is_aoti_metadata, pt2_digest, signed
 from defect_detector.export.parity import check_parity, max_diffs, parity_inputs, reference_outputs
 from defect_detector.export.torchscript import TRACE_BATCH
 from defect_detector.model.checkpoint import LoadedModel
@@ -110,6 +112,71 @@ def compile_package(program: torch.export.ExportedProgram, meta: dict[str, Any])
         warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\._inductor")
         torch._inductor.aoti_compile_and_package(program, package_path=buffer, inductor_configs=configs)
     return buffer.getvalue()
+
+
+def sign_pt2(data: bytes, meta: dict[str, Any]) -> tuple[bytes, dict[str, Any]]:
+    """The ``.pt2`` package ``data`` with ``meta`` and its digest (:func:`~defect_detector.export.digest.pt2_digest`)
+    in every AOTInductor metadata file; returns the bytes and the signed meta. The package is rewritten member by
+    member (stored, as AOTInductor writes it); only the metadata files change."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        aoti = _aoti_metadata(archive)
+        sealed = signed(meta, pt2_digest(archive, meta, aoti), PT2_COVERS)
+        with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as target:
+            for info in archive.infolist():
+                member = archive.read(info)
+                if is_aoti_metadata(info.filename):
+                    member = json.dumps({**json.loads(member), META_FILE: json.dumps(sealed)}).encode()
+                target.writestr(zipfile.ZipInfo(info.filename, date_time=info.date_time), member)
+    return out.getvalue(), sealed
+
+
+def _aoti_metadata(archive: zipfile.ZipFile) -> dict[str, str]:
+    """The AOTInductor metadata of the package ``archive`` (its wrapper's ``*_metadata.json``); ``{}`` when absent."""
+    name = next((n for n in archive.namelist() if n.endswith("wrapper_metadata.json") and is_aoti_metadata(n)), None)
+    aoti = json.loads(archive.read(name)) if name else {}
+    return aoti if isinstance(aoti, dict) else {}
+
+
+def check_pt2(path: str | os.PathLike[str], meta: dict[str, Any]) -> None:
+    """Refuse (``ValueError``, one line naming ``path``) a ``.pt2`` package whose ``meta`` (the text the runtime reads)
+    is not the one in every AOTInductor metadata copy, does not match its digest, or names another input size than the
+    compiled model's (read from its generated C++, before anything runs: a model run on the wrong input size crashes
+    the process)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            copies = {json.loads(archive.read(n)).get(META_FILE) for n in archive.namelist() if is_aoti_metadata(n)}
+            if len({json.dumps(json.loads(c or "null"), sort_keys=True) for c in copies}) > 1:
+                raise ValueError(f"{path}: the package's metadata copies hold different meta.json texts (edited); export the model again")
+            actual = pt2_digest(archive, meta, _aoti_metadata(archive))
+            dims = _input_dims(archive)
+    except (OSError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: truncated or corrupt .pt2 file: {exc}") from exc
+    check_recorded(path, meta, actual)
+    want = {1: int(meta.get("channels", 1)), 2: int(meta["imgsz"]), 3: int(meta["imgsz"])}
+    wrong = {k: (v, dims[k]) for k, v in want.items() if k in dims and dims[k] != v}
+    if wrong:
+        raise ValueError(
+            f"{path}: meta.json describes input [B, {want[1]}, {want[2]}, {want[3]}], but the package was compiled for "
+            f"[B, {dims.get(1)}, {dims.get(2)}, {dims.get(3)}]; export the model again"
+        )
+
+
+_INPUT_DIM = re.compile(r"if \((\d+) != \w+_size\[(\d+)\]\)")
+
+
+def _input_dims(archive: zipfile.ZipFile) -> dict[int, int]:
+    """The fixed input dimensions (index -> size) the package's model was compiled for, read from the input check
+    AOTInductor generates (``check_input_0`` in the wrapper's C++); ``{}`` when it cannot be found."""
+    name = next((n for n in archive.namelist() if n.endswith(".wrapper.cpp") and "/aotinductor/" in n), None)
+    if name is None:
+        return {}
+    code = archive.read(name).decode("utf-8", "replace")
+    start = code.find("static void check_input_0(")
+    if start < 0:
+        return {}
+    body = code[start : code.find("\n}\n", start)]
+    return {int(index): int(size) for size, index in _INPUT_DIM.findall(body)}
 
 
 def load_pt2(path: str | os.PathLike[str], device: torch.device | str = "cpu") -> tuple[Any, str]:
@@ -193,7 +260,7 @@ def export_pt2(
     meta = checkpoint_meta(loaded, deploy, embedded, optimize=optimize, cpu_only=device.type == "cpu")
     meta["aoti_device"] = device.type
     start = time.perf_counter()
-    data = compile_package(export_program(deploy, device), meta)
+    data, meta = sign_pt2(compile_package(export_program(deploy, device), meta), meta)
     seconds = time.perf_counter() - start
 
     x = parity_inputs(imgsz, check_images, channels=deploy.in_channels)

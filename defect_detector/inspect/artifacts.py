@@ -19,8 +19,9 @@ from typing import Any
 import torch
 
 from defect_detector.export import META_FILE, quiet_jit
-from defect_detector.export.onnx import onnx_meta_path
-from defect_detector.export.pt2 import is_pt2_package, load_pt2, read_pt2_meta
+from defect_detector.export.digest import check_digest, check_recorded, onnx_digest
+from defect_detector.export.onnx import onnx_meta_path, split_onnx_meta
+from defect_detector.export.pt2 import check_pt2, is_pt2_package, load_pt2, read_pt2_meta
 from defect_detector.model.checkpoint import is_torchscript_archive
 
 log = logging.getLogger("defect_detector.inspect")
@@ -31,14 +32,36 @@ ONNX_SUFFIX = ".onnx"
 def artifact_kind(path: str | os.PathLike[str]) -> str:
     """What ``path`` holds: ``"pt2"`` (AOTInductor package), ``"onnx"`` (by its ``.onnx`` suffix: ONNX files carry no
     magic number), ``"torchscript"`` (a ``torch.jit.save`` archive) or ``"checkpoint"`` (anything else: a training
-    checkpoint, or a file that ``load_checkpoint`` will refuse with one line)."""
+    checkpoint, or a file that ``load_checkpoint`` will refuse with one line). ``ValueError`` naming ``path`` for a zip
+    that cannot be read whose bytes show a ``.pt2`` package or a TorchScript archive: "truncated or corrupt"."""
     if Path(path).suffix.lower() == ONNX_SUFFIX:
         return "onnx"
     if is_pt2_package(path):
         return "pt2"
     if is_torchscript_archive(path):
         return "torchscript"
+    _refuse_broken_archive(Path(path))
     return "checkpoint"
+
+
+def _refuse_broken_archive(path: Path) -> None:
+    """``ValueError`` for a zip (``PK`` magic) that ``zipfile`` cannot open (a copy cut short, a disk error) whose
+    member names show a ``.pt2`` package (``/aotinductor/``) or a TorchScript archive (``/code/``); anything else is
+    left to ``load_checkpoint``."""
+    try:
+        with path.open("rb") as fh:
+            if fh.read(4) != b"PK\x03\x04":
+                return
+            zipfile.ZipFile(fh).close()
+            return
+    except zipfile.BadZipFile as exc:
+        why = str(exc)
+    except OSError:
+        return
+    data = path.read_bytes()
+    kind = ".pt2" if b"/aotinductor/" in data else "TorchScript" if b"/code/" in data else None
+    if kind is not None:
+        raise ValueError(f"{path}: truncated or corrupt {kind} file ({why}; {path.stat().st_size} bytes); copy or export it again")
 
 
 def archive_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -140,12 +163,58 @@ def read_onnx(path: Path, device: torch.device, explicit_device: bool, threads: 
     except Exception as exc:  # onnxruntime raises its own exception types (Fail, InvalidProtobuf, NoSuchFile, ...)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValueError(f"{path}: not a loadable ONNX model: {first}") from exc
-    text = session.get_modelmeta().custom_metadata_map.get(META_FILE, "")
+    return OnnxModel(session), onnx_meta_text(path), device
+
+
+def onnx_meta_text(path: Path) -> str:
+    """The ``meta.json`` text of the ONNX model at ``path``: its ``metadata_props["meta.json"]``, else the
+    ``<name>.meta.json`` beside it. ``ValueError`` naming ``path`` without either, or when both exist and differ
+    (a sidecar edited, or left from another export: which one would the C++ or Triton client read?)."""
     sidecar = onnx_meta_path(path)
-    if not text and sidecar.is_file():
-        text = sidecar.read_text(encoding="utf-8")
+    try:
+        _, texts = split_onnx_meta(path.read_bytes())
+    except ValueError as exc:
+        raise ValueError(f"{path}: truncated or corrupt ONNX file ({exc})") from exc
+    text = texts[-1] if texts else ""
+    if sidecar.is_file():
+        beside = sidecar.read_text(encoding="utf-8")
+        if not text:
+            text = beside
+        elif _json_or_none(beside) != _json_or_none(text):
+            differ = _differing_keys(_json_or_none(beside), _json_or_none(text))
+            raise ValueError(
+                f"{path}: {sidecar.name} beside it differs from the meta.json embedded in the model ({differ}): edited, or left by "
+                "another export; export the model again (or remove the sidecar)"
+            )
     if not text:
         raise ValueError(
             f"{path}: ONNX model without {META_FILE} (embedded or {sidecar.name} beside it); export it with `defect-detector export`"
         )
-    return OnnxModel(session), text, device
+    return text
+
+
+def _json_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _differing_keys(a: Any, b: Any) -> str:
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return "not the same JSON"
+    keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    return "keys " + ", ".join(keys[:6]) + (" ..." if len(keys) > 6 else "")
+
+
+def verify_artifact(path: Path, kind: str, meta: dict[str, Any]) -> None:
+    """Refuse (``ValueError``, one line naming ``path``) an artifact whose ``meta`` does not match the digest of its
+    graph, weights and meta (:mod:`~defect_detector.export.digest`), and a ``.pt2`` whose meta names another input size
+    than the compiled model's: before the model runs once."""
+    if kind == "torchscript":
+        check_digest(path, meta)
+    elif kind == "pt2":
+        check_pt2(path, meta)
+    elif kind == "onnx":
+        stripped, _ = split_onnx_meta(path.read_bytes())
+        check_recorded(path, meta, onnx_digest(stripped, meta))

@@ -94,6 +94,7 @@ class Inspector:
 
     recorder: Any = None  # station recording: a defect_detector.station.recorder.Recorder (load(db=URL))
     undelivered_at_close = 0  # alerts the sinks had not delivered when close() stopped them
+    unrecorded_at_close = 0  # frames the station recorder could not record (counted when close() stopped it)
     autothreads: AdaptiveThreads | None = None  # load(threads=None) on a CPU: the thread count re-chosen as the run goes
 
     def __init__(self, pipeline: Pipeline, router: AlertRouter | None = None) -> None:
@@ -312,7 +313,7 @@ class Inspector:
             raise ValueError(f"--batch must be >= 1, got {batch}")
         if max_frames is not None and max_frames < 1:
             raise ValueError(f"--max-frames must be >= 1, got {max_frames}")
-        guard = RunGuard(save_json, save_dir)  # writable, one writer, leftovers of a killed run recovered
+        guard = RunGuard(save_json, save_dir, report)  # writable, one writer, leftovers of a killed run recovered
         try:
             frames = open_source(source, latest_only=latest_only)
             self.runtime.warmup()
@@ -329,6 +330,7 @@ class Inspector:
         summary = tally.summary(source, frames, self, outputs.written, stopped_by is not None)
         summary.update(signal=stopped_by, recovered=guard.recovered, ended_early=frames.stats.ended_early)
         summary.update(expected_frames=frames.stats.expected_frames, alerts_undelivered=self._undelivered())
+        summary.update(outputs_failed=list(outputs.failed.values()), unrecorded=self.unrecorded)
         return summary
 
     def _consume(
@@ -366,6 +368,11 @@ class Inspector:
             outputs.close()
         return stopped_by
 
+    @property
+    def unrecorded(self) -> int:
+        """Frames the station database (``db=``) did not take so far: a full queue, a database lost mid-run."""
+        return self.recorder.unrecorded if self.recorder is not None else self.unrecorded_at_close
+
     def _undelivered(self) -> int:
         """Alerts a sink failed to deliver so far (a webhook that fails or hangs, a full queue; see ``AlertRouter``)."""
         return self.router.undelivered if self.router is not None else self.undelivered_at_close
@@ -380,6 +387,7 @@ class Inspector:
             self.router = None
         if self.recorder is not None:  # station recording
             self.recorder.close()
+            self.unrecorded_at_close = self.recorder.unrecorded  # what was queued is written (or counted) by close()
             self.recorder = None
 
     def __enter__(self) -> Inspector:

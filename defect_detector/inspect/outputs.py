@@ -1,5 +1,6 @@
-"""What ``predict`` writes: ``--save-json`` (one record per frame, plus per-frame JSONL for video and streams),
-``--report`` (a CSV row per frame), and ``--save-dir`` (annotated images, or one annotated ``.mp4``).
+"""What ``predict`` writes: ``--save-json`` (one record per frame, plus a JSONL line per frame as it goes, for every
+source: a folder run killed with -9 leaves its frames too), ``--report`` (a CSV row per frame, as it goes), and
+``--save-dir`` (annotated images, or one annotated ``.mp4``).
 
 Every frame of the source has its record, whatever happened to it: ``{"file_name", "frame", "verdict", "reason",
 "drift", "calls": [{"category_name", "bbox": [x, y, w, h], "score"}], "dropped"}`` with ``verdict`` ``pass``,
@@ -10,7 +11,7 @@ not inspected is stamped NOT INSPECTED with its reason in ``--save-dir``.
 
 Every file is written to a temporary name and renamed into place when complete, so an interrupted run never leaves
 a half-written output, and a run that fails (:meth:`Outputs.discard`) never replaces the results of an earlier one:
-its temporary files are removed.
+its temporary files are removed. A full disk under one output stops that output alone (:class:`Outputs`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 import os
 import time
 from collections.abc import Sequence
@@ -28,7 +30,8 @@ import cv2
 import numpy as np
 from torchvision.ops import box_convert
 
-from defect_detector.core.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from defect_detector.core.io import atomic_write_bytes, atomic_write_json
+from defect_detector.core.safe_text import csv_cell
 from defect_detector.core.types import Detections
 from defect_detector.data.draw import draw_detections, stamp
 from defect_detector.inspect.run_guard import run_temp_name
@@ -37,6 +40,8 @@ from defect_detector.inspect.sources import FrameSource
 VERDICTS = ("pass", "fail", "not_inspected")
 JSON_LAYOUTS = ("frames", "detections")
 _PLACEHOLDER = (240, 640)  # size of the stamped image that stands in for a frame that could not be read
+
+log = logging.getLogger("defect_detector.inspect")
 
 _DEFAULT_VIDEO_FPS = 10.0
 _FSYNC_S = 1.0  # the per-frame JSONL is fsynced at least this often
@@ -68,12 +73,57 @@ def frame_record(inspection: Any) -> dict[str, Any]:
     }
 
 
+class _Stream:
+    """One output written a line per frame: a hidden temp file beside ``path`` (:func:`run_temp_name`), flushed every
+    line and fsynced at least every :data:`_FSYNC_S`, renamed into place by :meth:`finish`. A killed run leaves the
+    temp file, which the next run recovers (``inspect/run_guard.py``)."""
+
+    def __init__(self, path: Path, header: str = "") -> None:
+        self.path = path
+        self.tmp = run_temp_name(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.file: TextIO | None = self.tmp.open("w", encoding="utf-8", newline="")
+        self.synced = time.monotonic()
+        if header:
+            self.write(header)
+
+    def write(self, text: str) -> None:
+        assert self.file is not None
+        self.file.write(text)
+        self.file.flush()
+        if time.monotonic() - self.synced >= _FSYNC_S:  # durable as it goes: a power loss costs at most ~1 s
+            os.fsync(self.file.fileno())
+            self.synced = time.monotonic()
+
+    def finish(self) -> None:
+        assert self.file is not None
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+        self.file = None
+        os.replace(self.tmp, self.path)
+
+    def discard(self) -> None:
+        """Close (ignoring a failing close: the disk may be full) and remove the temp file."""
+        if self.file is not None:
+            try:
+                self.file.close()
+            except OSError:
+                pass
+            self.file = None
+        self.tmp.unlink(missing_ok=True)
+
+
 class Outputs:
-    """``--save-json`` (written atomically at the end; plus a JSONL line per frame, flushed, for video and stream
-    sources), ``--report`` (CSV, at the end) and ``--save-dir`` (annotated images with the source's relative names, or
-    one annotated ``.mp4`` for video and stream sources). The JSONL and the video are written to hidden temp files
-    beside their destinations (``.NAME.<run>.tmp.jsonl``, ``.NAME.<run>.tmp.mp4``) and renamed into place by
-    :meth:`close`; :meth:`discard` (a failed run) removes them and leaves any earlier outputs as they were."""
+    """``--save-json`` (written atomically at the end, plus a JSONL line per frame as it goes, any source),
+    ``--report`` (CSV, a row per frame as it goes) and ``--save-dir`` (annotated images with the source's relative
+    names, or one annotated ``.mp4`` for video and stream sources). The JSONL, the CSV and the video are written to
+    hidden temp files beside their destinations (``.NAME.<run>.tmp.jsonl``, ``.tmp.csv``, ``.tmp.mp4``) and renamed
+    into place by :meth:`close`; :meth:`discard` (a failed run) removes them and leaves any earlier outputs as they were.
+
+    One output that cannot be written (a full disk, an I/O error: any ``OSError``) stops alone: it is logged in one
+    WARNING line, its temp file removed, the line kept in :attr:`failed` (by kind), and the others go on and are
+    finished. ``predict`` exits non-zero when any output failed."""
 
     def __init__(
         self,
@@ -95,38 +145,60 @@ class Outputs:
         self.json_layout = json_layout
         self.records: list[dict[str, Any]] = []
         self.written: dict[str, str] = {}  # what close() wrote, by kind
-        self.jsonl: TextIO | None = None
-        self.jsonl_path: Path | None = None
-        self.jsonl_tmp: Path | None = None
+        self.failed: dict[str, str] = {}  # outputs that stopped, by kind (json, jsonl, report, images): the line that said so
         self.closed = False
-        self.synced = time.monotonic()
-        if self.save_json and self.per_frame:
-            self.jsonl_path = self.save_json.with_suffix(".jsonl")
-            self.jsonl_tmp = _temp_name(self.jsonl_path)
-            self.jsonl_path.parent.mkdir(parents=True, exist_ok=True)
-            self.jsonl = self.jsonl_tmp.open("w", encoding="utf-8")
         self.video: cv2.VideoWriter | None = None
         self.video_path: Path | None = None
         self.video_tmp: Path | None = None
         self.video_size: tuple[int, int] | None = None
+        self.streams: dict[str, _Stream] = {}
+        try:
+            if self.save_json:
+                self.streams["jsonl"] = _Stream(self.save_json.with_suffix(".jsonl"))
+            if self.report:
+                self.streams["report"] = _Stream(self.report, _csv_line(report_header(self.class_names)))
+        except BaseException:  # one that cannot be opened: no temp file of the others is left behind
+            self.discard()
+            raise
 
     def add(self, inspection: Any) -> None:
-        """Record one :class:`~defect_detector.inspect.inspector.Inspection` in every requested output."""
+        """Record one :class:`~defect_detector.inspect.inspector.Inspection` in every requested output still going."""
         record = frame_record(inspection)
         record["timestamp"] = inspection.frame.timestamp
         self.records.append(record)
-        if self.jsonl is not None:
-            self.jsonl.write(json.dumps(record) + "\n")
-            self.jsonl.flush()
-            if time.monotonic() - self.synced >= _FSYNC_S:  # durable as it goes: a power loss costs at most ~1 s
-                os.fsync(self.jsonl.fileno())
-                self.synced = time.monotonic()
-        if self.save_dir is not None:
+        lines = {"jsonl": lambda: json.dumps(record) + "\n", "report": lambda: _csv_line(report_row(record, self.class_names))}
+        for kind, stream in list(self.streams.items()):
+            try:
+                stream.write(lines[kind]())
+            except OSError as exc:
+                self._lost(kind, exc, len(self.records) - 1)
+        if self.save_dir is not None and "images" not in self.failed:
             annotated = self._annotated(inspection)
-            if self.per_frame:
-                self._write_video_frame(annotated)
-            else:
-                self._write_image(inspection.frame.file_name, annotated)
+            try:
+                if self.per_frame:
+                    self._write_video_frame(annotated)
+                else:
+                    self._write_image(inspection.frame.file_name, annotated)
+            except OSError as exc:
+                self._lost("images", exc, len(self.records) - 1)
+
+    def _lost(self, kind: str, exc: OSError, done: int | None = None) -> None:
+        """Stop the output ``kind`` (a key of :data:`_FLAGS`) after ``exc``, when it held ``done`` frames (None: while
+        finishing it, so nothing of it is written): one WARNING line, its temp file removed."""
+        flag = _FLAGS[kind]
+        stream = self.streams.pop(kind, None)
+        if stream is not None:
+            stream.discard()
+        if kind == "images" and self.video is not None:
+            self.video.release()
+            self.video = None
+            if self.video_tmp is not None:
+                self.video_tmp.unlink(missing_ok=True)
+        where = exc.filename or (stream.path if stream is not None else self.save_dir)
+        why = exc.strerror or str(exc)
+        what = "not written" if done is None else f"this output stopped after {done} frames"
+        self.failed[kind] = f"{flag} {where}: {why}: {what}; the other outputs go on"
+        log.warning("%s", self.failed[kind])
 
     def _annotated(self, inspection: Any) -> np.ndarray:
         """The frame with its calls drawn, or stamped NOT INSPECTED with the reason (a stamped placeholder when the
@@ -165,52 +237,56 @@ class Outputs:
         self.video.write(image)
 
     def close(self) -> dict[str, str]:
-        """Finish every output (renaming the JSONL and the video into place); returns the written paths by kind.
-        If finishing one fails, the unfinished temp files are discarded and the error raised. Idempotent."""
+        """Finish every output still going (renaming the JSONL, the CSV and the video into place), each on its own: one
+        that cannot be finished (``OSError``: a full disk) is logged and kept in :attr:`failed`, the others are
+        finished. Returns the written paths by kind. Any other error discards the unfinished temp files and is
+        raised. Idempotent."""
         if self.closed:
             return {}
         written: dict[str, str] = {}
         try:
             if self.save_json is not None:
-                atomic_write_json(self.save_json, self._json())
-                written["json"] = str(self.save_json)
-            if self.report is not None:
-                atomic_write_text(self.report, report_csv(self.records, self.class_names))
-                written["report"] = str(self.report)
-            if self.jsonl is not None:
-                self.jsonl.flush()
-                os.fsync(self.jsonl.fileno())
-                self.jsonl.close()
-                os.replace(self.jsonl_tmp, self.jsonl_path)
-                self.jsonl = None
-                written["jsonl"] = str(self.jsonl_path)
+                self._finish("json", lambda: atomic_write_json(self.save_json, self._json()), self.save_json, written)
+            for kind, stream in list(self.streams.items()):
+                self._finish(kind, stream.finish, stream.path, written)
             if self.video is not None:
-                self.video.release()
-                os.replace(self.video_tmp, self.video_path)
-                self.video = None
-                written["video"] = str(self.video_path)
+                self._finish("images", self._finish_video, self.video_path, written)
         except BaseException:
             self.discard()
             raise
+        self.streams = {}
         self.closed = True
-        if self.save_dir is not None and "video" not in written:
+        if self.save_dir is not None and "video" not in written and "images" not in self.failed:
             written["images"] = str(self.save_dir)
         self.written = written
         return written
 
+    def _finish(self, kind: str, finish: Any, path: Path, written: dict[str, str]) -> None:
+        try:
+            finish()
+        except OSError as exc:
+            self._lost(kind, exc)
+            return
+        written["video" if kind == "images" else kind] = str(path)
+
+    def _finish_video(self) -> None:
+        assert self.video is not None and self.video_tmp is not None and self.video_path is not None
+        self.video.release()
+        self.video = None
+        os.replace(self.video_tmp, self.video_path)
+
     def discard(self) -> None:
-        """A failed run: close and remove the temp JSONL and video, keeping whatever the destinations held before
+        """A failed run: close and remove the temp JSONL, CSV and video, keeping whatever the destinations held before
         (annotated images already written stay: each is one finished result). Later :meth:`close` calls write nothing."""
         self.closed = True
-        if self.jsonl is not None:
-            self.jsonl.close()
-            self.jsonl = None
+        for stream in self.streams.values():
+            stream.discard()
+        self.streams = {}
         if self.video is not None:
             self.video.release()
             self.video = None
-        for tmp in (self.jsonl_tmp, self.video_tmp):
-            if tmp is not None:
-                tmp.unlink(missing_ok=True)
+        if self.video_tmp is not None:
+            self.video_tmp.unlink(missing_ok=True)
 
     def _json(self) -> list[dict[str, Any]]:
         """What ``--save-json`` holds: the frame records, or (layout ``detections``) v0.8's flat list of calls."""
@@ -224,17 +300,33 @@ class Outputs:
         return flat
 
 
-def report_csv(records: Sequence[dict[str, Any]], class_names: Sequence[str]) -> str:
-    """``--report``: one CSV row per frame record: file name, frame, verdict, reason, calls per class, drift state."""
+_FLAGS = {"json": "--save-json", "jsonl": "--save-json", "report": "--report", "images": "--save-dir"}
+"""The flag of each output kind (the JSON and its JSONL are both ``--save-json``'s)."""
+
+
+def report_header(class_names: Sequence[str]) -> list[str]:
+    """The ``--report`` CSV's header row."""
+    return ["file_name", "frame", "verdict", "reason", "calls", *class_names, "dropped", "drift"]
+
+
+def report_row(r: dict[str, Any], class_names: Sequence[str]) -> list[Any]:
+    """The ``--report`` CSV row of one frame record."""
+    per_class = [sum(c["category_name"] == name for c in r["calls"]) for name in class_names]
+    return [r["file_name"], r["frame"], r["verdict"], r["reason"] or "", len(r["calls"]), *per_class, r["dropped"], r["drift"]]
+
+
+def _csv_line(cells: Sequence[Any]) -> str:
+    """One CSV line, every cell escaped against formulas (:func:`~defect_detector.core.safe_text.csv_cell`)."""
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["file_name", "frame", "verdict", "reason", "calls", *class_names, "dropped", "drift"])
-    for r in records:
-        per_class = [sum(c["category_name"] == name for c in r["calls"]) for name in class_names]
-        writer.writerow(
-            [r["file_name"], r["frame"], r["verdict"], r["reason"] or "", len(r["calls"]), *per_class, r["dropped"], r["drift"]]
-        )
+    csv.writer(buffer, lineterminator="\n").writerow([csv_cell(v) for v in cells])
     return buffer.getvalue()
+
+
+def report_csv(records: Sequence[dict[str, Any]], class_names: Sequence[str]) -> str:
+    """``--report``: one CSV row per frame record: file name, frame, verdict, reason, calls per class, drift state. A text
+    cell that a spreadsheet would run as a formula (``=1+2+cmd|calc!A0.jpg``) is escaped with a leading ``'``
+    (:func:`~defect_detector.core.safe_text.csv_cell`). :class:`Outputs` writes the same lines as it goes."""
+    return _csv_line(report_header(class_names)) + "".join(_csv_line(report_row(r, class_names)) for r in records)
 
 
 def _temp_name(path: Path) -> Path:

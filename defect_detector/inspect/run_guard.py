@@ -1,17 +1,18 @@
-"""One writer per output, checked before the first frame: what ``predict`` does with ``--save-json`` / ``--save-dir``
-before it inspects anything.
+"""One writer per output, checked before the first frame: what ``predict`` does with ``--save-json``, ``--report`` and
+``--save-dir`` before it inspects anything.
 
 :class:`RunGuard` (taken at the start of :meth:`Inspector.run <defect_detector.inspect.inspector.Inspector.run>`):
 
 - checks that every output folder can be written (creating it), so a read-only folder fails before the first
   frame with one line, not after 300 frames;
-- locks each output: ``.NAME.lock`` beside ``--save-json`` (it covers the ``.json`` and the ``.jsonl``), and
-  ``DIR/.defect-detector.lock`` inside ``--save-dir``. The lock is an ``fcntl.flock`` on that file, which the
+- locks each output: ``.NAME.lock`` beside ``--save-json`` (it covers the ``.json`` and the ``.jsonl``) and beside
+  ``--report``, and ``DIR/.defect-detector.lock`` inside ``--save-dir``. The lock is an ``fcntl.flock`` on that file, which the
   kernel releases when the process ends however it ends (kill -9 included), so a lock is never stale; the file
   holds the owner's process id and host for the message a second run gets:
   ``out/det.json: another predict run (pid 4242 on host line-pc) is writing it; ...``;
 - recovers what a killed run (kill -9, power loss) left: its hidden temp JSONL (``.det*.tmp.jsonl``) is renamed
   to ``det.recovered-<UTC time>.jsonl`` beside it (complete lines only: a partly written last line is dropped), its
+  temp ``--report`` CSV (``.report*.tmp.csv``) to ``report.recovered-<UTC time>.csv`` (complete lines), its
   unfinished video (``DIR/.NAME*.tmp.mp4``) to ``DIR/NAME.recovered-<UTC time>.mp4``; each is logged at WARNING and
   listed in :attr:`RunGuard.recovered`. Nothing a run left is overwritten or deleted silently.
 
@@ -30,6 +31,7 @@ import socket
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 try:
     import fcntl
@@ -81,8 +83,10 @@ def check_writable_file(path: Path, what: str) -> None:
 
 
 def check_database(db: str | os.PathLike[str]) -> None:
-    """``--db``: a SQLite file (a path or ``sqlite:///...``) must be creatable or writable now, not found unwritable
-    after the first frames (the recorder would only count them unrecorded). A server URL is checked when it connects."""
+    """``--db``: the station database must be usable now, not found unusable after the first frames (the recorder would
+    only count them unrecorded): a SQLite file (a path or ``sqlite:///...``) creatable or writable, and a database that
+    answers a query (a file that is not a SQLite database, a PostgreSQL server that cannot be reached or refuses the
+    login: within ``CONNECT_TIMEOUT_S``). ``ValueError``, one line, its password masked, otherwise."""
     from defect_detector.station.db import parse_url
 
     url = parse_url(db)
@@ -91,6 +95,25 @@ def check_database(db: str | os.PathLike[str]) -> None:
         check_writable_file(path, "--db")
         if path.exists() and not os.access(path, os.W_OK):  # SQLite writes into the file itself
             raise ValueError(f"--db: {path} is not writable")
+    _probe_database(url)
+
+
+def _probe_database(url: Any) -> None:
+    """Connect to the database at ``url`` (a SQLAlchemy URL) and run one query; ``ValueError`` naming it otherwise."""
+    from sqlalchemy import text
+
+    from defect_detector.station.db import describe, make_engine
+
+    engine = make_engine(url, pool_size=1)
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT count(*) FROM sqlite_master" if url.get_backend_name() == "sqlite" else "SELECT 1"))
+    except Exception as exc:  # the driver's own errors (sqlite3.DatabaseError, psycopg.OperationalError, ...), wrapped or not
+        inner = getattr(exc, "orig", None) or exc
+        first = (str(inner).strip().splitlines() or [type(inner).__name__])[0]
+        raise ValueError(f"--db {describe(url)}: cannot use the station database: {type(inner).__name__}: {first}") from exc
+    finally:
+        engine.dispose()
 
 
 class _Lock:
@@ -151,19 +174,30 @@ class RunGuard:
     as a context manager) unlocks; the kernel unlocks anyway when the process ends. ``ValueError`` with one line for
     an output that cannot be written, :class:`OutputBusyError` for one another run holds."""
 
-    def __init__(self, save_json: str | os.PathLike[str] | None = None, save_dir: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self,
+        save_json: str | os.PathLike[str] | None = None,
+        save_dir: str | os.PathLike[str] | None = None,
+        report: str | os.PathLike[str] | None = None,
+    ) -> None:
         self.locks: list[_Lock] = []
         self.recovered: list[str] = []
         json_path = Path(save_json) if save_json else None
         dir_path = Path(save_dir) if save_dir else None
+        report_path = Path(report) if report else None
         if json_path is not None:
             check_writable_file(json_path, "--save-json")
+        if report_path is not None:
+            check_writable_file(report_path, "--report")
         if dir_path is not None:
             check_writable_folder(dir_path, "--save-dir")
         try:
             if json_path is not None:
                 self.locks.append(_Lock(json_path.with_name(f".{json_path.name}.lock"), json_path, "its --save-json"))
                 self._recover(leftover_temps(json_path.with_suffix(".jsonl")))
+            if report_path is not None:
+                self.locks.append(_Lock(report_path.with_name(f".{report_path.name}.lock"), report_path, "its --report"))
+                self._recover(leftover_temps(report_path))
             if dir_path is not None:
                 self.locks.append(_Lock(dir_path / DIR_LOCK_NAME, dir_path, "into this --save-dir"))
                 self._recover([p for p in dir_path.glob(".*tmp.mp4") if p.is_file() and RUN_TOKEN not in p.name])
@@ -176,10 +210,11 @@ class RunGuard:
         for tmp in leftovers:
             stem, suffix = tmp.name[1:].split(".", 1)[0], tmp.suffix
             target = _free_name(tmp.with_name(f"{stem}.recovered-{stamp}{suffix}"))
-            if suffix == ".jsonl":
-                kept, dropped = _complete_lines(tmp)
+            if suffix in (".jsonl", ".csv"):
+                kept, dropped = _complete_lines(tmp, json_lines=suffix == ".jsonl")
                 os.replace(tmp, target)
-                note = f"{kept} frame records" + (", a partly written last line dropped" if dropped else "")
+                what = "frame records" if suffix == ".jsonl" else "CSV lines (the header included)"
+                note = f"{kept} {what}" + (", a partly written last line dropped" if dropped else "")
             else:
                 note = f"{tmp.stat().st_size} bytes, unfinished: it may not play"
                 os.replace(tmp, target)
@@ -208,15 +243,17 @@ def _free_name(path: Path) -> Path:
     return candidate
 
 
-def _complete_lines(path: Path) -> tuple[int, bool]:
-    """Cut ``path`` after its last complete JSON line; (complete lines, whether a partial line was dropped)."""
+def _complete_lines(path: Path, json_lines: bool = True) -> tuple[int, bool]:
+    """Cut ``path`` after its last complete line (``json_lines``: the last line that parses as JSON); (complete lines,
+    whether a partial line was dropped)."""
     data = path.read_bytes()
     end = data.rfind(b"\n") + 1
-    lines = data[:end].splitlines()
+    lines = data[:end].split(b"\n")[:-1] if end else []
     good = 0
     for line in lines:
         try:
-            json.loads(line)
+            if json_lines:
+                json.loads(line)
         except ValueError:
             break
         good += 1

@@ -7,6 +7,7 @@ import time
 from collections import Counter
 from typing import Any
 
+from defect_detector.core.safe_text import mask_secrets
 from defect_detector.inspect.sources import FrameSource
 from defect_detector.monitor.alerts import STAGES
 from defect_detector.monitor.drift import DriftEvent
@@ -52,7 +53,7 @@ class Tally:
         wall = time.perf_counter() - self.start
         stats, runtime = frames.stats, inspector.runtime
         return {
-            "source": source,
+            "source": mask_secrets(source),  # a stream's rtsp://user:pw@... masked
             "kind": frames.kind,
             "weights": str(runtime.path),
             "device": str(runtime.device),
@@ -90,6 +91,10 @@ def summary_line(summary: dict[str, Any]) -> str:
     if summary.get("alerts_undelivered"):
         drift += f" ({summary['alerts_undelivered']} not delivered: see the webhook warnings)"
     cut = f" ({summary['calls_cut_by_max_det']} more cut by --max-det)" if summary.get("calls_cut_by_max_det") else ""
+    if summary.get("unrecorded"):
+        drift += f"; station database: {summary['unrecorded']} frames NOT RECORDED"
+    if summary.get("outputs_failed"):
+        drift += f"; {len(summary['outputs_failed'])} output(s) NOT FINISHED (see the warnings)"
     return (
         f"frames {summary['frames']}: pass {v['pass']}, fail {v['fail']}, NOT INSPECTED {v['not_inspected']}"
         + (f" ({why})" if why else "")

@@ -24,10 +24,16 @@ from defect_detector.core.config import EvalConfig
 from defect_detector.core.constants import DEFAULT_LAYERS
 from defect_detector.core.devices import resolve_device
 from defect_detector.export import DeployModel, ExportError, checkpoint_meta, trace_deploy_model
-from defect_detector.export.digest import check_digest
 from defect_detector.export.meta import check_outputs, parse_meta
 from defect_detector.export.onednn import onednn_available
-from defect_detector.inspect.artifacts import archive_meta, artifact_kind, read_onnx, read_pt2, read_torchscript  # noqa: F401 - archive_meta re-exported
+from defect_detector.inspect.artifacts import (  # noqa: F401 - archive_meta re-exported
+    archive_meta,
+    artifact_kind,
+    read_onnx,
+    read_pt2,
+    read_torchscript,
+    verify_artifact,
+)
 from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, load_checkpoint
 from defect_detector.model.tta import orientations, tta_forward
 
@@ -150,6 +156,8 @@ class Runtime:
         else:
             model, text, device = read_torchscript(path, device, explicit_device)
         meta = parse_meta(path, text)
+        if kind == "pt2":  # a compiled model run on another input size than its own crashes the process: check first
+            verify_artifact(path, kind, meta)
         exported_half = bool(meta.get("half", False))
         if half is True and not exported_half:
             raise ValueError(f"{path}: exported in float32; re-export as TorchScript with --half for float16")
@@ -159,8 +167,8 @@ class Runtime:
             log.warning("%s: float16 artifact on the CPU runs slowly; export without --half for CPU use", path)
         runtime = cls(model, meta, device, torch.float16 if exported_half else torch.float32, kind, path)
         check_outputs(runtime)  # a forged meta.json fails here, naming the key, not at the first frame
-        if kind == "torchscript":  # a meta that fits the graph (permuted class names, another pixel_scale) fails here
-            check_digest(path, meta)
+        if kind != "pt2":  # a meta that fits the graph (permuted class names, another pixel_scale) fails here
+            verify_artifact(path, kind, meta)
         return runtime
 
     @classmethod

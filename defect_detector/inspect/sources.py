@@ -38,6 +38,7 @@ import cv2
 import numpy as np
 
 from defect_detector.core.errors import DatasetError
+from defect_detector.core.safe_text import mask_secrets
 from defect_detector.data.images import IMAGE_SUFFIXES, ConversionNotice, gray_from_file, read_image, to_gray_uint8
 from defect_detector.inspect.capture import Capture, CaptureFactory, CaptureReading, Gap, ReconnectPolicy
 from defect_detector.inspect.source_kinds import VIDEO_SUFFIXES, list_images, source_kind
@@ -263,7 +264,8 @@ class FrameSource(CaptureReading):
         except DatasetError as exc:
             gray, error = None, f"frame {index}: {exc}"
         kind = "unreadable" if error else None
-        return Frame(index, gray, self.source, name, timestamp, error, (time.perf_counter() - start) * 1000.0, kind)
+        source, name = mask_secrets(self.source), mask_secrets(name)  # a camera's rtsp://user:pw@... never reaches an output
+        return Frame(index, gray, source, name, timestamp, error, (time.perf_counter() - start) * 1000.0, kind)
 
 
 def open_source(

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from defect_detector.core.safe_text import mask_secrets, mask_url
 from defect_detector.monitor.baseline import STATISTICS
 from defect_detector.monitor.drift import DriftDetector, DriftEvent
 from defect_detector.monitor.golden import Golden
@@ -123,7 +124,7 @@ class WebhookSink(Sink):
     def __init__(self, url: str, timeout: float = 2.0, max_queue: int = 100, retries: int = 3, backoff: float = 0.5) -> None:
         scheme = urllib.parse.urlsplit(url).scheme
         if scheme not in ("http", "https"):
-            raise ValueError(f"webhook URL must start with http:// or https://, got {url!r}")
+            raise ValueError(f"webhook URL must start with http:// or https://, got {mask_secrets(url)!r}")
         if timeout <= 0 or max_queue < 1 or retries < 0 or backoff < 0:
             raise ValueError(
                 f"need timeout > 0, max_queue >= 1, retries >= 0 and backoff >= 0, got {timeout}, {max_queue}, {retries}, {backoff}"
@@ -175,7 +176,8 @@ class WebhookSink(Sink):
                 return True
             except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
                 if attempt == self.retries:
-                    logger.warning("webhook %s: giving up on an event after %d tries: %s", self.url, attempt + 1, exc)
+                    why = mask_secrets(str(exc))
+                    logger.warning("webhook %s: giving up on an event after %d tries: %s", mask_url(self.url), attempt + 1, why)
                     return False
                 self._closing.wait(self.backoff * (2**attempt))
         return False
@@ -200,7 +202,7 @@ class WebhookSink(Sink):
         if self.undelivered:
             logger.warning(
                 "webhook %s: %d drift events not delivered (failed %d, dropped %d, still in a hanging POST at close %d; sent %d)",
-                self.url,
+                mask_url(self.url),
                 self.undelivered,
                 self.failed,
                 self.dropped,

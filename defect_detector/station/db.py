@@ -20,6 +20,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import ArgumentError
 
+from defect_detector.core.safe_text import mask_url
+
 _POSTGRES = ("postgresql", "postgresql+psycopg", "postgres")
 CONNECT_TIMEOUT_S = 3
 """Seconds a PostgreSQL connection attempt may take before the database counts as unreachable."""
@@ -52,8 +54,8 @@ def parse_url(url: str | os.PathLike[str]) -> URL:
 
 
 def describe(url: URL) -> str:
-    """``url`` for messages and logs, its password hidden."""
-    return url.render_as_string(hide_password=True)
+    """``url`` for messages and logs, its user info (user and password) and query values hidden (``core/safe_text.py``)."""
+    return mask_url(url.render_as_string(hide_password=True))
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

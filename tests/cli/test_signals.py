@@ -53,8 +53,8 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _start(source: Path, checkpoint: Path, out: Path) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "defect_detector.cli", "predict", str(source), "--weights", str(checkpoint), "--device", "cpu"]
+def _start(source: Path, checkpoint: Path, out: Path, *extra: str) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "defect_detector.cli", "predict", str(source), "--weights", str(checkpoint), "--device", "cpu", *extra]
     argv += ["--threads", "1", "--no-monitor", "--save-json", str(out / "det.json"), "--save-dir", str(out / "annotated")]
     env = {**os.environ, "PYTHONPATH": str(REPO), "NO_ALBUMENTATIONS_UPDATE": "1"}
     return subprocess.Popen(argv, cwd=out, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -119,3 +119,28 @@ def test_kill_9_leaves_whole_lines_that_the_next_run_recovers(
     lines = [json.loads(line) for line in recovered.read_text().splitlines()]  # every line whole: no corrupt file
     assert len(lines) >= seen and [line["frame"] for line in lines] == list(range(len(lines)))
     assert f"recovered from a run that did not finish: {recovered}" in capsys.readouterr().out
+
+
+def test_kill_9_of_a_folder_run_leaves_its_jsonl_and_csv_that_the_next_run_recovers(
+    folder: Path, checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 36: kill -9 during a folder run left 37 annotated images and 37 database rows, but no JSON and no CSV."""
+    process = _start(folder, checkpoint, tmp_path, "--report", str(tmp_path / "report.csv"))
+    _wait_for(lambda: _jsonl_lines(tmp_path) >= 3, process)
+    seen = _jsonl_lines(tmp_path)
+    process.kill()
+    process.communicate(timeout=WAIT_S)
+    assert process.returncode == -signal.SIGKILL
+    assert list(tmp_path.glob(".report.*.tmp.csv")) and not (tmp_path / "det.json").exists()
+    argv = ["predict", str(folder / "b0000.png"), "--weights", str(checkpoint), "--device", "cpu", "--threads", "1", "--no-monitor"]
+    assert main([*argv, "--save-json", str(tmp_path / "det.json"), "--report", str(tmp_path / "report.csv")]) == 0
+    (jsonl,) = tmp_path.glob("det.recovered-*.jsonl")
+    records = [json.loads(line) for line in jsonl.read_text().splitlines()]  # every line whole
+    assert len(records) >= seen and [r["file_name"] for r in records] == [f"b{i:04d}.png" for i in range(len(records))]
+    (csv_file,) = tmp_path.glob("report.recovered-*.csv")
+    rows = csv_file.read_text().splitlines()
+    assert rows[0].startswith("file_name,frame,verdict") and len(rows) - 1 >= seen
+    assert [row.split(",")[0] for row in rows[1:]] == [f"b{i:04d}.png" for i in range(len(rows) - 1)]
+    printed = capsys.readouterr().out
+    assert all(f"recovered from a run that did not finish: {path}" in printed for path in (jsonl, csv_file))
+    assert len((tmp_path / "report.csv").read_text().splitlines()) == 2 and (tmp_path / "det.jsonl").is_file()  # this run's own

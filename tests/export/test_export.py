@@ -35,7 +35,7 @@ from defect_detector.export import (
     trace_deploy_model,
 )
 from defect_detector.export.onednn import onednn_available
-from defect_detector.inspect.runtime import archive_meta
+from defect_detector.inspect.runtime import Runtime, archive_meta
 from defect_detector.model.checkpoint import load_checkpoint
 from defect_detector.model.detector import build_model
 
@@ -211,6 +211,23 @@ def test_triton_repository(checkpoint: Path, tmp_path: Path) -> None:
     assert f'name: "INPUT__0", data_type: TYPE_FP32, dims: [ 1, {IMGSZ}, {IMGSZ} ]' in config
     assert f'name: "OUTPUT__0", data_type: TYPE_FP32, dims: [ {anchors}, 10 ]' in config
     assert f'name: "OUTPUT__1", data_type: TYPE_FP32, dims: [ {layers}, 2 ]' in config
+
+
+def test_tritons_copy_carries_a_digest_and_an_edited_one_is_refused(checkpoint: Path, tmp_path: Path) -> None:
+    import zipfile
+
+    report = export_triton(load_checkpoint(checkpoint), tmp_path / "repo", model_name="pcb")
+    served = tmp_path / "repo" / "pcb" / "1" / "model.pt"
+    assert len(report["meta"]["digest"]["sha256"]) == 64 and Runtime.load(served, device="cpu").meta == report["meta"]
+    forged = tmp_path / "forged.pt"
+    with zipfile.ZipFile(served) as src, zipfile.ZipFile(forged, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item)
+            if item.filename.endswith("/extra/meta.json"):
+                data = json.dumps({**json.loads(data), "pixel_scale": 4.0}).encode()
+            dst.writestr(item, data)
+    with pytest.raises(ValueError, match="forged.pt: meta.json does not match the model it is packed with"):
+        Runtime.load(forged, device="cpu")
 
 
 def test_cli_export(checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

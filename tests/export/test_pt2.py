@@ -133,3 +133,79 @@ def test_box_tolerance_is_float32_resolution_where_it_is_coarser() -> None:
     assert box_tolerance(64) == PT2_TOLERANCE
     assert box_tolerance(640) == PT2_BOX_ULPS * 2.0**-14  # float32 spacing in [512, 1024)
     assert PT2_TOLERANCE < box_tolerance(640) < 3e-4
+
+
+def _edited_pt2(src: Path, out: Path, only: str | None = None, resign: bool = False, **changes: object) -> Path:
+    """A copy of the ``.pt2`` ``src`` whose meta.json has ``changes``, in every AOTInductor metadata copy (or only in
+    the member ending ``only``); ``resign``: with a digest recomputed, as a forger who knows the recipe would."""
+    import zipfile
+
+    from defect_detector.export.digest import is_aoti_metadata
+    from defect_detector.export.pt2 import sign_pt2
+
+    with zipfile.ZipFile(src) as archive, zipfile.ZipFile(out, "w") as target:
+        for info in archive.infolist():
+            data = archive.read(info)
+            if is_aoti_metadata(info.filename) and (only is None or info.filename.endswith(only)):
+                aoti = json.loads(data)
+                aoti["meta.json"] = json.dumps({**json.loads(aoti["meta.json"]), **changes})
+                data = json.dumps(aoti).encode()
+            target.writestr(info, data)
+    if resign:
+        meta = {**read_pt2_meta(src)[0], **changes}
+        out.write_bytes(sign_pt2(out.read_bytes(), meta)[0])
+    return out
+
+
+PT2_FORGED = [
+    ({"class_names": ["short", "open", "mousebite", "spur", "copper", "pin-hole"]}, "does not match the model it is packed with (digest "),
+    ({"operating_point": {"conf": 0.95, "iou": 0.5, "cross_class_iou": None, "cross_class_factor": 0.25}}, "does not match the model"),
+    ({"pixel_scale": 4.0}, "does not match the model it is packed with"),
+    ({"imgsz": 256}, "does not match the model it is packed with"),
+    ({"digest": None}, "carries no digest of the graph and weights"),
+]
+
+
+@pytest.mark.parametrize(("changes", "problem"), PT2_FORGED, ids=[next(iter(c)) for c, _ in PT2_FORGED])
+def test_an_edited_pt2_meta_is_refused_in_one_line(small_pt2: dict, tmp_path: Path, changes: dict, problem: str) -> None:
+    forged = _edited_pt2(small_pt2["path"], tmp_path / "forged.pt2", **changes)
+    with pytest.raises(ValueError, match=r"forged.pt2: ") as info:
+        Runtime.load(forged, device="cpu")
+    assert problem in str(info.value) and "\n" not in str(info.value)
+
+
+def test_pt2_metadata_copies_that_differ_are_refused(small_pt2: dict, tmp_path: Path) -> None:
+    forged = _edited_pt2(small_pt2["path"], tmp_path / "forged.pt2", only="kernel_metadata.json", pixel_scale=4.0)
+    with pytest.raises(ValueError, match="forged.pt2: the package's metadata copies hold different meta.json texts"):
+        Runtime.load(forged, device="cpu")
+
+
+def test_a_pt2_input_size_is_checked_before_the_model_runs_never_a_segfault(small_pt2: dict, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    forged = _edited_pt2(small_pt2["path"], tmp_path / "forged.pt2", resign=True, imgsz=256)  # a digest that matches the edit
+    with pytest.raises(ValueError, match=r"forged.pt2: meta.json describes input \[B, 1, 256, 256\], but the package was compiled for"):
+        Runtime.load(forged, device="cpu")
+    assert cv2.imwrite(str(tmp_path / "board.png"), generate_board(240, 320, np.random.default_rng(5))[0])
+    cmd = [sys.executable, "-m", "defect_detector.cli.main", "predict", str(tmp_path / "board.png"), "--weights", str(forged)]
+    done = subprocess.run([*cmd, "--threads", "1"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])  # was 139 (double free or corruption)
+    assert "meta.json describes input [B, 1, 256, 256]" in done.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("kind", ["pt2", "torchscript"])
+def test_a_truncated_artifact_says_so(small_pt2: dict, tmp_path: Path, kind: str) -> None:
+    if kind == "pt2":
+        source = small_pt2["path"]
+    else:
+        from defect_detector.export import export_torchscript
+
+        source = tmp_path / "small.torchscript.pt"
+        export_torchscript(load_checkpoint(small_pt2["checkpoint"]), source, optimize=False)
+    data = source.read_bytes()
+    cut = tmp_path / f"cut.{kind}"
+    cut.write_bytes(data[: len(data) * 2 // 3])
+    name = ".pt2" if kind == "pt2" else "TorchScript"
+    with pytest.raises(ValueError, match=rf"cut.{kind}: truncated or corrupt {name} file \("):
+        Runtime.load(cut, device="cpu")

@@ -122,3 +122,102 @@ def test_int8_for_tensorrt_is_symmetric_and_runs(onnx_model: tuple[Path, Path], 
     runtime = Runtime.load(out, device="cpu")
     pred, stats = runtime.infer(torch.rand(1, 1, IMGSZ, IMGSZ))
     assert pred.shape[-1] == 10 and stats.shape == (1, len(runtime.layer_names), 2) and torch.isfinite(stats).all()
+
+
+def _edited_onnx(src: Path, out: Path, sidecar: str = "copy", **changes: object) -> Path:
+    """A copy of the ONNX model ``src`` whose embedded meta.json has ``changes``; its sidecar copied (``copy``), edited
+    alike (``edit``) or left out (``none``)."""
+    import onnx
+
+    model = onnx.load(str(src))
+    entry = next(e for e in model.metadata_props if e.key == "meta.json")
+    meta = {**json.loads(entry.value), **changes}
+    entry.value = json.dumps(meta)
+    onnx.save(model, str(out))
+    if sidecar != "none":
+        text = json.dumps(meta) if sidecar == "edit" else onnx_meta_path(src).read_text()
+        onnx_meta_path(out).write_text(text)
+    return out
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"class_names": ["short", "open", "mousebite", "spur", "copper", "pin-hole"]},  # every call relabelled
+        {"operating_point": {"conf": 0.95, "iou": 0.5, "cross_class_iou": None, "cross_class_factor": 0.25}},  # every board passes
+        {"pixel_scale": 4.0},  # a frame tiled into many
+        {"digest": None},
+    ],
+    ids=["class_names", "operating_point", "pixel_scale", "no_digest"],
+)
+def test_an_edited_onnx_meta_is_refused_in_one_line(onnx_model: tuple[Path, Path], tmp_path: Path, changes: dict, capsys) -> None:
+    forged = _edited_onnx(onnx_model[1], tmp_path / "forged.onnx", sidecar="edit", **changes)
+    problem = "carries no digest" if "digest" in changes else "meta.json does not match the model it is packed with (digest "
+    with pytest.raises(ValueError, match=r"forged.onnx: ") as info:
+        Runtime.load(forged, device="cpu")
+    assert problem in str(info.value) and "\n" not in str(info.value)
+    assert cv2_board(tmp_path) and main(["predict", str(tmp_path / "board.png"), "--weights", str(forged), "--threads", "1"]) == 2
+    assert problem in capsys.readouterr().err
+
+
+def cv2_board(folder: Path) -> bool:
+    import cv2
+
+    return bool(cv2.imwrite(str(folder / "board.png"), generate_board(96, 160, np.random.default_rng(4))[0]))
+
+
+def test_an_onnx_sidecar_that_differs_from_the_embedded_meta_is_refused(onnx_model: tuple[Path, Path], tmp_path: Path) -> None:
+    copy = tmp_path / "copy.onnx"
+    copy.write_bytes(onnx_model[1].read_bytes())
+    onnx_meta_path(copy).write_text(onnx_meta_path(onnx_model[1]).read_text())
+    assert Runtime.load(copy, device="cpu").kind == "onnx"  # the sidecar export wrote equals the embedded meta
+    sidecar = json.loads(onnx_meta_path(copy).read_text())
+    onnx_meta_path(copy).write_text(json.dumps({**sidecar, "pixel_scale": 4.0}))
+    with pytest.raises(ValueError, match=r"copy.onnx: copy.meta.json beside it differs from the meta.json embedded in the model \(keys p"):
+        Runtime.load(copy, device="cpu")
+    onnx_meta_path(copy).write_text("{oops")
+    with pytest.raises(ValueError, match=r"differs from the meta.json embedded in the model \(not the same JSON\)"):
+        Runtime.load(copy, device="cpu")
+
+
+def test_a_sidecar_alone_is_checked_against_the_model(onnx_model: tuple[Path, Path], tmp_path: Path) -> None:
+    import onnx
+
+    model = onnx.load(str(onnx_model[1]))
+    del model.metadata_props[:]
+    bare = tmp_path / "bare.onnx"
+    onnx.save(model, str(bare))
+    sidecar = json.loads(onnx_meta_path(onnx_model[1]).read_text())
+    onnx_meta_path(bare).write_text(json.dumps({**sidecar, "class_names": list(reversed(sidecar["class_names"]))}))
+    with pytest.raises(ValueError, match="bare.onnx: meta.json does not match the model it is packed with"):
+        Runtime.load(bare, device="cpu")
+
+
+def test_a_truncated_onnx_file_is_one_line(onnx_model: tuple[Path, Path], tmp_path: Path) -> None:
+    data = onnx_model[1].read_bytes()
+    cut = tmp_path / "cut.onnx"
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=r"cut.onnx: ") as info:
+        Runtime.load(cut, device="cpu")
+    assert "\n" not in str(info.value)
+
+
+def test_the_int8_digest_covers_the_recalibrated_baseline(onnx_model: tuple[Path, Path], tmp_path: Path) -> None:
+    from defect_detector.data.synth import write_synthetic_dataset
+    from defect_detector.export import DeployModel, export_int8
+    from defect_detector.export.int8 import embed_baseline
+    from defect_detector.monitor.baseline import calibrate
+
+    calib = write_synthetic_dataset(tmp_path / "calib", n_images=2, height=IMGSZ, width=IMGSZ, seed=1)
+    out = tmp_path / "small.int8.onnx"
+    loaded = load_checkpoint(onnx_model[0])
+    layers = list(DeployModel(loaded.model, IMGSZ).layer_names)
+    stats = np.abs(np.random.default_rng(0).normal(1.0, 0.1, (32, len(layers), 2)))
+    meta = export_int8(loaded, out, calib, baseline=calibrate(stats, layers, IMGSZ, source="float").to_dict())["meta"]
+    assert Runtime.load(out, device="cpu").meta == meta == json.loads(onnx_meta_path(out).read_text())
+    baseline = dict(meta["baseline"], source="recalibrated")
+    new = embed_baseline(out, baseline, "calibrated through the int8 model")
+    assert new["digest"] != meta["digest"] and Runtime.load(out, device="cpu").meta == new  # signed again over the final meta
+    forged = _edited_onnx(out, tmp_path / "forged.int8.onnx", sidecar="edit", baseline=meta["baseline"])
+    with pytest.raises(ValueError, match="forged.int8.onnx: meta.json does not match the model it is packed with"):
+        Runtime.load(forged, device="cpu")

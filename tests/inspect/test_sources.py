@@ -253,3 +253,12 @@ def test_a_stall_is_logged_with_its_real_length(fail: bool, caplog: pytest.LogCa
     gap = source.stats.gaps[0]  # (then the fake stream ends: a second gap that gives up)
     assert gap.seconds >= stall and gap.reason == ("read failed" if fail else "stalled: the read blocked")
     assert f"resumed after a {gap.seconds:.2f} s gap" in caplog.text
+
+
+def test_a_stream_urls_password_never_reaches_a_frame_record() -> None:
+    url = "rtsp://admin:S3cret@10.0.0.5/stream1?token=abc"
+    source = FrameSource(url, "stream", target=url, capture_factory=FakeFactory([FakeCapture(2)]), reconnect=ReconnectPolicy(attempts=0))
+    with source:
+        frames = list(source)
+    assert len(frames) == 2
+    assert {f.source_name for f in frames} == {f.file_name for f in frames} == {"rtsp://***@10.0.0.5/stream1?token=***"}

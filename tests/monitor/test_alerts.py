@@ -285,3 +285,18 @@ def test_metrics_port_in_use_names_the_port() -> None:
             build_monitoring(LAYERS, monitor=False, metrics_port=first.port, metrics_addr="127.0.0.1")
     finally:
         first.close()
+
+
+def test_webhook_warnings_mask_user_info_and_query_keys(caplog: pytest.LogCaptureFixture) -> None:
+    url = f"http://hookuser:hookpass@127.0.0.1:{_closed_port()}/hook?key=SECRETKEY"
+    sink = WebhookSink(url, timeout=0.5, retries=0)
+    with caplog.at_level(logging.WARNING, logger="defect_detector"):
+        sink.on_event(_event(1))
+        sink.close(timeout=10)
+    assert sink.failed == 1
+    text = caplog.text
+    assert "giving up" in text and f"http://***@127.0.0.1:{url.split(':')[3].split('/')[0]}/hook?key=***" in text
+    assert "hookuser" not in text and "hookpass" not in text and "SECRETKEY" not in text
+    with pytest.raises(ValueError) as info:
+        WebhookSink("ftp://u:pw@host/x?key=SECRETKEY")
+    assert "pw" not in str(info.value) and "SECRETKEY" not in str(info.value)

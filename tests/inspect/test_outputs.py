@@ -1,0 +1,169 @@
+"""inspect/outputs.py: the --report CSV escaped, every output finished whatever happens to another (a full disk)."""
+
+from __future__ import annotations
+
+import csv
+import errno
+import io
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from small_checkpoint import write_small_checkpoint
+
+from defect_detector.cli.main import main
+from defect_detector.inspect import outputs as outputs_module
+from defect_detector.inspect.outputs import report_csv
+from defect_detector.inspect.run_guard import RunGuard
+
+
+def test_report_csv_escapes_file_names_a_spreadsheet_would_run() -> None:
+    records = [
+        {"file_name": "=1+2+cmd|calc!A0.jpg", "frame": 0, "verdict": "pass", "reason": None, "calls": [], "dropped": 0, "drift": "normal"},
+        {"file_name": "@x.png", "frame": 1, "verdict": "not_inspected", "reason": "-bad: unreadable", "calls": [], "dropped": 0}
+        | {"drift": "-"},
+        {"file_name": "board.png", "frame": 2, "verdict": "fail", "reason": None, "calls": [{"category_name": "open"}], "dropped": 0,
+         "drift": "normal"},
+    ]
+    rows = list(csv.reader(io.StringIO(report_csv(records, ["open", "short"]))))
+    assert rows[0] == ["file_name", "frame", "verdict", "reason", "calls", "open", "short", "dropped", "drift"]
+    assert rows[1][0] == "'=1+2+cmd|calc!A0.jpg" and rows[2][0] == "'@x.png" and rows[2][3] == "'-bad: unreadable"
+    assert rows[2][8] == "'-" and rows[3][:6] == ["board.png", "2", "fail", "", "1", "1"]
+
+
+# --- a full disk on one output, --report's lock and check, --db before the first frame (issue 36) -------------------
+
+FRAMES = 4
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_small_checkpoint(tmp_path_factory.mktemp("ckpt") / "small.pt", 64)
+
+
+@pytest.fixture(scope="module")
+def boards(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("boards")
+    for i in range(FRAMES):
+        assert cv2.imwrite(str(folder / f"b{i}.png"), np.random.default_rng(i).integers(0, 255, (48, 64), dtype=np.uint8))
+    return folder
+
+
+def _predict(boards: Path, checkpoint: Path, *extra: str) -> int:
+    return main(["predict", str(boards), "--weights", str(checkpoint), "--threads", "1", "--no-monitor", *extra])
+
+
+def _error(capsys: pytest.CaptureFixture[str]) -> str:
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("defect-detector predict: error: ")]
+    assert len(err) == 1, err
+    return err[0].removeprefix("defect-detector predict: error: ")
+
+
+def test_a_full_disk_under_save_dir_stops_the_images_alone(
+    boards: Path, checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys, caplog: pytest.LogCaptureFixture
+) -> None:
+    written = []
+
+    def disk_full_after_two(path: Path, data: bytes) -> None:
+        if len(written) == 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        written.append(path)
+        Path(path).write_bytes(data)
+
+    monkeypatch.setattr(outputs_module, "atomic_write_bytes", disk_full_after_two)
+    out = tmp_path / "out"
+    with caplog.at_level(logging.WARNING, logger="defect_detector.inspect"):
+        flags = ["--save-json", str(out / "det.json"), "--report", str(out / "r.csv"), "--save-dir", str(out / "img")]
+        code = _predict(boards, checkpoint, *flags)
+    assert code == 2
+    line = _error(capsys)
+    assert line.startswith(f"--save-dir {out / 'img' / 'b2.png'}: No space left on device: this output stopped after 2 frames")
+    assert line.endswith("the other outputs are finished")
+    assert len(json.loads((out / "det.json").read_text())) == FRAMES and len((out / "det.jsonl").read_text().splitlines()) == FRAMES
+    assert len((out / "r.csv").read_text().splitlines()) == FRAMES + 1
+    assert sorted(p.name for p in (out / "img").glob("*.png")) == ["b0.png", "b1.png"]
+    assert sum("No space left on device" in r.getMessage() for r in caplog.records) == 1
+    assert not list(out.rglob(".*.tmp.*"))
+
+
+def test_a_full_disk_under_report_stops_the_csv_alone(
+    boards: Path, checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    real_write = outputs_module._Stream.write
+
+    def disk_full_for_csv(self, text: str) -> None:
+        if self.path.suffix == ".csv" and not text.startswith("file_name"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_write(self, text)
+
+    monkeypatch.setattr(outputs_module._Stream, "write", disk_full_for_csv)
+    out = tmp_path / "out"
+    assert _predict(boards, checkpoint, "--save-json", str(out / "det.json"), "--report", str(tmp_path / "other" / "r.csv")) == 2
+    line = _error(capsys)
+    assert line.startswith(f"--report {tmp_path / 'other' / 'r.csv'}: No space left on device: this output stopped after 0 frames")
+    assert len(json.loads((out / "det.json").read_text())) == FRAMES and len((out / "det.jsonl").read_text().splitlines()) == FRAMES
+    assert not (tmp_path / "other" / "r.csv").exists() and not list(tmp_path.rglob(".*.tmp.*"))
+
+
+def test_report_is_locked_and_checked_before_the_first_frame(boards: Path, checkpoint: Path, tmp_path: Path, capsys) -> None:
+    report = tmp_path / "r.csv"
+    with RunGuard(report=report):  # another run writing the same --report
+        assert _predict(boards, checkpoint, "--report", str(report), "--save-json", str(tmp_path / "det.json")) == 2
+        assert _error(capsys).startswith(f"{report}: another predict run (pid {os.getpid()} on host ")
+    assert not report.exists() and not (tmp_path / "det.json").exists()  # refused before the first frame
+    (tmp_path / "file").write_text("not a folder")
+    assert _predict(boards, checkpoint, "--report", str(tmp_path / "file" / "r.csv"), "--save-json", str(tmp_path / "det.json")) == 2
+    assert _error(capsys).startswith(f"--report: cannot write into {tmp_path / 'file'}: ")
+    assert not (tmp_path / "det.json").exists()
+
+
+def test_a_db_that_is_not_a_database_fails_before_the_first_frame(boards: Path, checkpoint: Path, tmp_path: Path, capsys) -> None:
+    junk = tmp_path / "station.db"
+    junk.write_bytes(b"this is not a SQLite database, it is a text file of some length" * 20)
+    assert _predict(boards, checkpoint, "--db", str(junk), "--save-json", str(tmp_path / "det.json")) == 2
+    line = _error(capsys)
+    assert line.startswith(f"--db sqlite:///{junk}: cannot use the station database: DatabaseError: file is not a database"), line
+    assert not (tmp_path / "det.json").exists()
+
+
+def test_an_unreachable_postgresql_fails_before_the_first_frame_its_password_masked(boards: Path, checkpoint: Path, tmp_path: Path) -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"postgresql://lineuser:S3cretPW@127.0.0.1:{port}/station?sslkey=KEYFILE"
+    cmd = [sys.executable, "-m", "defect_detector.cli", "predict", str(boards), "--weights", str(checkpoint), "--threads", "1"]
+    done = subprocess.run([*cmd, "--db", url, "--save-json", str(tmp_path / "det.json")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"defect-detector predict: error: --db postgresql+psycopg://***@127.0.0.1:{port}/station?sslkey=***: cannot use")
+    assert "S3cretPW" not in done.stdout + done.stderr and "lineuser" not in done.stdout + done.stderr and "KEYFILE" not in done.stderr
+    assert not (tmp_path / "det.json").exists()
+
+
+def test_losing_the_database_mid_run_is_counted_and_exits_2(
+    boards: Path, checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    from defect_detector.station import recorder as recorder_module
+
+    def lost_after_the_check(self, records: list) -> None:  # the database answered the check before the first frame
+        raise ConnectionError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(recorder_module.Recorder, "_write", lost_after_the_check)
+    db = tmp_path / "station.db"
+    assert _predict(boards, checkpoint, "--db", str(db), "--batch", "1", "--save-json", str(tmp_path / "det.json")) == 2
+    captured = capsys.readouterr()
+    lost = FRAMES
+    assert f"station database: {lost} frames NOT RECORDED" in captured.out
+    assert len(json.loads((tmp_path / "det.json").read_text())) == FRAMES
+    line = captured.err.strip().splitlines()[-1]
+    assert line == (
+        f"defect-detector predict: error: --db {db}: {lost} of {FRAMES} frames were not recorded in the station database "
+        "(lost or unreachable during the run: see the warnings above); the other outputs are finished"
+    )
