@@ -35,10 +35,17 @@ def spread(n: int, k: int) -> list[int]:
 
 
 def calibration_inputs(
-    data: str | os.PathLike[str], imgsz: int, channels: int, max_images: int = CALIBRATION_IMAGES, images_root: str | None = None
-) -> np.ndarray:
+    data: str | os.PathLike[str],
+    imgsz: int,
+    channels: int,
+    max_images: int = CALIBRATION_IMAGES,
+    images_root: str | None = None,
+    held_back: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
     """uint8 ``[N, channels, imgsz, imgsz]`` letterboxed frames (channel 1: the registered golden image) of up to
-    ``max_images`` images of the COCO json ``data``, spread evenly over it.
+    ``max_images`` images of the COCO json ``data``, spread evenly over it, and ``[M, channels, imgsz, imgsz]`` frames of
+    up to ``held_back`` other images, spread evenly over those the calibration does not use (none when ``data`` has
+    no more images than ``max_images``): ``(calibration frames, held-back frames)``.
 
     ``ValueError`` naming ``data`` when it lists no image, when a golden-template model (``channels`` 2) gets a json
     without ``reference`` entries, or when no frame could be read (and registered)."""
@@ -51,23 +58,33 @@ def calibration_inputs(
     if not entries:
         what = "images with a 'reference' (golden image) entry" if channels == 2 else "images"
         raise ValueError(f"{path}: no {what} to calibrate on")
+    chosen = spread(len(entries), max_images)
+    taken = set(chosen)
+    rest = [i for i in range(len(entries)) if i not in taken]
+    calibration = _frames(path, root, [entries[i] for i in chosen], imgsz, channels)
+    if calibration is None:
+        raise ValueError(f"{path}: none of its images could be read for calibration ({len(chosen)} left out)")
+    check = _frames(path, root, [entries[rest[j]] for j in spread(len(rest), held_back)] if held_back else [], imgsz, channels)
+    return calibration, check if check is not None else calibration[:0]
+
+
+def _frames(path: Path, root: Path, entries: list[dict], imgsz: int, channels: int) -> np.ndarray | None:
+    """Letterboxed frames of ``entries`` (see :func:`calibration_inputs`); None when none could be read."""
     canvases, skipped = [], 0
-    for i in spread(len(entries), max_images):
+    for entry in entries:
         try:
-            image = load_image_gray(root / entries[i]["file_name"])
+            image = load_image_gray(root / entry["file_name"])
             planes = [image]
             if channels == 2:
-                warped, result = register(load_image_gray(root / entries[i]["reference"]), image)
+                warped, result = register(load_image_gray(root / entry["reference"]), image)
                 if not result.ok:
-                    raise ValueError(f"{entries[i]['file_name']}: golden image refused ({result.reason})")
+                    raise ValueError(f"{entry['file_name']}: golden image refused ({result.reason})")
                 planes.append(warped)
         except (OSError, ValueError) as exc:
             skipped += 1
             log.warning("int8 calibration: left out %s", exc)
             continue
         canvases.append(np.stack([letterbox(plane, imgsz)[0] for plane in planes]))
-    if not canvases:
-        raise ValueError(f"{path}: none of its images could be read for calibration ({skipped} left out)")
     if skipped:
-        log.warning("int8 calibration: %d of %d frames left out", skipped, skipped + len(canvases))
-    return np.stack(canvases)
+        log.warning("int8 calibration: %d of %d frames of %s left out", skipped, len(entries), path.name)
+    return np.stack(canvases) if canvases else None

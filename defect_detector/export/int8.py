@@ -44,7 +44,7 @@ from defect_detector.core.io import atomic_write_bytes, atomic_write_json
 from defect_detector.export.baseline import BaselineArg
 from defect_detector.export.calibration_data import CALIBRATION_IMAGES, calibration_inputs, spread
 from defect_detector.export.deploy_model import META_FILE, ExportError
-from defect_detector.export.int8_check import CHECK_FRAMES, Agreement, call_agreement, refusal, split_check_frames
+from defect_detector.export.int8_check import CHECK_FRAMES, Agreement, call_agreement, refusal
 from defect_detector.export.onnx import export_onnx, onnx_meta_path, sign_onnx, split_onnx_meta
 from defect_detector.model.checkpoint import LoadedModel
 
@@ -169,8 +169,10 @@ def export_int8(  # noqa: PLR0913 - one keyword per export --int8 flag; data, ma
     model). The meta is the float export's, with ``"int8"`` describing the quantization and its calibration set.
     ``target``: ``cpu`` (ONNX Runtime) or ``tensorrt`` (symmetric, for ``trtexec --int8``; see :data:`INT8_TARGETS`).
 
-    Up to :data:`~.int8_check.CHECK_FRAMES` more frames of ``data`` are held back from calibration: the int8 model's calls on
-    them must agree with the float32 model's (:mod:`.int8_check`), else :class:`ExportError` and nothing is written.
+    Up to :data:`~.int8_check.CHECK_FRAMES` other images of ``data``, which the calibration does not use, are held back:
+    the int8 model's calls on them must agree with the float32 model's (:mod:`.int8_check`), else :class:`ExportError`
+    and nothing is written. A json of no more than ``max_images`` images has none to hold back: the check is skipped,
+    with a warning.
 
     Returns a report with the meta, the calibration frame count, ``check`` (the :class:`~.int8_check.Agreement`) and
     ``stats_shift`` (the largest per-layer shift of the
@@ -184,7 +186,7 @@ def export_int8(  # noqa: PLR0913 - one keyword per export --int8 flag; data, ma
         raise ExportError(f"{out_path}: int8 export needs onnxruntime (pip install '.[onnx]')") from exc
     imgsz = int(imgsz or loaded.config.data.imgsz)
     channels = int(getattr(loaded.model, "in_channels", 1))
-    frames, check = split_check_frames(calibration_inputs(data, imgsz, channels, max_images + CHECK_FRAMES, images_root))
+    frames, check = calibration_inputs(data, imgsz, channels, max_images, images_root, held_back=CHECK_FRAMES)
     out_path = Path(out_path)
     with tempfile.TemporaryDirectory() as tmp:
         float_path = Path(tmp) / "float.onnx"
@@ -192,11 +194,7 @@ def export_int8(  # noqa: PLR0913 - one keyword per export --int8 flag; data, ma
         quantized = Path(tmp) / "int8.onnx"
         quantize_onnx(float_path, quantized, frames, target)
         meta = dict(report["meta"])
-        agreement = call_agreement(float_path, quantized, check, meta.get("operating_point"))
-        if (reason := refusal(agreement, out_path)) is not None:
-            raise ExportError(reason)
-        if not agreement.conclusive:
-            log.warning("int8 accuracy check: %d float32 calls on %d held-back frames, too few to judge", agreement.float_calls, len(check))
+        agreement = _checked(float_path, quantized, check, meta.get("operating_point"), out_path)
         meta["int8"] = _int8_facts(target, data, len(frames), agreement, ort.__version__)
         shift = _stats_shift(float_path, quantized, frames, meta.get("baseline"))
         data_bytes, meta = sign_onnx(quantized.read_bytes(), meta)
@@ -213,6 +211,21 @@ def export_int8(  # noqa: PLR0913 - one keyword per export --int8 flag; data, ma
         "parity": None,
         "parity_skipped": "int8: scored by val instead",
     }
+
+
+def _checked(float_path: Path, int8_path: Path, check: np.ndarray, point: dict[str, Any] | None, out_path: Path) -> Agreement:
+    """The int8 model's :class:`Agreement` with float32 on the held-back frames ``check``; :class:`ExportError` naming
+    ``out_path`` when it disagrees (:func:`~.int8_check.refusal`), a warning when there were too few calls to judge."""
+    agreement = call_agreement(float_path, int8_path, check, point)
+    if (reason := refusal(agreement, out_path)) is not None:
+        raise ExportError(reason)
+    if not agreement.conclusive:
+        log.warning(
+            "int8 accuracy check: %d float32 calls on %d held-back frames, too few to judge (--data with more images than --calib-images)",
+            agreement.float_calls,
+            len(check),
+        )
+    return agreement
 
 
 def _int8_facts(target: str, data: str | os.PathLike[str], frames: int, agreement: Agreement, ort_version: str) -> dict[str, Any]:

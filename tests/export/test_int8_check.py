@@ -13,8 +13,9 @@ from small_checkpoint import write_small_checkpoint
 from defect_detector.data.letterbox import letterbox
 from defect_detector.data.synth import generate_board, write_synthetic_dataset
 from defect_detector.export import export_onnx
+from defect_detector.export.calibration_data import calibration_inputs
 from defect_detector.export.deploy_model import ExportError
-from defect_detector.export.int8_check import MIN_CALLS, Agreement, call_agreement, refusal, split_check_frames
+from defect_detector.export.int8_check import MIN_CALLS, Agreement, call_agreement, refusal
 from defect_detector.model.checkpoint import load_checkpoint
 
 pytest.importorskip("onnxruntime", reason="onnxruntime not installed (pip install '.[onnx]')")
@@ -24,17 +25,16 @@ LOOSE = {"conf": 0.01, "iou": 0.5}
 """A score threshold low enough that a random small model makes calls to compare."""
 
 
-def test_split_holds_back_spread_frames_and_at_most_a_quarter() -> None:
-    frames = np.arange(116)[:, None, None, None].astype(np.uint8)
-    calib, check = split_check_frames(frames)
-    assert len(check) == 16 and len(calib) == 100
-    assert sorted({*calib[:, 0, 0, 0].tolist(), *check[:, 0, 0, 0].tolist()}) == list(range(116))
-    assert check[:, 0, 0, 0].min() > 0 and check[:, 0, 0, 0].max() < 115  # spread, not the first 16
-    again = split_check_frames(frames)
-    assert np.array_equal(again[1], check)
-    small_calib, small_check = split_check_frames(frames[:15])
-    assert len(small_check) == 3 and len(small_calib) == 12
-    assert len(split_check_frames(frames[:3])[1]) == 0
+def test_held_back_frames_are_images_the_calibration_does_not_use(tmp_path: Path) -> None:
+    calib = write_synthetic_dataset(tmp_path / "calib", n_images=10, height=96, width=128, seed=1)
+    frames, check = calibration_inputs(calib, IMGSZ, 1, max_images=4, held_back=3)
+    assert frames.shape == (4, 1, IMGSZ, IMGSZ) and check.shape == (3, 1, IMGSZ, IMGSZ)
+    assert not any(np.array_equal(c, f) for c in check for f in frames)  # other boards (each synthetic board differs)
+    again = calibration_inputs(calib, IMGSZ, 1, max_images=4, held_back=3)
+    assert np.array_equal(again[0], frames) and np.array_equal(again[1], check)  # the same split every time
+    all_frames, none = calibration_inputs(calib, IMGSZ, 1, max_images=10, held_back=3)
+    assert len(all_frames) == 10 and none.shape[0] == 0  # nothing left to hold back: the calibration keeps every image
+    assert np.array_equal(calibration_inputs(calib, IMGSZ, 1, max_images=4)[0], frames)  # holding back moves no calibration frame
 
 
 def test_agreement_and_refusal() -> None:
@@ -78,5 +78,5 @@ def test_export_int8_refuses_a_broken_model_and_writes_nothing(tmp_path: Path, m
     monkeypatch.setattr(int8, "call_agreement", lambda a, b, frames, point: call_agreement(a, b, frames, LOOSE))
     out = tmp_path / "small.int8.onnx"
     with pytest.raises(ExportError, match=r"small.int8.onnx: not written: the int8 model keeps \d+ of"):
-        int8.export_int8(loaded, out, calib)
+        int8.export_int8(loaded, out, calib, max_images=4)
     assert not out.exists() and not (tmp_path / "small.int8.meta.json").exists()
