@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import and_, func, select
 from sqlalchemy.engine import Connection
 
+from defect_detector.core.safe_text import csv_cell
 from defect_detector.station.db import iso, to_db_time
 from defect_detector.station.designs import runs_between
 from defect_detector.station.queries import event_dict
@@ -262,15 +263,10 @@ def report_rows(summaries: list[ShiftSummary]) -> list[dict[str, Any]]:
     return rows
 
 
-def _cell(value: Any) -> Any:
-    """A CSV cell a spreadsheet shows as text: a string starting with ``=``, ``+``, ``-`` or ``@`` gets a leading ``'``."""
-    return f"'{value}" if isinstance(value, str) and value[:1] in ("=", "+", "-", "@") else value
-
-
 def report_csv(summaries: list[ShiftSummary]) -> str:
     """The report as CSV text with a header line (cells that a spreadsheet would run as a formula escaped)."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS, lineterminator="\n", restval="")
     writer.writeheader()
-    writer.writerows({k: _cell(v) for k, v in row.items()} for row in report_rows(summaries))
+    writer.writerows({k: csv_cell(v) for k, v in row.items()} for row in report_rows(summaries))
     return buffer.getvalue()
