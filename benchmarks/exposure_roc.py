@@ -41,7 +41,8 @@ def boards(root: Path, groups: Sequence[str], limit: int | None) -> list[tuple[P
     out = []
     for group in groups:
         tests = sorted((root / f"group{group}" / group).glob("*_test.jpg"))[:limit]
-        out += [(t, t.with_name(t.name.replace("_test", "_temp"))) for t in tests if t.with_name(t.name.replace("_test", "_temp")).is_file()]
+        pairs = [(t, t.with_name(t.name.replace("_test", "_temp"))) for t in tests]
+        out += [(t, g) for t, g in pairs if g.is_file()]
     if not out:
         raise SystemExit(f"{root}: no <group>/<n>/<id>_test.jpg boards with their _temp.jpg for groups {list(groups)}")
     return out

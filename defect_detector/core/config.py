@@ -278,7 +278,9 @@ class EvalConfig:
     image, as the deployed artifact does; test-time augmentation is asked for per command (``val --tta``,
     ``predict --tta``), never stored with the model. ``cross_class_iou``: after per-class NMS, a detection
     overlapping a higher-scored detection of another class by more than this IoU has its score multiplied by
-    ``cross_class_factor`` (one defect, one call at the line's threshold; null: off)."""
+    ``cross_class_factor`` (one defect, one call at the line's threshold; null: off). ``exposure_*``: the exposure
+    range the model was validated at (monitor/exposure.py ``ExposureRange``; a frame outside it is not inspected; null:
+    not checked)."""
 
     conf: float = 0.001
     nms_iou: float = 0.6
@@ -286,13 +288,20 @@ class EvalConfig:
     f1_conf: float = 0.3
     cross_class_iou: float | None = None
     cross_class_factor: float = 0.25
+    exposure_min_light: float = 0.6
+    exposure_min_contrast: float = 0.6
+    exposure_max_clipped: float = 0.2
+    exposure_max_highlights: float | None = None
+    exposure_max_midtones: float | None = None
 
     def validate(self) -> None:
         for name in ("conf", "nms_iou", "f1_conf", "cross_class_factor"):
             _check(0.0 <= getattr(self, name) <= 1.0, f"eval.{name}", "must be in [0, 1]", getattr(self, name))
         _check(self.max_det >= 1, "eval.max_det", "must be >= 1", self.max_det)
-        ok = self.cross_class_iou is None or 0.0 <= self.cross_class_iou <= 1.0
-        _check(ok, "eval.cross_class_iou", "must be in [0, 1] or null", self.cross_class_iou)
+        for name in ("cross_class_iou", "exposure_min_light", "exposure_min_contrast", "exposure_max_clipped", "exposure_max_highlights",
+                     "exposure_max_midtones"):
+            value = getattr(self, name)
+            _check(value is None or 0.0 <= value <= 1.0, f"eval.{name}", "must be in [0, 1] or null", value)
 
 
 @dataclass(frozen=True)

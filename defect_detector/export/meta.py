@@ -85,6 +85,11 @@ def _check_option_keys(path: str | os.PathLike[str], meta: dict[str, Any]) -> No
         raise _bad(path, "operating_point", 'null or {"conf": c, "iou": i} with both in [0, 1]', point)
     if point is not None and not all(point.get(k) is None or (_is_number(point[k]) and 0 <= point[k] <= 1) for k in _CROSS_CLASS_KEYS):
         raise _bad(path, "operating_point", "cross_class_iou and cross_class_factor null or in [0, 1]", point)
+    exposure = point.get("exposure") if isinstance(point, dict) else None
+    if exposure is not None and not (
+        isinstance(exposure, dict) and all(v is None or (_is_number(v) and 0 <= v <= 1) for v in exposure.values())
+    ):
+        raise _bad(path, "operating_point", 'an "exposure" entry null or {"min_light": x, ...} with each null or in [0, 1]', point)
     check = meta.get("golden_check")
     if check is not None and not (isinstance(check, dict) and _is_number(check.get("min_zncc")) and -1 <= check["min_zncc"] <= 1):
         raise _bad(path, "golden_check", 'null or {"min_zncc": t, ...} with t in [-1, 1]', check)

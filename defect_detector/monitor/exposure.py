@@ -19,15 +19,21 @@ models was chosen by a measured ROC on the held-out groups (``benchmarks/exposur
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import cv2
 import numpy as np
+
+from defect_detector.core.config import EvalConfig
 
 SATURATED = 250
 """Gray levels at or above this are saturated."""
 
 CRUSHED = 5
 """Gray levels at or below this are crushed."""
+
+EXPOSURE_KEYS = ("min_light", "min_contrast", "max_clipped", "max_highlights", "max_midtones")
+"""The keys of an operating point's ``exposure`` entry (:class:`ExposureRange`'s fields; ``eval.exposure_<key>``)."""
 
 TONES = ("dark", "bright", "saturated", "crushed", "highlights", "midtones")
 """The entries of :func:`tones`."""
@@ -42,11 +48,20 @@ class ExposureRange:
     whites are clipped by design, such as a synthetic binarized board, has 1.0); ``max_midtones``: most share of
     mid-tone pixels beyond the reference's (None: not checked)."""
 
-    min_light: float = 0.6
-    min_contrast: float = 0.6
-    max_clipped: float = 0.2
-    max_highlights: float | None = None
-    max_midtones: float | None = None
+    min_light: float = EvalConfig.exposure_min_light
+    min_contrast: float = EvalConfig.exposure_min_contrast
+    max_clipped: float = EvalConfig.exposure_max_clipped
+    max_highlights: float | None = EvalConfig.exposure_max_highlights
+    max_midtones: float | None = EvalConfig.exposure_max_midtones
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any] | None) -> ExposureRange:
+        """The range of an operating point's ``exposure`` entry (``{"min_light": ..., ...}``; absent keys, or None for
+        weights that record none: the defaults, ``eval.exposure_*``)."""
+        return cls(**{k: v for k, v in (raw or {}).items() if k in EXPOSURE_KEYS})
+
+    def to_dict(self) -> dict[str, float | None]:
+        return dict(self.__dict__)
 
 
 def histogram(gray: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
@@ -81,7 +96,7 @@ def exposure_reason(frame: dict[str, float], reference: dict[str, float] | None,
     """Why a frame of :func:`tones` ``frame`` is outside ``limits`` against ``reference`` (the golden image's tones, or
     the calibration levels: ``dark`` and ``bright`` only), or None. ``what`` names the reference in the reason ("the
     golden image", "the calibration frames"). The reason starts with the kind: ``underexposed``, ``low contrast``,
-    ``overexposed`` or ``not a board``."""
+    ``overexposed``, ``overexposed or underexposed`` or ``occluded or not a board``."""
     if reference is not None and reference.get("bright", 0.0) > 0:
         light = frame["bright"] / reference["bright"]
         if light < limits.min_light:
@@ -102,7 +117,7 @@ def exposure_reason(frame: dict[str, float], reference: dict[str, float] | None,
     extra = frame["midtones"] - (reference or {}).get("midtones", 0.0)
     if limits.max_midtones is not None and extra > limits.max_midtones:
         return (
-            f"not a board: {extra:.0%} of the frame in mid-tones beyond {what} (most {limits.max_midtones:.0%}): "
-            "occluded (a hand, a cloth), noise or another scene?"
+            f"occluded or not a board: {extra:.0%} of the frame in mid-tones unlike {what} (most {limits.max_midtones:.0%}): "
+            "a hand, a cloth, noise or another scene in view?"
         )
     return None
