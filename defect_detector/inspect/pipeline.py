@@ -32,7 +32,7 @@ from defect_detector.data.images import ConversionNotice, to_gray_uint8
 from defect_detector.data.letterbox import letterbox
 from defect_detector.data.register import RegisterConfig, check_pair, register
 from defect_detector.data.tiles import EDGE_MARGIN, crop_tiles, merge_tile_detections, plan_tiles, pool_tile_stats
-from defect_detector.inspect.references import ReferenceError, References
+from defect_detector.inspect.references import ReferenceError, References, refusal_kind
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.model.postprocess import PRE_NMS_TOPK, postprocess
 
@@ -162,7 +162,7 @@ class Pipeline:
         else:
             warped, result = register(golden, image, self.register_cfg)
         if not result.ok:
-            raise ReferenceError(f"{name}: the golden image does not match this frame ({result.reason})", "reference does not match")
+            raise ReferenceError(f"{name}: the golden image does not match this frame ({result.reason})", refusal_kind(result.reason))
         return warped, result.covered(image.shape)
 
     def plan(self, height: int, width: int) -> TileRecord | None:

@@ -97,14 +97,15 @@ def exposure_reason(frame: dict[str, float], reference: dict[str, float] | None,
     the calibration levels: ``dark`` and ``bright`` only), or None. ``what`` names the reference in the reason ("the
     golden image", "the calibration frames"). The reason starts with the kind: ``underexposed``, ``low contrast``,
     ``overexposed``, ``overexposed or underexposed`` or ``occluded or not a board``."""
+    whose = f"{what}'" if what.endswith("s") else f"{what}'s"
     if reference is not None and reference.get("bright", 0.0) > 0:
         light = frame["bright"] / reference["bright"]
         if light < limits.min_light:
-            return f"underexposed: {light:.0%} of {what}'s level (least {limits.min_light:.0%}): check the light and the exposure"
+            return f"underexposed: {light:.0%} of {whose} level (least {limits.min_light:.0%}): check the light and the exposure"
         span = reference["bright"] - reference.get("dark", 0.0)
         contrast = (frame["bright"] - frame["dark"]) / span if span > 0 else 1.0
         if contrast < limits.min_contrast:
-            return f"low contrast: {contrast:.0%} of {what}'s (least {limits.min_contrast:.0%}): check the focus, the light and the lens"
+            return f"low contrast: {contrast:.0%} of {whose} (least {limits.min_contrast:.0%}): check the focus, the light and the lens"
     if limits.max_highlights is not None and frame["highlights"] > limits.max_highlights:
         return (
             f"overexposed: {frame['highlights']:.2%} of the bright pixels saturated (most {limits.max_highlights:.2%}): "

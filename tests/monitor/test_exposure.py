@@ -53,7 +53,7 @@ def test_an_underexposed_board_is_refused_with_its_measured_level(pair) -> None:
     board, golden = pair
     reason = _reason(_light(board, 0.25), golden)
     assert reason is not None and reason.startswith("underexposed: 25% of the golden image's level (least 60%)")
-    assert _reason(_light(board, 0.25), None).startswith("underexposed: 25% of the calibration frames's level")
+    assert _reason(_light(board, 0.25), None).startswith("underexposed: 25% of the calibration frames' level")
     assert _reason(_light(board, 0.7), golden) is None  # inside the validated range
 
 
