@@ -3,8 +3,9 @@
 For each board ``<group>/<n>/<id>_test.jpg`` of the given groups (and its golden image ``<id>_temp.jpg``, aligned as
 DeepPCB ships them) every condition is simulated: light 20%-200% (multiply and clip), contrast 25%-75% (about grey
 128), a 40% occluder (a flat grey or a textured patch, and flat patches at the copper and substrate levels), Gaussian
-noise, and a frame of pure noise. The check's measures are read against the golden image (``golden``) and against the
-calibration levels alone (``levels``: dark 0, bright 255, what the bundled baselines record). For each measure and
+noise, defocus (a Gaussian blur) and a frame of pure noise. The check's measures are read against the golden image
+(``golden``) and against the calibration levels alone (``levels``: dark 0, bright 255, what the bundled baselines
+record). For each measure and
 threshold it prints the share of normal-light boards refused and of each condition's boards refused, then the
 refusals of one chosen :class:`ExposureRange` (``--min-light`` ... flags)::
 
@@ -26,13 +27,14 @@ from defect_detector.monitor.exposure import ExposureRange, exposure_reason, his
 LIGHTS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.1, 1.2, 1.3, 1.5, 1.7, 2.0)
 CONTRASTS = (0.25, 0.5, 0.75)
 NOISE = (10, 25, 50)
+DEFOCUS = (1.0, 2.0, 3.0)
 OCCLUDERS = ("flat grey", "textured", "flat copper", "flat substrate")
 CALIBRATION = {"dark": 0.0, "bright": 255.0}
 SWEEPS = {
     "light": np.round(np.arange(0.3, 1.0, 0.05), 2),
     "contrast": np.round(np.arange(0.3, 1.0, 0.05), 2),
     "highlights": (0.99, 0.995, 0.998, 0.999, 0.9995, 0.9999),
-    "midtones": (0.005, 0.01, 0.02, 0.05, 0.1, 0.2),
+    "midtones": (0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3),
 }
 
 
@@ -75,6 +77,8 @@ def conditions(board: np.ndarray, rng: np.random.Generator) -> Iterator[tuple[st
         yield f"occluder 40% {kind}", _occluded(board, kind, rng)
     for sigma in NOISE:
         yield f"noise sigma {sigma}", np.clip(f + rng.normal(0, sigma, f.shape), 0, 255).round().astype(np.uint8)
+    for sigma in DEFOCUS:
+        yield f"defocus sigma {sigma:g}", cv2.GaussianBlur(board, (0, 0), sigma)
     yield "pure noise", rng.integers(0, 256, board.shape, dtype=np.uint8)
 
 

@@ -11,7 +11,7 @@ from defect_detector.data.images import load_image_gray
 from defect_detector.monitor.exposure import EXPOSURE_KEYS, ExposureRange, exposure_reason, histogram, tones
 
 SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
-VALIDATED = ExposureRange(max_highlights=0.999, max_midtones=0.05)  # what the bundled golden-template model records
+VALIDATED = ExposureRange(max_highlights=0.9995, max_midtones=0.2)  # what the bundled golden-template model records
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,7 @@ def test_an_underexposed_board_is_refused_with_its_measured_level(pair) -> None:
 def test_an_overexposed_board_is_refused_by_its_saturated_highlights(pair) -> None:
     board, golden = pair
     reason = _reason(_light(board, 1.7), golden)
-    assert reason is not None and reason.startswith("overexposed: 100.00% of the bright pixels saturated (most 99.90%)")
+    assert reason is not None and reason.startswith("overexposed: 100.00% of the bright pixels saturated (most 99.95%)")
     assert _reason(_light(board, 1.7), golden, ExposureRange()) is None  # weights that record no highlights limit
 
 
