@@ -161,7 +161,7 @@ def _checked(
     if not reason:
         differs, valid = differing(warped, image, covered_area(reg.matrix, reference_shape, image.shape))
         diff = 1.0 if differs is None else float(differs.sum()) / float(valid.sum())
-        region = 0.0 if differs is None else unlike_region(differs, valid)
+        region = unlike_region(differs, valid) if differs is not None and diff > cfg.max_difference else 0.0
         if diff > cfg.max_difference and region >= OCCLUDED_REGION:
             reason = (
                 f"occluded or not this board: {region:.0%} of the frame unlike the golden image in one region "
@@ -170,7 +170,7 @@ def _checked(
         elif diff > cfg.max_difference:
             reason = (
                 f"the golden image differs from the frame in {diff:.1%} of its area, spread over it (register.max_difference "
-                f"{cfg.max_difference:.1%}): another design or another board?"
+                f"{cfg.max_difference:.1%}): another design, another board, or a golden image at another scale?"
             )
     return replace(reg, difference=diff, ok=not reason, reason=reason)
 

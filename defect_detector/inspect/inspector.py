@@ -253,7 +253,8 @@ class Inspector:
         if given is not None and len(given) != len(frames):
             raise ValueError(f"got {len(given)} golden images for {len(frames)} frames; pass one per frame")
         out, kept, golden, covered = [], [], [], []
-        limits, calibration = self.pipeline.exposure, calibration_levels(self.runtime.meta.get("baseline"))
+        monitored = self.router.detector.baseline if self.monitoring else None  # --baseline's levels, else the weights'
+        limits, calibration = self.pipeline.exposure, calibration_levels(monitored, self.runtime.meta.get("baseline"))
         for i, frame in enumerate(frames):
             if frame.image is None:
                 out.append(frame)

@@ -23,13 +23,14 @@ MIN_COVERED = 0.9
 """Least share of the frame the registered golden image must cover (its 3 px edge off) for the frame to be inspected."""
 
 
-def calibration_levels(baseline: dict[str, Any] | None) -> dict[str, float] | None:
-    """``{"dark", "bright"}`` of the calibration frames a drift baseline dict records (``image_levels``: median 1st and
-    99th percentiles), or None when it records none."""
-    levels = (baseline or {}).get("image_levels")
-    if levels is None or len(levels) < 3:
-        return None
-    return {"dark": float(levels[0]), "bright": float(levels[2])}
+def calibration_levels(*baselines: Any) -> dict[str, float] | None:
+    """``{"dark", "bright"}`` of the calibration frames the first of ``baselines`` that records them holds (a
+    ``Baseline`` or its dict, ``image_levels``: median 1st and 99th percentiles; None entries skipped), or None."""
+    for baseline in baselines:
+        levels = baseline.get("image_levels") if isinstance(baseline, dict) else getattr(baseline, "image_levels", None)
+        if levels is not None and len(levels) >= 3:
+            return {"dark": float(levels[0]), "bright": float(levels[2])}
+    return None
 
 
 def screen_reason(

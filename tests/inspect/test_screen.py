@@ -20,7 +20,7 @@ from defect_detector.cli.main import main
 from defect_detector.core.types import Detections, LetterboxMeta
 from defect_detector.data.images import load_image_gray
 from defect_detector.inspect.inspector import Inspector
-from defect_detector.inspect.screen import MIN_COVERED, mask_uncovered, screen_reason
+from defect_detector.inspect.screen import MIN_COVERED, calibration_levels, mask_uncovered, screen_reason
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, DEFAULT_WEIGHTS
 from defect_detector.monitor.exposure import ExposureRange
 
@@ -128,6 +128,9 @@ def test_screen_and_mask_on_their_own() -> None:
     masked = mask_uncovered(det, covered)
     assert masked.names == ["short"] and masked.boxes.tolist() == [[40.0, 10.0, 50.0, 20.0]]
     assert mask_uncovered(det, None) is det
+    baseline = type("Baseline", (), {"image_levels": np.array([2.0, 255.0, 250.0, 0.2])})()
+    assert calibration_levels(None, baseline, {"image_levels": [0, 0, 9, 0]}) == {"dark": 2.0, "bright": 250.0}
+    assert calibration_levels({"image_levels": None}) is None
 
 
 def test_a_pass_under_a_critical_drift_alert_is_suspect_counted_and_exits_3(
