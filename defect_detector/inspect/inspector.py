@@ -43,7 +43,7 @@ from defect_detector.inspect.references import ReferenceError, References
 from defect_detector.inspect.run_guard import RunGuard, check_database
 from defect_detector.inspect.run_summary import Tally
 from defect_detector.inspect.runtime import Runtime
-from defect_detector.inspect.screen import calibration_levels, mask_uncovered, screen_reason
+from defect_detector.inspect.screen import EXPOSURE_KINDS, calibration_levels, mask_uncovered, screen_reason
 from defect_detector.inspect.sources import Frame, FrameSource, open_source
 from defect_detector.inspect.stop_signals import StopSignals, until_stopped
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
@@ -233,7 +233,8 @@ class Inspector:
                 inspection.events = self.router.on_frame(
                     frame.index, frame.source_name, result.stats, timings, len(result), golden=gold, levels=levels
                 )
-            elif self.router is not None and self.drift_inputs.was_blank(frame.index):  # a blank frame alerts at once (issue 24)
+            elif self.router is not None and (self.drift_inputs.was_blank(frame.index) or frame.error_kind in EXPOSURE_KINDS):
+                # a blank frame (issue 24), or one outside the validated exposure range (issue 36), alerts at once
                 inspection.events = self.router.on_blank(frame.index, frame.source_name, frame.error)
             if self.monitoring:
                 inspection.drift, inspection.score = self.router.detector.state, self.router.detector.score

@@ -19,6 +19,10 @@ import numpy as np
 from defect_detector.core.types import Detections
 from defect_detector.monitor.exposure import ExposureRange, exposure_reason, histogram, tones
 
+EXPOSURE_KINDS = ("underexposed", "overexposed", "low contrast", "overexposed or underexposed")
+"""Refusals (``Frame.error_kind``) that say the light or the camera changed: like a blank frame, each raises a critical
+drift alert at once (``AlertRouter.on_blank``); an occluder or a golden image that covers too little does not."""
+
 MIN_COVERED = 0.9
 """Least share of the frame the registered golden image must cover (its 3 px edge off) for the frame to be inspected."""
 

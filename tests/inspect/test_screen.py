@@ -151,3 +151,13 @@ def test_a_pass_under_a_critical_drift_alert_is_suspect_counted_and_exits_3(
     assert "PASS SUSPECT 1 (drift critical)" in printed.out and "1 passed under a critical drift alert (pass_suspect)" in printed.err
     assert [r["verdict"] for r in json.loads(out.read_text())] == ["not_inspected", "pass_suspect"]
     assert main(["predict", str(frames), "--device", "cpu", "--threads", "1", "--allow-skips"]) == 0
+
+
+def test_an_underexposed_frame_raises_a_critical_drift_alert_at_once(board: np.ndarray, golden: np.ndarray) -> None:
+    """Like a blank frame: the light changed, so the line is told now, and a clean board after it is a suspect pass."""
+    with Inspector.load(DEFAULT_WEIGHTS, device="cpu", threads=1) as inspector:
+        dim = inspector.inspect(_light(board, 0.3), "dim.png")
+        clean = inspector.inspect(golden, "clean.png")
+    assert dim.verdict == "not_inspected" and [(e.event, e.severity) for e in dim.events] == [("drift", "critical")]
+    assert dim.events[0].reason.startswith("underexposed: 30% of the calibration frames' level")
+    assert clean.verdict == "pass_suspect"
