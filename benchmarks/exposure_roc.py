@@ -22,7 +22,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from defect_detector.monitor.exposure import ExposureRange, exposure_reason, histogram, tones
+from defect_detector.monitor.exposure import ExposureRange, contrast_ratio, exposure_reason, histogram, tones
 
 LIGHTS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.1, 1.2, 1.3, 1.5, 1.7, 2.0)
 CONTRASTS = (0.25, 0.5, 0.75)
@@ -101,7 +101,7 @@ def _value(row: dict[str, float], measure: str, golden: bool) -> float:
     if measure == "light":
         return row["bright"] / max(ref["bright"], 1.0)
     if measure == "contrast":
-        return (row["bright"] - row["dark"]) / max(ref["bright"] - ref["dark"], 1.0)
+        return contrast_ratio(row, ref)
     if measure == "midtones":
         return row["midtones"] - ref["midtones"]
     return row[measure]

@@ -1,15 +1,18 @@
 """Exposure and content check: was the board really seen, at a light and contrast the model was validated for?
 
 :func:`tones` reads a frame's tones from one 256-bin histogram (over the area a registered golden image covers, or
-the whole frame): its dark and bright levels (1st and 99th percentile), the shares of saturated (>= :data:`SATURATED`)
-and crushed (<= :data:`CRUSHED`) pixels, ``highlights`` (the share of its bright pixels, those above the midpoint of
+the whole frame): its dark and bright levels (1st and 99th percentile), its dark and bright modes (the mean level of
+the pixels below and above halfway between the darkest and the brightest level it shows: unlike the percentiles they
+hold for a board that is 99.9% copper, and a few glints or dead pixels do not move them), the shares of saturated
+(>= :data:`SATURATED`) and crushed (<= :data:`CRUSHED`) pixels, ``highlights`` (the share of its bright pixels, those above the midpoint of
 the two levels, that are saturated) and ``midtones`` (the share of pixels farther than a quarter of the level range
 from both levels: a binarized or two-tone board has almost none; a hand, a cloth, a grey card or pure noise has many).
 
 :func:`exposure_reason` compares them with a reference, the registered golden image's tones or, without one, the
 calibration frames' levels the drift baseline records (``Baseline.image_levels``), and with the range the weights
 were validated at (:class:`ExposureRange`, the weights' ``eval.exposure_*`` keys). ``light`` is the bright level over
-the reference's (a board at 25% light: 0.25); ``contrast`` the level range over the reference's. Over-exposure
+the reference's (a board at 25% light: 0.25); ``contrast`` the distance between the dark and bright modes over the
+reference's (the calibration levels: its dark and bright levels). Over-exposure
 clips: the bright level cannot rise past 255, so it shows as saturation instead, in ``highlights`` (a board whose
 whites are all saturated: DeepPCB's boards keep 0.4-17% of their bright pixels below 250, and at 120% light none)
 and, against a golden image, as saturated or crushed area the golden image does not have. The range of the bundled
@@ -35,7 +38,7 @@ CRUSHED = 5
 EXPOSURE_KEYS = ("min_light", "min_contrast", "max_clipped", "max_highlights", "max_midtones")
 """The keys of an operating point's ``exposure`` entry (:class:`ExposureRange`'s fields; ``eval.exposure_<key>``)."""
 
-TONES = ("dark", "bright", "saturated", "crushed", "highlights", "midtones")
+TONES = ("dark", "bright", "saturated", "crushed", "highlights", "midtones", "dark_mode", "bright_mode")
 """The entries of :func:`tones`."""
 
 
@@ -82,6 +85,12 @@ def tones(counts: np.ndarray) -> dict[str, float]:
     bright_pixels = float(counts[middle + 1 :].sum())
     quarter = (bright - dark) / 4.0
     lo, hi = int(np.floor(dark + quarter)) + 1, int(np.ceil(bright - quarter))
+    present = np.flatnonzero(counts)
+    split = int(present[0] + present[-1]) // 2 + 1  # halfway between the darkest and the brightest level shown
+    levels = np.arange(256, dtype=np.float64)
+    below, above = counts[:split], counts[split:]
+    dark_mode = float(below @ levels[:split] / below.sum()) if below.sum() > 0 else float(present[0])
+    bright_mode = float(above @ levels[split:] / above.sum()) if above.sum() > 0 else float(present[-1])
     return {
         "dark": float(dark),
         "bright": float(bright),
@@ -89,21 +98,41 @@ def tones(counts: np.ndarray) -> dict[str, float]:
         "crushed": float(counts[: CRUSHED + 1].sum()) / total,
         "highlights": float(counts[SATURATED:].sum()) / bright_pixels if bright_pixels > 0 and bright >= SATURATED else 0.0,
         "midtones": float(counts[lo:hi].sum()) / total if hi > lo else 0.0,
+        "dark_mode": dark_mode,
+        "bright_mode": bright_mode,
     }
+
+
+def contrast_ratio(frame: dict[str, float], reference: dict[str, float]) -> float:
+    """The frame's contrast as a fraction of the reference's: the larger of its level range (1st-99th percentile) over
+    the reference's and its mode distance over the reference's (its level range when it records no modes: the
+    calibration levels), so neither a board that is 99.9% copper nor a photograph's soft tones read as low contrast."""
+    modes = ("dark_mode", "bright_mode") if "dark_mode" in reference else ("dark", "bright")
+    readings = []
+    for low, high, ref_low, ref_high in (("dark", "bright", "dark", "bright"), ("dark_mode", "bright_mode", *modes)):
+        span = reference[ref_high] - reference.get(ref_low, 0.0)
+        readings.append((frame[high] - frame[low]) / span if span > 0 else 1.0)
+    return max(readings)
 
 
 def exposure_reason(frame: dict[str, float], reference: dict[str, float] | None, limits: ExposureRange, what: str) -> str | None:
     """Why a frame of :func:`tones` ``frame`` is outside ``limits`` against ``reference`` (the golden image's tones, or
     the calibration levels: ``dark`` and ``bright`` only), or None. ``what`` names the reference in the reason ("the
-    golden image", "the calibration frames"). The reason starts with the kind: ``underexposed``, ``low contrast``,
+    golden image", "the calibration frames"). Mid-tones are read first (a hand or noise is not a board, whatever its
+    levels), then light, contrast and clipping. The reason starts with the kind: ``underexposed``, ``low contrast``,
     ``overexposed``, ``overexposed or underexposed`` or ``occluded or not a board``."""
     whose = f"{what}'" if what.endswith("s") else f"{what}'s"
+    extra = frame["midtones"] - (reference or {}).get("midtones", 0.0)
+    if limits.max_midtones is not None and extra > limits.max_midtones:
+        return (
+            f"occluded or not a board: {extra:.0%} of the frame in mid-tones unlike {what} (most {limits.max_midtones:.0%}): "
+            "a hand, a cloth, noise or another scene in view?"
+        )
     if reference is not None and reference.get("bright", 0.0) > 0:
         light = frame["bright"] / reference["bright"]
         if light < limits.min_light:
             return f"underexposed: {light:.0%} of {whose} level (least {limits.min_light:.0%}): check the light and the exposure"
-        span = reference["bright"] - reference.get("dark", 0.0)
-        contrast = (frame["bright"] - frame["dark"]) / span if span > 0 else 1.0
+        contrast = contrast_ratio(frame, reference)
         if contrast < limits.min_contrast:
             return f"low contrast: {contrast:.0%} of {whose} (least {limits.min_contrast:.0%}): check the focus, the light and the lens"
     if limits.max_highlights is not None and frame["highlights"] > limits.max_highlights:
@@ -115,10 +144,4 @@ def exposure_reason(frame: dict[str, float], reference: dict[str, float] | None,
         clipped = frame["saturated"] + frame["crushed"] - reference["saturated"] - reference["crushed"]
         if clipped > limits.max_clipped:
             return f"overexposed or underexposed: {clipped:.0%} more of the frame clipped than {what} (most {limits.max_clipped:.0%})"
-    extra = frame["midtones"] - (reference or {}).get("midtones", 0.0)
-    if limits.max_midtones is not None and extra > limits.max_midtones:
-        return (
-            f"occluded or not a board: {extra:.0%} of the frame in mid-tones unlike {what} (most {limits.max_midtones:.0%}): "
-            "a hand, a cloth, noise or another scene in view?"
-        )
     return None
