@@ -14,7 +14,9 @@ were validated at (:class:`ExposureRange`, the weights' ``eval.exposure_*`` keys
 the reference's (a board at 25% light: 0.25); ``contrast`` the distance between the dark and bright modes over the
 reference's (the calibration levels: its dark and bright levels). Over-exposure
 clips: the bright level cannot rise past 255, so it shows as saturation instead, in ``highlights`` (a board whose
-whites are all saturated: DeepPCB's boards keep 0.4-17% of their bright pixels below 250, and at 120% light none)
+whites are all saturated: DeepPCB's boards keep 0.4-17% of their bright pixels below 250, and at 120% light none;
+a board over 99% one tone, whose 1st and 99th percentiles are one level, is not judged on it: 7 of DeepPCB's 839
+training boards, whose whites are saturated at normal light too)
 and, against a golden image, as saturated or crushed area the golden image does not have. The range of the bundled
 models was chosen by a measured ROC on the held-out groups (``benchmarks/exposure_roc.py``).
 """
@@ -37,6 +39,10 @@ CRUSHED = 5
 
 EXPOSURE_KEYS = ("min_light", "min_contrast", "max_clipped", "max_highlights", "max_midtones")
 """The keys of an operating point's ``exposure`` entry (:class:`ExposureRange`'s fields; ``eval.exposure_<key>``)."""
+
+MIN_SPAN = 64
+"""Mid-tones lie between the dark and bright levels; when these are closer than this (a board that is over 99% one
+tone: copper pours), between the darkest and the brightest level the frame shows instead."""
 
 TONES = ("dark", "bright", "saturated", "crushed", "highlights", "midtones", "dark_mode", "bright_mode")
 """The entries of :func:`tones`."""
@@ -83,9 +89,10 @@ def tones(counts: np.ndarray) -> dict[str, float]:
     dark, bright = (int(np.searchsorted(cumulative, q * total)) for q in (0.01, 0.99))
     middle = (dark + bright) // 2
     bright_pixels = float(counts[middle + 1 :].sum())
-    quarter = (bright - dark) / 4.0
-    lo, hi = int(np.floor(dark + quarter)) + 1, int(np.ceil(bright - quarter))
     present = np.flatnonzero(counts)
+    low, high = (dark, bright) if bright - dark >= MIN_SPAN else (int(present[0]), int(present[-1]))  # a board of one tone
+    quarter = (high - low) / 4.0
+    lo, hi = int(np.floor(low + quarter)) + 1, int(np.ceil(high - quarter))
     split = int(present[0] + present[-1]) // 2 + 1  # halfway between the darkest and the brightest level shown
     levels = np.arange(256, dtype=np.float64)
     below, above = counts[:split], counts[split:]
