@@ -6,7 +6,7 @@
 
     with Inspector.load("model.pt2", alerts="alerts.jsonl") as inspector:
         result = inspector.inspect(frame)          # uint8 [H, W] (or BGR, 16-bit) camera frame
-        if result.verdict == "not_inspected":      # "pass", "fail" or "not_inspected"
+        if result.verdict == "not_inspected":      # "pass", "pass_suspect", "fail" or "not_inspected"
             stop_the_board(result.reason)          # never count it as clean
         result.detections.boxes                    # float32 [K, 4] xyxy in the frame's pixels
         result.drift                               # "normal", "warning", "critical" or "off"
