@@ -32,8 +32,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max-det", type=int, default=100, help="calls kept per model input: a frame, or each tile of a tiled frame")
     p.add_argument(
         "--save-json",
-        help="write one record per frame here: verdict (pass, fail, not_inspected), reason, calls (bbox xywh in original pixels); "
-        "plus a .jsonl written frame by frame (kept after a crash)",
+        help="write one record per frame here: verdict (pass, pass_suspect, fail, not_inspected), reason, "
+        "calls (bbox xywh in original pixels); plus a .jsonl written frame by frame (kept after a crash)",
     )
     p.add_argument(
         "--json-layout",
@@ -48,7 +48,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--allow-skips",
         action="store_true",
-        help="exit 0 even when some frames were not inspected (default: exit 3, so no uninspected board passes unnoticed)",
+        help="exit 0 even when some frames were not inspected or passed under a critical drift alert (pass_suspect; default: "
+        "exit 3, so no unseen board passes unnoticed)",
     )
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
     p.add_argument(
@@ -154,7 +155,7 @@ def _print_setup(inspector: Any, args: argparse.Namespace) -> None:
 def _raise_for(summary: dict[str, Any], args: argparse.Namespace) -> None:
     """The run's exit, after its outputs are written: the signal that stopped it, an output that could not be finished
     (a full disk), frames the station database did not record, a stream given up or a truncated video (exit 2), or
-    frames not inspected (exit 3 unless ``--allow-skips``)."""
+    frames not inspected or passed under a critical drift alert (exit 3 unless ``--allow-skips``)."""
     from defect_detector.core.errors import Stopped
 
     if summary["signal"] is not None:
@@ -178,7 +179,9 @@ def _raise_for(summary: dict[str, Any], args: argparse.Namespace) -> None:
             f"{args.source}: the video ended after {summary['frames']} of the {summary['expected_frames']} frames its header "
             "lists (truncated or corrupt file); the outputs above hold those frames"
         )
-    skipped = summary["verdicts"]["not_inspected"]
-    if skipped and not args.allow_skips:
+    skipped, suspect = summary["verdicts"]["not_inspected"], summary["verdicts"]["pass_suspect"]
+    if (skipped or suspect) and not args.allow_skips:
         why = ", ".join(f"{reason} x{n}" for reason, n in sorted(summary["not_inspected"].items()))
-        raise NotInspected(f"{skipped} of {summary['frames']} frames were NOT INSPECTED ({why}); --allow-skips accepts that")
+        parts = [f"{skipped} of {summary['frames']} frames were NOT INSPECTED ({why})"] if skipped else []
+        parts += [f"{suspect} passed under a critical drift alert (pass_suspect)"] if suspect else []
+        raise NotInspected(f"{'; '.join(parts)}; --allow-skips accepts that")

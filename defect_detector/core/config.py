@@ -285,13 +285,26 @@ class TrainConfig(Section):
         return self
 
 
+_UNIT_OR_NULL = (
+    "cross_class_iou",
+    "exposure_min_light",
+    "exposure_min_contrast",
+    "exposure_max_clipped",
+    "exposure_max_highlights",
+    "exposure_max_midtones",
+)
+"""``eval`` keys that are null or in [0, 1]."""
+
+
 class EvalConfig(Section):
     """Postprocess thresholds. ``conf`` is the low threshold used for mAP;
     ``f1_conf`` the operating point for DeepPCB's F-score. Every evaluation runs one model pass per
     image, as the deployed artifact does; test-time augmentation is asked for per command (``val --tta``,
     ``predict --tta``), never stored with the model. ``cross_class_iou``: after per-class NMS, a detection
     overlapping a higher-scored detection of another class by more than this IoU has its score multiplied by
-    ``cross_class_factor`` (one defect, one call at the line's threshold; null: off)."""
+    ``cross_class_factor`` (one defect, one call at the line's threshold; null: off). ``exposure_*``: the exposure
+    range the model was validated at (monitor/exposure.py ``ExposureRange``; a frame outside it is not inspected; null:
+    not checked)."""
 
     section: ClassVar[str] = "eval"
 
@@ -301,14 +314,20 @@ class EvalConfig(Section):
     f1_conf: Float = 0.3
     cross_class_iou: Float | None = None
     cross_class_factor: Float = 0.25
+    exposure_min_light: Float = 0.6
+    exposure_min_contrast: Float = 0.6
+    exposure_max_clipped: Float = 0.2
+    exposure_max_highlights: Float | None = None
+    exposure_max_midtones: Float | None = None
 
     @model_validator(mode="after")
     def _check_values(self) -> EvalConfig:
         for name in ("conf", "nms_iou", "f1_conf", "cross_class_factor"):
             check(0.0 <= getattr(self, name) <= 1.0, name, "must be in [0, 1]", getattr(self, name))
         check(self.max_det >= 1, "max_det", "must be >= 1", self.max_det)
-        ok = self.cross_class_iou is None or 0.0 <= self.cross_class_iou <= 1.0
-        check(ok, "cross_class_iou", "must be in [0, 1] or null", self.cross_class_iou)
+        for name in _UNIT_OR_NULL:
+            value = getattr(self, name)
+            check(value is None or 0.0 <= value <= 1.0, name, "must be in [0, 1] or null", value)
         return self
 
 

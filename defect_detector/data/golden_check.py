@@ -27,6 +27,13 @@ SLIVER_PX = 3
 MAX_DIFFERENCE = 0.016
 """Largest differing share of the covered area a golden image may show against its frame (see the module docstring)."""
 
+REGION_CELL = 32
+"""Side (px) of the cells :func:`unlike_region` joins into regions."""
+
+OCCLUDED_REGION = 0.1
+"""A golden image refused with one region unlike it covering at least this share of the frame is reported as an
+occluder (or no board), not as another design (:func:`unlike_region`)."""
+
 _EDGE_PX = 3  # the covered area is shrunk by this much, so interpolated border pixels never count
 
 
@@ -49,15 +56,37 @@ def difference(golden: np.ndarray, image: np.ndarray, valid: np.ndarray | None =
     """The share of the covered area (``valid``, bool ``[H, W]``; None: all of it) where the registered golden image
     (uint8 ``[H, W]``) and the frame (uint8 ``[H, W]``) disagree beyond tolerance, slivers removed (module docstring).
     1.0 when nothing is covered or either image is blank there."""
+    differs, valid = differing(golden, image, valid)
+    return 1.0 if differs is None else float(differs.sum()) / float(valid.sum())
+
+
+def unlike_region(differs: np.ndarray, valid: np.ndarray) -> float:
+    """The share of the covered area (bool ``valid`` ``[H, W]``) in the largest connected region of
+    :data:`REGION_CELL`-pixel cells where over a tenth of the pixels differ (bool ``differs`` ``[H, W]``, from
+    :func:`differing`): an occluder (a hand, a cloth, a label) is one such region; another design differs along tracks
+    and pads spread over the board, in few cells."""
+    h, w = (differs.shape[0] // REGION_CELL) * REGION_CELL, (differs.shape[1] // REGION_CELL) * REGION_CELL
+    if h == 0 or w == 0 or not valid.any():
+        return 0.0
+    cells = differs[:h, :w].reshape(h // REGION_CELL, REGION_CELL, w // REGION_CELL, REGION_CELL).mean(axis=(1, 3)) > 0.1
+    count, _, stats, _ = cv2.connectedComponentsWithStats(cells.astype(np.uint8), connectivity=8)
+    largest = int(stats[1:, cv2.CC_STAT_AREA].max()) if count > 1 else 0
+    return min(1.0, largest * REGION_CELL * REGION_CELL / float(valid.sum()))
+
+
+def differing(golden: np.ndarray, image: np.ndarray, valid: np.ndarray | None = None) -> tuple[np.ndarray | None, np.ndarray]:
+    """``(differs, valid)``: bool ``[H, W]`` where the registered golden image and the frame disagree beyond tolerance
+    within the covered area (:func:`difference`), or None when nothing is covered or either image is blank there;
+    ``valid`` the covered area used (all of the frame when None was given)."""
     valid = np.ones(image.shape, bool) if valid is None else valid
     if golden.shape != image.shape or valid.shape != image.shape:
         raise ValueError(f"golden image {golden.shape}, frame {image.shape} and covered area {valid.shape} must have one shape")
     if valid.sum() < 16 or image[valid].std() < 1e-3 or golden[valid].std() < 1e-3:
-        return 1.0
+        return None, valid
     a, b = _normalised(image, valid), _normalised(golden, valid)
     kernel = np.ones((2 * TOLERANCE_PX + 1,) * 2, np.uint8)
     differs = (
         (a > cv2.dilate(b, kernel) + 1) | (a < cv2.erode(b, kernel) - 1) | (b > cv2.dilate(a, kernel) + 1) | (b < cv2.erode(a, kernel) - 1)
     )
     differs = cv2.morphologyEx((differs & valid).astype(np.uint8), cv2.MORPH_OPEN, np.ones((SLIVER_PX, SLIVER_PX), np.uint8))
-    return float(differs.sum()) / float(valid.sum())
+    return differs > 0, valid

@@ -28,7 +28,7 @@ from pydantic import model_validator
 
 from defect_detector.core.constants import PAD_VALUE
 from defect_detector.core.typed_yaml import Bool, Float, Int, Section, check
-from defect_detector.data.golden_check import MAX_DIFFERENCE, covered_area, difference
+from defect_detector.data.golden_check import MAX_DIFFERENCE, OCCLUDED_REGION, covered_area, differing, unlike_region
 from defect_detector.data.register_fit import FramePyramid, PreparedReference, Scored, estimate, residual_motion
 from defect_detector.data.sharpness import blur_words
 
@@ -91,7 +91,8 @@ class Registration:
     ``reason`` says why not. ``shift_px``: image px from the image centre to the mapped reference centre.
     ``angle_deg``: ``atan2(m10, m00)``, y down (``cv2.getRotationMatrix2D(c, a, 1)`` gives ``-a``). ``overlap``:
     fraction of the image covered. ``reused``: :class:`Registrar`'s cached matrix (nothing was estimated).
-    ``difference``: the golden check, the share of the covered area that differs (``data/golden_check.py``)."""
+    ``difference``: the golden check, the share of the covered area that differs (``data/golden_check.py``).
+    ``reference_shape``: ``(H, W)`` of the reference (None when unknown), for :meth:`covered`."""
 
     matrix: np.ndarray
     score: float
@@ -102,6 +103,14 @@ class Registration:
     reused: bool = False
     reason: str = ""
     difference: float = 0.0
+    reference_shape: tuple[int, int] | None = None
+
+    def covered(self, frame_shape: tuple[int, int]) -> np.ndarray:
+        """bool ``[H, W]`` of a ``frame_shape`` frame: where the registered reference has data (a 3 px border off its
+        edge; ``golden_check.covered_area``); all of the frame when the reference's shape is unknown."""
+        if self.reference_shape is None:
+            return np.ones(frame_shape[:2], bool)
+        return covered_area(self.matrix, self.reference_shape, frame_shape[:2])
 
 
 def matrix_to_shift_angle(matrix: np.ndarray, reference_shape: tuple[int, int], image_shape: tuple[int, int]) -> tuple[float, float]:
@@ -166,18 +175,29 @@ def _with_blur(reason: str, image: np.ndarray, reference: np.ndarray) -> str:
 
 
 def _checked(reg: Registration, warped: np.ndarray, image: np.ndarray, reference: np.ndarray, cfg: RegisterConfig) -> Registration:
-    """``reg`` with the golden check's ``difference``, refused (``ok`` False, ``reason``) when the golden image
-    (``reference``, unwarped) does not show the frame's design at its scale."""
+    """``reg`` with the golden check's ``difference`` and the golden image's shape, refused (``ok`` False, ``reason``)
+    when the golden image (``reference``, unwarped) does not show the frame's design at its scale."""
+    reg = replace(reg, reference_shape=(int(reference.shape[0]), int(reference.shape[1])))
     if not reg.ok:
         return reg
     reference_shape = reference.shape
     reason = _size_reason(reference_shape, image.shape, cfg)
-    diff = difference(warped, image, covered_area(reg.matrix, reference_shape, image.shape)) if not reason else 1.0
-    if not reason and diff > cfg.max_difference:
-        reason = (
-            f"golden image shows another design or another board: it differs from the frame in {diff:.1%} of the board's area "
-            f"(at most {cfg.max_difference:.1%}; register.max_difference)"
-        )
+    diff = 1.0
+    if not reason:
+        differs, valid = differing(warped, image, covered_area(reg.matrix, reference_shape, image.shape))
+        diff = 1.0 if differs is None else float(differs.sum()) / float(valid.sum())
+        region = unlike_region(differs, valid) if differs is not None and diff > cfg.max_difference else 0.0
+        if diff > cfg.max_difference and region >= OCCLUDED_REGION:
+            reason = (
+                f"occluded or not this board: {region:.0%} of the frame unlike the golden image in one region (it differs "
+                f"in {diff:.1%} of the board's area, at most {cfg.max_difference:.1%}; register.max_difference): a hand, a "
+                "cloth or a label in view?"
+            )
+        elif diff > cfg.max_difference:
+            reason = (
+                f"golden image shows another design or another board: it differs from the frame in {diff:.1%} of the board's "
+                f"area, spread over it (at most {cfg.max_difference:.1%}; register.max_difference)"
+            )
         reason = _with_blur(reason, image, reference)
     return replace(reg, difference=diff, ok=not reason, reason=reason)
 

@@ -20,6 +20,7 @@ from defect_detector.core.constants import DEFAULT_LAYERS, PAD_VALUE
 from defect_detector.export.onednn import fuse_conv_silu
 from defect_detector.model.layers import ConvBNAct
 from defect_detector.model.postprocess import decode, make_anchor_points
+from defect_detector.monitor.exposure import EXPOSURE_KEYS
 from defect_detector.monitor.hooks import ActivationMonitor
 
 FORMAT_VERSION = 1
@@ -192,7 +193,7 @@ def checkpoint_meta(
     """:func:`build_meta` for ``deploy`` wrapping the model of ``loaded`` (a ``LoadedModel``): its class names, input
     size, strides, monitored layers, channels, source path and recorded ``data.pixel_scale``, and the operating point
     it was validated at (``"operating_point": {"conf": eval.f1_conf, "iou": eval.nms_iou, "cross_class_iou": ...,
-    "cross_class_factor": ...}``), which ``predict`` defaults to."""
+    "cross_class_factor": ..., "exposure": {"min_light": eval.exposure_min_light, ...}}``), which ``predict`` defaults to."""
     meta = build_meta(
         loaded.class_names,
         deploy.imgsz,
@@ -212,5 +213,6 @@ def checkpoint_meta(
         "iou": float(ev.nms_iou),
         "cross_class_iou": None if ev.cross_class_iou is None else float(ev.cross_class_iou),
         "cross_class_factor": float(ev.cross_class_factor),
+        "exposure": {key: getattr(ev, f"exposure_{key}") for key in EXPOSURE_KEYS},
     }
     return meta

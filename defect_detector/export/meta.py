@@ -29,6 +29,8 @@ class _OperatingPoint(BaseModel):
     iou: _Unit
     cross_class_iou: _Unit | None = None
     cross_class_factor: _Unit | None = None
+    exposure: dict[str, _Unit | None] | None = None
+    """The exposure range the weights were validated at (``monitor/exposure.py`` ``ExposureRange``)."""
 
 
 class _GoldenCheck(BaseModel):
@@ -110,6 +112,8 @@ def _meta_error(path: str | os.PathLike[str], exc: ValidationError, meta: dict[s
         what = f"a positive multiple of the largest stride ({max(meta['strides'])})" if "strides" in meta else "a positive integer"
     elif top == "operating_point" and inner.split("[")[0] in _UNIT_OR_NULL:
         what = "cross_class_iou and cross_class_factor null or in [0, 1]"
+    elif top == "operating_point" and inner.startswith("exposure"):
+        what = 'an "exposure" entry null or {"min_light": x, ...} with each null or in [0, 1]'
     else:
         what = _WHAT[top]
     value = repr(meta.get(top))

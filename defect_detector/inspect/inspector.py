@@ -6,7 +6,7 @@
 
     with Inspector.load("model.pt2", alerts="alerts.jsonl") as inspector:
         result = inspector.inspect(frame)          # uint8 [H, W] (or BGR, 16-bit) camera frame
-        if result.verdict == "not_inspected":      # "pass", "fail" or "not_inspected"
+        if result.verdict == "not_inspected":      # "pass", "pass_suspect", "fail" or "not_inspected"
             stop_the_board(result.reason)          # never count it as clean
         result.detections.boxes                    # float32 [K, 4] xyxy in the frame's pixels
         result.drift                               # "normal", "warning", "critical" or "off"
@@ -43,6 +43,7 @@ from defect_detector.inspect.references import ReferenceError, References
 from defect_detector.inspect.run_guard import RunGuard, check_database
 from defect_detector.inspect.run_summary import Tally
 from defect_detector.inspect.runtime import Runtime
+from defect_detector.inspect.screen import EXPOSURE_KINDS, calibration_levels, mask_uncovered, screen_reason
 from defect_detector.inspect.sources import Frame, FrameSource, open_source
 from defect_detector.inspect.stop_signals import StopSignals, until_stopped
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
@@ -62,7 +63,8 @@ class Inspection:
     this frame raised. ``drift``: the monitor's flag after it (``DriftDetector.flag``: the alert state, or the frame's
     own level at or above ``z_warn`` before an alert is raised; ``"off"`` without monitoring), ``score``
     its drift score (None without monitoring). ``verdict``: ``fail`` (at least one call at the operating
-    point), ``pass`` (none), or ``not_inspected`` with the ``reason``: never count such a board as clean.
+    point), ``pass`` (none), ``pass_suspect`` (none, but a critical drift alert is raised: the camera may not have
+    seen the board; the ``reason`` says so), or ``not_inspected`` with the ``reason``: never count such a board as clean.
     """
 
     frame: Frame
@@ -79,12 +81,19 @@ class Inspection:
     def verdict(self) -> str:
         if self.detections is None:
             return "not_inspected"
-        return "fail" if len(self.detections) else "pass"
+        if len(self.detections):
+            return "fail"
+        return "pass_suspect" if self.drift == "critical" else "pass"
 
     @property
     def reason(self) -> str | None:
-        """Why the frame was not inspected (None when it was)."""
-        return self.frame.error if self.detections is None else None
+        """Why the frame was not inspected, or why its pass is suspect (None otherwise)."""
+        if self.detections is None:
+            return self.frame.error
+        if self.verdict == "pass_suspect":
+            score = f"score {self.score:.1f}" if self.score is not None else "alert raised"
+            return f"drift critical: {score}; no call, but the camera may not show the board as validated: check the camera and the light"
+        return None
 
 
 class Inspector:
@@ -209,8 +218,9 @@ class Inspector:
         self._check_open()
         if self.autothreads is not None:
             self.autothreads.tick()
-        frames, good, golden = self._register(list(frames), references)
+        frames, good, golden, covered = self._register(list(frames), references)
         results = self.pipeline.detect([f.image for f in good], golden) if good else []
+        results = [mask_uncovered(r, c) for r, c in zip(results, covered)]  # no call where the golden image has no data
         by_index = {f.index: r for f, r in zip(good, results)}
         warped = dict(zip((f.index for f in good), golden or []))  # station recording: registered golden images
         # drift inputs besides the statistics: gray levels; golden-image statistics, cached per golden image (issue 27)
@@ -225,7 +235,8 @@ class Inspector:
                 inspection.events = self.router.on_frame(
                     frame.index, frame.source_name, result.stats, timings, len(result), golden=gold, levels=levels
                 )
-            elif self.router is not None and self.drift_inputs.was_blank(frame.index):  # a blank frame alerts at once (issue 24)
+            elif self.router is not None and (self.drift_inputs.was_blank(frame.index) or frame.error_kind in EXPOSURE_KINDS):
+                # a blank frame (issue 24), or one outside the validated exposure range (issue 36), alerts at once
                 inspection.events = self.router.on_blank(frame.index, frame.source_name, frame.error)
             if self.monitoring:
                 inspection.drift, inspection.score = self.router.detector.flag, self.router.detector.score
@@ -237,13 +248,16 @@ class Inspector:
 
     def _register(
         self, frames: list[Frame], given: Sequence[np.ndarray | None] | None
-    ) -> tuple[list[Frame], list[Frame], list[np.ndarray] | None]:
-        """(frames, the inspectable ones, their registered golden images or None for a single-image model). A frame
-        whose golden image is missing or does not register comes back with its ``error`` set (its image kept for
-        drawing) and is not inspected."""
+    ) -> tuple[list[Frame], list[Frame], list[np.ndarray] | None, list[np.ndarray | None]]:
+        """(frames, the inspectable ones, their registered golden images or None for a single-image model, where each
+        golden image has data). A frame whose golden image is missing or does not register, or that is outside the
+        exposure range or too little covered (``inspect/screen.py``), comes back with its ``error`` set (its image kept
+        for drawing) and is not inspected."""
         if given is not None and len(given) != len(frames):
             raise ValueError(f"got {len(given)} golden images for {len(frames)} frames; pass one per frame")
-        out, kept, golden = [], [], []
+        out, kept, golden, covered = [], [], [], []
+        monitored = self.router.detector.baseline if self.monitoring else None  # --baseline's levels, else the weights'
+        limits, calibration = self.pipeline.exposure, calibration_levels(monitored, self.runtime.meta.get("baseline"))
         for i, frame in enumerate(frames):
             if frame.image is None:
                 out.append(frame)
@@ -253,14 +267,19 @@ class Inspector:
                 out.append(dataclasses.replace(frame, error=blank, error_kind="blank frame"))
                 continue
             try:
-                warped = self.pipeline.register(frame.image, frame.file_name, given[i] if given is not None else None)
+                warped, area = self.pipeline.register_covered(frame.image, frame.file_name, given[i] if given is not None else None)
             except ReferenceError as exc:
                 out.append(dataclasses.replace(frame, error=str(exc), error_kind=exc.reason))
+                continue
+            refused = screen_reason(frame.image, warped, area, limits, calibration)  # issue 36: exposure, content, coverage
+            if refused is not None:
+                out.append(dataclasses.replace(frame, error=refused[1], error_kind=refused[0]))
                 continue
             out.append(frame)
             kept.append(frame)
             golden.append(warped)
-        return out, kept, (golden if self.runtime.channels == 2 else None)
+            covered.append(area)
+        return out, kept, (golden if self.runtime.channels == 2 else None), covered
 
     def _reference_name(self, frame: Frame, warped: dict[int, np.ndarray]) -> str | None:
         """Station recording: the file name of the golden image ``frame`` was inspected against (None without one)."""

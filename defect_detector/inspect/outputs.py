@@ -4,8 +4,9 @@ source: a folder run killed with -9 leaves its frames too), ``--report`` (a CSV 
 
 Every frame of the source has its record, whatever happened to it: ``{"file_name", "frame", "verdict", "reason",
 "drift", "calls": [{"category_name", "bbox": [x, y, w, h], "score"}], "dropped"}`` with ``verdict`` ``pass``,
-``fail`` or ``not_inspected`` (``reason`` says why), ``bbox`` in the frame's original pixels and ``dropped`` the
-calls the ``max_det`` cap cut. So "clean", "not inspected" and "not processed" can never look alike.
+``pass_suspect`` (no call, under a critical drift alert), ``fail`` or ``not_inspected`` (``reason`` says why), ``bbox``
+in the frame's original pixels and ``dropped`` the calls the ``max_det`` cap cut. So "clean", "not inspected" and "not
+processed" can never look alike.
 ``json_layout="detections"`` writes v0.8's flat list of calls instead (for scripts that read it). A frame that was
 not inspected is stamped NOT INSPECTED with its reason in ``--save-dir``.
 
@@ -37,7 +38,7 @@ from defect_detector.data.draw import draw_detections, stamp
 from defect_detector.inspect.run_guard import run_temp_name
 from defect_detector.inspect.sources import FrameSource
 
-VERDICTS = ("pass", "fail", "not_inspected")
+VERDICTS = ("pass", "pass_suspect", "fail", "not_inspected")
 JSON_LAYOUTS = ("frames", "detections")
 _PLACEHOLDER = (240, 640)  # size of the stamped image that stands in for a frame that could not be read
 

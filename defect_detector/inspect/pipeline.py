@@ -32,7 +32,7 @@ from defect_detector.data.images import ConversionNotice, to_gray_uint8
 from defect_detector.data.letterbox import letterbox
 from defect_detector.data.register import RegisterConfig, check_pair, register
 from defect_detector.data.tiles import EDGE_MARGIN, crop_tiles, merge_tile_detections, plan_tiles, pool_tile_stats
-from defect_detector.inspect.references import ReferenceError, References
+from defect_detector.inspect.references import ReferenceError, References, refusal_kind
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.model.postprocess import PRE_NMS_TOPK, demote_and_drop, postprocess
 
@@ -127,6 +127,7 @@ class Pipeline:
         self.conf = point["conf"] if conf is None else float(conf)
         self.iou = point["iou"] if iou is None else float(iou)
         self.cross_class = (point["cross_class_iou"], point["cross_class_factor"])  # the weights' setting (v0.10)
+        self.exposure = point["exposure"]  # the exposure range the weights were validated at (inspect/screen.py)
         self.max_det = int(max_det)
         self.tile = tile
         if not 0.0 <= self.conf <= 1.0 or not 0.0 <= self.iou <= 1.0 or self.max_det < 1:
@@ -138,24 +139,32 @@ class Pipeline:
         """The golden image of the frame ``name`` (gray uint8 ``image``) registered into its pixels: uint8 ``[H, W]``, or
         None for a single-image model. ``given``: this frame's golden image (any OpenCV image), else the one
         :attr:`references` holds for ``name``. Raises :class:`ReferenceError` (reason ``no golden image``, ``no
-        reference``, ``unreadable reference`` or ``reference does not match``; its message says what was measured)
-        when there is none or it does not fit the frame."""
+        reference``, ``unreadable reference``, ``reference does not match`` or ``occluded or not this board``; its
+        message says what was measured) when there is none or it does not fit the frame."""
+        return self.register_covered(image, name, given)[0]
+
+    def register_covered(
+        self, image: np.ndarray, name: str, given: np.ndarray | None = None
+    ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """:meth:`register`, and bool ``[H, W]``: where the registered golden image has data (None for a single-image
+        model; ``Registration.covered``)."""
         if self.runtime.channels == 1:
             if given is not None:
                 raise ValueError(f"{name}: a golden image was given, but this model takes 1 input channel (no reference)")
-            return None
+            return None, None
         if given is None:
             if self.references is None:
                 raise ReferenceError(f"{name}: no golden image (this is a golden-template model)", "no golden image")
-            return self.references.align(image, name)[0]
+            warped, result = self.references.align(image, name)
+            return warped, result.covered(image.shape)
         golden = gray_frame(given, f"golden image of {name}")
         if not self.align:  # used as given (already aligned): the golden check still runs
             warped, result = golden, check_pair(golden, image, self.register_cfg)
         else:
             warped, result = register(golden, image, self.register_cfg)
         if not result.ok:
-            raise ReferenceError(f"{name} against its golden image: {result.reason}", "reference does not match")
-        return warped
+            raise ReferenceError(f"{name} against its golden image: {result.reason}", refusal_kind(result.reason))
+        return warped, result.covered(image.shape)
 
     def plan(self, height: int, width: int) -> TileRecord | None:
         """How a ``height x width`` frame is placed on the model input: its :class:`TileRecord`, or None to letterbox it whole.

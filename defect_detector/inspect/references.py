@@ -35,12 +35,18 @@ class ReferenceError(ValueError):
         self.reason = reason
 
 
+def refusal_kind(reason: str) -> str:
+    """How a golden image refused with ``reason`` (``Registration.reason``) is counted: ``occluded or not this board``
+    when the golden check found one region unlike it (``data/register.py``), else ``reference does not match``."""
+    return "occluded or not this board" if reason.startswith("occluded or not this board") else "reference does not match"
+
+
 class References:
     """The reference of each frame, registered into the frame's pixel frame.
 
     ``path``: one image or a folder (see the module docstring). ``cfg``: registration settings.
     ``skipped`` counts the frames refused, by reason (``no reference``, ``unreadable reference``,
-    ``reference does not match``). Raises ``FileNotFoundError`` when ``path`` does not exist and
+    ``reference does not match``, ``occluded or not this board``). Raises ``FileNotFoundError`` when ``path`` does not exist and
     :class:`~defect_detector.core.errors.DatasetError` for a single reference image that cannot be read.
     """
 
@@ -142,7 +148,7 @@ class References:
             warped, reg = self._registrar(path)(image)
             if not reg.ok:
                 raise ReferenceError(
-                    f"{file_name} against golden image {path.name}: {reg.reason}", "reference does not match"
+                    f"{file_name} against golden image {path.name}: {reg.reason}", refusal_kind(reg.reason)
                 )
         except ReferenceError as exc:
             self.skipped[exc.reason] += 1

@@ -60,7 +60,7 @@ class Tally:
             "frames": self.consumed,
             "processed": self.processed,
             "skipped": self.consumed - self.processed,
-            "verdicts": {v: self.verdicts.get(v, 0) for v in ("pass", "fail", "not_inspected")},
+            "verdicts": {v: self.verdicts.get(v, 0) for v in ("pass", "pass_suspect", "fail", "not_inspected")},
             "not_inspected": dict(self.reasons),
             "dropped": stats.dropped,
             "detections": self.detections,
@@ -96,7 +96,9 @@ def summary_line(summary: dict[str, Any]) -> str:
     if summary.get("outputs_failed"):
         drift += f"; {len(summary['outputs_failed'])} output(s) NOT FINISHED (see the warnings)"
     return (
-        f"frames {summary['frames']}: pass {v['pass']}, fail {v['fail']}, NOT INSPECTED {v['not_inspected']}"
+        f"frames {summary['frames']}: pass {v['pass']}"
+        + (f", PASS SUSPECT {v['pass_suspect']} (drift critical)" if v.get("pass_suspect") else "")
+        + f", fail {v['fail']}, NOT INSPECTED {v['not_inspected']}"
         + (f" ({why})" if why else "")
         + f"{stream}; calls {summary['detections']}{cut}{drift}, {summary['fps']:.2f} fps; mean ms per frame: {latency}"
     )

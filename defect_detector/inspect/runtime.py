@@ -36,6 +36,7 @@ from defect_detector.inspect.artifacts import (  # noqa: F401 - archive_meta re-
 )
 from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, load_checkpoint
 from defect_detector.model.tta import orientations, tta_forward
+from defect_detector.monitor.exposure import ExposureRange
 
 log = logging.getLogger("defect_detector.inspect")
 
@@ -81,7 +82,8 @@ class Runtime:
         """The postprocess the weights were validated at (meta ``operating_point``): score threshold ``conf``
         (``eval.f1_conf``), per-class NMS ``iou`` (``eval.nms_iou``), and the cross-class demotion
         ``cross_class_iou`` (None: off) / ``cross_class_factor``; artifacts exported before v0.9 carry none and get
-        ``DEFAULT_OPERATING_POINT``, those before v0.10 no cross-class demotion."""
+        ``DEFAULT_OPERATING_POINT``, those before v0.10 no cross-class demotion. ``exposure``: the exposure range
+        (``monitor/exposure.py`` ``ExposureRange``; weights that record none get its defaults, ``eval.exposure_*``)."""
         point = self.meta.get("operating_point") or DEFAULT_OPERATING_POINT
         cross_iou = point.get("cross_class_iou")
         return {
@@ -89,6 +91,7 @@ class Runtime:
             "iou": float(point["iou"]),
             "cross_class_iou": None if cross_iou is None else float(cross_iou),
             "cross_class_factor": float(point.get("cross_class_factor", EvalConfig().cross_class_factor)),
+            "exposure": ExposureRange.from_dict(point.get("exposure")),
         }
 
     @classmethod

@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
-VERDICTS = ("pass", "fail", "not_inspected")
-"""An inspection's outcome: no call at the operating point, at least one call, or not inspected (``reason`` says why)."""
+VERDICTS = ("pass", "pass_suspect", "fail", "not_inspected")
+"""An inspection's outcome: no call at the operating point, none but under a critical drift alert (``reason`` says so),
+at least one call, or not inspected (``reason`` says why)."""
 
 RAISED = ("warning", "critical")
 """Drift states that queue a frame for review."""

@@ -304,3 +304,20 @@ def test_config_validation_names_the_field(template: np.ndarray, field: str, val
     with pytest.raises(ConfigError, match=r"^register\.bogus: unknown key \(known: blur, eps, "):
         RegisterConfig(bogus=1)
     assert RegisterConfig(max_shift=80) == RegisterConfig(max_shift=80.0)  # an integer where a number is asked for
+
+
+def test_an_occluder_is_named_not_called_another_design(template: np.ndarray, inspected: np.ndarray) -> None:
+    """Issue 36: a hand over 40% of the board is one region unlike the golden image; the reason says what was measured."""
+    hand = inspected.copy()
+    hand[100:505, 100:505] = 160
+    _, reg = register(template, hand)
+    assert not reg.ok and reg.reason.startswith("occluded or not this board: 43% of the frame unlike the golden image in one region")
+    assert "another design" not in reg.reason
+
+
+def test_covered_area_of_a_moved_golden_image(template: np.ndarray, inspected: np.ndarray) -> None:
+    moved = _move(template, _rigid(template.shape, 0.0, 40.0, 0.0))
+    _, reg = register(moved, inspected)
+    covered = reg.covered(inspected.shape)
+    assert reg.ok and reg.reference_shape == template.shape
+    assert not covered[:, -40:].any() and covered[:, :590].all()  # the strip the golden image left has no data

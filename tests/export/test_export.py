@@ -34,10 +34,12 @@ from defect_detector.export import (
     shifted_copy,
     trace_deploy_model,
 )
+from defect_detector.export.meta import parse_meta
 from defect_detector.export.onednn import onednn_available
 from defect_detector.inspect.runtime import Runtime, archive_meta
 from defect_detector.model.checkpoint import load_checkpoint
 from defect_detector.model.detector import build_model
+from defect_detector.monitor.exposure import ExposureRange
 
 pytestmark = [pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:FutureWarning"), pytest.mark.usefixtures("one_thread")]
 
@@ -134,6 +136,20 @@ def test_meta_round_trips(artifact: tuple[Path, dict], checkpoint: Path) -> None
     assert meta["cpu_only"] is onednn_available()  # traced on the CPU: oneDNN conv+SiLU kernels where available
     assert set(meta["outputs"]) == {"pred", "stats"}
     assert meta["optimize_for_inference"]["applied"] is False
+    assert meta["operating_point"]["exposure"] == ExposureRange().to_dict()  # the small checkpoint records the defaults
+
+
+def test_meta_exposure_range_defaults_for_old_artifacts_and_is_checked(artifact: tuple[Path, dict]) -> None:
+    """Issue 36: the exposure range the weights were validated at travels in ``operating_point``; an artifact exported
+    before it records none and gets the defaults; a forged entry is one clear line."""
+    path, report = artifact
+    old = json.loads(json.dumps(report["meta"]))
+    del old["operating_point"]["exposure"]
+    point = Runtime(torch.nn.Identity(), parse_meta(path, json.dumps(old)), torch.device("cpu"), torch.float32, "torchscript", path)
+    assert point.operating_point["exposure"] == ExposureRange()
+    old["operating_point"]["exposure"] = {"min_light": 1.5}
+    with pytest.raises(ValueError, match=r"operating_point must be an \"exposure\" entry null or"):
+        parse_meta(path, json.dumps(old))
 
 
 def test_trace_without_monitored_layers(checkpoint: Path) -> None:

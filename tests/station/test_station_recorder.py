@@ -250,3 +250,12 @@ def test_long_names_are_recorded(station_db: StationDB) -> None:
         recorder.record(record)
     assert recorder.recorded == 1 and recorder.unrecorded == 0
     assert _rows(recorder, inspections)[0].source == long and _rows(recorder, calls)[0].class_name == "c" * 300
+
+
+def test_a_suspect_pass_is_stored_with_its_reason(tmp_path: Path) -> None:
+    """Issue 36: a frame without calls under a critical drift alert is stored as ``pass_suspect``, never as a plain pass."""
+    record = FrameRecord("cam", 3, "b.png", utc_now(), "m.pt", "pass_suspect", reason="drift critical: score 9.1", drift="critical")
+    with Recorder(str(tmp_path / "line.db"), conf=CONF) as recorder:
+        assert recorder.record(record) and recorder.flush(60)
+    (row,) = _rows(recorder, inspections)
+    assert row.verdict == "pass_suspect" and row.reason == "drift critical: score 9.1" and row.drift == "critical"

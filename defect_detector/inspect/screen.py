@@ -1,0 +1,84 @@
+"""Was the board really seen? The checks a frame passes between registration and the model, and the mask after it.
+
+- Coverage (golden-template models): the registered golden image has no data where it was moved off the frame; a
+  frame it covers less than :data:`MIN_COVERED` of is not inspected, and no call is kept whose centre lies where it
+  has none (:func:`mask_uncovered`): the model would compare the board with the fill value there.
+- Exposure and content (``monitor/exposure.py``): the frame's tones against its registered golden image over the
+  covered area, or, without one, against the calibration frames' levels the drift baseline records; outside the
+  range the weights were validated at (``Runtime.operating_point["exposure"]``) the frame is not inspected, the
+  reason naming what was measured ("underexposed: 25% of the golden image's level ...").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from defect_detector.core.types import Detections
+from defect_detector.monitor.exposure import ExposureRange, exposure_reason, histogram, tones
+
+EXPOSURE_KINDS = ("underexposed", "overexposed", "low contrast", "overexposed or underexposed")
+"""Refusals (``Frame.error_kind``) that say the light or the camera changed: like a blank frame, each raises a critical
+drift alert at once (``AlertRouter.on_blank``); an occluder or a golden image that covers too little does not."""
+
+MIN_COVERED = 0.9
+"""Least share of the frame the registered golden image must cover (its 3 px edge off) for the frame to be inspected."""
+
+
+def calibration_levels(*baselines: Any) -> dict[str, float] | None:
+    """``{"dark", "bright"}`` of the calibration frames the first of ``baselines`` that records them holds (a
+    ``Baseline`` or its dict, ``image_levels``: median 1st and 99th percentiles; None entries skipped), or None."""
+    for baseline in baselines:
+        levels = baseline.get("image_levels") if isinstance(baseline, dict) else getattr(baseline, "image_levels", None)
+        if levels is not None and len(levels) >= 3:
+            return {"dark": float(levels[0]), "bright": float(levels[2])}
+    return None
+
+
+def screen_reason(
+    gray: np.ndarray,
+    golden: np.ndarray | None,
+    covered: np.ndarray | None,
+    limits: ExposureRange,
+    calibration: dict[str, float] | None,
+) -> tuple[str, str] | None:
+    """``(kind, reason)`` why the uint8 ``[H, W]`` frame ``gray`` is not inspected, or None. ``golden``: its registered
+    golden image (uint8 ``[H, W]``) and ``covered`` (bool ``[H, W]``) where that has data; None for a single-image
+    model, which is read against ``calibration`` (:func:`calibration_levels`; None: only the absolute limits)."""
+    if golden is not None and covered is not None:
+        share = float(covered.mean())
+        if share < MIN_COVERED:
+            reason = (
+                f"golden image covers {share:.0%} of the frame (least {MIN_COVERED:.0%}): the board is shifted or turned "
+                "too far in the fixture"
+            )
+            return "golden image covers too little", reason
+        frame, reference, what = tones(histogram(gray, covered)), tones(histogram(golden, covered)), "the golden image"
+    else:
+        frame, reference, what = tones(histogram(gray)), calibration, "the calibration frames"
+    reason = exposure_reason(frame, reference, limits, what)
+    return None if reason is None else (reason.split(":", 1)[0], reason)
+
+
+def mask_uncovered(detections: Detections, covered: np.ndarray | None) -> Detections:
+    """``detections`` without the calls whose box centre lies outside ``covered`` (bool ``[H, W]`` in frame pixels;
+    None: all kept)."""
+    if covered is None or len(detections) == 0:
+        return detections
+    boxes = detections.boxes.numpy()
+    h, w = covered.shape
+    cx = np.clip(((boxes[:, 0] + boxes[:, 2]) / 2).astype(np.int64), 0, w - 1)
+    cy = np.clip(((boxes[:, 1] + boxes[:, 3]) / 2).astype(np.int64), 0, h - 1)
+    keep = covered[cy, cx]
+    if keep.all():
+        return detections
+    index = np.flatnonzero(keep)
+    return dataclasses.replace(
+        detections,
+        boxes=detections.boxes[index],
+        scores=detections.scores[index],
+        labels=detections.labels[index],
+        names=[detections.names[i] for i in index],
+    )

@@ -1,0 +1,94 @@
+"""monitor/exposure.py: a frame's tones, and the reason a frame is outside the exposure range a model was validated at."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from defect_detector.data.images import load_image_gray
+from defect_detector.monitor.exposure import EXPOSURE_KEYS, ExposureRange, exposure_reason, histogram, tones
+
+SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
+VALIDATED = ExposureRange(max_highlights=0.9995, max_midtones=0.2)  # what the bundled golden-template model records
+
+
+@pytest.fixture(scope="module")
+def pair() -> tuple[np.ndarray, np.ndarray]:
+    """A DeepPCB board of the held-out groups and its golden image (bundled samples)."""
+    return load_image_gray(SAMPLES / "deeppcb" / "50600000_test.jpg"), load_image_gray(SAMPLES / "golden" / "50600000_test.jpg")
+
+
+def _light(image: np.ndarray, k: float) -> np.ndarray:
+    return np.clip(image.astype(np.float32) * k, 0, 255).round().astype(np.uint8)
+
+
+def _reason(frame: np.ndarray, golden: np.ndarray | None, limits: ExposureRange = VALIDATED) -> str | None:
+    reference = tones(histogram(golden)) if golden is not None else {"dark": 0.0, "bright": 255.0}
+    what = "the golden image" if golden is not None else "the calibration frames"
+    return exposure_reason(tones(histogram(frame)), reference, limits, what)
+
+
+def test_tones_of_a_binarized_board() -> None:
+    board = np.zeros((100, 100), np.uint8)
+    board[:, 60:] = 255
+    board[0, :10] = 240  # a few unsaturated whites
+    t = tones(histogram(board))
+    assert t["dark"] == 0 and t["bright"] == 255 and t["midtones"] == 0
+    assert t["saturated"] == pytest.approx(0.4) and t["crushed"] == pytest.approx(0.599)
+    assert t["highlights"] == pytest.approx(4000 / 4010)
+    masked = tones(histogram(board, np.pad(np.ones((100, 40), bool), ((0, 0), (60, 0)))))  # the white half only
+    assert masked["dark"] == 255 and masked["saturated"] == 1.0
+    with pytest.raises(ValueError, match="no pixels"):
+        tones(np.zeros(256))
+
+
+def test_a_board_at_normal_light_passes_against_its_golden_image_and_the_calibration_levels(pair) -> None:
+    board, golden = pair
+    assert _reason(board, golden) is None and _reason(board, None) is None
+
+
+def test_an_underexposed_board_is_refused_with_its_measured_level(pair) -> None:
+    board, golden = pair
+    reason = _reason(_light(board, 0.25), golden)
+    assert reason is not None and reason.startswith("underexposed: 25% of the golden image's level (least 60%)")
+    assert _reason(_light(board, 0.25), None).startswith("underexposed: 25% of the calibration frames' level")
+    assert _reason(_light(board, 0.7), golden) is None  # inside the validated range
+
+
+def test_an_overexposed_board_is_refused_by_its_saturated_highlights(pair) -> None:
+    board, golden = pair
+    reason = _reason(_light(board, 1.7), golden)
+    assert reason is not None and reason.startswith("overexposed: 100.00% of the bright pixels saturated (most 99.95%)")
+    assert _reason(_light(board, 1.7), golden, ExposureRange()) is None  # weights that record no highlights limit
+
+
+def test_low_contrast_is_refused(pair) -> None:
+    board, golden = pair
+    low = np.clip(128 + (board.astype(np.float32) - 128) * 0.4, 0, 255).astype(np.uint8)
+    assert _reason(low, golden).startswith("low contrast: 40% of the golden image's")
+
+
+def test_an_occluder_and_noise_are_not_a_board(pair) -> None:
+    board, golden = pair
+    occluded = board.copy()
+    occluded[100:505, 100:505] = 160  # a flat hand over 40% of the board
+    reason = _reason(occluded, golden)
+    assert reason is not None and reason.startswith("occluded or not a board: 40% of the frame in mid-tones unlike the golden image")
+    noise = np.random.default_rng(0).integers(0, 256, board.shape, dtype=np.uint8)
+    assert _reason(noise, None).startswith("occluded or not a board:")
+    assert _reason(noise, None, ExposureRange()) is None  # not checked without a validated limit
+
+
+def test_clipped_area_beyond_the_golden_image_is_refused() -> None:
+    golden = np.tile(np.linspace(20, 230, 200).astype(np.uint8), (50, 1))  # a photograph: nothing clipped
+    reason = _reason(_light(golden, 2.5), golden, ExposureRange())
+    assert reason is not None and reason.startswith("overexposed or underexposed: ") and "more of the frame clipped" in reason
+
+
+def test_a_range_reads_old_and_new_operating_points() -> None:
+    assert ExposureRange.from_dict(None) == ExposureRange()
+    limits = ExposureRange.from_dict({"min_light": 0.5, "max_highlights": 0.999, "unknown": 1})
+    assert limits.min_light == 0.5 and limits.max_highlights == 0.999 and limits.min_contrast == ExposureRange().min_contrast
+    assert tuple(limits.to_dict()) == EXPOSURE_KEYS
