@@ -30,6 +30,12 @@ MAX_DIFFERENCE = 0.016
 REGION_CELL = 32
 """Side (px) of the cells :func:`unlike_region` joins into regions."""
 
+CELL_UNLIKE = 0.7
+"""A cell is unlike the golden image when more than this share of its pixels differ. An occluder fills its cells
+(a flat patch over 40% of a sample board: a region of 41% at 0.7); a golden image 6 px off, or another design,
+differs along tracks and pads and fills few cells (0% and 7% at 0.7, but 41% and 76% at 0.1, where both read as an
+occluder). It only chooses the words of a refusal: whether a pair is refused is ``max_difference``'s."""
+
 OCCLUDED_REGION = 0.1
 """A golden image refused with one region unlike it covering at least this share of the frame is reported as an
 occluder (or no board), not as another design (:func:`unlike_region`)."""
@@ -62,13 +68,13 @@ def difference(golden: np.ndarray, image: np.ndarray, valid: np.ndarray | None =
 
 def unlike_region(differs: np.ndarray, valid: np.ndarray) -> float:
     """The share of the covered area (bool ``valid`` ``[H, W]``) in the largest connected region of
-    :data:`REGION_CELL`-pixel cells where over a tenth of the pixels differ (bool ``differs`` ``[H, W]``, from
+    :data:`REGION_CELL`-pixel cells where over :data:`CELL_UNLIKE` of the pixels differ (bool ``differs`` ``[H, W]``, from
     :func:`differing`): an occluder (a hand, a cloth, a label) is one such region; another design differs along tracks
     and pads spread over the board, in few cells."""
     h, w = (differs.shape[0] // REGION_CELL) * REGION_CELL, (differs.shape[1] // REGION_CELL) * REGION_CELL
     if h == 0 or w == 0 or not valid.any():
         return 0.0
-    cells = differs[:h, :w].reshape(h // REGION_CELL, REGION_CELL, w // REGION_CELL, REGION_CELL).mean(axis=(1, 3)) > 0.1
+    cells = differs[:h, :w].reshape(h // REGION_CELL, REGION_CELL, w // REGION_CELL, REGION_CELL).mean(axis=(1, 3)) > CELL_UNLIKE
     count, _, stats, _ = cv2.connectedComponentsWithStats(cells.astype(np.uint8), connectivity=8)
     largest = int(stats[1:, cv2.CC_STAT_AREA].max()) if count > 1 else 0
     return min(1.0, largest * REGION_CELL * REGION_CELL / float(valid.sum()))
