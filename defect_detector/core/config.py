@@ -230,7 +230,10 @@ class TrainConfig:
     fresh optimizer and schedule (fine-tuning, e.g. the bundled model on your line's data); the run adopts the
     architecture of those weights unless the config names a ``model`` section, and stops when fewer than 90% of their
     tensors fit (another class count keeps the class branches fresh). ``max_minutes``: stop after the first epoch that
-    ends past this many minutes of training (null: run every epoch); the schedule still spans ``epochs``."""
+    ends past this many minutes of training (null: run every epoch); the schedule still spans ``epochs``. ``freeze``:
+    modules of the detector kept as they are (no gradient, BatchNorm statistics frozen), by name or name prefix, e.g.
+    ``[backbone]`` or ``[backbone.stem, backbone.stage1]`` (fine-tuning on few boards; ``train`` refuses a name the
+    model does not have)."""
 
     epochs: int = 30
     batch_size: int = 8
@@ -247,6 +250,7 @@ class TrainConfig:
     max_bad_steps: int = 50
     init_weights: str | None = None
     max_minutes: float | None = None
+    freeze: tuple[str, ...] = ()
 
     def validate(self) -> None:
         _check(self.epochs >= 1, "train.epochs", "must be >= 1", self.epochs)
@@ -269,6 +273,7 @@ class TrainConfig:
         _check(self.val_every >= 1, "train.val_every", "must be >= 1", self.val_every)
         _check(self.max_bad_steps >= 0, "train.max_bad_steps", "must be >= 0", self.max_bad_steps)
         _check(self.max_minutes is None or self.max_minutes > 0, "train.max_minutes", "must be > 0 or null", self.max_minutes)
+        _check(all(isinstance(n, str) and n for n in self.freeze), "train.freeze", "must be a list of module names", self.freeze)
 
 
 @dataclass(frozen=True)
