@@ -313,7 +313,7 @@ def _validated(run: _Run) -> tuple[dict, dict]:
     assert run.val_loader is not None and run.val_set is not None
     start = time.perf_counter()
     metrics, predictions = validate(run.training.ema.module, run.val_loader, run.val_set, run.cfg, run.device, run.progress)
-    run.budget.measured_validation(time.perf_counter() - start, len(run.val_set), run.budget.pass_seconds)
+    run.budget.measured_validation(time.perf_counter() - start, len(run.val_set))
     if metrics.get("f1_optimal") is not None:
         run.f1_conf = metrics["f1_optimal"]["conf"]
     return metrics, predictions

@@ -121,14 +121,15 @@ def run_calibrate(  # noqa: PLR0913 - the Python twin of calibrate's flags, one 
     batch: int = 8,
     reference: str | os.PathLike[str] | None = None,
     progress: bool = True,
+    fault_frames: int = FAULT_FRAMES,
 ) -> Baseline:
     """Build and write (atomically) the drift baseline of ``weights`` (checkpoint or artifact; None: the bundled model).
 
     Frames: the images of the COCO json ``data_json`` (read from ``images_root``, default the json's; golden images
     from its ``reference`` entries), or with ``data_json`` None the folder / glob ``images_root`` of good frames
     (golden images from ``reference``: one image or a folder, as ``predict --reference``). ``max_images`` takes that
-    many spread evenly. ``imgsz`` applies to checkpoints. Raises ``FileNotFoundError`` / ``ValueError`` naming the
-    file and the problem."""
+    many spread evenly, ``fault_frames`` of them also under the simulated faults. ``imgsz`` applies to checkpoints.
+    Raises ``FileNotFoundError`` / ``ValueError`` naming the file and the problem."""
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
     runtime = Runtime.load(weights, device="cpu", imgsz=imgsz, tta="none")  # statistics come from the identity pass alone
@@ -156,7 +157,7 @@ def run_calibrate(  # noqa: PLR0913 - the Python twin of calibrate's flags, one 
     info = {"weights": str(runtime.path), "kind": runtime.kind, "class_names": list(runtime.class_names)}
     source = f"{source} ({len(pairs)} images)"
     baseline = calibrate(stats, runtime.layer_names, runtime.imgsz, info, source, golden=golden, image_levels=levels)
-    kept = [pairs[i] for i in evenly_spaced(len(pairs), FAULT_FRAMES)]
+    kept = [pairs[i] for i in evenly_spaced(len(pairs), fault_frames)]
     baseline.faults = fault_statistics(pipeline, kept, batch, progress)
     baseline.save(out)
     return baseline
@@ -191,15 +192,22 @@ def calibrate_run(
     weights = Path(run_dir) / "weights"
     available = len(read_json(Path(data)).get("images", []))
     frames, why = min(available, RUN_CALIBRATION_IMAGES), "in the training json"
-    if budget is not None:
-        fit = budget.baseline_frames_left(frames)
-        if fit < frames:
-            logger.warning("train.max_minutes: the drift baseline calibrates on %d of %d frames (the time left)", fit, frames)
-            frames, why = fit, f"within train.max_minutes ({budget.left():.0f} s left)"
+    faults = min(frames, FAULT_FRAMES)
+    if budget is not None and frames >= MIN_BASELINE_FRAMES:
+        fit, faults = budget.baseline_plan(frames, FAULT_FRAMES)
+        if fit < frames or faults < min(frames, FAULT_FRAMES):
+            logger.warning(
+                "train.max_minutes: the drift baseline calibrates on %d of %d frames, %d under simulated faults (the time left)",
+                fit,
+                frames,
+                faults,
+            )
+            frames, why = fit, f"fit in the time train.max_minutes left ({budget.left():.0f} s)"
     if frames < MIN_BASELINE_FRAMES:
         return _no_baseline_line(frames, why, weights, data)
     start = time.perf_counter()
-    baseline = run_calibrate(weights / "best.pt", data, images, Path(run_dir) / "baseline.json", max_images=frames, progress=progress)
+    out = Path(run_dir) / "baseline.json"
+    baseline = run_calibrate(weights / "best.pt", data, images, out, max_images=frames, progress=progress, fault_frames=faults)
     for name in ("best.pt", "last.pt"):
         if (weights / name).is_file():
             attach_baseline(weights / name, baseline.to_dict())
