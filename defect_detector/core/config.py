@@ -229,11 +229,14 @@ class TrainConfig:
     from a checkpoint's (EMA) weights instead of a random initialisation, with a
     fresh optimizer and schedule (fine-tuning, e.g. the bundled model on your line's data); the run adopts the
     architecture of those weights unless the config names a ``model`` section, and stops when fewer than 90% of their
-    tensors fit (another class count keeps the class branches fresh). ``max_minutes``: stop after the first epoch that
-    ends past this many minutes of training (null: run every epoch); the schedule still spans ``epochs``. ``freeze``:
-    modules of the detector kept as they are (no gradient, BatchNorm statistics frozen), by name or name prefix, e.g.
-    ``[backbone]`` or ``[backbone.stem, backbone.stage1]`` (fine-tuning on few boards; ``train`` refuses a name the
-    model does not have)."""
+    tensors fit (another class count keeps the class branches fresh); it also takes their ``eval.nms_iou`` and
+    cross-class demotion unless the config names them, validates them first (``best.pt`` holds them until an epoch
+    beats them) and stores as ``eval.f1_conf`` the F-optimal threshold of its own validation. ``max_minutes``: the
+    whole ``train`` command ends within this many minutes (null: run every epoch): an epoch starts only when it, its
+    validation and the smallest drift baseline (30 frames) fit, the last epoch is validated, and the baseline takes
+    the time left (engine/budget.py); the schedule still spans ``epochs``. ``freeze``: modules of the detector kept as
+    they are (no gradient, BatchNorm statistics frozen), by dotted name, e.g. ``[backbone]`` or ``[backbone.stem,
+    backbone.stage1]`` (fine-tuning on few boards; ``train`` refuses a name the model does not have)."""
 
     epochs: int = 30
     batch_size: int = 8
