@@ -302,7 +302,8 @@ def f_optimal_conf(
 
     One same-class greedy matching of all detections serves every threshold (as in :func:`operating_points`). The
     F-score is flat between the score of the last detection kept and the next lower score; ``conf`` is the middle of
-    that interval (at least ``floor``, the postprocess threshold), so a score that moves a little keeps its side.
+    that interval (at least ``floor``, the postprocess threshold; rounded to 4 decimals when that stays inside it), so a
+    score that moves a little keeps its side.
     Of equal F-scores the highest threshold wins (fewest calls)."""
     score, hit, num_gt = _ranked_hits(coco_gt, predictions, cat_id_to_label, iou_threshold, same_class=True)
     if not num_gt or not len(score):
@@ -313,7 +314,8 @@ def f_optimal_conf(
     best = int(np.argmax(f1))
     end = int(ends[best])
     lower = float(score[end + 1]) if end + 1 < len(score) else floor
-    conf = max(floor, 0.5 * (float(score[end]) + lower))
+    middle, upper = 0.5 * (float(score[end]) + lower), float(score[end])
+    conf = max(floor, round(middle, 4) if lower < round(middle, 4) <= upper else middle)
     precision, recall = float(tp[best]) / (end + 1), float(tp[best]) / num_gt
     return {"conf": conf, "f1": float(f1[best]), "precision": precision, "recall": recall}
 
