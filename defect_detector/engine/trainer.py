@@ -240,25 +240,20 @@ def fit(
     """Train per ``cfg``; writes ``<out_dir>/<name>/`` and returns that folder.
 
     ``resume`` continues from ``weights/last.pt`` (model, EMA, optimizer, scaler, scheduler, epoch and counters
-    restored) at the epoch after the last finished one. Its config must match ``cfg`` (see
-    :func:`~defect_detector.engine.run_files.check_resume_config`), and its training and validation jsons the digests
-    the checkpoint records unless ``allow_data_change`` (:func:`~defect_detector.engine.run_files.check_resume_data`),
-    checked before anything is written. Every
-    random draw is a function of ``(seed, epoch, sample)``, so a resumed run gives the same weights, bit for bit,
-    as an uninterrupted one at the same thread count. A new run refuses a folder that already holds a run
-    unless ``exist_ok`` (then its metrics and weights are replaced). ``threads``: torch CPU threads (None:
-    :func:`~defect_detector.core.devices.default_threads`). ``stop_after_epochs`` ends early (as an interruption would),
-    for tests. ``budget``: ``train.max_minutes`` counted from when the command started, keeping time for the drift
-    baseline calibrated after the run (:class:`~defect_detector.engine.budget.Budget`; None: counted from this call,
-    nothing kept); an epoch starts only when it, its validation and that reserve fit, and the last one is validated.
+    restored) at the epoch after the last finished one. Its config must match ``cfg``
+    (:func:`~defect_detector.engine.run_files.check_resume_config`), and its jsons the digests the checkpoint records
+    unless ``allow_data_change`` (:func:`~defect_detector.engine.run_files.check_resume_data`), checked before anything
+    is written. Every random draw is a function of ``(seed, epoch, sample)``, so a resumed run gives the same weights,
+    bit for bit, as an uninterrupted one at the same thread count. A new run refuses a folder that already holds a run
+    unless ``exist_ok``. ``threads``: torch CPU threads (None: :func:`~defect_detector.core.devices.default_threads`).
+    ``stop_after_epochs`` ends early (as an interruption would), for tests. ``budget``: ``train.max_minutes`` counted
+    from the command's start, keeping time for the drift baseline after the run (engine/budget.py; None: counted from
+    this call, nothing kept); an epoch starts only when it, its validation and that reserve fit; the last is validated.
 
-    A fine-tune (``train.init_weights``) validates its starting weights first: ``best.pt`` holds them until an epoch
-    beats their mAP@0.5:0.95, so it never falls below them on the run's own validation. Every checkpoint records as
-    ``eval.f1_conf`` the F-optimal score threshold of its run's latest validation.
-
-    ``best.pt``: the epoch with the highest validation mAP@0.5:0.95; without a measurable mAP (no validation set,
-    or one without annotated images) the latest epoch (written with ``last.pt`` each epoch).
-    Raises :class:`TrainingError` (a ``ValueError``) with a one-line message for a run that cannot start or go on.
+    ``best.pt``: the epoch with the highest validation mAP@0.5:0.95 (a fine-tune's starting weights, validated first,
+    until an epoch beats them); without a measurable mAP the latest epoch. Every checkpoint records as ``eval.f1_conf``
+    the F-optimal score threshold of the run's latest validation. Raises :class:`TrainingError` (a ``ValueError``) with
+    a one-line message for a run that cannot start or go on.
     """
     distributed = _init_distributed()
     device = resolve_device(cfg.train.device)
@@ -285,21 +280,27 @@ def fit(
     if ckpt is None and cfg.train.init_weights and val_loader is not None and is_main():
         _validate_start(run)
 
-    run_start = time.perf_counter()
-    end = cfg.train.epochs if stop_after_epochs is None else min(cfg.train.epochs, training.start_epoch + stop_after_epochs)
-    for epoch in range(training.start_epoch, end):
+    _train_epochs(run, stop_after_epochs, distributed)
+    if distributed:
+        dist.destroy_process_group()
+    return run_dir
+
+
+def _train_epochs(run: _Run, stop_after_epochs: int | None, distributed: bool) -> None:
+    """The run's epochs, up to ``train.epochs`` (or ``stop_after_epochs`` more), or until the time budget ends them."""
+    start, cfg, first = time.perf_counter(), run.cfg, run.training.start_epoch
+    end = cfg.train.epochs if stop_after_epochs is None else min(cfg.train.epochs, first + stop_after_epochs)
+    for epoch in range(first, end):
         final = _run_epoch(run, epoch, end)
         if distributed:
             dist.barrier()
         if final and epoch + 1 < end:
             if is_main():
-                log.warning("train.max_minutes (%g): stopped after epoch %d of %d: %s", cfg.train.max_minutes, epoch + 1, end, budget.cut())
+                cap = cfg.train.max_minutes
+                log.warning("train.max_minutes (%g): stopped after epoch %d of %d: %s", cap, epoch + 1, end, run.budget.cut())
             break
     if is_main():
-        log.info("training took %.1f s", time.perf_counter() - run_start)
-    if distributed:
-        dist.destroy_process_group()
-    return run_dir
+        log.info("training took %.1f s", time.perf_counter() - start)
 
 
 def _resumed_f1_conf(ckpt: dict[str, Any] | None, cfg: Config) -> float:
