@@ -28,31 +28,42 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from defect_detector.core.config import load_config
-    from defect_detector.engine.state import adopt_init_architecture
-    from defect_detector.engine.trainer import fit
+    import time
 
+    from defect_detector.core.config import load_config
+    from defect_detector.engine.budget import Budget
+    from defect_detector.engine.state import adopt_init_architecture, adopt_init_operating_point
+    from defect_detector.engine.trainer import fit
+    from defect_detector.inspect.calibrate import RUN_CALIBRATION_IMAGES, calibrate_run
+
+    started = time.perf_counter()
     cfg = load_config(args.config, args.overrides)
-    if not args.resume and not _names_model(args.config, args.overrides):
+    named = _named_keys(args.config, args.overrides)
+    if not args.resume and not any(k == "model" or k.startswith("model.") for k in named):
         cfg = adopt_init_architecture(cfg)  # fine-tuning: the architecture of train.init_weights
-    run_dir = fit(cfg, resume=args.resume, exist_ok=args.exist_ok, threads=args.threads, allow_data_change=args.allow_data_change)
+    if not args.resume:
+        cfg = adopt_init_operating_point(cfg, named)  # and its NMS IoU and cross-class demotion
+    frames = 0 if args.no_baseline else RUN_CALIBRATION_IMAGES
+    budget = Budget.start(cfg.train.max_minutes, started, frames, cfg.model.in_channels == 2)
+    run_dir = fit(
+        cfg, resume=args.resume, exist_ok=args.exist_ok, threads=args.threads, allow_data_change=args.allow_data_change, budget=budget
+    )
     print(f"run folder: {run_dir}")
     if not args.no_baseline:
-        import time
-
-        from defect_detector.inspect.calibrate import calibrate_run
-
-        start = time.perf_counter()
-        baseline = calibrate_run(run_dir, cfg.data.train, cfg.data.train_images)
-        print(
-            f"drift baseline: {baseline.count} training images in {time.perf_counter() - start:.0f} s, carried in best.pt and last.pt "
-            f"(predict monitors the camera with them; {run_dir / 'baseline.json'})"
-        )
+        print(calibrate_run(run_dir, cfg.data.train, cfg.data.train_images, budget=budget))
+    if cfg.train.max_minutes is not None:
+        print(f"train.max_minutes={cfg.train.max_minutes:g}: the run took {(time.perf_counter() - started) / 60:.1f} min")
 
 
-def _names_model(path: str, overrides: list[str]) -> bool:
-    """Whether the YAML at ``path`` or an override names the ``model`` section (then ``train.init_weights`` must fit it)."""
+def _named_keys(path: str, overrides: list[str]) -> set[str]:
+    """The dotted keys (``model.widths``, ``eval.nms_iou``, ...) that the YAML at ``path`` or an override sets: what a
+    fine-tune keeps from its config rather than from ``train.init_weights``."""
     import yaml
 
+    def flat(tree: Any, prefix: str) -> set[str]:
+        if not isinstance(tree, dict):
+            return {prefix[:-1]}
+        return {key for name, value in tree.items() for key in flat(value, f"{prefix}{name}.")} if tree else {prefix[:-1]}
+
     raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    return (isinstance(raw, dict) and "model" in raw) or any(o.strip().startswith("model.") for o in overrides)
+    return (flat(raw, "") if isinstance(raw, dict) else set()) | {o.split("=", 1)[0].strip() for o in overrides}

@@ -239,8 +239,14 @@ class TrainConfig(Section):
     from a checkpoint's (EMA) weights instead of a random initialisation, with a
     fresh optimizer and schedule (fine-tuning, e.g. the bundled model on your line's data); the run adopts the
     architecture of those weights unless the config names a ``model`` section, and stops when fewer than 90% of their
-    tensors fit (another class count keeps the class branches fresh). ``max_minutes``: stop after the first epoch that
-    ends past this many minutes of training (null: run every epoch); the schedule still spans ``epochs``."""
+    tensors fit (another class count keeps the class branches fresh); it also takes their ``eval.nms_iou`` and
+    cross-class demotion unless the config names them, validates them first (``best.pt`` holds them until an epoch
+    beats them) and stores as ``eval.f1_conf`` the F-optimal threshold of its own validation. ``max_minutes``: the
+    whole ``train`` command ends within this many minutes (null: run every epoch): an epoch starts only when it, its
+    validation and the smallest drift baseline (30 frames) fit, the last epoch is validated, and the baseline takes
+    the time left (engine/budget.py); the schedule still spans ``epochs``. ``freeze``: modules of the detector kept as
+    they are (no gradient, BatchNorm statistics frozen), by dotted name, e.g. ``[backbone]`` or ``[backbone.stem,
+    backbone.stage1]`` (fine-tuning on few boards; ``train`` refuses a name the model does not have)."""
 
     section: ClassVar[str] = "train"
 
@@ -259,6 +265,7 @@ class TrainConfig(Section):
     max_bad_steps: Int = 50
     init_weights: Str | None = None
     max_minutes: Float | None = None
+    freeze: tuple[Str, ...] = ()
 
     @model_validator(mode="after")
     def _check_values(self) -> TrainConfig:
@@ -282,6 +289,7 @@ class TrainConfig(Section):
         check(self.val_every >= 1, "val_every", "must be >= 1", self.val_every)
         check(self.max_bad_steps >= 0, "max_bad_steps", "must be >= 0", self.max_bad_steps)
         check(self.max_minutes is None or self.max_minutes > 0, "max_minutes", "must be > 0 or null", self.max_minutes)
+        check(all(n for n in self.freeze), "freeze", "must be a list of module names", self.freeze)
         return self
 
 

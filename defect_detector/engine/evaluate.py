@@ -295,18 +295,44 @@ def operating_points(
     return out
 
 
+def f_optimal_conf(
+    coco_gt: COCO, predictions: Predictions, cat_id_to_label: Mapping[int, int], floor: float = 0.0, iou_threshold: float = 0.33
+) -> dict | None:
+    """The score threshold at which DeepPCB's F-score (:func:`deeppcb_f1`: same class, IoU > ``iou_threshold``) is
+    highest: ``{"conf", "f1", "precision", "recall"}``, or None without ground truth or detections.
+
+    One same-class greedy matching of all detections serves every threshold (as in :func:`operating_points`). The
+    F-score is flat between the score of the last detection kept and the next lower score; ``conf`` is the middle of
+    that interval (at least ``floor``, the postprocess threshold; rounded to 4 decimals when that stays inside it), so a
+    score that moves a little keeps its side.
+    Of equal F-scores the highest threshold wins (fewest calls)."""
+    score, hit, num_gt = _ranked_hits(coco_gt, predictions, cat_id_to_label, iou_threshold, same_class=True)
+    if not num_gt or not len(score):
+        return None
+    ends = np.flatnonzero(np.append(score[1:] != score[:-1], True))
+    tp = np.cumsum(hit)[ends]
+    f1 = 2 * tp / (ends + 1 + num_gt)
+    best = int(np.argmax(f1))
+    end = int(ends[best])
+    lower = float(score[end + 1]) if end + 1 < len(score) else floor
+    middle, upper = 0.5 * (float(score[end]) + lower), float(score[end])
+    conf = max(floor, round(middle, 4) if lower < round(middle, 4) <= upper else middle)
+    precision, recall = float(tp[best]) / (end + 1), float(tp[best]) / num_gt
+    return {"conf": conf, "f1": float(f1[best]), "precision": precision, "recall": recall}
+
+
 def _ranked_hits(
-    coco_gt: COCO, predictions: Predictions, cat_id_to_label: Mapping[int, int], iou_threshold: float
+    coco_gt: COCO, predictions: Predictions, cat_id_to_label: Mapping[int, int], iou_threshold: float, same_class: bool = False
 ) -> tuple[np.ndarray, np.ndarray, int]:
-    """All detections' scores (float64, descending, stable) with whether each caught a defect (class-agnostic greedy
-    matching per image), and the number of ground-truth boxes."""
+    """All detections' scores (float64, descending, stable) with whether each caught a defect (greedy matching per
+    image, class-agnostic unless ``same_class``), and the number of ground-truth boxes."""
     scores, hits = [], []
     num_gt = 0
     for image_id, pred in predictions.items():
         gt = ground_truth(coco_gt, image_id, cat_id_to_label)
         num_gt += len(gt["boxes"])
         hit = np.zeros(len(pred["scores"]), dtype=bool)
-        hit[[p for p, _ in greedy_matches(pred, gt, iou_threshold, same_class=False)]] = True
+        hit[[p for p, _ in greedy_matches(pred, gt, iou_threshold, same_class=same_class)]] = True
         scores.append(pred["scores"].detach().cpu().double().numpy().reshape(-1))  # float64 holds float32 scores exactly
         hits.append(hit)
     score = np.concatenate(scores) if scores else np.zeros(0, np.float64)
@@ -319,7 +345,8 @@ def evaluate_predictions(
     coco_gt: COCO, predictions: Predictions, label_to_cat_id: Mapping[int, int], class_names: Sequence[str], f1_conf: float
 ) -> dict:
     """All metrics for one prediction set; keys per DESIGN.md's ``val --out`` (``operating_points``:
-    :func:`operating_points` at recall 0.99 and 0.995) plus extras (``pr_curve``, ``confusion``, DeepPCB counts).
+    :func:`operating_points` at recall 0.99 and 0.995) plus extras (``pr_curve``, ``confusion``, DeepPCB counts,
+    ``f1_optimal``: :func:`f_optimal_conf`).
     Detections of classes absent from the json (no ``label_to_cat_id`` entry) are left out of every metric."""
     cat_id_to_label = {c: label for label, c in label_to_cat_id.items()}
     predictions = scored_predictions(predictions, label_to_cat_id)
@@ -334,6 +361,7 @@ def evaluate_predictions(
             "f1_conf": f1_conf,
             "confusion": confusion_matrix(coco_gt, predictions, cat_id_to_label, len(class_names), f1_conf),
             "operating_points": operating_points(coco_gt, predictions, cat_id_to_label),
+            "f1_optimal": f_optimal_conf(coco_gt, predictions, cat_id_to_label),
         }
     )
     return metrics

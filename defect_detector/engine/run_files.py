@@ -32,9 +32,10 @@ log = logging.getLogger("defect_detector.engine")
 RESUME_KEYS = ("model", "ema", "ema_updates", "optimizer", "scaler", "scheduler", "epoch", "config", "history")
 """The entries ``--resume`` needs in ``last.pt`` (an exported or stripped checkpoint lacks the optimizer's)."""
 
-RESUME_MAY_CHANGE = ("data.workers", "out_dir", "name", "train.max_minutes")
+RESUME_MAY_CHANGE = ("data.workers", "out_dir", "name", "train.max_minutes", "eval.f1_conf")
 """Keys a resumed run may change (besides ``train.epochs``, which may grow): they do not change what is trained.
-The loader's draws do not depend on the worker count (data/collate.py); ``train.max_minutes`` only says when to stop."""
+The loader's draws do not depend on the worker count (data/collate.py); ``train.max_minutes`` only says when to stop;
+``eval.f1_conf`` is measured by each validation (the checkpoint records the run's, the config the starting one)."""
 
 
 def read_resume_checkpoint(path: Path, device: torch.device) -> dict[str, Any]:
@@ -165,6 +166,13 @@ def commit_epoch(run_dir: Path, ckpt: dict[str, Any], record: dict[str, Any], be
         atomic_write_bytes(run_dir / "weights" / "best.pt", buf.getvalue())
     atomic_write_bytes(run_dir / "weights" / "last.pt", buf.getvalue())
     append_jsonl(run_dir / "metrics.jsonl", record)
+
+
+def save_best(run_dir: Path, ckpt: dict[str, Any]) -> None:
+    """Write ``weights/best.pt`` alone (atomically): a fine-tune's starting weights, before its first epoch."""
+    buf = io.BytesIO()
+    torch.save(ckpt, buf)
+    atomic_write_bytes(run_dir / "weights" / "best.pt", buf.getvalue())
 
 
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:

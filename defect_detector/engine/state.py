@@ -53,10 +53,12 @@ def resolve_amp(amp: str, device: torch.device) -> torch.dtype | None:
 
 
 def build_optimizer(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
-    """AdamW; weight decay on conv/linear weights only (not on BatchNorm or biases)."""
+    """AdamW over the parameters that train (``requires_grad``); weight decay on conv/linear weights only (not on
+    BatchNorm or biases)."""
     decay, no_decay = [], []
     for param in model.parameters():
-        (decay if param.ndim > 1 else no_decay).append(param)
+        if param.requires_grad:
+            (decay if param.ndim > 1 else no_decay).append(param)
     return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}], lr=lr)
 
 
@@ -99,6 +101,33 @@ class Training:
     state: StepState = field(default_factory=StepState)
     best_map: float = -1.0
     start_epoch: int = 0
+    frozen: list[torch.nn.Module] = field(default_factory=list)
+
+    def train_mode(self, model: torch.nn.Module) -> None:
+        """``model.train()`` (``model``: this run's model or its DDP wrapper), with the ``train.freeze`` modules kept in
+        eval mode: their BatchNorm layers keep the running statistics of the weights they came from."""
+        model.train()
+        for module in self.frozen:
+            module.eval()
+
+
+def freeze_modules(model: torch.nn.Module, names: tuple[str, ...]) -> list[torch.nn.Module]:
+    """The modules of ``model`` that ``train.freeze`` names (dotted names, e.g. ``backbone.stem``), their parameters
+    set to ``requires_grad=False``. :class:`TrainingError` naming a name the model does not have."""
+    modules = dict(model.named_modules())
+    frozen = []
+    for name in names:
+        if name not in modules or not name:
+            top = ", ".join(n for n in modules if n and "." not in n)
+            inner = ", ".join(n for n in modules if n.count(".") == 1 and n.startswith("backbone."))
+            raise TrainingError(f"train.freeze: this model has no module {name!r} (modules: {top}; in the backbone: {inner})")
+        for param in modules[name].parameters():
+            param.requires_grad_(False)
+        frozen.append(modules[name])
+    if frozen and is_main():
+        kept, total = sum(p.numel() for m in frozen for p in m.parameters()), sum(p.numel() for p in model.parameters())
+        log.info("train.freeze: %s kept as they are (%d of %d parameters)", ", ".join(names), kept, total)
+    return frozen
 
 
 def adopt_init_architecture(cfg: Config) -> Config:
@@ -114,6 +143,41 @@ def adopt_init_architecture(cfg: Config) -> Config:
     if model != cfg.model and is_main():
         log.info("train.init_weights: adopting its architecture (%s)", model)
     return cfg.model_copy(update={"model": model})
+
+
+CARRIED_EVAL_KEYS = (
+    "nms_iou",
+    "f1_conf",
+    "cross_class_iou",
+    "cross_class_factor",
+    "exposure_min_light",
+    "exposure_min_contrast",
+    "exposure_max_clipped",
+    "exposure_max_highlights",
+    "exposure_max_midtones",
+)
+"""The operating point a fine-tune takes from ``train.init_weights`` unless its config names the key: the NMS IoU,
+cross-class demotion and exposure range the weights were validated with, and their ``f1_conf`` until the run's own
+validation measures one (:func:`~defect_detector.engine.evaluate.f_optimal_conf`)."""
+
+
+def adopt_init_operating_point(cfg: Config, named: set[str]) -> Config:
+    """``cfg`` with the ``eval`` keys of :data:`CARRIED_EVAL_KEYS` taken from the checkpoint ``train.init_weights``
+    names, except those in ``named`` (dotted keys the config file or an override sets, e.g. ``eval.nms_iou``) and those
+    the checkpoint does not record. Unchanged without ``train.init_weights``; logs what it carried."""
+    if not cfg.train.init_weights:
+        return cfg
+    try:
+        saved = torch.load(cfg.train.init_weights, map_location="cpu", weights_only=True)["config"].get("eval", {})
+    except (OSError, RuntimeError, KeyError, TypeError, AttributeError) as exc:
+        raise TrainingError(f"train.init_weights={cfg.train.init_weights}: not a readable defect_detector checkpoint ({exc})") from exc
+    carried = {k: saved[k] for k in CARRIED_EVAL_KEYS if k in saved and f"eval.{k}" not in named}
+    if not carried:
+        return cfg
+    merged = config_from_dict(cfg.to_dict() | {"eval": cfg.to_dict()["eval"] | carried})
+    if is_main():
+        log.info("train.init_weights: operating point carried from the weights: %s", ", ".join(f"eval.{k}={v}" for k, v in carried.items()))
+    return merged
 
 
 def build_training(cfg: Config, device: torch.device, steps_per_epoch: int, amp_dtype: torch.dtype | None, init: bool) -> Training:
@@ -133,13 +197,14 @@ def build_training(cfg: Config, device: torch.device, steps_per_epoch: int, amp_
                 "initialised %d tensors from %s; %d kept fresh (shape or name differs)", len(loaded), cfg.train.init_weights, len(skipped)
             )
     model = model.to(device).to(memory_format=torch.channels_last)
+    frozen = freeze_modules(model, tuple(cfg.train.freeze))
     optimizer = build_optimizer(model, cfg.train.lr, cfg.train.weight_decay)
     total_steps = steps_per_epoch * cfg.train.epochs
     warmup_steps = int(cfg.train.warmup_epochs * steps_per_epoch)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, total_steps, warmup_steps, cfg.train.min_lr_ratio))
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
     criterion = DetectionLoss(len(cfg.data.class_names), box_bins=model.box_bins)
-    return Training(model, make_ema(model, cfg.train.ema_decay), optimizer, scheduler, scaler, criterion)
+    return Training(model, make_ema(model, cfg.train.ema_decay), optimizer, scheduler, scaler, criterion, frozen=frozen)
 
 
 def checkpoint_dict(training: Training, epoch: int, cfg: Config, metrics: dict) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from defect_detector.core.config import Config, TrainConfig
 from defect_detector.core.devices import default_threads, resolve_device
 from defect_detector.data.dataset import CocoDetectionDataset
 from defect_detector.engine import plots
+from defect_detector.engine.budget import Budget, pass_seconds
 from defect_detector.engine.errors import NonFiniteLossError, TrainingError
 from defect_detector.engine.evaluate import evaluate_predictions, predict_dataset
 from defect_detector.engine.run_data import build_datasets, build_loaders, has_ground_truth, with_pixel_scale
@@ -35,6 +36,7 @@ from defect_detector.engine.run_files import (
     data_digests,
     prepare_run_dir,
     read_resume_checkpoint,
+    save_best,
 )
 from defect_detector.engine.state import (
     StepState,
@@ -71,7 +73,7 @@ def train_one_epoch(
     ``training.state.bad_steps``; more than ``max_bad_steps`` raises :class:`NonFiniteLossError`.
     Returns the mean ``loss``, ``box``, ``cls``, the throughput ``images_per_s`` and the ``seconds`` taken.
     """
-    model.train()
+    training.train_mode(model)
     strides = model.module.strides if isinstance(model, DistributedDataParallel) else model.strides
     sums: dict[str, float] = defaultdict(float)
     num_batches = num_images = 0
@@ -181,8 +183,15 @@ class _Run:
     training: Training
     train_model: torch.nn.Module
     progress: bool
+    budget: Budget
     unreadable: int = 0
     data_digests: dict[str, str] = field(default_factory=dict)
+    f1_conf: float = 0.0
+
+    def checkpoint_config(self) -> Config:
+        """The config a checkpoint records: the run's, with ``eval.f1_conf`` the F-optimal score threshold its latest
+        validation measured (:func:`~defect_detector.engine.evaluate.f_optimal_conf`)."""
+        return self.cfg.model_copy(update={"eval": self.cfg.eval.model_copy(update={"f1_conf": self.f1_conf})})
 
 
 def _set_threads(threads: int | None) -> None:
@@ -225,23 +234,25 @@ def fit(
     stop_after_epochs: int | None = None,
     threads: int | None = None,
     allow_data_change: bool = False,
+    budget: Budget | None = None,
 ) -> Path:
     """Train per ``cfg``; writes ``<out_dir>/<name>/`` and returns that folder.
 
     ``resume`` continues from ``weights/last.pt`` (model, EMA, optimizer, scaler, scheduler, epoch and counters
-    restored) at the epoch after the last finished one. Its config must match ``cfg`` (see
-    :func:`~defect_detector.engine.run_files.check_resume_config`), and its training and validation jsons the digests
-    the checkpoint records unless ``allow_data_change`` (:func:`~defect_detector.engine.run_files.check_resume_data`),
-    checked before anything is written. Every
-    random draw is a function of ``(seed, epoch, sample)``, so a resumed run gives the same weights, bit for bit,
-    as an uninterrupted one at the same thread count. A new run refuses a folder that already holds a run
-    unless ``exist_ok`` (then its metrics and weights are replaced). ``threads``: torch CPU threads (None:
-    :func:`~defect_detector.core.devices.default_threads`). ``stop_after_epochs`` ends early (as an interruption would),
-    for tests.
+    restored) at the epoch after the last finished one. Its config must match ``cfg``
+    (:func:`~defect_detector.engine.run_files.check_resume_config`), and its jsons the digests the checkpoint records
+    unless ``allow_data_change`` (:func:`~defect_detector.engine.run_files.check_resume_data`), checked before anything
+    is written. Every random draw is a function of ``(seed, epoch, sample)``, so a resumed run gives the same weights,
+    bit for bit, as an uninterrupted one at the same thread count. A new run refuses a folder that already holds a run
+    unless ``exist_ok``. ``threads``: torch CPU threads (None: :func:`~defect_detector.core.devices.default_threads`).
+    ``stop_after_epochs`` ends early (as an interruption would), for tests. ``budget``: ``train.max_minutes`` counted
+    from the command's start, keeping time for the drift baseline after the run (engine/budget.py; None: counted from
+    this call, nothing kept); an epoch starts only when it, its validation and that reserve fit; the last is validated.
 
-    ``best.pt``: the epoch with the highest validation mAP@0.5:0.95; without a measurable mAP (no validation set,
-    or one without annotated images) the latest epoch (written with ``last.pt`` each epoch).
-    Raises :class:`TrainingError` (a ``ValueError``) with a one-line message for a run that cannot start or go on.
+    ``best.pt``: the epoch with the highest validation mAP@0.5:0.95 (a fine-tune's starting weights, validated first,
+    until an epoch beats them); without a measurable mAP the latest epoch. Every checkpoint records as ``eval.f1_conf``
+    the F-optimal score threshold of the run's latest validation. Raises :class:`TrainingError` (a ``ValueError``) with
+    a one-line message for a run that cannot start or go on.
     """
     distributed = _init_distributed()
     device = resolve_device(cfg.train.device)
@@ -259,54 +270,105 @@ def fit(
             log.info("resumed from %s at epoch %d", last_path, training.start_epoch + 1)
     train_model = DistributedDataParallel(training.model) if distributed else training.model
     world = dist.get_world_size() if distributed else 1
-    run = _Run(cfg, run_dir, device, amp_dtype, world, train_set, val_set, train_loader, val_loader, training, train_model, progress)
-    run.data_digests = data_digests(cfg)
+    budget = budget or Budget.start(cfg.train.max_minutes, None, 0, cfg.model.in_channels == 2)
+    loaders = (train_loader, val_loader)
+    run = _Run(cfg, run_dir, device, amp_dtype, world, train_set, val_set, *loaders, training, train_model, progress, budget)
+    run.data_digests, run.f1_conf = data_digests(cfg), _resumed_f1_conf(ckpt, cfg)
+    if budget.deadline is not None:  # the cost of a model pass, for the drift baseline's share of the time
+        budget.pass_seconds = pass_seconds(training.ema.module, cfg.model.in_channels, cfg.data.imgsz, device)
+    if ckpt is None and cfg.train.init_weights and val_loader is not None and is_main():
+        _validate_start(run)
 
-    run_start = time.perf_counter()
-    end = cfg.train.epochs if stop_after_epochs is None else min(cfg.train.epochs, training.start_epoch + stop_after_epochs)
-    for epoch in range(training.start_epoch, end):
-        _run_epoch(run, epoch)
-        if distributed:
-            dist.barrier()
-        if cfg.train.max_minutes is not None and time.perf_counter() - run_start > 60 * cfg.train.max_minutes and epoch + 1 < end:
-            if is_main():
-                log.warning("train.max_minutes (%g) reached: stopped after epoch %d of %d", cfg.train.max_minutes, epoch + 1, end)
-            break
-    if is_main():
-        log.info("training took %.1f s", time.perf_counter() - run_start)
+    _train_epochs(run, stop_after_epochs, distributed)
     if distributed:
         dist.destroy_process_group()
     return run_dir
 
 
-def _run_epoch(run: _Run, epoch: int) -> None:
-    """Train one epoch, validate when due, then (main process) commit checkpoints and metrics, and plot."""
+def _train_epochs(run: _Run, stop_after_epochs: int | None, distributed: bool) -> None:
+    """The run's epochs, up to ``train.epochs`` (or ``stop_after_epochs`` more), or until the time budget ends them."""
+    start, cfg, first = time.perf_counter(), run.cfg, run.training.start_epoch
+    end = cfg.train.epochs if stop_after_epochs is None else min(cfg.train.epochs, first + stop_after_epochs)
+    for epoch in range(first, end):
+        final = _run_epoch(run, epoch, end)
+        if distributed:
+            dist.barrier()
+        if final and epoch + 1 < end:
+            if is_main():
+                cap = cfg.train.max_minutes
+                log.warning("train.max_minutes (%g): stopped after epoch %d of %d: %s", cap, epoch + 1, end, run.budget.cut())
+            break
+    if is_main():
+        log.info("training took %.1f s", time.perf_counter() - start)
+
+
+def _resumed_f1_conf(ckpt: dict[str, Any] | None, cfg: Config) -> float:
+    """The ``eval.f1_conf`` a resumed run's ``last.pt`` measured; a new run starts from the config's (or its parent's)."""
+    saved = (ckpt or {}).get("config", {}).get("eval", {}).get("f1_conf")
+    return float(saved) if saved is not None else cfg.eval.f1_conf
+
+
+def _validated(run: _Run) -> tuple[dict, dict]:
+    """:func:`validate` of the EMA weights, timed into the run's budget; the F-optimal threshold becomes ``run.f1_conf``."""
+    assert run.val_loader is not None and run.val_set is not None
+    start = time.perf_counter()
+    metrics, predictions = validate(run.training.ema.module, run.val_loader, run.val_set, run.cfg, run.device, run.progress)
+    run.budget.measured_validation(time.perf_counter() - start, len(run.val_set))
+    if metrics.get("f1_optimal") is not None:
+        run.f1_conf = metrics["f1_optimal"]["conf"]
+    return metrics, predictions
+
+
+def _validate_start(run: _Run) -> None:
+    """Validate a fine-tune's starting weights and write them as ``best.pt`` (epoch -1; ``last.pt`` is written by the
+    first epoch): an epoch replaces them only with a higher mAP@0.5:0.95 on the run's validation."""
+    metrics, _ = _validated(run)
+    run.training.best_map = metrics["map50_95"]
+    plain = {k: v for k, v in metrics.items() if k not in ("pr_curve", "confusion")}
+    ckpt = checkpoint_dict(run.training, -1, run.checkpoint_config(), plain) | {"data_digests": run.data_digests}
+    save_best(run.run_dir, ckpt)
+    log.info(
+        "starting weights on the validation set: mAP@0.5 %.4f, mAP@0.5:0.95 %.4f, F-optimal score %.3f (best.pt until an epoch beats them)",
+        metrics["map50"],
+        metrics["map50_95"],
+        run.f1_conf,
+    )
+
+
+def _run_epoch(run: _Run, epoch: int, end: int) -> bool:
+    """Train one epoch, validate when due (or when it is the last: ``end`` or the time budget), then (main process)
+    commit checkpoints and metrics, and plot. Returns whether it is the run's last epoch."""
     cfg, t = run.cfg, run.training
     seed_everything(cfg.seed + epoch)
     run.train_loader.sampler.set_epoch(epoch)  # type: ignore[union-attr]
     stats = _train_epoch(run, epoch)
+    run.budget.epoch_seconds = max(run.budget.epoch_seconds, stats["seconds"])
     record = _epoch_record(run, epoch, stats)
     metrics: dict[str, Any] = {}
     predictions: dict = {}
-    is_last = epoch + 1 == cfg.train.epochs
-    if run.val_loader is not None and run.val_set is not None and ((epoch + 1) % cfg.train.val_every == 0 or is_last):
-        metrics, predictions = validate(t.ema.module, run.val_loader, run.val_set, cfg, run.device, run.progress)
+    can_validate = run.val_loader is not None and run.val_set is not None
+    due = can_validate and ((epoch + 1) % cfg.train.val_every == 0 or epoch + 1 == cfg.train.epochs)
+    val_estimate = stats["seconds"] * len(run.val_set or []) / max(1, len(run.train_set))
+    final = epoch + 1 >= end or not run.budget.next_epoch_fits(due, val_estimate)
+    if can_validate and (due or final):
+        metrics, predictions = _validated(run)
         record.update({k: metrics[k] for k in ("map50", "map50_95", "f1_iou033", "precision", "recall")})
-        record["per_class"] = metrics["per_class"]
+        record["per_class"], record["f1_conf"] = metrics["per_class"], run.f1_conf
     if not is_main():
-        return
+        return final
     t.state.history.append(record)
     improved = bool(metrics) and metrics["map50_95"] > t.best_map
     if improved:
         t.best_map = metrics["map50_95"]
     plain_metrics = {k: v for k, v in metrics.items() if k not in ("pr_curve", "confusion")}
-    ckpt = checkpoint_dict(t, epoch, cfg, plain_metrics) | {"data_digests": run.data_digests}  # checked by --resume
+    ckpt = checkpoint_dict(t, epoch, run.checkpoint_config(), plain_metrics) | {"data_digests": run.data_digests}  # checked by --resume
     commit_epoch(run.run_dir, ckpt, record, best=improved or run.val_set is None)
     if improved and run.val_set is not None:
         write_eval_plots(run.run_dir / "plots", metrics, predictions, run.val_set, cfg.data.class_names, cfg.eval.f1_conf)
-    if metrics or is_last:
+    if metrics or final:
         plots.plot_training_curves(t.state.history, run.run_dir / "plots" / "curves.png")
     log.info("epoch %d: %s", epoch + 1, _summary(record))
+    return final
 
 
 def _train_epoch(run: _Run, epoch: int) -> dict[str, float]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +24,9 @@ import numpy as np
 from tqdm import tqdm
 
 from defect_detector.core.errors import DatasetError
+from defect_detector.data.coco_json import read_json
 from defect_detector.data.dataset import CocoDetectionDataset, evenly_spaced
+from defect_detector.engine.budget import MIN_BASELINE_FRAMES, Budget
 from defect_detector.inspect.annotated import AnnotatedFrame, annotated_frames
 from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.inspect.references import ReferenceError, References
@@ -118,14 +121,15 @@ def run_calibrate(  # noqa: PLR0913 - the Python twin of calibrate's flags, one 
     batch: int = 8,
     reference: str | os.PathLike[str] | None = None,
     progress: bool = True,
+    fault_frames: int = FAULT_FRAMES,
 ) -> Baseline:
     """Build and write (atomically) the drift baseline of ``weights`` (checkpoint or artifact; None: the bundled model).
 
     Frames: the images of the COCO json ``data_json`` (read from ``images_root``, default the json's; golden images
     from its ``reference`` entries), or with ``data_json`` None the folder / glob ``images_root`` of good frames
     (golden images from ``reference``: one image or a folder, as ``predict --reference``). ``max_images`` takes that
-    many spread evenly. ``imgsz`` applies to checkpoints. Raises ``FileNotFoundError`` / ``ValueError`` naming the
-    file and the problem."""
+    many spread evenly, ``fault_frames`` of them also under the simulated faults. ``imgsz`` applies to checkpoints.
+    Raises ``FileNotFoundError`` / ``ValueError`` naming the file and the problem."""
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
     runtime = Runtime.load(weights, device="cpu", imgsz=imgsz, tta="none")  # statistics come from the identity pass alone
@@ -153,7 +157,7 @@ def run_calibrate(  # noqa: PLR0913 - the Python twin of calibrate's flags, one 
     info = {"weights": str(runtime.path), "kind": runtime.kind, "class_names": list(runtime.class_names)}
     source = f"{source} ({len(pairs)} images)"
     baseline = calibrate(stats, runtime.layer_names, runtime.imgsz, info, source, golden=golden, image_levels=levels)
-    kept = [pairs[i] for i in evenly_spaced(len(pairs), FAULT_FRAMES)]
+    kept = [pairs[i] for i in evenly_spaced(len(pairs), fault_frames)]
     baseline.faults = fault_statistics(pipeline, kept, batch, progress)
     baseline.save(out)
     return baseline
@@ -173,18 +177,50 @@ RUN_CALIBRATION_IMAGES = 300
 """Training images (spread over the json) that ``train`` calibrates the drift baseline of its weights on."""
 
 
-def calibrate_run(run_dir: str | os.PathLike[str], data: str, images: str | None, progress: bool = True) -> Baseline:
+def calibrate_run(
+    run_dir: str | os.PathLike[str], data: str, images: str | None, progress: bool = True, budget: Budget | None = None
+) -> str:
     """The drift baseline of a finished training run: calibrated with ``weights/best.pt`` on up to
     :data:`RUN_CALIBRATION_IMAGES` of its training images (``data``, ``images``: the run's ``data.train`` and
     ``data.train_images``), written to ``baseline.json`` and carried in ``best.pt`` and ``last.pt``, so the weights
-    watch their camera from the first ``predict``."""
+    watch their camera from the first ``predict``. ``budget``: the run's ``train.max_minutes``; fewer frames are
+    calibrated when all would not fit before its deadline (at the per-frame cost its validations measured). A baseline
+    of fewer than ``MIN_BASELINE_FRAMES`` (30) frames, too few in the json or in the time left, is not made: its spread
+    would be a guess. Returns the line ``train`` prints: what was calibrated, or why not and how to add one later."""
     from defect_detector.model.checkpoint import attach_baseline
 
     weights = Path(run_dir) / "weights"
-    baseline = run_calibrate(
-        weights / "best.pt", data, images, Path(run_dir) / "baseline.json", max_images=RUN_CALIBRATION_IMAGES, progress=progress
-    )
+    available = len(read_json(Path(data)).get("images", []))
+    frames, why = min(available, RUN_CALIBRATION_IMAGES), "in the training json"
+    faults = min(frames, FAULT_FRAMES)
+    if budget is not None and frames >= MIN_BASELINE_FRAMES:
+        fit, faults = budget.baseline_plan(frames, FAULT_FRAMES)
+        if fit < frames or faults < min(frames, FAULT_FRAMES):
+            logger.warning(
+                "train.max_minutes: the drift baseline calibrates on %d of %d frames, %d under simulated faults (the time left)",
+                fit,
+                frames,
+                faults,
+            )
+            frames, why = fit, f"fit in the time train.max_minutes left ({budget.left():.0f} s)"
+    if frames < MIN_BASELINE_FRAMES:
+        return _no_baseline_line(frames, why, weights, data)
+    start = time.perf_counter()
+    out = Path(run_dir) / "baseline.json"
+    baseline = run_calibrate(weights / "best.pt", data, images, out, max_images=frames, progress=progress, fault_frames=faults)
     for name in ("best.pt", "last.pt"):
         if (weights / name).is_file():
             attach_baseline(weights / name, baseline.to_dict())
-    return baseline
+    return (
+        f"drift baseline: {baseline.count} training images in {time.perf_counter() - start:.0f} s, carried in best.pt and last.pt "
+        f"(predict monitors the camera with them; {Path(run_dir) / 'baseline.json'})"
+    )
+
+
+def _no_baseline_line(frames: int, why: str, weights: Path, data: str) -> str:
+    """The line of a run that carries no drift baseline: too few frames, and the two commands that add one later."""
+    return (
+        f"drift baseline: not embedded: {frames} frames {why}, fewer than {MIN_BASELINE_FRAMES}; add one later from {MIN_BASELINE_FRAMES}+ "
+        f"clean boards: defect-detector calibrate --weights {weights / 'best.pt'} --data ANN.json --out baseline.json, then "
+        f"defect-detector strip {weights / 'best.pt'} --baseline baseline.json --out {weights / 'best_monitored.pt'}"
+    )

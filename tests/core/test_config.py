@@ -55,6 +55,7 @@ def test_unknown_top_level_key_is_named() -> None:
         ({"model": {"widths": [16, 32, 48]}}, r"model\.widths"),
         ({"model": {"head_box_convs": 0}}, r"model\.head_box_convs"),
         ({"train": {"amp": "fp8"}}, r"train\.amp"),
+        ({"train": {"freeze": [""]}}, r"train\.freeze"),
         ({"data": {"class_names": ["a", "a"]}}, r"data\.class_names"),
         ({"augment": {"invert_negatives": 1.5}}, r"augment\.invert_negatives"),
         ({"eval": {"tta": "d8"}}, r"eval\.tta"),

@@ -17,6 +17,7 @@ from defect_detector.engine.evaluate import (
     confusion_matrix,
     deeppcb_f1,
     evaluate_predictions,
+    f_optimal_conf,
     greedy_matches,
     ground_truth,
     image_groups,
@@ -273,9 +274,9 @@ def test_operating_points_iou_threshold_is_033() -> None:
     assert operating_points(coco, hit, CAT_TO_LABEL, recalls=(0.99,), iou_threshold=0.34)[0]["conf"] is None
 
 
-@pytest.mark.parametrize("seed", range(8))
-def test_operating_points_match_a_direct_sweep(seed: int) -> None:
-    # Crowded boards: overlapping defects, several detections per defect near the IoU limit, tied scores.
+def _crowded(seed: int) -> tuple[COCO, dict, list]:
+    """Crowded boards: overlapping defects, several detections per defect near the IoU limit, tied scores.
+    Returns the ground truth, the predictions and the ``(image_id, category_id, xywh)`` boxes."""
     rng = np.random.default_rng(seed)
     boxes, preds = [], {}
     for image_id in range(1, 7):
@@ -295,7 +296,12 @@ def test_operating_points_match_a_direct_sweep(seed: int) -> None:
             dets.append([x, y, x + 15, y + 15])
         scores = np.round(rng.uniform(0.001, 1, len(dets)), 1).clip(0.001).tolist()
         preds[image_id] = _pred(dets, scores, rng.integers(0, 2, len(dets)).tolist())
-    coco = _coco_from(list(preds), boxes)
+    return _coco_from(list(preds), boxes), preds, boxes
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_operating_points_match_a_direct_sweep(seed: int) -> None:
+    coco, preds, boxes = _crowded(seed)
     targets = (0.2, 0.5, 0.75, 0.9, 0.99, 0.995, 1.0)
     thresholds = sorted({s for p in preds.values() for s in p["scores"].tolist()}, reverse=True)
     direct = {t: _direct(coco, preds, t) for t in thresholds}
@@ -310,6 +316,30 @@ def test_operating_points_match_a_direct_sweep(seed: int) -> None:
             assert op["conf"] is None and op["false_calls"] == lowest[1]
             assert op["achieved_recall"] == (lowest[0] / num_gt if num_gt else 0.0)
         assert op["false_calls_per_image"] == op["false_calls"] / len(preds)
+
+
+def test_f_optimal_conf_known_answer() -> None:
+    # Two defects; ranked 0.9 hit, 0.8 false, 0.6 hit, 0.2 false: F = 2/3, 1/2, 4/5, 2/3 -> keep down to 0.6.
+    coco = _coco_from([1], [(1, 1, [0, 0, 20, 20]), (1, 1, [50, 50, 20, 20])])
+    preds = {1: _pred([[0, 0, 20, 20], [80, 80, 95, 95], [50, 50, 70, 70], [30, 0, 40, 10]], [0.9, 0.8, 0.6, 0.2], [0, 0, 0, 0])}
+    best = f_optimal_conf(coco, preds, CAT_TO_LABEL)
+    assert best is not None and best["f1"] == pytest.approx(0.8) and (best["precision"], best["recall"]) == (pytest.approx(2 / 3), 1.0)
+    assert best["conf"] == pytest.approx(0.4)  # the middle of (0.2, 0.6]: the F-score is flat there
+    assert f_optimal_conf(coco, {1: _pred([], [], [])}, CAT_TO_LABEL) is None
+    assert f_optimal_conf(_coco_from([1], []), preds, CAT_TO_LABEL) is None
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_f_optimal_conf_is_the_best_of_a_direct_sweep(seed: int) -> None:
+    coco, preds, _ = _crowded(seed)
+    best = f_optimal_conf(coco, preds, CAT_TO_LABEL)
+    thresholds = sorted({s for p in preds.values() for s in p["scores"].tolist()}, reverse=True)
+    sweep = [deeppcb_f1(coco, preds, CAT_TO_LABEL, t)["f1"] for t in thresholds]
+    if best is None:
+        assert not thresholds or not max(sweep)
+        return
+    assert best["f1"] == pytest.approx(max(sweep))
+    assert deeppcb_f1(coco, preds, CAT_TO_LABEL, best["conf"])["f1"] == pytest.approx(max(sweep))  # applied from scratch
 
 
 def test_classes_absent_from_the_json_are_not_scored() -> None:
