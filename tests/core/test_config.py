@@ -151,7 +151,11 @@ def test_a_malformed_override_is_one_line(item: str, problem: str) -> None:
         ({"train": 5}, "train: must be a mapping, got 5"),
         ({"monitor": {"z_warn": 9.0}}, "monitor.z_warn: must be > 0 and <= monitor.z_alert, got 9.0"),
         ({"name": "a/b"}, "name: must be a non-empty name without '/', got 'a/b'"),
-        ({"eval": {"tta": "d8"}}, "eval.tta: unknown key (known: conf, cross_class_factor, cross_class_iou, f1_conf, max_det, nms_iou)"),
+        (
+            {"eval": {"tta": "d8"}},
+            "eval.tta: unknown key (known: conf, cross_class_factor, cross_class_iou, exposure_max_clipped, exposure_max_highlights, "
+            "exposure_max_midtones, exposure_min_contrast, exposure_min_light, f1_conf, max_det, nms_iou)",
+        ),
     ],
 )
 def test_an_error_is_one_line_naming_the_dotted_key_and_the_value(raw: dict, message: str) -> None:
