@@ -63,16 +63,32 @@ class Sink:
         return 0
 
 
+FOLD_CHANGEOVERS = 10
+"""A changeover within this many frames of the previous one is folded into one log line, not logged on its own (a line
+where every board has its own golden image changes design every frame); the alerts file still lists each."""
+
+
 class LogSink(Sink):
-    """Logs each event on ``logger`` (warning / error / info by severity)."""
+    """Logs each event on ``logger`` (warning / error / info by severity). Changeovers that follow each other within
+    :data:`FOLD_CHANGEOVERS` frames are folded: the first is logged, the rest counted into one line, written before the
+    next other event and at :meth:`close`."""
 
     def __init__(self, log: logging.Logger | None = None) -> None:
         self.log = log or logger
+        self._last_changeover: int | None = None
+        self._folded: list[int] = []  # frames of changeovers not logged yet
 
     def on_event(self, event: DriftEvent) -> None:
         if event.event == "changeover":
+            near = self._last_changeover is not None and event.frame - self._last_changeover < FOLD_CHANGEOVERS
+            self._last_changeover = event.frame
+            if near:
+                self._folded.append(event.frame)
+                return
+            self._flush()
             self.log.info("changeover at frame %d of %s: %s", event.frame, event.source, event.reason)
             return
+        self._flush()
         where = f" in {', '.join(event.layers)}" if event.layers else ""
         self.log.log(
             _SEVERITY_LEVEL.get(event.severity, logging.WARNING),
@@ -85,6 +101,21 @@ class LogSink(Sink):
             where,
             event.reason,
         )
+
+    def _flush(self) -> None:
+        if self._folded:
+            self.log.info(
+                "%d more changeovers, frames %d-%d (a new golden image within %d frames of the last: each board with its own "
+                "golden image?); the alerts file lists each",
+                len(self._folded),
+                self._folded[0],
+                self._folded[-1],
+                FOLD_CHANGEOVERS,
+            )
+            self._folded = []
+
+    def close(self) -> None:
+        self._flush()
 
 
 class JsonlSink(Sink):

@@ -300,3 +300,22 @@ def test_webhook_warnings_mask_user_info_and_query_keys(caplog: pytest.LogCaptur
     with pytest.raises(ValueError) as info:
         WebhookSink("ftp://u:pw@host/x?key=SECRETKEY")
     assert "pw" not in str(info.value) and "SECRETKEY" not in str(info.value)
+
+
+def test_changeovers_on_every_frame_fold_into_one_log_line_and_never_hide_a_drift_alert(caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 33, item 8: 39 INFO lines for 40 boards, each with its own golden image. The first changeover is logged,
+    the rest of the run folded into one line written before the next other event, and a later design run that starts
+    far from the last changeover is logged on its own again."""
+    sink = LogSink(logging.getLogger("test.changeovers"))
+    with caplog.at_level(logging.INFO, logger="test.changeovers"):
+        for frame in range(40):
+            sink.on_event(_event(frame, "changeover"))
+        sink.on_event(_event(40, "drift"))
+        sink.on_event(_event(100, "changeover"))
+        sink.close()
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 4, lines
+    assert lines[0].startswith("changeover at frame 0 of cam0")
+    assert lines[1].startswith("39 more changeovers, frames 1-39") and "the alerts file lists each" in lines[1]
+    assert lines[2].startswith("warning drift at frame 40 of cam0")  # after the fold, never buried in it
+    assert lines[3].startswith("changeover at frame 100 of cam0")
