@@ -195,8 +195,8 @@ def _checked(reg: Registration, warped: np.ndarray, image: np.ndarray, reference
             )
         elif diff > cfg.max_difference:
             reason = (
-                f"golden image shows another design or another board: it differs from the frame in {diff:.1%} of the board's "
-                f"area, spread over it (at most {cfg.max_difference:.1%}; register.max_difference)"
+                "golden image shows another design, another board or another scale: it differs from the frame in "
+                f"{diff:.1%} of the board's area, spread over it (at most {cfg.max_difference:.1%}; register.max_difference)"
             )
         reason = _with_blur(reason, image, reference)
     return replace(reg, difference=diff, ok=not reason, reason=reason)
