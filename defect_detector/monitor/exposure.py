@@ -136,7 +136,7 @@ def exposure_reason(frame: dict[str, float], reference: dict[str, float] | None,
     if limits.max_midtones is not None and extra > limits.max_midtones:
         return (
             f"occluded or not a board: {extra:.0%} of the frame in mid-tones unlike {what} (most {limits.max_midtones:.0%}): "
-            "a hand, a cloth, noise or another scene in view?"
+            "a hand, a cloth, noise or another scene in view, or a look (a photograph) the model was not validated on?"
         )
     if reference is not None and reference.get("bright", 0.0) > 0:
         light = frame["bright"] / reference["bright"]
