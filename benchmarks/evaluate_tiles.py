@@ -221,7 +221,10 @@ def _scores(
 ) -> dict[str, Any]:
     metrics = evaluate_predictions(dataset.coco, predictions, dataset.label_to_cat_id, class_names, f1_conf)
     inner = evaluate_predictions(dataset.coco, off_border(predictions, dataset, border), dataset.label_to_cat_id, class_names, f1_conf)
-    return {**{k: metrics[k] for k in _METRIC_KEYS}, "off_border": {k: inner[k] for k in ("map50", "map50_95", "f1_iou033")}}
+    return {
+        **{k: metrics[k] for k in _METRIC_KEYS},
+        "off_border": {k: inner[k] for k in ("map50", "map50_95", "f1_iou033", "operating_points")},
+    }
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -287,8 +290,9 @@ def print_table(report: dict[str, Any]) -> None:
         cells += [str(m.get("background_detections", "")), f"{m['model_ms']:.1f}" if "model_ms" in m else ""]
         print(f"{label:20s}" + "".join(f"{c:>11s}" for c in cells) + f"{m['off_border']['map50']:>20.4f}")
     for name, label in (("one_by_one", "boards one by one"), ("tiled", "frames tiled")):
-        points = ", ".join(f"{p['recall']:.1%}: {p['false_calls_per_image']:.2f}" for p in r[name]["operating_points"])
-        print(f"{label}: false calls per board at {points} of defects caught")
+        for where, m in (("", r[name]), (f", off the {report['border']:g} px border", r[name]["off_border"])):
+            points = ", ".join(f"{p['recall']:.1%}: {p['false_calls_per_image']:.2f}" for p in m["operating_points"])
+            print(f"{label}{where}: false calls per board at {points} of defects caught")
     print(
         f"model time per tiled frame {t['frame_model_ms']:.1f} ms = {t['ratio']:.2f} x ({t['tiles_per_frame']} tiles x "
         f"{t['tile_model_ms']:.1f} ms) [target <= {TARGET_TIME_RATIO}]; mAP@0.5 one by one - tiled {report['map50_gap']:+.4f} "
