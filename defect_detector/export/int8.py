@@ -29,11 +29,12 @@ then checks its own accuracy against float32 on held-back frames and refuses to 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -131,26 +132,40 @@ def quantize_onnx(float_path: Path, out_path: Path, frames: np.ndarray, target: 
         model = onnx.load(str(prepared))
         excluded = float_only_nodes(model)
         symmetric = target == "tensorrt"
-        quantize_static(
-            str(prepared),
-            str(out_path),
-            _Reader(frames, model.graph.input[0].name),
-            quant_format=QuantFormat.QDQ,
-            op_types_to_quantize=list(QUANTIZED_OPS),
-            per_channel=True,
-            reduce_range=not symmetric,  # 7-bit weights: no int16 saturation on CPUs without VNNI (module docstring)
-            activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
-            weight_type=QuantType.QInt8,
-            nodes_to_exclude=excluded,
-            calibrate_method=CalibrationMethod.MinMax,
-            extra_options={
-                "ActivationSymmetric": symmetric,
-                "WeightSymmetric": True,
-                # TensorRT's explicit quantization: float weights through a Q/DQ pair, float biases
-                **({"AddQDQPairToWeight": True, "QuantizeBias": False} if symmetric else {}),
-                "CalibStridedMinMax": calibration_stride(len(frames)),  # bounded memory; the same global min / max
-            },
-        )
+        with _root_log_quiet():
+            quantize_static(
+                str(prepared),
+                str(out_path),
+                _Reader(frames, model.graph.input[0].name),
+                quant_format=QuantFormat.QDQ,
+                op_types_to_quantize=list(QUANTIZED_OPS),
+                per_channel=True,
+                reduce_range=not symmetric,  # 7-bit weights: no int16 saturation on CPUs without VNNI (module docstring)
+                activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
+                weight_type=QuantType.QInt8,
+                nodes_to_exclude=excluded,
+                calibrate_method=CalibrationMethod.MinMax,
+                extra_options={
+                    "ActivationSymmetric": symmetric,
+                    "WeightSymmetric": True,
+                    # TensorRT's explicit quantization: float weights through a Q/DQ pair, float biases
+                    **({"AddQDQPairToWeight": True, "QuantizeBias": False} if symmetric else {}),
+                    "CalibStridedMinMax": calibration_stride(len(frames)),  # bounded memory; the same global min / max
+                },
+            )
+
+
+@contextlib.contextmanager
+def _root_log_quiet() -> Iterator[None]:
+    """ONNX Runtime's quantizer logs every bias it copies at INFO on the root logger (hundreds of lines for the
+    golden-template model): the root logger keeps WARNING and above while it runs."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        root.setLevel(level)
 
 
 def export_int8(  # noqa: PLR0913 - one keyword per export --int8 flag; data, max_images, images_root: calibration_inputs'

@@ -80,3 +80,25 @@ def test_export_int8_refuses_a_broken_model_and_writes_nothing(tmp_path: Path, m
     with pytest.raises(ExportError, match=r"small.int8.onnx: not written: the int8 model keeps \d+ of"):
         int8.export_int8(loaded, out, calib, max_images=4)
     assert not out.exists() and not (tmp_path / "small.int8.meta.json").exists()
+
+
+def test_onnx_runtimes_root_info_lines_are_kept_out_of_the_export_log(caplog: pytest.LogCaptureFixture) -> None:
+    """ONNX Runtime's quantizer logs each bias it copies at INFO on the root logger: hundreds of lines for the
+    golden-template model's export. They are dropped while it runs; the root logger's level comes back after."""
+    import logging
+
+    from defect_detector.export.int8 import _root_log_quiet
+
+    root = logging.getLogger()
+    before = root.level
+    root.setLevel(logging.INFO)
+    try:
+        with caplog.at_level(logging.INFO):
+            with _root_log_quiet():
+                logging.info("Created a copy of bias input 'b' called 'b0'")
+                logging.warning("a real warning")
+            logging.info("after")
+        assert [r.getMessage() for r in caplog.records] == ["a real warning", "after"]
+        assert root.level == logging.INFO
+    finally:
+        root.setLevel(before)
