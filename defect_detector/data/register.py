@@ -19,7 +19,7 @@ design. A reference that does not fit comes back with ``ok=False`` and a ``reaso
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 import cv2
@@ -104,12 +104,17 @@ class Registration:
     reason: str = ""
     difference: float = 0.0
     reference_shape: tuple[int, int] | None = None
+    covered_mask: np.ndarray | None = field(default=None, repr=False, compare=False)
+    """bool ``[H, W]``: :meth:`covered` of the frame the golden check ran on, kept so that it is computed once per frame
+    (a warp and an erosion of the frame's size: 1.7 ms at 640x640, 6.8 ms at 2048x1536); None when not computed."""
 
     def covered(self, frame_shape: tuple[int, int]) -> np.ndarray:
         """bool ``[H, W]`` of a ``frame_shape`` frame: where the registered reference has data (a 3 px border off its
         edge; ``golden_check.covered_area``); all of the frame when the reference's shape is unknown."""
         if self.reference_shape is None:
             return np.ones(frame_shape[:2], bool)
+        if self.covered_mask is not None and self.covered_mask.shape == tuple(frame_shape[:2]):
+            return self.covered_mask
         return covered_area(self.matrix, self.reference_shape, frame_shape[:2])
 
 
@@ -184,7 +189,8 @@ def _checked(reg: Registration, warped: np.ndarray, image: np.ndarray, reference
     reason = _size_reason(reference_shape, image.shape, cfg)
     diff = 1.0
     if not reason:
-        differs, valid = differing(warped, image, covered_area(reg.matrix, reference_shape, image.shape))
+        reg = replace(reg, covered_mask=covered_area(reg.matrix, reference_shape, image.shape))
+        differs, valid = differing(warped, image, reg.covered_mask)
         diff = 1.0 if differs is None else float(differs.sum()) / float(valid.sum())
         region = unlike_region(differs, valid) if differs is not None and diff > cfg.max_difference else 0.0
         if diff > cfg.max_difference and region >= OCCLUDED_REGION:
