@@ -11,6 +11,7 @@ from defect_detector.core.safe_text import mask_secrets
 from defect_detector.inspect.sources import FrameSource
 from defect_detector.monitor.alerts import STAGES
 from defect_detector.monitor.drift import DriftEvent
+from defect_detector.station.records import reason_kind
 
 _EMA = 0.1  # smoothing of the live status line
 
@@ -34,7 +35,7 @@ class Tally:
         self.events += inspection.events
         result = inspection.detections
         if result is None:
-            self.reasons[inspection.frame.error_kind or _reason_kind(inspection.reason)] += 1
+            self.reasons[inspection.frame.error_kind or reason_kind(inspection.reason)] += 1
             return
         self.processed += 1
         self.detections += len(result)
@@ -102,11 +103,3 @@ def summary_line(summary: dict[str, Any]) -> str:
         + (f" ({why})" if why else "")
         + f"{stream}; calls {summary['detections']}{cut}{drift}, {summary['fps']:.2f} fps; mean ms per frame: {latency}"
     )
-
-
-def _reason_kind(reason: str | None) -> str:
-    """The kind of a not-inspected reason, for counting: the text after the frame's name (``name: kind (detail)``)."""
-    if not reason:
-        return "unknown"
-    text = reason.split(": ", 1)[-1]
-    return text.split(" (", 1)[0][:80]
