@@ -25,6 +25,7 @@ from defect_detector.cli import (  # noqa: E402
     station,
     strip,
     synth,
+    teach,
     train,
     val,
 )
@@ -47,6 +48,7 @@ COMMANDS = {
     "predict": predict,
     "station": station,
     "review": review,
+    "teach": teach,
 }
 
 

@@ -48,7 +48,8 @@ def run(args: argparse.Namespace) -> None:
         torch.set_num_threads(args.threads)
     result = validate(args.weights, args.data, args.images, args.conf, args.tta, align=not args.no_register, imgsz=args.imgsz)
     metrics, runtime = result.metrics, result.runtime
-    keys = ("map50", "map50_95", "per_class", "absent_classes", "f1_iou033", "precision", "recall", "operating_points", "per_group")
+    keys = ("map50", "map50_95", "per_class", "absent_classes", "f1_iou033", "precision", "recall", "at_conf")
+    keys += ("operating_points", "per_group")
     out = {k: metrics[k] for k in keys}
     out.update(
         {
@@ -114,6 +115,11 @@ def _print_val(out: dict[str, Any], model_input: str, report: str) -> None:
     print(
         f"DeepPCB protocol (IoU>0.33, score>={out['f1_conf']}): "
         f"precision {out['precision']:.4f} recall {out['recall']:.4f} F1 {out['f1_iou033']:.4f}"
+    )
+    at = out["at_conf"]
+    print(
+        f"at score >= {at['conf']:g}: {at['caught']:.1%} of {at['defects']} defects caught ({at['missed']} missed), "
+        f"{at['false_calls_per_image']:.2f} false calls per board ({at['false_calls']} on {at['images']} boards)"
     )
     for group, m in out["per_group"].items():
         print(f"  {group} ({m['images']} images, ranked alone): mAP@0.5 {m['map50']:.4f}  mAP@0.5:0.95 {m['map50_95']:.4f}")

@@ -102,6 +102,11 @@ class AugmentConfig(Section):
     each, since the golden image was captured under other light. With probability ``ref_p`` the
     reference alone is then moved by a random rigid residual of up to ``ref_shift`` pixels and
     ``ref_rotate`` degrees, the error left after registration.
+
+    Looks (pairs only, ``data/looks.py``): with probability ``render_p`` a binarized pair becomes a photograph of
+    one random look of ``render_family`` (``train`` or ``holdout``, ``data/render.py``), first zoomed by a factor
+    drawn from ``render_scale``; with probability ``paint_p`` 1 to ``paint_max`` defects are painted on the board
+    (``data/paint.py``), ``paint_scale`` times DeepPCB's sizes (times the zoom; null: from each board's track width).
     """
 
     section: ClassVar[str] = "augment"
@@ -130,6 +135,12 @@ class AugmentConfig(Section):
     ref_shift: Float = 2.0
     ref_rotate: Float = 0.3
     ref_p: Float = 1.0
+    render_p: Float = 0.0
+    render_family: Str = "train"
+    render_scale: tuple[Float, Float] = (1.0, 1.0)
+    paint_p: Float = 0.0
+    paint_max: Int = 4
+    paint_scale: Float | None = 1.0
 
     @model_validator(mode="after")
     def _check_values(self) -> AugmentConfig:
@@ -147,11 +158,18 @@ class AugmentConfig(Section):
             "invert_negatives",
             "min_visibility",
             "ref_p",
+            "render_p",
+            "paint_p",
         ):
             value = getattr(self, name)
             check(0.0 <= value <= 1.0, name, "must be in [0, 1]", value)
         for name in ("rotate_deg", "scale", "translate", "brightness", "contrast", "min_box_size", "ref_shift", "ref_rotate"):
             check(getattr(self, name) >= 0, name, "must be >= 0", getattr(self, name))
+        check(self.render_family in ("train", "holdout"), "render_family", "must be 'train' or 'holdout'", self.render_family)
+        low, high = self.render_scale
+        check(1.0 <= low <= high <= 8.0, "render_scale", "must be [low, high] with 1 <= low <= high <= 8", list(self.render_scale))
+        check(1 <= self.paint_max <= 32, "paint_max", "must be in [1, 32]", self.paint_max)
+        check(self.paint_scale is None or 0.25 <= self.paint_scale <= 8, "paint_scale", "must be in [0.25, 8] or null", self.paint_scale)
         check(
             self.crop_size == 0 or (self.crop_size % 32 == 0 and self.crop_size >= 64),
             "crop_size",

@@ -54,7 +54,8 @@ def seed_transform(dataset: Dataset, seed: int) -> None:
     e.g., the horizontal and vertical flips always fire together. The parts of a :class:`PairTransform`
     get generators of their own."""
     transform = getattr(_base_dataset(dataset), "transform", None)
-    parts = (transform.geometric, transform.photometric, transform.residual) if isinstance(transform, PairTransform) else (transform,)
+    pair = isinstance(transform, PairTransform)
+    parts = (transform.geometric, transform.photometric, transform.residual, transform.look) if pair else (transform,)
     for offset, part in enumerate(parts):
         if part is not None and hasattr(part, "set_random_state"):
             part_seed = derive_seed(seed, offset)

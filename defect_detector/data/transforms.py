@@ -18,6 +18,7 @@ import numpy as np
 
 from defect_detector.core.config import AugmentConfig
 from defect_detector.core.constants import PAD_VALUE
+from defect_detector.data.looks import LookTransform
 
 _BORDER = cv2.BORDER_CONSTANT
 _FILL = PAD_VALUE
@@ -205,23 +206,31 @@ class PairTransform:
     ``geometric`` (albumentations, the reference as an ``additional_targets`` image) moves both and
     the boxes identically; ``photometric`` runs once on the image and once, with its own draw, on the
     reference; ``residual`` then moves the reference alone by a small random rigid transform (the
-    error registration leaves). Each part is an ``A.Compose`` or None; ``set_random_seed`` seeds all.
+    error registration leaves). Each part is an ``A.Compose`` or None; ``set_random_seed`` seeds all. ``look``
+    (``data/looks.py``, or None) runs before them all: scale, paint, render.
     """
 
-    def __init__(self, geometric: A.Compose | None, photometric: A.Compose | None, residual: A.Compose | None) -> None:
+    def __init__(
+        self, geometric: A.Compose | None, photometric: A.Compose | None, residual: A.Compose | None, look: LookTransform | None = None
+    ) -> None:
         self.geometric = geometric
         self.photometric = photometric
         self.residual = residual
+        self.look = look
 
     def set_random_seed(self, seed: int) -> None:
         for offset, part in enumerate((self.geometric, self.photometric, self.residual)):
             if part is not None:
                 part.set_random_seed(seed + offset)
+        if self.look is not None:
+            self.look.set_random_state(np.random.default_rng(seed + 3))
 
     def __call__(
         self, image: np.ndarray, reference: np.ndarray, boxes: np.ndarray, labels: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Returns ``(image, reference, boxes float32 [M, 4], labels int64 [M])`` in the augmented frame."""
+        if self.look is not None:
+            image, reference, boxes, labels = self.look(image, reference, boxes, labels)
         if self.geometric is not None:
             out = self.geometric(image=image, reference=reference, bboxes=boxes, labels=labels)
             image, reference, boxes, labels = out["image"], out["reference"], out["bboxes"], out["labels"]
@@ -243,12 +252,20 @@ def build_pair_transforms(cfg: AugmentConfig | None, train: bool, seed: int | No
     if cfg.ref_p > 0 and (cfg.ref_shift > 0 or cfg.ref_rotate > 0):
         move = RigidJitter(cfg.ref_shift, cfg.ref_rotate, p=cfg.ref_p)
         residual = A.Compose([move], seed=seed)
+    look = None
+    if cfg.render_p > 0 or cfg.paint_p > 0:
+        look = LookTransform(
+            cfg.render_p, cfg.render_family, cfg.render_scale, cfg.paint_p, cfg.paint_max, cfg.min_visibility, cfg.paint_scale
+        )
+        if seed is not None:
+            look.set_random_state(np.random.default_rng(seed))
     return PairTransform(
         A.Compose(geometric, bbox_params=build_bbox_params(cfg), additional_targets={"reference": "image"}, seed=seed)
         if geometric
         else None,
         A.Compose(photometric, seed=seed) if photometric else None,
         residual,
+        look,
     )
 
 

@@ -341,12 +341,30 @@ def _ranked_hits(
     return score[order], hit[order], num_gt
 
 
+def calls_at(coco_gt: COCO, predictions: Predictions, cat_id_to_label: Mapping[int, int], conf: float, iou_threshold: float = 0.33) -> dict:
+    """What an inspector sees at score threshold ``conf``: ``caught`` (share of the defects matched by a call of any
+    class with IoU > ``iou_threshold``, as :func:`operating_points` matches), ``false_calls_per_image`` and the counts
+    ``defects``, ``missed``, ``false_calls``, ``images``."""
+    score, hit, num_gt = _ranked_hits(coco_gt, predictions, cat_id_to_label, iou_threshold)
+    kept = score >= conf
+    caught, false_calls, images = int((hit & kept).sum()), int((~hit & kept).sum()), len(predictions)
+    return {
+        "conf": float(conf),
+        "caught": caught / num_gt if num_gt else 0.0,
+        "false_calls_per_image": false_calls / images if images else 0.0,
+        "defects": num_gt,
+        "missed": num_gt - caught,
+        "false_calls": false_calls,
+        "images": images,
+    }
+
+
 def evaluate_predictions(
     coco_gt: COCO, predictions: Predictions, label_to_cat_id: Mapping[int, int], class_names: Sequence[str], f1_conf: float
 ) -> dict:
     """All metrics for one prediction set; keys per DESIGN.md's ``val --out`` (``operating_points``:
     :func:`operating_points` at recall 0.99 and 0.995) plus extras (``pr_curve``, ``confusion``, DeepPCB counts,
-    ``f1_optimal``: :func:`f_optimal_conf`).
+    ``f1_optimal``: :func:`f_optimal_conf`; ``at_conf``: :func:`calls_at` the score threshold ``f1_conf``).
     Detections of classes absent from the json (no ``label_to_cat_id`` entry) are left out of every metric."""
     cat_id_to_label = {c: label for label, c in label_to_cat_id.items()}
     predictions = scored_predictions(predictions, label_to_cat_id)
@@ -361,6 +379,7 @@ def evaluate_predictions(
             "f1_conf": f1_conf,
             "confusion": confusion_matrix(coco_gt, predictions, cat_id_to_label, len(class_names), f1_conf),
             "operating_points": operating_points(coco_gt, predictions, cat_id_to_label),
+            "at_conf": calls_at(coco_gt, predictions, cat_id_to_label, f1_conf),
             "f1_optimal": f_optimal_conf(coco_gt, predictions, cat_id_to_label),
         }
     )

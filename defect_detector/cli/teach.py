@@ -1,0 +1,47 @@
+"""``defect-detector teach``: learn a new board design from its golden images alone (``inspect/teach.py``)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from defect_detector.cli.errors import CliError
+
+
+def add_parser(sub: Any) -> None:
+    """The ``teach`` subcommand."""
+    p = sub.add_parser(
+        "teach",
+        help="learn a new design from its golden images alone: fine-tune a golden-template model on defects painted on them",
+    )
+    p.add_argument("--golden", required=True, help="the design's golden image, or a folder of golden images")
+    p.add_argument("--weights", help="golden-template weights to start from (default: the bundled deeppcb_ref.pt)")
+    p.add_argument("--minutes", type=float, default=20.0, help="the whole command ends within this many minutes (default: 20)")
+    p.add_argument("--out", required=True, help="the taught weights (.pt), which predict takes as they are")
+    p.add_argument("--held", type=int, default=4, help="painted boards per golden image held back to score before and after (default: 4)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, help="torch CPU threads")
+
+
+def _line(name: str, m: dict[str, Any]) -> str:
+    return (
+        f"{name}: {m['caught']:.1%} of {m['defects']} defects caught, {m['false_calls_per_image']:.2f} false calls per board "
+        f"(score >= {m['conf']:g}), mAP@0.5 {m['map50']:.4f}"
+    )
+
+
+def run(args: argparse.Namespace) -> None:
+    import torch
+
+    from defect_detector.inspect.teach import teach
+
+    if args.held < 1:
+        raise CliError(f"--held must be >= 1, got {args.held}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    report = teach(args.golden, args.out, args.weights, args.minutes, args.held, args.seed)
+    held = report.before["images"]
+    print(f"taught {len(report.designs)} golden image(s) in {report.minutes:.1f} min; scored on {held} held-back painted boards:")
+    print("  " + _line("before", report.before))
+    print("  " + _line("after ", report.after))
+    print(f"wrote {report.weights} (the painted boards and the run: {report.work})")

@@ -1,0 +1,151 @@
+"""``teach``: learn a new board design from its golden images alone.
+
+No annotated defect is needed. Per golden image (any look, any size) ``teach`` writes, under ``<out>_teach/``:
+
+- ``train/``: clean second captures of the golden image (gain, noise, defocus, JPEG, a small move), each paired with
+  the golden image; training paints 1-4 defects on 80% of them, new ones each epoch (``augment.paint_p``,
+  ``data/paint.py``, sizes from the design's track width);
+- ``select/``: boards with painted defects that choose ``best.pt``;
+- ``held/``: other painted boards, never trained on nor chosen on, scored before and after.
+
+It fine-tunes a golden-template model on them (:data:`RECIPE`) within ``minutes`` (``train.max_minutes``, which also
+keeps time for the drift baseline, calibrated on the captures), and writes the best weights to ``out``: a checkpoint
+that ``predict``, ``Inspector`` and the station take as they are. ``meta``/checkpoint ``taught`` lists the designs
+taught (golden image name and pixel fingerprint).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from defect_detector.core.config import Config, config_from_dict
+from defect_detector.core.io import atomic_torch_save
+from defect_detector.data.images import load_image_gray, pixel_fingerprint
+from defect_detector.data.photo_sets import golden_files, moved, painted_pairs, write_pairs
+from defect_detector.data.render import capture
+from defect_detector.engine.budget import Budget
+from defect_detector.engine.trainer import fit
+from defect_detector.inspect.calibrate import calibrate_run
+from defect_detector.inspect.validate import validate
+from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, strip_checkpoint
+
+log = logging.getLogger("defect_detector.inspect")
+
+RECIPE: dict[str, dict[str, Any]] = {
+    "augment": {
+        "crop_size": 320, "crop_focus": 0.8, "hflip": 0.5, "vflip": 0.5, "transpose": 0.5, "rotate_deg": 3.0, "rotate_p": 0.2,
+        "scale": 0.15, "translate": 0.0, "affine_p": 0.5, "brightness": 0.1, "contrast": 0.1, "photometric_p": 0.3,
+        "blur_p": 0.05, "noise_p": 0.05, "glare_p": 0.0, "invert_negatives": 0.0, "ref_shift": 1.0, "ref_rotate": 0.2,
+        "ref_p": 1.0, "render_p": 0.0, "paint_p": 0.8, "paint_max": 4, "paint_scale": None,
+    },
+    "train": {
+        "freeze": ["backbone.stem", "backbone.stage1"], "epochs": 12, "batch_size": 16, "lr": 3e-4, "warmup_epochs": 1.0,
+        "min_lr_ratio": 0.1, "ema_decay": 0.99, "val_every": 2,
+    },
+}  # fmt: skip
+"""The fine-tune ``teach`` runs (on top of the starting weights' own config): the augmentation of
+``configs/finetune_ref.yaml`` with defects painted on the fly, the trunk's first two stages kept, the rest at 3/40 of
+the from-scratch learning rate."""
+
+CAPTURES = 64
+"""Training pairs per design (spread over the golden images): clean captures that training paints on."""
+
+
+@dataclass
+class TeachReport:
+    """What ``teach`` measured: ``before`` / ``after`` (``engine.evaluate.calls_at`` at each weights' operating point,
+    plus ``map50``) on the held-back painted boards, ``minutes`` spent, the designs taught and the weights written."""
+
+    before: dict[str, Any]
+    after: dict[str, Any]
+    minutes: float
+    designs: list[dict[str, str]]
+    weights: Path
+    work: Path
+
+
+def _captures(golden: np.ndarray, stem: str, n: int, rng: np.random.Generator) -> Iterator[tuple]:
+    for k in range(n):
+        board = capture(golden.astype(np.float32), rng, strength=0.6)
+        yield f"{stem}_c{k:03d}", moved(board, rng, 3.0, 0.3), golden, np.zeros((0, 4), np.float32), np.zeros(0, np.int64)
+
+
+def write_teach_sets(goldens: list[Path], work: Path, held: int, seed: int) -> dict[str, Path]:
+    """The ``train`` (clean captures), ``select`` and ``held`` (painted) COCO sets of ``goldens`` under ``work``."""
+    images = [(p.stem, load_image_gray(p)) for p in goldens]
+    per_design = max(4, CAPTURES // len(images))
+    rng = np.random.default_rng(seed)
+    sets = {
+        "train": (pair for stem, g in images for pair in _captures(g, stem, per_design, rng)),
+        "select": (pair for stem, g in images for pair in painted_pairs(g, f"{stem}_s", 2, 4, rng)),
+        "held": (pair for stem, g in images for pair in painted_pairs(g, f"{stem}_h", held, 4, rng)),
+    }
+    return {name: write_pairs(work / name, pairs, f"teach {name}: {len(images)} golden images") for name, pairs in sets.items()}
+
+
+def teach_config(weights: Path, sets: dict[str, Path], work: Path, minutes: float) -> Config:
+    """The fine-tune of ``weights`` on the teach ``sets``: the weights' own config with :data:`RECIPE` over it."""
+    raw = torch.load(weights, map_location="cpu", weights_only=True)["config"]
+    if int(raw.get("model", {}).get("in_channels", 1)) != 2:
+        raise ValueError(f"{weights}: teach needs a golden-template model (model.in_channels 2); this one inspects single images")
+    raw = dict(raw)
+    raw["augment"] = RECIPE["augment"]
+    raw["train"] = {k: v for k, v in raw.get("train", {}).items() if k in ("amp", "device", "weight_decay")} | RECIPE["train"]
+    raw["train"] |= {"init_weights": str(weights), "max_minutes": float(minutes)}
+    raw["data"] = raw.get("data", {}) | {
+        "train": str(sets["train"]), "val": str(sets["select"]), "train_images": None, "val_images": None,
+        "register_train": True, "register_val": True, "workers": 1, "max_images": None, "pixel_scale": None,
+    }  # fmt: skip
+    raw |= {"name": "run", "out_dir": str(work)}
+    return config_from_dict(raw)
+
+
+def _score(weights: Path, data: Path) -> dict[str, Any]:
+    result = validate(weights, data, progress=False)
+    return result.metrics["at_conf"] | {"map50": result.metrics["map50"]}
+
+
+def _taught(weights_out: Path, run_weights: Path, designs: list[dict[str, str]], previous: list[dict[str, str]]) -> None:
+    """Write the inference copy of ``run_weights`` (``strip_checkpoint``) to ``weights_out`` with ``taught``: the designs
+    the starting weights were taught before (``previous``) and ``designs``, one entry per golden image fingerprint."""
+    out = strip_checkpoint(torch.load(run_weights, map_location="cpu", weights_only=True))
+    known = {d["key"] for d in designs}
+    out["taught"] = [d for d in previous if d["key"] not in known] + designs
+    atomic_torch_save(out, weights_out)
+
+
+def teach(  # noqa: PLR0913 - the Python twin of the teach command's flags
+    golden: str | Path, out: str | Path, weights: str | Path | None = None, minutes: float = 20.0, held: int = 4, seed: int = 0
+) -> TeachReport:
+    """Teach the design(s) of ``golden`` (a folder of golden images or one image) to ``weights`` (None: the bundled
+    golden-template model) in at most ``minutes``, writing the taught checkpoint to ``out``. Raises ``ValueError``
+    naming the problem (no golden image, a blank one, a single-image model, too little time)."""
+    started = time.perf_counter()
+    if minutes < 2:
+        raise ValueError(f"--minutes must be at least 2 (painting, scoring before and after, a few epochs), got {minutes:g}")
+    weights = Path(weights) if weights else DEFAULT_REFERENCE_WEIGHTS
+    out = Path(out)
+    goldens = golden_files(golden)
+    work = out.with_name(out.stem + "_teach")
+    if work.exists():
+        shutil.rmtree(work)
+    sets = write_teach_sets(goldens, work, held, seed)
+    before = _score(weights, sets["held"])
+    cfg = teach_config(weights, sets, work, max(0.5, minutes - (time.perf_counter() - started) / 60 - 1.0))
+    budget = Budget.start(cfg.train.max_minutes, time.perf_counter(), 30, True)
+    run_dir = fit(cfg, threads=None, budget=budget)
+    log.info("%s", calibrate_run(run_dir, str(sets["train"]), None, progress=False, budget=budget))
+    designs = [{"name": p.name, "key": pixel_fingerprint(load_image_gray(p))} for p in goldens]
+    previous = torch.load(weights, map_location="cpu", weights_only=True).get("taught", [])
+    _taught(out, run_dir / "weights" / "best.pt", designs, list(previous))
+    after = _score(out, sets["held"])
+    return TeachReport(before, after, (time.perf_counter() - started) / 60, designs, out, work)
