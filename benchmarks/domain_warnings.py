@@ -4,7 +4,7 @@ Fits a :class:`~defect_detector.monitor.domain.DomainModel` on the golden images
 json, then prints the distance distribution and the share called unlike on: those goldens (each against the model, so
 a reference is at distance 0), the goldens of other jsons (DeepPCB's held-out groups: target 0), and photograph-like
 renders of the held-out goldens (:func:`photograph`: three levels, soft edges, light gradient, noise, texture; target
-all)::
+all), also at 3x scale (1920 px: the binarized goldens should stay silent, their photographs not)::
 
     python -m benchmarks.domain_warnings --fit data/deeppcb/deeppcb_train.json --check data/deeppcb/deeppcb_val.json
 """
@@ -76,6 +76,9 @@ def main() -> None:
     _report("photograph-like renders", model, photos)
     faint = [photograph(g, i, levels=(60.0, 75.0, 90.0), sigma=0.6) for i, g in enumerate(picks)]
     _report("photograph-like renders, 15-level contrast, sharp", model, faint)
+    big = [cv2.resize(g, None, fx=3, fy=3, interpolation=cv2.INTER_NEAREST) for g in picks[:10]]
+    _report("goldens at 3x scale (1920 px, binarized)", model, big)
+    _report("photograph-like renders at 3x scale (1920 px)", model, [photograph(g, i) for i, g in enumerate(big)])
     print("e.g.", model.explain(design_stats(photos[0])))
     print("e.g.", model.explain(design_stats(faint[0])))
 
