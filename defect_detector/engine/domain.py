@@ -12,6 +12,7 @@ import logging
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -72,3 +73,14 @@ def fit_domain_files(source: str | os.PathLike[str]) -> DomainModel:
     if skipped:
         log.warning("design domain: %d of %d golden images unreadable and skipped (first: %s)", len(skipped), len(paths), skipped[0])
     return model
+
+
+def extend_domain(domain: dict[str, Any] | None, images: Iterable[np.ndarray]) -> dict[str, Any] | None:
+    """A checkpoint's ``domain`` entry (``DomainModel.to_dict()`` form, None: the weights carry none) with the looks of
+    the taught golden images ``images`` (gray uint8 ``[H, W]``) added as references (:meth:`DomainModel.extend`), for
+    ``teach`` to store in the weights it writes: those designs are then known. None stays None (no domain, no warning)."""
+    if domain is None:
+        return None
+    model = DomainModel.from_dict(domain, where="domain")
+    model.extend([design_stats(image) for image in images])
+    return model.to_dict()

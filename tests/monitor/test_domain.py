@@ -12,7 +12,7 @@ import pytest
 
 from defect_detector.data.images import load_image_gray
 from defect_detector.data.synth import generate_board_pair
-from defect_detector.engine.domain import fit_domain, fit_domain_files, golden_paths
+from defect_detector.engine.domain import extend_domain, fit_domain, fit_domain_files, golden_paths
 from defect_detector.monitor.domain import FEATURES, MAX_REFERENCES, MIN_THRESHOLD, DesignStats, DomainModel, design_stats
 
 SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
@@ -99,6 +99,9 @@ def test_extend_teaches_a_new_look(deeppcb_domain: DomainModel) -> None:
     assert model.distance(photos[0]) == pytest.approx(0.0, abs=1e-3) and not model.is_unlike(photos[2])  # the same look
     assert not model.is_unlike(design_stats(_held_out()[5]))  # DeepPCB still known
     assert len(DomainModel.from_dict(model.to_dict()).taught) == 2
+    taught = extend_domain(deeppcb_domain.to_dict(), [photograph(_held_out()[0], 0)])  # what teach stores in its weights
+    assert len(taught["taught"]) == 1 and not DomainModel.from_dict(taught).is_unlike(photos[0])
+    assert extend_domain(None, [photograph(_held_out()[0], 0)]) is None and deeppcb_domain.taught.shape == (0, len(FEATURES))
 
 
 def test_fit_is_deterministic_and_keeps_at_most_max_references() -> None:
