@@ -14,6 +14,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override for the result, e.g. eval.f1_conf=0.5 (repeatable)")
     p.add_argument("--baseline", help="drift baseline JSON from `calibrate` to carry in the result (checked against the model)")
+    p.add_argument(
+        "--domain",
+        metavar="GOLDEN",
+        help="fit the design domain (which golden images look like the training ones) on these golden images and carry it: "
+        "a COCO json's reference entries (the training set), a folder or an image",
+    )
 
 
 def run(args: argparse.Namespace) -> None:
@@ -31,11 +37,23 @@ def run(args: argparse.Namespace) -> None:
 
         layers = resolve_layers(loaded.model, DEFAULT_LAYERS)
         baseline = export_baseline(loaded, args.baseline, layers, loaded.config.data.imgsz)[0]
+    domain = None
+    if args.domain:
+        from defect_detector.engine.domain import fit_domain_files
+
+        domain = fit_domain_files(args.domain)
     ckpt = torch.load(args.weights, map_location="cpu", weights_only=True)
-    atomic_torch_save(strip_checkpoint(ckpt, args.set or [], baseline), args.out)
+    atomic_torch_save(strip_checkpoint(ckpt, args.set or [], baseline, domain.to_dict() if domain else None), args.out)
     stripped = load_checkpoint(args.out)
     print(f"wrote {args.out} ({Path(args.out).stat().st_size / 1e6:.2f} MB): EMA weights, config, class names, metrics")
     if args.set:
         print(f"config set: {', '.join(args.set)}")
     carried = f"from {args.baseline}" if args.baseline else "kept from the input" if stripped.baseline else "none"
     print(f"drift baseline: {carried} (predict monitors drift whenever the weights carry one)")
+    if domain is not None:
+        print(
+            f"design domain: fitted on {domain.fitted_on} golden images of {args.domain} ({len(domain.references)} references, "
+            f"threshold {domain.threshold:.2f}); predict warns once per golden image unlike them"
+        )
+    else:
+        print(f"design domain: {'kept from the input' if stripped.domain else 'none'}")

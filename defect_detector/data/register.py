@@ -287,6 +287,11 @@ class Registrar:
         if held is None or not (reference is held.image or (reference.shape == held.image.shape and np.array_equal(reference, held.image))):
             self._ref, self._cache = PreparedReference(reference.copy(), self.cfg), None
 
+    @property
+    def reference(self) -> np.ndarray | None:
+        """The reference as given (uint8 ``[H, W]``, not warped), or None before one was given."""
+        return self._ref.image if self._ref is not None else None
+
     def reset(self) -> None:
         """Forget the cached matrix: the next frame is registered fully."""
         self._cache = None

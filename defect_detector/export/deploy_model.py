@@ -193,7 +193,8 @@ def checkpoint_meta(
     """:func:`build_meta` for ``deploy`` wrapping the model of ``loaded`` (a ``LoadedModel``): its class names, input
     size, strides, monitored layers, channels, source path and recorded ``data.pixel_scale``, and the operating point
     it was validated at (``"operating_point": {"conf": eval.f1_conf, "iou": eval.nms_iou, "cross_class_iou": ...,
-    "cross_class_factor": ..., "exposure": {"min_light": eval.exposure_min_light, ...}}``), which ``predict`` defaults to."""
+    "cross_class_factor": ..., "exposure": {"min_light": eval.exposure_min_light, ...}}``), which ``predict`` defaults to,
+    and the design domain it carries (``"domain"``: ``DomainModel.to_dict()`` form, ``monitor/domain.py``), when it does."""
     meta = build_meta(
         loaded.class_names,
         deploy.imgsz,
@@ -215,4 +216,6 @@ def checkpoint_meta(
         "cross_class_factor": float(ev.cross_class_factor),
         "exposure": {key: getattr(ev, f"exposure_{key}") for key in EXPOSURE_KEYS},
     }
+    if getattr(loaded, "domain", None) is not None:
+        meta["domain"] = loaded.domain
     return meta

@@ -54,13 +54,16 @@ _WHAT = {
     "operating_point": 'null or {"conf": c, "iou": i} with both in [0, 1]',
     "golden_check": 'null or {"min_zncc": t, ...} with t in [-1, 1]',
     "baseline": "null or a drift baseline object",
+    "domain": "null or a design-domain object",
 }
 
 
 class MetaFile(BaseModel):
     """The keys of ``meta.json`` (``export/deploy_model.py`` ``build_meta`` and the format exporters; unknown keys
     refused). Those the runtime reads are typed and checked; the rest (``Any``) are carried for people and other
-    readers. ``baseline`` is checked by :meth:`Baseline.from_dict <defect_detector.monitor.baseline.Baseline.from_dict>`."""
+    readers. ``baseline`` is checked by :meth:`Baseline.from_dict <defect_detector.monitor.baseline.Baseline.from_dict>`,
+    ``domain`` (absent in artifacts exported before v0.11) by :meth:`DomainModel.from_dict
+    <defect_detector.monitor.domain.DomainModel.from_dict>`."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -76,6 +79,7 @@ class MetaFile(BaseModel):
     operating_point: _OperatingPoint | None = None
     golden_check: _GoldenCheck | None = None
     baseline: dict[str, Any] | None = None
+    domain: dict[str, Any] | None = None
     reference: Any = None
     normalisation: Any = None
     letterbox: Any = None
@@ -123,7 +127,7 @@ def _meta_error(path: str | os.PathLike[str], exc: ValidationError, meta: dict[s
 def parse_meta(path: str | os.PathLike[str], text: str) -> dict[str, Any]:
     """``meta.json`` text of the artifact at ``path`` as a dict, checked by :class:`MetaFile` (each key the runtime
     reads: ``format_version``, ``class_names``, ``imgsz``, ``channels``, ``strides``, ``layers``, ``half``,
-    ``cpu_only``, ``pixel_scale``, ``operating_point``, ``golden_check`` and ``baseline``; no unknown key).
+    ``cpu_only``, ``pixel_scale``, ``operating_point``, ``golden_check``, ``baseline`` and ``domain``; no unknown key).
     ``ValueError`` naming ``path`` and the first bad key."""
     try:
         meta = json.loads(text)
@@ -141,6 +145,10 @@ def parse_meta(path: str | os.PathLike[str], text: str) -> dict[str, Any]:
         from defect_detector.monitor.baseline import Baseline
 
         Baseline.from_dict(meta["baseline"], where=f"{path}: {META_FILE} baseline")  # BaselineError (a ValueError) names the key
+    if meta.get("domain") is not None:
+        from defect_detector.monitor.domain import DomainModel
+
+        DomainModel.from_dict(meta["domain"], where=f"{path}: {META_FILE} domain")
     return meta
 
 

@@ -36,6 +36,7 @@ from tqdm import tqdm
 from defect_detector.core.devices import AdaptiveThreads, default_threads
 from defect_detector.core.types import Detections
 from defect_detector.data.images import ConversionNotice
+from defect_detector.inspect.design_check import DesignCheck
 from defect_detector.inspect.drift_inputs import DriftInputs
 from defect_detector.inspect.outputs import Outputs
 from defect_detector.inspect.pipeline import Pipeline, gray_frame
@@ -65,6 +66,8 @@ class Inspection:
     its drift score (None without monitoring). ``verdict``: ``fail`` (at least one call at the operating
     point), ``pass`` (none), ``pass_suspect`` (none, but a critical drift alert is raised: the camera may not have
     seen the board; the ``reason`` says so), or ``not_inspected`` with the ``reason``: never count such a board as clean.
+    ``design_warning``: the frame's golden image looks unlike the model's training images (``inspect/design_check.py``;
+    a warning, never a refusal), else None.
     """
 
     frame: Frame
@@ -72,6 +75,7 @@ class Inspection:
     events: list[DriftEvent] = field(default_factory=list)
     drift: str = "off"
     score: float | None = None
+    design_warning: str | None = None
 
     @property
     def error(self) -> str | None:
@@ -113,6 +117,7 @@ class Inspector:
         self.pipeline = pipeline
         self.router = router
         self.drift_inputs = DriftInputs(pipeline)  # gray levels, blank frames, golden-image statistics (issues 24, 27)
+        self.design_check = DesignCheck.from_meta(runtime.meta, runtime.path)  # unlike the training images (issue 34)
         self.notice = ConversionNotice("api")
         self._next_index = 0
         self._closed = False
@@ -218,6 +223,7 @@ class Inspector:
         self._check_open()
         if self.autothreads is not None:
             self.autothreads.tick()
+        designs = self.design_check.take(frames, references, self.references)  # one warning per golden image
         frames, good, golden, covered = self._register(list(frames), references)
         results = self.pipeline.detect([f.image for f in good], golden) if good else []
         results = [mask_uncovered(r, c) for r, c in zip(results, covered)]  # no call where the golden image has no data
@@ -228,7 +234,7 @@ class Inspector:
         out = []
         for frame in frames:
             result = by_index.get(frame.index)
-            inspection = Inspection(frame, result)
+            inspection = Inspection(frame, result, design_warning=designs.get(frame.index))
             if self.router is not None and result is not None:
                 timings = {"decode": frame.decode_ms / 1000.0, **{k: v / 1000.0 for k, v in result.timings.items()}}
                 levels, gold = drift[frame.index]

@@ -108,6 +108,11 @@ class References:
         self._keys.move_to_end(path)
         return cached[1]
 
+    def golden(self, file_name: str) -> np.ndarray:
+        """The golden image of frame ``file_name`` as its file holds it (uint8 ``[H, W]``, not registered; the decoded
+        copy cached for registration). :class:`ReferenceError` as :meth:`key`."""
+        return self._registrar(self.lookup(file_name)).reference
+
     @staticmethod
     def _tag(path: Path) -> tuple[int, int]:
         try:

@@ -31,6 +31,8 @@ class LoadedModel:
     path: Path
     baseline: dict[str, Any] | None = None
     """The drift baseline the checkpoint carries (``Baseline.to_dict()`` form, see monitor/baseline.py), or None."""
+    domain: dict[str, Any] | None = None
+    """The design domain the checkpoint carries (``DomainModel.to_dict()`` form, see monitor/domain.py), or None."""
 
 
 RETIRED_CONFIG_KEYS = {"monitor": ("min_layers",), "eval": ("tta",)}
@@ -118,13 +120,19 @@ def load_checkpoint(path: str | Path | None = None, device: torch.device | str =
     baseline = ckpt.get("baseline")
     if baseline is not None and not isinstance(baseline, dict):
         raise ValueError(f"{path}: 'baseline' entry must be a drift baseline object, got {type(baseline).__name__}")
-    return LoadedModel(model.to(device).eval(), cfg, class_names, dict(ckpt.get("metrics", {})), path, baseline)
+    domain = ckpt.get("domain")
+    if domain is not None and not isinstance(domain, dict):
+        raise ValueError(f"{path}: 'domain' entry must be a design-domain object, got {type(domain).__name__}")
+    return LoadedModel(model.to(device).eval(), cfg, class_names, dict(ckpt.get("metrics", {})), path, baseline, domain)
 
 
-def strip_checkpoint(ckpt: dict[str, Any], overrides: Sequence[str] = (), baseline: dict[str, Any] | None = None) -> dict[str, Any]:
+def strip_checkpoint(
+    ckpt: dict[str, Any], overrides: Sequence[str] = (), baseline: dict[str, Any] | None = None, domain: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Inference-only checkpoint: EMA weights as ``model``, config (retired keys dropped, ``key=value`` ``overrides``
-    applied, validated, e.g. ``eval.f1_conf=0.5``), class names, metrics (no optimizer state) and the drift baseline:
-    ``baseline`` when given (a ``Baseline.to_dict()``; the caller validates it), else the one ``ckpt`` carries."""
+    applied, validated, e.g. ``eval.f1_conf=0.5``), class names, metrics (no optimizer state), the drift baseline
+    (``baseline`` when given: a ``Baseline.to_dict()``, the caller validates it; else the one ``ckpt`` carries) and the
+    design domain (``domain`` when given: a ``DomainModel.to_dict()``; else the one ``ckpt`` carries)."""
     current = _without_retired_keys(ckpt["config"])  # an old checkpoint's retired keys would fail validation
     config = config_from_dict(apply_overrides(current, list(overrides))).to_dict()
     out = {
@@ -137,6 +145,9 @@ def strip_checkpoint(ckpt: dict[str, Any], overrides: Sequence[str] = (), baseli
     baseline = baseline if baseline is not None else ckpt.get("baseline")
     if baseline is not None:
         out["baseline"] = baseline
+    domain = domain if domain is not None else ckpt.get("domain")
+    if domain is not None:
+        out["domain"] = domain
     return out
 
 

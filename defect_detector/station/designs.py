@@ -37,6 +37,7 @@ _UPDATE = (
         frames=bindparam("n"),
         not_inspected=bindparam("refused"),
         ended=bindparam("end"),
+        design_warning=bindparam("warning"),
     )
 )
 
@@ -53,12 +54,13 @@ class _Run:
     ended: datetime
     frames: int = 0
     not_inspected: int = 0
+    warning: str | None = None
 
 
 @dataclass(frozen=True)
 class FrameDesign:
     """What a run needs of one recorded frame: its inspection id, source, frame index, time (naive UTC), design name
-    (None: none of its own) and whether it was inspected."""
+    (None: none of its own), whether it was inspected, and its design warning (``inspect/design_check.py``; None: none)."""
 
     inspection_id: int
     source: str
@@ -66,6 +68,7 @@ class FrameDesign:
     time: datetime
     design: str | None
     inspected: bool
+    warning: str | None = None
 
 
 def design_of(reference: str | None, events: Iterable[dict[str, Any]]) -> str | None:
@@ -100,12 +103,14 @@ class DesignRuns:
             run.last_frame, run.ended = f.frame, f.time
             run.frames += 1
             run.not_inspected += not f.inspected
+            run.warning = run.warning or f.warning
             touched[id(run)] = run
         new = [r for r in touched.values() if r.id is None]
         if new:
             rows = [
                 {"source": r.source, "design": r.design, "first_frame": r.first_frame, "last_frame": r.last_frame, "frames": r.frames}
                 | {"not_inspected": r.not_inspected, "inspection_id": r.inspection_id, "started": r.started, "ended": r.ended}
+                | {"design_warning": r.warning}
                 for r in new
             ]
             for run, run_id in zip(new, conn.execute(_INSERT, rows).scalars().all()):
@@ -113,7 +118,10 @@ class DesignRuns:
         fresh = {id(r) for r in new}
         changed = [r for r in touched.values() if id(r) not in fresh]
         if changed:
-            rows = [{"run_id": r.id, "last": r.last_frame, "n": r.frames, "refused": r.not_inspected, "end": r.ended} for r in changed]
+            rows = [
+                {"run_id": r.id, "last": r.last_frame, "n": r.frames, "refused": r.not_inspected, "end": r.ended, "warning": r.warning}
+                for r in changed
+            ]
             conn.execute(_UPDATE, rows)
         self._pending = state
 
@@ -126,10 +134,13 @@ class DesignRuns:
 
 
 def run_line(row: Row[Any]) -> str:
-    """One run in words: ``design golden_a.png: frames 0-19 (20 boards)`` (``, 2 not inspected`` when some were)."""
+    """One run in words: ``design golden_a.png: frames 0-19 (20 boards)`` (``, 2 not inspected`` when some were; then
+    ``; warning: this design looks unlike ...`` when its golden image is unlike the model's training images)."""
     frames = f"frame {row.first_frame}" if row.first_frame == row.last_frame else f"frames {row.first_frame}-{row.last_frame}"
     refused = f", {row.not_inspected} not inspected" if row.not_inspected else ""
-    return f"design {row.design}: {frames} ({row.frames} board{'s' if row.frames != 1 else ''}{refused})"
+    line = f"design {row.design}: {frames} ({row.frames} board{'s' if row.frames != 1 else ''}{refused})"
+    warning = getattr(row, "design_warning", None)
+    return f"{line}; warning: {warning.split(': ', 1)[-1]}" if warning else line
 
 
 def run_dict(row: Row[Any]) -> dict[str, Any]:
@@ -146,6 +157,7 @@ def run_dict(row: Row[Any]) -> dict[str, Any]:
         "inspection": row.inspection_id,
         "started": iso(row.started),
         "ended": iso(row.ended),
+        "design_warning": getattr(row, "design_warning", None),
         "line": run_line(row),
     }
 

@@ -6,6 +6,8 @@
   the frames already recorded (one pass over the inspections, streamed).
 - 2 -> 3: two reviewers (issue 36). Adds ``calls.version`` (1 for a call that already has a verdict, else 0) and the
   lease columns ``calls.lease_reviewer`` / ``calls.lease_until``.
+- 3 -> 4: designs unlike the model's training images (issue 34). Adds ``inspections.design_warning`` and
+  ``design_runs.design_warning`` (null for the frames recorded before: they were not checked).
 """
 
 from __future__ import annotations
@@ -73,5 +75,10 @@ def _to_3(conn: Connection) -> None:
     conn.execute(calls.update().where(calls.c.verdict.is_not(None), calls.c.version == 0).values(version=1))
 
 
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _to_2, 2: _to_3}
+def _to_4(conn: Connection) -> None:
+    _add_column(conn, "inspections", "design_warning", "TEXT")
+    _add_column(conn, "design_runs", "design_warning", "TEXT")
+
+
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _to_2, 2: _to_3, 3: _to_4}
 """``version -> step`` bringing a database at ``version`` to ``version + 1``."""

@@ -70,6 +70,7 @@ def inspection_dict(row: Row[Any], call_rows: list[Row[Any]]) -> dict[str, Any]:
         "height": row.height,
         "image": row.image is not None,
         "golden": row.reference_image is not None,
+        "design_warning": row.design_warning,
         "calls": [call_dict(c) for c in call_rows],
     }
 

@@ -292,6 +292,7 @@ class Recorder:
                 "image": None,
                 "reference_image": None,
                 "queued": queued,
+                "design_warning": record.design_warning,
             }
             review = [queued and (raised or c.score >= self.conf) for c in record.calls]
             out.append(_Prepared(record, row, review=review))
@@ -376,7 +377,8 @@ def _frame_design(item: _Prepared) -> FrameDesign:
     record = item.record
     assert item.id is not None
     inspected = record.verdict != "not_inspected"
-    return FrameDesign(item.id, record.source, record.frame, item.row["time"], design_of(record.reference, record.events), inspected)
+    design = design_of(record.reference, record.events)
+    return FrameDesign(item.id, record.source, record.frame, item.row["time"], design, inspected, record.design_warning)
 
 
 def _event_row(event: dict[str, Any], inspection_id: int | None, record: FrameRecord) -> dict[str, Any]:

@@ -55,8 +55,9 @@ class FrameRecord:
     ``warning``, ``critical``), ``score`` its score (None without monitoring); ``events``: drift / changeover events this
     frame raised, as ``DriftEvent.to_dict()`` gives them; ``calls``: the model's calls; ``image``: the gray frame,
     uint8 ``[H, W]`` (None when it could not be read); ``reference_image``: its golden image registered into the
-    frame's pixels, uint8 ``[H, W]`` (None without one). The recorder keeps references to the arrays until they are
-    written: do not modify them afterwards.
+    frame's pixels, uint8 ``[H, W]`` (None without one); ``design_warning``: its golden image looks unlike the model's
+    training images (``inspect/design_check.py``; the frame was inspected as usual), else None. The recorder keeps
+    references to the arrays until they are written: do not modify them afterwards.
     """
 
     source: str
@@ -74,6 +75,7 @@ class FrameRecord:
     calls: tuple[CallRecord, ...] = ()
     image: np.ndarray | None = field(default=None, repr=False, compare=False)
     reference_image: np.ndarray | None = field(default=None, repr=False, compare=False)
+    design_warning: str | None = None
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -126,7 +128,7 @@ def record_from_inspection(
 ) -> FrameRecord:
     """The :class:`FrameRecord` of an inspector's ``Inspection`` (read by attribute: ``frame`` with ``index``,
     ``source_name``, ``file_name``, ``image``, ``error``, ``error_kind``; ``detections``; ``drift``; ``score``; ``events``; and, where it
-    has them, ``verdict`` / ``reason``). Without a ``verdict`` attribute: ``not_inspected`` when there are no
+    has them, ``verdict`` / ``reason`` / ``design_warning``). Without a ``verdict`` attribute: ``not_inspected`` when there are no
     detections, ``fail`` when a call scores at least ``conf``, else ``pass``."""
     frame, detections = inspection.frame, inspection.detections
     calls = calls_from_detections(detections)
@@ -154,4 +156,5 @@ def record_from_inspection(
         calls=calls,
         image=image,
         reference_image=reference_image if reference_image is not None and reference_image.shape == getattr(image, "shape", None) else None,
+        design_warning=getattr(inspection, "design_warning", None),
     )

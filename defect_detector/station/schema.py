@@ -16,7 +16,8 @@ Every frame is an inspection row, inspected or not: ``tallies.boards`` counts th
 the others (``refusal_tallies`` per ``reason_kind``). ``design_runs`` folds the frames of one source inspected against
 one golden image in a row into one line (what a run of ``changeover`` events would be otherwise). A call's ``version``
 counts its verdicts (a verdict on a call that has one must name it), and ``lease_reviewer`` / ``lease_until`` hold it
-for the reviewer ``/api/review/next`` handed it to (schema 3).
+for the reviewer ``/api/review/next`` handed it to (schema 3). ``design_warning`` (inspections and design runs, schema 4):
+the frame's golden image looks unlike the model's training images (``inspect/design_check.py``), else null.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection, Engine
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 ID = BigInteger().with_variant(Integer(), "sqlite")  # SQLite: INTEGER PRIMARY KEY, the rowid
 CALL_VERDICTS = ("defect", "false_call", "skip")
 
@@ -79,6 +80,7 @@ inspections = Table(
     Column("image", String(255)),  # stored PNG, relative to the images root (None: not kept)
     Column("reference_image", String(255)),  # stored registered golden image, same frame and folder
     Column("queued", Boolean, nullable=False),
+    Column("design_warning", Text),  # its golden image looks unlike the model's training images (schema 4)
     Index("ix_inspections_time", "time"),
     Index("ix_inspections_verdict", "verdict", "id"),
 )
@@ -173,6 +175,7 @@ design_runs = Table(
     Column("inspection_id", ID, ForeignKey("inspections.id", ondelete="SET NULL")),  # its first frame
     Column("started", DateTime, nullable=False),
     Column("ended", DateTime, nullable=False),
+    Column("design_warning", Text),  # the design looks unlike the model's training images (schema 4)
     Index("ix_design_runs_ended", "ended"),
 )
 

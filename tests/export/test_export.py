@@ -339,3 +339,22 @@ def test_reference_onnx_export(reference_checkpoint: Path, tmp_path: Path) -> No
     ref_pred, ref_stats = _reference(reference_checkpoint, x)
     np.testing.assert_allclose(pred, ref_pred.numpy(), atol=1e-3)
     np.testing.assert_allclose(stats, ref_stats.numpy(), atol=1e-3)
+
+
+def test_the_design_domain_travels_in_the_artifact(reference_checkpoint: Path, tmp_path: Path) -> None:
+    """A checkpoint's design domain (issue 34) is in its artifact's meta.json, covered by the digest, and the inspector
+    of the artifact reads it; a checkpoint without one gives an artifact without one."""
+    from defect_detector.core.io import atomic_torch_save
+    from defect_detector.inspect.design_check import DesignCheck
+    from defect_detector.model.checkpoint import strip_checkpoint
+    from defect_detector.monitor.domain import DesignStats, DomainModel
+
+    domain = DomainModel.fit([DesignStats(1.0, 0.0, 255.0, 0.0, 2.0, w) for w in (8.0, 12.0, 20.0)]).to_dict()
+    with_domain = tmp_path / "ref_domain.pt"
+    atomic_torch_save(strip_checkpoint(torch.load(reference_checkpoint, weights_only=True), domain=domain), with_domain)
+    out = tmp_path / "ref_domain.torchscript.pt"
+    assert export_torchscript(load_checkpoint(with_domain), out, optimize=False)["meta"]["domain"] == domain
+    runtime = Runtime.load(out, device="cpu")
+    assert runtime.meta["domain"] == domain and DesignCheck.from_meta(runtime.meta, out).domain is not None
+    plain = export_torchscript(load_checkpoint(reference_checkpoint), tmp_path / "ref.torchscript.pt", optimize=False)["meta"]
+    assert "domain" not in plain and DesignCheck.from_meta(plain, "ref.torchscript.pt").domain is None

@@ -45,3 +45,19 @@ def test_a_missing_key_is_named() -> None:
     del meta["layers"]
     with pytest.raises(ValueError, match=r"^m\.pt: meta\.json missing keys \['layers'\]$"):
         parse_meta("m.pt", json.dumps(meta))
+
+
+def _domain() -> dict:
+    from defect_detector.monitor.domain import DesignStats, DomainModel
+
+    looks = [DesignStats(1.0, 0.0, 255.0, 0.0, 2.0, width) for width in (8.0, 12.0, 20.0)]
+    return DomainModel.fit(looks).to_dict()
+
+
+def test_the_design_domain_is_checked_and_optional() -> None:
+    assert "domain" not in _meta() and parse_meta("m.pt", json.dumps(_meta()))  # artifacts before v0.11: no domain, no warning
+    assert parse_meta("m.pt", json.dumps(_meta(domain=_domain())))["domain"] == _domain()
+    with pytest.raises(ValueError, match=r"^m\.pt: meta\.json domain must be null or a design-domain object, got 3$"):
+        parse_meta("m.pt", json.dumps(_meta(domain=3)))
+    with pytest.raises(ValueError, match=r"^m\.pt: meta\.json domain: threshold: "):
+        parse_meta("m.pt", json.dumps(_meta(domain={**_domain(), "threshold": 0})))

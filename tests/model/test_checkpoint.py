@@ -128,6 +128,26 @@ def test_strip_carries_a_checked_baseline(tmp_path: Path, capsys: pytest.Capture
     assert f"imgsz {imgsz // 2}" in capsys.readouterr().err and not (tmp_path / "bad.pt").exists()
 
 
+def test_strip_fits_and_carries_a_design_domain(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``strip --domain GOLDEN`` fits the design domain on golden images (a COCO json's reference entries, or a folder)
+    and stores it; a later strip keeps it; every meta the weights give carries it."""
+    from defect_detector.export.deploy_model import DeployModel, checkpoint_meta
+
+    samples = Path(__file__).resolve().parents[2] / "data" / "samples"
+    source = _small_checkpoint(tmp_path / "a.pt", 1)
+    assert load_checkpoint(source).domain is None
+    out = tmp_path / "domain.pt"
+    assert main(["strip", str(source), "--domain", str(samples / "calib" / "calib.json"), "--out", str(out)]) == 0
+    assert "design domain: fitted on 15 golden images" in capsys.readouterr().out
+    loaded = load_checkpoint(out)
+    assert loaded.domain["fitted_on"] == 15 and checkpoint_meta(loaded, DeployModel(loaded.model, 64))["domain"] == loaded.domain
+    assert main(["strip", str(out), "--out", str(tmp_path / "again.pt")]) == 0
+    assert "design domain: kept from the input" in capsys.readouterr().out
+    assert load_checkpoint(tmp_path / "again.pt").domain == loaded.domain
+    assert main(["strip", str(source), "--domain", str(tmp_path / "none"), "--out", str(tmp_path / "bad.pt")]) == 2
+    assert "golden images not found" in capsys.readouterr().err and not (tmp_path / "bad.pt").exists()
+
+
 def test_strip_set_on_a_checkpoint_with_retired_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """An old checkpoint's retired keys (``eval.tta``, ``monitor.min_layers``) are dropped, not refused, when ``strip --set``
     re-validates its config (v0.8 failed with ``eval.tta: unknown key`` on both bundled checkpoints)."""

@@ -1,0 +1,86 @@
+"""Fit the design domain (``monitor/domain.py``) a model's weights carry: from the golden images of its training set.
+
+``strip WEIGHTS --domain SOURCE --out W2`` calls :func:`fit_domain` on :func:`golden_paths` of ``SOURCE`` (a COCO json's
+``reference`` entries, or a folder of golden images) and stores the result in the checkpoint (entry ``domain``), from
+which every export carries it in ``meta.json``. :func:`fit_domain` takes any iterable of gray golden images, so a
+training set of rendered looks (no files) is fitted the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from defect_detector.core.errors import DatasetError
+from defect_detector.data.coco_json import read_json, resolve_images_root
+from defect_detector.data.images import IMAGE_SUFFIXES, load_image_gray
+from defect_detector.monitor.domain import DomainModel, design_stats
+
+log = logging.getLogger("defect_detector.engine")
+
+
+def golden_paths(source: str | os.PathLike[str], images_root: str | os.PathLike[str] | None = None) -> list[Path]:
+    """The golden images of ``source``: a COCO json's distinct ``reference`` entries (in order of first use, under its
+    images root), or the image files of a folder (sorted), or one image. ``DatasetError`` naming ``source`` when
+    there are none, ``FileNotFoundError`` when it does not exist."""
+    path = Path(source)
+    if path.is_dir():
+        found = sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+    elif path.suffix.lower() == ".json":
+        raw = read_json(path)
+        root = resolve_images_root(path, raw, images_root)
+        names = [img.get("reference") for img in raw["images"] if isinstance(img, dict)]
+        found = [root / name for name in dict.fromkeys(n for n in names if isinstance(n, str) and n)]
+    elif path.is_file():
+        found = [path]
+    else:
+        raise FileNotFoundError(f"{path}: golden images not found (a COCO json with reference entries, a folder or an image)")
+    if not found:
+        raise DatasetError(f"{path}: no golden images (a COCO json needs 'reference' entries; a folder, image files)")
+    return found
+
+
+def read_gray(path: str | os.PathLike[str]) -> np.ndarray:
+    """uint8 ``[H, W]`` of the image at ``path`` (``DatasetError`` naming it when unreadable)."""
+    return load_image_gray(path)
+
+
+def fit_domain(images: Iterable[np.ndarray]) -> DomainModel:
+    """A :class:`DomainModel` of gray uint8 ``[H, W]`` golden images (any iterable: files read lazily, or rendered looks).
+    ``ValueError`` when fewer than 2 have two grey-level phases."""
+    return DomainModel.fit(design_stats(image) for image in images)
+
+
+def fit_domain_files(source: str | os.PathLike[str]) -> DomainModel:
+    """:func:`fit_domain` on :func:`golden_paths` of ``source``; an unreadable golden image is skipped, counted and logged
+    (all unreadable: ``DatasetError``)."""
+    paths = golden_paths(source)
+    skipped: list[str] = []
+
+    def readable() -> Iterable[np.ndarray]:
+        for p in paths:
+            try:
+                yield read_gray(p)
+            except DatasetError as exc:
+                skipped.append(str(exc))
+
+    model = fit_domain(readable())
+    if skipped:
+        log.warning("design domain: %d of %d golden images unreadable and skipped (first: %s)", len(skipped), len(paths), skipped[0])
+    return model
+
+
+def extend_domain(domain: dict[str, Any] | None, images: Iterable[np.ndarray]) -> dict[str, Any] | None:
+    """A checkpoint's ``domain`` entry (``DomainModel.to_dict()`` form, None: the weights carry none) with the looks of
+    the taught golden images ``images`` (gray uint8 ``[H, W]``) added as references (:meth:`DomainModel.extend`), for
+    ``teach`` to store in the weights it writes: those designs are then known. None stays None (no domain, no warning)."""
+    if domain is None:
+        return None
+    model = DomainModel.from_dict(domain, where="domain")
+    model.extend([design_stats(image) for image in images])
+    return model.to_dict()

@@ -1,0 +1,97 @@
+"""A golden image unlike the model's training images (issue 34 item 4): one warning per golden image, naming the
+``teach`` command; every frame of it carries the warning in its record; never a refusal; weights without a domain
+warn about nothing."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from defect_detector.core.io import atomic_torch_save
+from defect_detector.data.images import load_image_gray
+from defect_detector.engine.domain import fit_domain
+from defect_detector.inspect.inspector import Inspector
+from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, strip_checkpoint
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
+
+
+def _photograph(golden: np.ndarray, seed: int = 0) -> np.ndarray:
+    """A photograph-like golden image: substrate 30, copper 57, pads 140, soft edges, texture and noise (sigma 3)."""
+    rng = np.random.default_rng(seed)
+    copper = (golden < 128).astype(np.uint8)
+    pads = cv2.morphologyEx(copper, cv2.MORPH_OPEN, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (15, 15)))
+    image = np.where(copper > 0, 57.0, 30.0).astype(np.float32)
+    image[pads > 0] = 140.0
+    image = cv2.GaussianBlur(image, (0, 0), 1.2) + 3.0 * rng.normal(0, 1, golden.shape).astype(np.float32)
+    return np.clip(image, 0, 255).astype(np.uint8)
+
+
+def _weights(tmp_path: Path, domain: dict | None) -> Path:
+    """The bundled golden-template weights with ``domain`` (None: without one, as before v0.11)."""
+    ckpt = torch.load(DEFAULT_REFERENCE_WEIGHTS, map_location="cpu", weights_only=True)
+    ckpt.pop("domain", None)
+    out = tmp_path / ("photo_domain.pt" if domain else "no_domain.pt")
+    atomic_torch_save(strip_checkpoint(ckpt, domain=domain), out)
+    return out
+
+
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "looks unlike the model's training images" in r.getMessage()]
+
+
+def test_the_bundled_model_warns_once_per_photographed_golden_image_and_not_on_deeppcb(caplog: pytest.LogCaptureFixture) -> None:
+    boards = sorted((SAMPLES / "deeppcb").glob("*.jpg"))[:2]
+    frames = [load_image_gray(b) for b in boards]
+    goldens = [load_image_gray(SAMPLES / "golden" / b.name) for b in boards]
+    photo = _photograph(goldens[0])
+    caplog.set_level(logging.WARNING, logger="defect_detector.inspect")
+    with Inspector.load(reference=SAMPLES / "golden", device="cpu", threads=1) as inspector:
+        assert inspector.design_check.domain is not None  # the bundled weights carry DeepPCB's design domain
+        known = [inspector.inspect(f, name=b.name) for f, b in zip(frames, boards)]
+        unlike = [inspector.inspect(frames[0], name=f"{i}.jpg", reference=photo) for i in range(3)]
+    assert [r.design_warning for r in known] == [None, None] and all(r.verdict != "not_inspected" for r in known)
+    assert len(_warnings(caplog)) == 1  # one per golden image, not one per frame
+    text = unlike[0].design_warning
+    assert text is not None and all(r.design_warning == text for r in unlike)
+    assert "this design looks unlike the model's training images (" in text and "training at least" in text
+    assert f"teach it: defect-detector teach --golden GOLDEN_IMAGE --weights {DEFAULT_REFERENCE_WEIGHTS} --out design_taught.pt" in text
+
+
+def test_a_warning_is_never_a_refusal_and_every_record_carries_it(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Weights whose domain holds only photographs call DeepPCB's golden image unlike: the frames are inspected as the
+    same weights without a domain inspect them, and each frame's JSON record carries the warning."""
+    board = sorted((SAMPLES / "deeppcb").glob("*.jpg"))[0]
+    golden = SAMPLES / "golden" / board.name
+    source = tmp_path / "frames"
+    source.mkdir()
+    for name in ("a.jpg", "b.jpg", "c.jpg"):
+        (source / name).write_bytes(board.read_bytes())
+    photos = fit_domain(_photograph(load_image_gray(p), i) for i, p in enumerate(sorted((SAMPLES / "calib").glob("*_temp.jpg"))))
+    runs = {}
+    for domain in (photos.to_dict(), None):
+        weights = _weights(tmp_path, domain)
+        caplog.clear()
+        caplog.set_level(logging.WARNING, logger="defect_detector.inspect")
+        with Inspector.load(weights, reference=golden, device="cpu", threads=1) as inspector:
+            inspector.run(str(source), save_json=str(tmp_path / f"{weights.stem}.json"))
+        runs[weights.stem] = (json.loads((tmp_path / f"{weights.stem}.json").read_text()), _warnings(caplog))
+    records, warned = runs["photo_domain"]
+    plain, silent = runs["no_domain"]
+    assert len(warned) == 1 and silent == []
+    assert [r["design_warning"] for r in plain] == [None] * 3
+    text = records[0]["design_warning"]
+    assert text.startswith(f"{golden.name}: this design looks unlike the model's training images")
+    assert f"--golden {golden} --weights {tmp_path / 'photo_domain.pt'} --out {golden.stem}_taught.pt" in text
+    assert all(r["design_warning"] == text for r in records)
+    without = [{k: v for k, v in r.items() if k != "design_warning"} for r in records]
+    assert without == [{k: v for k, v in r.items() if k != "design_warning"} for r in plain]  # inspected as before
+    assert all(r["verdict"] == "fail" for r in records)

@@ -1,0 +1,82 @@
+"""The station shows a design unlike the model's training images (issue 34 item 4): the frame's record and its design
+run carry the warning (schema 4), and a schema-3 database is migrated to hold it."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import pytest
+from conftest import StationDB
+from sqlalchemy import text
+from station_data import board_record
+
+from defect_detector.core.constants import DEEPPCB_CLASSES
+from defect_detector.station.app import create_app
+from defect_detector.station.recorder import Recorder
+from defect_detector.station.records import record_from_inspection
+from defect_detector.station.schema import SCHEMA_VERSION
+from defect_detector.station.store import Store
+
+TestClient = pytest.importorskip("fastapi.testclient").TestClient
+WARNING = (
+    "photo.png: this design looks unlike the model's training images (contrast 109 grey levels, training at least 255); "
+    "teach it: defect-detector teach --golden /g/photo.png --weights w.pt --out photo_taught.pt"
+)
+
+
+def _record(station_db: StationDB) -> None:
+    """Frames 0-3 against golden.png (like the training images), 4-7 against photo.png (unlike: warned)."""
+    start = datetime.now(timezone.utc) - timedelta(minutes=5)
+    with Recorder(station_db.url, conf=0.5, classes=DEEPPCB_CLASSES, images=station_db.images) as recorder:
+        for i in range(8):
+            record = board_record(i, time=start + timedelta(seconds=i))
+            if i >= 4:
+                record = dataclasses.replace(record, reference="photo.png", design_warning=WARNING)
+            assert recorder.record(record)
+
+
+@pytest.fixture
+def client(station_db: StationDB) -> Iterator[TestClient]:
+    _record(station_db)
+    with Store(station_db.url, station_db.images) as store, TestClient(create_app(store), base_url="http://localhost") as c:
+        yield c
+
+
+def test_frames_and_design_runs_carry_the_warning(client: TestClient) -> None:
+    items = client.get("/api/inspections", params={"limit": 100}).json()["items"]
+    assert {i["frame"]: i["design_warning"] for i in items} == {i: WARNING if i >= 4 else None for i in range(8)}
+    lines = [d["line"] for d in client.get("/api/live").json()["designs"]]
+    assert lines == [
+        "design photo.png: frames 4-7 (4 boards); warning: " + WARNING.split(": ", 1)[1],
+        "design golden.png: frames 0-3 (4 boards)",
+    ]
+    html = client.get("/report", params={"since": (datetime.now(timezone.utc) - timedelta(hours=1)).isoformat()}).text
+    assert "this design looks unlike the model&#39;s training images" in html and "--out photo_taught.pt" in html
+
+
+def test_an_inspection_hands_its_warning_to_the_record() -> None:
+    frame = types.SimpleNamespace(index=0, source_name="cam0", file_name="b.png", image=np.zeros((20, 30), np.uint8), error=None)
+    inspection = types.SimpleNamespace(frame=frame, detections=None, drift="off", score=None, events=[], design_warning=WARNING)
+    assert record_from_inspection(inspection, "m.pt", 0.5).design_warning == WARNING
+    del inspection.design_warning  # an inspection of an older inspector: none
+    assert record_from_inspection(inspection, "m.pt", 0.5).design_warning is None
+
+
+def test_a_schema_3_database_is_migrated(station_db: StationDB) -> None:
+    _record(station_db)
+    with Store(station_db.url, station_db.images) as store, store.engine.begin() as conn:  # back to what schema 3 had
+        conn.execute(text("ALTER TABLE inspections DROP COLUMN design_warning"))
+        conn.execute(text("ALTER TABLE design_runs DROP COLUMN design_warning"))
+        conn.execute(text("UPDATE station_meta SET value = '3' WHERE key = 'schema_version'"))
+    with Store(station_db.url, station_db.images) as store:
+        with store.engine.connect() as conn:
+            assert conn.execute(text("SELECT value FROM station_meta WHERE key = 'schema_version'")).scalar() == str(SCHEMA_VERSION) == "4"
+        with TestClient(create_app(store), base_url="http://localhost") as client:
+            items = client.get("/api/inspections", params={"limit": 100}).json()["items"]
+            lines = [d["line"] for d in client.get("/api/live").json()["designs"]]
+    assert len(items) == 8 and all(i["design_warning"] is None for i in items)  # recorded before: not checked
+    assert lines == ["design photo.png: frames 4-7 (4 boards)", "design golden.png: frames 0-3 (4 boards)"]
