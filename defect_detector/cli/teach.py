@@ -18,7 +18,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--weights", help="golden-template weights to start from (default: the bundled deeppcb_ref.pt)")
     p.add_argument("--minutes", type=float, default=20.0, help="the whole command ends within this many minutes (default: 20)")
     p.add_argument("--out", required=True, help="the taught weights (.pt), which predict takes as they are")
-    p.add_argument("--held", type=int, default=4, help="painted boards per golden image held back to score before and after (default: 4)")
+    p.add_argument("--held", type=int, default=8, help="painted boards per golden image held back to score before and after (default: 8)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, help="torch CPU threads")
 
@@ -31,15 +31,11 @@ def _line(name: str, m: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> None:
-    import torch
-
     from defect_detector.inspect.teach import teach
 
     if args.held < 1:
         raise CliError(f"--held must be >= 1, got {args.held}")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    report = teach(args.golden, args.out, args.weights, args.minutes, args.held, args.seed)
+    report = teach(args.golden, args.out, args.weights, args.minutes, args.held, args.seed, threads=args.threads)
     held = report.before["images"]
     print(f"taught {len(report.designs)} golden image(s) in {report.minutes:.1f} min; scored on {held} held-back painted boards:")
     print("  " + _line("before", report.before))

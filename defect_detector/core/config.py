@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import yaml
 from pydantic import Field, model_validator
 
+from defect_detector.core.config_augment import AugmentConfig
 from defect_detector.core.constants import DEEPPCB_CLASSES, DEFAULT_LAYERS
 from defect_detector.core.io import atomic_write_text
 from defect_detector.core.typed_yaml import Bool, ConfigError, Float, Int, Section, Str, apply_overrides, check, plain, read_yaml_mapping
@@ -78,110 +79,6 @@ class DataConfig(Section):
         check(len(set(self.class_names)) == len(self.class_names), "class_names", "must be unique", self.class_names)
         check(self.on_bad_sample in ("skip", "error"), "on_bad_sample", "must be 'skip' or 'error'", self.on_bad_sample)
         check(self.workers >= 0, "workers", "must be >= 0", self.workers)
-        return self
-
-
-class AugmentConfig(Section):
-    """Box-aware augmentation, applied in the original image frame (training only).
-
-    Probabilities are in [0, 1]; a probability of 0 removes the transform.
-    ``crop_size`` > 0 trains on random full-resolution crops of that size
-    (defects are small, so crops keep their pixels while making each step
-    cheaper); a fraction ``crop_focus`` of them must contain a box, the rest
-    are placed anywhere so defect-free areas are seen too. ``transpose`` swaps
-    rows and columns; with both flips it reaches all 8 right-angle orientations,
-    which suits layouts with no preferred direction (PCBs). ``invert_negatives``
-    is the probability of inverting (``255 - x``) a sample that holds no box
-    after cropping: copper and substrate swap grey levels, and a defect-free
-    image stays defect-free, so the model sees normal structures of the opposite
-    polarity (holes and gaps in large copper areas) as negatives. Validation
-    always uses ``data.imgsz``.
-
-    Pairs (reference models): geometric transforms move the image and its reference together;
-    photometric ones (brightness, contrast, gamma, blur, noise, glare) are drawn independently for
-    each, since the golden image was captured under other light. With probability ``ref_p`` the
-    reference alone is then moved by a random rigid residual of up to ``ref_shift`` pixels and
-    ``ref_rotate`` degrees, the error left after registration.
-
-    Looks (pairs only, ``data/looks.py``): with probability ``render_p`` a binarized pair becomes a photograph of
-    one random look of ``render_family`` (``train`` or ``holdout``, ``data/render.py``), first zoomed by a factor
-    drawn from ``render_scale``; with probability ``paint_p`` 1 to ``paint_max`` defects are painted on the board
-    (``data/paint.py``), ``paint_scale`` times DeepPCB's sizes (times the zoom; null: from each board's track width).
-    """
-
-    section: ClassVar[str] = "augment"
-
-    crop_size: Int = 0
-    crop_focus: Float = 1.0
-
-    hflip: Float = 0.5
-    vflip: Float = 0.5
-    transpose: Float = 0.0
-    rotate_deg: Float = 5.0
-    rotate_p: Float = 0.3
-    scale: Float = 0.1
-    translate: Float = 0.05
-    affine_p: Float = 0.5
-    brightness: Float = 0.2
-    contrast: Float = 0.2
-    gamma: tuple[Float, Float] = (80.0, 120.0)
-    photometric_p: Float = 0.5
-    blur_p: Float = 0.1
-    noise_p: Float = 0.1
-    glare_p: Float = 0.1
-    invert_negatives: Float = 0.0
-    min_visibility: Float = 0.4
-    min_box_size: Float = 2.0
-    ref_shift: Float = 2.0
-    ref_rotate: Float = 0.3
-    ref_p: Float = 1.0
-    render_p: Float = 0.0
-    render_family: Str = "train"
-    render_scale: tuple[Float, Float] = (1.0, 1.0)
-    paint_p: Float = 0.0
-    paint_max: Int = 4
-    paint_scale: Float | None = 1.0
-
-    @model_validator(mode="after")
-    def _check_values(self) -> AugmentConfig:
-        for name in (
-            "crop_focus",
-            "hflip",
-            "vflip",
-            "transpose",
-            "rotate_p",
-            "affine_p",
-            "photometric_p",
-            "blur_p",
-            "noise_p",
-            "glare_p",
-            "invert_negatives",
-            "min_visibility",
-            "ref_p",
-            "render_p",
-            "paint_p",
-        ):
-            value = getattr(self, name)
-            check(0.0 <= value <= 1.0, name, "must be in [0, 1]", value)
-        for name in ("rotate_deg", "scale", "translate", "brightness", "contrast", "min_box_size", "ref_shift", "ref_rotate"):
-            check(getattr(self, name) >= 0, name, "must be >= 0", getattr(self, name))
-        check(self.render_family in ("train", "holdout"), "render_family", "must be 'train' or 'holdout'", self.render_family)
-        low, high = self.render_scale
-        check(1.0 <= low <= high <= 8.0, "render_scale", "must be [low, high] with 1 <= low <= high <= 8", list(self.render_scale))
-        check(1 <= self.paint_max <= 32, "paint_max", "must be in [1, 32]", self.paint_max)
-        check(self.paint_scale is None or 0.25 <= self.paint_scale <= 8, "paint_scale", "must be in [0.25, 8] or null", self.paint_scale)
-        check(
-            self.crop_size == 0 or (self.crop_size % 32 == 0 and self.crop_size >= 64),
-            "crop_size",
-            "must be 0 (off) or a multiple of 32 >= 64",
-            self.crop_size,
-        )
-        check(
-            len(self.gamma) == 2 and 0 < self.gamma[0] <= self.gamma[1],
-            "gamma",
-            "must be [low, high] with 0 < low <= high",
-            self.gamma,
-        )
         return self
 
 

@@ -33,10 +33,11 @@ from defect_detector.data.images import load_image_gray, pixel_fingerprint
 from defect_detector.data.photo_sets import golden_files, moved, painted_pairs, write_pairs
 from defect_detector.data.render import capture
 from defect_detector.engine.budget import Budget
+from defect_detector.engine.domain import extend_domain
 from defect_detector.engine.trainer import fit
 from defect_detector.inspect.calibrate import calibrate_run
 from defect_detector.inspect.validate import validate
-from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, strip_checkpoint
+from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, load_checkpoint, strip_checkpoint
 
 log = logging.getLogger("defect_detector.inspect")
 
@@ -56,8 +57,12 @@ RECIPE: dict[str, dict[str, Any]] = {
 ``configs/finetune_ref.yaml`` with defects painted on the fly, the trunk's first two stages kept, the rest at 3/40 of
 the from-scratch learning rate."""
 
-CAPTURES = 64
-"""Training pairs per design (spread over the golden images): clean captures that training paints on."""
+CAPTURES = 256
+"""Training pairs (clean captures that training paints on), spread over the golden images."""
+
+EPOCHS_PER_MINUTE = 0.75
+"""Epochs of :data:`CAPTURES` pairs the schedule spans per minute of ``--minutes`` (at least 3): on 2 CPU cores an epoch
+takes about 40 s with its validation, so the schedule ends within the time; ``train.max_minutes`` still caps it."""
 
 
 @dataclass
@@ -79,14 +84,15 @@ def _captures(golden: np.ndarray, stem: str, n: int, rng: np.random.Generator) -
         yield f"{stem}_c{k:03d}", moved(board, rng, 3.0, 0.3), golden, np.zeros((0, 4), np.float32), np.zeros(0, np.int64)
 
 
-def write_teach_sets(goldens: list[Path], work: Path, held: int, seed: int) -> dict[str, Path]:
-    """The ``train`` (clean captures), ``select`` and ``held`` (painted) COCO sets of ``goldens`` under ``work``."""
+def write_teach_sets(goldens: list[Path], work: Path, held: int, seed: int, captures: int = CAPTURES) -> dict[str, Path]:
+    """The ``train`` (``captures`` clean captures), ``select`` and ``held`` (painted) COCO sets of ``goldens`` under
+    ``work``."""
     images = [(p.stem, load_image_gray(p)) for p in goldens]
-    per_design = max(4, CAPTURES // len(images))
+    per_design = max(4, captures // len(images))
     rng = np.random.default_rng(seed)
     sets = {
         "train": (pair for stem, g in images for pair in _captures(g, stem, per_design, rng)),
-        "select": (pair for stem, g in images for pair in painted_pairs(g, f"{stem}_s", 2, 4, rng)),
+        "select": (pair for stem, g in images for pair in painted_pairs(g, f"{stem}_s", 4, 4, rng)),
         "held": (pair for stem, g in images for pair in painted_pairs(g, f"{stem}_h", held, 4, rng)),
     }
     return {name: write_pairs(work / name, pairs, f"teach {name}: {len(images)} golden images") for name, pairs in sets.items()}
@@ -94,13 +100,10 @@ def write_teach_sets(goldens: list[Path], work: Path, held: int, seed: int) -> d
 
 def teach_config(weights: Path, sets: dict[str, Path], work: Path, minutes: float) -> Config:
     """The fine-tune of ``weights`` on the teach ``sets``: the weights' own config with :data:`RECIPE` over it."""
-    raw = torch.load(weights, map_location="cpu", weights_only=True)["config"]
-    if int(raw.get("model", {}).get("in_channels", 1)) != 2:
-        raise ValueError(f"{weights}: teach needs a golden-template model (model.in_channels 2); this one inspects single images")
-    raw = dict(raw)
+    raw = dict(torch.load(weights, map_location="cpu", weights_only=True)["config"])
     raw["augment"] = RECIPE["augment"]
     raw["train"] = {k: v for k, v in raw.get("train", {}).items() if k in ("amp", "device", "weight_decay")} | RECIPE["train"]
-    raw["train"] |= {"init_weights": str(weights), "max_minutes": float(minutes)}
+    raw["train"] |= {"init_weights": str(weights), "max_minutes": float(minutes), "epochs": max(3, round(minutes * EPOCHS_PER_MINUTE))}
     raw["data"] = raw.get("data", {}) | {
         "train": str(sets["train"]), "val": str(sets["select"]), "train_images": None, "val_images": None,
         "register_train": True, "register_val": True, "workers": 1, "max_images": None, "pixel_scale": None,
@@ -114,38 +117,55 @@ def _score(weights: Path, data: Path) -> dict[str, Any]:
     return result.metrics["at_conf"] | {"map50": result.metrics["map50"]}
 
 
-def _taught(weights_out: Path, run_weights: Path, designs: list[dict[str, str]], previous: list[dict[str, str]]) -> None:
+def _taught(weights_out: Path, run_weights: Path, goldens: list[Path], start: dict[str, Any]) -> list[dict[str, str]]:
     """Write the inference copy of ``run_weights`` (``strip_checkpoint``) to ``weights_out`` with ``taught``: the designs
-    the starting weights were taught before (``previous``) and ``designs``, one entry per golden image fingerprint."""
+    the starting checkpoint ``start`` was taught before and ``goldens``, one entry per golden image fingerprint; and
+    the starting design domain extended by the goldens' looks (``engine/domain.py``), so they raise no warning.
+    Returns the new entries."""
+    images = [load_image_gray(p) for p in goldens]
+    designs = [{"name": p.name, "key": pixel_fingerprint(image)} for p, image in zip(goldens, images)]
     out = strip_checkpoint(torch.load(run_weights, map_location="cpu", weights_only=True))
     known = {d["key"] for d in designs}
-    out["taught"] = [d for d in previous if d["key"] not in known] + designs
+    out["taught"] = [d for d in start.get("taught", []) if d["key"] not in known] + designs
+    domain = extend_domain(start.get("domain"), images)
+    if domain is not None:
+        out["domain"] = domain
     atomic_torch_save(out, weights_out)
+    return designs
 
 
 def teach(  # noqa: PLR0913 - the Python twin of the teach command's flags
-    golden: str | Path, out: str | Path, weights: str | Path | None = None, minutes: float = 20.0, held: int = 4, seed: int = 0
+    golden: str | Path,
+    out: str | Path,
+    weights: str | Path | None = None,
+    minutes: float = 20.0,
+    held: int = 8,
+    seed: int = 0,
+    captures: int = CAPTURES,
+    threads: int | None = None,
 ) -> TeachReport:
     """Teach the design(s) of ``golden`` (a folder of golden images or one image) to ``weights`` (None: the bundled
-    golden-template model) in at most ``minutes``, writing the taught checkpoint to ``out``. Raises ``ValueError``
-    naming the problem (no golden image, a blank one, a single-image model, too little time)."""
+    golden-template model) in at most ``minutes``, writing the taught checkpoint to ``out``; ``held`` painted boards per
+    golden image are scored before and after. Raises ``ValueError`` naming the problem (no golden image, a blank one,
+    a single-image model, too little time). ``threads``: torch CPU threads (None: the default)."""
     started = time.perf_counter()
-    if minutes < 2:
-        raise ValueError(f"--minutes must be at least 2 (painting, scoring before and after, a few epochs), got {minutes:g}")
+    if minutes < 1.5:
+        raise ValueError(f"--minutes must be at least 1.5 (painting, scoring before and after, a few epochs), got {minutes:g}")
     weights = Path(weights) if weights else DEFAULT_REFERENCE_WEIGHTS
     out = Path(out)
     goldens = golden_files(golden)
+    start = load_checkpoint(weights)
+    if start.config.model.in_channels != 2:
+        raise ValueError(f"{weights}: teach needs a golden-template model (model.in_channels 2); this one inspects single images")
     work = out.with_name(out.stem + "_teach")
     if work.exists():
         shutil.rmtree(work)
-    sets = write_teach_sets(goldens, work, held, seed)
+    sets = write_teach_sets(goldens, work, held, seed, captures)
     before = _score(weights, sets["held"])
-    cfg = teach_config(weights, sets, work, max(0.5, minutes - (time.perf_counter() - started) / 60 - 1.0))
+    cfg = teach_config(weights, sets, work, max(0.3, minutes - (time.perf_counter() - started) / 60 - 0.5 - 0.02 * held * len(goldens)))
     budget = Budget.start(cfg.train.max_minutes, time.perf_counter(), 30, True)
-    run_dir = fit(cfg, threads=None, budget=budget)
+    run_dir = fit(cfg, threads=threads, budget=budget)
     log.info("%s", calibrate_run(run_dir, str(sets["train"]), None, progress=False, budget=budget))
-    designs = [{"name": p.name, "key": pixel_fingerprint(load_image_gray(p))} for p in goldens]
-    previous = torch.load(weights, map_location="cpu", weights_only=True).get("taught", [])
-    _taught(out, run_dir / "weights" / "best.pt", designs, list(previous))
+    designs = _taught(out, run_dir / "weights" / "best.pt", goldens, torch.load(weights, map_location="cpu", weights_only=True))
     after = _score(out, sets["held"])
     return TeachReport(before, after, (time.perf_counter() - started) / 60, designs, out, work)
