@@ -185,19 +185,60 @@ def _photometric_steps(cfg: AugmentConfig) -> list[A.BasicTransform]:
     return steps
 
 
-def build_transforms(cfg: AugmentConfig | None, train: bool, seed: int | None = None) -> A.Compose | None:
+class ImageTransform:
+    """Single-image augmentation with a look step first: ``look`` (``data/looks.py``) renders and paints the image as
+    the board of a pair with itself (its golden image is dropped), then ``compose`` (albumentations, or None) runs as
+    :func:`build_transforms` builds it. Called like an ``A.Compose``: ``(image=, bboxes=, labels=) -> dict``."""
+
+    def __init__(self, look: LookTransform, compose: A.Compose | None) -> None:
+        self.look = look
+        self.compose = compose
+
+    @property
+    def processors(self) -> dict[str, Any]:
+        return self.compose.processors if self.compose is not None else {}
+
+    def set_random_state(self, rng: np.random.Generator, py_random: Any = None) -> None:
+        self.look.set_random_state(rng)
+        if self.compose is not None:
+            self.compose.set_random_state(rng, py_random)
+
+    def set_random_seed(self, seed: int) -> None:
+        self.look.set_random_state(np.random.default_rng(seed))
+        if self.compose is not None:
+            self.compose.set_random_seed(seed)
+
+    def __call__(self, image: np.ndarray, bboxes: Any, labels: Any) -> dict[str, Any]:
+        boxes, labels = np.asarray(bboxes, np.float32).reshape(-1, 4), np.asarray(labels, np.int64).reshape(-1)
+        image, _, boxes, labels = self.look(image, image, boxes, labels)
+        if self.compose is None:
+            return {"image": image, "bboxes": boxes, "labels": labels}
+        return self.compose(image=image, bboxes=boxes, labels=labels)
+
+
+def _look(cfg: AugmentConfig, seed: int | None) -> LookTransform | None:
+    if cfg.render_p == 0 and cfg.paint_p == 0:
+        return None
+    look = LookTransform(cfg.render_p, cfg.render_family, cfg.render_scale, cfg.paint_p, cfg.paint_max, cfg.min_visibility, cfg.paint_scale)
+    if seed is not None:
+        look.set_random_state(np.random.default_rng(seed))
+    return look
+
+
+def build_transforms(cfg: AugmentConfig | None, train: bool, seed: int | None = None) -> A.Compose | ImageTransform | None:
     """The training augmentation pipeline for ``cfg``, or None (evaluation, no config, or nothing enabled).
 
     ``seed`` fixes albumentations' own random state (it ignores numpy/random global seeds);
     :func:`defect_detector.data.collate.build_loader` reseeds it per sample from ``(seed, epoch, index)``. The inversion of
-    negatives runs last, after the photometric steps, as it always has.
+    negatives runs last, after the photometric steps, as it always has. With ``render_p`` or ``paint_p`` the look step
+    runs first (:class:`ImageTransform`).
     """
     if not train or cfg is None:
         return None
     steps = _geometric_steps(cfg) + _photometric_steps(cfg) + _invert_steps(cfg)
-    if not steps:
-        return None
-    return A.Compose(steps, bbox_params=build_bbox_params(cfg), seed=seed)
+    compose = A.Compose(steps, bbox_params=build_bbox_params(cfg), seed=seed) if steps else None
+    look = _look(cfg, seed)
+    return compose if look is None else ImageTransform(look, compose)
 
 
 class PairTransform:
@@ -252,13 +293,7 @@ def build_pair_transforms(cfg: AugmentConfig | None, train: bool, seed: int | No
     if cfg.ref_p > 0 and (cfg.ref_shift > 0 or cfg.ref_rotate > 0):
         move = RigidJitter(cfg.ref_shift, cfg.ref_rotate, p=cfg.ref_p)
         residual = A.Compose([move], seed=seed)
-    look = None
-    if cfg.render_p > 0 or cfg.paint_p > 0:
-        look = LookTransform(
-            cfg.render_p, cfg.render_family, cfg.render_scale, cfg.paint_p, cfg.paint_max, cfg.min_visibility, cfg.paint_scale
-        )
-        if seed is not None:
-            look.set_random_state(np.random.default_rng(seed))
+    look = _look(cfg, seed)
     return PairTransform(
         A.Compose(geometric, bbox_params=build_bbox_params(cfg), additional_targets={"reference": "image"}, seed=seed)
         if geometric

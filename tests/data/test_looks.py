@@ -60,3 +60,20 @@ def test_the_pair_pipeline_runs_the_look_first_and_is_seeded() -> None:
 def test_bad_look_keys_fail_naming_the_key(key: str, value: object, words: str) -> None:
     with pytest.raises((ConfigError, ValueError), match=words):
         AugmentConfig(**{key: value})
+
+
+def test_a_single_image_model_trains_on_rendered_looks_too() -> None:
+    from defect_detector.data.transforms import ImageTransform, apply_transforms, build_transforms
+
+    cfg = AugmentConfig(render_p=1.0, paint_p=1.0, crop_size=0, hflip=0.0, vflip=0.0)
+    board, _, boxes, labels = _sample(4)
+    outputs = []
+    for _ in range(2):
+        transform = build_transforms(cfg, train=True, seed=1)
+        assert isinstance(transform, ImageTransform)
+        outputs.append(apply_transforms(transform, board, boxes, labels))
+    image, out_boxes, out_labels = outputs[0]
+    assert image.shape == board.shape and len(np.unique(image)) > 20  # a photograph
+    assert len(out_boxes) > len(boxes) and len(out_boxes) == len(out_labels)  # painted defects with their boxes
+    assert np.array_equal(outputs[0][0], outputs[1][0])  # seeded
+    assert not isinstance(build_transforms(AugmentConfig(), train=True), ImageTransform)
