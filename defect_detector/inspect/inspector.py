@@ -224,7 +224,7 @@ class Inspector:
         self._check_open()
         if self.autothreads is not None:
             self.autothreads.tick()
-        designs = self.design_check.take(frames, references, self.references)  # one warning per golden image, taught ones
+        designs = self.design_check.take(frames, references, self.references)  # per golden image: one warning, or taught
         frames, good, golden, covered = self._register(list(frames), references)
         results = self.pipeline.detect([f.image for f in good], golden) if good else []
         results = [mask_uncovered(r, c) for r, c in zip(results, covered)]  # no call where the golden image has no data

@@ -89,7 +89,7 @@ def _taught_entry(path: Path, raw: Any) -> list[dict[str, str]]:
     if not isinstance(raw, list) or not all(isinstance(d, dict) and all(isinstance(d.get(k), str) for k in ("name", "key")) for d in raw):
         shown = repr(raw)
         shown = shown if len(shown) <= 80 else shown[:77] + "..."
-        raise ValueError(f"{path}: 'taught' entry must be a list of {{'name': str, 'key': str}} (the designs teach taught), got {shown}")
+        raise ValueError(f"{path}: 'taught' entry must be a list of {{'name': str, 'key': str}} (what teach writes), got {shown}")
     return [{"name": d["name"], "key": d["key"]} for d in raw]
 
 
