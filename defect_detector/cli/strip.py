@@ -16,9 +16,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--baseline", help="drift baseline JSON from `calibrate` to carry in the result (checked against the model)")
     p.add_argument(
         "--domain",
+        action="append",
         metavar="GOLDEN",
         help="fit the design domain (which golden images look like the training ones) on these golden images and carry it: "
-        "a COCO json's reference entries (the training set), a folder or an image",
+        "a COCO json's reference entries (the training set), a folder or an image; repeat it to fit one domain on all of them",
     )
 
 
@@ -52,8 +53,10 @@ def run(args: argparse.Namespace) -> None:
     print(f"drift baseline: {carried} (predict monitors drift whenever the weights carry one)")
     if domain is not None:
         print(
-            f"design domain: fitted on {domain.fitted_on} golden images of {args.domain} ({len(domain.references)} references, "
+            f"design domain: fitted on {domain.fitted_on} golden images of {', '.join(args.domain)} ({len(domain.references)} references, "
             f"threshold {domain.threshold:.2f}); predict warns once per golden image unlike them"
         )
     else:
         print(f"design domain: {'kept from the input' if stripped.domain else 'none'}")
+    if stripped.taught:
+        print(f"taught designs: {len(stripped.taught)} kept from the input ({', '.join(d['name'] for d in stripped.taught)})")

@@ -1,16 +1,16 @@
 """Fit the design domain (``monitor/domain.py``) a model's weights carry: from the golden images of its training set.
 
-``strip WEIGHTS --domain SOURCE --out W2`` calls :func:`fit_domain` on :func:`golden_paths` of ``SOURCE`` (a COCO json's
-``reference`` entries, or a folder of golden images) and stores the result in the checkpoint (entry ``domain``), from
-which every export carries it in ``meta.json``. :func:`fit_domain` takes any iterable of gray golden images, so a
-training set of rendered looks (no files) is fitted the same way.
+``strip WEIGHTS --domain SOURCE [--domain SOURCE2 ...] --out W2`` calls :func:`fit_domain` on the :func:`golden_paths`
+of every ``SOURCE`` together (a COCO json's ``reference`` entries, a folder of golden images, an image) and stores
+the result in the checkpoint (entry ``domain``), from which every export carries it in ``meta.json``. :func:`fit_domain`
+takes any iterable of gray golden images, so a training set of rendered looks (no files) is fitted the same way.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,10 +56,12 @@ def fit_domain(images: Iterable[np.ndarray]) -> DomainModel:
     return DomainModel.fit(design_stats(image) for image in images)
 
 
-def fit_domain_files(source: str | os.PathLike[str]) -> DomainModel:
-    """:func:`fit_domain` on :func:`golden_paths` of ``source``; an unreadable golden image is skipped, counted and logged
-    (all unreadable: ``DatasetError``)."""
-    paths = golden_paths(source)
+def fit_domain_files(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> DomainModel:
+    """One :func:`fit_domain` on the :func:`golden_paths` of every source of ``sources`` (one source, or several fitted
+    together; a golden image two sources name is counted once); an unreadable golden image is skipped, counted and
+    logged (all unreadable: ``DatasetError``). ``FileNotFoundError`` / ``DatasetError`` naming a source without any."""
+    sources = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
+    paths = list(dict.fromkeys(p for source in sources for p in golden_paths(source)))
     skipped: list[str] = []
 
     def readable() -> Iterable[np.ndarray]:

@@ -194,7 +194,8 @@ def checkpoint_meta(
     size, strides, monitored layers, channels, source path and recorded ``data.pixel_scale``, and the operating point
     it was validated at (``"operating_point": {"conf": eval.f1_conf, "iou": eval.nms_iou, "cross_class_iou": ...,
     "cross_class_factor": ..., "exposure": {"min_light": eval.exposure_min_light, ...}}``), which ``predict`` defaults to,
-    and the design domain it carries (``"domain"``: ``DomainModel.to_dict()`` form, ``monitor/domain.py``), when it does."""
+    the design domain it carries (``"domain"``: ``DomainModel.to_dict()`` form, ``monitor/domain.py``), when it does, and
+    the designs ``teach`` taught it (``"taught"``: ``[{"name", "key"}]``, [] when none; ``inspect/design_check.py``)."""
     meta = build_meta(
         loaded.class_names,
         deploy.imgsz,
@@ -218,4 +219,5 @@ def checkpoint_meta(
     }
     if getattr(loaded, "domain", None) is not None:
         meta["domain"] = loaded.domain
+    meta["taught"] = [dict(d) for d in getattr(loaded, "taught", [])]
     return meta

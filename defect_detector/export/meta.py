@@ -43,6 +43,15 @@ class _GoldenCheck(BaseModel):
     applies_to: Any = None
 
 
+class _Taught(BaseModel):
+    """One design ``teach`` taught the weights: its golden image's file name and pixel fingerprint."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Str
+    key: Str
+
+
 _WHAT = {
     "class_names": "a non-empty list of distinct names",
     "strides": "a non-empty list of positive integers",
@@ -55,6 +64,7 @@ _WHAT = {
     "golden_check": 'null or {"min_zncc": t, ...} with t in [-1, 1]',
     "baseline": "null or a drift baseline object",
     "domain": "null or a design-domain object",
+    "taught": 'null or a list of {"name": n, "key": k} with both strings',
 }
 
 
@@ -63,7 +73,8 @@ class MetaFile(BaseModel):
     refused). Those the runtime reads are typed and checked; the rest (``Any``) are carried for people and other
     readers. ``baseline`` is checked by :meth:`Baseline.from_dict <defect_detector.monitor.baseline.Baseline.from_dict>`,
     ``domain`` (absent in artifacts exported before v0.11) by :meth:`DomainModel.from_dict
-    <defect_detector.monitor.domain.DomainModel.from_dict>`."""
+    <defect_detector.monitor.domain.DomainModel.from_dict>`. ``taught`` (absent before v0.11): the designs ``teach``
+    taught the weights, ``[{"name": golden file name, "key": pixel fingerprint}]``."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -80,6 +91,7 @@ class MetaFile(BaseModel):
     golden_check: _GoldenCheck | None = None
     baseline: dict[str, Any] | None = None
     domain: dict[str, Any] | None = None
+    taught: list[_Taught] | None = None
     reference: Any = None
     normalisation: Any = None
     letterbox: Any = None
@@ -127,7 +139,8 @@ def _meta_error(path: str | os.PathLike[str], exc: ValidationError, meta: dict[s
 def parse_meta(path: str | os.PathLike[str], text: str) -> dict[str, Any]:
     """``meta.json`` text of the artifact at ``path`` as a dict, checked by :class:`MetaFile` (each key the runtime
     reads: ``format_version``, ``class_names``, ``imgsz``, ``channels``, ``strides``, ``layers``, ``half``,
-    ``cpu_only``, ``pixel_scale``, ``operating_point``, ``golden_check``, ``baseline`` and ``domain``; no unknown key).
+    ``cpu_only``, ``pixel_scale``, ``operating_point``, ``golden_check``, ``baseline``, ``domain`` and ``taught``; no
+    unknown key).
     ``ValueError`` naming ``path`` and the first bad key."""
     try:
         meta = json.loads(text)

@@ -8,6 +8,10 @@ measured (:func:`~defect_detector.monitor.domain.design_stats`, a few ms); when 
 is logged, naming the feature farthest off and the ``teach`` command. Every frame of that golden image carries the
 text (``Inspection.design_warning``: the frame's JSON record, the station); later frames cost a dictionary lookup. It
 is a warning, never a refusal: the frame is inspected as before. Weights without a domain warn about nothing.
+
+A golden image the weights were taught (``meta.json`` ``taught``: the fingerprints ``teach`` lists) is never warned
+about, whatever the domain says, and its frames are marked taught (``Inspection.design_taught``: the frame's JSON
+record, the station's frames and design runs).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +39,19 @@ CACHED = 4096
 """Golden images whose verdict is kept (least recently used dropped first; one dropped and met again warns again)."""
 
 
+@dataclass(frozen=True)
+class DesignNote:
+    """What the design check says of one frame's golden image: its warning (None: none) and whether the weights were
+    taught it."""
+
+    warning: str | None = None
+    taught: bool = False
+
+
+NO_NOTE = DesignNote()
+"""The note of a frame without a golden image, or of weights with neither a domain nor a taught design."""
+
+
 def design_warning(name: str, golden: str, weights: str | Path, why: str) -> str:
     """The warning text for golden image ``name`` (file ``golden``, or :data:`GIVEN`) unlike the domain of ``weights``;
     ``why``: the feature farthest off, in words (:meth:`DomainModel.explain`)."""
@@ -45,24 +63,27 @@ def design_warning(name: str, golden: str, weights: str | Path, why: str) -> str
 
 
 class DesignCheck:
-    """The design-domain check of one inspector: ``domain`` (None: never warns) read from ``weights``' meta."""
+    """The design-domain check of one inspector: ``domain`` (None: never warns) read from ``weights``' meta, and the
+    pixel fingerprints of the golden images the weights were ``taught`` (never warned about)."""
 
-    def __init__(self, domain: DomainModel | None, weights: str | Path) -> None:
+    def __init__(self, domain: DomainModel | None, weights: str | Path, taught: Sequence[str] = ()) -> None:
         self.domain = domain
         self.weights = weights
+        self.taught = frozenset(taught)
         self._seen: OrderedDict[str, str | None] = OrderedDict()
 
     @classmethod
     def from_meta(cls, meta: dict, weights: str | Path) -> DesignCheck:
         """The check of weights whose ``meta.json`` is ``meta`` (checked already by ``parse_meta`` for an artifact)."""
         raw = meta.get("domain")
-        return cls(DomainModel.from_dict(raw, where=f"{weights}: domain") if raw is not None else None, weights)
+        taught = [d["key"] for d in meta.get("taught") or []]
+        return cls(DomainModel.from_dict(raw, where=f"{weights}: domain") if raw is not None else None, weights, taught)
 
     def check(self, key: str, name: str, golden: str, image: Callable[[], np.ndarray]) -> str | None:
         """The warning of the golden image ``key`` (its pixel fingerprint; ``name`` what to call it, ``golden`` its file),
-        or None when its look is like the domain's. ``image()`` gives its pixels (uint8 ``[H, W]``) and is called only
-        the first time ``key`` is met; the warning is logged then, once."""
-        if self.domain is None:
+        or None when its look is like the domain's, or the weights were taught it. ``image()`` gives its pixels (uint8
+        ``[H, W]``) and is called only the first time ``key`` is met; the warning is logged then, once."""
+        if self.domain is None or key in self.taught:
             return None
         if key in self._seen:
             self._seen.move_to_end(key)
@@ -79,11 +100,11 @@ class DesignCheck:
 
     def take(
         self, frames: Sequence[Frame], given: Sequence[np.ndarray | None] | None, references: References | None
-    ) -> dict[int, str | None]:
-        """``{frame index: warning or None}`` for ``frames`` (each with its golden image ``given``, else the one
-        ``references`` holds; a frame without one, or unreadable, gets None: it is refused elsewhere)."""
-        out: dict[int, str | None] = {}
-        if self.domain is None:
+    ) -> dict[int, DesignNote]:
+        """``{frame index: DesignNote}`` for ``frames`` (each with its golden image ``given``, else the one ``references``
+        holds; a frame without one, or unreadable, is left out: its note is :data:`NO_NOTE`, and it is refused elsewhere)."""
+        out: dict[int, DesignNote] = {}
+        if self.domain is None and not self.taught:
             return out
         for i, frame in enumerate(frames):
             pixels = given[i] if given is not None else None
@@ -92,10 +113,12 @@ class DesignCheck:
             try:
                 if pixels is not None:  # a golden image that is not an image is refused by the registration, not here
                     gray = gray_frame(pixels, f"golden image of {frame.file_name}")
-                    out[frame.index] = self.check(pixel_fingerprint(gray), f"golden image of {frame.file_name}", GIVEN, lambda g=gray: g)
-                    continue
-                key, path = references.key(frame.file_name), references.lookup(frame.file_name)
-                out[frame.index] = self.check(key, path.name, str(path), lambda f=frame.file_name: references.golden(f))
+                    key = pixel_fingerprint(gray)
+                    text = self.check(key, f"golden image of {frame.file_name}", GIVEN, lambda g=gray: g)
+                else:
+                    key, path = references.key(frame.file_name), references.lookup(frame.file_name)
+                    text = self.check(key, path.name, str(path), lambda f=frame.file_name: references.golden(f))
+                out[frame.index] = DesignNote(text, key in self.taught)
             except (ReferenceError, ValueError):
                 continue
         return out

@@ -36,7 +36,7 @@ from tqdm import tqdm
 from defect_detector.core.devices import AdaptiveThreads, default_threads
 from defect_detector.core.types import Detections
 from defect_detector.data.images import ConversionNotice
-from defect_detector.inspect.design_check import DesignCheck
+from defect_detector.inspect.design_check import NO_NOTE, DesignCheck
 from defect_detector.inspect.drift_inputs import DriftInputs
 from defect_detector.inspect.outputs import Outputs
 from defect_detector.inspect.pipeline import Pipeline, gray_frame
@@ -67,7 +67,7 @@ class Inspection:
     point), ``pass`` (none), ``pass_suspect`` (none, but a critical drift alert is raised: the camera may not have
     seen the board; the ``reason`` says so), or ``not_inspected`` with the ``reason``: never count such a board as clean.
     ``design_warning``: the frame's golden image looks unlike the model's training images (``inspect/design_check.py``;
-    a warning, never a refusal), else None.
+    a warning, never a refusal), else None; ``design_taught``: the weights were taught its golden image (``teach``).
     """
 
     frame: Frame
@@ -76,6 +76,7 @@ class Inspection:
     drift: str = "off"
     score: float | None = None
     design_warning: str | None = None
+    design_taught: bool = False
 
     @property
     def error(self) -> str | None:
@@ -223,7 +224,7 @@ class Inspector:
         self._check_open()
         if self.autothreads is not None:
             self.autothreads.tick()
-        designs = self.design_check.take(frames, references, self.references)  # one warning per golden image
+        designs = self.design_check.take(frames, references, self.references)  # per golden image: one warning, or taught
         frames, good, golden, covered = self._register(list(frames), references)
         results = self.pipeline.detect([f.image for f in good], golden) if good else []
         results = [mask_uncovered(r, c) for r, c in zip(results, covered)]  # no call where the golden image has no data
@@ -234,7 +235,8 @@ class Inspector:
         out = []
         for frame in frames:
             result = by_index.get(frame.index)
-            inspection = Inspection(frame, result, design_warning=designs.get(frame.index))
+            note = designs.get(frame.index, NO_NOTE)
+            inspection = Inspection(frame, result, design_warning=note.warning, design_taught=note.taught)
             if self.router is not None and result is not None:
                 timings = {"decode": frame.decode_ms / 1000.0, **{k: v / 1000.0 for k, v in result.timings.items()}}
                 levels, gold = drift[frame.index]

@@ -3,11 +3,12 @@ source: a folder run killed with -9 leaves its frames too), ``--report`` (a CSV 
 ``--save-dir`` (annotated images, or one annotated ``.mp4``).
 
 Every frame of the source has its record, whatever happened to it: ``{"file_name", "frame", "verdict", "reason",
-"drift", "design_warning", "calls": [{"category_name", "bbox": [x, y, w, h], "score"}], "dropped"}`` with ``verdict`` ``pass``,
-``pass_suspect`` (no call, under a critical drift alert), ``fail`` or ``not_inspected`` (``reason`` says why), ``bbox``
-in the frame's original pixels and ``dropped`` the calls the ``max_det`` cap cut. So "clean", "not inspected" and "not
-processed" can never look alike. ``design_warning``: the frame's golden image looks unlike the model's training images
-(``inspect/design_check.py``: a warning, the frame is inspected as before), else null.
+"drift", "design_warning", "design_taught", "calls": [{"category_name", "bbox": [x, y, w, h], "score"}], "dropped"}``
+with ``verdict`` ``pass``, ``pass_suspect`` (no call, under a critical drift alert), ``fail`` or ``not_inspected``
+(``reason`` says why), ``bbox`` in the frame's original pixels and ``dropped`` the calls the ``max_det`` cap cut. So
+"clean", "not inspected" and "not processed" can never look alike. ``design_warning``: the frame's golden image looks
+unlike the model's training images (``inspect/design_check.py``: a warning, the frame is inspected as before), else
+null; ``design_taught``: whether the weights were taught the frame's golden image (``teach``; never warned about).
 ``json_layout="detections"`` writes v0.8's flat list of calls instead (for scripts that read it). A frame that was
 not inspected is stamped NOT INSPECTED with its reason in ``--save-dir``.
 
@@ -71,6 +72,7 @@ def frame_record(inspection: Any) -> dict[str, Any]:
         "reason": inspection.reason,
         "drift": inspection.drift,
         "design_warning": getattr(inspection, "design_warning", None),
+        "design_taught": bool(getattr(inspection, "design_taught", False)),
         "calls": call_records(result),
         "dropped": result.dropped if result is not None else 0,
     }

@@ -7,7 +7,7 @@ import pickle
 import re
 import zipfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,9 @@ class LoadedModel:
     """The drift baseline the checkpoint carries (``Baseline.to_dict()`` form, see monitor/baseline.py), or None."""
     domain: dict[str, Any] | None = None
     """The design domain the checkpoint carries (``DomainModel.to_dict()`` form, see monitor/domain.py), or None."""
+    taught: list[dict[str, str]] = field(default_factory=list)
+    """The designs ``teach`` taught these weights: ``[{"name": golden file name, "key": pixel fingerprint of the gray
+    golden image (data/images.py pixel_fingerprint)}]``, [] when none."""
 
 
 RETIRED_CONFIG_KEYS = {"monitor": ("min_layers",), "eval": ("tta",)}
@@ -76,6 +79,18 @@ def _refusal(path: Path, message: str) -> str:
             "every checkpoint of this package holds; unpickling it could run code, so use a checkpoint written by train or strip"
         )
     return f"{path}: not a readable checkpoint (corrupt, or no torch file: {_first_line(reason, 120)})"
+
+
+def _taught_entry(path: Path, raw: Any) -> list[dict[str, str]]:
+    """The checked ``taught`` entry of the checkpoint at ``path`` (None: []), each item only its ``name`` and ``key``;
+    a one-line ``ValueError`` naming ``path`` and ``taught`` when it is not a list of ``{"name": str, "key": str}``."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or not all(isinstance(d, dict) and all(isinstance(d.get(k), str) for k in ("name", "key")) for d in raw):
+        shown = repr(raw)
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        raise ValueError(f"{path}: 'taught' entry must be a list of {{'name': str, 'key': str}} (what teach writes), got {shown}")
+    return [{"name": d["name"], "key": d["key"]} for d in raw]
 
 
 def _read_checkpoint(path: Path, device: torch.device | str) -> dict[str, Any]:
@@ -123,7 +138,8 @@ def load_checkpoint(path: str | Path | None = None, device: torch.device | str =
     domain = ckpt.get("domain")
     if domain is not None and not isinstance(domain, dict):
         raise ValueError(f"{path}: 'domain' entry must be a design-domain object, got {type(domain).__name__}")
-    return LoadedModel(model.to(device).eval(), cfg, class_names, dict(ckpt.get("metrics", {})), path, baseline, domain)
+    taught = _taught_entry(path, ckpt.get("taught"))
+    return LoadedModel(model.to(device).eval(), cfg, class_names, dict(ckpt.get("metrics", {})), path, baseline, domain, taught)
 
 
 def strip_checkpoint(
@@ -132,7 +148,8 @@ def strip_checkpoint(
     """Inference-only checkpoint: EMA weights as ``model``, config (retired keys dropped, ``key=value`` ``overrides``
     applied, validated, e.g. ``eval.f1_conf=0.5``), class names, metrics (no optimizer state), the drift baseline
     (``baseline`` when given: a ``Baseline.to_dict()``, the caller validates it; else the one ``ckpt`` carries) and the
-    design domain (``domain`` when given: a ``DomainModel.to_dict()``; else the one ``ckpt`` carries)."""
+    design domain (``domain`` when given: a ``DomainModel.to_dict()``; else the one ``ckpt`` carries) and the designs
+    ``teach`` taught (``taught``, as ``ckpt`` carries it; checked when the result is loaded)."""
     current = _without_retired_keys(ckpt["config"])  # an old checkpoint's retired keys would fail validation
     config = config_from_dict(apply_overrides(current, list(overrides))).to_dict()
     out = {
@@ -148,6 +165,8 @@ def strip_checkpoint(
     domain = domain if domain is not None else ckpt.get("domain")
     if domain is not None:
         out["domain"] = domain
+    if ckpt.get("taught") is not None:
+        out["taught"] = ckpt["taught"]
     return out
 
 
@@ -159,7 +178,8 @@ def average_checkpoints(paths: Sequence[str | Path], overrides: Sequence[str] = 
     checkpoint. Averaging suits fine-tunes of one parent, which share a loss basin; independently trained
     models do not average into a working one. Returns an inference-only checkpoint like
     :func:`strip_checkpoint`'s: the averaged ``model``, the first checkpoint's config with ``overrides``
-    (``key=value``, validated) applied, its class names, and ``metrics = {"averaged_from": [paths]}``.
+    (``key=value``, validated) applied, its class names, and ``metrics = {"averaged_from": [paths]}``; no drift
+    baseline, design domain or ``taught`` list (the average is another model: calibrate it, fit its domain, teach it).
     Raises ``ValueError`` naming the checkpoint whose class names or architecture differ from the first's.
     """
     if len(paths) < 2:

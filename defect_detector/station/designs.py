@@ -38,6 +38,7 @@ _UPDATE = (
         not_inspected=bindparam("refused"),
         ended=bindparam("end"),
         design_warning=bindparam("warning"),
+        design_taught=bindparam("taught"),
     )
 )
 
@@ -55,12 +56,14 @@ class _Run:
     frames: int = 0
     not_inspected: int = 0
     warning: str | None = None
+    taught: bool | None = None
 
 
 @dataclass(frozen=True)
 class FrameDesign:
     """What a run needs of one recorded frame: its inspection id, source, frame index, time (naive UTC), design name
-    (None: none of its own), whether it was inspected, and its design warning (``inspect/design_check.py``; None: none)."""
+    (None: none of its own), whether it was inspected, its design warning (``inspect/design_check.py``; None: none) and
+    whether the weights were taught its design (None: not known, a record of an older inspector)."""
 
     inspection_id: int
     source: str
@@ -69,6 +72,7 @@ class FrameDesign:
     design: str | None
     inspected: bool
     warning: str | None = None
+    taught: bool | None = None
 
 
 def design_of(reference: str | None, events: Iterable[dict[str, Any]]) -> str | None:
@@ -104,13 +108,14 @@ class DesignRuns:
             run.frames += 1
             run.not_inspected += not f.inspected
             run.warning = run.warning or f.warning
+            run.taught = run.taught if f.taught is None else bool(run.taught) or f.taught
             touched[id(run)] = run
         new = [r for r in touched.values() if r.id is None]
         if new:
             rows = [
                 {"source": r.source, "design": r.design, "first_frame": r.first_frame, "last_frame": r.last_frame, "frames": r.frames}
                 | {"not_inspected": r.not_inspected, "inspection_id": r.inspection_id, "started": r.started, "ended": r.ended}
-                | {"design_warning": r.warning}
+                | {"design_warning": r.warning, "design_taught": r.taught}
                 for r in new
             ]
             for run, run_id in zip(new, conn.execute(_INSERT, rows).scalars().all()):
@@ -119,7 +124,8 @@ class DesignRuns:
         changed = [r for r in touched.values() if id(r) not in fresh]
         if changed:
             rows = [
-                {"run_id": r.id, "last": r.last_frame, "n": r.frames, "refused": r.not_inspected, "end": r.ended, "warning": r.warning}
+                {"run_id": r.id, "last": r.last_frame, "n": r.frames, "refused": r.not_inspected, "end": r.ended}
+                | {"warning": r.warning, "taught": r.taught}
                 for r in changed
             ]
             conn.execute(_UPDATE, rows)
@@ -135,10 +141,12 @@ class DesignRuns:
 
 def run_line(row: Row[Any]) -> str:
     """One run in words: ``design golden_a.png: frames 0-19 (20 boards)`` (``, 2 not inspected`` when some were; then
-    ``; warning: this design looks unlike ...`` when its golden image is unlike the model's training images)."""
+    ``; warning: this design looks unlike ...`` when its golden image is unlike the model's training images);
+    ``taught design golden_a.png: ...`` when the weights were taught it (``teach``)."""
     frames = f"frame {row.first_frame}" if row.first_frame == row.last_frame else f"frames {row.first_frame}-{row.last_frame}"
     refused = f", {row.not_inspected} not inspected" if row.not_inspected else ""
-    line = f"design {row.design}: {frames} ({row.frames} board{'s' if row.frames != 1 else ''}{refused})"
+    taught = "taught " if getattr(row, "design_taught", None) else ""
+    line = f"{taught}design {row.design}: {frames} ({row.frames} board{'s' if row.frames != 1 else ''}{refused})"
     warning = getattr(row, "design_warning", None)
     return f"{line}; warning: {warning.split(': ', 1)[-1]}" if warning else line
 
@@ -158,6 +166,7 @@ def run_dict(row: Row[Any]) -> dict[str, Any]:
         "started": iso(row.started),
         "ended": iso(row.ended),
         "design_warning": getattr(row, "design_warning", None),
+        "design_taught": getattr(row, "design_taught", None),
         "line": run_line(row),
     }
 

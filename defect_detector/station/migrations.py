@@ -6,8 +6,9 @@
   the frames already recorded (one pass over the inspections, streamed).
 - 2 -> 3: two reviewers (issue 36). Adds ``calls.version`` (1 for a call that already has a verdict, else 0) and the
   lease columns ``calls.lease_reviewer`` / ``calls.lease_until``.
-- 3 -> 4: designs unlike the model's training images (issue 34). Adds ``inspections.design_warning`` and
-  ``design_runs.design_warning`` (null for the frames recorded before: they were not checked).
+- 3 -> 4: designs unlike the model's training images, and taught ones (issue 34). Adds ``inspections.design_warning``,
+  ``design_runs.design_warning``, ``inspections.design_taught`` and ``design_runs.design_taught`` (null for the frames
+  recorded before: they were not checked).
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ def _to_3(conn: Connection) -> None:
 def _to_4(conn: Connection) -> None:
     _add_column(conn, "inspections", "design_warning", "TEXT")
     _add_column(conn, "design_runs", "design_warning", "TEXT")
+    _add_column(conn, "inspections", "design_taught", "BOOLEAN")
+    _add_column(conn, "design_runs", "design_taught", "BOOLEAN")
 
 
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _to_2, 2: _to_3, 3: _to_4}

@@ -71,6 +71,7 @@ def inspection_dict(row: Row[Any], call_rows: list[Row[Any]]) -> dict[str, Any]:
         "image": row.image is not None,
         "golden": row.reference_image is not None,
         "design_warning": row.design_warning,
+        "design_taught": row.design_taught,
         "calls": [call_dict(c) for c in call_rows],
     }
 

@@ -293,6 +293,7 @@ class Recorder:
                 "reference_image": None,
                 "queued": queued,
                 "design_warning": record.design_warning,
+                "design_taught": record.design_taught,
             }
             review = [queued and (raised or c.score >= self.conf) for c in record.calls]
             out.append(_Prepared(record, row, review=review))
@@ -378,7 +379,8 @@ def _frame_design(item: _Prepared) -> FrameDesign:
     assert item.id is not None
     inspected = record.verdict != "not_inspected"
     design = design_of(record.reference, record.events)
-    return FrameDesign(item.id, record.source, record.frame, item.row["time"], design, inspected, record.design_warning)
+    noted = (record.design_warning, record.design_taught)
+    return FrameDesign(item.id, record.source, record.frame, item.row["time"], design, inspected, *noted)
 
 
 def _event_row(event: dict[str, Any], inspection_id: int | None, record: FrameRecord) -> dict[str, Any]:

@@ -56,7 +56,8 @@ class FrameRecord:
     frame raised, as ``DriftEvent.to_dict()`` gives them; ``calls``: the model's calls; ``image``: the gray frame,
     uint8 ``[H, W]`` (None when it could not be read); ``reference_image``: its golden image registered into the
     frame's pixels, uint8 ``[H, W]`` (None without one); ``design_warning``: its golden image looks unlike the model's
-    training images (``inspect/design_check.py``; the frame was inspected as usual), else None. The recorder keeps
+    training images (``inspect/design_check.py``; the frame was inspected as usual), else None; ``design_taught``:
+    whether the weights were taught its golden image (``teach``; None: not known, an older inspector). The recorder keeps
     references to the arrays until they are written: do not modify them afterwards.
     """
 
@@ -76,6 +77,7 @@ class FrameRecord:
     image: np.ndarray | None = field(default=None, repr=False, compare=False)
     reference_image: np.ndarray | None = field(default=None, repr=False, compare=False)
     design_warning: str | None = None
+    design_taught: bool | None = None
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -128,8 +130,8 @@ def record_from_inspection(
 ) -> FrameRecord:
     """The :class:`FrameRecord` of an inspector's ``Inspection`` (read by attribute: ``frame`` with ``index``,
     ``source_name``, ``file_name``, ``image``, ``error``, ``error_kind``; ``detections``; ``drift``; ``score``; ``events``; and, where it
-    has them, ``verdict`` / ``reason`` / ``design_warning``). Without a ``verdict`` attribute: ``not_inspected`` when there are no
-    detections, ``fail`` when a call scores at least ``conf``, else ``pass``."""
+    has them, ``verdict`` / ``reason`` / ``design_warning`` / ``design_taught``). Without a ``verdict`` attribute:
+    ``not_inspected`` when there are no detections, ``fail`` when a call scores at least ``conf``, else ``pass``."""
     frame, detections = inspection.frame, inspection.detections
     calls = calls_from_detections(detections)
     verdict = getattr(inspection, "verdict", None)
@@ -157,4 +159,5 @@ def record_from_inspection(
         image=image,
         reference_image=reference_image if reference_image is not None and reference_image.shape == getattr(image, "shape", None) else None,
         design_warning=getattr(inspection, "design_warning", None),
+        design_taught=getattr(inspection, "design_taught", None),
     )

@@ -17,7 +17,8 @@ the others (``refusal_tallies`` per ``reason_kind``). ``design_runs`` folds the 
 one golden image in a row into one line (what a run of ``changeover`` events would be otherwise). A call's ``version``
 counts its verdicts (a verdict on a call that has one must name it), and ``lease_reviewer`` / ``lease_until`` hold it
 for the reviewer ``/api/review/next`` handed it to (schema 3). ``design_warning`` (inspections and design runs, schema 4):
-the frame's golden image looks unlike the model's training images (``inspect/design_check.py``), else null.
+the frame's golden image looks unlike the model's training images (``inspect/design_check.py``), else null;
+``design_taught`` (the same, schema 4): whether the weights were taught it (``teach``), null for rows recorded before.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ inspections = Table(
     Column("reference_image", String(255)),  # stored registered golden image, same frame and folder
     Column("queued", Boolean, nullable=False),
     Column("design_warning", Text),  # its golden image looks unlike the model's training images (schema 4)
+    Column("design_taught", Boolean),  # the weights were taught its golden image (schema 4; null: recorded before)
     Index("ix_inspections_time", "time"),
     Index("ix_inspections_verdict", "verdict", "id"),
 )
@@ -176,6 +178,7 @@ design_runs = Table(
     Column("started", DateTime, nullable=False),
     Column("ended", DateTime, nullable=False),
     Column("design_warning", Text),  # the design looks unlike the model's training images (schema 4)
+    Column("design_taught", Boolean),  # the weights were taught the design (schema 4; null: recorded before)
     Index("ix_design_runs_ended", "ended"),
 )
 

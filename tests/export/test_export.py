@@ -358,3 +358,32 @@ def test_the_design_domain_travels_in_the_artifact(reference_checkpoint: Path, t
     assert runtime.meta["domain"] == domain and DesignCheck.from_meta(runtime.meta, out).domain is not None
     plain = export_torchscript(load_checkpoint(reference_checkpoint), tmp_path / "ref.torchscript.pt", optimize=False)["meta"]
     assert "domain" not in plain and DesignCheck.from_meta(plain, "ref.torchscript.pt").domain is None
+
+
+def test_the_taught_designs_travel_in_the_artifact_under_its_digest(reference_checkpoint: Path, tmp_path: Path) -> None:
+    """The designs ``teach`` taught a checkpoint (issue 34) are in its TorchScript artifact's meta.json, the runtime and
+    the inspector's design check read them, and the digest covers them (an edited list is refused)."""
+    import zipfile
+
+    from defect_detector.core.io import atomic_torch_save
+    from defect_detector.inspect.design_check import DesignCheck
+    from defect_detector.model.checkpoint import strip_checkpoint
+
+    taught = [{"name": "photo.png", "key": "image:0123456789abcdef"}]
+    with_taught = tmp_path / "ref_taught.pt"
+    atomic_torch_save(strip_checkpoint(torch.load(reference_checkpoint, weights_only=True) | {"taught": taught}), with_taught)
+    out = tmp_path / "ref_taught.torchscript.pt"
+    assert export_torchscript(load_checkpoint(with_taught), out, optimize=False)["meta"]["taught"] == taught
+    runtime = Runtime.load(out, device="cpu")
+    assert runtime.meta["taught"] == taught and DesignCheck.from_meta(runtime.meta, out).taught == {"image:0123456789abcdef"}
+    forged = tmp_path / "forged.pt"
+    with zipfile.ZipFile(out) as src, zipfile.ZipFile(forged, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item)
+            if item.filename.endswith("/extra/meta.json"):
+                data = json.dumps({**json.loads(data), "taught": [*taught, {"name": "other.png", "key": "image:1"}]}).encode()
+            dst.writestr(item, data)
+    with pytest.raises(ValueError, match="forged.pt: meta.json does not match the model it is packed with"):
+        Runtime.load(forged, device="cpu")
+    plain = export_torchscript(load_checkpoint(reference_checkpoint), tmp_path / "ref.torchscript.pt", optimize=False)["meta"]
+    assert plain["taught"] == [] and DesignCheck.from_meta(plain, "ref.torchscript.pt").taught == frozenset()

@@ -61,3 +61,15 @@ def test_the_design_domain_is_checked_and_optional() -> None:
         parse_meta("m.pt", json.dumps(_meta(domain=3)))
     with pytest.raises(ValueError, match=r"^m\.pt: meta\.json domain: threshold: "):
         parse_meta("m.pt", json.dumps(_meta(domain={**_domain(), "threshold": 0})))
+
+
+def test_the_taught_designs_are_checked_and_optional() -> None:
+    taught = [{"name": "photo.png", "key": "image:0123456789abcdef"}]
+    assert "taught" not in _meta() and parse_meta("m.pt", json.dumps(_meta()))  # artifacts before v0.11: none taught
+    assert parse_meta("m.pt", json.dumps(_meta(taught=taught)))["taught"] == taught
+    assert parse_meta("m.pt", json.dumps(_meta(taught=[])))["taught"] == []
+    what = r'taught must be null or a list of \{"name": n, "key": k\} with both strings, got '
+    for bad in ("photo.png", [{"name": "photo.png"}], [{"name": "photo.png", "key": 3}], [{**taught[0], "score": 1}]):
+        with pytest.raises(ValueError, match=rf"^m\.pt: meta\.json {what}") as caught:
+            parse_meta("m.pt", json.dumps(_meta(taught=bad)))
+        assert "\n" not in str(caught.value)

@@ -14,10 +14,11 @@ import pytest
 import torch
 
 from defect_detector.core.io import atomic_torch_save
-from defect_detector.data.images import load_image_gray
+from defect_detector.data.images import load_image_gray, pixel_fingerprint
 from defect_detector.engine.domain import fit_domain
 from defect_detector.inspect.inspector import Inspector
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, strip_checkpoint
+from defect_detector.monitor.domain import design_stats
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -95,3 +96,37 @@ def test_a_warning_is_never_a_refusal_and_every_record_carries_it(tmp_path: Path
     without = [{k: v for k, v in r.items() if k != "design_warning"} for r in records]
     assert without == [{k: v for k, v in r.items() if k != "design_warning"} for r in plain]  # inspected as before
     assert all(r["verdict"] == "fail" for r in records)
+
+
+def test_a_taught_golden_image_is_never_warned_about_and_its_frames_say_so(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Weights whose ``taught`` list (what ``teach`` writes) holds a golden image's pixel fingerprint: its frames are
+    marked taught and carry no warning, even where the domain calls the image unlike; another golden image's frames are
+    not taught (and warned about, the domain calling it unlike). Without a domain, the taught mark stays."""
+    boards = sorted((SAMPLES / "deeppcb").glob("*.jpg"))[:2]
+    source = tmp_path / "frames"
+    source.mkdir()
+    for board in boards:
+        (source / board.name).write_bytes(board.read_bytes())
+    taught_golden = SAMPLES / "golden" / boards[0].name
+    taught = [{"name": taught_golden.name, "key": pixel_fingerprint(load_image_gray(taught_golden))}]
+    photos = fit_domain(_photograph(load_image_gray(p), i) for i, p in enumerate(sorted((SAMPLES / "calib").glob("*_temp.jpg"))))
+    assert photos.is_unlike(design_stats(load_image_gray(taught_golden)))  # untaught, it would be warned about
+    for domain in (photos.to_dict(), None):
+        ckpt = torch.load(_weights(tmp_path, domain), map_location="cpu", weights_only=True)
+        weights = tmp_path / f"taught_{domain is not None}.pt"
+        torch.save(ckpt | {"taught": taught}, weights)
+        caplog.clear()
+        caplog.set_level(logging.WARNING, logger="defect_detector.inspect")
+        with Inspector.load(weights, reference=SAMPLES / "golden", device="cpu", threads=1) as inspector:
+            inspector.run(str(source), save_json=str(tmp_path / "records.json"))
+            given = inspector.inspect(load_image_gray(boards[0]), name="given.jpg", reference=load_image_gray(taught_golden))
+        records = {r["file_name"]: r for r in json.loads((tmp_path / "records.json").read_text())}
+        assert records[boards[0].name]["design_taught"] is True and records[boards[0].name]["design_warning"] is None
+        assert given.design_taught is True and given.design_warning is None
+        assert records[boards[1].name]["design_taught"] is False
+        warned = _warnings(caplog)
+        if domain is not None:
+            assert records[boards[1].name]["design_warning"].startswith(f"{boards[1].name}: this design looks unlike")
+            assert len(warned) == 1 and boards[0].name not in warned[0]
+        else:
+            assert records[boards[1].name]["design_warning"] is None and warned == []

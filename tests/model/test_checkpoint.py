@@ -1,3 +1,4 @@
+import json
 from pathlib import Path
 
 import pytest
@@ -193,3 +194,65 @@ def test_a_pickled_object_is_refused_in_one_line_that_does_not_suggest_unsafe_lo
     path.write_bytes(b"\x80\x02garbage that is no pickle")
     with pytest.raises(ValueError, match="not a readable checkpoint"):
         load_checkpoint(path)
+
+
+TAUGHT = [{"name": "photo.png", "key": "image:0123456789abcdef"}, {"name": "other.png", "key": "image:fedcba9876543210"}]
+
+
+def test_strip_keeps_what_teach_taught_and_every_meta_carries_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A checkpoint's ``taught`` list (the designs ``teach`` taught it, issue 34) survives ``strip`` and goes into the
+    meta of every artifact; weights without one have [] in both."""
+    from defect_detector.export.deploy_model import DeployModel, checkpoint_meta
+    from defect_detector.export.meta import parse_meta
+
+    source = _small_checkpoint(tmp_path / "a.pt", 1)
+    plain = load_checkpoint(source)
+    assert plain.taught == [] and checkpoint_meta(plain, DeployModel(plain.model, 64))["taught"] == []
+    ckpt = torch.load(source, weights_only=True)
+    torch.save(ckpt | {"taught": TAUGHT}, tmp_path / "taught.pt")
+    assert main(["strip", str(tmp_path / "taught.pt"), "--out", str(tmp_path / "stripped.pt")]) == 0
+    assert "taught designs: 2 kept from the input (photo.png, other.png)" in capsys.readouterr().out
+    stripped = load_checkpoint(tmp_path / "stripped.pt")
+    assert stripped.taught == TAUGHT and torch.load(tmp_path / "stripped.pt", weights_only=True)["taught"] == TAUGHT
+    meta = checkpoint_meta(stripped, DeployModel(stripped.model, 64))
+    assert meta["taught"] == TAUGHT and parse_meta("w.pt", json.dumps(meta))["taught"] == TAUGHT
+    assert "taught" not in average_checkpoints([tmp_path / "stripped.pt", source])  # a soup is another model: none
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "photo.png",
+        {"name": "photo.png", "key": "image:0"},
+        [{"name": "photo.png"}],
+        [{"name": "photo.png", "key": 3}],
+        [["photo.png", "image:0"]],
+        [TAUGHT[0], None],
+    ],
+)
+def test_a_bad_taught_entry_is_one_line(tmp_path: Path, bad: object) -> None:
+    path = tmp_path / "bad.pt"
+    torch.save(torch.load(_small_checkpoint(tmp_path / "a.pt", 1), weights_only=True) | {"taught": bad}, path)
+    with pytest.raises(ValueError) as caught:
+        load_checkpoint(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: 'taught' entry must be a list of {{'name': str, 'key': str}}") and "\n" not in message
+    assert len(message) < 300
+
+
+def test_strip_fits_one_design_domain_on_several_sources(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``strip --domain A --domain B`` fits one design domain on the golden images of both (a golden image both name
+    counts once), not only on the last one."""
+    samples = Path(__file__).resolve().parents[2] / "data" / "samples"
+    source = _small_checkpoint(tmp_path / "a.pt", 1)
+    calib, golden = samples / "calib" / "calib.json", samples / "golden"
+    both = tmp_path / "both.pt"
+    args = ["strip", str(source), "--domain", str(calib), "--domain", str(golden), "--domain", str(golden / "50600000_test.jpg")]
+    assert main([*args, "--out", str(both)]) == 0
+    assert f"design domain: fitted on 23 golden images of {calib}, {golden}, {golden / '50600000_test.jpg'}" in capsys.readouterr().out
+    assert load_checkpoint(both).domain["fitted_on"] == 15 + 8
+    for one, count in ((calib, 15), (golden, 8)):
+        assert main(["strip", str(source), "--domain", str(one), "--out", str(tmp_path / "one.pt")]) == 0
+        assert load_checkpoint(tmp_path / "one.pt").domain["fitted_on"] == count
+    assert main(["strip", str(source), "--domain", str(calib), "--domain", str(tmp_path / "none"), "--out", str(tmp_path / "bad.pt")]) == 2
+    assert "golden images not found" in capsys.readouterr().err and not (tmp_path / "bad.pt").exists()

@@ -1,5 +1,6 @@
-"""The station shows a design unlike the model's training images (issue 34 item 4): the frame's record and its design
-run carry the warning (schema 4), and a schema-3 database is migrated to hold it."""
+"""The station shows a design unlike the model's training images (issue 34 item 4), and a design the weights were
+taught (item 3): the frame's record and its design run carry the warning and the taught mark (schema 4), and a
+schema-3 database is migrated to hold them."""
 
 from __future__ import annotations
 
@@ -29,13 +30,16 @@ WARNING = (
 
 
 def _record(station_db: StationDB) -> None:
-    """Frames 0-3 against golden.png (like the training images), 4-7 against photo.png (unlike: warned)."""
+    """Frames 0-3 against golden.png (like the training images), 4-7 against photo.png (unlike: warned), 8-11 against
+    taught.png (taught: never warned)."""
     start = datetime.now(timezone.utc) - timedelta(minutes=5)
     with Recorder(station_db.url, conf=0.5, classes=DEEPPCB_CLASSES, images=station_db.images) as recorder:
-        for i in range(8):
-            record = board_record(i, time=start + timedelta(seconds=i))
-            if i >= 4:
+        for i in range(12):
+            record = dataclasses.replace(board_record(i, time=start + timedelta(seconds=i)), design_taught=False)
+            if 4 <= i < 8:
                 record = dataclasses.replace(record, reference="photo.png", design_warning=WARNING)
+            if i >= 8:
+                record = dataclasses.replace(record, reference="taught.png", design_taught=True)
             assert recorder.record(record)
 
 
@@ -46,24 +50,31 @@ def client(station_db: StationDB) -> Iterator[TestClient]:
         yield c
 
 
-def test_frames_and_design_runs_carry_the_warning(client: TestClient) -> None:
+def test_frames_and_design_runs_carry_the_warning_and_the_taught_mark(client: TestClient) -> None:
     items = client.get("/api/inspections", params={"limit": 100}).json()["items"]
-    assert {i["frame"]: i["design_warning"] for i in items} == {i: WARNING if i >= 4 else None for i in range(8)}
-    lines = [d["line"] for d in client.get("/api/live").json()["designs"]]
-    assert lines == [
+    assert {i["frame"]: i["design_warning"] for i in items} == {i: WARNING if 4 <= i < 8 else None for i in range(12)}
+    assert {i["frame"]: i["design_taught"] for i in items} == {i: i >= 8 for i in range(12)}
+    designs = client.get("/api/live").json()["designs"]
+    assert [d["line"] for d in designs] == [
+        "taught design taught.png: frames 8-11 (4 boards)",
         "design photo.png: frames 4-7 (4 boards); warning: " + WARNING.split(": ", 1)[1],
         "design golden.png: frames 0-3 (4 boards)",
     ]
+    assert [d["design_taught"] for d in designs] == [True, False, False]
     html = client.get("/report", params={"since": (datetime.now(timezone.utc) - timedelta(hours=1)).isoformat()}).text
     assert "this design looks unlike the model&#39;s training images" in html and "--out photo_taught.pt" in html
+    assert "taught design taught.png: frames 8-11 (4 boards)" in html
 
 
-def test_an_inspection_hands_its_warning_to_the_record() -> None:
+def test_an_inspection_hands_its_warning_and_taught_mark_to_the_record() -> None:
     frame = types.SimpleNamespace(index=0, source_name="cam0", file_name="b.png", image=np.zeros((20, 30), np.uint8), error=None)
     inspection = types.SimpleNamespace(frame=frame, detections=None, drift="off", score=None, events=[], design_warning=WARNING)
-    assert record_from_inspection(inspection, "m.pt", 0.5).design_warning == WARNING
-    del inspection.design_warning  # an inspection of an older inspector: none
-    assert record_from_inspection(inspection, "m.pt", 0.5).design_warning is None
+    inspection.design_taught = True
+    record = record_from_inspection(inspection, "m.pt", 0.5)
+    assert record.design_warning == WARNING and record.design_taught is True
+    del inspection.design_warning, inspection.design_taught  # an inspection of an older inspector: none, not known
+    record = record_from_inspection(inspection, "m.pt", 0.5)
+    assert record.design_warning is None and record.design_taught is None
 
 
 def test_a_schema_3_database_is_migrated(station_db: StationDB) -> None:
@@ -71,12 +82,19 @@ def test_a_schema_3_database_is_migrated(station_db: StationDB) -> None:
     with Store(station_db.url, station_db.images) as store, store.engine.begin() as conn:  # back to what schema 3 had
         conn.execute(text("ALTER TABLE inspections DROP COLUMN design_warning"))
         conn.execute(text("ALTER TABLE design_runs DROP COLUMN design_warning"))
+        conn.execute(text("ALTER TABLE inspections DROP COLUMN design_taught"))
+        conn.execute(text("ALTER TABLE design_runs DROP COLUMN design_taught"))
         conn.execute(text("UPDATE station_meta SET value = '3' WHERE key = 'schema_version'"))
     with Store(station_db.url, station_db.images) as store:
         with store.engine.connect() as conn:
             assert conn.execute(text("SELECT value FROM station_meta WHERE key = 'schema_version'")).scalar() == str(SCHEMA_VERSION) == "4"
         with TestClient(create_app(store), base_url="http://localhost") as client:
             items = client.get("/api/inspections", params={"limit": 100}).json()["items"]
-            lines = [d["line"] for d in client.get("/api/live").json()["designs"]]
-    assert len(items) == 8 and all(i["design_warning"] is None for i in items)  # recorded before: not checked
-    assert lines == ["design photo.png: frames 4-7 (4 boards)", "design golden.png: frames 0-3 (4 boards)"]
+            designs = client.get("/api/live").json()["designs"]
+    assert len(items) == 12 and all(i["design_warning"] is None and i["design_taught"] is None for i in items)  # not checked
+    assert [d["line"] for d in designs] == [
+        "design taught.png: frames 8-11 (4 boards)",
+        "design photo.png: frames 4-7 (4 boards)",
+        "design golden.png: frames 0-3 (4 boards)",
+    ]
+    assert all(d["design_taught"] is None for d in designs)

@@ -92,7 +92,8 @@
     $("call-score").textContent = call.score.toFixed(3);
     $("call-box").textContent = call.box.map((v) => v.toFixed(1)).join(", ");
     const warning = inspection.design_warning ? ` · warning: ${inspection.design_warning}` : "";
-    $("call-frame").textContent = `${inspection.source} · frame ${inspection.frame} · ${inspection.name}${warning}`;
+    const taught = inspection.design_taught ? " · taught design" : "";
+    $("call-frame").textContent = `${inspection.source} · frame ${inspection.frame} · ${inspection.name}${taught}${warning}`;
     $("call-time").textContent = fmtTime(inspection.time);
     $("call-drift").textContent = inspection.score === null ? inspection.drift : `${inspection.drift} (${inspection.score})`;
     const width = inspection.width || (state.frame ? state.frame.naturalWidth : 1);
