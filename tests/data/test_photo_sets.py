@@ -22,7 +22,8 @@ def _deeppcb_like(root: Path, n: int = 3) -> Path:
         images.append({"id": i + 1, "file_name": f"b{i}.png", "reference": f"g{i}.png", "width": 256, "height": 256})
         for box, label in zip(boxes.tolist(), labels.tolist()):
             bbox = [box[0], box[1], box[2] - box[0], box[3] - box[1]]
-            annotations.append({"id": len(annotations) + 1, "image_id": i + 1, "category_id": label + 1, "bbox": bbox, "area": 1, "iscrowd": 0})
+            entry = {"id": len(annotations) + 1, "image_id": i + 1, "category_id": label + 1, "bbox": bbox}
+            annotations.append(entry | {"area": 1, "iscrowd": 0})
     categories = [{"id": k + 1, "name": name} for k, name in enumerate(["open", "short", "mousebite", "spur", "copper", "pin-hole"])]
     path = root / "pairs.json"
     path.write_text(json.dumps({"images": images, "annotations": annotations, "categories": categories}))

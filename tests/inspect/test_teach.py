@@ -29,7 +29,8 @@ def _photo_golden(path: Path) -> np.ndarray:
 def test_teach_end_to_end_under_a_time_cap(tmp_path: Path) -> None:
     golden = _photo_golden(tmp_path / "design_a.png")
     started = time.perf_counter()
-    report = teach(tmp_path / "design_a.png", tmp_path / "taught.pt", DEFAULT_REFERENCE_WEIGHTS, minutes=1.5, held=2, captures=16, threads=2)
+    out = tmp_path / "taught.pt"
+    report = teach(tmp_path / "design_a.png", out, DEFAULT_REFERENCE_WEIGHTS, minutes=1.5, held=2, captures=16, threads=2)
     assert time.perf_counter() - started < 1.5 * 60 + 45  # the cap, plus what one epoch may overrun it by
     assert report.before["images"] == report.after["images"] == 2 and report.before["defects"] >= 2
     assert 0.0 <= report.after["caught"] <= 1.0 and report.minutes > 0
