@@ -61,8 +61,9 @@ CAPTURES = 256
 """Training pairs (clean captures that training paints on), spread over the golden images."""
 
 EPOCHS_PER_MINUTE = 0.75
-"""Epochs of :data:`CAPTURES` pairs the schedule spans per minute of ``--minutes`` (at least 3): on 2 CPU cores an epoch
-takes about 40 s with its validation, so the schedule ends within the time; ``train.max_minutes`` still caps it."""
+"""Epochs of :data:`CAPTURES` pairs the schedule spans per minute of training time (at least 3; fewer for more pairs,
+e.g. 4 captures each of 161 golden images): on 2 CPU cores such an epoch takes about 40 s with its validation, so the
+schedule ends within the time; ``train.max_minutes`` still caps it."""
 
 
 @dataclass
@@ -98,12 +99,14 @@ def write_teach_sets(goldens: list[Path], work: Path, held: int, seed: int, capt
     return {name: write_pairs(work / name, pairs, f"teach {name}: {len(images)} golden images") for name, pairs in sets.items()}
 
 
-def teach_config(weights: Path, sets: dict[str, Path], work: Path, minutes: float) -> Config:
-    """The fine-tune of ``weights`` on the teach ``sets``: the weights' own config with :data:`RECIPE` over it."""
+def teach_config(weights: Path, sets: dict[str, Path], work: Path, minutes: float, pairs: int = CAPTURES) -> Config:
+    """The fine-tune of ``weights`` on the teach ``sets`` (``pairs`` training pairs) within ``minutes``: the weights' own
+    config with :data:`RECIPE` over it."""
     raw = dict(torch.load(weights, map_location="cpu", weights_only=True)["config"])
     raw["augment"] = RECIPE["augment"]
     raw["train"] = {k: v for k, v in raw.get("train", {}).items() if k in ("amp", "device", "weight_decay")} | RECIPE["train"]
-    raw["train"] |= {"init_weights": str(weights), "max_minutes": float(minutes), "epochs": max(3, round(minutes * EPOCHS_PER_MINUTE))}
+    epochs = max(3, round(minutes * EPOCHS_PER_MINUTE * CAPTURES / pairs))
+    raw["train"] |= {"init_weights": str(weights), "max_minutes": float(minutes), "epochs": epochs}
     raw["data"] = raw.get("data", {}) | {
         "train": str(sets["train"]), "val": str(sets["select"]), "train_images": None, "val_images": None,
         "register_train": True, "register_val": True, "workers": 1, "max_images": None, "pixel_scale": None,
@@ -162,7 +165,8 @@ def teach(  # noqa: PLR0913 - the Python twin of the teach command's flags
         shutil.rmtree(work)
     sets = write_teach_sets(goldens, work, held, seed, captures)
     before = _score(weights, sets["held"])
-    cfg = teach_config(weights, sets, work, max(0.3, minutes - (time.perf_counter() - started) / 60 - 0.5 - 0.02 * held * len(goldens)))
+    left = max(0.3, minutes - (time.perf_counter() - started) / 60 - 0.5 - 0.02 * held * len(goldens))
+    cfg = teach_config(weights, sets, work, left, max(4, captures // len(goldens)) * len(goldens))
     budget = Budget.start(cfg.train.max_minutes, time.perf_counter(), 30, True)
     run_dir = fit(cfg, threads=threads, budget=budget)
     log.info("%s", calibrate_run(run_dir, str(sets["train"]), None, progress=False, budget=budget))
