@@ -59,14 +59,14 @@ def test_notebook_is_saved_clean() -> None:
     assert code, "no code cells"
     assert all(not c.outputs and c.execution_count is None for c in code), "save the notebook with outputs cleared"
     params = _tagged(nb, "parameters").source
-    for name in ("WORK_DIR", "N_IMAGES", "IMG_SIZE", "EPOCHS"):
+    for name in ("WORK_DIR", "N_IMAGES", "IMG_SIZE", "EPOCHS", "TEACH_MINUTES"):
         assert f"{name} =" in params
 
 
 def test_quickstart_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     work = tmp_path / "work"
     nb = _read()
-    _tagged(nb, "parameters").source = f"WORK_DIR = {str(work)!r}\nN_IMAGES = 6\nIMG_SIZE = 256\nEPOCHS = 2\n"
+    _tagged(nb, "parameters").source = f"WORK_DIR = {str(work)!r}\nN_IMAGES = 6\nIMG_SIZE = 256\nEPOCHS = 2\nTEACH_MINUTES = 1.5\n"
     nb.cells.append(nbformat.v4.new_code_cell(KERNEL_PROBE))
 
     # The kernel inherits this environment; it starts in the repository root (resources below).
@@ -101,6 +101,10 @@ def test_quickstart_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     alerts = [json.loads(line) for line in (work / "alerts.jsonl").read_text().splitlines()]
     assert any(a["event"] == "drift" for a in alerts)
     assert _images(drift) == 1
+
+    taught = _tagged(nb, "teach")
+    assert "before:" in _text(taught) and "after :" in _text(taught) and "design taught: True" in _text(taught)
+    assert _images(taught) == 1 and (work / "design_taught.pt").is_file()
 
     bundled = _text(_tagged(nb, "bundled"))
     assert "skipped" in bundled or "detections" in bundled
