@@ -135,7 +135,7 @@ def test_sparse_board_with_a_large_defect_stays_aligned() -> None:
     cv2.rectangle(reference, (0, 500), (25, 560), 0, -1)
     image = reference.copy()
     cv2.polylines(image, [np.array([[30, 130], [70, 150], [75, 400], [30, 420]])], False, 0, 16)
-    _, reg = register(reference, image, RegisterConfig(max_difference=1.0))  # alignment alone: the short differs a lot
+    _, reg = register(reference, image, RegisterConfig(max_spread=1.0, max_tracks=1e9))  # alignment alone: the short differs a lot
     assert reg.ok and _probe_error(reg.matrix, np.eye(2, 3), image.shape) < TOL_PX
 
 
@@ -311,7 +311,7 @@ def test_an_occluder_is_named_not_called_another_design(template: np.ndarray, in
     hand = inspected.copy()
     hand[100:505, 100:505] = 160
     _, reg = register(template, hand)
-    assert not reg.ok and reg.reason.startswith("occluded or not this board: 41% of the frame unlike the golden image in one region")
+    assert not reg.ok and reg.reason.startswith("occluded or not this board: 42% of the frame unlike the golden image in one region")
     assert "another design" not in reg.reason
 
 
