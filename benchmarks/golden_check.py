@@ -29,7 +29,7 @@ import numpy as np
 from tqdm import tqdm
 
 from defect_detector.core.io import atomic_write_json
-from defect_detector.data.golden_check import differing, structure
+from defect_detector.data.golden_check import MAX_SLIVERS, covered_area, differing, structure
 from defect_detector.data.register import RegisterConfig, Registration, register
 
 SWEEP = (0.03, 0.05, 0.07, 0.09, 0.11, 0.13, 0.15, 0.2)
@@ -37,9 +37,11 @@ BLOBS = 8
 """Large defects painted into each board of the "painted" sets."""
 BLOB_PX = 60
 """Their mean diameter (px); each radius is drawn from 0.6 to 1.3 of half of it."""
-OFF = {"max_spread": 1.0, "max_tracks": 1e9}
+OFF = {"max_spread": 1.0, "max_tracks": 1e9, "max_slivers": 1.0}
 """The golden check off: registration alone decides, so that the table and the sweep can apply any limits."""
 TRUE_KINDS = ("true", "painted", "painted, registered")
+MISREGISTRATION = (6.0, -4.0)
+"""The golden image of "misregistered 6 px": the clean board's registration, moved by this (x, y) px."""
 DUPLICATE = 0.002
 """A neighbour's golden image differing from the board's own golden image in less than this share is the same
 picture (DeepPCB holds a few): a true pair, not a wrong one."""
@@ -66,7 +68,7 @@ def _shifted(image: np.ndarray, dx: int, dy: int) -> np.ndarray:
 
 def _row(reg: Registration) -> dict[str, Any]:
     measures = {"difference": reg.difference, "spread": reg.spread, "tracks": reg.tracks, "regions": reg.regions}
-    return {"registered": bool(reg.ok), **measures, "reason": reg.reason}
+    return {"registered": bool(reg.ok), **measures, "slivers": reg.slivers, "reason": reg.reason}
 
 
 def _outcome(golden: np.ndarray, image: np.ndarray, cfg: RegisterConfig) -> dict[str, Any]:
@@ -95,10 +97,19 @@ def _painted(golden: np.ndarray, board: np.ndarray, cfg: RegisterConfig, rng: np
     warped, reg = register(golden, board, cfg.model_copy(update=OFF))
     rows = {"painted, registered": _outcome(golden, painted, cfg)}
     if reg.ok:
-        found = structure(*differing(warped, painted, reg.covered(board.shape)))
-        rows["painted"] = {"registered": True, "difference": found.difference, "spread": found.spread, "tracks": found.tracks,
-                           "regions": found.regions, "reason": ""}
+        rows["painted"] = _checked(warped, painted, reg.covered(board.shape))
+        off = np.vstack([reg.matrix, [0, 0, 1]])
+        off[:2, 2] += MISREGISTRATION
+        moved = cv2.warpAffine(golden, off[:2], board.shape[::-1], flags=cv2.INTER_LINEAR, borderValue=114)
+        rows["misregistered 6 px"] = _checked(moved, board, covered_area(off[:2], golden.shape, board.shape))
     return rows
+
+
+def _checked(golden: np.ndarray, board: np.ndarray, covered: np.ndarray) -> dict[str, Any]:
+    """The golden check alone of a golden image already in the board's pixels."""
+    found = structure(*differing(golden, board, covered))
+    measures = {"difference": found.difference, "spread": found.spread, "tracks": found.tracks, "regions": found.regions}
+    return {"registered": True, **measures, "slivers": found.slivers, "reason": ""}
 
 
 def wrong_goldens(i: int, pairs: Sequence[tuple[Path, Path, str]], golden: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -129,7 +140,7 @@ def run(pairs: Sequence[tuple[Path, Path, str]], progress: bool = True) -> dict[
         board, golden = _read(board_path), _read(golden_path)
         rows["true"].append({"board": board_path.name, **_outcome(golden, board, cfg)})
         for kind, row in _painted(golden, board, cfg, paint_rng).items():
-            rows[kind].append({"board": board_path.name, **row})
+            rows.setdefault(kind, []).append({"board": board_path.name, **row})
         for kind, wrong in wrong_goldens(i, pairs, golden, rng).items():
             rows.setdefault(kind, []).append({"board": board_path.name, **_outcome(wrong, board, cfg)})
     limits = {"max_spread": cfg.max_spread, "max_tracks": cfg.max_tracks}
@@ -137,7 +148,7 @@ def run(pairs: Sequence[tuple[Path, Path, str]], progress: bool = True) -> dict[
 
 
 def _accepted(x: dict[str, Any], max_spread: float, max_tracks: float) -> bool:
-    return bool(x["registered"]) and x["spread"] <= max_spread and x["tracks"] <= max_tracks
+    return bool(x["registered"]) and x["spread"] <= max_spread and x["tracks"] <= max_tracks and x["slivers"] <= MAX_SLIVERS
 
 
 def table(rows: dict[str, list[dict[str, Any]]], max_spread: float, max_tracks: float) -> dict[str, dict[str, Any]]:
@@ -153,6 +164,7 @@ def table(rows: dict[str, list[dict[str, Any]]], max_spread: float, max_tracks: 
             "accepted": sum(_accepted(x, max_spread, max_tracks) for x in r),
             "spread": worst((x["spread"] for x in registered), default=None),
             "tracks": worst((x["tracks"] for x in registered), default=None),
+            "slivers": worst((x["slivers"] for x in registered), default=None),
         }
     return out
 
@@ -178,9 +190,10 @@ def _measure(value: float | None, text: str) -> str:
 
 def print_report(report: dict[str, Any]) -> None:
     print(f"golden check, register.max_spread {report['max_spread']:.3f}, register.max_tracks {report['max_tracks']:g}")
-    print(f"{'pair':22s} {'pairs':>6s} {'registered':>11s} {'accepted':>9s} {'spread':>7s} {'tracks':>7s}  (worst true / best wrong)")
+    head = f"{'pair':22s} {'pairs':>6s} {'registered':>11s} {'accepted':>9s} {'spread':>7s} {'tracks':>7s} {'slivers':>7s}"
+    print(f"{head}  (worst true / best wrong)")
     for kind, row in report["table"].items():
-        measures = f"{_measure(row['spread'], '{:7.3f}')} {_measure(row['tracks'], '{:7.2f}')}"
+        measures = f"{_measure(row['spread'], '{:7.3f}')} {_measure(row['tracks'], '{:7.2f}')} {_measure(row['slivers'], '{:7.3f}')}"
         print(f"{kind:22s} {row['pairs']:>6d} {row['registered']:>11d} {row['accepted']:>9d} {measures}")
     for kind in TRUE_KINDS:
         for x in report["rows"].get(kind, []):

@@ -10,14 +10,15 @@ normalised over the overlap as in ECC, Huber-clipped residuals so defects pull l
 kept only if it scores higher. ``cv2.findTransformECC`` measured 5-6 ms at 1/4 and ~20 ms at 1/2 resolution
 on 2 threads (it recomputes gradients each iteration); here the reference's gradients are computed once.
 ``score``: ZNCC in [-1, 1] of warped reference vs image over the overlap, at the finest level. ``spread``,
-``tracks``: the golden check (``data/golden_check.py``), how the thick differences of the two spread over the frame
-at full resolution (``difference``, their differing share, is kept for the record): registration finds where a
-golden image fits best, the check says whether it shows this frame's design. A reference that does not fit comes back with ``ok=False`` and a ``reason``; only malformed inputs raise
-``ValueError``.
+``tracks``, ``slivers``: the golden check (``data/golden_check.py``), how the differences of the two spread over the
+frame at full resolution (``difference``, their differing share, is kept for the record): registration finds where a
+golden image fits best, the check says whether it shows this frame's design. A reference that does not fit comes
+back with ``ok=False`` and a ``reason``; only malformed inputs raise ``ValueError``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
@@ -30,6 +31,7 @@ from defect_detector.core.constants import PAD_VALUE
 from defect_detector.core.typed_yaml import Bool, Float, Int, Section, check
 from defect_detector.data.golden_check import (
     BLANK,
+    MAX_SLIVERS,
     MAX_SPREAD,
     MAX_TRACKS,
     OCCLUDED_REGION,
@@ -52,8 +54,9 @@ class RegisterConfig(Section):
     scale; ``levels``: each twice the previous (the finest scores). ``iterations``/``eps`` (level px): Gauss-Newton
     stop. ``blur``: Gaussian sigma (level px). ``reuse``: :class:`Registrar` keeps its matrix while the score stays
     within ``reuse_margin`` of its own and one coarse Gauss-Newton step moves no corner over ``reuse_shift`` px.
-    ``max_spread`` / ``max_tracks``: the golden check's limits (``data/golden_check.py``): the share of the board's cells
-    thick differences may touch, and the long thick differences allowed per 640x640 px. A golden image whose width or height
+    ``max_spread`` / ``max_tracks`` / ``max_slivers``: the golden check's limits (``data/golden_check.py``): the share
+    of the board's cells thick differences may touch, the long thick differences allowed per 640x640 px, and the share
+    of cells thin slivers alone may touch. A golden image whose width or height
     differs from the frame's by more than ``2 * max_shift`` px was not captured at the frame's scale: refused.
     A bad value is a one-line ``ConfigError`` (a ``ValueError``) at construction: ``register.<field>: must be ..., got X``."""
 
@@ -73,6 +76,7 @@ class RegisterConfig(Section):
     reuse_shift: Float = 1.0
     max_spread: Float = MAX_SPREAD
     max_tracks: Float = MAX_TRACKS
+    max_slivers: Float = MAX_SLIVERS
 
     @model_validator(mode="after")
     def _check_values(self) -> RegisterConfig:
@@ -90,6 +94,7 @@ class RegisterConfig(Section):
             ("reuse_shift", self.reuse_shift >= 0, "must be >= 0 (pixels)"),
             ("max_spread", 0 <= self.max_spread <= 1, "must be in [0, 1]"),
             ("max_tracks", self.max_tracks >= 0, "must be >= 0 (per 640x640 px)"),
+            ("max_slivers", 0 <= self.max_slivers <= 1, "must be in [0, 1]"),
             ("levels", self.scale * 2 ** (self.levels - 1) <= 1, "must keep the finest scale (scale * 2**(levels - 1)) <= 1"),
         )
         for name, ok, what in checks:
@@ -106,7 +111,8 @@ class Registration:
     fraction of the image covered. ``reused``: :class:`Registrar`'s cached matrix (nothing was estimated).
     ``difference``: the share of the covered area that differs, for the record; ``spread``: the share of its
     cells that thick differences touch; ``tracks``: long thick differences per 640x640 px; ``regions``: separate places
-    of thick differences per 640x640 px (the golden check, ``data/golden_check.py``: spread and tracks decide).
+    of thick differences per 640x640 px; ``slivers``: the share of its cells only thin differences touch (the golden
+    check, ``data/golden_check.py``: spread, tracks and slivers decide).
     ``reference_shape``: ``(H, W)`` of the reference (None when unknown), for :meth:`covered`."""
 
     matrix: np.ndarray
@@ -121,6 +127,7 @@ class Registration:
     spread: float = 0.0
     tracks: float = 0.0
     regions: float = 0.0
+    slivers: float = 0.0
     reference_shape: tuple[int, int] | None = None
     covered_mask: np.ndarray | None = field(default=None, repr=False, compare=False)
     """bool ``[H, W]``: :meth:`covered` of the frame the golden check ran on, kept so that it is computed once per frame
@@ -200,11 +207,12 @@ def _with_blur(reason: str, image: np.ndarray, reference: np.ndarray) -> str:
 def _refusal(found: Structure, region: float, cfg: RegisterConfig) -> str:
     """Why a golden image whose differences have the :class:`Structure` ``found`` is refused ("" when it is not);
     ``region``: :func:`unlike_region`'s share (an occluder from :data:`OCCLUDED_REGION` up)."""
-    if not found.another_design(cfg.max_spread, cfg.max_tracks):
+    if not found.another_design(cfg.max_spread, cfg.max_tracks, cfg.max_slivers):
         return ""
     measured = (
         f"thick differences in {found.spread:.0%} of the board's cells, at most {cfg.max_spread:.0%} (register.max_spread); "
-        f"{found.tracks:.1f} long ones per 640x640 px, at most {cfg.max_tracks:g} (register.max_tracks)"
+        f"{found.tracks:.1f} long ones per 640x640 px, at most {cfg.max_tracks:g} (register.max_tracks); "
+        f"slivers alone in {found.slivers:.0%} of the cells, at most {cfg.max_slivers:.0%} (register.max_slivers)"
     )
     if region >= OCCLUDED_REGION:
         return (
@@ -230,12 +238,11 @@ def _checked(reg: Registration, warped: np.ndarray, image: np.ndarray, reference
         reg = replace(reg, covered_mask=covered_area(reg.matrix, reference_shape, image.shape))
         differs, valid = differing(warped, image, reg.covered_mask)
         found = structure(differs, valid)
-        refused = found.another_design(cfg.max_spread, cfg.max_tracks)
+        refused = found.another_design(cfg.max_spread, cfg.max_tracks, cfg.max_slivers)
         region = unlike_region(differs, valid) if differs is not None and refused else 0.0
         reason = _refusal(found, region, cfg) if differs is not None else "golden image or frame is blank over the covered area"
         reason = _with_blur(reason, image, reference)
-    measures = {"difference": found.difference, "spread": found.spread, "tracks": found.tracks, "regions": found.regions}
-    return replace(reg, **measures, ok=not reason, reason=reason)
+    return replace(reg, **dataclasses.asdict(found), ok=not reason, reason=reason)
 
 
 def check_pair(reference: np.ndarray, image: np.ndarray, cfg: RegisterConfig | None = None) -> Registration:
@@ -251,7 +258,7 @@ def check_pair(reference: np.ndarray, image: np.ndarray, cfg: RegisterConfig | N
             f"golden image is {reference.shape[1]}x{reference.shape[0]} px, the frame {image.shape[1]}x{image.shape[0]} px: "
             "not aligned as given (register it)"
         )
-        return Registration(identity, 0.0, False, 0.0, 0.0, 0.0, reason=reason, difference=1.0, spread=1.0)
+        return Registration(identity, 0.0, False, 0.0, 0.0, 0.0, reason=reason, difference=1.0, spread=1.0, slivers=1.0)
     blank = [name for name, im in (("reference", reference), ("image", image)) if float(im.std()) < 1e-3]
     blank_reason = " and ".join(f"{'golden image' if b == 'reference' else 'frame'} is blank (one grey level)" for b in blank)
     reg = Registration(identity, 1.0, not blank, 0.0, 0.0, 1.0, reason=blank_reason)

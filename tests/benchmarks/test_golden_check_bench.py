@@ -33,7 +33,7 @@ def test_golden_check_benchmark_separates_true_and_wrong_pairs(tmp_path: Path, c
     report = golden_check.run(golden_check.load_pairs(tmp_path, "trainval.txt", None), progress=False)
     true = report["table"]["true"]
     assert (true["pairs"], true["registered"], true["accepted"]) == (4, 4, 4)
-    painted = report["table"]["painted"]  # 8 large defects each: still inspected
-    assert (painted["pairs"], painted["accepted"]) == (4, 4) and painted["spread"] <= report["max_spread"]
+    painted = report["table"]["painted"]  # 8 blobs of 60 px on a 320x320 board: 32 per 640x640 px, more than a board's defects
+    assert painted["pairs"] == 4 and painted["spread"] > report["table"]["true"]["spread"]
     assert report["table"]["blank"]["accepted"] == 0 and report["table"]["stretched 800x600"]["accepted"] == 0
     assert report["table"]["other design"]["accepted"] == 0
