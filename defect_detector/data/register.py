@@ -19,6 +19,8 @@ back with ``ok=False`` and a ``reason``; only malformed inputs raise ``ValueErro
 from __future__ import annotations
 
 import dataclasses
+import functools
+import logging
 import math
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
@@ -45,6 +47,12 @@ from defect_detector.data.register_fit import FramePyramid, PreparedReference, S
 from defect_detector.data.sharpness import blur_words
 
 FILL_VALUE = PAD_VALUE  # the letterbox pad value: "no data"
+log = logging.getLogger(__name__)
+
+
+@functools.cache
+def _warn_once(message: str) -> None:
+    log.warning(message)
 
 
 class RegisterConfig(Section):
@@ -77,6 +85,9 @@ class RegisterConfig(Section):
     max_spread: Float = MAX_SPREAD
     max_tracks: Float = MAX_TRACKS
     max_slivers: Float = MAX_SLIVERS
+    max_difference: Float | None = None
+    """No longer used (issue 35: no limit applies to the differing area): accepted so that settings written before
+    still load; a value logs a warning once."""
 
     @model_validator(mode="after")
     def _check_values(self) -> RegisterConfig:
@@ -99,6 +110,8 @@ class RegisterConfig(Section):
         )
         for name, ok, what in checks:
             check(ok, name, what, getattr(self, name))
+        if self.max_difference is not None:
+            _warn_once("register.max_difference is no longer used: the golden check limits register.max_spread, max_tracks and max_slivers")
         return self
 
 

@@ -325,3 +325,12 @@ def test_covered_area_of_a_moved_golden_image(template: np.ndarray, inspected: n
     covered = reg.covered(inspected.shape)
     assert reg.ok and reg.reference_shape == template.shape
     assert not covered[:, -40:].any() and covered[:, :590].all()  # the strip the golden image left has no data
+
+
+def test_settings_with_the_old_area_limit_still_load(caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 35: ``register.max_difference`` no longer limits anything; a config that names it loads (a warning is logged)."""
+    with caplog.at_level("WARNING"):
+        cfg = RegisterConfig(max_difference=0.016)
+    assert cfg.max_difference == 0.016 and cfg.max_spread == RegisterConfig().max_spread
+    with pytest.raises(ConfigError, match=r"^register\.max_difference: "):
+        RegisterConfig(max_difference="a lot")
