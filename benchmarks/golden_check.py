@@ -9,11 +9,12 @@ DeepPCB, is left out), a blank image, the golden image shifted by 80 px (a crop 
 image stretched to 800x600 (the first and last on every 10th board). Each board also comes with large defects
 painted in (:func:`paint`: :data:`BLOBS` irregular discs of about :data:`BLOB_PX` px, copper on substrate and
 substrate on copper, seeded): "painted" checks it against its golden image registered on the clean board (the
-golden check alone), "painted, registered" registers it too (registration can be pulled by the blobs). Every pair
+golden check alone), "painted, registered" registers it too (registration can be pulled by the blobs); "misregistered
+6 px" checks the clean board against its golden image moved :data:`MISREGISTRATION` off its registration. Every pair
 goes through ``register`` with the shipped ``RegisterConfig`` (registration, then the golden check of
 ``data/golden_check.py``), and the table says how many are accepted and the worst (true) or best (wrong) measure
-of each kind. The ROC: for a sweep of ``max_spread`` (``max_tracks`` as shipped), the share of true pairs (painted
-included) refused and of wrong pairs (that registration itself accepts) let through.
+of each kind. The ROC: for a sweep of ``max_spread`` (``max_tracks`` and ``max_slivers`` as shipped), the share of
+true pairs (painted included) refused and of wrong pairs (that registration itself accepts) let through.
 """
 
 from __future__ import annotations
