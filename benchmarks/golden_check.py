@@ -6,10 +6,15 @@ Each board of the split is paired with its own golden image (``<id>_temp.jpg``) 
 image of a board of another group (another design), of the nearest other board of its own group (the neighbouring
 board: another region of the same design; a neighbour whose golden image is the board's own picture, a duplicate in
 DeepPCB, is left out), a blank image, the golden image shifted by 80 px (a crop of another place), and the golden
-image stretched to 800x600 (the first and last on every 10th board). Every pair goes through ``register`` with the
-shipped ``RegisterConfig`` (registration, then the golden check of ``data/golden_check.py``), and the table says how
-many are accepted. The ROC: for a sweep of ``max_difference``, the share of true pairs refused and of wrong pairs
-(that registration itself accepts) let through.
+image stretched to 800x600 (the first and last on every 10th board). Each board also comes with large defects
+painted in (:func:`paint`: :data:`BLOBS` irregular discs of about :data:`BLOB_PX` px, copper on substrate and
+substrate on copper, seeded): "painted" checks it against its golden image registered on the clean board (the
+golden check alone), "painted, registered" registers it too (registration can be pulled by the blobs); "misregistered
+6 px" checks the clean board against its golden image moved :data:`MISREGISTRATION` off its registration. Every pair
+goes through ``register`` with the shipped ``RegisterConfig`` (registration, then the golden check of
+``data/golden_check.py``), and the table says how many are accepted and the worst (true) or best (wrong) measure
+of each kind. The ROC: for a sweep of ``max_spread`` (``max_tracks`` and ``max_slivers`` as shipped), the share of
+true pairs (painted included) refused and of wrong pairs (that registration itself accepts) let through.
 """
 
 from __future__ import annotations
@@ -25,9 +30,19 @@ import numpy as np
 from tqdm import tqdm
 
 from defect_detector.core.io import atomic_write_json
-from defect_detector.data.register import RegisterConfig, register
+from defect_detector.data.golden_check import MAX_SLIVERS, covered_area, differing, structure
+from defect_detector.data.register import RegisterConfig, Registration, register
 
-SWEEP = (0.008, 0.010, 0.012, 0.014, 0.016, 0.018, 0.020, 0.025, 0.03)
+SWEEP = (0.03, 0.05, 0.07, 0.09, 0.11, 0.13, 0.15, 0.2)
+BLOBS = 8
+"""Large defects painted into each board of the "painted" sets."""
+BLOB_PX = 60
+"""Their mean diameter (px); each radius is drawn from 0.6 to 1.3 of half of it."""
+OFF = {"max_spread": 1.0, "max_tracks": 1e9, "max_slivers": 1.0}
+"""The golden check off: registration alone decides, so that the table and the sweep can apply any limits."""
+TRUE_KINDS = ("true", "painted", "painted, registered")
+MISREGISTRATION = (6.0, -4.0)
+"""The golden image of "misregistered 6 px": the clean board's registration, moved by this (x, y) px."""
 DUPLICATE = 0.002
 """A neighbour's golden image differing from the board's own golden image in less than this share is the same
 picture (DeepPCB holds a few): a true pair, not a wrong one."""
@@ -52,10 +67,50 @@ def _shifted(image: np.ndarray, dx: int, dy: int) -> np.ndarray:
     return cv2.warpAffine(image, np.float32([[1, 0, dx], [0, 1, dy]]), image.shape[::-1], borderValue=114)
 
 
+def _row(reg: Registration) -> dict[str, Any]:
+    measures = {"difference": reg.difference, "spread": reg.spread, "tracks": reg.tracks, "regions": reg.regions}
+    return {"registered": bool(reg.ok), **measures, "slivers": reg.slivers, "reason": reg.reason}
+
+
 def _outcome(golden: np.ndarray, image: np.ndarray, cfg: RegisterConfig) -> dict[str, Any]:
-    """Registration with the golden check off (``max_difference`` 1), so the sweep can apply any threshold."""
-    _, reg = register(golden, image, cfg.model_copy(update={"max_difference": 1.0}))
-    return {"registered": bool(reg.ok), "difference": float(reg.difference), "reason": reg.reason}
+    """Registration with the golden check off (:data:`OFF`), so the table and the sweep can apply any limits."""
+    return _row(register(golden, image, cfg.model_copy(update=OFF))[1])
+
+
+def paint(board: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """uint8 ``board`` ``[H, W]`` with :data:`BLOBS` large defects: irregular discs (16 vertices) of about
+    :data:`BLOB_PX` px at grey 0 where the board under them is mostly bright, else at 255."""
+    out = board.copy()
+    h, w = board.shape
+    margin = BLOB_PX
+    for _ in range(BLOBS):
+        cx, cy = rng.integers(margin, max(w - margin, margin + 1)), rng.integers(margin, max(h - margin, margin + 1))
+        angles, radii = np.sort(rng.uniform(0, 2 * np.pi, 16)), BLOB_PX / 2 * rng.uniform(0.6, 1.3, 16)
+        points = np.stack([cx + radii * np.cos(angles), cy + radii * np.sin(angles)], axis=1).astype(np.int32)
+        blob = cv2.fillPoly(np.zeros_like(board), [points], 1) > 0
+        out[blob] = 0 if board[blob].mean() > 127 else 255
+    return out
+
+
+def _painted(golden: np.ndarray, board: np.ndarray, cfg: RegisterConfig, rng: np.random.Generator) -> dict[str, dict[str, Any]]:
+    """The "painted" rows of one board: the golden check against the clean board's registration, and end to end."""
+    painted = paint(board, rng)
+    warped, reg = register(golden, board, cfg.model_copy(update=OFF))
+    rows = {"painted, registered": _outcome(golden, painted, cfg)}
+    if reg.ok:
+        rows["painted"] = _checked(warped, painted, reg.covered(board.shape))
+        off = np.vstack([reg.matrix, [0, 0, 1]])
+        off[:2, 2] += MISREGISTRATION
+        moved = cv2.warpAffine(golden, off[:2], board.shape[::-1], flags=cv2.INTER_LINEAR, borderValue=114)
+        rows["misregistered 6 px"] = _checked(moved, board, covered_area(off[:2], golden.shape, board.shape))
+    return rows
+
+
+def _checked(golden: np.ndarray, board: np.ndarray, covered: np.ndarray) -> dict[str, Any]:
+    """The golden check alone of a golden image already in the board's pixels."""
+    found = structure(*differing(golden, board, covered))
+    measures = {"difference": found.difference, "spread": found.spread, "tracks": found.tracks, "regions": found.regions}
+    return {"registered": True, **measures, "slivers": found.slivers, "reason": ""}
 
 
 def wrong_goldens(i: int, pairs: Sequence[tuple[Path, Path, str]], golden: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -80,58 +135,74 @@ def wrong_goldens(i: int, pairs: Sequence[tuple[Path, Path, str]], golden: np.nd
 
 def run(pairs: Sequence[tuple[Path, Path, str]], progress: bool = True) -> dict[str, Any]:
     cfg = RegisterConfig()
-    rng = np.random.default_rng(0)
-    rows: dict[str, list[dict[str, Any]]] = {"true": []}
+    rng, paint_rng = np.random.default_rng(0), np.random.default_rng(1)
+    rows: dict[str, list[dict[str, Any]]] = {kind: [] for kind in TRUE_KINDS}
     for i, (board_path, golden_path, _) in enumerate(tqdm(pairs, desc="pairs", disable=None if progress else True)):
         board, golden = _read(board_path), _read(golden_path)
         rows["true"].append({"board": board_path.name, **_outcome(golden, board, cfg)})
+        for kind, row in _painted(golden, board, cfg, paint_rng).items():
+            rows.setdefault(kind, []).append({"board": board_path.name, **row})
         for kind, wrong in wrong_goldens(i, pairs, golden, rng).items():
             rows.setdefault(kind, []).append({"board": board_path.name, **_outcome(wrong, board, cfg)})
-    return {"max_difference": cfg.max_difference, "table": table(rows, cfg.max_difference), "roc": roc(rows), "rows": rows}
+    limits = {"max_spread": cfg.max_spread, "max_tracks": cfg.max_tracks}
+    return {**limits, "table": table(rows, cfg.max_spread, cfg.max_tracks), "roc": roc(rows, cfg.max_tracks), "rows": rows}
 
 
-def table(rows: dict[str, list[dict[str, Any]]], limit: float) -> dict[str, dict[str, int]]:
-    """Per kind: pairs, accepted by registration, accepted by registration and the golden check at ``limit``."""
-    return {
-        kind: {
+def _accepted(x: dict[str, Any], max_spread: float, max_tracks: float) -> bool:
+    return bool(x["registered"]) and x["spread"] <= max_spread and x["tracks"] <= max_tracks and x["slivers"] <= MAX_SLIVERS
+
+
+def table(rows: dict[str, list[dict[str, Any]]], max_spread: float, max_tracks: float) -> dict[str, dict[str, Any]]:
+    """Per kind: pairs, accepted by registration, accepted by registration and the golden check at the limits, and
+    the highest (true kinds) or lowest (wrong kinds) spread and tracks among the pairs registration accepts."""
+    out: dict[str, dict[str, Any]] = {}
+    for kind, r in rows.items():
+        registered = [x for x in r if x["registered"]]
+        worst = max if kind in TRUE_KINDS else min
+        out[kind] = {
             "pairs": len(r),
-            "registered": sum(x["registered"] for x in r),
-            "accepted": sum(x["registered"] and x["difference"] <= limit for x in r),
+            "registered": len(registered),
+            "accepted": sum(_accepted(x, max_spread, max_tracks) for x in r),
+            "spread": worst((x["spread"] for x in registered), default=None),
+            "tracks": worst((x["tracks"] for x in registered), default=None),
+            "slivers": worst((x["slivers"] for x in registered), default=None),
         }
-        for kind, r in rows.items()
-    }
+    return out
 
 
-def roc(rows: dict[str, list[dict[str, Any]]]) -> list[dict[str, float]]:
-    """For each ``max_difference`` of :data:`SWEEP`: true pairs refused by the check, wrong pairs let through (of those
-    registration accepts), and the largest true / smallest wrong difference."""
-    true = [x["difference"] for x in rows["true"] if x["registered"]]
-    wrong = [x["difference"] for k, r in rows.items() if k != "true" for x in r if x["registered"]]
+def roc(rows: dict[str, list[dict[str, Any]]], max_tracks: float) -> list[dict[str, float]]:
+    """For each ``max_spread`` of :data:`SWEEP` (at ``max_tracks``): true pairs (painted included) refused by the check
+    and wrong pairs let through, of those registration accepts."""
+    true = [x for k in TRUE_KINDS for x in rows.get(k, []) if x["registered"]]
+    wrong = [x for k, r in rows.items() if k not in TRUE_KINDS for x in r if x["registered"]]
     return [
         {
-            "max_difference": limit,
-            "true_refused": sum(d > limit for d in true) / max(len(true), 1),
-            "wrong_accepted": sum(d <= limit for d in wrong) / max(len(wrong), 1),
-            "true_max": max(true, default=0.0),
-            "wrong_min": min(wrong, default=1.0),
+            "max_spread": limit,
+            "true_refused": sum(not _accepted(x, limit, max_tracks) for x in true) / max(len(true), 1),
+            "wrong_accepted": sum(_accepted(x, limit, max_tracks) for x in wrong) / max(len(wrong), 1),
         }
         for limit in SWEEP
     ]
 
 
+def _measure(value: float | None, text: str) -> str:
+    return f"{'-':>{len(text)}s}" if value is None else text.format(value)
+
+
 def print_report(report: dict[str, Any]) -> None:
-    print(f"golden check, register.max_difference {report['max_difference']:.3f}")
-    print(f"{'pair':22s} {'pairs':>6s} {'registered':>11s} {'accepted':>9s}")
+    print(f"golden check, register.max_spread {report['max_spread']:.3f}, register.max_tracks {report['max_tracks']:g}")
+    head = f"{'pair':22s} {'pairs':>6s} {'registered':>11s} {'accepted':>9s} {'spread':>7s} {'tracks':>7s} {'slivers':>7s}"
+    print(f"{head}  (worst true / best wrong)")
     for kind, row in report["table"].items():
-        print(f"{kind:22s} {row['pairs']:>6d} {row['registered']:>11d} {row['accepted']:>9d}")
-    refused = [x for x in report["rows"]["true"] if not x["registered"]]
-    for x in refused:
-        print(f"  true pair refused by registration: {x['board']}: {x['reason']}")
-    print(f"{'max_difference':>14s} {'true refused':>13s} {'wrong accepted':>15s}")
+        measures = f"{_measure(row['spread'], '{:7.3f}')} {_measure(row['tracks'], '{:7.2f}')} {_measure(row['slivers'], '{:7.3f}')}"
+        print(f"{kind:22s} {row['pairs']:>6d} {row['registered']:>11d} {row['accepted']:>9d} {measures}")
+    for kind in TRUE_KINDS:
+        for x in report["rows"].get(kind, []):
+            if not x["registered"]:
+                print(f"  {kind} pair refused by registration: {x['board']}: {x['reason']}")
+    print(f"{'max_spread':>14s} {'true refused':>13s} {'wrong accepted':>15s}")
     for point in report["roc"]:
-        print(f"{point['max_difference']:>14.3f} {point['true_refused']:>13.4f} {point['wrong_accepted']:>15.4f}")
-    if report["roc"]:
-        print(f"largest true difference {report['roc'][0]['true_max']:.4f}, smallest wrong {report['roc'][0]['wrong_min']:.4f}")
+        print(f"{point['max_spread']:>14.3f} {point['true_refused']:>13.4f} {point['wrong_accepted']:>15.4f}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

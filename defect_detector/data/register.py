@@ -9,15 +9,18 @@ scoring of seed and corrected seed is refined by inverse-compositional Gauss-New
 normalised over the overlap as in ECC, Huber-clipped residuals so defects pull less), and the refinement is
 kept only if it scores higher. ``cv2.findTransformECC`` measured 5-6 ms at 1/4 and ~20 ms at 1/2 resolution
 on 2 threads (it recomputes gradients each iteration); here the reference's gradients are computed once.
-``score``: ZNCC in [-1, 1] of warped reference vs image over the overlap, at the finest level. ``difference``: the
-golden check (``data/golden_check.py``), the share of the covered area where the two disagree beyond tolerance at
-full resolution: registration finds where a golden image fits best, the check says whether it shows this frame's
-design. A reference that does not fit comes back with ``ok=False`` and a ``reason``; only malformed inputs raise
-``ValueError``.
+``score``: ZNCC in [-1, 1] of warped reference vs image over the overlap, at the finest level. ``spread``,
+``tracks``, ``slivers``: the golden check (``data/golden_check.py``), how the differences of the two spread over the
+frame at full resolution (``difference``, their differing share, is kept for the record): registration finds where a
+golden image fits best, the check says whether it shows this frame's design. A reference that does not fit comes
+back with ``ok=False`` and a ``reason``; only malformed inputs raise ``ValueError``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import logging
 import math
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
@@ -28,11 +31,28 @@ from pydantic import model_validator
 
 from defect_detector.core.constants import PAD_VALUE
 from defect_detector.core.typed_yaml import Bool, Float, Int, Section, check
-from defect_detector.data.golden_check import MAX_DIFFERENCE, OCCLUDED_REGION, covered_area, differing, unlike_region
+from defect_detector.data.golden_check import (
+    BLANK,
+    MAX_SLIVERS,
+    MAX_SPREAD,
+    MAX_TRACKS,
+    OCCLUDED_REGION,
+    Structure,
+    covered_area,
+    differing,
+    structure,
+    unlike_region,
+)
 from defect_detector.data.register_fit import FramePyramid, PreparedReference, Scored, estimate, residual_motion
 from defect_detector.data.sharpness import blur_words
 
 FILL_VALUE = PAD_VALUE  # the letterbox pad value: "no data"
+log = logging.getLogger(__name__)
+
+
+@functools.cache
+def _warn_once(message: str) -> None:
+    log.warning(message)
 
 
 class RegisterConfig(Section):
@@ -42,7 +62,9 @@ class RegisterConfig(Section):
     scale; ``levels``: each twice the previous (the finest scores). ``iterations``/``eps`` (level px): Gauss-Newton
     stop. ``blur``: Gaussian sigma (level px). ``reuse``: :class:`Registrar` keeps its matrix while the score stays
     within ``reuse_margin`` of its own and one coarse Gauss-Newton step moves no corner over ``reuse_shift`` px.
-    ``max_difference``: the golden check's limit (``data/golden_check.py``). A golden image whose width or height
+    ``max_spread`` / ``max_tracks`` / ``max_slivers``: the golden check's limits (``data/golden_check.py``): the share
+    of the board's cells thick differences may touch, the long thick differences allowed per 640x640 px, and the share
+    of cells thin slivers alone may touch. A golden image whose width or height
     differs from the frame's by more than ``2 * max_shift`` px was not captured at the frame's scale: refused.
     A bad value is a one-line ``ConfigError`` (a ``ValueError``) at construction: ``register.<field>: must be ..., got X``."""
 
@@ -60,7 +82,12 @@ class RegisterConfig(Section):
     reuse: Bool = True
     reuse_margin: Float = 0.05
     reuse_shift: Float = 1.0
-    max_difference: Float = MAX_DIFFERENCE
+    max_spread: Float = MAX_SPREAD
+    max_tracks: Float = MAX_TRACKS
+    max_slivers: Float = MAX_SLIVERS
+    max_difference: Float | None = None
+    """No longer used (issue 35: no limit applies to the differing area): accepted so that settings written before
+    still load; a value logs a warning once."""
 
     @model_validator(mode="after")
     def _check_values(self) -> RegisterConfig:
@@ -76,11 +103,15 @@ class RegisterConfig(Section):
             ("blur", self.blur >= 0, "must be >= 0 (0 = off)"),
             ("reuse_margin", 0 <= self.reuse_margin <= 2, "must be in [0, 2]"),
             ("reuse_shift", self.reuse_shift >= 0, "must be >= 0 (pixels)"),
-            ("max_difference", 0 <= self.max_difference <= 1, "must be in [0, 1]"),
+            ("max_spread", 0 <= self.max_spread <= 1, "must be in [0, 1]"),
+            ("max_tracks", self.max_tracks >= 0, "must be >= 0 (per 640x640 px)"),
+            ("max_slivers", 0 <= self.max_slivers <= 1, "must be in [0, 1]"),
             ("levels", self.scale * 2 ** (self.levels - 1) <= 1, "must keep the finest scale (scale * 2**(levels - 1)) <= 1"),
         )
         for name, ok, what in checks:
             check(ok, name, what, getattr(self, name))
+        if self.max_difference is not None:
+            _warn_once("register.max_difference is no longer used: the golden check limits register.max_spread, max_tracks and max_slivers")
         return self
 
 
@@ -91,7 +122,10 @@ class Registration:
     ``reason`` says why not. ``shift_px``: image px from the image centre to the mapped reference centre.
     ``angle_deg``: ``atan2(m10, m00)``, y down (``cv2.getRotationMatrix2D(c, a, 1)`` gives ``-a``). ``overlap``:
     fraction of the image covered. ``reused``: :class:`Registrar`'s cached matrix (nothing was estimated).
-    ``difference``: the golden check, the share of the covered area that differs (``data/golden_check.py``).
+    ``difference``: the share of the covered area that differs, for the record; ``spread``: the share of its
+    cells that thick differences touch; ``tracks``: long thick differences per 640x640 px; ``regions``: separate places
+    of thick differences per 640x640 px; ``slivers``: the share of its cells only thin differences touch (the golden
+    check, ``data/golden_check.py``: spread, tracks and slivers decide).
     ``reference_shape``: ``(H, W)`` of the reference (None when unknown), for :meth:`covered`."""
 
     matrix: np.ndarray
@@ -103,6 +137,10 @@ class Registration:
     reused: bool = False
     reason: str = ""
     difference: float = 0.0
+    spread: float = 0.0
+    tracks: float = 0.0
+    regions: float = 0.0
+    slivers: float = 0.0
     reference_shape: tuple[int, int] | None = None
     covered_mask: np.ndarray | None = field(default=None, repr=False, compare=False)
     """bool ``[H, W]``: :meth:`covered` of the frame the golden check ran on, kept so that it is computed once per frame
@@ -179,33 +217,45 @@ def _with_blur(reason: str, image: np.ndarray, reference: np.ndarray) -> str:
     return f"{blur}; {reason}" if blur else reason
 
 
+def _refusal(found: Structure, region: float, cfg: RegisterConfig) -> str:
+    """Why a golden image whose differences have the :class:`Structure` ``found`` is refused ("" when it is not);
+    ``region``: :func:`unlike_region`'s share (an occluder from :data:`OCCLUDED_REGION` up)."""
+    if not found.another_design(cfg.max_spread, cfg.max_tracks, cfg.max_slivers):
+        return ""
+    measured = (
+        f"thick differences in {found.spread:.0%} of the board's cells, at most {cfg.max_spread:.0%} (register.max_spread); "
+        f"{found.tracks:.1f} long ones per 640x640 px, at most {cfg.max_tracks:g} (register.max_tracks); "
+        f"slivers alone in {found.slivers:.0%} of the cells, at most {cfg.max_slivers:.0%} (register.max_slivers)"
+    )
+    if region >= OCCLUDED_REGION:
+        return (
+            f"occluded or not this board: {region:.0%} of the frame unlike the golden image in one region ({measured}): "
+            "a hand, a cloth or a label in view?"
+        )
+    return (
+        "golden image shows another design, another board or another scale: it differs from the frame along tracks and pads "
+        f"spread over the board ({measured})"
+    )
+
+
 def _checked(reg: Registration, warped: np.ndarray, image: np.ndarray, reference: np.ndarray, cfg: RegisterConfig) -> Registration:
-    """``reg`` with the golden check's ``difference`` and the golden image's shape, refused (``ok`` False, ``reason``)
-    when the golden image (``reference``, unwarped) does not show the frame's design at its scale."""
+    """``reg`` with the golden check's measures and the golden image's shape, refused (``ok`` False, ``reason``) when
+    the golden image (``reference``, unwarped) does not show the frame's design at its scale."""
     reg = replace(reg, reference_shape=(int(reference.shape[0]), int(reference.shape[1])))
     if not reg.ok:
         return reg
     reference_shape = reference.shape
     reason = _size_reason(reference_shape, image.shape, cfg)
-    diff = 1.0
+    found = BLANK
     if not reason:
         reg = replace(reg, covered_mask=covered_area(reg.matrix, reference_shape, image.shape))
         differs, valid = differing(warped, image, reg.covered_mask)
-        diff = 1.0 if differs is None else float(differs.sum()) / float(valid.sum())
-        region = unlike_region(differs, valid) if differs is not None and diff > cfg.max_difference else 0.0
-        if diff > cfg.max_difference and region >= OCCLUDED_REGION:
-            reason = (
-                f"occluded or not this board: {region:.0%} of the frame unlike the golden image in one region (it differs "
-                f"in {diff:.1%} of the board's area, at most {cfg.max_difference:.1%}; register.max_difference): a hand, a "
-                "cloth or a label in view?"
-            )
-        elif diff > cfg.max_difference:
-            reason = (
-                "golden image shows another design, another board or another scale: it differs from the frame in "
-                f"{diff:.1%} of the board's area, spread over it (at most {cfg.max_difference:.1%}; register.max_difference)"
-            )
+        found = structure(differs, valid)
+        refused = found.another_design(cfg.max_spread, cfg.max_tracks, cfg.max_slivers)
+        region = unlike_region(differs, valid) if differs is not None and refused else 0.0
+        reason = _refusal(found, region, cfg) if differs is not None else "golden image or frame is blank over the covered area"
         reason = _with_blur(reason, image, reference)
-    return replace(reg, difference=diff, ok=not reason, reason=reason)
+    return replace(reg, **dataclasses.asdict(found), ok=not reason, reason=reason)
 
 
 def check_pair(reference: np.ndarray, image: np.ndarray, cfg: RegisterConfig | None = None) -> Registration:
@@ -221,7 +271,7 @@ def check_pair(reference: np.ndarray, image: np.ndarray, cfg: RegisterConfig | N
             f"golden image is {reference.shape[1]}x{reference.shape[0]} px, the frame {image.shape[1]}x{image.shape[0]} px: "
             "not aligned as given (register it)"
         )
-        return Registration(identity, 0.0, False, 0.0, 0.0, 0.0, reason=reason, difference=1.0)
+        return Registration(identity, 0.0, False, 0.0, 0.0, 0.0, reason=reason, difference=1.0, spread=1.0, slivers=1.0)
     blank = [name for name, im in (("reference", reference), ("image", image)) if float(im.std()) < 1e-3]
     blank_reason = " and ".join(f"{'golden image' if b == 'reference' else 'frame'} is blank (one grey level)" for b in blank)
     reg = Registration(identity, 1.0, not blank, 0.0, 0.0, 1.0, reason=blank_reason)

@@ -29,8 +29,11 @@ def test_golden_check_benchmark_separates_true_and_wrong_pairs(tmp_path: Path, c
     _deeppcb_like(tmp_path)
     assert golden_check.main(["--root", str(tmp_path), "--out", str(tmp_path / "report.json")]) == 0
     printed = capsys.readouterr().out
-    assert "true" in printed and "other design" in printed and "max_difference" in printed
+    assert "true" in printed and "other design" in printed and "max_spread" in printed
     report = golden_check.run(golden_check.load_pairs(tmp_path, "trainval.txt", None), progress=False)
-    assert report["table"]["true"] == {"pairs": 4, "registered": 4, "accepted": 4}
+    true = report["table"]["true"]
+    assert (true["pairs"], true["registered"], true["accepted"]) == (4, 4, 4)
+    painted = report["table"]["painted"]  # 8 blobs of 60 px on a 320x320 board: 32 per 640x640 px, more than a board's defects
+    assert painted["pairs"] == 4 and painted["spread"] > report["table"]["true"]["spread"]
     assert report["table"]["blank"]["accepted"] == 0 and report["table"]["stretched 800x600"]["accepted"] == 0
     assert report["table"]["other design"]["accepted"] == 0

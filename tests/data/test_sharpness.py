@@ -38,5 +38,5 @@ def test_a_refusal_under_blur_names_the_blur_first() -> None:
     _, blurred = register(other, defocus(frame, 3.0))
     assert not blurred.ok and blurred.reason.startswith("frame is blurred: sharpness ")
     assert "% of the golden image's (check the focus and clean the lens); golden image does not match" in blurred.reason
-    _, strict = register(golden, defocus(frame, 3.0), RegisterConfig(max_difference=0.0))  # the golden check refuses
-    assert not strict.ok and strict.reason.startswith("frame is blurred: ") and "register.max_difference" in strict.reason
+    _, strict = register(golden, defocus(frame, 3.0), RegisterConfig(max_spread=0.0))  # the golden check refuses
+    assert not strict.ok and strict.reason.startswith("frame is blurred: ") and "register.max_spread" in strict.reason
