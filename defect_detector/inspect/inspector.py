@@ -36,6 +36,7 @@ from tqdm import tqdm
 from defect_detector.core.devices import AdaptiveThreads, default_threads
 from defect_detector.core.types import Detections
 from defect_detector.data.images import ConversionNotice
+from defect_detector.data.register import Registration
 from defect_detector.inspect.design_check import NO_NOTE, DesignCheck
 from defect_detector.inspect.drift_inputs import DriftInputs
 from defect_detector.inspect.outputs import Outputs
@@ -45,7 +46,7 @@ from defect_detector.inspect.run_guard import RunGuard, check_database
 from defect_detector.inspect.run_summary import Tally
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.inspect.screen import EXPOSURE_KINDS, calibration_levels, mask_uncovered, screen_reason
-from defect_detector.inspect.sources import Frame, FrameSource, open_source
+from defect_detector.inspect.sources import Frame, FrameSource, batches, open_source
 from defect_detector.inspect.stop_signals import StopSignals, until_stopped
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
 from defect_detector.monitor.alerts import AlertRouter
@@ -68,6 +69,8 @@ class Inspection:
     seen the board; the ``reason`` says so), or ``not_inspected`` with the ``reason``: never count such a board as clean.
     ``design_warning``: the frame's golden image looks unlike the model's training images (``inspect/design_check.py``;
     a warning, never a refusal), else None; ``design_taught``: the weights were taught its golden image (``teach``).
+    ``registration``: how its golden image was registered (``data/register.py``; None for a single-image model or a
+    frame refused before).
     """
 
     frame: Frame
@@ -77,6 +80,7 @@ class Inspection:
     score: float | None = None
     design_warning: str | None = None
     design_taught: bool = False
+    registration: Registration | None = None
 
     @property
     def error(self) -> str | None:
@@ -120,8 +124,8 @@ class Inspector:
         self.drift_inputs = DriftInputs(pipeline)  # gray levels, blank frames, golden-image statistics (issues 24, 27)
         self.design_check = DesignCheck.from_meta(runtime.meta, runtime.path)  # unlike the training images (issue 34)
         self.notice = ConversionNotice("api")
-        self._next_index = 0
-        self._closed = False
+        self._next_index, self._closed = 0, False
+        self._registrations: dict[int, Registration | None] = {}  # frame index -> its registration, until inspected
 
     @property
     def runtime(self) -> Runtime:
@@ -235,8 +239,8 @@ class Inspector:
         out = []
         for frame in frames:
             result = by_index.get(frame.index)
-            note = designs.get(frame.index, NO_NOTE)
-            inspection = Inspection(frame, result, design_warning=note.warning, design_taught=note.taught)
+            note, reg = designs.get(frame.index, NO_NOTE), self._registrations.pop(frame.index, None)
+            inspection = Inspection(frame, result, design_warning=note.warning, design_taught=note.taught, registration=reg)
             if self.router is not None and result is not None:
                 timings = {"decode": frame.decode_ms / 1000.0, **{k: v / 1000.0 for k, v in result.timings.items()}}
                 levels, gold = drift[frame.index]
@@ -275,10 +279,12 @@ class Inspector:
                 out.append(dataclasses.replace(frame, error=blank, error_kind="blank frame"))
                 continue
             try:
-                warped, area = self.pipeline.register_covered(frame.image, frame.file_name, given[i] if given is not None else None)
+                warped, reg = self.pipeline.register_record(frame.image, frame.file_name, given[i] if given is not None else None)
             except ReferenceError as exc:
                 out.append(dataclasses.replace(frame, error=str(exc), error_kind=exc.reason))
                 continue
+            area = reg.covered(frame.image.shape) if reg is not None else None
+            self._registrations[frame.index] = reg
             refused = screen_reason(frame.image, warped, area, limits, calibration)  # issue 36: exposure, content, coverage
             if refused is not None:
                 out.append(dataclasses.replace(frame, error=refused[1], error_kind=refused[0]))
@@ -350,7 +356,7 @@ class Inspector:
             raise
         tally = Tally()
         try:
-            chunks = _batches(until_stopped(iter(frames), stop), 1 if frames.is_stream else batch, max_frames)
+            chunks = batches(until_stopped(iter(frames), stop), 1 if frames.is_stream else batch, max_frames)
             stopped_by = self._consume(frames, chunks, outputs, tally, frames.total if max_frames is None else max_frames, on_result)
         finally:
             guard.release()
@@ -423,18 +429,3 @@ class Inspector:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-def _batches(frames: Iterator[Frame], size: int, max_frames: int | None) -> Iterator[list[Frame]]:
-    """Group ``frames`` into lists of up to ``size``, stopping after ``max_frames`` frames."""
-    batch: list[Frame] = []
-    count = 0
-    for frame in frames:
-        batch.append(frame)
-        count += 1
-        if len(batch) == size or (max_frames is not None and count >= max_frames):
-            yield batch
-            batch = []
-        if max_frames is not None and count >= max_frames:
-            break
-    if batch:
-        yield batch

@@ -3,12 +3,15 @@ source: a folder run killed with -9 leaves its frames too), ``--report`` (a CSV 
 ``--save-dir`` (annotated images, or one annotated ``.mp4``).
 
 Every frame of the source has its record, whatever happened to it: ``{"file_name", "frame", "verdict", "reason",
-"drift", "design_warning", "design_taught", "calls": [{"category_name", "bbox": [x, y, w, h], "score"}], "dropped"}``
+"drift", "design_warning", "design_taught", "registration", "calls": [{"category_name", "bbox": [x, y, w, h], "score"}],
+"dropped"}``
 with ``verdict`` ``pass``, ``pass_suspect`` (no call, under a critical drift alert), ``fail`` or ``not_inspected``
 (``reason`` says why), ``bbox`` in the frame's original pixels and ``dropped`` the calls the ``max_det`` cap cut. So
 "clean", "not inspected" and "not processed" can never look alike. ``design_warning``: the frame's golden image looks
 unlike the model's training images (``inspect/design_check.py``: a warning, the frame is inspected as before), else
-null; ``design_taught``: whether the weights were taught the frame's golden image (``teach``; never warned about).
+null; ``design_taught``: whether the weights were taught the frame's golden image (``teach``; never warned about);
+``registration``: how its golden image sat in the frame (``shift_px``, ``angle_deg``, ``score``, the golden check's
+``difference`` and ``spread``, ``reused``: the fixture's cached matrix), null without one.
 ``json_layout="detections"`` writes v0.8's flat list of calls instead (for scripts that read it). A frame that was
 not inspected is stamped NOT INSPECTED with its reason in ``--save-dir``.
 
@@ -62,6 +65,14 @@ def call_records(result: Detections | None) -> list[dict[str, Any]]:
     ]
 
 
+def registration_record(reg: Any) -> dict[str, Any] | None:
+    """The JSON form of a frame's :class:`~defect_detector.data.register.Registration` (None: no golden image)."""
+    if reg is None:
+        return None
+    keys = ("shift_px", "angle_deg", "score", "difference", "spread")
+    return {k: round(float(getattr(reg, k)), 4) for k in keys} | {"reused": bool(reg.reused)}
+
+
 def frame_record(inspection: Any) -> dict[str, Any]:
     """The ``--save-json`` record of one :class:`~defect_detector.inspect.inspector.Inspection` (see the module docstring)."""
     frame, result = inspection.frame, inspection.detections
@@ -72,6 +83,7 @@ def frame_record(inspection: Any) -> dict[str, Any]:
         "reason": inspection.reason,
         "drift": inspection.drift,
         "design_warning": getattr(inspection, "design_warning", None),
+        "registration": registration_record(getattr(inspection, "registration", None)),
         "design_taught": bool(getattr(inspection, "design_taught", False)),
         "calls": call_records(result),
         "dropped": result.dropped if result is not None else 0,

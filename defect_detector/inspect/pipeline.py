@@ -30,7 +30,7 @@ from defect_detector.core.errors import DatasetError
 from defect_detector.core.types import Detections, LetterboxMeta, TileRecord
 from defect_detector.data.images import ConversionNotice, to_gray_uint8
 from defect_detector.data.letterbox import letterbox
-from defect_detector.data.register import RegisterConfig, check_pair, register
+from defect_detector.data.register import RegisterConfig, Registration, check_pair, register
 from defect_detector.data.tiles import EDGE_MARGIN, crop_tiles, merge_tile_detections, plan_tiles, pool_tile_stats
 from defect_detector.inspect.references import ReferenceError, References, refusal_kind
 from defect_detector.inspect.runtime import Runtime
@@ -141,13 +141,13 @@ class Pipeline:
         :attr:`references` holds for ``name``. Raises :class:`ReferenceError` (reason ``no golden image``, ``no
         reference``, ``unreadable reference``, ``reference does not match`` or ``occluded or not this board``; its
         message says what was measured) when there is none or it does not fit the frame."""
-        return self.register_covered(image, name, given)[0]
+        return self.register_record(image, name, given)[0]
 
-    def register_covered(
+    def register_record(
         self, image: np.ndarray, name: str, given: np.ndarray | None = None
-    ) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """:meth:`register`, and bool ``[H, W]``: where the registered golden image has data (None for a single-image
-        model; ``Registration.covered``)."""
+    ) -> tuple[np.ndarray | None, Registration | None]:
+        """:meth:`register`, and the :class:`~defect_detector.data.register.Registration` it made (matrix, score, golden
+        check; ``covered(shape)``: where the golden image has data), None for a single-image model."""
         if self.runtime.channels == 1:
             if given is not None:
                 raise ValueError(f"{name}: a golden image was given, but this model takes 1 input channel (no reference)")
@@ -155,8 +155,7 @@ class Pipeline:
         if given is None:
             if self.references is None:
                 raise ReferenceError(f"{name}: no golden image (this is a golden-template model)", "no golden image")
-            warped, result = self.references.align(image, name)
-            return warped, result.covered(image.shape)
+            return self.references.align(image, name)
         golden = gray_frame(given, f"golden image of {name}")
         if not self.align:  # used as given (already aligned): the golden check still runs
             warped, result = golden, check_pair(golden, image, self.register_cfg)
@@ -164,7 +163,7 @@ class Pipeline:
             warped, result = register(golden, image, self.register_cfg)
         if not result.ok:
             raise ReferenceError(f"{name} against its golden image: {result.reason}", refusal_kind(result.reason))
-        return warped, result.covered(image.shape)
+        return warped, result
 
     def plan(self, height: int, width: int) -> TileRecord | None:
         """How a ``height x width`` frame is placed on the model input: its :class:`TileRecord`, or None to letterbox it whole.

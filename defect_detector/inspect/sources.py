@@ -25,6 +25,7 @@ The capture factory (``cv2.VideoCapture`` by default) is injectable for tests.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
 import threading
@@ -304,3 +305,10 @@ def open_source(
         latest_only=latest_only and kind in ("camera", "stream"),
         reconnect=ReconnectPolicy(reconnect_attempts, reconnect_delay, max_reconnect_delay),
     )
+
+
+def batches(frames: Iterator[Frame], size: int, max_frames: int | None) -> Iterator[list[Frame]]:
+    """Group ``frames`` into lists of up to ``size``, reading no more than ``max_frames`` frames (None: all)."""
+    frames = itertools.islice(frames, max_frames)
+    while batch := list(itertools.islice(frames, size)):
+        yield batch

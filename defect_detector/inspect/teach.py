@@ -29,6 +29,7 @@ import torch
 
 from defect_detector.core.config import Config, config_from_dict
 from defect_detector.core.io import atomic_torch_save
+from defect_detector.data.dataset import evenly_spaced
 from defect_detector.data.images import load_image_gray, pixel_fingerprint
 from defect_detector.data.photo_sets import golden_files, moved, painted_pairs, write_pairs
 from defect_detector.data.render import capture
@@ -66,6 +67,13 @@ e.g. 4 captures each of 161 golden images): on 2 CPU cores such an epoch takes a
 schedule ends within the time; ``train.max_minutes`` still caps it."""
 
 
+SELECT_MAX = 24
+"""Painted boards that choose ``best.pt`` at most (each validation scores them all)."""
+
+HELD_MAX = 64
+"""Held-back painted boards at most (scored before and after)."""
+
+
 @dataclass
 class TeachReport:
     """What ``teach`` measured: ``before`` / ``after`` (``engine.evaluate.calls_at`` at each weights' operating point,
@@ -85,16 +93,25 @@ def _captures(golden: np.ndarray, stem: str, n: int, rng: np.random.Generator) -
         yield f"{stem}_c{k:03d}", moved(board, rng, 3.0, 0.3), golden, np.zeros((0, 4), np.float32), np.zeros(0, np.int64)
 
 
+def _painted(images: list[tuple[str, np.ndarray]], tag: str, total: int, rng: np.random.Generator) -> Iterator[tuple]:
+    """``total`` painted boards spread evenly over the golden ``images`` (whole rounds first, the rest evenly spaced)."""
+    rounds, rest = divmod(total, len(images))
+    extra = set(evenly_spaced(len(images), rest)) if rest else set()
+    for k, (stem, golden) in enumerate(images):
+        yield from painted_pairs(golden, f"{stem}_{tag}", rounds + (k in extra), 4, rng)
+
+
 def write_teach_sets(goldens: list[Path], work: Path, held: int, seed: int, captures: int = CAPTURES) -> dict[str, Path]:
-    """The ``train`` (``captures`` clean captures), ``select`` and ``held`` (painted) COCO sets of ``goldens`` under
-    ``work``."""
+    """The ``train`` (``captures`` clean captures, at least 4 per golden image), ``select`` (4 painted boards per golden
+    image, at most :data:`SELECT_MAX`) and ``held`` (``held`` per golden image, at most :data:`HELD_MAX`) COCO sets of
+    ``goldens`` under ``work``."""
     images = [(p.stem, load_image_gray(p)) for p in goldens]
     per_design = max(4, captures // len(images))
     rng = np.random.default_rng(seed)
     sets = {
         "train": (pair for stem, g in images for pair in _captures(g, stem, per_design, rng)),
-        "select": (pair for stem, g in images for pair in painted_pairs(g, f"{stem}_s", 4, 4, rng)),
-        "held": (pair for stem, g in images for pair in painted_pairs(g, f"{stem}_h", held, 4, rng)),
+        "select": _painted(images, "s", min(4 * len(images), SELECT_MAX), rng),
+        "held": _painted(images, "h", min(held * len(images), HELD_MAX), rng),
     }
     return {name: write_pairs(work / name, pairs, f"teach {name}: {len(images)} golden images") for name, pairs in sets.items()}
 
@@ -165,7 +182,7 @@ def teach(  # noqa: PLR0913 - the Python twin of the teach command's flags
         shutil.rmtree(work)
     sets = write_teach_sets(goldens, work, held, seed, captures)
     before = _score(weights, sets["held"])
-    left = max(0.3, minutes - (time.perf_counter() - started) / 60 - 0.5 - 0.02 * held * len(goldens))
+    left = max(0.3, minutes - (time.perf_counter() - started) / 60 - 0.5 - 0.02 * min(held * len(goldens), HELD_MAX))
     cfg = teach_config(weights, sets, work, left, max(4, captures // len(goldens)) * len(goldens))
     budget = Budget.start(cfg.train.max_minutes, time.perf_counter(), 30, True)
     run_dir = fit(cfg, threads=threads, budget=budget)

@@ -167,3 +167,24 @@ def test_losing_the_database_mid_run_is_counted_and_exits_2(
         f"defect-detector predict: error: --db {db}: {lost} of {FRAMES} frames were not recorded in the station database "
         "(lost or unreachable during the run: see the warnings above); the other outputs are finished"
     )
+
+
+def test_every_record_carries_its_registration(tmp_path: Path) -> None:
+    """A golden-template frame's JSON record says how its golden image was registered (issue 35: the Registration is
+    recorded, not thrown away); a single-image model's records say null."""
+    from defect_detector.inspect.inspector import Inspector
+    from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
+
+    samples = Path(__file__).resolve().parents[2] / "data" / "samples"
+    board = sorted((samples / "deeppcb").glob("*.jpg"))[0]
+    for weights, reference in ((DEFAULT_REFERENCE_WEIGHTS, samples / "golden" / board.name), (None, None)):
+        out = tmp_path / f"{'golden' if reference else 'single'}.json"
+        with Inspector.load(weights, reference=reference, device="cpu", threads=1) as inspector:
+            inspector.run(str(board), save_json=str(out))
+        record = json.loads(out.read_text())[0]
+        if reference is None:
+            assert record["registration"] is None
+            continue
+        reg = record["registration"]
+        assert set(reg) == {"shift_px", "angle_deg", "score", "difference", "spread", "reused"}
+        assert reg["score"] > 0.5 and reg["shift_px"] < 20 and abs(reg["angle_deg"]) < 1 and 0 <= reg["spread"] < 0.21
