@@ -15,7 +15,7 @@ def add_parser(sub: Any) -> None:
         help="learn a new design from its golden images alone: fine-tune a golden-template model on defects painted on them",
     )
     p.add_argument("--golden", required=True, help="the design's golden image, or a folder of golden images")
-    p.add_argument("--weights", help="golden-template weights to start from (default: the bundled deeppcb_ref.pt)")
+    p.add_argument("--weights", help="golden-template weights to start from (default: photo_ref.pt, trained on photographs too)")
     p.add_argument("--minutes", type=float, default=20.0, help="the whole command ends within this many minutes (default: 20)")
     p.add_argument("--out", required=True, help="the taught weights (.pt), which predict takes as they are")
     p.add_argument("--held", type=int, default=8, help="painted boards per golden image held back to score before and after (default: 8)")

@@ -38,7 +38,7 @@ from defect_detector.engine.domain import extend_domain
 from defect_detector.engine.trainer import fit
 from defect_detector.inspect.calibrate import calibrate_run
 from defect_detector.inspect.validate import validate
-from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, load_checkpoint, strip_checkpoint
+from defect_detector.model.checkpoint import PHOTO_REFERENCE_WEIGHTS, load_checkpoint, strip_checkpoint
 
 log = logging.getLogger("defect_detector.inspect")
 
@@ -165,13 +165,13 @@ def teach(  # noqa: PLR0913 - the Python twin of the teach command's flags
     threads: int | None = None,
 ) -> TeachReport:
     """Teach the design(s) of ``golden`` (a folder of golden images or one image) to ``weights`` (None: the bundled
-    golden-template model) in at most ``minutes``, writing the taught checkpoint to ``out``; ``held`` painted boards per
-    golden image are scored before and after. Raises ``ValueError`` naming the problem (no golden image, a blank one,
-    a single-image model, too little time). ``threads``: torch CPU threads (None: the default)."""
+    golden-template model for photographs, ``photo_ref.pt``) in at most ``minutes``, writing the taught checkpoint to
+    ``out``; ``held`` painted boards per golden image are scored before and after. Raises ``ValueError`` naming the
+    problem (no golden image, a blank one, a single-image model, too little time). ``threads``: torch CPU threads (None: the default)."""
     started = time.perf_counter()
     if minutes < 1.5:
         raise ValueError(f"--minutes must be at least 1.5 (painting, scoring before and after, a few epochs), got {minutes:g}")
-    weights = Path(weights) if weights else DEFAULT_REFERENCE_WEIGHTS
+    weights = Path(weights) if weights else PHOTO_REFERENCE_WEIGHTS
     out = Path(out)
     goldens = golden_files(golden)
     start = load_checkpoint(weights)

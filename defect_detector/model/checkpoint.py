@@ -18,6 +18,7 @@ from defect_detector.model.detector import TinyDetector, build_model
 
 DEFAULT_WEIGHTS = Path(__file__).resolve().parent.parent / "weights" / "deeppcb.pt"
 DEFAULT_REFERENCE_WEIGHTS = DEFAULT_WEIGHTS.with_name("deeppcb_ref.pt")  # golden-template model (in_channels 2)
+PHOTO_REFERENCE_WEIGHTS = DEFAULT_WEIGHTS.with_name("photo_ref.pt")  # golden-template model for photographs (teach's start)
 
 
 @dataclass
