@@ -1,5 +1,6 @@
 """Reading a COCO annotation file: the json's top-level shape, where its images live, valid image and annotation
-entries, and the pycocotools index over the entries :class:`~defect_detector.data.dataset.CocoDetectionDataset` kept."""
+entries, and the pycocotools index over the entries :class:`~defect_detector.data.dataset.CocoDetectionDataset` kept;
+and writing the ones this package generates (:func:`write_generated`)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from typing import Any
 
 from pycocotools.coco import COCO
 
+from defect_detector.core.constants import DEEPPCB_CLASSES
 from defect_detector.core.errors import DatasetError
-from defect_detector.core.io import read_json_file
+from defect_detector.core.io import atomic_write_json, read_json_file
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -86,3 +88,28 @@ def build_coco(info: Any, images: list[dict[str, Any]], anns: dict[int, list[dic
     with contextlib.redirect_stdout(io.StringIO()):
         coco.createIndex()
     return coco
+
+
+
+def box_annotations(image_id: int, boxes: Any, labels: Any, first_id: int) -> list[dict[str, Any]]:
+    """COCO annotation entries of one image: xyxy pixel ``boxes`` ``[N, 4]``, ``labels`` ``[N]`` indexing
+    ``DEEPPCB_CLASSES`` (category ids 1..6), ids from ``first_id``."""
+    out = []
+    for k, (box, label) in enumerate(zip(boxes.tolist(), labels.tolist())):
+        w, h = box[2] - box[0], box[3] - box[1]
+        entry = {"id": first_id + k, "image_id": image_id, "category_id": label + 1, "bbox": [box[0], box[1], w, h]}
+        out.append(entry | {"area": w * h, "iscrowd": 0})
+    return out
+
+
+def write_generated(out: Path, images: list[dict[str, Any]], annotations: list[dict[str, Any]], info: dict[str, Any]) -> Path:
+    """Write ``out/annotations.json`` (COCO, categories ``DEEPPCB_CLASSES`` with ids 1..6) atomically; returns its path."""
+    coco = {
+        "info": info,
+        "images": images,
+        "annotations": annotations,
+        "categories": [{"id": i + 1, "name": name} for i, name in enumerate(DEEPPCB_CLASSES)],
+    }
+    path = out / "annotations.json"
+    atomic_write_json(path, coco)
+    return path

@@ -19,8 +19,8 @@ import numpy as np
 from tqdm import tqdm
 
 from defect_detector.core.constants import DEEPPCB_CLASSES
-from defect_detector.core.io import atomic_write_bytes, atomic_write_json
-from defect_detector.data.coco_json import read_json, resolve_images_root
+from defect_detector.core.io import atomic_write_bytes
+from defect_detector.data.coco_json import box_annotations, read_json, resolve_images_root, write_generated
 from defect_detector.data.images import load_image_gray
 from defect_detector.data.paint import paint_defects
 from defect_detector.data.register import register
@@ -86,19 +86,8 @@ def write_pairs(out: Path, items: Iterable[_Pair], description: str) -> Path:
             atomic_write_bytes(out / folder / f"{stem}.png", encoded.tobytes())
         h, w = board.shape
         images.append({"id": image_id, "file_name": f"boards/{stem}.png", "reference": f"golden/{stem}.png", "width": w, "height": h})
-        for box, label in zip(boxes.tolist(), labels.tolist()):
-            bw, bh = box[2] - box[0], box[3] - box[1]
-            entry = {"id": len(annotations) + 1, "image_id": image_id, "category_id": label + 1, "bbox": [box[0], box[1], bw, bh]}
-            annotations.append(entry | {"area": bw * bh, "iscrowd": 0})
-    coco = {
-        "info": {"images_root": ".", "description": description},
-        "images": images,
-        "annotations": annotations,
-        "categories": [{"id": i + 1, "name": name} for i, name in enumerate(DEEPPCB_CLASSES)],
-    }
-    path = out / "annotations.json"
-    atomic_write_json(path, coco)
-    return path
+        annotations += box_annotations(image_id, boxes, labels, len(annotations) + 1)
+    return write_generated(out, images, annotations, {"images_root": ".", "description": description})
 
 
 def write_rendered_set(  # noqa: PLR0913 - each a rendering option, named by callers

@@ -18,8 +18,8 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from defect_detector.core.constants import DEEPPCB_CLASSES
-from defect_detector.core.io import atomic_write_bytes, atomic_write_json
+from defect_detector.core.io import atomic_write_bytes
+from defect_detector.data.coco_json import box_annotations, write_generated
 
 COPPER = 0
 SUBSTRATE = 255
@@ -362,24 +362,5 @@ def write_synthetic_dataset(out_dir: str | os.PathLike[str], n_images: int, heig
             raise RuntimeError(f"PNG encoding failed for {file_name}")
         atomic_write_bytes(out / "images" / file_name, encoded.tobytes())
         images.append({"id": i + 1, "file_name": file_name, "width": width, "height": height})
-        for box, label in zip(boxes.tolist(), labels.tolist()):
-            w, h = box[2] - box[0], box[3] - box[1]
-            annotations.append(
-                {
-                    "id": len(annotations) + 1,
-                    "image_id": i + 1,
-                    "category_id": label + 1,
-                    "bbox": [box[0], box[1], w, h],
-                    "area": w * h,
-                    "iscrowd": 0,
-                }
-            )
-    coco = {
-        "info": {"images_root": "images", "description": f"synthetic PCB boards, seed {seed}"},
-        "images": images,
-        "annotations": annotations,
-        "categories": [{"id": i + 1, "name": name} for i, name in enumerate(DEEPPCB_CLASSES)],
-    }
-    path = out / "annotations.json"
-    atomic_write_json(path, coco)
-    return path
+        annotations += box_annotations(i + 1, boxes, labels, len(annotations) + 1)
+    return write_generated(out, images, annotations, {"images_root": "images", "description": f"synthetic PCB boards, seed {seed}"})
