@@ -74,6 +74,11 @@ MAX_SPREAD = 0.21
 """Largest share of the covered :data:`CELL_PX` cells that thick differences may touch: between the painted pairs'
 0.175 and the 0.253 of the first wrong pair that has at most one track (module docstring)."""
 
+MIN_CELLS = 64.0
+"""Shares of cells are counted over at least this many (a 256x256 frame's): in a small frame two cells of one defect's
+edges would be a fifth of the frame (a 96x96 synthetic pair with one defect read slivers 0.22). Frames of 256 px and
+more are unaffected."""
+
 MAX_SLIVERS = 0.2
 """Largest share of the covered :data:`CELL_PX` cells that differences thinner than :data:`THICK_PX` alone may touch:
 a golden image a few pixels off leaves slivers along every edge (true pairs: at most 0.163; module docstring)."""
@@ -209,10 +214,10 @@ def structure(differs: np.ndarray | None, valid: np.ndarray) -> Structure:
     per_area = REFERENCE_AREA / covered
     return Structure(
         difference=cv2.countNonZero(d8) / covered,
-        spread=float(touched.sum()) / max(float(cells.sum()), 1.0),
+        spread=float(touched.sum()) / max(float(cells.sum()), MIN_CELLS),
         regions=(count - 1) * per_area,
         tracks=float((sides >= TRACK_PX).sum()) * per_area,
-        slivers=float(thin.sum()) / max(float(cells.sum()), 1.0),
+        slivers=float(thin.sum()) / max(float(cells.sum()), MIN_CELLS),
     )
 
 
