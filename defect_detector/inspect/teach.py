@@ -118,10 +118,10 @@ def write_teach_sets(goldens: list[Path], work: Path, held: int, seed: int, capt
     return {name: write_pairs(work / name, pairs, f"teach {name}: {len(images)} golden images") for name, pairs in sets.items()}
 
 
-def teach_config(weights: Path, sets: dict[str, Path], work: Path, minutes: float, pairs: int = CAPTURES) -> Config:
-    """The fine-tune of ``weights`` on the teach ``sets`` (``pairs`` training pairs) within ``minutes``: the weights' own
-    config with :data:`RECIPE` over it."""
-    raw = dict(torch.load(weights, map_location="cpu", weights_only=True)["config"])
+def teach_config(weights: Path, start: dict[str, Any], sets: dict[str, Path], work: Path, minutes: float, pairs: int = CAPTURES) -> Config:
+    """The fine-tune of ``weights`` (its checkpoint ``start``, as ``torch.load`` reads it) on the teach ``sets`` (``pairs``
+    training pairs) within ``minutes``: the weights' own config with :data:`RECIPE` over it."""
+    raw = dict(start["config"])
     raw["augment"] = RECIPE["augment"]
     raw["train"] = {k: v for k, v in raw.get("train", {}).items() if k in ("amp", "device", "weight_decay")} | RECIPE["train"]
     epochs = max(3, round(minutes * EPOCHS_PER_MINUTE * CAPTURES / pairs))
@@ -176,19 +176,19 @@ def teach(  # noqa: PLR0913 - the Python twin of the teach command's flags
     weights = Path(weights) if weights else PHOTO_REFERENCE_WEIGHTS
     out = Path(out)
     goldens = golden_files(golden)
-    start = load_checkpoint(weights)
-    if start.config.model.in_channels != 2:
+    if load_checkpoint(weights).config.model.in_channels != 2:  # also checks the weights load into their model
         raise ValueError(f"{weights}: teach needs a golden-template model (model.in_channels 2); this one inspects single images")
     work = out.with_name(out.stem + "_teach")
     if work.exists():
         shutil.rmtree(work)
+    start = torch.load(weights, map_location="cpu", weights_only=True)
     sets = write_teach_sets(goldens, work, held, seed, captures)
     before = _score(weights, sets["held"])
     left = max(0.3, minutes - (time.perf_counter() - started) / 60 - 0.5 - 0.02 * min(held * len(goldens), HELD_MAX))
-    cfg = teach_config(weights, sets, work, left, max(4, captures // len(goldens)) * len(goldens))
+    cfg = teach_config(weights, start, sets, work, left, max(4, captures // len(goldens)) * len(goldens))
     budget = Budget.start(cfg.train.max_minutes, time.perf_counter(), 30, True)
     run_dir = fit(cfg, threads=threads, budget=budget)
     log.info("%s", calibrate_run(run_dir, str(sets["train"]), None, progress=False, budget=budget))
-    designs = _taught(out, run_dir / "weights" / "best.pt", goldens, torch.load(weights, map_location="cpu", weights_only=True))
+    designs = _taught(out, run_dir / "weights" / "best.pt", goldens, start)
     after = _score(out, sets["held"])
     return TeachReport(before, after, (time.perf_counter() - started) / 60, designs, out, work)
