@@ -10,7 +10,7 @@ with ``verdict`` ``pass``, ``pass_suspect`` (no call, under a critical drift ale
 "clean", "not inspected" and "not processed" can never look alike. ``design_warning``: the frame's golden image looks
 unlike the model's training images (``inspect/design_check.py``: a warning, the frame is inspected as before), else
 null; ``design_taught``: whether the weights were taught the frame's golden image (``teach``; never warned about);
-``registration``: how its golden image sat in the frame (``shift_px``, ``angle_deg``, ``score``, the golden check's
+``registration``: how its golden image sat in the frame (``shift`` px, ``angle`` degrees, ``score``, the golden check's
 ``difference`` and ``spread``, ``reused``: the fixture's cached matrix), null without one.
 ``json_layout="detections"`` writes v0.8's flat list of calls instead (for scripts that read it). A frame that was
 not inspected is stamped NOT INSPECTED with its reason in ``--save-dir``.
@@ -69,8 +69,8 @@ def registration_record(reg: Any) -> dict[str, Any] | None:
     """The JSON form of a frame's :class:`~defect_detector.data.register.Registration` (None: no golden image)."""
     if reg is None:
         return None
-    keys = ("shift_px", "angle_deg", "score", "difference", "spread")
-    return {k: round(float(getattr(reg, k)), 4) for k in keys} | {"reused": bool(reg.reused)}
+    keys = {"shift": "shift_px", "angle": "angle_deg", "score": "score", "difference": "difference", "spread": "spread"}
+    return {name: round(float(getattr(reg, attr)), 4) for name, attr in keys.items()} | {"reused": bool(reg.reused)}
 
 
 def frame_record(inspection: Any) -> dict[str, Any]:
