@@ -23,15 +23,16 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from defect_detector.core.errors import DatasetError
 from defect_detector.data.coco_json import read_json
 from defect_detector.data.dataset import CocoDetectionDataset, evenly_spaced
 from defect_detector.engine.budget import MIN_BASELINE_FRAMES, Budget
 from defect_detector.inspect.annotated import AnnotatedFrame, annotated_frames
 from defect_detector.inspect.pipeline import Pipeline
-from defect_detector.inspect.references import ReferenceError, References
+from defect_detector.inspect.prepare import Prepare
+from defect_detector.inspect.references import References
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.inspect.source_kinds import list_images, source_kind
+from defect_detector.inspect.sources import Frame
 from defect_detector.monitor.baseline import FAULT_FRAMES, Baseline, calibrate
 from defect_detector.monitor.blank import image_levels
 from defect_detector.monitor.faults import CALIBRATION_STRENGTHS, apply_fault
@@ -65,19 +66,23 @@ def _folder_frames(folder: str) -> _FrameList:
     return _FrameList([(i, str(path), None) for i, (path, _) in enumerate(files)], Path(folder), folder)
 
 
-def _pairs(pipeline: Pipeline, frames: _FrameList, indices: list[int]) -> Iterator[tuple[str, Pair]]:
-    """``(name, (gray frame, registered golden image or None))`` of the chosen frames; unreadable or unmatched ones
-    are logged and left out."""
+def _pairs(prepare: Prepare, frames: _FrameList, indices: list[int]) -> Iterator[tuple[str, Pair]]:
+    """``(name, (gray frame, registered golden image or None))`` of the chosen frames through the prepare stage (as
+    ``predict`` prepares them); the frames it refuses (unreadable, blank, unmatched, badly exposed) are logged and left out."""
     wanted = set(indices)
     for i, frame in enumerate(frames):
         if i not in wanted:
             continue
+        kind = "unreadable" if frame.error else None
         try:
-            if frame.error is not None:
-                raise ReferenceError(frame.error, "unreadable")
-            yield frame.name, (frame.image, pipeline.register(frame.image, frame.name, frame.golden))
-        except (ReferenceError, DatasetError) as exc:
+            record = prepare(Frame(i, frame.image, frames.source, frame.name, 0.0, frame.error, 0.0, kind), frame.golden)
+        except ValueError as exc:  # a golden image that is not an image
             logger.warning("calibrate: left out %s", exc)
+            continue
+        if record.refused:
+            logger.warning("calibrate: left out %s", record.error)
+            continue
+        yield frame.name, (frame.image, record.golden)
 
 
 def _statistics(pipeline: Pipeline, pairs: list[Pair]) -> np.ndarray:
@@ -145,10 +150,8 @@ def run_calibrate(  # noqa: PLR0913 - the Python twin of calibrate's flags, one 
     else:
         raise ValueError("calibrate needs --data ANN.json or --images DIR")
     indices = evenly_spaced(len(frames), max_images)
-    pairs = [
-        pair
-        for _, pair in tqdm(_pairs(pipeline, frames, indices), total=len(indices), desc="calibrate", disable=None if progress else True)
-    ]
+    chosen = _pairs(Prepare(pipeline), frames, indices)
+    pairs = [pair for _, pair in tqdm(chosen, total=len(indices), desc="calibrate", disable=None if progress else True)]
     if len(pairs) < 2:
         raise ValueError(f"{source}: fewer than 2 frames could be read and inspected")
     stats = [_statistics(pipeline, pairs[i : i + batch]) for i in range(0, len(pairs), batch)]

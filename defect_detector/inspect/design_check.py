@@ -3,7 +3,7 @@ unlike anything the model knows).
 
 The weights carry a design domain (``meta.json`` ``domain``: ``monitor/domain.py``, fitted on the golden images of the
 training set and extended by ``teach``). The first frame of each golden image, keyed by a fingerprint of its pixels
-(``References.key``, or of the pixels given to ``Inspector.inspect(..., reference=)``), has the golden image's look
+(its :class:`~defect_detector.inspect.designs.Design`), has the golden image's look
 measured (:func:`~defect_detector.monitor.domain.design_stats`, a few ms); when it is unlike the domain, one warning
 is logged, naming the feature farthest off and the ``teach`` command. Every frame of that golden image carries the
 text (``Inspection.design_warning``: the frame's JSON record, the station); later frames cost a dictionary lookup. It
@@ -24,16 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-from defect_detector.data.images import pixel_fingerprint
-from defect_detector.inspect.pipeline import gray_frame
-from defect_detector.inspect.references import ReferenceError, References
-from defect_detector.inspect.sources import Frame
+from defect_detector.inspect.designs import GIVEN, Design
 from defect_detector.monitor.domain import DomainModel, design_stats
 
 log = logging.getLogger("defect_detector.inspect")
-
-GIVEN = "GOLDEN_IMAGE"
-"""What the ``teach`` command of a warning names for a golden image given as pixels (no file)."""
 
 CACHED = 4096
 """Golden images whose verdict is kept (least recently used dropped first; one dropped and met again warns again)."""
@@ -98,27 +92,11 @@ class DesignCheck:
             self._seen.popitem(last=False)
         return text
 
-    def take(
-        self, frames: Sequence[Frame], given: Sequence[np.ndarray | None] | None, references: References | None
-    ) -> dict[int, DesignNote]:
-        """``{frame index: DesignNote}`` for ``frames`` (each with its golden image ``given``, else the one ``references``
-        holds; a frame without one, or unreadable, is left out: its note is :data:`NO_NOTE`, and it is refused elsewhere)."""
-        out: dict[int, DesignNote] = {}
-        if self.domain is None and not self.taught:
-            return out
-        for i, frame in enumerate(frames):
-            pixels = given[i] if given is not None else None
-            if frame.image is None or (pixels is None and references is None):
-                continue
-            try:
-                if pixels is not None:  # a golden image that is not an image is refused by the registration, not here
-                    gray = gray_frame(pixels, f"golden image of {frame.file_name}")
-                    key = pixel_fingerprint(gray)
-                    text = self.check(key, f"golden image of {frame.file_name}", GIVEN, lambda g=gray: g)
-                else:
-                    key, path = references.key(frame.file_name), references.lookup(frame.file_name)
-                    text = self.check(key, path.name, str(path), lambda f=frame.file_name: references.golden(f))
-                out[frame.index] = DesignNote(text, key in self.taught)
-            except (ReferenceError, ValueError):
-                continue
-        return out
+    def note(self, design: Design, file_name: str) -> DesignNote:
+        """The note of ``design`` (first met with frame ``file_name``), computed once per design and kept on it."""
+        if design.note is None:
+            given = design.file == GIVEN
+            name = f"golden image of {file_name}" if given else design.name
+            text = self.check(design.key, name, design.file, lambda: design.image)
+            design.note = DesignNote(text, design.key in self.taught)
+        return design.note

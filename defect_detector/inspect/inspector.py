@@ -21,12 +21,10 @@ pixel scale the model was trained at, and drift monitoring on whenever the weigh
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,75 +32,27 @@ import numpy as np
 from tqdm import tqdm
 
 from defect_detector.core.devices import AdaptiveThreads, default_threads
-from defect_detector.core.types import Detections
 from defect_detector.data.images import ConversionNotice
-from defect_detector.data.register import Registration
-from defect_detector.inspect.design_check import NO_NOTE, DesignCheck
-from defect_detector.inspect.drift_inputs import DriftInputs
+from defect_detector.inspect.design_check import DesignCheck
+from defect_detector.inspect.designs import Designs
+from defect_detector.inspect.drift_inputs import golden_of
 from defect_detector.inspect.outputs import Outputs
 from defect_detector.inspect.pipeline import Pipeline, gray_frame
-from defect_detector.inspect.references import ReferenceError, References
+from defect_detector.inspect.prepare import Inspection, Prepare, detect_records
+from defect_detector.inspect.references import References
 from defect_detector.inspect.run_guard import RunGuard, check_database
 from defect_detector.inspect.run_summary import Tally
 from defect_detector.inspect.runtime import Runtime
-from defect_detector.inspect.screen import EXPOSURE_KINDS, calibration_levels, mask_uncovered, screen_reason
+from defect_detector.inspect.screen import EXPOSURE_KINDS, calibration_levels
 from defect_detector.inspect.sources import Frame, FrameSource, batches, open_source
 from defect_detector.inspect.stop_signals import StopSignals, until_stopped
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
 from defect_detector.monitor.alerts import AlertRouter
 from defect_detector.monitor.drift import DriftEvent
+from defect_detector.monitor.golden import Golden
 from defect_detector.monitor.setup import build_monitoring
 
 log = logging.getLogger("defect_detector.inspect")
-
-
-@dataclass
-class Inspection:
-    """What the inspector found in one frame.
-
-    ``detections``: boxes in the frame's original pixels (see :class:`Detections`), or None when the frame
-    was not inspected (``frame.error`` says why: unreadable, no usable reference). ``events``: drift events
-    this frame raised. ``drift``: the monitor's flag after it (``DriftDetector.flag``: the alert state, or the frame's
-    own level at or above ``z_warn`` before an alert is raised; ``"off"`` without monitoring), ``score``
-    its drift score (None without monitoring). ``verdict``: ``fail`` (at least one call at the operating
-    point), ``pass`` (none), ``pass_suspect`` (none, but a critical drift alert is raised: the camera may not have
-    seen the board; the ``reason`` says so), or ``not_inspected`` with the ``reason``: never count such a board as clean.
-    ``design_warning``: the frame's golden image looks unlike the model's training images (``inspect/design_check.py``;
-    a warning, never a refusal), else None; ``design_taught``: the weights were taught its golden image (``teach``).
-    ``registration``: how its golden image was registered (``data/register.py``; None for a single-image model or a
-    frame refused before).
-    """
-
-    frame: Frame
-    detections: Detections | None
-    events: list[DriftEvent] = field(default_factory=list)
-    drift: str = "off"
-    score: float | None = None
-    design_warning: str | None = None
-    design_taught: bool = False
-    registration: Registration | None = None
-
-    @property
-    def error(self) -> str | None:
-        return self.frame.error
-
-    @property
-    def verdict(self) -> str:
-        if self.detections is None:
-            return "not_inspected"
-        if len(self.detections):
-            return "fail"
-        return "pass_suspect" if self.drift == "critical" else "pass"
-
-    @property
-    def reason(self) -> str | None:
-        """Why the frame was not inspected, or why its pass is suspect (None otherwise)."""
-        if self.detections is None:
-            return self.frame.error
-        if self.verdict == "pass_suspect":
-            score = f"score {self.score:.1f}" if self.score is not None else "alert raised"
-            return f"drift critical: {score}; no call, but the camera may not show the board as validated: check the camera and the light"
-        return None
 
 
 class Inspector:
@@ -121,11 +71,16 @@ class Inspector:
             raise ValueError(f"{runtime.path.name} is a golden-template model: give each frame's reference with --reference REF")
         self.pipeline = pipeline
         self.router = router
-        self.drift_inputs = DriftInputs(pipeline)  # gray levels, blank frames, golden-image statistics (issues 24, 27)
-        self.design_check = DesignCheck.from_meta(runtime.meta, runtime.path)  # unlike the training images (issue 34)
+        self.designs = Designs(pipeline.references, pipeline.register_cfg) if runtime.channels == 2 else None  # prepared once each
+        monitored = router.detector.baseline if router is not None and router.detector is not None else None
+        self.prepare = Prepare(
+            pipeline,
+            self.designs,
+            DesignCheck.from_meta(runtime.meta, runtime.path),  # unlike the training images (issue 34)
+            calibration_levels(monitored, runtime.meta.get("baseline")),  # --baseline's levels, else the weights'
+        )
         self.notice = ConversionNotice("api")
         self._next_index, self._closed = 0, False
-        self._registrations: dict[int, Registration | None] = {}  # frame index -> its registration, until inspected
 
     @property
     def runtime(self) -> Runtime:
@@ -134,6 +89,11 @@ class Inspector:
     @property
     def references(self) -> References | None:
         return self.pipeline.references
+
+    @property
+    def design_check(self) -> DesignCheck | None:
+        """The design-domain check the prepare stage notes each new golden image with (``inspect/design_check.py``)."""
+        return self.prepare.design_check
 
     @classmethod
     def load(  # noqa: PLR0913 - the Python twin of predict's flags, one keyword each
@@ -226,83 +186,34 @@ class Inspector:
         frame, in order, drift updated per frame. ``references``: one golden image (or None) per frame.
         ``RuntimeError`` after :meth:`close`."""
         self._check_open()
+        if references is not None and len(references) != len(frames):
+            raise ValueError(f"got {len(references)} golden images for {len(frames)} frames; pass one per frame")
         if self.autothreads is not None:
             self.autothreads.tick()
-        designs = self.design_check.take(frames, references, self.references)  # per golden image: one warning, or taught
-        frames, good, golden, covered = self._register(list(frames), references)
-        results = self.pipeline.detect([f.image for f in good], golden) if good else []
-        results = [mask_uncovered(r, c) for r, c in zip(results, covered)]  # no call where the golden image has no data
-        by_index = {f.index: r for f, r in zip(good, results)}
-        warped = dict(zip((f.index for f in good), golden or []))  # station recording: registered golden images
-        # drift inputs besides the statistics: gray levels; golden-image statistics, cached per golden image (issue 27)
-        drift = dict(zip([f.index for f in good], self.drift_inputs.take(good, golden, self.router is not None and self.router.relative)))
-        out = []
-        for frame in frames:
-            result = by_index.get(frame.index)
-            note, reg = designs.get(frame.index, NO_NOTE), self._registrations.pop(frame.index, None)
-            inspection = Inspection(frame, result, design_warning=note.warning, design_taught=note.taught, registration=reg)
-            if self.router is not None and result is not None:
-                timings = {"decode": frame.decode_ms / 1000.0, **{k: v / 1000.0 for k, v in result.timings.items()}}
-                levels, gold = drift[frame.index]
-                inspection.events = self.router.on_frame(
-                    frame.index, frame.source_name, result.stats, timings, len(result), golden=gold, levels=levels
-                )
-            elif self.router is not None and (self.drift_inputs.was_blank(frame.index) or frame.error_kind in EXPOSURE_KINDS):
-                # a blank frame (issue 24), or one outside the validated exposure range (issue 36), alerts at once
-                inspection.events = self.router.on_blank(frame.index, frame.source_name, frame.error)
-            if self.monitoring:
-                inspection.drift, inspection.score = self.router.detector.flag, self.router.detector.score
+        records = [self.prepare(f, references[i] if references is not None else None) for i, f in enumerate(frames)]
+        good = detect_records(self.pipeline, records)
+        relative = self.router is not None and self.router.relative
+        goldens = dict(zip((id(r) for r in good), golden_of(self.pipeline, good))) if relative else {}
+        for record in records:
+            self._monitor(record, goldens.get(id(record)))
             if self.recorder is not None:  # station recording
-                reference = self._reference_name(frame, warped)
-                self.recorder.record_inspection(inspection, self.runtime.path.name, reference, warped.get(frame.index))
-            out.append(inspection)
-        return out
+                self.recorder.record_inspection(record, self.runtime.path.name)
+        return records
 
-    def _register(
-        self, frames: list[Frame], given: Sequence[np.ndarray | None] | None
-    ) -> tuple[list[Frame], list[Frame], list[np.ndarray] | None, list[np.ndarray | None]]:
-        """(frames, the inspectable ones, their registered golden images or None for a single-image model, where each
-        golden image has data). A frame whose golden image is missing or does not register, or that is outside the
-        exposure range or too little covered (``inspect/screen.py``), comes back with its ``error`` set (its image kept
-        for drawing) and is not inspected."""
-        if given is not None and len(given) != len(frames):
-            raise ValueError(f"got {len(given)} golden images for {len(frames)} frames; pass one per frame")
-        out, kept, golden, covered = [], [], [], []
-        monitored = self.router.detector.baseline if self.monitoring else None  # --baseline's levels, else the weights'
-        limits, calibration = self.pipeline.exposure, calibration_levels(monitored, self.runtime.meta.get("baseline"))
-        for i, frame in enumerate(frames):
-            if frame.image is None:
-                out.append(frame)
-                continue
-            blank = self.drift_inputs.check(frame, given[i] if given is not None else None)  # issue 24: not inspected
-            if blank is not None:
-                out.append(dataclasses.replace(frame, error=blank, error_kind="blank frame"))
-                continue
-            try:
-                warped, reg = self.pipeline.register_record(frame.image, frame.file_name, given[i] if given is not None else None)
-            except ReferenceError as exc:
-                out.append(dataclasses.replace(frame, error=str(exc), error_kind=exc.reason))
-                continue
-            area = reg.covered(frame.image.shape) if reg is not None else None
-            self._registrations[frame.index] = reg
-            refused = screen_reason(frame.image, warped, area, limits, calibration)  # issue 36: exposure, content, coverage
-            if refused is not None:
-                out.append(dataclasses.replace(frame, error=refused[1], error_kind=refused[0]))
-                continue
-            out.append(frame)
-            kept.append(frame)
-            golden.append(warped)
-            covered.append(area)
-        return out, kept, (golden if self.runtime.channels == 2 else None), covered
-
-    def _reference_name(self, frame: Frame, warped: dict[int, np.ndarray]) -> str | None:
-        """Station recording: the file name of the golden image ``frame`` was inspected against (None without one)."""
-        if self.references is None or frame.index not in warped:
-            return None
-        try:
-            return self.references.lookup(frame.file_name).name
-        except ReferenceError:
-            return None
+    def _monitor(self, record: Inspection, golden: Golden | None) -> None:
+        """Drift: the inspected frame's statistics (read against ``golden`` with a relative baseline), or an alert at
+        once for a blank frame (issue 24) or one outside the validated exposure range (issue 36)."""
+        if self.router is None:
+            return
+        frame, result = record.frame, record.detections
+        if result is not None:
+            timings = {"decode": frame.decode_ms / 1000.0, **{k: v / 1000.0 for k, v in result.timings.items()}}
+            stats, calls = result.stats, len(result)
+            record.events = self.router.on_frame(frame.index, frame.source_name, stats, timings, calls, golden=golden, levels=record.levels)
+        elif frame.error_kind == "blank frame" or frame.error_kind in EXPOSURE_KINDS:
+            record.events = self.router.on_blank(frame.index, frame.source_name, frame.error)
+        if self.monitoring:
+            record.drift, record.score = self.router.detector.flag, self.router.detector.score
 
     def _check_open(self) -> None:
         if self._closed:
@@ -356,8 +267,8 @@ class Inspector:
             raise
         tally = Tally()
         try:
-            chunks = batches(until_stopped(iter(frames), stop), 1 if frames.is_stream else batch, max_frames)
-            stopped_by = self._consume(frames, chunks, outputs, tally, frames.total if max_frames is None else max_frames, on_result)
+            records = self._records(frames, batch, max_frames, stop)
+            stopped_by = self._consume(frames, records, outputs, tally, frames.total if max_frames is None else max_frames, on_result)
         finally:
             guard.release()
         summary = tally.summary(source, frames, self, outputs.written, stopped_by is not None)
@@ -366,29 +277,47 @@ class Inspector:
         summary.update(outputs_failed=list(outputs.failed.values()), unrecorded=self.unrecorded)
         return summary
 
+    def stream(
+        self, source: str, batch: int = 1, max_frames: int | None = None, latest_only: bool = False, stop: StopSignals | None = None
+    ) -> Iterator[Inspection]:
+        """The record of every frame of ``source`` (as :meth:`run` opens it), in order, as each is inspected: for line
+        software that consumes records itself (:meth:`run` writes the outputs from the same records). The source closes
+        when the iteration ends or the generator is closed."""
+        self._check_open()
+        if batch < 1 or (max_frames is not None and max_frames < 1):
+            raise ValueError(f"need batch >= 1 and max_frames >= 1, got batch={batch}, max_frames={max_frames}")
+        frames = open_source(source, latest_only=latest_only)
+        self.runtime.warmup()
+        with frames:
+            yield from self._records(frames, batch, max_frames, stop)
+
+    def _records(self, frames: FrameSource, batch: int, max_frames: int | None, stop: StopSignals | None) -> Iterator[Inspection]:
+        """The records of an open source's frames, ``batch`` per model call (one for a live stream)."""
+        for chunk in batches(until_stopped(iter(frames), stop), 1 if frames.is_stream else batch, max_frames):
+            yield from self.inspect_frames(chunk)
+
     def _consume(
         self,
         frames: FrameSource,
-        chunks: Iterator[list[Frame]],
+        records: Iterator[Inspection],
         outputs: Outputs,
         tally: Tally,
         total: int | None,
         on_result: Callable[[Inspection], None] | None,
     ) -> str | None:
-        """Inspect ``chunks`` of ``frames`` into ``outputs`` and ``tally`` (a progress bar of ``total``), then finish the
+        """Write the ``records`` of ``frames`` into ``outputs`` and ``tally`` (a progress bar of ``total``), then finish the
         outputs; returns the signal that stopped the run (``SIGINT`` for Ctrl-C), None when the source ended. Any other
         error discards the unfinished outputs and is raised."""
         stopped_by = None
         bar = tqdm(total=total, unit="frame", file=sys.stderr, disable=None, leave=False)
         try:
             with frames:
-                for chunk in chunks:
-                    for inspection in self.inspect_frames(chunk):
-                        outputs.add(inspection)
-                        tally.add(inspection)
-                        if on_result is not None:
-                            on_result(inspection)
-                    bar.update(len(chunk))
+                for inspection in records:
+                    outputs.add(inspection)
+                    tally.add(inspection)
+                    if on_result is not None:
+                        on_result(inspection)
+                    bar.update(1)
                     bar.set_postfix_str(tally.status(bar.n), refresh=False)
         except KeyboardInterrupt as exc:  # Ctrl-C, or a stop signal (core.errors.Stopped)
             stopped_by = getattr(exc, "name", "SIGINT")

@@ -1,8 +1,9 @@
 """THE frame pipeline: every command that takes a frame (predict, val, calibrate, demo, bench, station) goes through it.
 
     frame (any of OpenCV's forms) --gray_frame--> uint8 [H, W]  (once, at the entry: sources and the API call it)
-      -> golden image registered into the frame (:meth:`Pipeline.register`, reference models only)
-      -> plan: letterbox whole, or overlapping tiles at the training scale (:meth:`Pipeline.plan`, a ``TileRecord``)
+      -> the prepare stage (``inspect/prepare.py``): its design, golden image registered into the frame (reference
+         models only), screens, and the plan: letterbox whole, or overlapping tiles at the training scale
+         (:meth:`Pipeline.plan`, a ``TileRecord``)
       -> model input [N, C, imgsz, imgsz] (one row per letterboxed frame or tile) -> ``Runtime.infer`` in chunks
       -> postprocess (NMS per row, boxes back to frame or tile pixels) -> tiles merged into the frame
       -> per-frame drift statistics, pooled over its tiles
@@ -30,9 +31,9 @@ from defect_detector.core.errors import DatasetError
 from defect_detector.core.types import Detections, LetterboxMeta, TileRecord
 from defect_detector.data.images import ConversionNotice, to_gray_uint8
 from defect_detector.data.letterbox import letterbox
-from defect_detector.data.register import RegisterConfig, Registration, check_pair, register
+from defect_detector.data.register import RegisterConfig
 from defect_detector.data.tiles import EDGE_MARGIN, crop_tiles, merge_tile_detections, plan_tiles, pool_tile_stats
-from defect_detector.inspect.references import ReferenceError, References, refusal_kind
+from defect_detector.inspect.references import References
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.model.postprocess import PRE_NMS_TOPK, demote_and_drop, postprocess
 
@@ -95,7 +96,7 @@ class Pipeline:
     """A :class:`Runtime` with its golden images, operating point and tiling policy: frames in, detections in frame
     pixels out.
 
-    ``references``: where each frame's golden image comes from (reference models; see :meth:`register`). ``align``:
+    ``references``: where each frame's golden image comes from (reference models; the prepare stage registers it). ``align``:
     register a golden image given per frame into it (False: use it as given, already aligned). ``conf`` / ``iou``:
     score threshold and per-class NMS IoU; None takes the operating point the weights store
     (``Runtime.operating_point``: ``eval.f1_conf`` and ``eval.nms_iou``; the weights' cross-class demotion always
@@ -135,36 +136,6 @@ class Pipeline:
         self._shrink_warned = False
         self._cap_warned = False  # calls cut by max_det are warned about once (and counted in every Detections)
 
-    def register(self, image: np.ndarray, name: str, given: np.ndarray | None = None) -> np.ndarray | None:
-        """The golden image of the frame ``name`` (gray uint8 ``image``) registered into its pixels: uint8 ``[H, W]``, or
-        None for a single-image model. ``given``: this frame's golden image (any OpenCV image), else the one
-        :attr:`references` holds for ``name``. Raises :class:`ReferenceError` (reason ``no golden image``, ``no
-        reference``, ``unreadable reference``, ``reference does not match`` or ``occluded or not this board``; its
-        message says what was measured) when there is none or it does not fit the frame."""
-        return self.register_record(image, name, given)[0]
-
-    def register_record(
-        self, image: np.ndarray, name: str, given: np.ndarray | None = None
-    ) -> tuple[np.ndarray | None, Registration | None]:
-        """:meth:`register`, and the :class:`~defect_detector.data.register.Registration` it made (matrix, score, golden
-        check; ``covered(shape)``: where the golden image has data), None for a single-image model."""
-        if self.runtime.channels == 1:
-            if given is not None:
-                raise ValueError(f"{name}: a golden image was given, but this model takes 1 input channel (no reference)")
-            return None, None
-        if given is None:
-            if self.references is None:
-                raise ReferenceError(f"{name}: no golden image (this is a golden-template model)", "no golden image")
-            return self.references.align(image, name)
-        golden = gray_frame(given, f"golden image of {name}")
-        if not self.align:  # used as given (already aligned): the golden check still runs
-            warped, result = golden, check_pair(golden, image, self.register_cfg)
-        else:
-            warped, result = register(golden, image, self.register_cfg)
-        if not result.ok:
-            raise ReferenceError(f"{name} against its golden image: {result.reason}", refusal_kind(result.reason))
-        return warped, result
-
     def plan(self, height: int, width: int) -> TileRecord | None:
         """How a ``height x width`` frame is placed on the model input: its :class:`TileRecord`, or None to letterbox it whole.
 
@@ -183,19 +154,23 @@ class Pipeline:
         return plan_tiles(height, width, side, min(overlap, side // 2))
 
     def inputs(
-        self, images: Sequence[np.ndarray], references: Sequence[np.ndarray | None] | None = None
+        self,
+        images: Sequence[np.ndarray],
+        references: Sequence[np.ndarray | None] | None = None,
+        plans: Sequence[TileRecord | None] | None = None,
     ) -> tuple[torch.Tensor, list[LetterboxMeta], list[TileRecord | None]]:
         """The model input of gray uint8 ``[H, W]`` ``images`` (each with its registered reference, same size, for a
         reference model): float ``[N, channels, imgsz, imgsz]`` on the runtime's device, values x/255, one row per
         letterboxed frame or per tile (``TileRecord.origins`` order, frame by frame); one :class:`LetterboxMeta` per row
         and one tile record (None: letterboxed whole) per frame. ``ValueError`` naming the frame for a missing,
-        unexpected or mis-sized reference, or an image that did not pass :func:`gray_frame`."""
+        unexpected or mis-sized reference, or an image that did not pass :func:`gray_frame`. ``plans``: each frame's
+        :meth:`plan` when the prepare stage made it already (None: planned here)."""
         if len(images) == 0:
             raise ValueError("no frames to inspect")
         pairs = self._pairs(images, references)
+        planned = list(plans) if plans is not None else [self.plan(*planes[0].shape) for planes in pairs]
         canvases, metas, records = [], [], []
-        for planes in pairs:
-            record = self.plan(*planes[0].shape)
+        for planes, record in zip(pairs, planned):
             records.append(record)
             views = zip(*(crop_tiles(p, record) for p in planes)) if record is not None else [planes]
             for view in views:  # one model input: the frame, or one tile of it (and of its reference)
@@ -228,12 +203,17 @@ class Pipeline:
             out.append([image] if reference is None else [image, reference])
         return out
 
-    def detect(self, images: Sequence[np.ndarray], references: Sequence[np.ndarray | None] | None = None) -> list[Detections]:
-        """Detect defects in gray uint8 ``images`` (one call; see :meth:`inputs` for ``references``): one
+    def detect(
+        self,
+        images: Sequence[np.ndarray],
+        references: Sequence[np.ndarray | None] | None = None,
+        plans: Sequence[TileRecord | None] | None = None,
+    ) -> list[Detections]:
+        """Detect defects in gray uint8 ``images`` (one call; see :meth:`inputs` for ``references`` and ``plans``): one
         :class:`Detections` per frame, boxes in the frame's pixels, tiles merged, statistics pooled. All inputs of
         the call run through the model together, in chunks of :data:`MAX_BATCH` (:data:`MAX_BATCH_CPU` on the CPU)."""
         start = time.perf_counter()
-        batch, metas, records = self.inputs(images, references)
+        batch, metas, records = self.inputs(images, references, plans)
         self._warn_shrink(images, records)
         self.runtime.sync()
         t_pre = time.perf_counter()

@@ -1,30 +1,25 @@
-"""Golden references for the frames of a source: which reference belongs to a frame, registered into its pixels.
+"""Golden references for the frames of a source: which golden image file belongs to a frame, and its pixel key.
 
-``--reference REF`` is either one image (the golden board of every frame: a fixed fixture, so the
+``--reference REF`` is either one image (the golden board of every frame: a fixed fixture, so its design's
 :class:`~defect_detector.data.register.Registrar` reuses its transform from frame to frame) or a folder
 holding each frame's reference under the frame's relative path, else under its file name. A frame whose
-reference is missing, unreadable or does not register is never inspected: :meth:`References.align`
-raises :class:`ReferenceError` with the reason, and the caller skips and counts the frame.
+reference is missing, unreadable or does not register is never inspected: the prepare stage (``inspect/prepare.py``,
+through ``inspect/designs.py``) refuses it with a :class:`ReferenceError` naming the reason, and counts it.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
 
 from defect_detector.core.errors import DatasetError
 from defect_detector.data.images import IMAGE_SUFFIXES, load_image_gray, pixel_fingerprint
-from defect_detector.data.register import RegisterConfig, Registrar, Registration
+from defect_detector.data.register import RegisterConfig
 
-log = logging.getLogger("defect_detector.inspect")
-
-_MAX_CACHED = 8  # registrars (decoded references) kept for a folder of references
 _MAX_KEYS = 4096  # golden files whose pixel fingerprint is kept
-_MAX_WARNINGS = 10
 
 
 class ReferenceError(ValueError):
@@ -42,24 +37,22 @@ def refusal_kind(reason: str) -> str:
 
 
 class References:
-    """The reference of each frame, registered into the frame's pixel frame.
+    """Where each frame's golden image comes from: one image for every frame, or a folder (see the module docstring).
 
-    ``path``: one image or a folder (see the module docstring). ``cfg``: registration settings.
-    ``skipped`` counts the frames refused, by reason (``no reference``, ``unreadable reference``,
-    ``reference does not match``, ``occluded or not this board``). Raises ``FileNotFoundError`` when ``path`` does not exist and
-    :class:`~defect_detector.core.errors.DatasetError` for a single reference image that cannot be read.
+    ``path``: one image or a folder. ``cfg``: registration settings (``inspect/designs.py`` registers with them).
+    Raises ``FileNotFoundError`` when ``path`` does not exist and :class:`~defect_detector.core.errors.DatasetError`
+    for a single reference image that cannot be read.
     """
 
     def __init__(self, path: str | os.PathLike[str], cfg: RegisterConfig | None = None) -> None:
         self.path = Path(path)
         self.cfg = cfg or RegisterConfig()
-        self.skipped: Counter[str] = Counter()
-        self._registrars: OrderedDict[Path, Registrar] = OrderedDict()
         self._keys: OrderedDict[Path, tuple[tuple[int, int], str]] = OrderedDict()  # path -> ((mtime_ns, size), fingerprint)
+        self._last: tuple[Path, tuple[int, int], np.ndarray] | None = None  # the last file decoded, for image()
         self._by_name: dict[str, Path] = {}
         self._by_stem: dict[str, Path] = {}
         if self.path.is_file():
-            self._registrars[self.path] = self._load(self.path)
+            self._read(self.path)
         elif self.path.is_dir():
             for p in sorted(self.path.rglob("*")):
                 if p.suffix.lower() in IMAGE_SUFFIXES:
@@ -103,15 +96,18 @@ class References:
         tag = self._tag(path)
         cached = self._keys.get(path)
         if cached is None or cached[0] != tag:
-            self._registrar(path)
+            self._read(path)
             cached = self._keys[path]
         self._keys.move_to_end(path)
         return cached[1]
 
-    def golden(self, file_name: str) -> np.ndarray:
-        """The golden image of frame ``file_name`` as its file holds it (uint8 ``[H, W]``, not registered; the decoded
-        copy cached for registration). :class:`ReferenceError` as :meth:`key`."""
-        return self._registrar(self.lookup(file_name)).reference
+    def image(self, file_name: str) -> np.ndarray:
+        """The golden image of frame ``file_name`` as its file holds it (uint8 ``[H, W]``, not registered): the copy
+        :meth:`key` just decoded, else read again. :class:`ReferenceError` as :meth:`key`."""
+        path = self.lookup(file_name)
+        if self._last is not None and self._last[0] == path and self._last[1] == self._tag(path):
+            return self._last[2]
+        return self._read(path)
 
     @staticmethod
     def _tag(path: Path) -> tuple[int, int]:
@@ -121,43 +117,18 @@ class References:
             raise ReferenceError(f"{path}: cannot read the golden image ({exc.strerror})", "unreadable reference") from exc
         return stat.st_mtime_ns, stat.st_size
 
-    def _load(self, path: Path) -> Registrar:
-        """A :class:`Registrar` of the golden image at ``path``, its pixel fingerprint noted (``DatasetError`` if unreadable)."""
+    def _read(self, path: Path) -> np.ndarray:
+        """Decode the golden image at ``path`` and note its pixel fingerprint (:class:`ReferenceError` if unreadable;
+        ``DatasetError`` for the single reference given at start)."""
         tag = self._tag(path)
-        image = load_image_gray(path)
+        try:
+            image = load_image_gray(path)
+        except DatasetError as exc:
+            if self.single and not self._keys:
+                raise
+            raise ReferenceError(str(exc), "unreadable reference") from exc
         self._keys[path] = (tag, pixel_fingerprint(image))
+        self._last = (path, tag, image)
         while len(self._keys) > _MAX_KEYS:
             self._keys.popitem(last=False)
-        return Registrar(image, self.cfg)
-
-    def _registrar(self, path: Path) -> Registrar:
-        cached = self._keys.get(path)
-        if path in self._registrars and cached is not None and cached[0] == self._tag(path):
-            self._registrars.move_to_end(path)
-            return self._registrars[path]
-        try:
-            registrar = self._load(path)
-        except DatasetError as exc:
-            raise ReferenceError(str(exc), "unreadable reference") from exc
-        self._registrars[path] = registrar
-        self._registrars.move_to_end(path)
-        if len(self._registrars) > _MAX_CACHED:
-            self._registrars.popitem(last=False)
-        return registrar
-
-    def align(self, image: np.ndarray, file_name: str) -> tuple[np.ndarray, Registration]:
-        """The reference of frame ``file_name`` (uint8 ``image`` ``[H, W]``) warped into its pixels: uint8 ``[H, W]``
-        and the :class:`Registration`. Raises :class:`ReferenceError` (and counts it) when there is no usable one."""
-        try:
-            path = self.lookup(file_name)
-            warped, reg = self._registrar(path)(image)
-            if not reg.ok:
-                raise ReferenceError(
-                    f"{file_name} against golden image {path.name}: {reg.reason}", refusal_kind(reg.reason)
-                )
-        except ReferenceError as exc:
-            self.skipped[exc.reason] += 1
-            if sum(self.skipped.values()) <= _MAX_WARNINGS:
-                log.warning("not inspected: %s", exc)
-            raise
-        return warped, reg
+        return image

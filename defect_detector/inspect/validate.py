@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,10 +21,12 @@ from tqdm import tqdm
 from defect_detector.core.config import EvalConfig
 from defect_detector.data.dataset import CocoDetectionDataset
 from defect_detector.engine.evaluate import Predictions, evaluate_predictions, per_group_map
-from defect_detector.inspect.annotated import AnnotatedFrame, annotated_frames
+from defect_detector.inspect.annotated import annotated_frames
 from defect_detector.inspect.pipeline import Pipeline
-from defect_detector.inspect.references import ReferenceError
+from defect_detector.inspect.prepare import Inspection, Prepare, detect_records
 from defect_detector.inspect.runtime import Runtime
+from defect_detector.inspect.screen import calibration_levels
+from defect_detector.inspect.sources import Frame
 
 log = logging.getLogger("defect_detector.inspect")
 
@@ -53,35 +56,46 @@ def open_dataset(data: str | os.PathLike[str], images: str | os.PathLike[str] | 
     return dataset
 
 
+def prepared_frames(prepare: Prepare, dataset: CocoDetectionDataset, progress: bool = True) -> Iterator[tuple[int, Inspection]]:
+    """``(image_id, record)`` of every image of ``dataset`` through the prepare stage (``inspect/prepare.py``), the
+    json's golden image given with each: what ``predict`` would make of it, refusals included (``record.refused``)."""
+    frames = annotated_frames(dataset.files(), dataset.images_root, str(dataset.ann_file))
+    bar = tqdm(frames, total=len(dataset), desc="val", unit="img", leave=False, disable=None if progress else True)
+    for index, frame in enumerate(bar):
+        kind = "unreadable" if frame.error else None
+        as_frame = Frame(index, frame.image, str(dataset.ann_file), frame.name, 0.0, frame.error, 0.0, kind)
+        yield frame.image_id, prepare(as_frame, frame.golden)
+
+
 def predict_frames(
-    pipeline: Pipeline, dataset: CocoDetectionDataset, batch: int = 4, progress: bool = True
+    pipeline: Pipeline, dataset: CocoDetectionDataset, batch: int = 4, progress: bool = True, prepare: Prepare | None = None
 ) -> tuple[Predictions, dict[str, str]]:
-    """Run every image of ``dataset`` through ``pipeline``: ``({image_id: prediction}, {name: reason not inspected})``."""
+    """Run every image of ``dataset`` through the prepare stage and ``pipeline``: ``({image_id: prediction}, {name:
+    reason not inspected})``. ``prepare``: the stage to use (None: a new one, with the weights' calibration levels),
+    kept by a caller that validates one dataset many times (its designs are prepared once)."""
+    prepare = prepare or Prepare(pipeline, calibration=calibration_levels(pipeline.runtime.meta.get("baseline")))
     predictions: Predictions = {}
     skipped: dict[str, str] = {}
-    pending: list[tuple[AnnotatedFrame, np.ndarray | None]] = []
+    pending: list[tuple[int, Inspection]] = []
 
     def flush() -> None:
-        if pending:
-            results = pipeline.detect([f.image for f, _ in pending], [g for _, g in pending] if pipeline.runtime.channels == 2 else None)
-            for (frame, _), det in zip(pending, results):
-                predictions[frame.image_id] = {"boxes": det.boxes, "scores": det.scores, "labels": det.labels}
-            pending.clear()
+        detect_records(pipeline, [r for _, r in pending])
+        for image_id, record in pending:
+            det = record.detections
+            predictions[image_id] = {"boxes": det.boxes, "scores": det.scores, "labels": det.labels}
+        pending.clear()
 
-    frames = annotated_frames(dataset.files(), dataset.images_root, str(dataset.ann_file))
-    for frame in tqdm(frames, total=len(dataset), desc="val", unit="img", leave=False, disable=None if progress else True):
-        try:
-            if frame.error is not None:
-                raise ReferenceError(frame.error, "unreadable")
-            golden = pipeline.register(frame.image, frame.name, frame.golden) if pipeline.runtime.channels == 2 else None
-        except ReferenceError as exc:
-            skipped[frame.name] = str(exc)
-            log.warning("not inspected: %s", exc)
+    for image_id, record in prepared_frames(prepare, dataset, progress):
+        if record.refused:
+            skipped[record.frame.file_name] = str(record.error)
+            if prepare.designs is None or record.frame.error_kind not in prepare.designs.skipped:  # designs log their own
+                log.warning("not inspected: %s", record.error)
             continue
-        pending.append((frame, golden))
+        pending.append((image_id, record))
         if len(pending) >= batch:
             flush()
-    flush()
+    if pending:
+        flush()
     return predictions, skipped
 
 
@@ -118,11 +132,12 @@ def validate(
 
 def load_pair(validation: Validation, image_id: int) -> tuple[np.ndarray, np.ndarray | None]:
     """The image ``image_id`` of a validation (gray uint8) and its golden image registered into it (None for a single-image
-    model): what the evaluation plots and the gallery show."""
+    model, or when the prepare stage refuses it): what the evaluation plots and the gallery show."""
     from defect_detector.data.images import load_image_gray
 
     path, golden = next((p, g) for i, p, g in validation.dataset.files() if i == image_id)
     image = load_image_gray(path)
     if golden is None or validation.runtime.channels == 1:
         return image, None
-    return image, Pipeline(validation.runtime).register(image, Path(path).name, load_image_gray(golden))
+    record = Prepare(Pipeline(validation.runtime))(Frame(image_id, image, "val", Path(path).name, 0.0), load_image_gray(golden))
+    return image, record.golden

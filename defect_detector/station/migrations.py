@@ -83,5 +83,11 @@ def _to_4(conn: Connection) -> None:
     _add_column(conn, "design_runs", "design_taught", "BOOLEAN")
 
 
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _to_2, 2: _to_3, 3: _to_4}
+def _to_5(conn: Connection) -> None:
+    _add_column(conn, "inspections", "golden_key", "VARCHAR(64)")
+    for column in ("reg_shift", "reg_angle", "reg_score", "reg_difference"):
+        _add_column(conn, "inspections", column, "FLOAT" if conn.dialect.name == "sqlite" else "DOUBLE PRECISION")
+
+
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5}
 """``version -> step`` bringing a database at ``version`` to ``version + 1``."""

@@ -72,6 +72,8 @@ def inspection_dict(row: Row[Any], call_rows: list[Row[Any]]) -> dict[str, Any]:
         "golden": row.reference_image is not None,
         "design_warning": row.design_warning,
         "design_taught": row.design_taught,
+        "golden_key": row.golden_key,
+        "registration": None if row.reg_score is None else {k: row._mapping[f"reg_{k}"] for k in ("shift", "angle", "score", "difference")},
         "calls": [call_dict(c) for c in call_rows],
     }
 

@@ -29,13 +29,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from sqlalchemy.engine import Connection
 
 from defect_detector.station.db import describe, insert_ignore, make_engine, parse_time, parse_url, to_db_time, upsert_add
 from defect_detector.station.designs import DesignRuns, FrameDesign, design_of
 from defect_detector.station.images import new_names, write_png
-from defect_detector.station.records import RAISED, FrameRecord, record_from_inspection
+from defect_detector.station.records import RAISED, REGISTRATION_KEYS, FrameRecord, record_from_inspection
 from defect_detector.station.schema import (
     calls,
     class_tallies,
@@ -151,14 +150,11 @@ class Recorder:
             self._warn(_one_line(exc))
         return False
 
-    def record_inspection(
-        self, inspection: Any, model: str, reference: str | None = None, reference_image: np.ndarray | None = None
-    ) -> bool:
+    def record_inspection(self, inspection: Any, model: str) -> bool:
         """Record an inspector's ``Inspection`` (:func:`~defect_detector.station.records.record_from_inspection` at this
-        recorder's ``conf``): ``model`` the weights' file name, ``reference`` the golden image's name, ``reference_image``
-        it registered into the frame (uint8 ``[H, W]``). Never blocks and never raises; False when dropped."""
+        recorder's ``conf``): ``model`` the weights' file name. Never blocks and never raises; False when dropped."""
         try:
-            record = record_from_inspection(inspection, model, self.conf, reference, reference_image)
+            record = record_from_inspection(inspection, model, self.conf)
         except Exception as exc:  # a malformed inspection is counted, never raised into inspection
             self._dropped += 1
             self._warn(f"cannot record this frame: {_one_line(exc)}")
@@ -294,6 +290,8 @@ class Recorder:
                 "queued": queued,
                 "design_warning": record.design_warning,
                 "design_taught": record.design_taught,
+                "golden_key": record.golden_key,
+                **{f"reg_{k}": v for k, v in (record.registration or dict.fromkeys(REGISTRATION_KEYS)).items()},
             }
             review = [queued and (raised or c.score >= self.conf) for c in record.calls]
             out.append(_Prepared(record, row, review=review))

@@ -34,6 +34,10 @@ def reason_kind(reason: str | None) -> str:
     return text.split(" (", 1)[0][:KIND_CHARS] or "unknown"
 
 
+REGISTRATION_KEYS = ("shift", "angle", "score", "difference")
+"""What a frame record keeps of its golden image's registration (``inspections.reg_*`` columns, schema 5)."""
+
+
 @dataclass(frozen=True)
 class CallRecord:
     """One call of the model: its class name, score in [0, 1] and box ``(x1, y1, x2, y2)`` in frame pixels."""
@@ -57,7 +61,10 @@ class FrameRecord:
     uint8 ``[H, W]`` (None when it could not be read); ``reference_image``: its golden image registered into the
     frame's pixels, uint8 ``[H, W]`` (None without one); ``design_warning``: its golden image looks unlike the model's
     training images (``inspect/design_check.py``; the frame was inspected as usual), else None; ``design_taught``:
-    whether the weights were taught its golden image (``teach``; None: not known, an older inspector). The recorder keeps
+    whether the weights were taught its golden image (``teach``; None: not known, an older inspector); ``golden_key``: the
+    fingerprint of its golden image's pixels; ``registration``: how that was registered into the frame
+    (:data:`REGISTRATION_KEYS`: ``shift`` px, ``angle`` degrees, ZNCC ``score``, the golden check's ``difference``),
+    None without a golden image. The recorder keeps
     references to the arrays until they are written: do not modify them afterwards.
     """
 
@@ -78,6 +85,8 @@ class FrameRecord:
     reference_image: np.ndarray | None = field(default=None, repr=False, compare=False)
     design_warning: str | None = None
     design_taught: bool | None = None
+    golden_key: str | None = None
+    registration: dict[str, float] | None = None
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -120,19 +129,24 @@ def calls_from_detections(detections: Any) -> tuple[CallRecord, ...]:
     return tuple(CallRecord(str(n), float(s), tuple(b)) for n, s, b in zip(detections.names, scores, boxes))
 
 
-def record_from_inspection(
-    inspection: Any,
-    model: str,
-    conf: float,
-    reference: str | None = None,
-    reference_image: np.ndarray | None = None,
-    events: Sequence[Any] | None = None,
-) -> FrameRecord:
+def registration_values(reg: Any) -> dict[str, float] | None:
+    """:data:`REGISTRATION_KEYS` of a ``Registration`` (``data/register.py``; read by attribute), rounded; None for None."""
+    if reg is None:
+        return None
+    values = (reg.shift_px, reg.angle_deg, reg.score, reg.difference)
+    return {k: round(float(v), 4) for k, v in zip(REGISTRATION_KEYS, values)}
+
+
+def record_from_inspection(inspection: Any, model: str, conf: float, events: Sequence[Any] | None = None) -> FrameRecord:
     """The :class:`FrameRecord` of an inspector's ``Inspection`` (read by attribute: ``frame`` with ``index``,
     ``source_name``, ``file_name``, ``image``, ``error``, ``error_kind``; ``detections``; ``drift``; ``score``; ``events``; and, where it
-    has them, ``verdict`` / ``reason`` / ``design_warning`` / ``design_taught``). Without a ``verdict`` attribute:
-    ``not_inspected`` when there are no detections, ``fail`` when a call scores at least ``conf``, else ``pass``."""
+    has them, ``verdict`` / ``reason`` / ``design_warning`` / ``design_taught`` / ``golden_name`` / ``golden_key`` /
+    ``golden`` (its registered golden image) / ``registration``). Without a ``verdict`` attribute: ``not_inspected``
+    when there are no detections, ``fail`` when a call scores at least ``conf``, else ``pass``. The golden image's name,
+    key, pixels and registration are recorded for an inspected frame only."""
     frame, detections = inspection.frame, inspection.detections
+    inspected = detections is not None
+    reference_image = getattr(inspection, "golden", None) if inspected else None
     calls = calls_from_detections(detections)
     verdict = getattr(inspection, "verdict", None)
     if verdict is None:
@@ -149,7 +163,7 @@ def record_from_inspection(
         time=utc_now(),
         model=model,
         verdict=verdict,
-        reference=reference,
+        reference=getattr(inspection, "golden_name", None) if inspected else None,
         reason=reason,
         reason_kind=kind if isinstance(kind, str) else None,
         drift=str(inspection.drift),
@@ -160,4 +174,6 @@ def record_from_inspection(
         reference_image=reference_image if reference_image is not None and reference_image.shape == getattr(image, "shape", None) else None,
         design_warning=getattr(inspection, "design_warning", None),
         design_taught=getattr(inspection, "design_taught", None),
+        golden_key=getattr(inspection, "golden_key", None) if inspected else None,
+        registration=registration_values(getattr(inspection, "registration", None)) if inspected else None,
     )

@@ -19,6 +19,9 @@ counts its verdicts (a verdict on a call that has one must name it), and ``lease
 for the reviewer ``/api/review/next`` handed it to (schema 3). ``design_warning`` (inspections and design runs, schema 4):
 the frame's golden image looks unlike the model's training images (``inspect/design_check.py``), else null;
 ``design_taught`` (the same, schema 4): whether the weights were taught it (``teach``), null for rows recorded before.
+``inspections.golden_key`` (schema 5): the fingerprint of the golden image's pixels (``inspect/designs.py``), and
+``reg_shift`` / ``reg_angle`` / ``reg_score`` / ``reg_difference``: how it was registered into the frame (shift px,
+angle degrees, ZNCC score, the golden check's differing share), null without a golden image or before schema 5.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection, Engine
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 ID = BigInteger().with_variant(Integer(), "sqlite")  # SQLite: INTEGER PRIMARY KEY, the rowid
 CALL_VERDICTS = ("defect", "false_call", "skip")
 
@@ -83,6 +86,11 @@ inspections = Table(
     Column("queued", Boolean, nullable=False),
     Column("design_warning", Text),  # its golden image looks unlike the model's training images (schema 4)
     Column("design_taught", Boolean),  # the weights were taught its golden image (schema 4; null: recorded before)
+    Column("golden_key", String(64)),  # the fingerprint of its golden image's pixels (schema 5)
+    Column("reg_shift", Float),  # how its golden image was registered (schema 5): shift px, angle degrees,
+    Column("reg_angle", Float),  # ZNCC score, and the golden check's differing share of the covered area
+    Column("reg_score", Float),
+    Column("reg_difference", Float),
     Index("ix_inspections_time", "time"),
     Index("ix_inspections_verdict", "verdict", "id"),
 )

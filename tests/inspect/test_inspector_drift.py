@@ -57,7 +57,7 @@ def test_the_golden_template_model_reads_each_frame_against_its_golden_image(tmp
     with Inspector.load(DEFAULT_REFERENCE_WEIGHTS, reference=SAMPLES / "golden", device="cpu", threads=1, alerts=alerts) as inspector:
         assert inspector.monitoring and inspector.router.relative
         results = [inspector.inspect(pairs[k][0], name=f"{t}.jpg", reference=pairs[k][1]) for t, k in enumerate(order)]
-        cached = len(inspector.drift_inputs._cache)
+        cached = sum(d.drift is not None for d in inspector.designs._designs.values())
     assert cached == 8  # one more pipeline call per golden image, not per frame
     assert all(r.verdict != "not_inspected" for r in results) and results[0].drift == "warming_up"
     events = [e for r in results for e in r.events]

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from defect_detector.data.images import pixel_fingerprint
+from defect_detector.inspect.designs import Designs
 from defect_detector.inspect.references import ReferenceError, References
 
 
@@ -42,5 +43,8 @@ def test_a_golden_image_is_keyed_by_its_pixels_not_its_file_name(tmp_path: Path)
     assert cv2.imwrite(str(tmp_path / "b.png"), other)
     os.utime(tmp_path / "b.png", ns=(1, 1))  # another modification time, whatever the file system's resolution
     assert refs.key("b.png") == pixel_fingerprint(other)
-    warped, _ = refs.align(other, "b.png")  # the registrar follows the new pixels too
+    designs = Designs(refs)
+    design, name = designs.of("b.png")
+    assert (design.key, name) == (pixel_fingerprint(other), "b.png")
+    warped, _ = designs.register(design, other, "b.png")  # the registrar follows the new pixels too
     assert np.array_equal(warped, other)

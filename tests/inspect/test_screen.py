@@ -21,6 +21,7 @@ from defect_detector.core.types import Detections, LetterboxMeta
 from defect_detector.data.images import load_image_gray
 from defect_detector.inspect.inspector import Inspector
 from defect_detector.inspect.screen import MIN_COVERED, calibration_levels, mask_uncovered, screen_reason
+from defect_detector.inspect.sources import Frame
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, DEFAULT_WEIGHTS
 from defect_detector.monitor.exposure import ExposureRange
 
@@ -99,7 +100,7 @@ def test_no_call_where_the_golden_image_has_no_data(golden_model: Inspector, boa
     """A golden image moved by 40 px leaves a strip of the frame without data: the model calls there, the inspector
     keeps no such call."""
     moved = _moved(golden, 40.0)
-    warped = golden_model.pipeline.register(board, NAME, moved)
+    warped = golden_model.prepare(Frame(0, board, "test", NAME, 0.0), moved).golden
     (raw,) = golden_model.pipeline.detect([board], [warped])
     centres = ((raw.boxes[:, 0] + raw.boxes[:, 2]) / 2).numpy()
     assert (centres > board.shape[1] - 40).any()  # a false call on the uncovered strip

@@ -84,14 +84,17 @@ def test_a_schema_3_database_is_migrated(station_db: StationDB) -> None:
         conn.execute(text("ALTER TABLE design_runs DROP COLUMN design_warning"))
         conn.execute(text("ALTER TABLE inspections DROP COLUMN design_taught"))
         conn.execute(text("ALTER TABLE design_runs DROP COLUMN design_taught"))
+        for column in ("golden_key", "reg_shift", "reg_angle", "reg_score", "reg_difference"):  # schema 5's
+            conn.execute(text(f"ALTER TABLE inspections DROP COLUMN {column}"))
         conn.execute(text("UPDATE station_meta SET value = '3' WHERE key = 'schema_version'"))
     with Store(station_db.url, station_db.images) as store:
         with store.engine.connect() as conn:
-            assert conn.execute(text("SELECT value FROM station_meta WHERE key = 'schema_version'")).scalar() == str(SCHEMA_VERSION) == "4"
+            assert conn.execute(text("SELECT value FROM station_meta WHERE key = 'schema_version'")).scalar() == str(SCHEMA_VERSION) == "5"
         with TestClient(create_app(store), base_url="http://localhost") as client:
             items = client.get("/api/inspections", params={"limit": 100}).json()["items"]
             designs = client.get("/api/live").json()["designs"]
     assert len(items) == 12 and all(i["design_warning"] is None and i["design_taught"] is None for i in items)  # not checked
+    assert all(i["registration"] is None and i["golden_key"] is None for i in items)  # recorded before schema 5
     assert [d["line"] for d in designs] == [
         "design taught.png: frames 8-11 (4 boards)",
         "design photo.png: frames 4-7 (4 boards)",

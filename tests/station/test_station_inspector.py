@@ -15,6 +15,7 @@ from small_checkpoint import write_small_checkpoint
 from sqlalchemy import func, select
 
 from defect_detector.cli.main import main
+from defect_detector.data.images import pixel_fingerprint
 from defect_detector.data.synth import generate_board_pair
 from defect_detector.inspect.inspector import Inspector
 from defect_detector.station.queries import counts_since
@@ -64,6 +65,10 @@ def test_inspector_records_frames_and_their_golden_images(boards: Path, tmp_path
         assert r.model == "ref.pt" and r.reference == r.name and r.queued and (r.width, r.height) == (256, 192)
         golden = cv2.imread(str(store.images / r.reference_image), cv2.IMREAD_UNCHANGED)
         assert golden.shape == (192, 256) and golden.dtype == np.uint8  # registered into the frame's pixels
+        template = cv2.imread(str(boards / "golden" / r.name), cv2.IMREAD_GRAYSCALE)
+        assert r.golden_key == pixel_fingerprint(template)  # the design, by its pixels (issue 35)
+        assert r.reg_score > 0.5 and r.reg_shift is not None and r.reg_angle is not None and 0 <= r.reg_difference < 0.5
+    assert all(r.golden_key is None and r.reg_score is None for r in rows[3:])  # no golden image registered
 
 
 def test_predict_db_flag(boards: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,127 @@
+"""A design is prepared once: per golden image, keyed by a fingerprint of its pixels, never by its file name.
+
+A :class:`Design` holds what every frame of one golden image shares, computed on its first frame and reused after:
+
+- its registration pyramid (the :class:`~defect_detector.data.register.Registrar`, which also keeps the last good
+  matrix of a fixed fixture and the golden check's reference levels);
+- its design-domain note (``inspect/design_check.py``), set by the prepare stage;
+- its drift statistics (``monitor/golden.py`` :class:`Golden`), set by ``inspect/drift_inputs.py``;
+- its trunk features for a siamese model, per model-input geometry, set by the frame pipeline's cached path.
+
+:class:`Designs` finds a frame's design: from the pixels given with the frame, else from ``References`` (a file or a
+folder, looked up once per frame), and keeps the most recently used :data:`CACHED` designs. Two copies of one golden
+image under two names are one design; a file rewritten with new pixels is a new one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from defect_detector.data.images import pixel_fingerprint
+from defect_detector.data.register import RegisterConfig, Registrar, Registration, check_pair
+from defect_detector.inspect.references import ReferenceError, References, refusal_kind
+
+log = logging.getLogger("defect_detector.inspect")
+
+CACHED = 64
+"""Designs kept (least recently used dropped first; one dropped and met again is prepared again)."""
+
+GIVEN = "GOLDEN_IMAGE"
+"""The ``file`` of a design whose golden image was given as pixels (no file)."""
+
+_MAX_WARNINGS = 10
+
+
+@dataclass(eq=False)
+class Design:
+    """One golden image, prepared once. ``key``: the fingerprint of its gray pixels (``data/images.py``
+    ``pixel_fingerprint``); ``name``: what a line engineer calls it (its file name; the key for pixels given);
+    ``file``: its path, or :data:`GIVEN`; ``image``: uint8 ``[H, W]`` as given (not registered); ``registrar``: its
+    registration pyramid. The other fields are filled by the stages that need them, once per design: ``note`` (the
+    design check's ``DesignNote``), ``drift`` (its ``Golden`` statistics), ``features`` (siamese trunk features per
+    model-input geometry, ``{key: tensors}``)."""
+
+    key: str
+    name: str
+    file: str
+    image: np.ndarray = field(repr=False)
+    registrar: Registrar = field(repr=False)
+    note: Any = None
+    drift: Any = None
+    features: dict[Any, Any] = field(default_factory=dict, repr=False)
+
+
+class Designs:
+    """The designs of one inspector (or ``val`` / ``calibrate`` run): ``references`` (None: every frame brings its own
+    golden image), registration settings ``cfg``. ``skipped`` counts the frames refused, by reason (``no reference``,
+    ``unreadable reference``, ``reference does not match``, ``occluded or not this board``); the first few refusals are
+    logged as warnings."""
+
+    def __init__(self, references: References | None, cfg: RegisterConfig | None = None, cached: int = CACHED) -> None:
+        self.references = references
+        self.cfg = cfg or (references.cfg if references is not None else RegisterConfig())
+        self.cached = cached
+        self.skipped: Counter[str] = Counter()
+        self._designs: OrderedDict[str, Design] = OrderedDict()
+
+    def of(self, file_name: str, given: np.ndarray | None = None) -> tuple[Design, str]:
+        """``(design, name)`` of frame ``file_name``'s golden image: of ``given`` (gray uint8 ``[H, W]``; its name is
+        the key), else of the file ``references`` holds for it (looked up once; its name is that file's name, which
+        may differ from the design's first name: two copies of one golden image are one design).
+        :class:`ReferenceError` (counted) when there is none or it cannot be read."""
+        try:
+            if given is not None:
+                key = pixel_fingerprint(given)
+                return self._keep(key, lambda k: Design(k, k, GIVEN, given, Registrar(given, self.cfg))), key
+            if self.references is None:
+                raise ReferenceError(f"{file_name}: no golden image (this is a golden-template model)", "no golden image")
+            path, key = self.references.lookup(file_name), self.references.key(file_name)
+            return self._keep(key, lambda k: self._from_file(k, file_name, path.name, str(path))), path.name
+        except ReferenceError as exc:
+            self._count(exc)
+            raise
+
+    def register(self, design: Design, image: np.ndarray, file_name: str, align: bool = True) -> tuple[np.ndarray, Registration]:
+        """``design``'s golden image registered into the frame ``image`` (uint8 ``[H, W]``; ``align`` False: used as given,
+        already aligned, the golden check still runs): ``(warped uint8 [H, W], Registration)``. :class:`ReferenceError`
+        (counted) when the golden check or the registration refuses it."""
+        if align:
+            warped, reg = design.registrar(image)
+        else:
+            if design.image.shape != image.shape:
+                exc = ReferenceError(
+                    f"{file_name}: its golden image is {design.image.shape[1]}x{design.image.shape[0]}, the frame "
+                    f"{image.shape[1]}x{image.shape[0]}; an unaligned golden image must have the frame's size",
+                    "reference does not match",
+                )
+                self._count(exc)
+                raise exc
+            warped, reg = design.image, check_pair(design.image, image, self.cfg)
+        if not reg.ok:
+            exc = ReferenceError(f"{file_name} against golden image {design.name}: {reg.reason}", refusal_kind(reg.reason))
+            self._count(exc)
+            raise exc
+        return warped, reg
+
+    def _from_file(self, key: str, file_name: str, name: str, path: str) -> Design:
+        image = self.references.image(file_name)
+        return Design(key, name, path, image, Registrar(image, self.cfg))
+
+    def _keep(self, key: str, make: Any) -> Design:
+        design = self._designs.get(key)
+        if design is None:
+            design = self._designs[key] = make(key)
+        self._designs.move_to_end(key)
+        while len(self._designs) > self.cached:
+            self._designs.popitem(last=False)
+        return design
+
+    def _count(self, exc: ReferenceError) -> None:
+        self.skipped[exc.reason] += 1
+        if sum(self.skipped.values()) <= _MAX_WARNINGS:
+            log.warning("not inspected: %s", exc)

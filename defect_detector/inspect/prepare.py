@@ -1,0 +1,175 @@
+"""The prepare stage and the frame record: every frame's way up to the model is decided here, in one place.
+
+    Frame (gray uint8 [H, W], from a source, ``Inspector.inspect``, ``val``'s or ``calibrate``'s json)
+      -> levels and the blank check                      (monitor/blank.py)
+      -> its design: the golden image, keyed by pixels    (inspect/designs.py; golden-template models)
+      -> the design check's note                          (inspect/design_check.py, once per design)
+      -> registration and the golden check                (the design's Registrar: data/register.py)
+      -> coverage and exposure screen                     (inspect/screen.py)
+      -> the letterbox or tile plan                       (Pipeline.plan)
+    = an :class:`Inspection` with ``refused`` False, ready for the model (``Pipeline.detect_records``), or with the
+      frame's ``error`` / ``error_kind`` saying why it is not inspected.
+
+``predict``, the ``Inspector`` API, the station, ``val``, ``calibrate`` and training-time validation all prepare frames
+with :class:`Prepare`, so they see the same golden images, the same refusals and the same plans. The record then
+gathers the rest of the frame's way: detections, drift events and flag, and its verdict.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from defect_detector.core.types import Detections, TileRecord
+from defect_detector.data.register import Registration
+from defect_detector.inspect.design_check import NO_NOTE, DesignCheck
+from defect_detector.inspect.designs import Design, Designs
+from defect_detector.inspect.pipeline import Pipeline, gray_frame
+from defect_detector.inspect.references import ReferenceError
+from defect_detector.inspect.screen import mask_uncovered, screen_reason
+from defect_detector.inspect.sources import Frame
+from defect_detector.monitor.blank import blank_reason, image_levels
+from defect_detector.monitor.drift import DriftEvent
+
+
+@dataclass
+class Inspection:
+    """The record of one frame, built once (:class:`Prepare`) and completed by the stages after it.
+
+    ``frame``: the frame (its ``error`` / ``error_kind`` say why it is not inspected). ``detections``: boxes in the
+    frame's original pixels (:class:`Detections`), None when not inspected. ``events``: drift events this frame
+    raised. ``drift``: the monitor's flag after it (``DriftDetector.flag``; ``"off"`` without monitoring), ``score``
+    its drift score (None without monitoring). ``design_warning``: the frame's golden image looks unlike the model's
+    training images (a warning, never a refusal), else None; ``design_taught``: the weights were taught it.
+    ``registration``: how its golden image sat in the frame (matrix, score, golden check), None for a single-image
+    model or a frame refused before. ``levels``: float64 ``[4]`` gray levels (``monitor/blank.py``), None for an
+    unreadable frame. ``design``: its golden image (``inspect/designs.py``: key, name), None without one;
+    ``golden_name``: the file name of its golden image (the key for pixels given). ``golden``:
+    uint8 ``[H, W]`` its golden image registered into the frame's pixels, ``covered`` bool ``[H, W]`` where that has
+    data. ``plan``: its tile plan (None: letterboxed whole; see ``Detections.letterbox`` for the letterbox record).
+
+    ``verdict``: ``fail`` (at least one call at the operating point), ``pass`` (none), ``pass_suspect`` (none, but a
+    critical drift alert is raised: the camera may not have seen the board; the ``reason`` says so), or
+    ``not_inspected`` with the ``reason``: never count such a board as clean.
+    """
+
+    frame: Frame
+    detections: Detections | None = None
+    events: list[DriftEvent] = field(default_factory=list)
+    drift: str = "off"
+    score: float | None = None
+    design_warning: str | None = None
+    design_taught: bool = False
+    registration: Registration | None = None
+    levels: np.ndarray | None = field(default=None, repr=False)
+    design: Design | None = None
+    golden: np.ndarray | None = field(default=None, repr=False)
+    covered: np.ndarray | None = field(default=None, repr=False)
+    plan: TileRecord | None = None
+    golden_name: str | None = None
+
+    @property
+    def error(self) -> str | None:
+        return self.frame.error
+
+    @property
+    def refused(self) -> bool:
+        """The prepare stage refused the frame (unreadable, blank, no usable golden image, exposure, coverage)."""
+        return self.frame.image is None or self.frame.error is not None
+
+    @property
+    def golden_key(self) -> str | None:
+        """The fingerprint of its golden image's pixels (None without one)."""
+        return self.design.key if self.design is not None else None
+
+    @property
+    def verdict(self) -> str:
+        if self.detections is None:
+            return "not_inspected"
+        if len(self.detections):
+            return "fail"
+        return "pass_suspect" if self.drift == "critical" else "pass"
+
+    @property
+    def reason(self) -> str | None:
+        """Why the frame was not inspected, or why its pass is suspect (None otherwise)."""
+        if self.detections is None:
+            return self.frame.error
+        if self.verdict == "pass_suspect":
+            score = f"score {self.score:.1f}" if self.score is not None else "alert raised"
+            return f"drift critical: {score}; no call, but the camera may not show the board as validated: check the camera and the light"
+        return None
+
+
+class Prepare:
+    """The prepare stage of one run: ``pipeline`` (model channels, alignment, exposure range, tiling policy),
+    ``designs`` (the golden images; None for a single-image model), ``design_check`` (None: no design notes),
+    ``calibration``: the calibration frames' levels a single-image model's exposure is read against
+    (``screen.calibration_levels``; None: absolute limits only)."""
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        designs: Designs | None = None,
+        design_check: DesignCheck | None = None,
+        calibration: dict[str, float] | None = None,
+    ) -> None:
+        if pipeline.runtime.channels == 2 and designs is None:
+            designs = Designs(pipeline.references, pipeline.register_cfg)
+        self.pipeline, self.designs, self.design_check, self.calibration = pipeline, designs, design_check, calibration
+
+    def __call__(self, frame: Frame, given: Any = None) -> Inspection:
+        """The record of ``frame`` (gray uint8 ``[H, W]``, or an error frame): refused (``frame.error`` set, its image
+        kept for drawing) or ready for the model. ``given``: this frame's golden image (any OpenCV image; None: the
+        one ``designs.references`` holds for it). ``ValueError`` when ``given`` is not an image, or is given to a
+        single-image model."""
+        if frame.image is None:
+            return Inspection(frame)
+        record = Inspection(frame, levels=image_levels(frame.image))
+        blank = blank_reason(frame.image, record.levels)
+        if blank is not None:
+            return _refuse(record, "blank frame", blank)
+        if self.pipeline.runtime.channels == 1:
+            if given is not None:
+                raise ValueError(f"{frame.file_name}: a golden image was given, but this model takes 1 input channel (no reference)")
+        else:
+            try:
+                self._register(record, None if given is None else gray_frame(given, f"golden image of {frame.file_name}"))
+            except ReferenceError as exc:
+                return _refuse(record, exc.reason, str(exc))
+        refused = screen_reason(frame.image, record.golden, record.covered, self.pipeline.exposure, self.calibration)
+        if refused is not None:
+            return _refuse(record, *refused)
+        record.plan = self.pipeline.plan(*frame.image.shape)
+        return record
+
+    def _register(self, record: Inspection, given: np.ndarray | None) -> None:
+        """Find the frame's design, note it, register its golden image into the frame (``ReferenceError`` if none fits)."""
+        frame = record.frame
+        record.design, record.golden_name = self.designs.of(frame.file_name, given)
+        note = self.design_check.note(record.design, frame.file_name) if self.design_check is not None else NO_NOTE
+        record.design_warning, record.design_taught = note.warning, note.taught
+        record.golden, record.registration = self.designs.register(record.design, frame.image, frame.file_name, self.pipeline.align)
+        record.covered = record.registration.covered(frame.image.shape)
+
+
+def _refuse(record: Inspection, kind: str, reason: str) -> Inspection:
+    record.frame = dataclasses.replace(record.frame, error=reason, error_kind=kind)
+    return record
+
+
+def detect_records(pipeline: Pipeline, records: Sequence[Inspection]) -> list[Inspection]:
+    """The model on every record the prepare stage accepted, in one pipeline call (its plan, its registered golden
+    image): ``detections`` filled in frame pixels, without calls where the golden image has no data
+    (``screen.mask_uncovered``). Returns the inspected records, in order."""
+    good = [r for r in records if not r.refused]
+    if good:
+        golden = [r.golden for r in good] if pipeline.runtime.channels == 2 else None
+        results = pipeline.detect([r.frame.image for r in good], golden, [r.plan for r in good])
+        for record, result in zip(good, results):
+            record.detections = mask_uncovered(result, record.covered)
+    return good
