@@ -20,11 +20,14 @@ from benchmarks.bench import paired_ratio
 from benchmarks.drift_streams import Board
 from defect_detector.core.config import MonitorConfig
 from defect_detector.data.images import load_image_gray
-from defect_detector.inspect.drift_inputs import DriftInputs
+from defect_detector.inspect.designs import Designs
+from defect_detector.inspect.drift_inputs import golden_of
 from defect_detector.inspect.pipeline import Pipeline
+from defect_detector.inspect.prepare import Prepare
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.inspect.sources import Frame
 from defect_detector.monitor.baseline import Baseline
+from defect_detector.monitor.blank import blank_reason, image_levels
 from defect_detector.monitor.drift import DriftDetector
 
 
@@ -40,8 +43,10 @@ def measure_cost(pipeline: Pipeline, baseline: Baseline, cfg: MonitorConfig, boa
     image = load_image_gray(board.image)
     given = load_image_gray(board.golden) if runtime.channels == 2 and board.golden else None
 
+    designs = Designs(None)
+
     def frame(p: Pipeline) -> None:
-        warped = p.register(image, "board", given) if given is not None else None
+        warped = designs.registered(image, "board", given) if given is not None else None
         p.detect([image], [warped] if warped is not None else None)
 
     with_stats: list[float] = []
@@ -57,22 +62,20 @@ def measure_cost(pipeline: Pipeline, baseline: Baseline, cfg: MonitorConfig, boa
     frame_ms = 1e3 * statistics.median(with_stats)
     stats_ratio = paired_ratio(with_stats, without)
 
-    inputs = DriftInputs(pipeline)
     detector = DriftDetector(baseline, cfg)
-    warped = pipeline.register(image, "board", given) if given is not None else None
-    stats = pipeline.detect([image], [warped] if warped is not None else None)[0].stats
+    record = Prepare(pipeline, designs)(Frame(0, image, "cost", "board", 0.0), given)
+    stats = pipeline.detect([image], [record.golden] if record.golden is not None else None)[0].stats
     golden_ms = None
     if baseline.relative:
         start = time.perf_counter()
-        inputs.check(Frame(0, image, "cost", "board", 0.0), given)
-        inputs.take([Frame(0, image, "cost", "board", 0.0)], [warped], True)  # a new golden image: one pipeline call
+        golden_of(pipeline, [record])  # a new golden image: one pipeline call
         golden_ms = 1e3 * (time.perf_counter() - start)
     work: list[float] = []
     for t in range(max(200, repeats)):
-        item = Frame(t, image, "cost", "board", 0.0)
         start = time.perf_counter()
-        inputs.check(item, given)
-        levels, golden = inputs.take([item], [warped] if warped is not None else None, baseline.relative)[0]
+        levels = image_levels(image)  # what the prepare stage reads for drift: levels, the blank check
+        blank_reason(image, levels)
+        golden = golden_of(pipeline, [record])[0] if baseline.relative else None
         detector.update(stats.double().numpy(), t, "cost", golden, levels)
         work.append(time.perf_counter() - start)
     monitor_ms = 1e3 * statistics.median(work)

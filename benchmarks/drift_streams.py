@@ -26,6 +26,7 @@ import numpy as np
 from tqdm import tqdm
 
 from defect_detector.data.images import load_image_gray
+from defect_detector.inspect.designs import Designs
 from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.inspect.references import ReferenceError
 from defect_detector.monitor.blank import image_levels
@@ -120,6 +121,7 @@ class StatsCollector:
 
     def __init__(self, pipeline: Pipeline) -> None:
         self.pipeline = pipeline
+        self.designs = Designs(None, pipeline.register_cfg)
         self.reference = pipeline.runtime.channels == 2
         self.num_layers = len(pipeline.runtime.layer_names)
 
@@ -137,7 +139,7 @@ class StatsCollector:
             warped = None
             if self.reference:
                 try:
-                    warped = self.pipeline.register(faulted, name, golden)
+                    warped = self.designs.registered(faulted, name, golden)
                 except ReferenceError:
                     out[name] = self._nan()
                     continue
@@ -222,7 +224,7 @@ def collect(
     for i in kept:
         image = load_image_gray(calibration[i].image)
         golden = load_image_gray(calibration[i].golden) if collector.reference else None
-        pairs.append((image, pipeline.register(image, calibration[i].image, golden) if golden is not None else None))
+        pairs.append((image, collector.designs.registered(image, calibration[i].image, golden) if golden is not None else None))
     for name, values in fault_statistics(pipeline, pairs, 8, progress).items():
         out[f"calib_faults_{name}"] = values
     out.update({f"pool_{k}": v for k, v in collector.boards(pool, VARIANTS, "stream boards", progress).items()})

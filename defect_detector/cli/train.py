@@ -35,6 +35,7 @@ def run(args: argparse.Namespace) -> None:
     from defect_detector.engine.state import adopt_init_architecture, adopt_init_operating_point
     from defect_detector.engine.trainer import fit
     from defect_detector.inspect.calibrate import RUN_CALIBRATION_IMAGES, calibrate_run
+    from defect_detector.inspect.validate import TrainingValidation
 
     started = time.perf_counter()
     cfg = load_config(args.config, args.overrides)
@@ -46,7 +47,13 @@ def run(args: argparse.Namespace) -> None:
     frames = 0 if args.no_baseline else RUN_CALIBRATION_IMAGES
     budget = Budget.start(cfg.train.max_minutes, started, frames, cfg.model.in_channels == 2)
     run_dir = fit(
-        cfg, resume=args.resume, exist_ok=args.exist_ok, threads=args.threads, allow_data_change=args.allow_data_change, budget=budget
+        cfg,
+        resume=args.resume,
+        exist_ok=args.exist_ok,
+        threads=args.threads,
+        allow_data_change=args.allow_data_change,
+        budget=budget,
+        validator=TrainingValidation(),  # as `val` scores: the frame pipeline
     )
     print(f"run folder: {run_dir}")
     if not args.no_baseline:

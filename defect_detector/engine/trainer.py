@@ -27,7 +27,6 @@ from defect_detector.data.dataset import CocoDetectionDataset
 from defect_detector.engine import plots
 from defect_detector.engine.budget import Budget, pass_seconds
 from defect_detector.engine.errors import NonFiniteLossError, TrainingError
-from defect_detector.engine.evaluate import evaluate_predictions, predict_dataset
 from defect_detector.engine.run_data import build_datasets, build_loaders, has_ground_truth, with_pixel_scale
 from defect_detector.engine.run_files import (
     check_resume_config,
@@ -48,7 +47,7 @@ from defect_detector.engine.state import (
     resolve_amp,
     restore_training,
 )
-from defect_detector.model.detector import TinyDetector
+from defect_detector.engine.validation import Validator, validate
 from defect_detector.model.postprocess import make_anchor_points
 
 __all__ = ["NonFiniteLossError", "TrainingError", "fit", "lr_factor", "train_one_epoch", "with_pixel_scale"]
@@ -153,20 +152,6 @@ def _init_distributed() -> bool:
     return True
 
 
-def validate(
-    model: TinyDetector,
-    loader: torch.utils.data.DataLoader,
-    val_set: CocoDetectionDataset,
-    cfg: Config,
-    device: torch.device,
-    progress: bool = True,
-) -> tuple[dict, dict]:
-    """Predict on the validation set and compute all metrics. Returns ``(metrics, predictions)``."""
-    predictions = predict_dataset(model, loader, device, cfg.eval, progress)
-    metrics = evaluate_predictions(val_set.coco, predictions, val_set.label_to_cat_id, cfg.data.class_names, cfg.eval.f1_conf)
-    return metrics, predictions
-
-
 @dataclass
 class _Run:
     """One ``fit`` call: its config, where it runs and writes, its data and what it trains."""
@@ -187,6 +172,7 @@ class _Run:
     unreadable: int = 0
     data_digests: dict[str, str] = field(default_factory=dict)
     f1_conf: float = 0.0
+    validator: Validator | None = None
 
     def checkpoint_config(self) -> Config:
         """The config a checkpoint records: the run's, with ``eval.f1_conf`` the F-optimal score threshold its latest
@@ -226,7 +212,7 @@ def _open_run(
     return cfg, ckpt, train_set, val_set
 
 
-def fit(
+def fit(  # noqa: PLR0913 - train's settings, one keyword each
     cfg: Config,
     resume: bool = False,
     exist_ok: bool = False,
@@ -235,6 +221,7 @@ def fit(
     threads: int | None = None,
     allow_data_change: bool = False,
     budget: Budget | None = None,
+    validator: Validator | None = None,
 ) -> Path:
     """Train per ``cfg``; writes ``<out_dir>/<name>/`` and returns that folder.
 
@@ -248,6 +235,7 @@ def fit(
     ``stop_after_epochs`` ends early (as an interruption would), for tests. ``budget``: ``train.max_minutes`` counted
     from the command's start, keeping time for the drift baseline after the run (engine/budget.py; None: counted from
     this call, nothing kept); an epoch starts only when it, its validation and that reserve fit; the last is validated.
+    ``validator``: how validation predicts (:data:`Validator`; None: the validation loader).
 
     ``best.pt``: the epoch with the highest validation mAP@0.5:0.95 (a fine-tune's starting weights, validated first,
     until an epoch beats them); without a measurable mAP the latest epoch. Every checkpoint records as ``eval.f1_conf``
@@ -273,7 +261,7 @@ def fit(
     budget = budget or Budget.start(cfg.train.max_minutes, None, 0, cfg.model.in_channels == 2)
     loaders = (train_loader, val_loader)
     run = _Run(cfg, run_dir, device, amp_dtype, world, train_set, val_set, *loaders, training, train_model, progress, budget)
-    run.data_digests, run.f1_conf = data_digests(cfg), _resumed_f1_conf(ckpt, cfg)
+    run.data_digests, run.f1_conf, run.validator = data_digests(cfg), _resumed_f1_conf(ckpt, cfg), validator
     if budget.deadline is not None:  # the cost of a model pass, for the drift baseline's share of the time
         budget.pass_seconds = pass_seconds(training.ema.module, cfg.model.in_channels, cfg.data.imgsz, device)
     if ckpt is None and cfg.train.init_weights and val_loader is not None and is_main():
@@ -312,7 +300,8 @@ def _validated(run: _Run) -> tuple[dict, dict]:
     """:func:`validate` of the EMA weights, timed into the run's budget; the F-optimal threshold becomes ``run.f1_conf``."""
     assert run.val_loader is not None and run.val_set is not None
     start = time.perf_counter()
-    metrics, predictions = validate(run.training.ema.module, run.val_loader, run.val_set, run.cfg, run.device, run.progress)
+    model = run.training.ema.module
+    metrics, predictions = validate(model, run.val_loader, run.val_set, run.cfg, run.device, run.progress, run.validator)
     run.budget.measured_validation(time.perf_counter() - start, len(run.val_set))
     if metrics.get("f1_optimal") is not None:
         run.f1_conf = metrics["f1_optimal"]["conf"]

@@ -108,6 +108,13 @@ class Designs:
             raise exc
         return warped, reg
 
+    def registered(self, image: np.ndarray, file_name: str, given: np.ndarray | None = None) -> np.ndarray:
+        """The registration step alone, without the prepare stage's screens (benchmarks that fault frames on purpose):
+        frame ``file_name``'s golden image (``given``, gray uint8, else from ``references``) registered into ``image``,
+        uint8 ``[H, W]``. :class:`ReferenceError` as :meth:`of` and :meth:`register`."""
+        design, _ = self.of(file_name, given)
+        return self.register(design, image, file_name)[0]
+
     def _from_file(self, key: str, file_name: str, name: str, path: str) -> Design:
         image = self.references.image(file_name)
         return Design(key, name, path, image, Registrar(image, self.cfg))

@@ -37,7 +37,7 @@ from defect_detector.engine.budget import Budget
 from defect_detector.engine.domain import extend_domain
 from defect_detector.engine.trainer import fit
 from defect_detector.inspect.calibrate import calibrate_run
-from defect_detector.inspect.validate import validate
+from defect_detector.inspect.validate import TrainingValidation, validate
 from defect_detector.model.checkpoint import PHOTO_REFERENCE_WEIGHTS, load_checkpoint, strip_checkpoint
 
 log = logging.getLogger("defect_detector.inspect")
@@ -187,7 +187,7 @@ def teach(  # noqa: PLR0913 - the Python twin of the teach command's flags
     left = max(0.3, minutes - (time.perf_counter() - started) / 60 - 0.5 - 0.02 * min(held * len(goldens), HELD_MAX))
     cfg = teach_config(weights, start, sets, work, left, max(4, captures // len(goldens)) * len(goldens))
     budget = Budget.start(cfg.train.max_minutes, time.perf_counter(), 30, True)
-    run_dir = fit(cfg, threads=threads, budget=budget)
+    run_dir = fit(cfg, threads=threads, budget=budget, validator=TrainingValidation())
     log.info("%s", calibrate_run(run_dir, str(sets["train"]), None, progress=False, budget=budget))
     designs = _taught(out, run_dir / "weights" / "best.pt", goldens, start)
     after = _score(out, sets["held"])

@@ -16,17 +16,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from tqdm import tqdm
 
-from defect_detector.core.config import EvalConfig
+from defect_detector.core.config import Config, EvalConfig
 from defect_detector.data.dataset import CocoDetectionDataset
 from defect_detector.engine.evaluate import Predictions, evaluate_predictions, per_group_map
+from defect_detector.export import DeployModel, checkpoint_meta
 from defect_detector.inspect.annotated import annotated_frames
+from defect_detector.inspect.designs import Designs
 from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.inspect.prepare import Inspection, Prepare, detect_records
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.inspect.screen import calibration_levels
 from defect_detector.inspect.sources import Frame
+from defect_detector.model.checkpoint import LoadedModel
 
 log = logging.getLogger("defect_detector.inspect")
 
@@ -141,3 +145,33 @@ def load_pair(validation: Validation, image_id: int) -> tuple[np.ndarray, np.nda
         return image, None
     record = Prepare(Pipeline(validation.runtime))(Frame(image_id, image, "val", Path(path).name, 0.0), load_image_gray(golden))
     return image, record.golden
+
+
+class TrainingValidation:
+    """Training-time validation through the frame pipeline (``engine/trainer.py`` :data:`Validator`): each call runs the
+    model being trained over the run's validation json the way ``val`` runs a checkpoint (the prepare stage, the plan,
+    the postprocess at ``eval.conf`` / ``eval.nms_iou`` / ``eval.max_det`` and the config's cross-class demotion), so
+    ``best.pt`` is chosen on the mAP ``val`` reproduces. The designs (golden images, registration pyramids) are
+    prepared once for the whole run; the model is wrapped untraced (eager) on each call."""
+
+    def __init__(self) -> None:
+        self._designs: Designs | None = None
+        self._dataset: CocoDetectionDataset | None = None
+
+    def __call__(self, model: torch.nn.Module, cfg: Config) -> Predictions:
+        runtime = _training_runtime(model, cfg)
+        if self._dataset is None:
+            self._dataset = open_dataset(cfg.data.val, cfg.data.val_images, runtime)
+            self._designs = Designs(None)
+        pipeline = Pipeline(runtime, conf=cfg.eval.conf, iou=cfg.eval.nms_iou, max_det=cfg.eval.max_det)
+        prepare = Prepare(pipeline, self._designs, calibration=None)
+        predictions, _ = predict_frames(pipeline, self._dataset, progress=False, prepare=prepare)
+        return predictions
+
+
+def _training_runtime(model: torch.nn.Module, cfg: Config) -> Runtime:
+    """A :class:`Runtime` of an in-memory model with the run's config (eager, on the model's device, float32)."""
+    device = next(model.parameters()).device
+    loaded = LoadedModel(model, cfg, tuple(cfg.data.class_names), {}, Path("training"))
+    deploy = DeployModel(model, cfg.data.imgsz, ()).to(device).eval()
+    return Runtime(deploy, checkpoint_meta(loaded, deploy), device, torch.float32, "checkpoint", Path("training"))
