@@ -19,6 +19,7 @@ import logging
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
+from weakref import WeakKeyDictionary
 
 import numpy as np
 
@@ -43,8 +44,8 @@ class Design:
     ``pixel_fingerprint``); ``name``: what a line engineer calls it (its file name; the key for pixels given);
     ``file``: its path, or :data:`GIVEN`; ``image``: uint8 ``[H, W]`` as given (not registered); ``registrar``: its
     registration pyramid. The other fields are filled by the stages that need them, once per design: ``note`` (the
-    design check's ``DesignNote``), ``drift`` (its ``Golden`` statistics), ``features`` (siamese trunk features per
-    model-input geometry, ``{key: tensors}``)."""
+    design check's ``DesignNote``), ``drift`` (its ``Golden`` statistics), ``features`` (siamese trunk features, per
+    runtime: ``(plan, tensors)``, dropped with the runtime)."""
 
     key: str
     name: str
@@ -53,7 +54,7 @@ class Design:
     registrar: Registrar = field(repr=False)
     note: Any = None
     drift: Any = None
-    features: dict[Any, Any] = field(default_factory=dict, repr=False)
+    features: WeakKeyDictionary[Any, Any] = field(default_factory=WeakKeyDictionary, repr=False)
 
 
 class Designs:

@@ -30,7 +30,8 @@ def golden_of(pipeline: Pipeline, records: Sequence[Inspection]) -> list[Golden 
             new[r.design.key] = r
     if new:
         firsts = list(new.values())
-        results = pipeline.detect([r.golden for r in firsts], [r.golden for r in firsts], [r.plan for r in firsts])
-        for r, result in zip(firsts, results):
-            r.design.drift = Golden(r.design.key, result.stats.double().numpy(), image_levels(r.golden))
+        seen = [r.golden if r.view is None else r.design.image for r in firsts]  # what the model pairs the frame with
+        results = pipeline.detect(seen, seen, [r.plan for r in firsts])
+        for r, image, result in zip(firsts, seen, results):
+            r.design.drift = Golden(r.design.key, result.stats.double().numpy(), image_levels(image))
     return [dataclasses.replace(r.design.drift, name=r.golden_name or r.design.name) if r.design is not None else None for r in records]

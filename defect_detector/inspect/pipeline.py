@@ -100,7 +100,8 @@ class Pipeline:
     register a golden image given per frame into it (False: use it as given, already aligned). ``conf`` / ``iou``:
     score threshold and per-class NMS IoU; None takes the operating point the weights store
     (``Runtime.operating_point``: ``eval.f1_conf`` and ``eval.nms_iou``; the weights' cross-class demotion always
-    applies). ``max_det``: calls kept per model input
+    applies). ``golden_view``: run a golden-template model in its golden images' pixels, their features computed once
+    per design (``inspect/prepare.py``; None: whenever the model can, :attr:`caches_golden`). ``max_det``: calls kept per model input
     (see the module docstring). ``tile``: None tiles the frames that letterboxing would shrink well below the
     training scale, True tiles every frame, False letterboxes every frame whole (:meth:`plan`).
     """
@@ -114,6 +115,7 @@ class Pipeline:
         max_det: int = 100,
         tile: bool | None = None,
         align: bool = True,
+        golden_view: bool | None = None,
     ) -> None:
         if runtime.channels == 1 and references is not None:
             raise ValueError(
@@ -131,10 +133,19 @@ class Pipeline:
         self.exposure = point["exposure"]  # the exposure range the weights were validated at (inspect/screen.py)
         self.max_det = int(max_det)
         self.tile = tile
+        self.golden_view = self.caches_golden if golden_view is None else bool(golden_view)
+        if self.golden_view and not self.caches_golden:
+            raise ValueError(f"{runtime.path.name}: the golden view needs a siamese model with its golden-features graph, one pass")
         if not 0.0 <= self.conf <= 1.0 or not 0.0 <= self.iou <= 1.0 or self.max_det < 1:
             raise ValueError(f"need 0 <= conf <= 1, 0 <= iou <= 1 and max_det >= 1, got conf={conf}, iou={iou}, max_det={max_det}")
         self._shrink_warned = False
         self._cap_warned = False  # calls cut by max_det are warned about once (and counted in every Detections)
+
+    @property
+    def caches_golden(self) -> bool:
+        """Whether the model can run on a frame against its golden image's cached features (``Runtime.caches_golden``:
+        a siamese model whose artifact holds the golden-features graph), one pass (no test-time augmentation)."""
+        return bool(getattr(self.runtime, "caches_golden", False)) and self.runtime.tta == "none"
 
     def plan(self, height: int, width: int) -> TileRecord | None:
         """How a ``height x width`` frame is placed on the model input: its :class:`TileRecord`, or None to letterbox it whole.
@@ -158,16 +169,18 @@ class Pipeline:
         images: Sequence[np.ndarray],
         references: Sequence[np.ndarray | None] | None = None,
         plans: Sequence[TileRecord | None] | None = None,
+        cached: bool = False,
     ) -> tuple[torch.Tensor, list[LetterboxMeta], list[TileRecord | None]]:
         """The model input of gray uint8 ``[H, W]`` ``images`` (each with its registered reference, same size, for a
         reference model): float ``[N, channels, imgsz, imgsz]`` on the runtime's device, values x/255, one row per
         letterboxed frame or per tile (``TileRecord.origins`` order, frame by frame); one :class:`LetterboxMeta` per row
         and one tile record (None: letterboxed whole) per frame. ``ValueError`` naming the frame for a missing,
         unexpected or mis-sized reference, or an image that did not pass :func:`gray_frame`. ``plans``: each frame's
-        :meth:`plan` when the prepare stage made it already (None: planned here)."""
+        :meth:`plan` when the prepare stage made it already (None: planned here). ``cached``: the golden images' features
+        come cached (:meth:`golden_features`): the input holds the image channel alone, ``[N, 1, imgsz, imgsz]``."""
         if len(images) == 0:
             raise ValueError("no frames to inspect")
-        pairs = self._pairs(images, references)
+        pairs = self._pairs(images, references, cached)
         planned = list(plans) if plans is not None else [self.plan(*planes[0].shape) for planes in pairs]
         canvases, metas, records = [], [], []
         for planes, record in zip(pairs, planned):
@@ -181,7 +194,9 @@ class Pipeline:
         batch = batch.to(self.runtime.device, non_blocking=True).to(self.runtime.dtype).div_(255.0)
         return batch, metas, records
 
-    def _pairs(self, images: Sequence[np.ndarray], references: Sequence[np.ndarray | None] | None) -> list[list[np.ndarray]]:
+    def _pairs(
+        self, images: Sequence[np.ndarray], references: Sequence[np.ndarray | None] | None, cached: bool = False
+    ) -> list[list[np.ndarray]]:
         """``[image]`` or ``[image, reference]`` per frame, checked against the model's channel count."""
         given = [None] * len(images) if references is None else list(references)
         if len(given) != len(images):
@@ -190,7 +205,7 @@ class Pipeline:
         for i, (image, reference) in enumerate(zip(images, given)):
             if not isinstance(image, np.ndarray) or image.dtype != np.uint8 or image.ndim != 2 or 0 in image.shape:
                 raise ValueError(f"frame {i}: expected gray uint8 [H, W] (convert it with gray_frame first), got {_describe(image)}")
-            if self.runtime.channels == 2 and reference is None:
+            if self.runtime.channels == 2 and reference is None and not cached:
                 raise ValueError(f"frame {i}: no golden image; this is a golden-template model: pass one registered reference per frame")
             if self.runtime.channels == 1 and reference is not None:
                 raise ValueError(f"frame {i}: a golden image was given, but this model takes 1 input channel (no reference)")
@@ -208,17 +223,21 @@ class Pipeline:
         images: Sequence[np.ndarray],
         references: Sequence[np.ndarray | None] | None = None,
         plans: Sequence[TileRecord | None] | None = None,
+        features: Sequence[tuple[torch.Tensor, ...]] | None = None,
     ) -> list[Detections]:
         """Detect defects in gray uint8 ``images`` (one call; see :meth:`inputs` for ``references`` and ``plans``): one
         :class:`Detections` per frame, boxes in the frame's pixels, tiles merged, statistics pooled. All inputs of
-        the call run through the model together, in chunks of :data:`MAX_BATCH` (:data:`MAX_BATCH_CPU` on the CPU)."""
+        the call run through the model together, in chunks of :data:`MAX_BATCH` (:data:`MAX_BATCH_CPU` on the CPU).
+        ``features``: per frame, its golden image's cached features for its plan (:meth:`golden_features`;
+        ``references`` None): the model then runs once per input on the image alone (``Runtime.infer_cached``)."""
         start = time.perf_counter()
-        batch, metas, records = self.inputs(images, references, plans)
+        batch, metas, records = self.inputs(images, references, plans, cached=features is not None)
         self._warn_shrink(images, records)
+        golden = tuple(torch.cat(parts) for parts in zip(*features)) if features is not None else None  # per input row
         self.runtime.sync()
         t_pre = time.perf_counter()
         chunk = MAX_BATCH_CPU if self.runtime.device.type == "cpu" else MAX_BATCH
-        outputs = [self.runtime.infer(batch[i : i + chunk]) for i in range(0, batch.shape[0], chunk)]
+        outputs = [self._infer(batch, golden, i, i + chunk) for i in range(0, batch.shape[0], chunk)]
         pred, stats = torch.cat([p for p, _ in outputs]), torch.cat([s for _, s in outputs])  # [N, A, 4 + C], [N, L, 2]
         self.runtime.sync()
         t_model = time.perf_counter()
@@ -238,6 +257,25 @@ class Pipeline:
             Detections(d["boxes"], d["scores"], d["labels"], [names[j] for j in d["labels"].tolist()], s, dict(timings), m, n, r, dropped)
             for (d, s, m, dropped), r in zip(frames, records)
         ]
+
+    def _infer(
+        self, batch: torch.Tensor, golden: tuple[torch.Tensor, ...] | None, start: int, end: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The model on input rows ``start:end``, against their cached golden features when given."""
+        if golden is None:
+            return self.runtime.infer(batch[start:end])
+        return self.runtime.infer_cached(batch[start:end], tuple(g[start:end] for g in golden))
+
+    def golden_features(self, golden: np.ndarray, plan: TileRecord | None) -> tuple[torch.Tensor, ...]:
+        """A golden image's cached model features (``Runtime.golden_features``): uint8 ``[H, W]`` letterboxed whole
+        (``plan`` None) or cut by ``plan`` as its frames are -> one tensor per trunk output, ``[V, C, h, w]`` with one row
+        per model input (``V`` tiles, or 1)."""
+        views = crop_tiles(golden, plan) if plan is not None else [golden]
+        canvas = torch.from_numpy(np.stack([letterbox(view, self.runtime.imgsz)[0] for view in views])[:, None])
+        canvas = canvas.to(self.runtime.device).to(self.runtime.dtype).div_(255.0)
+        chunk = MAX_BATCH_CPU if self.runtime.device.type == "cpu" else MAX_BATCH
+        parts = [self.runtime.golden_features(canvas[i : i + chunk]) for i in range(0, canvas.shape[0], chunk)]
+        return tuple(torch.cat(p) for p in zip(*parts))
 
     def _postprocess(
         self, pred: torch.Tensor, metas: list[LetterboxMeta], records: list[TileRecord | None]

@@ -23,8 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
 from defect_detector.core.types import Detections, TileRecord
+from defect_detector.data.golden_view import GoldenView, boxes_to_frame, centres_valid, warp_into_golden
 from defect_detector.data.register import Registration
 from defect_detector.inspect.design_check import NO_NOTE, DesignCheck
 from defect_detector.inspect.designs import Design, Designs
@@ -51,6 +53,9 @@ class Inspection:
     ``golden_name``: the file name of its golden image (the key for pixels given). ``golden``:
     uint8 ``[H, W]`` its golden image registered into the frame's pixels, ``covered`` bool ``[H, W]`` where that has
     data. ``plan``: its tile plan (None: letterboxed whole; see ``Detections.letterbox`` for the letterbox record).
+    ``view``: the frame in its golden image's pixels when the model sees it there (``data/golden_view.py``: the
+    golden view, the golden image's features cached per design; ``plan`` and the detections' letterbox record are then
+    the golden view's), None when the model sees the frame with its golden image registered into it.
 
     ``verdict``: ``fail`` (at least one call at the operating point), ``pass`` (none), ``pass_suspect`` (none, but a
     critical drift alert is raised: the camera may not have seen the board; the ``reason`` says so), or
@@ -71,6 +76,7 @@ class Inspection:
     covered: np.ndarray | None = field(default=None, repr=False)
     plan: TileRecord | None = None
     golden_name: str | None = None
+    view: GoldenView | None = field(default=None, repr=False)
 
     @property
     def error(self) -> str | None:
@@ -144,7 +150,9 @@ class Prepare:
         refused = screen_reason(frame.image, record.golden, record.covered, self.pipeline.exposure, self.calibration)
         if refused is not None:
             return _refuse(record, *refused)
-        record.plan = self.pipeline.plan(*frame.image.shape)
+        if self.pipeline.golden_view and record.design is not None:
+            record.view = warp_into_golden(frame.image, record.design.image, record.registration.matrix)
+        record.plan = self.pipeline.plan(*(record.view.board if record.view is not None else frame.image).shape)
         return record
 
     def _register(self, record: Inspection, given: np.ndarray | None) -> None:
@@ -167,9 +175,37 @@ def detect_records(pipeline: Pipeline, records: Sequence[Inspection]) -> list[In
     image): ``detections`` filled in frame pixels, without calls where the golden image has no data
     (``screen.mask_uncovered``). Returns the inspected records, in order."""
     good = [r for r in records if not r.refused]
-    if good:
-        golden = [r.golden for r in good] if pipeline.runtime.channels == 2 else None
-        results = pipeline.detect([r.frame.image for r in good], golden, [r.plan for r in good])
-        for record, result in zip(good, results):
+    framed, viewed = [r for r in good if r.view is None], [r for r in good if r.view is not None]
+    if framed:
+        golden = [r.golden for r in framed] if pipeline.runtime.channels == 2 else None
+        results = pipeline.detect([r.frame.image for r in framed], golden, [r.plan for r in framed])
+        for record, result in zip(framed, results):
             record.detections = mask_uncovered(result, record.covered)
+    if viewed:
+        features = [golden_features(pipeline, r.design, r.plan) for r in viewed]
+        results = pipeline.detect([r.view.board for r in viewed], None, [r.plan for r in viewed], features)
+        for record, result in zip(viewed, results):
+            record.detections = _in_frame(result, record.view)
     return good
+
+
+def golden_features(pipeline: Pipeline, design: Design, plan: TileRecord | None) -> tuple[torch.Tensor, ...]:
+    """``design``'s cached model features for ``plan`` (:meth:`Pipeline.golden_features`), computed on its first frame
+    and kept on the design for as long as this pipeline's runtime lives."""
+    kept = design.features.get(pipeline.runtime)
+    if kept is None or kept[0] != plan:
+        kept = design.features[pipeline.runtime] = (plan, pipeline.golden_features(design.image, plan))
+    return kept[1]
+
+
+def _in_frame(result: Detections, view: GoldenView) -> Detections:
+    """Golden-view detections in the frame's pixels: calls whose centre lies where the frame has no data dropped, boxes
+    mapped through the registration (``boxes_to_frame``)."""
+    keep = centres_valid(result.boxes, view).nonzero(as_tuple=True)[0]
+    return dataclasses.replace(
+        result,
+        boxes=boxes_to_frame(result.boxes[keep], view),
+        scores=result.scores[keep],
+        labels=result.labels[keep],
+        names=[result.names[i] for i in keep.tolist()],
+    )

@@ -38,7 +38,8 @@ def test_val_reproduces_the_calls_and_the_mAP_of_training_time_validation(synth_
 
 def _rows(prediction: dict) -> torch.Tensor:
     """``[K, 6]`` (score, label, box) rows of a prediction, sorted, scores and boxes rounded."""
-    rows = torch.cat([prediction["scores"][:, None].round(decimals=3), prediction["labels"][:, None].float(), prediction["boxes"].round()], 1)
+    scores, labels = prediction["scores"][:, None].round(decimals=3), prediction["labels"][:, None].float()
+    rows = torch.cat([scores, labels, prediction["boxes"].round()], 1)
     for column in reversed(range(rows.shape[1])):
         rows = rows[rows[:, column].argsort(stable=True)]
     return rows

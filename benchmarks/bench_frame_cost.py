@@ -1,0 +1,144 @@
+"""Per-frame cost of a golden-template inspection against traced YOLOv8n, in one interleaved run (issue 35).
+
+    python -m benchmarks.bench_frame_cost --threads 2 --iters 40          # needs ultralytics for the YOLOv8n column
+    python -m benchmarks.bench_frame_cost --data data/deeppcb/deeppcb_val.json --boards 8 --threads 1
+
+Each round times one call of each candidate, on the same boards (``--data``: the json's first ``--boards`` boards and
+their golden images; default: the bundled samples, ``data/samples/deeppcb`` and ``golden``):
+
+- ``yolov8n``: ultralytics' YOLOv8n, fused, traced and frozen at ``[1, 3, S, S]`` (``benchmarks/bench.py``), the model alone;
+- ``line_golden_view``: the line's case, one golden board for every frame: the prepare stage (levels, blank check, the
+  design's registration reused, the golden check, the screens) and the model in the golden view, the golden image's
+  features cached (``inspect/prepare.py``), postprocess included;
+- ``line_frame_view``: the same frames with the golden image registered into each frame and run through the model
+  with it (two trunk passes per frame);
+- ``new_golden_view`` / ``new_golden_frame_view``: a new golden image every frame (DeepPCB's case): a full registration,
+  and in the golden view the golden image's features computed too;
+- ``model_cached`` / ``model_pair``: the model alone, ``infer_cached`` of one frame against cached features, and ``infer``
+  of the two-channel input.
+
+Ratios are paired (median over rounds of candidate / YOLOv8n). Target: ``line_golden_view`` <= 0.25.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmarks.bench import build_yolov8n
+from benchmarks.timing import measure_interleaved, paired_ratio
+from defect_detector.core.io import atomic_write_json
+from defect_detector.data.dataset import CocoDetectionDataset
+from defect_detector.data.images import load_image_gray
+from defect_detector.inspect.designs import Designs
+from defect_detector.inspect.pipeline import Pipeline
+from defect_detector.inspect.prepare import Prepare, detect_records
+from defect_detector.inspect.runtime import Runtime
+from defect_detector.inspect.sources import Frame
+from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
+
+SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples"
+TARGET = 0.25
+
+
+def load_pairs(data: str | None, boards: int) -> list[tuple[str, Any, Any]]:
+    """``(name, board, golden)`` uint8 pairs: the json's first ``boards`` boards, or the bundled samples."""
+    if data is None:
+        paths = sorted((SAMPLES / "deeppcb").glob("*.jpg"))[:boards]
+        return [(p.name, load_image_gray(p), load_image_gray(SAMPLES / "golden" / p.name)) for p in paths]
+    dataset = CocoDetectionDataset(data, None, None, 640, None, "skip", reference=True)
+    return [(Path(p).name, load_image_gray(p), load_image_gray(g)) for _, p, g in dataset.files()[:boards]]
+
+
+def frame_candidates(runtime: Runtime, pairs: Sequence[tuple[str, Any, Any]]) -> dict[str, Callable[[], Any]]:
+    """The inspection candidates (module docstring), each inspecting the next board per call."""
+    views = {"golden_view": True, "frame_view": False} if runtime.caches_golden else {"frame_view": False}
+    out: dict[str, Callable[[], Any]] = {}
+    for label, golden_view in views.items():
+        pipeline = Pipeline(runtime, golden_view=golden_view)
+        line = Prepare(pipeline, Designs(None))  # one design all along: pairs[0]'s golden image
+        out[f"line_{label}"] = _cycling(lambda i, p=line, q=pipeline: _inspect(p, q, pairs[i], pairs[0][2]), len(pairs))
+        fresh = _cycling(lambda i, q=pipeline: _inspect(Prepare(q, Designs(None)), q, pairs[i], pairs[i][2]), len(pairs))
+        out[f"new_golden_{label}"] = fresh  # a new design every frame: nothing cached
+    return out
+
+
+def _inspect(prepare: Prepare, pipeline: Pipeline, pair: tuple[str, Any, Any], golden: Any) -> None:
+    name, board, _ = pair
+    record = prepare(Frame(0, board, "bench", name, 0.0), golden)
+    if record.refused:
+        raise RuntimeError(f"{name}: refused by the prepare stage: {record.error}")
+    detect_records(pipeline, [record])
+
+
+def _cycling(fn: Callable[[int], Any], n: int) -> Callable[[], Any]:
+    state = {"i": 0}
+
+    def call() -> Any:
+        state["i"] = (state["i"] + 1) % n
+        return fn(state["i"])
+
+    return call
+
+
+def model_candidates(runtime: Runtime) -> dict[str, Callable[[], Any]]:
+    """The model alone: one frame against cached golden features, and the two-channel pass."""
+    s = runtime.imgsz
+    pair = torch.rand(1, 2, s, s)
+    out: dict[str, Callable[[], Any]] = {"model_pair": lambda: runtime.infer(pair)}
+    if runtime.caches_golden:
+        features = runtime.golden_features(pair[:, 1:2])
+        out["model_cached"] = lambda: runtime.infer_cached(pair[:, 0:1], features)
+    return out
+
+
+def run(weights: str | None, data: str | None, boards: int, threads: int, iters: int) -> dict[str, Any]:
+    """Time every candidate interleaved; ``{"timings", "ratios_vs_yolov8n", ...}``."""
+    torch.set_num_threads(threads)
+    runtime = Runtime.load(weights or DEFAULT_REFERENCE_WEIGHTS, device="cpu")
+    pairs = load_pairs(data, boards)
+    candidates = {**frame_candidates(runtime, pairs), **model_candidates(runtime)}
+    yolo = build_yolov8n(runtime.imgsz)
+    if yolo is not None:
+        x = torch.rand(1, 3, runtime.imgsz, runtime.imgsz)
+        candidates["yolov8n"] = lambda: yolo[0](x)
+    raw: dict[str, list[float]] = {}
+    with torch.inference_mode():
+        timings = measure_interleaved(candidates, iters, raw=raw)
+    ratios = {k: round(paired_ratio(raw[k], raw["yolov8n"]), 3) for k in raw if k != "yolov8n"} if yolo is not None else {}
+    return {
+        "weights": str(runtime.path),
+        "threads": threads,
+        "boards": len(pairs),
+        "caches_golden": runtime.caches_golden,
+        "timings": timings,
+        "ratios_vs_yolov8n": ratios,
+        "target_line_ratio": TARGET,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--weights", help="golden-template checkpoint or artifact (default: the bundled deeppcb_ref.pt)")
+    parser.add_argument("--data", help="COCO json with reference entries (default: the bundled samples)")
+    parser.add_argument("--boards", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--iters", type=int, default=30)
+    parser.add_argument("--out", help="write the result as JSON here")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    result = run(args.weights, args.data, args.boards, args.threads, args.iters)
+    print(json.dumps(result, indent=2))
+    if args.out:
+        atomic_write_json(args.out, result)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

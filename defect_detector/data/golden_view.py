@@ -1,0 +1,73 @@
+"""The golden view: a frame seen in its golden image's pixels, so that the golden image's own model features (computed
+once per design) pair with every frame of that design, and the calls mapped back into the frame.
+
+A registration gives ``matrix`` (float64 ``[2, 3]``): golden-image pixels -> frame pixels (``data/register.py``). The
+frame view warps the golden image into each frame; the golden view warps each frame into the golden image instead
+(:func:`warp_into_golden`), where the golden image's letterbox, tiles and features never change, and maps the calls
+back (:func:`boxes_to_frame`). Where the frame has no data (the board moved off the camera's view), the golden view
+holds the golden image's own pixels: nothing differs there, so nothing is called.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+import torch
+
+_EDGE_PX = 3
+"""Pixels off the frame's edge not counted as data (interpolation there mixes in the border), as ``covered_area``."""
+
+
+@dataclass(frozen=True)
+class GoldenView:
+    """A frame in golden-image pixels. ``board``: uint8 ``[gh, gw]`` (the golden image's size), the frame warped by the
+    inverse of ``matrix`` and the golden image's own pixels where the frame has none; ``valid``: bool ``[gh, gw]``,
+    where the frame has data; ``matrix``: float64 ``[2, 3]`` golden -> frame pixels; ``frame_shape``: ``(H, W)``."""
+
+    board: np.ndarray
+    valid: np.ndarray
+    matrix: np.ndarray
+    frame_shape: tuple[int, int]
+
+
+def warp_into_golden(frame: np.ndarray, golden: np.ndarray, matrix: np.ndarray) -> GoldenView:
+    """The :class:`GoldenView` of uint8 ``frame`` ``[H, W]`` against uint8 ``golden`` ``[gh, gw]`` registered by ``matrix``
+    (golden -> frame pixels), bilinear as the frame view warps the golden image."""
+    matrix = np.asarray(matrix, np.float64)
+    size = (golden.shape[1], golden.shape[0])
+    flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
+    board = cv2.warpAffine(frame, matrix, size, flags=flags, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+    ones = cv2.warpAffine(np.ones(frame.shape[:2], np.uint8), matrix, size, flags=cv2.INTER_NEAREST | cv2.WARP_INVERSE_MAP)
+    side = 2 * _EDGE_PX + 1
+    valid = cv2.erode(ones, np.ones((side, side), np.uint8), borderType=cv2.BORDER_REPLICATE) > 0
+    board = np.where(valid, board, golden)
+    return GoldenView(board, valid, matrix, (int(frame.shape[0]), int(frame.shape[1])))
+
+
+def boxes_to_frame(boxes: torch.Tensor, view: GoldenView) -> torch.Tensor:
+    """float32 ``[K, 4]`` xyxy boxes in golden-image pixels -> the axis-aligned boxes around their corners mapped into
+    the frame (``view.matrix``), clipped to the frame: float32 ``[K, 4]``."""
+    if len(boxes) == 0:
+        return boxes
+    m = torch.as_tensor(view.matrix, dtype=torch.float64)
+    x1, y1, x2, y2 = boxes.double().unbind(1)
+    corners = torch.stack([torch.stack(c, 1) for c in ((x1, y1), (x2, y1), (x1, y2), (x2, y2))], 1)  # [K, 4, 2]
+    mapped = corners @ m[:, :2].T + m[:, 2]  # [K, 4, 2] frame pixels
+    h, w = view.frame_shape
+    lo, hi = mapped.amin(1), mapped.amax(1)
+    out = torch.cat([lo, hi], 1)
+    out[:, 0::2] = out[:, 0::2].clamp(0, w)
+    out[:, 1::2] = out[:, 1::2].clamp(0, h)
+    return out.float()
+
+
+def centres_valid(boxes: torch.Tensor, view: GoldenView) -> torch.Tensor:
+    """bool ``[K]``: whether each box's centre (golden-image pixels) lies where the frame has data."""
+    if len(boxes) == 0:
+        return torch.zeros(0, dtype=torch.bool)
+    h, w = view.valid.shape
+    cx = ((boxes[:, 0] + boxes[:, 2]) / 2).long().clamp(0, w - 1).numpy()
+    cy = ((boxes[:, 1] + boxes[:, 3]) / 2).long().clamp(0, h - 1).numpy()
+    return torch.from_numpy(view.valid[cy, cx].copy())
