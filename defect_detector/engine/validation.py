@@ -16,11 +16,11 @@ from defect_detector.data.dataset import CocoDetectionDataset
 from defect_detector.engine.evaluate import Predictions, evaluate_predictions, predict_dataset
 from defect_detector.model.detector import TinyDetector
 
-Validator = Callable[[torch.nn.Module, Config], Predictions]
-"""Training-time validation's predictions: ``(eval-mode model, the run's config) -> {image_id: prediction}`` on the
-run's validation json, boxes in image pixels. ``defect-detector train`` and ``teach`` pass the frame pipeline's
-(``inspect/validate.py`` ``TrainingValidation``: the prepare stage ``val`` and ``predict`` use, so ``best.pt`` is chosen
-on the metric ``val`` reproduces)."""
+Validator = Callable[[torch.nn.Module, Config, CocoDetectionDataset], Predictions]
+"""Training-time validation's predictions: ``(eval-mode model, the run's config, its validation set) -> {image_id:
+prediction}`` on the validation set's images (``data.max_images`` applied), boxes in image pixels.
+``defect-detector train`` and ``teach`` pass the frame pipeline's (``inspect/validate.py`` ``TrainingValidation``: the
+prepare stage ``val`` and ``predict`` use, so ``best.pt`` is chosen on the metric ``val`` reproduces)."""
 
 
 def validate(
@@ -36,7 +36,7 @@ def validate(
     to predict (None: the validation loader's letterboxed batches, :func:`predict_dataset`)."""
     if validator is not None:
         model.eval()
-        predictions = validator(model, cfg)
+        predictions = validator(model, cfg, val_set)
     else:
         predictions = predict_dataset(model, loader, device, cfg.eval, progress)
     metrics = evaluate_predictions(val_set.coco, predictions, val_set.label_to_cat_id, cfg.data.class_names, cfg.eval.f1_conf)

@@ -155,17 +155,13 @@ class TrainingValidation:
     prepared once for the whole run; the model is wrapped untraced (eager) on each call."""
 
     def __init__(self) -> None:
-        self._designs: Designs | None = None
-        self._dataset: CocoDetectionDataset | None = None
+        self._designs = Designs(None)
 
-    def __call__(self, model: torch.nn.Module, cfg: Config) -> Predictions:
+    def __call__(self, model: torch.nn.Module, cfg: Config, dataset: CocoDetectionDataset) -> Predictions:
         runtime = _training_runtime(model, cfg)
-        if self._dataset is None:
-            self._dataset = open_dataset(cfg.data.val, cfg.data.val_images, runtime)
-            self._designs = Designs(None)
         pipeline = Pipeline(runtime, conf=cfg.eval.conf, iou=cfg.eval.nms_iou, max_det=cfg.eval.max_det)
         prepare = Prepare(pipeline, self._designs, calibration=None)
-        predictions, _ = predict_frames(pipeline, self._dataset, progress=False, prepare=prepare)
+        predictions, _ = predict_frames(pipeline, dataset, progress=False, prepare=prepare)
         return predictions
 
 

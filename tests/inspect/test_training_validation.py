@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from defect_detector.core.config import Config
+from defect_detector.data.dataset import CocoDetectionDataset
 from defect_detector.engine.trainer import fit
 from defect_detector.inspect.validate import TrainingValidation, validate
 
@@ -20,8 +21,8 @@ def test_val_reproduces_the_calls_and_the_mAP_of_training_time_validation(synth_
     seen: list[dict] = []
     pipeline_validation = TrainingValidation()
 
-    def recording(model: torch.nn.Module, cfg: Config) -> dict:
-        seen.append(pipeline_validation(model, cfg))
+    def recording(model: torch.nn.Module, cfg: Config, dataset: CocoDetectionDataset) -> dict:
+        seen.append(pipeline_validation(model, cfg, dataset))
         return seen[-1]
 
     run = fit(tiny_config(synth_coco, tmp_path, epochs=1), progress=False, threads=1, validator=recording)
