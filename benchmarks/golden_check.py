@@ -30,7 +30,7 @@ import numpy as np
 from tqdm import tqdm
 
 from defect_detector.core.io import atomic_write_json
-from defect_detector.data.golden_check import MAX_SLIVERS, covered_area, differing, structure
+from defect_detector.data.golden_check import MAX_MISSING, MAX_SLIVERS, covered_area, differing, structure
 from defect_detector.data.register import RegisterConfig, Registration, register
 
 SWEEP = (0.03, 0.05, 0.07, 0.09, 0.11, 0.13, 0.15, 0.2)
@@ -38,7 +38,7 @@ BLOBS = 8
 """Large defects painted into each board of the "painted" sets."""
 BLOB_PX = 60
 """Their mean diameter (px); each radius is drawn from 0.6 to 1.3 of half of it."""
-OFF = {"max_spread": 1.0, "max_tracks": 1e9, "max_slivers": 1.0}
+OFF = {"max_spread": 1.0, "max_tracks": 1e9, "max_slivers": 1.0, "max_missing": 1e9}
 """The golden check off: registration alone decides, so that the table and the sweep can apply any limits."""
 TRUE_KINDS = ("true", "painted", "painted, registered")
 MISREGISTRATION = (6.0, -4.0)
@@ -69,7 +69,7 @@ def _shifted(image: np.ndarray, dx: int, dy: int) -> np.ndarray:
 
 def _row(reg: Registration) -> dict[str, Any]:
     measures = {"difference": reg.difference, "spread": reg.spread, "tracks": reg.tracks, "regions": reg.regions}
-    return {"registered": bool(reg.ok), **measures, "slivers": reg.slivers, "reason": reg.reason}
+    return {"registered": bool(reg.ok), **measures, "slivers": reg.slivers, "missing": reg.missing, "reason": reg.reason}
 
 
 def _outcome(golden: np.ndarray, image: np.ndarray, cfg: RegisterConfig) -> dict[str, Any]:
@@ -110,7 +110,7 @@ def _checked(golden: np.ndarray, board: np.ndarray, covered: np.ndarray) -> dict
     """The golden check alone of a golden image already in the board's pixels."""
     found = structure(*differing(golden, board, covered))
     measures = {"difference": found.difference, "spread": found.spread, "tracks": found.tracks, "regions": found.regions}
-    return {"registered": True, **measures, "slivers": found.slivers, "reason": ""}
+    return {"registered": True, **measures, "slivers": found.slivers, "missing": found.missing, "reason": ""}
 
 
 def wrong_goldens(i: int, pairs: Sequence[tuple[Path, Path, str]], golden: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -149,7 +149,8 @@ def run(pairs: Sequence[tuple[Path, Path, str]], progress: bool = True) -> dict[
 
 
 def _accepted(x: dict[str, Any], max_spread: float, max_tracks: float) -> bool:
-    return bool(x["registered"]) and x["spread"] <= max_spread and x["tracks"] <= max_tracks and x["slivers"] <= MAX_SLIVERS
+    within = x["spread"] <= max_spread and x["tracks"] <= max_tracks and x["slivers"] <= MAX_SLIVERS and x["missing"] <= MAX_MISSING
+    return bool(x["registered"]) and within
 
 
 def table(rows: dict[str, list[dict[str, Any]]], max_spread: float, max_tracks: float) -> dict[str, dict[str, Any]]:

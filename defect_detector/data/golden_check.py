@@ -46,6 +46,7 @@ must not leave such an error. An occluder (a hand, a cloth, a label) is refused 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import cv2
 import numpy as np
@@ -92,6 +93,18 @@ TRACK_PX = 150
 not a defect: the longest of 8 painted 60 px defects, merged where they overlap, spans 173 px; the second longest
 110 px."""
 
+MAX_MISSING = 2.0
+"""Most whole features of the golden image (pads, holes, islands of :data:`FEATURE_PX` px or more, off the covered
+area's edge) that may be missing from the frame, per :data:`REFERENCE_AREA`: a defect cuts, bridges or adds copper
+but rarely removes a whole isolated feature; a golden image of another board shows pads and holes the board lacks
+(true and painted DeepPCB pairs: at most 2 at the edge, 0 off it; see the module docstring)."""
+
+FEATURE_PX = 60
+"""Smallest area (px, at the frame's resolution) of a golden image's feature counted by ``missing``."""
+
+FEATURE_GONE = 0.8
+"""A golden image's feature is missing from the frame when at least this share of its pixels differ."""
+
 REGION_CELL = 32
 """Side (px) of the cells :func:`unlike_region` joins into regions."""
 
@@ -108,6 +121,7 @@ REFERENCE_AREA = 640 * 640
 """Counts are per this many covered pixels (DeepPCB's frame), so that a larger frame is not refused for its size."""
 
 _STEP_PX = 4  # thick differences are joined into regions at this step (px): 16x fewer pixels to label
+_FEATURE_STEP = 2  # whole features are labelled at this step (px): 4x fewer pixels to label
 _EDGE_PX = 3  # the covered area is shrunk by this much, so interpolated border pixels never count
 
 
@@ -118,21 +132,40 @@ class Structure:
     that thick differences touch. ``regions``: separate thick differences (8-connected, joined at a 4 px step) per
     :data:`REFERENCE_AREA` covered pixels. ``tracks``: of those, the ones :data:`TRACK_PX` px long or more, per
     :data:`REFERENCE_AREA`. ``slivers``: the share of the covered cells that only differences thinner than
-    :data:`THICK_PX` touch."""
+    :data:`THICK_PX` touch. ``missing``: whole features of the golden image missing from the frame, per
+    :data:`REFERENCE_AREA` (:data:`MAX_MISSING`)."""
 
     difference: float
     spread: float
     regions: float
     tracks: float
     slivers: float = 0.0
+    missing: float = 0.0
 
-    def another_design(self, max_spread: float = MAX_SPREAD, max_tracks: float = MAX_TRACKS, max_slivers: float = MAX_SLIVERS) -> bool:
-        """Whether the differences are spread along tracks and pads (another design, board or scale) or along every
-        edge (a golden image a few pixels off), not a few compact places (defects)."""
-        return self.spread > max_spread or self.tracks > max_tracks or self.slivers > max_slivers
+    def another_design(
+        self,
+        max_spread: float = MAX_SPREAD,
+        max_tracks: float = MAX_TRACKS,
+        max_slivers: float = MAX_SLIVERS,
+        max_missing: float = MAX_MISSING,
+    ) -> bool:
+        """Whether the differences are spread along tracks and pads (another design, board or scale), along every
+        edge (a golden image a few pixels off) or are whole features of the golden image, not a few compact places
+        (defects)."""
+        return self.spread > max_spread or self.tracks > max_tracks or self.slivers > max_slivers or self.missing > max_missing
 
 
-BLANK = Structure(1.0, 1.0, 0.0, 0.0, 1.0)
+class Difference(NamedTuple):
+    """What :func:`differing` found: ``differs`` bool ``[H, W]`` (None: too little covered, or a blank image),
+    ``valid`` bool ``[H, W]`` the covered area used, ``golden`` float32 ``[H, W]`` the registered golden image at its
+    two levels (0 dark, 1 bright, 0.5 outside ``valid``; None with ``differs``)."""
+
+    differs: np.ndarray | None
+    valid: np.ndarray
+    golden: np.ndarray | None = None
+
+
+BLANK = Structure(1.0, 1.0, 0.0, 0.0, 1.0, 0.0)
 """The structure recorded for a pair with nothing covered, a blank image or a golden image of another size (refused)."""
 
 
@@ -170,17 +203,16 @@ def _normalised(image: np.ndarray, mask: np.ndarray, outside: np.ndarray) -> np.
     return out
 
 
-def differing(golden: np.ndarray, image: np.ndarray, valid: np.ndarray | None = None) -> tuple[np.ndarray | None, np.ndarray]:
-    """``(differs, valid)``: bool ``[H, W]`` where the registered golden image (uint8 ``[H, W]``) and the frame (uint8
-    ``[H, W]``) disagree beyond tolerance within the covered area ``valid`` (bool ``[H, W]``; None: all of the frame),
-    slivers removed (module docstring), or None when too little is covered or either image is blank there; ``valid``
-    the covered area used."""
+def differing(golden: np.ndarray, image: np.ndarray, valid: np.ndarray | None = None) -> Difference:
+    """The :class:`Difference` of the registered golden image (uint8 ``[H, W]``) and the frame (uint8 ``[H, W]``)
+    within the covered area ``valid`` (bool ``[H, W]``; None: all of the frame): where they disagree beyond tolerance,
+    slivers removed (module docstring)."""
     valid = np.ones(image.shape, bool) if valid is None else np.ascontiguousarray(valid, dtype=bool)
     if golden.shape != image.shape or valid.shape != image.shape:
         raise ValueError(f"golden image {golden.shape}, frame {image.shape} and covered area {valid.shape} must have one shape")
     mask = valid.view(np.uint8)
     if cv2.countNonZero(mask) < 16 or min(cv2.meanStdDev(im, mask=mask)[1][0, 0] for im in (image, golden)) < 1e-3:
-        return None, valid
+        return Difference(None, valid)
     outside = ~valid
     a, b = _normalised(image, mask, outside), _normalised(golden, mask, outside)
     kernel = np.ones((2 * TOLERANCE_PX + 1,) * 2, np.uint8)
@@ -189,13 +221,38 @@ def differing(golden: np.ndarray, image: np.ndarray, valid: np.ndarray | None = 
     differs |= (b > cv2.dilate(a, kernel) + c) | (b < cv2.erode(a, kernel) - c)
     differs &= valid
     differs = cv2.morphologyEx(differs.view(np.uint8), cv2.MORPH_OPEN, np.ones((SLIVER_PX, SLIVER_PX), np.uint8))
-    return differs.view(bool), valid
+    return Difference(differs.view(bool), valid, b)
 
 
-def structure(differs: np.ndarray | None, valid: np.ndarray) -> Structure:
+def missing_features(differs: np.ndarray, valid: np.ndarray, golden: np.ndarray) -> int:
+    """How many whole features of the golden image are missing from the frame: connected regions of either of its two
+    levels (``golden``, float32 ``[H, W]`` of :class:`Difference`) of :data:`FEATURE_PX` px or more, not touching the
+    edge of the covered area ``valid`` (a feature cut there is not whole), of which :data:`FEATURE_GONE` or more of the
+    pixels differ (``differs``, bool ``[H, W]``). Labelled at a :data:`_FEATURE_STEP` px step."""
+    size = (-(-golden.shape[1] // _FEATURE_STEP), -(-golden.shape[0] // _FEATURE_STEP))
+    small = cv2.resize(golden, size, interpolation=cv2.INTER_AREA)
+    gone = cv2.resize(differs.view(np.uint8) * np.uint8(255), size, interpolation=cv2.INTER_AREA).ravel() * (1.0 / 255.0)
+    covered = cv2.resize(valid.view(np.uint8), size, interpolation=cv2.INTER_NEAREST)
+    rim = covered > cv2.erode(covered, np.ones((3, 3), np.uint8), borderType=cv2.BORDER_CONSTANT, borderValue=0)
+    count = 0
+    for level in (small < 0.5, small > 0.5):
+        n, labels, stats, _ = cv2.connectedComponentsWithStats((level & (covered > 0)).view(np.uint8), connectivity=4)
+        if n < 2:
+            continue
+        area = stats[:, cv2.CC_STAT_AREA]
+        share = np.bincount(labels.ravel(), weights=gone, minlength=n) / np.maximum(area, 1)
+        whole = area * _FEATURE_STEP**2 >= FEATURE_PX
+        whole[np.unique(labels[rim])] = False  # cut by the covered area's edge: not a whole feature
+        whole[0] = False
+        count += int((whole & (share >= FEATURE_GONE)).sum())
+    return count
+
+
+def structure(differs: np.ndarray | None, valid: np.ndarray, golden: np.ndarray | None = None) -> Structure:
     """The :class:`Structure` of bool ``differs`` ``[H, W]`` (from :func:`differing`; None: blank) within the covered
     area ``valid`` (bool ``[H, W]``), at the frame's resolution: thick differences (an opening with a
-    :data:`THICK_PX` square) counted in :data:`CELL_PX` cells."""
+    :data:`THICK_PX` square) counted in :data:`CELL_PX` cells; whole features of the registered ``golden`` image
+    (float32 ``[H, W]`` of :class:`Difference`; None: not counted) missing from the frame."""
     if differs is None:
         return BLANK
     mask = valid.view(np.uint8)
@@ -218,6 +275,7 @@ def structure(differs: np.ndarray | None, valid: np.ndarray) -> Structure:
         regions=(count - 1) * per_area,
         tracks=float((sides >= TRACK_PX).sum()) * per_area,
         slivers=float(thin.sum()) / max(float(cells.sum()), MIN_CELLS),
+        missing=0.0 if golden is None else missing_features(differs, valid, golden) * per_area,
     )
 
 
