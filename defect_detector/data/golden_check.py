@@ -121,7 +121,7 @@ REFERENCE_AREA = 640 * 640
 """Counts are per this many covered pixels (DeepPCB's frame), so that a larger frame is not refused for its size."""
 
 _STEP_PX = 4  # thick differences are joined into regions at this step (px): 16x fewer pixels to label
-_FEATURE_STEP = 2  # whole features are labelled at this step (px): 4x fewer pixels to label
+_FEATURE_STEP = 4  # whole features are labelled at this step (px): 16x fewer pixels to label
 _EDGE_PX = 3  # the covered area is shrunk by this much, so interpolated border pixels never count
 
 
@@ -231,20 +231,17 @@ def missing_features(differs: np.ndarray, valid: np.ndarray, golden: np.ndarray)
     pixels differ (``differs``, bool ``[H, W]``). Labelled at a :data:`_FEATURE_STEP` px step."""
     size = (-(-golden.shape[1] // _FEATURE_STEP), -(-golden.shape[0] // _FEATURE_STEP))
     small = cv2.resize(golden, size, interpolation=cv2.INTER_AREA)
-    gone = cv2.resize(differs.view(np.uint8) * np.uint8(255), size, interpolation=cv2.INTER_AREA).ravel() * (1.0 / 255.0)
+    gone = cv2.resize(differs.view(np.uint8) * np.uint8(255), size, interpolation=cv2.INTER_AREA) > 127
     covered = cv2.resize(valid.view(np.uint8), size, interpolation=cv2.INTER_NEAREST)
     rim = covered > cv2.erode(covered, np.ones((3, 3), np.uint8), borderType=cv2.BORDER_CONSTANT, borderValue=0)
     count = 0
     for level in (small < 0.5, small > 0.5):
-        n, labels, stats, _ = cv2.connectedComponentsWithStats((level & (covered > 0)).view(np.uint8), connectivity=4)
-        if n < 2:
-            continue
-        area = stats[:, cv2.CC_STAT_AREA]
-        share = np.bincount(labels.ravel(), weights=gone, minlength=n) / np.maximum(area, 1)
-        whole = area * _FEATURE_STEP**2 >= FEATURE_PX
+        n, labels = cv2.connectedComponents((level & (covered > 0)).view(np.uint8), connectivity=8)  # stats cost 20x more
+        area = np.bincount(labels.ravel(), minlength=n)
+        whole = (area * _FEATURE_STEP**2 >= FEATURE_PX) & (np.bincount(labels[gone], minlength=n) >= FEATURE_GONE * area)
         whole[np.unique(labels[rim])] = False  # cut by the covered area's edge: not a whole feature
         whole[0] = False
-        count += int((whole & (share >= FEATURE_GONE)).sum())
+        count += int(whole.sum())
     return count
 
 
