@@ -8,12 +8,13 @@ board: another region of the same design; a neighbour whose golden image is the 
 DeepPCB, is left out), a blank image, the golden image shifted by 80 px (a crop of another place), and the golden
 image stretched to 800x600 (the first and last on every 10th board). Each board also comes with large defects
 painted in (:func:`paint`: :data:`BLOBS` irregular discs of about :data:`BLOB_PX` px, copper on substrate and
-substrate on copper, seeded): "painted" checks it against its golden image registered on the clean board (the
+substrate on copper, seeded, centred at least :data:`BLOB_PX` px from the frame's edge, so none touches it):
+"painted" checks it against its golden image registered on the clean board (the
 golden check alone), "painted, registered" registers it too (registration can be pulled by the blobs); "misregistered
 6 px" checks the clean board against its golden image moved :data:`MISREGISTRATION` off its registration. Every pair
 goes through ``register`` with the shipped ``RegisterConfig`` (registration, then the golden check of
 ``data/golden_check.py``), and the table says how many are accepted and the worst (true) or best (wrong) measure
-of each kind. The ROC: for a sweep of ``max_spread`` (``max_tracks`` and ``max_slivers`` as shipped), the share of
+of each kind. The ROC: for a sweep of ``max_spread`` (``max_tracks``, ``max_slivers`` and ``max_missing`` as shipped), the share of
 true pairs (painted included) refused and of wrong pairs (that registration itself accepts) let through.
 """
 
@@ -30,7 +31,7 @@ import numpy as np
 from tqdm import tqdm
 
 from defect_detector.core.io import atomic_write_json
-from defect_detector.data.golden_check import MAX_SLIVERS, covered_area, differing, structure
+from defect_detector.data.golden_check import MAX_MISSING, MAX_SLIVERS, covered_area, differing, structure
 from defect_detector.data.register import RegisterConfig, Registration, register
 
 SWEEP = (0.03, 0.05, 0.07, 0.09, 0.11, 0.13, 0.15, 0.2)
@@ -38,7 +39,7 @@ BLOBS = 8
 """Large defects painted into each board of the "painted" sets."""
 BLOB_PX = 60
 """Their mean diameter (px); each radius is drawn from 0.6 to 1.3 of half of it."""
-OFF = {"max_spread": 1.0, "max_tracks": 1e9, "max_slivers": 1.0}
+OFF = {"max_spread": 1.0, "max_tracks": 1e9, "max_slivers": 1.0, "max_missing": 1e9}
 """The golden check off: registration alone decides, so that the table and the sweep can apply any limits."""
 TRUE_KINDS = ("true", "painted", "painted, registered")
 MISREGISTRATION = (6.0, -4.0)
@@ -69,7 +70,7 @@ def _shifted(image: np.ndarray, dx: int, dy: int) -> np.ndarray:
 
 def _row(reg: Registration) -> dict[str, Any]:
     measures = {"difference": reg.difference, "spread": reg.spread, "tracks": reg.tracks, "regions": reg.regions}
-    return {"registered": bool(reg.ok), **measures, "slivers": reg.slivers, "reason": reg.reason}
+    return {"registered": bool(reg.ok), **measures, "slivers": reg.slivers, "missing": reg.missing, "reason": reg.reason}
 
 
 def _outcome(golden: np.ndarray, image: np.ndarray, cfg: RegisterConfig) -> dict[str, Any]:
@@ -110,7 +111,7 @@ def _checked(golden: np.ndarray, board: np.ndarray, covered: np.ndarray) -> dict
     """The golden check alone of a golden image already in the board's pixels."""
     found = structure(*differing(golden, board, covered))
     measures = {"difference": found.difference, "spread": found.spread, "tracks": found.tracks, "regions": found.regions}
-    return {"registered": True, **measures, "slivers": found.slivers, "reason": ""}
+    return {"registered": True, **measures, "slivers": found.slivers, "missing": found.missing, "reason": ""}
 
 
 def wrong_goldens(i: int, pairs: Sequence[tuple[Path, Path, str]], golden: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -149,7 +150,8 @@ def run(pairs: Sequence[tuple[Path, Path, str]], progress: bool = True) -> dict[
 
 
 def _accepted(x: dict[str, Any], max_spread: float, max_tracks: float) -> bool:
-    return bool(x["registered"]) and x["spread"] <= max_spread and x["tracks"] <= max_tracks and x["slivers"] <= MAX_SLIVERS
+    within = x["spread"] <= max_spread and x["tracks"] <= max_tracks and x["slivers"] <= MAX_SLIVERS and x["missing"] <= MAX_MISSING
+    return bool(x["registered"]) and within
 
 
 def table(rows: dict[str, list[dict[str, Any]]], max_spread: float, max_tracks: float) -> dict[str, dict[str, Any]]:
@@ -166,6 +168,7 @@ def table(rows: dict[str, list[dict[str, Any]]], max_spread: float, max_tracks: 
             "spread": worst((x["spread"] for x in registered), default=None),
             "tracks": worst((x["tracks"] for x in registered), default=None),
             "slivers": worst((x["slivers"] for x in registered), default=None),
+            "missing": worst((x["missing"] for x in registered), default=None),
         }
     return out
 
@@ -185,16 +188,19 @@ def roc(rows: dict[str, list[dict[str, Any]]], max_tracks: float) -> list[dict[s
     ]
 
 
+_COLUMNS = (("spread", "{:7.3f}"), ("tracks", "{:7.2f}"), ("slivers", "{:7.3f}"), ("missing", "{:7.2f}"))
+
+
 def _measure(value: float | None, text: str) -> str:
     return f"{'-':>{len(text)}s}" if value is None else text.format(value)
 
 
 def print_report(report: dict[str, Any]) -> None:
     print(f"golden check, register.max_spread {report['max_spread']:.3f}, register.max_tracks {report['max_tracks']:g}")
-    head = f"{'pair':22s} {'pairs':>6s} {'registered':>11s} {'accepted':>9s} {'spread':>7s} {'tracks':>7s} {'slivers':>7s}"
+    head = f"{'pair':22s} {'pairs':>6s} {'registered':>11s} {'accepted':>9s} {'spread':>7s} {'tracks':>7s} {'slivers':>7s} {'missing':>7s}"
     print(f"{head}  (worst true / best wrong)")
     for kind, row in report["table"].items():
-        measures = f"{_measure(row['spread'], '{:7.3f}')} {_measure(row['tracks'], '{:7.2f}')} {_measure(row['slivers'], '{:7.3f}')}"
+        measures = " ".join(_measure(row[k], f) for k, f in _COLUMNS)
         print(f"{kind:22s} {row['pairs']:>6d} {row['registered']:>11d} {row['accepted']:>9d} {measures}")
     for kind in TRUE_KINDS:
         for x in report["rows"].get(kind, []):

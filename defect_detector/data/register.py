@@ -10,7 +10,7 @@ normalised over the overlap as in ECC, Huber-clipped residuals so defects pull l
 kept only if it scores higher. ``cv2.findTransformECC`` measured 5-6 ms at 1/4 and ~20 ms at 1/2 resolution
 on 2 threads (it recomputes gradients each iteration); here the reference's gradients are computed once.
 ``score``: ZNCC in [-1, 1] of warped reference vs image over the overlap, at the finest level. ``spread``,
-``tracks``, ``slivers``: the golden check (``data/golden_check.py``), how the differences of the two spread over the
+``tracks``, ``slivers``, ``missing``: the golden check (``data/golden_check.py``), how the differences of the two spread over the
 frame at full resolution (``difference``, their differing share, is kept for the record): registration finds where a
 golden image fits best, the check says whether it shows this frame's design. A reference that does not fit comes
 back with ``ok=False`` and a ``reason``; only malformed inputs raise ``ValueError``.
@@ -33,6 +33,7 @@ from defect_detector.core.constants import PAD_VALUE
 from defect_detector.core.typed_yaml import Bool, Float, Int, Section, check
 from defect_detector.data.golden_check import (
     BLANK,
+    MAX_MISSING,
     MAX_SLIVERS,
     MAX_SPREAD,
     MAX_TRACKS,
@@ -64,7 +65,8 @@ class RegisterConfig(Section):
     within ``reuse_margin`` of its own and one coarse Gauss-Newton step moves no corner over ``reuse_shift`` px.
     ``max_spread`` / ``max_tracks`` / ``max_slivers``: the golden check's limits (``data/golden_check.py``): the share
     of the board's cells thick differences may touch, the long thick differences allowed per 640x640 px, and the share
-    of cells thin slivers alone may touch. A golden image whose width or height
+    of cells thin slivers alone may touch; ``max_missing``: the whole features of the golden image (pads, holes)
+    allowed missing from the frame per 640x640 px. A golden image whose width or height
     differs from the frame's by more than ``2 * max_shift`` px was not captured at the frame's scale: refused.
     A bad value is a one-line ``ConfigError`` (a ``ValueError``) at construction: ``register.<field>: must be ..., got X``."""
 
@@ -85,6 +87,7 @@ class RegisterConfig(Section):
     max_spread: Float = MAX_SPREAD
     max_tracks: Float = MAX_TRACKS
     max_slivers: Float = MAX_SLIVERS
+    max_missing: Float = MAX_MISSING
     max_difference: Float | None = None
     """No longer used (issue 35: no limit applies to the differing area): accepted so that settings written before
     still load; a value logs a warning once."""
@@ -106,6 +109,7 @@ class RegisterConfig(Section):
             ("max_spread", 0 <= self.max_spread <= 1, "must be in [0, 1]"),
             ("max_tracks", self.max_tracks >= 0, "must be >= 0 (per 640x640 px)"),
             ("max_slivers", 0 <= self.max_slivers <= 1, "must be in [0, 1]"),
+            ("max_missing", self.max_missing >= 0, "must be >= 0 (per 640x640 px)"),
             ("levels", self.scale * 2 ** (self.levels - 1) <= 1, "must keep the finest scale (scale * 2**(levels - 1)) <= 1"),
         )
         for name, ok, what in checks:
@@ -124,8 +128,9 @@ class Registration:
     fraction of the image covered. ``reused``: :class:`Registrar`'s cached matrix (nothing was estimated).
     ``difference``: the share of the covered area that differs, for the record; ``spread``: the share of its
     cells that thick differences touch; ``tracks``: long thick differences per 640x640 px; ``regions``: separate places
-    of thick differences per 640x640 px; ``slivers``: the share of its cells only thin differences touch (the golden
-    check, ``data/golden_check.py``: spread, tracks and slivers decide).
+    of thick differences per 640x640 px; ``slivers``: the share of its cells only thin differences touch; ``missing``:
+    whole features of the golden image missing from the frame per 640x640 px (the golden check,
+    ``data/golden_check.py``: spread, tracks, slivers and missing decide).
     ``reference_shape``: ``(H, W)`` of the reference (None when unknown), for :meth:`covered`."""
 
     matrix: np.ndarray
@@ -141,6 +146,7 @@ class Registration:
     tracks: float = 0.0
     regions: float = 0.0
     slivers: float = 0.0
+    missing: float = 0.0
     reference_shape: tuple[int, int] | None = None
     covered_mask: np.ndarray | None = field(default=None, repr=False, compare=False)
     """bool ``[H, W]``: :meth:`covered` of the frame the golden check ran on, kept so that it is computed once per frame
@@ -220,12 +226,14 @@ def _with_blur(reason: str, image: np.ndarray, reference: np.ndarray) -> str:
 def _refusal(found: Structure, region: float, cfg: RegisterConfig) -> str:
     """Why a golden image whose differences have the :class:`Structure` ``found`` is refused ("" when it is not);
     ``region``: :func:`unlike_region`'s share (an occluder from :data:`OCCLUDED_REGION` up)."""
-    if not found.another_design(cfg.max_spread, cfg.max_tracks, cfg.max_slivers):
+    if not found.another_design(cfg.max_spread, cfg.max_tracks, cfg.max_slivers, cfg.max_missing):
         return ""
     measured = (
         f"thick differences in {found.spread:.0%} of the board's cells, at most {cfg.max_spread:.0%} (register.max_spread); "
         f"{found.tracks:.1f} long ones per 640x640 px, at most {cfg.max_tracks:g} (register.max_tracks); "
-        f"slivers alone in {found.slivers:.0%} of the cells, at most {cfg.max_slivers:.0%} (register.max_slivers)"
+        f"slivers alone in {found.slivers:.0%} of the cells, at most {cfg.max_slivers:.0%} (register.max_slivers); "
+        f"{found.missing:.1f} whole pads or holes of the golden image missing per 640x640 px, "
+        f"at most {cfg.max_missing:g} (register.max_missing)"
     )
     if region >= OCCLUDED_REGION:
         return (
@@ -249,9 +257,10 @@ def _checked(reg: Registration, warped: np.ndarray, image: np.ndarray, reference
     found = BLANK
     if not reason:
         reg = replace(reg, covered_mask=covered_area(reg.matrix, reference_shape, image.shape))
-        differs, valid = differing(warped, image, reg.covered_mask)
-        found = structure(differs, valid)
-        refused = found.another_design(cfg.max_spread, cfg.max_tracks, cfg.max_slivers)
+        difference = differing(warped, image, reg.covered_mask)
+        differs, valid = difference.differs, difference.valid
+        found = structure(*difference)
+        refused = found.another_design(cfg.max_spread, cfg.max_tracks, cfg.max_slivers, cfg.max_missing)
         region = unlike_region(differs, valid) if differs is not None and refused else 0.0
         reason = _refusal(found, region, cfg) if differs is not None else "golden image or frame is blank over the covered area"
         reason = _with_blur(reason, image, reference)

@@ -9,8 +9,9 @@ import cv2
 import numpy as np
 import pytest
 
-from defect_detector.data.golden_check import MAX_SPREAD, differing, levels, structure
+from defect_detector.data.golden_check import MAX_MISSING, MAX_SPREAD, _longest_sides, differing, levels, structure
 from defect_detector.data.register import register
+from defect_detector.inspect.inspector import Inspector
 
 CALIB = Path(__file__).resolve().parents[2] / "data" / "samples" / "calib"
 SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
@@ -88,3 +89,53 @@ def test_the_structure_is_per_area_so_a_larger_frame_reads_the_same() -> None:
     four = structure(*differing(np.tile(warped, (2, 2)), np.tile(painted, (2, 2))))
     assert one.regions > 0 and four.regions == pytest.approx(one.regions, rel=0.05)
     assert four.spread == pytest.approx(one.spread, abs=0.01) and four.tracks == pytest.approx(one.tracks, rel=0.05)
+
+
+def _pads(image: np.ndarray, count: int, diameter: int = 24) -> np.ndarray:
+    """``image`` with ``count`` round pads (grey 0) on its substrate (a 2.5-diameter square of grey over 200 around
+    each, away from the frame's edge), in scan order."""
+    out, radius, free = image.copy(), diameter // 2, (image > 200).astype(np.uint8)
+    clear = cv2.erode(free, np.ones((int(2.5 * diameter),) * 2, np.uint8))
+    clear[: 2 * diameter], clear[-2 * diameter :], clear[:, : 2 * diameter], clear[:, -2 * diameter :] = 0, 0, 0, 0
+    for _ in range(count):
+        ys, xs = np.nonzero(clear)
+        assert len(ys), "no free substrate left for a pad"
+        cv2.circle(out, (int(xs[0]), int(ys[0])), radius, 0, -1)
+        cv2.circle(clear, (int(xs[0]), int(ys[0])), 4 * diameter, 0, -1)
+    return out
+
+
+def test_pads_of_the_golden_image_missing_from_the_board_mean_another_board() -> None:
+    """A golden image of a neighbouring board shows pads and holes the board lacks (DeepPCB 20085019 against
+    20085018's golden image: 5 per 640x640 px; 13000167 against 13000166's: 3), a few compact places that spread and
+    tracks let through. A defect adds copper or cuts it, but does not remove whole features: the same pads in the
+    board (copper blobs) are defects, inspected."""
+    golden, frame = _gray(CALIB / "20085000_temp.jpg"), _gray(CALIB / "20085000_test.jpg")
+    _, own = register(golden, frame)
+    assert own.ok and own.missing == 0.0, own.reason
+    _, wrong = register(_pads(golden, 4), frame)
+    assert not wrong.ok and wrong.missing > MAX_MISSING and wrong.spread <= MAX_SPREAD and wrong.tracks == 0.0
+    assert wrong.reason.startswith("golden image shows another design, another board or another scale")
+    assert "register.max_missing" in wrong.reason
+    _, bad = register(golden, _pads(frame, 4))
+    assert bad.ok and bad.missing == 0.0 and bad.regions > 0, bad.reason
+
+
+def test_a_board_with_large_painted_defects_is_inspected_and_fails() -> None:
+    """End to end (issue 35): 8 painted defects of about 60 px, through the ``Inspector`` with the bundled
+    golden-template model: the golden image is accepted and the board fails with calls."""
+    golden, frame = _gray(CALIB / "77000037_temp.jpg"), _gray(CALIB / "77000037_test.jpg")
+    with Inspector.load(reference=CALIB / "77000037_temp.jpg", device="cpu", threads=1, monitor=False) as inspector:
+        inspection = inspector.inspect(_painted(frame), name="77000037_test.jpg", reference=golden)
+    assert inspection.registration is not None and inspection.registration.ok, inspection.reason
+    assert inspection.verdict == "fail" and len(inspection.detections) >= 3
+
+
+def test_region_sides_match_opencv_statistics() -> None:
+    """The bounding boxes that count tracks, taken without ``connectedComponentsWithStats`` (20x the labelling's cost)."""
+    rng = np.random.default_rng(0)
+    for threshold in (0.5, 0.53, 0.56, 1.0):
+        mask = (cv2.GaussianBlur(rng.uniform(0, 1, (60, 80)).astype(np.float32), (0, 0), 2.0) > threshold).astype(np.uint8)
+        count, _, stats, _ = cv2.connectedComponentsWithStats(mask, connectivity=8)
+        labelled, labels = cv2.connectedComponents(mask, connectivity=8)
+        assert labelled == count and np.array_equal(_longest_sides(labels, count), stats[1:, 2:4].max(axis=1))

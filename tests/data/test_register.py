@@ -135,7 +135,7 @@ def test_sparse_board_with_a_large_defect_stays_aligned() -> None:
     cv2.rectangle(reference, (0, 500), (25, 560), 0, -1)
     image = reference.copy()
     cv2.polylines(image, [np.array([[30, 130], [70, 150], [75, 400], [30, 420]])], False, 0, 16)
-    off = RegisterConfig(max_spread=1.0, max_tracks=1e9, max_slivers=1.0)  # the golden check off: alignment alone
+    off = RegisterConfig(max_spread=1.0, max_tracks=1e9, max_slivers=1.0, max_missing=1e9)  # the golden check off: alignment alone
     _, reg = register(reference, image, off)
     assert reg.ok and _probe_error(reg.matrix, np.eye(2, 3), image.shape) < TOL_PX
 
