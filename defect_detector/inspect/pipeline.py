@@ -31,6 +31,7 @@ from defect_detector.core.types import Detections, LetterboxMeta, TileRecord
 from defect_detector.data.images import ConversionNotice, to_gray_uint8
 from defect_detector.data.letterbox import letterbox
 from defect_detector.data.register import RegisterConfig, Registration, check_pair, register
+from defect_detector.data.tile_gate import keep_differing
 from defect_detector.data.tiles import EDGE_MARGIN, crop_tiles, merge_tile_detections, plan_tiles, pool_tile_stats
 from defect_detector.inspect.references import ReferenceError, References, refusal_kind
 from defect_detector.inspect.runtime import Runtime
@@ -245,6 +246,10 @@ class Pipeline:
         with torch.inference_mode():
             rows = self._postprocess(pred, metas, records)
             frames = self._per_frame(rows, stats.float().cpu(), metas, records)
+            refs = [None] * len(images) if references is None else references  # a tiled frame's calls need a difference
+            pairs = zip(frames, images, refs, records)
+            gated = [keep_differing(f[0], im, g) if r is not None and g is not None else f[0] for f, im, g, r in pairs]
+            frames = [(d, *f[1:]) for d, f in zip(gated, frames)]
         t_post = time.perf_counter()
         n = len(images)
         timings = {"preprocess": t_pre - start, "model": t_model - t_pre, "postprocess": t_post - t_model}
