@@ -39,6 +39,18 @@ GROW_PX = 2
 """Boxes are grown by this many pixels on each side before counting (a box drawn tight on a defect's edge)."""
 
 
+_UNIT = 127.5
+"""uint8 steps per unit of an image's dark-bright contrast: levels -0.5..1.5 of it map to 0..255 (:func:`_levels_lut`)."""
+
+
+def _levels_lut(image: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """uint8 ``[256]``: each grey level of ``image`` as its place between the image's dark (0) and bright (1) level
+    (:func:`~defect_detector.data.golden_check.levels`), in :data:`_UNIT` steps from -0.5, clipped to 0..255."""
+    dark, bright = levels(image, mask)
+    unit = (np.arange(256, dtype=np.float64) - dark) / max(bright - dark, 1e-3)
+    return np.clip(np.rint((unit + 0.5) * _UNIT), 0, 255).astype(np.uint8)
+
+
 def difference_map(golden: np.ndarray, image: np.ndarray, tolerance: int = TOLERANCE_PX, sliver: int = SLIVER_PX) -> np.ndarray:
     """bool ``[H, W]``: where uint8 ``[H, W]`` ``image`` and its registered ``golden`` image differ. Each image is
     brought to its own dark and bright level (:func:`~defect_detector.data.golden_check.levels`) at 0 and 1; a pixel
@@ -51,15 +63,11 @@ def difference_map(golden: np.ndarray, image: np.ndarray, tolerance: int = TOLER
     if golden.shape != image.shape:
         raise ValueError(f"golden image {golden.shape} and frame {image.shape} must have one shape")
     mask = np.full(image.shape, 255, np.uint8)
-    planes = []
-    for array in (image, golden):
-        dark, bright = levels(array, mask)
-        planes.append((array.astype(np.float32) - np.float32(dark)) * np.float32(1.0 / max(bright - dark, 1e-3)))
-    a, b = planes
+    a, b = (cv2.LUT(array, _levels_lut(array, mask)) for array in (image, golden))
     kernel = np.ones((2 * tolerance + 1,) * 2, np.uint8)
-    c = np.float32(CONTRAST)
-    differs = (a > cv2.dilate(b, kernel) + c) | (a < cv2.erode(b, kernel) - c)
-    differs |= (b > cv2.dilate(a, kernel) + c) | (b < cv2.erode(a, kernel) - c)
+    c = round(CONTRAST * _UNIT)
+    differs = (cv2.subtract(a, cv2.dilate(b, kernel)) > c) | (cv2.subtract(cv2.erode(b, kernel), a) > c)
+    differs |= (cv2.subtract(b, cv2.dilate(a, kernel)) > c) | (cv2.subtract(cv2.erode(a, kernel), b) > c)
     if sliver > 1:  # an opening; for an even side the dilation's anchor mirrors the erosion's, so nothing shifts
         square = np.ones((sliver, sliver), np.uint8)
         differs = cv2.dilate(cv2.erode(differs.view(np.uint8), square), square, anchor=((sliver - 1) // 2, (sliver - 1) // 2)).view(bool)
