@@ -5,6 +5,7 @@
       -> plan: letterbox whole, or overlapping tiles at the training scale (:meth:`Pipeline.plan`, a ``TileRecord``)
       -> model input [N, C, imgsz, imgsz] (one row per letterboxed frame or tile) -> ``Runtime.infer`` in chunks
       -> postprocess (NMS per row, boxes back to frame or tile pixels) -> tiles merged into the frame
+      -> a tiled frame's calls kept where it and its golden image differ (``data/tile_gate.py``, reference models)
       -> per-frame drift statistics, pooled over its tiles
 
 The geometry is recorded, not hidden: every :class:`~defect_detector.core.types.Detections` carries its
