@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
-from benchmarks.evaluate_tiles import FRAME_H, FRAME_W, MIN_GAP, Board, compose_frames, to_boards
+from benchmarks.evaluate_tiles import FRAME_H, FRAME_W, MIN_GAP, Board, compose_frames, false_call_ratios, to_boards
 
 
 def _boards(count: int) -> list[Board]:
@@ -40,3 +41,13 @@ def test_calls_go_back_to_the_board_they_overlap_most() -> None:
     assert per_board[image_id]["boxes"].tolist() == [[10.0, 20.0, 50.0, 60.0], [0.0, 100.0, 30.0, 120.0]]  # clipped to the board
     assert per_board[image_id]["labels"].tolist() == [1, 2]
     assert outside == (0 if corner_on_a_board else 1)  # the corner box lies on bare substrate unless a board starts there
+
+
+def test_false_call_ratios_need_both_arms_to_reach_the_recall() -> None:
+    def point(conf: float | None, calls: float) -> dict:
+        return {"conf": conf, "false_calls_per_image": calls}
+
+    one = [point(0.4, 0.1), point(0.3, 0.2), point(None, 9.0)]  # the last: never reached, calls at the lowest score
+    tiled = [point(0.4, 0.15), point(None, 5.0), point(0.2, 1.0)]
+    assert false_call_ratios(one, tiled) == [pytest.approx(1.5), None, None]
+    assert false_call_ratios([point(0.4, 0.0)], [point(0.4, 0.1)]) == [None]
