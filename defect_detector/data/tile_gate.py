@@ -38,6 +38,14 @@ MIN_PIXELS = 8
 GROW_PX = 2
 """Boxes are grown by this many pixels on each side before counting (a box drawn tight on a defect's edge)."""
 
+LINE_PX = 64
+"""A dark line of the golden image, straight along a row or column for at least this many pixels and thinner than
+:data:`THIN_PX`, is the golden image's border (DeepPCB's golden images have one, 1-4 px wide, that their boards lack),
+not copper: differences on it (and 1 px around it) do not count. 0: off."""
+
+THIN_PX = 5
+"""Dark golden lines at least this wide are copper (a track), whatever their length: their differences count."""
+
 
 _UNIT = 127.5
 """uint8 steps per unit of an image's dark-bright contrast: levels -0.5..1.5 of it map to 0..255 (:func:`_levels_lut`)."""
@@ -51,11 +59,24 @@ def _levels_lut(image: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return np.clip(np.rint((unit + 0.5) * _UNIT), 0, 255).astype(np.uint8)
 
 
-def difference_map(golden: np.ndarray, image: np.ndarray, tolerance: int = TOLERANCE_PX, sliver: int = SLIVER_PX) -> np.ndarray:
+def _border_lines(golden: np.ndarray, length: int) -> np.ndarray:
+    """bool ``[H, W]``: the dark lines of the golden image (uint8, :func:`_levels_lut` units) straight along a row or column
+    for ``length`` px and thinner than :data:`THIN_PX` (an opening with a line, less one with a square), grown by 1 px."""
+    dark = (golden < round(_UNIT)).view(np.uint8)  # below half way between its dark and bright level
+    lines = cv2.morphologyEx(dark, cv2.MORPH_OPEN, np.ones((length, 1), np.uint8))
+    lines |= cv2.morphologyEx(dark, cv2.MORPH_OPEN, np.ones((1, length), np.uint8))
+    lines &= ~cv2.morphologyEx(dark, cv2.MORPH_OPEN, np.ones((THIN_PX, THIN_PX), np.uint8))
+    return cv2.dilate(lines, np.ones((3, 3), np.uint8)).view(bool)
+
+
+def difference_map(
+    golden: np.ndarray, image: np.ndarray, tolerance: int = TOLERANCE_PX, sliver: int = SLIVER_PX, line_px: int = LINE_PX
+) -> np.ndarray:
     """bool ``[H, W]``: where uint8 ``[H, W]`` ``image`` and its registered ``golden`` image differ. Each image is
     brought to its own dark and bright level (:func:`~defect_detector.data.golden_check.levels`) at 0 and 1; a pixel
     differs when it lies more than :data:`CONTRAST` above the brightest or below the darkest pixel the other image shows
-    within ``tolerance`` px, and differences thinner than ``sliver`` px are removed. ``ValueError`` for images that are
+    within ``tolerance`` px; differences on the golden image's thin straight dark lines (its border: :data:`LINE_PX`,
+    ``line_px`` 0 turns it off) and those thinner than ``sliver`` px are removed. ``ValueError`` for images that are
     not uint8 ``[H, W]`` of one shape."""
     for name, array in (("golden", golden), ("image", image)):
         if not isinstance(array, np.ndarray) or array.dtype != np.uint8 or array.ndim != 2 or 0 in array.shape:
@@ -71,6 +92,8 @@ def difference_map(golden: np.ndarray, image: np.ndarray, tolerance: int = TOLER
     if sliver > 1:  # an opening; for an even side the dilation's anchor mirrors the erosion's, so nothing shifts
         square = np.ones((sliver, sliver), np.uint8)
         differs = cv2.dilate(cv2.erode(differs.view(np.uint8), square), square, anchor=((sliver - 1) // 2, (sliver - 1) // 2)).view(bool)
+    if line_px > 0:
+        differs = differs & ~_border_lines(b, line_px)
     return differs
 
 

@@ -71,3 +71,19 @@ def test_bad_images_raise() -> None:
         difference_map(golden.astype(np.float32), golden)
     with pytest.raises(ValueError, match="image: expected uint8"):
         difference_map(golden, np.dstack([golden, golden]))
+
+
+def test_the_golden_images_thin_border_line_is_not_a_difference() -> None:
+    """DeepPCB's golden images carry a dark border line, 1-4 px wide, that their boards lack: on a panel it runs along
+    each board's edge against bare substrate. It does not count; a 12 px track that the board lacks does."""
+    golden = _panel()
+    golden[30:370, 276:279] = 0  # the first board's right border, 3 px wide
+    image = _panel()
+    assert difference_map(golden, image, line_px=0)[30:370, 276:279].all()  # the plain map sees it
+    assert not difference_map(golden, image).any()
+    calls = _dets((268.0, 100.0, 284.0, 160.0, 0.9, 0))  # along that edge
+    assert keep_differing(calls, image, golden)["boxes"].shape == (0, 4)
+    image[100:140, 80:92] = 255  # an open: the board lacks 40 px of a 12 px track
+    assert difference_map(golden, image)[102:138, 80:92].all()  # (2 px of tolerance at its ends)
+    golden[30:370, 400:403] = 0  # a thin straight dark line the board lacks, over 64 px long, reads as a border too
+    assert not difference_map(golden, image)[30:370, 400:403].any()
