@@ -6,6 +6,7 @@
          (:meth:`Pipeline.plan`, a ``TileRecord``)
       -> model input [N, C, imgsz, imgsz] (one row per letterboxed frame or tile) -> ``Runtime.infer`` in chunks
       -> postprocess (NMS per row, boxes back to frame or tile pixels) -> tiles merged into the frame
+      -> a tiled frame's calls kept where it and its golden image differ (``data/tile_gate.py``, reference models)
       -> per-frame drift statistics, pooled over its tiles
 
 The geometry is recorded, not hidden: every :class:`~defect_detector.core.types.Detections` carries its
@@ -32,6 +33,7 @@ from defect_detector.core.types import Detections, LetterboxMeta, TileRecord
 from defect_detector.data.images import ConversionNotice, to_gray_uint8
 from defect_detector.data.letterbox import letterbox
 from defect_detector.data.register import RegisterConfig
+from defect_detector.data.tile_gate import keep_differing
 from defect_detector.data.tiles import EDGE_MARGIN, crop_tiles, merge_tile_detections, plan_tiles, pool_tile_stats
 from defect_detector.inspect.references import References
 from defect_detector.inspect.runtime import Runtime
@@ -180,7 +182,7 @@ class Pipeline:
         come cached (:meth:`golden_features`): the input holds the image channel alone, ``[N, 1, imgsz, imgsz]``."""
         if len(images) == 0:
             raise ValueError("no frames to inspect")
-        pairs = self._pairs(images, references, cached)
+        pairs = self._pairs(images, None if cached else references, cached)
         planned = list(plans) if plans is not None else [self.plan(*planes[0].shape) for planes in pairs]
         canvases, metas, records = [], [], []
         for planes, record in zip(pairs, planned):
@@ -228,8 +230,9 @@ class Pipeline:
         """Detect defects in gray uint8 ``images`` (one call; see :meth:`inputs` for ``references`` and ``plans``): one
         :class:`Detections` per frame, boxes in the frame's pixels, tiles merged, statistics pooled. All inputs of
         the call run through the model together, in chunks of :data:`MAX_BATCH` (:data:`MAX_BATCH_CPU` on the CPU).
-        ``features``: per frame, its golden image's cached features for its plan (:meth:`golden_features`;
-        ``references`` None): the model then runs once per input on the image alone (``Runtime.infer_cached``)."""
+        ``features``: per frame, its golden image's cached features for its plan (:meth:`golden_features`): the model
+        then runs once per input on the image alone (``Runtime.infer_cached``), and ``references`` (the golden images
+        in the images' pixels, or None) serve the tiled frames' difference gate only."""
         start = time.perf_counter()
         batch, metas, records = self.inputs(images, references, plans, cached=features is not None)
         self._warn_shrink(images, records)
@@ -244,6 +247,10 @@ class Pipeline:
         with torch.inference_mode():
             rows = self._postprocess(pred, metas, records)
             frames = self._per_frame(rows, stats.float().cpu(), metas, records)
+            refs = [None] * len(images) if references is None else references  # a tiled frame's calls need a difference
+            pairs = zip(frames, images, refs, records)
+            gated = [keep_differing(f[0], im, g) if r is not None and g is not None else f[0] for f, im, g, r in pairs]
+            frames = [(d, *f[1:]) for d, f in zip(gated, frames)]
         t_post = time.perf_counter()
         n = len(images)
         timings = {"preprocess": t_pre - start, "model": t_model - t_pre, "postprocess": t_post - t_model}

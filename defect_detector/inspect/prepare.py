@@ -183,7 +183,8 @@ def detect_records(pipeline: Pipeline, records: Sequence[Inspection]) -> list[In
             record.detections = mask_uncovered(result, record.covered)
     if viewed:
         features = [golden_features(pipeline, r.design, r.plan) for r in viewed]
-        results = pipeline.detect([r.view.board for r in viewed], None, [r.plan for r in viewed], features)
+        golden = [r.design.image for r in viewed]  # the golden view's golden image: for the tiled frames' difference gate
+        results = pipeline.detect([r.view.board for r in viewed], golden, [r.plan for r in viewed], features)
         for record, result in zip(viewed, results):
             record.detections = _in_frame(result, record.view)
     return good

@@ -9,6 +9,7 @@ import torch
 from defect_detector.core.constants import PAD_VALUE as TILE_PAD_VALUE
 from defect_detector.core.types import TileRecord
 from defect_detector.data.tiles import crop_tiles, merge_tile_detections, plan_tiles, pool_tile_stats
+from defect_detector.model.postprocess import demote_and_drop
 
 
 def _dets(*rows: tuple[float, float, float, float, float, int]) -> dict[str, torch.Tensor]:
@@ -101,6 +102,21 @@ def test_defect_in_the_overlap_is_deduplicated_per_class() -> None:
     merged = merge_tile_detections([_dets(a), _dets(b, other)], WIDE, 0.5, 100)
     assert merged["boxes"].tolist() == [[500.0, 10.0, 560.0, 70.0]] * 2
     assert merged["scores"].tolist() == pytest.approx([0.7, 0.5]) and merged["labels"].tolist() == [2, 4]
+
+
+def test_one_defect_on_a_seam_gives_one_call() -> None:
+    """The frame pipeline's merge: tiles merged, then the weights' cross-class demotion across them (as in one image).
+    Two tiles that see one defect as two classes give one call, whether both see it whole or one sees it cut."""
+    # Whole in both tiles (frame x 500..560): tile 0 calls it class 2, tile 1 class 4 at a box 2 px lower.
+    seen = [_dets((500.0, 10.0, 560.0, 70.0, 0.8, 2)), _dets((40.0, 12.0, 100.0, 72.0, 0.6, 4))]
+    merged = merge_tile_detections(seen, WIDE, 0.5, 100)
+    assert merged["labels"].tolist() == [2, 4]  # per-class NMS alone keeps both
+    final = demote_and_drop(merged, 0.25, 0.5, 0.25)  # 0.6 x 0.25 = 0.15 <= conf 0.25: dropped
+    assert final["labels"].tolist() == [2] and final["boxes"].tolist() == [[500.0, 10.0, 560.0, 70.0]]
+    # Cut by tile 0's right edge (frame 640) and called class 0 there; whole in tile 1 (frame 620..700), class 3.
+    cut = [_dets((620.0, 100.0, 640.0, 160.0, 0.9, 0)), _dets((160.0, 100.0, 240.0, 160.0, 0.7, 3))]
+    final = demote_and_drop(merge_tile_detections(cut, WIDE, 0.5, 100), 0.25, 0.5, 0.25)
+    assert final["labels"].tolist() == [3] and final["boxes"].tolist() == [[620.0, 100.0, 700.0, 160.0]]
 
 
 def test_defect_longer_than_the_overlap_is_kept_in_parts() -> None:
