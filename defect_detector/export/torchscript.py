@@ -165,6 +165,21 @@ def choose_optimization(
     return candidate, info
 
 
+def _parity(
+    restored: torch.jit.ScriptModule, want: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor, golden: bool, half: bool
+) -> dict[str, float]:
+    """Max abs diffs of the saved module ``restored`` on ``x`` from ``want`` (the unfused eager outputs), checked
+    (:class:`ExportError` past the tolerance); with ``golden``, its ``golden`` and ``frame`` methods too (the worst)."""
+    with torch.no_grad():
+        diffs = max_diffs(restored(x), want)
+    check_parity(diffs, half, "TorchScript")
+    if golden:
+        cached = max_diffs(cached_outputs(restored.golden, restored.frame, x), want)
+        check_parity(cached, half, "TorchScript golden + frame methods")
+        diffs = {k: max(v, cached[k]) for k, v in diffs.items()}
+    return diffs
+
+
 def _resolve_device(half: bool) -> torch.device:
     """Where to trace: CUDA whenever available (unlike ``devices.resolve_device``, there is no device option), else
     the CPU; a ``half`` export on the CPU needs :func:`cpu_half_supported` (:class:`ExportError` otherwise)."""
@@ -231,15 +246,7 @@ def export_torchscript(  # noqa: PLR0913 - one keyword per export flag and per c
         raise ExportError("meta.json did not round-trip through the saved artifact")
     meta = restored_meta  # with its digest
     x = parity_inputs(imgsz, check_images, channels=deploy.in_channels)
-    with torch.no_grad():
-        got = restored(x.to(device, dtype))
-    want = reference_outputs(loaded, imgsz, deploy.layer_names, x)
-    diffs = max_diffs(got, want)
-    check_parity(diffs, half, "TorchScript")
-    if deploy.caches_golden:
-        cached_diffs = max_diffs(cached_outputs(restored.golden, restored.frame, x.to(device, dtype)), want)
-        check_parity(cached_diffs, half, "TorchScript golden + frame methods")
-        diffs = {k: max(v, cached_diffs[k]) for k, v in diffs.items()}
+    diffs = _parity(restored, reference_outputs(loaded, imgsz, deploy.layer_names, x), x.to(device, dtype), deploy.caches_golden, half)
 
     out_path = Path(out_path)
     atomic_write_bytes(out_path, data)
