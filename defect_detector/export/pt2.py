@@ -11,6 +11,12 @@ The layer statistics come from :class:`~defect_detector.monitor.hooks.Activation
 ``torch.export`` (non-strict, the default) runs the Python forward, hooks included, and records their tensor ops,
 so the exported graph returns the same ``stats`` as eager (checked by the parity run, as for TorchScript).
 
+A siamese golden-template model's package holds three AOTInductor models (``torch._inductor.aot_compile`` each, then
+``package_aoti``, the recipe ``aoti_compile_and_package`` documents for several models): ``model`` (``forward``, what
+``aoti_load_package`` loads), ``golden`` and ``frame`` (meta ``graphs.<name>.model_name``; C++:
+``AOTIModelPackageLoader(path, "golden")``). The frame model takes the golden features at the frames' batch: one
+compiled graph cannot both broadcast a batch of 1 and take a batch of B, so the runtime expands them.
+
 The batch dimension is dynamic (``torch.export.Dim``, at least 1). The graph is the portable one (no oneDNN
 conv + SiLU op of :mod:`.onednn`): Inductor generates and fuses its own kernels. A package compiled on the CPU runs
 only on the CPU (meta ``cpu_only`` and ``"aoti_device": "cpu"``); one compiled where CUDA is available runs on CUDA.

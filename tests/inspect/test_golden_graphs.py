@@ -88,20 +88,9 @@ def _check_cached_path(runtime: Runtime) -> None:
     torch.testing.assert_close(other_stats, stats, atol=1e-5, rtol=1e-5)
 
 
-@pytest.fixture(scope="module")
-def siamese_pt2(artifacts: dict[str, Path]) -> tuple[Path, dict]:
-    """The siamese checkpoint as a ``.pt2`` package of three AOTInductor models (forward, golden, frame): about a minute
-    of compiling on a quiet 2-core machine, shared by this module's ``.pt2`` tests."""
-    from defect_detector.export import export_pt2, pt2_unavailable_reason
-
-    if (reason := pt2_unavailable_reason()) is not None:
-        pytest.skip(reason)
-    out = artifacts["checkpoint"].with_name("siamese.pt2")
-    return out, export_pt2(load_checkpoint(artifacts["checkpoint"]), out)
-
-
-def test_pt2_package_holds_the_golden_and_frame_models(siamese_pt2: tuple[Path, dict]) -> None:
-    path, report = siamese_pt2
+def test_pt2_package_holds_the_golden_and_frame_models(small_siamese_pt2: dict) -> None:
+    path, report = small_siamese_pt2["path"], small_siamese_pt2["report"]  # compiled once per session (conftest.py)
+    assert report["meta"]["imgsz"] == IMGSZ
     graphs = report["meta"]["graphs"]
     assert [graphs[g]["model_name"] for g in ("forward", "golden", "frame")] == ["model", "golden", "frame"]
     assert graphs["frame"]["inputs"]["c3"][0] == "B"  # one compiled graph: the runtime expands a golden image's features
