@@ -24,8 +24,9 @@ int main(int argc, char** argv) {
     dd::Loaded loaded{extra.at("meta.json"), device, forward};
     if (module->find_method("golden") && module->find_method("frame")) {  // a siamese model's cached path (meta.json "graphs")
       loaded.golden = [module](const at::Tensor& reference) {
+        const c10::IValue out = module->get_method("golden")({reference});  // kept alive while its elements are read
         std::vector<at::Tensor> features;
-        for (const auto& value : module->get_method("golden")({reference}).toTuple()->elements()) features.push_back(value.toTensor());
+        for (const auto& value : out.toTupleRef().elements()) features.push_back(value.toTensor());
         return features;
       };
       loaded.frame = [module](const at::Tensor& image, const std::vector<at::Tensor>& golden) {
