@@ -80,6 +80,8 @@ class DeployModel(nn.Module):
     ``in_channels`` is the detector's, see the package docstring) -> ``(pred float32 [B, A, 4 + C],
     stats float32 [B, L, 2])`` as described in the package docstring. ``layers`` are module names (or globs)
     of the detector, resolved in model order into ``layer_names``; an empty sequence monitors nothing (``L = 0``).
+    A siamese model (:attr:`caches_golden`) also has :meth:`golden` (the golden image's trunk features, once per golden
+    image) and :meth:`frame` (a frame against them: ``forward``'s outputs for the pair, one trunk pass).
     """
 
     def __init__(

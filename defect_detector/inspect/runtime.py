@@ -181,11 +181,11 @@ class Runtime:
             raise ValueError(f"{path}: exported in float16 (--half); export again without --half for float32")
         if exported_half and device.type == "cpu":
             log.warning("%s: float16 artifact on the CPU runs slowly; export without --half for CPU use", path)
+        runtime = cls(model, meta, device, torch.float16 if exported_half else torch.float32, kind, path)
+        check_outputs(runtime)  # a forged meta.json fails here, naming the key, not at the first frame
         if kind != "pt2":  # a meta that fits the graph (permuted class names, another pixel_scale) fails here
             verify_artifact(path, kind, meta)
-        graphs = load_golden_graphs(kind, path, model, meta, device)
-        runtime = cls(model, meta, device, torch.float16 if exported_half else torch.float32, kind, path, graphs)
-        check_outputs(runtime)  # a forged meta.json fails here, naming the key, not at the first frame
+        runtime.golden_graphs = load_golden_graphs(kind, path, model, meta, device)
         check_golden_graphs(runtime)
         return runtime
 
