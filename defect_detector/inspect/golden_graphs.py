@@ -79,7 +79,7 @@ def load_golden_graphs(
     when the meta names graphs the artifact cannot give: a missing TorchScript method, a ``.pt2`` model that does not
     load, an ONNX graph file whose SHA-256 is not the one recorded (a file from another export). A missing ONNX graph
     file (the model copied alone) is logged and the runtime serves ``forward`` only."""
-    if kind in ("checkpoint", "test"):
+    if kind == "checkpoint":
         return module_graphs(model)
     graphs = meta.get("graphs") or {}
     key = LOCATION_KEYS.get(kind)
