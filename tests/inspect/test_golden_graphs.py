@@ -186,3 +186,16 @@ def test_onnx_graph_files_missing_or_from_another_export(
     (mixed / "siamese.frame.onnx").write_bytes(golden_graph_path(src, "golden").read_bytes())  # the wrong graph
     with pytest.raises(ValueError, match="siamese.frame.onnx: not the graph exported with siamese.onnx"):
         Runtime.load(mixed / "siamese.onnx", device="cpu")
+
+
+def test_an_onnx_meta_with_forward_only_has_no_cached_path(artifacts: dict[str, Path]) -> None:
+    """``export --int8`` keeps meta ``graphs`` to ``forward`` (its golden and frame graphs would stay float32, unquantized):
+    the runtime then has no cached path, whatever files lie beside the model."""
+    from defect_detector.inspect.golden_graphs import load_golden_graphs
+
+    if "onnx" not in artifacts:
+        pytest.skip("onnx / onnxruntime not installed")
+    meta = json.loads(artifacts["onnx"].with_name("siamese.meta.json").read_text())
+    assert load_golden_graphs("onnx", artifacts["onnx"], None, meta, torch.device("cpu")) is not None
+    int8_like = {**meta, "graphs": {"forward": meta["graphs"]["forward"]}}
+    assert load_golden_graphs("onnx", artifacts["onnx"], None, int8_like, torch.device("cpu")) is None
