@@ -94,3 +94,31 @@ def small_pt2(tmp_path_factory: pytest.TempPathFactory) -> dict:
     finally:
         torch.set_num_threads(before)
     return {"checkpoint": checkpoint, "path": folder / "small.pt2", "report": report}
+
+
+SIAMESE_PT2_IMGSZ = 64
+"""Input size of the shared siamese ``.pt2`` (a 128x96 board letterboxes into it at scale exactly 0.5)."""
+
+
+@pytest.fixture(scope="session")
+def small_siamese_pt2(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One AOTInductor ``.pt2`` of a small seeded siamese golden-template checkpoint at :data:`SIAMESE_PT2_IMGSZ`: three
+    compiled models (``forward``, ``golden``, ``frame``; 1-2 min on a loaded 2-core machine), shared by the cached-path
+    runtime and C++ tests. Skipped where ``.pt2`` cannot be built. ``{"checkpoint", "path", "report"}``."""
+    from small_checkpoint import write_small_checkpoint
+
+    from defect_detector.export import export_pt2, pt2_unavailable_reason
+    from defect_detector.model.checkpoint import load_checkpoint
+
+    if (reason := pt2_unavailable_reason()) is not None:
+        pytest.skip(reason)
+    folder = tmp_path_factory.mktemp("siamese_pt2")
+    model = {"fusion": "siamese"}
+    checkpoint = write_small_checkpoint(folder / "siamese.pt", SIAMESE_PT2_IMGSZ, randomize_bn=True, seed=3, in_channels=2, model=model)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        report = export_pt2(load_checkpoint(checkpoint), folder / "siamese.pt2")
+    finally:
+        torch.set_num_threads(before)
+    return {"checkpoint": checkpoint, "path": folder / "siamese.pt2", "report": report}

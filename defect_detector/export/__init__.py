@@ -14,6 +14,13 @@ monitored layers, for one fixed square input size. NMS and un-letterboxing stay 
 - Output 1 ``stats``: float32 ``[B, L, 2]``: mean and std of each monitored layer's output
   (``monitor.hooks.layer_stats``; ``L = 0`` when no layer is monitored).
 
+A siamese golden-template model (``model.fusion: siamese``) is exported with two more graphs beside that ``forward``
+(meta ``graphs``, :func:`graphs_meta`): ``golden`` (the letterboxed golden image ``[B, 1, S, S]`` -> its trunk features
+``c3``, ``c4``, once per golden image) and ``frame`` (the letterboxed image ``[B, 1, S, S]`` and those features ->
+``pred``, ``stats`` as ``forward`` gives them for the pair): a frame then costs one trunk pass. TorchScript keeps them as
+the methods ``golden`` and ``frame``, a ``.pt2`` as the AOTInductor models ``golden`` and ``frame`` of the package,
+ONNX as the files ``<name>.golden.onnx`` and ``<name>.frame.onnx`` beside the model (their SHA-256 in the meta).
+
 Conv + BatchNorm: :func:`fuse_conv_bn` folds every BatchNorm into its convolution in :class:`DeployModel`
 (so the eager runtime path is fused too). ``torch.jit.freeze`` would fold them as well (checked on torch
 2.14: the traced graph's 44 ``batch_norm`` nodes are gone after freezing), so the artifact is the same either way.
@@ -30,13 +37,17 @@ from defect_detector.export.baseline import BaselineArg, check_baseline, export_
 from defect_detector.export.deploy_model import (
     FORMAT_VERSION,
     GOLDEN_CHECK,
+    GOLDEN_GRAPHS,
     META_FILE,
     OUTPUTS,
     DeployModel,
     ExportError,
+    FrameGraph,
+    GoldenGraph,
     build_meta,
     checkpoint_meta,
     fuse_conv_bn,
+    graphs_meta,
     model_channels,
 )
 from defect_detector.export.int8 import export_int8
@@ -72,6 +83,7 @@ __all__ = [
     "FP16_TOLERANCE",
     "FP32_TOLERANCE",
     "GOLDEN_CHECK",
+    "GOLDEN_GRAPHS",
     "META_FILE",
     "ONNX_OPSET",
     "OPTIMIZE_MIN_GAIN",
@@ -84,6 +96,8 @@ __all__ = [
     "BaselineArg",
     "DeployModel",
     "ExportError",
+    "FrameGraph",
+    "GoldenGraph",
     "artifact_bytes",
     "build_meta",
     "checkpoint_meta",
@@ -98,6 +112,7 @@ __all__ = [
     "export_torchscript",
     "export_triton",
     "fuse_conv_bn",
+    "graphs_meta",
     "load_artifact_bytes",
     "max_diffs",
     "model_channels",

@@ -80,6 +80,8 @@ class DeployModel(nn.Module):
     ``in_channels`` is the detector's, see the package docstring) -> ``(pred float32 [B, A, 4 + C],
     stats float32 [B, L, 2])`` as described in the package docstring. ``layers`` are module names (or globs)
     of the detector, resolved in model order into ``layer_names``; an empty sequence monitors nothing (``L = 0``).
+    A siamese model (:attr:`caches_golden`) also has :meth:`golden` (the golden image's trunk features, once per golden
+    image) and :meth:`frame` (a frame against them: ``forward``'s outputs for the pair, one trunk pass).
     """
 
     def __init__(
@@ -124,11 +126,90 @@ class DeployModel(nn.Module):
         self.model.half()
         return self
 
+    @property
+    def caches_golden(self) -> bool:
+        """Whether the golden image's trunk features can be computed once (:meth:`golden`) and reused for every frame
+        (:meth:`frame`): a siamese golden-template model (``model.fusion: siamese``)."""
+        return getattr(self.model, "fusion", None) == "siamese"
+
+    def golden_shapes(self) -> tuple[tuple[int, int, int], ...]:
+        """``(C, H, W)`` of each golden feature tensor :meth:`golden` returns, without the batch axis (siamese only)."""
+        if not self.caches_golden:
+            raise ValueError(f"golden features need model.fusion: siamese, this model uses {getattr(self.model, 'fusion', 'early')!r}")
+        widths = self.model.backbone.out_channels
+        return ((int(widths[0]), self.imgsz // 8, self.imgsz // 8), (int(widths[1]), self.imgsz // 16, self.imgsz // 16))
+
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        raw = self.model(x)
+        return self._outputs(self.model(x))
+
+    def golden(self, reference: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Siamese models only: the golden image's trunk features, to compute once per golden image. ``reference``
+        float ``[B, 1, S, S]`` in [0, 1], letterboxed exactly like the frames it will be compared with ->
+        ``(c3 [B, widths[1], S/8, S/8], c4 [B, widths[2], S/16, S/16])`` (:meth:`golden_shapes`), the model's dtype.
+        No monitored layer sees this pass."""
+        self.golden_shapes()  # ValueError for a model without a siamese trunk
+        c3, c4 = self.model.golden_features(reference)
+        return c3, c4
+
+    def frame(self, image: torch.Tensor, c3: torch.Tensor, c4: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Siamese models only: one pass over the frames against cached :meth:`golden` features. ``image`` float
+        ``[B, 1, S, S]`` in [0, 1]; ``c3``, ``c4`` of batch 1 (broadcast over the frames) or ``B`` -> ``(pred, stats)``
+        as :meth:`forward` gives for ``cat((image, reference), 1)``, the ``stats`` those of the frames' trunk pass."""
+        self.golden_shapes()
+        return self._outputs(self.model.forward_cached(image, [c3, c4]))
+
+    def _outputs(self, raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Raw head outputs -> ``(pred [B, A, 4 + C], stats [B, L, 2])``: decoded boxes, the monitored layers' statistics."""
         pred = decode(raw, self.points, self.anchor_strides, self.box_bins)
         stats = self.monitor.stats() if self.monitor is not None else torch.zeros_like(pred[:, :0, :2])
         return pred, stats
+
+
+class GoldenGraph(nn.Module):
+    """``forward`` = ``deploy.golden``: the golden-features computation as a module of its own, for exporters that
+    capture a module's ``forward`` only (``torch.export``, ONNX, a Triton model). Shares ``deploy``'s weights."""
+
+    def __init__(self, deploy: DeployModel) -> None:
+        super().__init__()
+        self.deploy = deploy
+
+    def forward(self, reference: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.deploy.golden(reference)
+
+
+class FrameGraph(nn.Module):
+    """``forward`` = ``deploy.frame``: the per-frame computation against cached golden features, as a module of its
+    own (see :class:`GoldenGraph`)."""
+
+    def __init__(self, deploy: DeployModel) -> None:
+        super().__init__()
+        self.deploy = deploy
+
+    def forward(self, image: torch.Tensor, c3: torch.Tensor, c4: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.deploy.frame(image, c3, c4)
+
+
+GOLDEN_GRAPHS = ("golden", "frame")
+"""The graphs besides ``forward`` that an artifact of a siamese model carries (meta ``graphs``)."""
+
+
+def graphs_meta(deploy: DeployModel, golden_batch: str = "1 or B") -> dict[str, Any]:
+    """meta ``graphs``: the computations an artifact of ``deploy`` holds, each ``{"inputs": {name: shape}, "outputs":
+    {name: shape}}`` in call order (shapes with ``"B"`` for the batch). ``forward`` always (the image, and for a
+    reference model its registered golden image, as channels); for a siamese model also ``golden`` (the golden image
+    -> its trunk features ``c3``, ``c4``, once per golden image) and ``frame`` (the image and those features ->
+    ``forward``'s outputs; ``golden_batch``: the batch the features may have, ``"1 or B"`` (broadcast) or ``"B"``).
+    Each exporter adds where its artifact keeps the graph (``method``, ``model_name`` or ``file``)."""
+    size = deploy.imgsz
+    anchors = sum((size // s) ** 2 for s in deploy.strides)
+    outputs = {"pred": ["B", anchors, 4 + deploy.num_classes], "stats": ["B", len(deploy.layer_names), 2]}
+    graphs: dict[str, Any] = {"forward": {"inputs": {"images": ["B", deploy.in_channels, size, size]}, "outputs": dict(outputs)}}
+    if deploy.caches_golden:
+        c3, c4 = (list(shape) for shape in deploy.golden_shapes())
+        graphs["golden"] = {"inputs": {"reference": ["B", 1, size, size]}, "outputs": {"c3": ["B", *c3], "c4": ["B", *c4]}}
+        frame_inputs = {"image": ["B", 1, size, size], "c3": [golden_batch, *c3], "c4": [golden_batch, *c4]}
+        graphs["frame"] = {"inputs": frame_inputs, "outputs": dict(outputs)}
+    return graphs
 
 
 def build_meta(  # noqa: PLR0913 - one argument per meta.json key the caller knows
@@ -195,7 +276,8 @@ def checkpoint_meta(
     it was validated at (``"operating_point": {"conf": eval.f1_conf, "iou": eval.nms_iou, "cross_class_iou": ...,
     "cross_class_factor": ..., "exposure": {"min_light": eval.exposure_min_light, ...}}``), which ``predict`` defaults to,
     the design domain it carries (``"domain"``: ``DomainModel.to_dict()`` form, ``monitor/domain.py``), when it does, and
-    the designs ``teach`` taught it (``"taught"``: ``[{"name", "key"}]``, [] when none; ``inspect/design_check.py``)."""
+    the designs ``teach`` taught it (``"taught"``: ``[{"name", "key"}]``, [] when none; ``inspect/design_check.py``), and the
+graphs the model has (``"graphs"``: :func:`graphs_meta`)."""
     meta = build_meta(
         loaded.class_names,
         deploy.imgsz,
@@ -220,4 +302,5 @@ def checkpoint_meta(
     if getattr(loaded, "domain", None) is not None:
         meta["domain"] = loaded.domain
     meta["taught"] = [dict(d) for d in getattr(loaded, "taught", [])]
+    meta["graphs"] = graphs_meta(deploy)
     return meta

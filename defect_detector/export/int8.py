@@ -212,6 +212,8 @@ def export_int8(  # noqa: PLR0913 - one keyword per export --int8 flag; data, ma
         quantized = Path(tmp) / "int8.onnx"
         quantize_onnx(float_path, quantized, frames, target)
         meta = dict(report["meta"])
+        # the forward graph only: a siamese model's golden and frame graphs stay float32 ONNX exports (not quantized)
+        meta["graphs"] = {"forward": meta["graphs"]["forward"]}
         agreement = _checked(float_path, quantized, held, meta.get("operating_point"), out_path) if check else Agreement(0, 0, 0, 0)
         meta["int8"] = _int8_facts(target, data, len(frames), agreement, ort.__version__)
         shift = _stats_shift(float_path, quantized, frames, meta.get("baseline"))

@@ -106,6 +106,8 @@ class MetaFile(BaseModel):
     onnx_opset: Any = None
     aoti_device: Any = None
     int8: Any = None
+    graphs: dict[str, Any] | None = None
+    """The graphs the artifact holds and their inputs (``deploy_model.graphs_meta``; absent before v0.12: ``forward`` only)."""
 
     @model_validator(mode="after")
     def _check_values(self) -> MetaFile:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import io
 import json
@@ -18,9 +19,9 @@ import torch
 from defect_detector.core.constants import DEFAULT_LAYERS
 from defect_detector.core.io import atomic_write_bytes, atomic_write_json
 from defect_detector.export.baseline import BaselineArg, export_baseline
-from defect_detector.export.deploy_model import META_FILE, DeployModel, ExportError, checkpoint_meta
+from defect_detector.export.deploy_model import META_FILE, DeployModel, ExportError, FrameGraph, GoldenGraph, checkpoint_meta
 from defect_detector.export.digest import ONNX_COVERS, onnx_digest, signed
-from defect_detector.export.parity import check_parity, max_diffs, parity_inputs, reference_outputs
+from defect_detector.export.parity import cached_outputs, check_parity, max_diffs, parity_inputs, reference_outputs
 from defect_detector.export.torchscript import TRACE_BATCH
 from defect_detector.model.checkpoint import LoadedModel
 
@@ -47,15 +48,25 @@ def export_onnx(
     as for :func:`export_torchscript` (a file or dict, default the checkpoint's; checked before export).
     Parity with the eager model is checked with ``onnxruntime`` when it is importable (skipped with a log
     message otherwise). Float32 only: use TensorRT's ``--fp16`` on the ONNX model for half precision.
+
+    A siamese model's ``golden`` and ``frame`` graphs (meta ``graphs``, :func:`~.deploy_model.graphs_meta`) go beside
+    the model as ``<out stem>.golden.onnx`` (input ``reference``, outputs ``c3``, ``c4``) and ``<out stem>.frame.onnx``
+    (inputs ``image``, ``c3``, ``c4``, the features of batch 1 or B; outputs ``pred``, ``stats``), plain ONNX models
+    without meta: the model's meta names each file (``graphs.<name>.file``, relative to the model) with its SHA-256
+    (``graphs.<name>.sha256``), which the meta's digest covers. Their parity is checked with the model's.
     """
     imgsz = int(imgsz or loaded.config.data.imgsz)
     deploy = DeployModel(loaded.model, imgsz, layers).float().cpu()
     embedded, baseline_source = export_baseline(loaded, baseline, deploy.layer_names, imgsz)
     if importlib.util.find_spec("onnx") is None:
         raise ExportError(f"{out_path}: ONNX export needs the onnx package (pip install '.[onnx]')")
+    out_path = Path(out_path)
     meta = checkpoint_meta(loaded, deploy, embedded)
     meta["onnx_opset"] = ONNX_OPSET
-    data, meta = sign_onnx(_onnx_bytes(deploy), meta)
+    siblings = _golden_graphs(deploy, out_path)
+    for name, data in siblings.items():
+        meta["graphs"][name].update({"file": golden_graph_path(out_path, name).name, "sha256": hashlib.sha256(data).hexdigest()})
+    data, meta = sign_onnx(_onnx_bytes(deploy, (_example(deploy, deploy.in_channels),), ["images"]), meta)
 
     report: dict[str, Any] = {
         "path": str(out_path),
@@ -64,39 +75,74 @@ def export_onnx(
         "meta": meta,
         "parity": None,
         "baseline_source": baseline_source,
+        "graphs": {name: str(golden_graph_path(out_path, name)) for name in siblings},
     }
-    report.update(_onnx_parity(data, loaded, deploy, check_images))
-    out_path = Path(out_path)
+    report.update(_onnx_parity(data, loaded, deploy, check_images, siblings))
+    for name, graph in siblings.items():
+        atomic_write_bytes(golden_graph_path(out_path, name), graph)
     atomic_write_bytes(out_path, data)
     atomic_write_json(onnx_meta_path(out_path), meta)
     return report
 
 
-def _onnx_bytes(deploy: DeployModel) -> bytes:
-    """The ONNX model of ``deploy`` (float32 on the CPU), traced on a random ``[TRACE_BATCH, C, S, S]`` batch, with the
-    batch axis of ``images``, ``pred`` and ``stats`` dynamic."""
+def golden_graph_path(onnx_path: str | os.PathLike[str], name: str) -> Path:
+    """``model.onnx`` -> ``model.<name>.onnx``: where :func:`export_onnx` writes a siamese model's ``golden`` and
+    ``frame`` graphs."""
+    path = Path(onnx_path)
+    return path.with_name(f"{path.stem}.{name}{path.suffix}")
+
+
+def _example(deploy: DeployModel, planes: int, batch: int = TRACE_BATCH) -> torch.Tensor:
+    return torch.rand(batch, planes, deploy.imgsz, deploy.imgsz)
+
+
+def _golden_graphs(deploy: DeployModel, out_path: Path) -> dict[str, bytes]:
+    """``{"golden": bytes, "frame": bytes}``: the ONNX models of a siamese ``deploy``'s :class:`GoldenGraph` and
+    :class:`FrameGraph` (features of any batch, 1 broadcast); ``{}`` for any other model."""
+    if not deploy.caches_golden:
+        return {}
+    with torch.no_grad():
+        c3, c4 = (f.contiguous() for f in deploy.golden(_example(deploy, 1, 1)))
+    golden = _onnx_bytes(GoldenGraph(deploy), (_example(deploy, 1),), ["reference"], ["c3", "c4"])
+    frame = _onnx_bytes(FrameGraph(deploy), (_example(deploy, 1), c3, c4), ["image", "c3", "c4"], golden_batch=("c3", "c4"))
+    return {"golden": golden, "frame": frame}
+
+
+def _onnx_bytes(
+    module: torch.nn.Module,
+    example: tuple[torch.Tensor, ...],
+    input_names: Sequence[str],
+    output_names: Sequence[str] = ("pred", "stats"),
+    golden_batch: Sequence[str] = (),
+) -> bytes:
+    """The ONNX model of ``module`` (float32 on the CPU: a :class:`DeployModel` or one of its graphs) traced on
+    ``example``, with the batch axis of every input and output dynamic (``golden_batch``: inputs whose batch is its own,
+    ``golden_batch``, 1 or the frames')."""
     buffer = io.BytesIO()
-    example = torch.rand(TRACE_BATCH, deploy.in_channels, deploy.imgsz, deploy.imgsz)
+    axes = {name: {0: "golden_batch" if name in golden_batch else "batch"} for name in (*input_names, *output_names)}
     with torch.no_grad(), warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=DeprecationWarning, message=r".*legacy TorchScript-based ONNX export")
         warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx")
         # the layer statistics read layer shapes as Python ints: constants for the exported imgsz, as intended
         warnings.filterwarnings("ignore", category=torch.jit.TracerWarning, module=r"defect_detector\.monitor\.hooks")
         torch.onnx.export(
-            deploy,
-            (example,),
+            module,
+            example,
             buffer,
-            input_names=["images"],
-            output_names=["pred", "stats"],
+            input_names=list(input_names),
+            output_names=list(output_names),
             opset_version=ONNX_OPSET,
-            dynamic_axes={"images": {0: "batch"}, "pred": {0: "batch"}, "stats": {0: "batch"}},
+            dynamic_axes=axes,
             dynamo=False,
         )
     return buffer.getvalue()
 
 
-def _onnx_parity(data: bytes, loaded: LoadedModel, deploy: DeployModel, check_images: Sequence[np.ndarray] | None) -> dict[str, Any]:
-    """The report's parity entries for the ONNX model ``data``: ``parity`` (max abs diffs from the unfused float32 eager
+def _onnx_parity(
+    data: bytes, loaded: LoadedModel, deploy: DeployModel, check_images: Sequence[np.ndarray] | None, siblings: dict[str, bytes]
+) -> dict[str, Any]:
+    """The report's parity entries for the ONNX model ``data`` (and a siamese model's ``golden`` and ``frame`` graphs
+    ``siblings``, checked alike; ``parity`` is the worst): ``parity`` (max abs diffs from the unfused float32 eager
     model, checked) and ``parity_images`` with ``onnxruntime``; ``parity_skipped`` (logged) without it."""
     try:
         import onnxruntime as ort
@@ -106,8 +152,14 @@ def _onnx_parity(data: bytes, loaded: LoadedModel, deploy: DeployModel, check_im
     x = parity_inputs(deploy.imgsz, check_images, channels=deploy.in_channels)
     session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
     got = [torch.from_numpy(a) for a in session.run(["pred", "stats"], {"images": x.numpy()})]
-    diffs = max_diffs(got, reference_outputs(loaded, deploy.imgsz, deploy.layer_names, x))
+    want = reference_outputs(loaded, deploy.imgsz, deploy.layer_names, x)
+    diffs = max_diffs(got, want)
     check_parity(diffs, False, "ONNX")
+    if siblings:
+        golden, frame = (OnnxGraph(ort.InferenceSession(siblings[n], providers=["CPUExecutionProvider"])) for n in ("golden", "frame"))
+        cached = max_diffs(cached_outputs(golden, frame, x), want)
+        check_parity(cached, False, "ONNX golden + frame graphs")
+        diffs = {k: max(v, cached[k]) for k, v in diffs.items()}
     log.debug(
         "ONNX parity on %d images (onnxruntime %s): max abs diff pred %.3g, stats %.3g",
         len(x),
@@ -116,6 +168,20 @@ def _onnx_parity(data: bytes, loaded: LoadedModel, deploy: DeployModel, check_im
         diffs["stats"],
     )
     return {"parity": diffs, "parity_images": len(x)}
+
+
+class OnnxGraph:
+    """An ONNX Runtime session as a callable: tensors (any device, in the session's input order) -> a tuple of float32
+    CPU tensors (the session's outputs in order)."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.input_names = [i.name for i in session.get_inputs()]
+        self.output_names = [o.name for o in session.get_outputs()]
+
+    def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        feed = {name: x.detach().to("cpu", torch.float32).contiguous().numpy() for name, x in zip(self.input_names, inputs)}
+        return tuple(torch.from_numpy(a) for a in self.session.run(self.output_names, feed))
 
 
 def onnx_meta_path(onnx_path: str | os.PathLike[str]) -> Path:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -87,3 +87,19 @@ def reference_outputs(loaded: LoadedModel, imgsz: int, layers: Sequence[str], x:
     reference = DeployModel(loaded.model, imgsz, layers, fuse=False, channels_last=False).float().cpu()
     with torch.no_grad():
         return reference(x)
+
+
+def cached_outputs(
+    golden: Callable[[torch.Tensor], Sequence[torch.Tensor]],
+    frame: Callable[..., Sequence[torch.Tensor]],
+    x: torch.Tensor,
+    broadcast: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(pred, stats)`` of the cached golden path on ``x`` float ``[N, 2, S, S]`` (image, registered golden image):
+    ``frame(x[:, :1], *golden(x[:, 1:2]))``, every frame with its own golden features, which a graph should give as
+    its ``forward`` gives them for ``x``. ``golden`` and ``frame``: an artifact's graphs (tensors in, tensors out, on
+    ``x``'s device and dtype). ``broadcast`` False: features passed contiguous (a ``.pt2`` frame graph's layout)."""
+    with torch.no_grad():
+        features = [f if broadcast else f.contiguous() for f in golden(x[:, 1:2].contiguous())]
+        pred, stats = frame(x[:, :1].contiguous(), *features)
+    return pred, stats

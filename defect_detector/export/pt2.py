@@ -11,6 +11,12 @@ The layer statistics come from :class:`~defect_detector.monitor.hooks.Activation
 ``torch.export`` (non-strict, the default) runs the Python forward, hooks included, and records their tensor ops,
 so the exported graph returns the same ``stats`` as eager (checked by the parity run, as for TorchScript).
 
+A siamese golden-template model's package holds three AOTInductor models (``torch._inductor.aot_compile`` each, then
+``package_aoti``, the recipe ``aoti_compile_and_package`` documents for several models): ``model`` (``forward``, what
+``aoti_load_package`` loads), ``golden`` and ``frame`` (meta ``graphs.<name>.model_name``; C++:
+``AOTIModelPackageLoader(path, "golden")``). The frame model takes the golden features at the frames' batch: one
+compiled graph cannot both broadcast a batch of 1 and take a batch of B, so the runtime expands them.
+
 The batch dimension is dynamic (``torch.export.Dim``, at least 1). The graph is the portable one (no oneDNN
 conv + SiLU op of :mod:`.onednn`): Inductor generates and fuses its own kernels. A package compiled on the CPU runs
 only on the CPU (meta ``cpu_only`` and ``"aoti_device": "cpu"``); one compiled where CUDA is available runs on CUDA.
@@ -38,9 +44,9 @@ import torch
 from defect_detector.core.constants import DEFAULT_LAYERS
 from defect_detector.core.io import atomic_write_bytes
 from defect_detector.export.baseline import BaselineArg, export_baseline
-from defect_detector.export.deploy_model import META_FILE, DeployModel, ExportError, checkpoint_meta
+from defect_detector.export.deploy_model import META_FILE, DeployModel, ExportError, FrameGraph, GoldenGraph, checkpoint_meta, graphs_meta
 from defect_detector.export.digest import PT2_COVERS, check_recorded, is_aoti_metadata, pt2_digest, signed
-from defect_detector.export.parity import check_parity, max_diffs, parity_inputs, reference_outputs
+from defect_detector.export.parity import cached_outputs, check_parity, max_diffs, parity_inputs, reference_outputs
 from defect_detector.export.torchscript import TRACE_BATCH
 from defect_detector.model.checkpoint import LoadedModel
 
@@ -86,31 +92,60 @@ def pt2_unavailable_reason() -> str | None:
     return None
 
 
-def export_program(deploy: DeployModel, device: torch.device | str = "cpu") -> torch.export.ExportedProgram:
-    """``torch.export`` of ``deploy`` (on ``device``, float32) with a dynamic batch dimension (``[B, C, S, S]``, B >= 1).
+FORWARD_MODEL = "model"
+"""The AOTInductor model name of ``forward`` in a package (AOTInductor's default, which ``aoti_load_package`` loads); a
+siamese model's ``golden`` and ``frame`` graphs are the package's models of those names (meta ``graphs.<name>.model_name``)."""
+
+
+def export_program(deploy: DeployModel, device: torch.device | str = "cpu", graph: str = "forward") -> torch.export.ExportedProgram:
+    """``torch.export`` of ``deploy``'s ``graph`` (on ``device``, float32) with a dynamic batch dimension (B >= 1):
+    ``forward`` (``[B, C, S, S]``), or for a siamese model ``golden`` (``[B, 1, S, S]``) or ``frame`` (``[B, 1, S, S]``
+    and the golden features, contiguous, of the same batch ``B``: one compiled graph cannot both broadcast a batch of 1
+    and take a batch of B, so a runtime expands a golden image's features to the frames' batch).
 
     :class:`ExportError` naming the cause when ``torch.export`` cannot capture the graph."""
-    example = torch.rand(TRACE_BATCH, deploy.in_channels, deploy.imgsz, deploy.imgsz, device=device)
+    size = deploy.imgsz
     batch = torch.export.Dim("batch", min=1)
+    module: torch.nn.Module = deploy
+    if graph == "forward":
+        example: tuple[torch.Tensor, ...] = (torch.rand(TRACE_BATCH, deploy.in_channels, size, size, device=device),)
+        dynamic: dict[str, Any] = {"x": {0: batch}}
+    elif graph == "golden":
+        module, example, dynamic = GoldenGraph(deploy), (torch.rand(TRACE_BATCH, 1, size, size, device=device),), {"reference": {0: batch}}
+    else:
+        with torch.no_grad():
+            features = tuple(f.contiguous() for f in deploy.golden(torch.rand(TRACE_BATCH, 1, size, size, device=device)))
+        module = FrameGraph(deploy)
+        example = (torch.rand(TRACE_BATCH, 1, size, size, device=device), *features)
+        dynamic = {"image": {0: batch}, "c3": {0: batch}, "c4": {0: batch}}
     try:
         with torch.no_grad():
-            return torch.export.export(deploy, (example,), dynamic_shapes={"x": {0: batch}})
+            return torch.export.export(module, example, dynamic_shapes=dynamic)
     except Exception as exc:  # torch.export raises many types (UserError, GuardOnDataDependentSymNode, ...)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ExportError(f"torch.export failed on the deploy model: {type(exc).__name__}: {first}") from exc
+        raise ExportError(f"torch.export failed on the deploy model ({graph}): {type(exc).__name__}: {first}") from exc
 
 
-def compile_package(program: torch.export.ExportedProgram, meta: dict[str, Any]) -> bytes:
-    """AOTInductor-compile ``program`` into ``.pt2`` package bytes holding ``meta`` as the metadata entry ``meta.json``.
+def compile_package(programs: dict[str, torch.export.ExportedProgram], meta: dict[str, Any]) -> bytes:
+    """AOTInductor-compile ``programs`` (AOTInductor model name -> program; :data:`FORWARD_MODEL` first) into ``.pt2``
+    package bytes holding ``meta`` as the metadata entry ``meta.json`` of each model.
 
-    Needs a C++ compiler (Inductor's CPU backend builds the model as a shared library); takes tens of seconds."""
+    Needs a C++ compiler (Inductor's CPU backend builds each model as a shared library); tens of seconds a model."""
     import torch._inductor
+    from torch._inductor.package import package_aoti
 
     configs = {**INDUCTOR_CONFIGS, "aot_inductor.metadata": {META_FILE: json.dumps(meta)}}
     buffer = io.BytesIO()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\._inductor")
-        torch._inductor.aoti_compile_and_package(program, package_path=buffer, inductor_configs=configs)
+        if list(programs) == [FORWARD_MODEL]:
+            torch._inductor.aoti_compile_and_package(programs[FORWARD_MODEL], package_path=buffer, inductor_configs=configs)
+        else:  # several models in one package: torch._inductor.aoti_compile_and_package's documented recipe
+            files = {}
+            for name, program in programs.items():
+                options = {**configs, "aot_inductor.package": True}
+                files[name] = torch._inductor.aot_compile(program.module(), tuple(program.example_inputs[0]), options=options)
+            package_aoti(buffer, files)
     return buffer.getvalue()
 
 
@@ -133,9 +168,16 @@ def sign_pt2(data: bytes, meta: dict[str, Any]) -> tuple[bytes, dict[str, Any]]:
 
 def _aoti_metadata(archive: zipfile.ZipFile) -> dict[str, str]:
     """The AOTInductor metadata of the package ``archive`` (its wrapper's ``*_metadata.json``); ``{}`` when absent."""
-    name = next((n for n in archive.namelist() if n.endswith("wrapper_metadata.json") and is_aoti_metadata(n)), None)
+    name = _forward_member(archive, "wrapper_metadata.json")
     aoti = json.loads(archive.read(name)) if name else {}
     return aoti if isinstance(aoti, dict) else {}
+
+
+def _forward_member(archive: zipfile.ZipFile, suffix: str) -> str | None:
+    """The member of the package ``archive`` ending in ``suffix`` that belongs to the AOTInductor model of ``forward``
+    (:data:`FORWARD_MODEL`: ``.../aotinductor/model/...``), None when absent."""
+    names = [n for n in archive.namelist() if n.endswith(suffix) and "/aotinductor/" in f"/{n}"]
+    return next((n for n in names if f"/aotinductor/{FORWARD_MODEL}/" in f"/{n}"), names[0] if names else None)
 
 
 def check_pt2(path: str | os.PathLike[str], meta: dict[str, Any]) -> None:
@@ -168,7 +210,7 @@ _INPUT_DIM = re.compile(r"if \((\d+) != \w+_size\[(\d+)\]\)")
 def _input_dims(archive: zipfile.ZipFile) -> dict[int, int]:
     """The fixed input dimensions (index -> size) the package's model was compiled for, read from the input check
     AOTInductor generates (``check_input_0`` in the wrapper's C++); ``{}`` when it cannot be found."""
-    name = next((n for n in archive.namelist() if n.endswith(".wrapper.cpp") and "/aotinductor/" in n), None)
+    name = _forward_member(archive, ".wrapper.cpp")
     if name is None:
         return {}
     code = archive.read(name).decode("utf-8", "replace")
@@ -184,16 +226,26 @@ def load_pt2(path: str | os.PathLike[str], device: torch.device | str = "cpu") -
 
     The loaded model is a callable ``[B, C, S, S] -> [pred, stats]`` (a list of tensors). ``device`` picks the CUDA
     device index for a CUDA package; a CPU package ignores it. ``ValueError`` naming ``path`` when it cannot load."""
+    model = load_pt2_model(path, device)
+    return model, model.get_metadata().get(META_FILE, "")
+
+
+def load_pt2_model(path: str | os.PathLike[str], device: torch.device | str = "cpu", name: str = FORWARD_MODEL) -> Any:
+    """The AOTInductor model ``name`` of the ``.pt2`` package at ``path`` (:data:`FORWARD_MODEL`, or a siamese model's
+    ``golden`` or ``frame``), a callable ``(*tensors) -> list of tensors``. ``device`` picks the CUDA device index for
+    a CUDA package; a CPU package ignores it. ``ValueError`` naming ``path`` when it cannot load."""
     import torch._inductor
+    from torch._inductor.package import load_package
 
     device = torch.device(device)
     index = device.index if device.type == "cuda" and device.index is not None else -1
     try:
-        model = torch._inductor.aoti_load_package(os.fspath(path), device_index=index)
+        if name == FORWARD_MODEL:
+            return torch._inductor.aoti_load_package(os.fspath(path), device_index=index)
+        return load_package(os.fspath(path), name, device_index=index)
     except (RuntimeError, OSError) as exc:
         lines = [line for line in str(exc).strip().splitlines() if line.strip()]
-        raise ValueError(f"{path}: not a loadable AOTInductor .pt2 package: {lines[0] if lines else type(exc).__name__}") from exc
-    return model, model.get_metadata().get(META_FILE, "")
+        raise ValueError(f"{path}: not a loadable AOTInductor .pt2 package ({name}): {lines[0] if lines else type(exc).__name__}") from exc
 
 
 def read_pt2_meta(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -203,7 +255,7 @@ def read_pt2_meta(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[st
     (``AOTI_DEVICE_KEY``: ``cpu`` or ``cuda``). Empty dicts when absent or unreadable."""
     try:
         with zipfile.ZipFile(path) as archive:
-            name = next((n for n in archive.namelist() if n.endswith("wrapper_metadata.json") and "/aotinductor/" in n), None)
+            name = _forward_member(archive, "wrapper_metadata.json")
             aoti = json.loads(archive.read(name)) if name else {}
     except (zipfile.BadZipFile, OSError, ValueError):
         return {}, {}
@@ -259,8 +311,13 @@ def export_pt2(
     optimize = {"applied": False, "reason": "TorchScript only: AOTInductor compiles and fuses the graph itself"}
     meta = checkpoint_meta(loaded, deploy, embedded, optimize=optimize, cpu_only=device.type == "cpu")
     meta["aoti_device"] = device.type
+    meta["graphs"] = graphs_meta(deploy, golden_batch="B")
+    names = {graph: FORWARD_MODEL if graph == "forward" else graph for graph in meta["graphs"]}
+    for graph, name in names.items():
+        meta["graphs"][graph]["model_name"] = name
     start = time.perf_counter()
-    data, meta = sign_pt2(compile_package(export_program(deploy, device), meta), meta)
+    programs = {name: export_program(deploy, device, graph) for graph, name in names.items()}
+    data, meta = sign_pt2(compile_package(programs, meta), meta)
     seconds = time.perf_counter() - start
 
     x = parity_inputs(imgsz, check_images, channels=deploy.in_channels)
@@ -294,8 +351,9 @@ def _check_package(
     """Load the ``.pt2`` package ``data`` back and check it on ``x`` (float ``[B, C, S, S]``), as a batch and the first
     image alone: ``meta`` round-trips, outputs within ``FP32_TOLERANCE`` of the unfused float32 eager model, and scores
     and stats within :data:`PT2_TOLERANCE` (boxes: :func:`box_tolerance`) of ``deploy`` (both run on ``device``,
-    ``deploy``'s). Returns both max abs diffs (the first against the unfused model); :class:`ExportError` on a failed
-    check."""
+    ``deploy``'s). A siamese model's ``golden`` and ``frame`` models are checked alike on the batch (each frame with
+    its own golden image's features). Returns the worst max abs diffs (the first against the unfused model);
+    :class:`ExportError` on a failed check."""
     want = reference_outputs(loaded, deploy.imgsz, deploy.layer_names, x)
     with torch.no_grad():
         exported = [t.cpu() for t in deploy(x.to(device))]
@@ -306,11 +364,13 @@ def _check_package(
         if json.loads(restored_meta or "null") != meta:
             raise ExportError("meta.json did not round-trip through the .pt2 package")
         with torch.no_grad():
-            got = [t.cpu() for t in model(x.to(device))]
-            single = [t.cpu() for t in model(x[:1].to(device))]
-    diffs = _worst(max_diffs(got, want), max_diffs(single, [t[:1] for t in want]))
+            runs = [([t.cpu() for t in model(x.to(device))], slice(None)), ([t.cpu() for t in model(x[:1].to(device))], slice(0, 1))]
+        if deploy.caches_golden:
+            golden, frame = (load_pt2_model(staged, device, name) for name in ("golden", "frame"))
+            runs.append(([t.cpu() for t in cached_outputs(golden, frame, x.to(device), broadcast=False)], slice(None)))
+    diffs = _worst(*(max_diffs(got, [t[rows] for t in want]) for got, rows in runs))
     check_parity(diffs, False, ".pt2")
-    exported_diffs = _worst(max_diffs(got, exported), max_diffs(single, [t[:1] for t in exported]))
+    exported_diffs = _worst(*(max_diffs(got, [t[rows] for t in exported]) for got, rows in runs))
     limits = {"boxes": box_tolerance(deploy.imgsz), "scores": PT2_TOLERANCE, "stats": PT2_TOLERANCE}
     failed = {k: exported_diffs[k] for k, limit in limits.items() if not exported_diffs[k] <= limit}
     if failed:

@@ -21,10 +21,10 @@ from torch import nn
 from defect_detector.core.constants import DEFAULT_LAYERS
 from defect_detector.core.io import atomic_write_bytes
 from defect_detector.export.baseline import BaselineArg, export_baseline
-from defect_detector.export.deploy_model import META_FILE, DeployModel, ExportError, checkpoint_meta
+from defect_detector.export.deploy_model import GOLDEN_GRAPHS, META_FILE, DeployModel, ExportError, checkpoint_meta
 from defect_detector.export.digest import DIGEST_KEY, with_digest
 from defect_detector.export.onednn import onednn_available
-from defect_detector.export.parity import FP32_TOLERANCE, check_parity, max_diffs, parity_inputs, reference_outputs
+from defect_detector.export.parity import FP32_TOLERANCE, cached_outputs, check_parity, max_diffs, parity_inputs, reference_outputs
 from defect_detector.model.checkpoint import LoadedModel
 
 log = logging.getLogger("defect_detector.export")
@@ -50,23 +50,39 @@ def trace_deploy_model(
 ) -> torch.jit.ScriptModule:
     """``torch.jit.trace`` ``deploy`` on a batch of :data:`TRACE_BATCH`, check batches 1 and 3 against eager, then freeze.
 
-    Inputs are random ``[B, deploy.in_channels, S, S]``. ``deploy`` must already be on ``device`` in ``dtype``.
-    Raises :class:`ExportError` when the traced graph does not reproduce eager outputs at another batch size
-    (the batch dimension must stay dynamic).
+    Inputs are random ``[B, deploy.in_channels, S, S]``. ``deploy`` must already be on ``device`` in ``dtype``. A siamese
+    model (``deploy.caches_golden``) is traced with its methods ``golden`` and ``frame`` too (``torch.jit.trace_module``;
+    kept by the freeze), checked the same way: ``frame(image, *golden(reference))`` against eager ``forward`` of the
+    pair, the golden features of batch 1 and of the frames' batch. Raises :class:`ExportError` when the traced graph
+    does not reproduce eager outputs at another batch size (the batch dimension must stay dynamic).
     """
     size, channels = deploy.imgsz, deploy.in_channels
     generator = torch.Generator().manual_seed(0)
-    example = torch.rand(TRACE_BATCH, channels, size, size, generator=generator).to(device, dtype)
+
+    def rand(batch: int, planes: int = channels) -> torch.Tensor:
+        return torch.rand(batch, planes, size, size, generator=generator).to(device, dtype)
+
     with torch.no_grad(), quiet_jit():
-        traced = torch.jit.trace(deploy, example, check_trace=False)
-        frozen = torch.jit.freeze(traced.eval())
+        methods: dict[str, tuple[torch.Tensor, ...]] = {"forward": (rand(TRACE_BATCH),)}
+        if deploy.caches_golden:
+            methods["golden"] = (rand(TRACE_BATCH, 1),)
+            methods["frame"] = (rand(TRACE_BATCH, 1), *deploy.golden(rand(1, 1)))
+        traced = torch.jit.trace_module(deploy, methods, check_trace=False)
+        frozen = torch.jit.freeze(traced.eval(), preserved_attrs=[m for m in methods if m != "forward"])
         for batch in (1, 3):
-            x = torch.rand(batch, channels, size, size, generator=generator).to(device, dtype)
-            got, want = frozen(x), deploy(x)
-            for name, a, b in zip(("pred", "stats"), got, want):
-                if a.shape != b.shape or not torch.allclose(a, b, atol=FP32_TOLERANCE * 10, rtol=1e-3):
-                    raise ExportError(f"traced model differs from eager at batch {batch} ({name}: {tuple(a.shape)} vs {tuple(b.shape)})")
+            x = rand(batch)
+            _check_traced(frozen(x), deploy(x), f"batch {batch}")
+        for golden_batch in (1, 3) if deploy.caches_golden else ():
+            pair = torch.cat((x[:, :1], x[:golden_batch, 1:2].expand(3, -1, -1, -1)), 1)
+            got = frozen.frame(x[:, :1], *frozen.golden(x[:golden_batch, 1:2]))
+            _check_traced(got, deploy(pair), f"batch 3 (methods golden and frame, golden features of batch {golden_batch})")
     return frozen
+
+
+def _check_traced(got: tuple[torch.Tensor, ...], want: tuple[torch.Tensor, ...], where: str) -> None:
+    for name, a, b in zip(("pred", "stats"), got, want):
+        if a.shape != b.shape or not torch.allclose(a, b, atol=FP32_TOLERANCE * 10, rtol=1e-3):
+            raise ExportError(f"traced model differs from eager at {where} ({name}: {tuple(a.shape)} vs {tuple(b.shape)})")
 
 
 def _median_ms(module: nn.Module, x: torch.Tensor, iters: int) -> float:
@@ -123,7 +139,8 @@ def choose_optimization(
         return frozen, info
     try:
         with torch.no_grad(), quiet_jit():
-            candidate = torch.jit.optimize_for_inference(trace_deploy_model(deploy, device))
+            others = [m for m in GOLDEN_GRAPHS if deploy.caches_golden]
+            candidate = torch.jit.optimize_for_inference(trace_deploy_model(deploy, device), other_methods=others)
     except RuntimeError as exc:
         info["reason"] = f"optimize_for_inference failed on this graph: {exc}"
         return frozen, info
@@ -146,6 +163,21 @@ def choose_optimization(
     info["applied"] = True
     info["reason"] = f"{gain:+.1%} latency change at batch 1"
     return candidate, info
+
+
+def _parity(
+    restored: torch.jit.ScriptModule, want: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor, golden: bool, half: bool
+) -> dict[str, float]:
+    """Max abs diffs of the saved module ``restored`` on ``x`` from ``want`` (the unfused eager outputs), checked
+    (:class:`ExportError` past the tolerance); with ``golden``, its ``golden`` and ``frame`` methods too (the worst)."""
+    with torch.no_grad():
+        diffs = max_diffs(restored(x), want)
+    check_parity(diffs, half, "TorchScript")
+    if golden:
+        cached = max_diffs(cached_outputs(restored.golden, restored.frame, x), want)
+        check_parity(cached, half, "TorchScript golden + frame methods")
+        diffs = {k: max(v, cached[k]) for k, v in diffs.items()}
+    return diffs
 
 
 def _resolve_device(half: bool) -> torch.device:
@@ -190,7 +222,8 @@ def export_torchscript(  # noqa: PLR0913 - one keyword per export flag and per c
     Parity: the saved bytes are loaded back and compared with the unfused float32 eager model on
     ``check_images`` (default: two synthetic boards; for a 2-channel model each with a shifted copy as its
     reference, see :func:`parity_inputs`), float32 within ``FP32_TOLERANCE``, float16 within
-    ``FP16_BOX_TOLERANCE`` px and ``FP16_TOLERANCE`` (:mod:`.parity`). Returns a report with the meta, parity
+    ``FP16_BOX_TOLERANCE`` px and ``FP16_TOLERANCE`` (:mod:`.parity`); a siamese model's ``golden`` and ``frame``
+    methods (meta ``graphs``) are checked alike, and ``parity`` reports the worst of all. Returns a report with the meta, parity
     diffs, file size, path and ``baseline_source``; raises :class:`ExportError` on a failed check.
     """
     imgsz = int(imgsz or loaded.config.data.imgsz)
@@ -204,6 +237,8 @@ def export_torchscript(  # noqa: PLR0913 - one keyword per export flag and per c
     frozen = trace_deploy_model(deploy, device, dtype)
     module, optimize_info = choose_optimization(deploy, frozen, optimize, device, half)
     meta = checkpoint_meta(loaded, deploy, embedded, half, optimize_info, cpu_fusion)
+    for name in meta["graphs"]:
+        meta["graphs"][name]["method"] = name
     data = artifact_bytes(module, meta)
 
     restored, restored_meta = load_artifact_bytes(data, device)
@@ -211,10 +246,7 @@ def export_torchscript(  # noqa: PLR0913 - one keyword per export flag and per c
         raise ExportError("meta.json did not round-trip through the saved artifact")
     meta = restored_meta  # with its digest
     x = parity_inputs(imgsz, check_images, channels=deploy.in_channels)
-    with torch.no_grad():
-        got = restored(x.to(device, dtype))
-    diffs = max_diffs(got, reference_outputs(loaded, imgsz, deploy.layer_names, x))
-    check_parity(diffs, half, "TorchScript")
+    diffs = _parity(restored, reference_outputs(loaded, imgsz, deploy.layer_names, x), x.to(device, dtype), deploy.caches_golden, half)
 
     out_path = Path(out_path)
     atomic_write_bytes(out_path, data)

@@ -56,7 +56,7 @@ Output `OUTPUT__0`: float32 [B, {anchors}, {cols}]: xyxy boxes in letterboxed pi
 for {classes}.
 Output `OUTPUT__1`: float32 [B, {layers}, 2]: mean and std of the monitored layers {layer_names}.
 NMS and mapping boxes back to the original image are the client's job.
-
+{graphs_text}
 Serve: `tritonserver --model-repository=$PWD` (see deploy/triton/README.md in the source tree).
 """
 
@@ -66,6 +66,13 @@ _TRITON_INPUT_TEXT = {
     "its golden reference, already registered into the image's pixel frame (the client's job:\n"
     "defect_detector.data.register in Python) and letterboxed with the image's scale and padding.",
 }
+
+
+_TRITON_GRAPHS_TEXT = """
+Triton runs `forward` only (the pair above, both trunk passes per frame). `model.pt` also holds a golden-template
+model's cached path, the TorchScript methods `golden` (`reference` [B, 1, {size}, {size}] -> `c3`, `c4`) and `frame`
+(`image` [B, 1, {size}, {size}], `c3`, `c4` -> the two outputs above), for libtorch clients (meta.json "graphs").
+"""
 
 
 def export_triton(
@@ -108,6 +115,7 @@ def export_triton(
         classes=", ".join(meta["class_names"]),
         layers=len(meta["layers"]),
         layer_names=", ".join(meta["layers"]) or "(none)",
+        graphs_text=_TRITON_GRAPHS_TEXT.format(size=size) if "golden" in (meta.get("graphs") or {}) else "",
     )
     atomic_write_text(repo / "README.md", readme)
     report.update({"repository": str(repo), "config": str(config_path)})

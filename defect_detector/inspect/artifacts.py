@@ -144,13 +144,20 @@ def read_onnx(path: Path, device: torch.device, explicit_device: bool, threads: 
     model's ``metadata_props["meta.json"]``, else the ``<name>.meta.json`` beside it. ``threads``: ONNX Runtime's
     intra-op threads (None: torch's current thread count, which ``Runtime.load(threads=)`` sets). ``ValueError``
     naming ``path`` without onnxruntime, for a file it cannot load, or without meta."""
+    device = cpu_fallback(
+        path, device, explicit_device, "ONNX models run on ONNX Runtime's CPU provider here", "use a .pt2 or TorchScript export"
+    )
+    return OnnxModel(onnx_session(str(path), path, threads)), onnx_meta_text(path), device
+
+
+def onnx_session(source: str | bytes, path: Path, threads: int | None = None) -> Any:
+    """An ONNX Runtime CPU session of ``source`` (a file name, or the model's bytes read from ``path``) with ``threads``
+    intra-op threads (None: torch's current thread count) that park between calls. ``ValueError`` naming ``path``
+    without onnxruntime or for a model it cannot load."""
     try:
         import onnxruntime as ort
     except ImportError as exc:
         raise ValueError(f"{path}: running ONNX models needs onnxruntime (pip install '.[onnx]')") from exc
-    device = cpu_fallback(
-        path, device, explicit_device, "ONNX models run on ONNX Runtime's CPU provider here", "use a .pt2 or TorchScript export"
-    )
     options = ort.SessionOptions()
     options.intra_op_num_threads = int(threads or torch.get_num_threads())
     options.inter_op_num_threads = 1
@@ -159,11 +166,10 @@ def read_onnx(path: Path, device: torch.device, explicit_device: bool, threads: 
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.log_severity_level = 3  # errors only
     try:
-        session = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(source, sess_options=options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own exception types (Fail, InvalidProtobuf, NoSuchFile, ...)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValueError(f"{path}: not a loadable ONNX model: {first}") from exc
-    return OnnxModel(session), onnx_meta_text(path), device
 
 
 def onnx_meta_text(path: Path) -> str:

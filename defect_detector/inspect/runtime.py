@@ -8,6 +8,10 @@ the frame pipeline (``inspect/pipeline.py``).
 A reference model (``channels == 2``, meta ``"reference": true``) takes the letterboxed frame and its registered
 golden image as channels 0 and 1. One model pass per input is the default: test-time augmentation runs only when
 asked for (``tta=``, :meth:`Runtime.set_tta`).
+
+A siamese golden-template model whose artifact carries its ``golden`` and ``frame`` graphs (``inspect/golden_graphs.py``;
+:attr:`Runtime.caches_golden`) also serves the cached path: :meth:`Runtime.golden_features` once per golden image, then
+:meth:`Runtime.infer_cached` for every frame against it (one trunk pass a frame instead of two).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from defect_detector.inspect.artifacts import (  # noqa: F401 - archive_meta re-
     read_torchscript,
     verify_artifact,
 )
+from defect_detector.inspect.golden_graphs import GOLDEN_FEATURES, GoldenGraphs, check_golden_graphs, load_golden_graphs
 from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, load_checkpoint
 from defect_detector.model.tta import orientations, tta_forward
 from defect_detector.monitor.exposure import ExposureRange
@@ -58,10 +63,18 @@ class Runtime:
     :meth:`~defect_detector.inspect.pipeline.Pipeline.plan`).
     """
 
-    def __init__(
-        self, model: torch.nn.Module, meta: dict[str, Any], device: torch.device, dtype: torch.dtype, kind: str, path: Path
+    def __init__(  # noqa: PLR0913 - the loaded model and what describes it
+        self,
+        model: torch.nn.Module,
+        meta: dict[str, Any],
+        device: torch.device,
+        dtype: torch.dtype,
+        kind: str,
+        path: Path,
+        golden_graphs: GoldenGraphs | None = None,
     ) -> None:
         self.model = model
+        self.golden_graphs = golden_graphs
         self.meta = meta
         self.class_names: tuple[str, ...] = tuple(meta["class_names"])
         self.imgsz = int(meta["imgsz"])
@@ -172,6 +185,8 @@ class Runtime:
         check_outputs(runtime)  # a forged meta.json fails here, naming the key, not at the first frame
         if kind != "pt2":  # a meta that fits the graph (permuted class names, another pixel_scale) fails here
             verify_artifact(path, kind, meta)
+        runtime.golden_graphs = load_golden_graphs(kind, path, model, meta, device)
+        check_golden_graphs(runtime)
         return runtime
 
     @classmethod
@@ -194,13 +209,16 @@ class Runtime:
                 cpu_fusion = False
                 log.warning("%s: tracing failed, running the eager model: %s", path, exc)
         meta = checkpoint_meta(loaded, model, _carried_baseline(loaded, model.layer_names, size), use_half, cpu_only=cpu_fusion)
-        return cls(module, meta, device, torch.float16 if use_half else torch.float32, "checkpoint", path)
+        graphs = load_golden_graphs("checkpoint", path, module, meta, device)
+        return cls(module, meta, device, torch.float16 if use_half else torch.float32, "checkpoint", path, graphs)
 
     def warmup(self, iterations: int = 2, batch: int = 1) -> None:
         """Run the model on blank ``[batch, channels, S, S]`` input so first-frame latency excludes one-time setup."""
         x = torch.zeros(batch, self.channels, self.imgsz, self.imgsz, device=self.device, dtype=self.dtype)
         for _ in range(iterations):
             self.infer(x)
+            if self.caches_golden and self.tta == "none":
+                self.infer_cached(x[:, :1], self.golden_features(x[:1, 1:2]))
         self.sync()
 
     def infer(self, batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -217,6 +235,58 @@ class Runtime:
             one_batch = self.device.type == "cuda"
             pred, (stats,) = tta_forward(self.model, batch, self._orientations, self.meta["strides"], self.imgsz, one_batch)
         return pred, stats
+
+    @property
+    def caches_golden(self) -> bool:
+        """Whether this model serves the cached golden path (:meth:`golden_features`, :meth:`infer_cached`): a siamese
+        golden-template model whose artifact holds its ``golden`` and ``frame`` graphs (a checkpoint, and TorchScript,
+        ``.pt2`` and ONNX float32 exports since v0.12). False for single-image models, other reference models, int8 ONNX
+        and older artifacts: they take the pair through :meth:`infer`."""
+        return self.golden_graphs is not None
+
+    def _graphs(self, what: str) -> GoldenGraphs:
+        if self.golden_graphs is None:
+            raise ValueError(
+                f"{self.path}: {what} needs a siamese golden-template model exported with its golden and frame graphs "
+                f"(runtime.caches_golden is False for this {self.kind}); run the image and its golden image through infer"
+            )
+        return self.golden_graphs
+
+    def _planes(self, x: torch.Tensor, what: str) -> torch.Tensor:
+        """``x`` as ``[B, 1, S, S]`` on the model's device and dtype; ``ValueError`` for another shape."""
+        if x.ndim != 4 or x.shape[1] != 1 or tuple(x.shape[2:]) != (self.imgsz, self.imgsz) or len(x) == 0:
+            raise ValueError(f"{what} must be [B, 1, {self.imgsz}, {self.imgsz}] (B >= 1), got {list(x.shape)}")
+        return x.to(self.device, self.dtype)
+
+    def golden_features(self, reference: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The golden image's trunk features, to compute once per golden image: ``reference`` float ``[B, 1, S, S]`` in
+        [0, 1], letterboxed exactly like the frames it will be compared with (the pipeline's letterbox of the golden
+        image registered into the frame) -> a tuple of tensors on ``self.device`` in ``self.dtype`` (``c3``, ``c4``:
+        meta ``graphs.golden.outputs``) for :meth:`infer_cached`. ``ValueError`` when :attr:`caches_golden` is False
+        or for another shape."""
+        graphs = self._graphs("golden_features")
+        x = self._planes(reference, "golden_features: reference")
+        with torch.inference_mode():
+            return graphs.golden(x)
+
+    def infer_cached(self, images: torch.Tensor, golden: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`infer` for frames against cached golden features, one model pass: ``images`` float ``[B, 1, S, S]`` (the
+        letterboxed frames) and ``golden`` (:meth:`golden_features` of batch 1, shared by every frame, or of batch B, a
+        golden image per frame) -> ``(pred float32 [B, A, 4 + C], stats float32 [B, L, 2])``, what :meth:`infer` gives
+        for ``cat((images, reference), 1)`` (float tolerance; ``stats`` the frames' trunk pass). ``ValueError`` when
+        :attr:`caches_golden` is False, with test-time augmentation (:attr:`tta` not ``none``: use :meth:`infer`), or for
+        inputs of another shape."""
+        graphs = self._graphs("infer_cached")
+        if self.tta != "none":
+            raise ValueError(f"infer_cached runs one pass; test-time augmentation {self.tta!r} needs infer with the two channels")
+        x = self._planes(images, "infer_cached: images")
+        features = tuple(golden)
+        if len(features) != len(GOLDEN_FEATURES) or any(f.ndim != 4 or len(f) not in (1, len(x)) for f in features):
+            shapes = [list(f.shape) for f in features]
+            raise ValueError(f"infer_cached: golden must be the {len(GOLDEN_FEATURES)} golden_features, batch 1 or {len(x)}, got {shapes}")
+        with torch.inference_mode():
+            pred, stats = graphs.frame(x, [f.to(self.device, self.dtype) for f in features])
+        return pred.float(), stats.float()
 
     def sync(self) -> None:
         """Wait for the device (CUDA) so timings cover the work."""

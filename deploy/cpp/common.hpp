@@ -8,6 +8,9 @@
 //      lives in Python, defect_detector/data/register.py). The pair is checked first (golden_check below); it is
 //      then letterboxed with IMAGE's geometry and stacked as channel 1: input [1, 2, imgsz, imgsz];
 //   3. run the model (the caller's forward): pred [1, A, 4 + C] xyxy letterboxed pixels + class probabilities;
+//      a siamese golden-template model whose artifact holds the graphs golden and frame (meta.json "graphs") runs the
+//      golden image's trunk pass ONCE (golden: the letterboxed reference [1, 1, S, S] -> features c3, c4) and then
+//      frame(board [1, 1, S, S], c3, c4) for IMAGE and every --board BOARD: one trunk pass per board;
 //   4. keep (anchor, class) pairs scoring above --conf (at most 1000, highest first), NMS per class
 //      (cv::dnn::NMSBoxes) at --iou, demote a call overlapping a higher-scored call of another class (the weights'
 //      operating_point.cross_class_iou / cross_class_factor, when set; one demoted to --conf or below is dropped),
@@ -15,6 +18,7 @@
 //      default to the weights' operating point (meta.json operating_point), as `defect-detector predict` does;
 //   5. map boxes back to original pixels (clipped) and print one JSON object per detection:
 //      {"label": 2, "category_name": "mousebite", "score": 0.91, "box": [x1, y1, x2, y2]}
+//      (with "image": path first when --board gave several boards).
 //
 // Golden check: a golden image that does not fit the frame (another design, a blank or stretched image, one not
 // registered) must not yield "0 detections". The pair's ZNCC (zero-normalised cross-correlation, both images
@@ -87,6 +91,7 @@ struct Detection {
 
 struct Options {
   std::string model_path, image_path, reference_path;
+  std::vector<std::string> boards;  // --board: more boards of the same size, inspected against the same REFERENCE
   float conf = NAN, iou = NAN;  // NAN: the weights' operating point
   int max_det = 100, threads = 0;
 };
@@ -284,21 +289,20 @@ inline void to_original(Detection& d, const Placement& pl) {
 }
 
 inline int usage(const char* program, const char* model) {
-  std::cerr << "usage: " << program << " " << model << " IMAGE [REFERENCE] [--reference REFERENCE] [--conf C] [--iou I] "
-            << "[--max-det 100] [--threads N]   (--conf, --iou: default the weights' operating point)\n";
+  std::cerr << "usage: " << program << " " << model << " IMAGE [REFERENCE] [--reference REFERENCE] [--board IMAGE ...] [--conf C] "
+            << "[--iou I] [--max-det 100] [--threads N]   (--conf, --iou: default the weights' operating point)\n";
   return 2;
 }
 
-// The letterboxed model input planes: IMAGE, then (reference model) REFERENCE with IMAGE's geometry, after the
-// golden check (NotInspected when the pair's ZNCC is below meta.golden.min_zncc).
-inline std::vector<cv::Mat> input_planes(const Meta& meta, const std::string& image_path, const std::string& reference_path,
-                                         Placement& placement) {
+// The letterboxed model input planes: IMAGE, then (reference model) REFERENCE (read once by the caller, empty for a
+// 1-channel model) with IMAGE's geometry, after the golden check (NotInspected when the pair's ZNCC is below
+// meta.golden.min_zncc).
+inline std::vector<cv::Mat> input_planes(const Meta& meta, const std::string& image_path, const cv::Mat& reference,
+                                         const std::string& reference_path, Placement& placement) {
   const cv::Mat gray = cv::imread(image_path, cv::IMREAD_GRAYSCALE);
   if (gray.empty()) throw std::runtime_error(image_path + ": cannot read image");
   std::vector<cv::Mat> planes{letterbox(gray, meta.imgsz, placement)};
   if (meta.channels == 1) return planes;
-  const cv::Mat reference = cv::imread(reference_path, cv::IMREAD_GRAYSCALE);
-  if (reference.empty()) throw std::runtime_error(reference_path + ": cannot read reference image");
   if (reference.size() != gray.size()) {
     throw std::runtime_error(reference_path + ": reference is " + std::to_string(reference.cols) + "x" + std::to_string(reference.rows) +
                              " px, the image " + std::to_string(gray.cols) + "x" + std::to_string(gray.rows) +
@@ -328,6 +332,7 @@ inline bool parse_args(int argc, char** argv, Options& opt) {
     for (int i = first_flag; i + 1 < argc; i += 2) {
       const std::string flag = argv[i];
       if (flag == "--reference") opt.reference_path = argv[i + 1];
+      else if (flag == "--board") opt.boards.push_back(argv[i + 1]);
       else if (flag == "--conf") opt.conf = std::stof(argv[i + 1]);
       else if (flag == "--iou") opt.iou = std::stof(argv[i + 1]);
       else if (flag == "--max-det") opt.max_det = std::stoi(argv[i + 1]);
@@ -354,19 +359,62 @@ inline std::string first_line(const std::string& text) {
   return text.substr(start, text.find_first_of("\r\n", start) - start);
 }
 
-// A loaded model: its meta.json text, the device it runs on, and its forward ([1, C, S, S] -> pred [1, A, 4 + C]).
+// A loaded model: its meta.json text, the device it runs on, its forward ([1, C, S, S] -> pred [1, A, 4 + C]) and, for a
+// siamese golden-template artifact with the graphs golden and frame, those two (empty otherwise): golden([1, 1, S, S]
+// letterboxed reference) -> its trunk features; frame([1, 1, S, S] board, features) -> pred [1, A, 4 + C].
 struct Loaded {
   std::string meta_json;
   c10::Device device;
   std::function<at::Tensor(const at::Tensor&)> forward;
+  std::function<std::vector<at::Tensor>(const at::Tensor&)> golden = {};
+  std::function<at::Tensor(const at::Tensor&, const std::vector<at::Tensor>&)> frame = {};
 };
 
-// The whole example for one image: arguments, meta checks, golden check, model, NMS, JSON lines. `load` reads the
-// model (after the thread count is set). Exit codes: 0 ok, 1 error, 2 usage, 3 not inspected (golden check).
+// The model's predictions for one board's planes: the golden features are computed on the first call and reused
+// (`golden` keeps them) when the model has the cached path, else the whole forward on [1, channels, S, S].
+inline at::Tensor predict(const Loaded& model, const Meta& meta, const std::vector<cv::Mat>& planes, std::vector<at::Tensor>& golden) {
+  c10::InferenceMode guard;
+  if (meta.channels == 2 && model.golden && model.frame) {
+    if (golden.empty()) {
+      const auto start = std::chrono::steady_clock::now();
+      golden = model.golden(to_input({planes[1]}, meta, model.device));
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      std::fprintf(stderr, "golden features: %.1f ms, computed once for every board\n", ms);
+    }
+    return model.frame(to_input({planes[0]}, meta, model.device), golden)[0].to(at::kCPU, at::kFloat).contiguous();
+  }
+  return model.forward(to_input(planes, meta, model.device))[0].to(at::kCPU, at::kFloat).contiguous();
+}
+
+// One board: golden check, model, NMS, JSON lines on stdout (tagged with the image path when `tagged`).
+inline void inspect_board(const Loaded& model, const Meta& meta, const Options& opt, const std::string& image_path, const cv::Mat& reference,
+                          std::vector<at::Tensor>& golden, bool tagged) {
+  Placement placement{};
+  const std::vector<cv::Mat> planes = input_planes(meta, image_path, reference, opt.reference_path, placement);
+  const auto start = std::chrono::steady_clock::now();
+  const at::Tensor pred = predict(model, meta, planes, golden);
+  const float conf = std::isnan(opt.conf) ? meta.point.conf : opt.conf;
+  const float iou = std::isnan(opt.iou) ? meta.point.iou : opt.iou;
+  std::vector<Detection> detections = select(pred, conf, iou, opt.max_det, meta.point);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const std::string tag = tagged ? "\"image\": \"" + image_path + "\", " : "";
+  for (auto& d : detections) {
+    to_original(d, placement);
+    const std::string& name = d.label < static_cast<int>(meta.class_names.size()) ? meta.class_names[d.label] : std::to_string(d.label);
+    std::printf("{%s\"label\": %d, \"category_name\": \"%s\", \"score\": %.6f, \"box\": [%.3f, %.3f, %.3f, %.3f]}\n", tag.c_str(), d.label,
+                name.c_str(), d.score, d.x1, d.y1, d.x2, d.y2);
+  }
+  std::fprintf(stderr, "%s%zu detections, %.1f ms (model + NMS) on %s\n", tagged ? (image_path + ": ").c_str() : "", detections.size(), ms,
+               model.device.is_cuda() ? "cuda" : "cpu");
+}
+
+// The whole example for IMAGE and every --board: arguments, meta checks, golden check, model, NMS, JSON lines. `load`
+// reads the model (after the thread count is set). Exit codes: 0 ok, 1 error, 2 usage, 3 a board not inspected (golden check).
 inline int run_example(int argc, char** argv, const char* program, const char* model_kind,
                        const std::function<Loaded(const std::string&)>& load) {
   Options opt;
   if (!parse_args(argc, argv, opt)) return usage(program, model_kind);
+  int status = 0;
   try {
     if (opt.threads > 0) at::set_num_threads(opt.threads);
     Loaded model = load(opt.model_path);
@@ -381,31 +429,22 @@ inline int run_example(int argc, char** argv, const char* program, const char* m
       return 2;
     }
 
-    Placement placement{};
-    const std::vector<cv::Mat> planes = input_planes(meta, opt.image_path, opt.reference_path, placement);
-
-    const auto start = std::chrono::steady_clock::now();
-    const at::Tensor input = to_input(planes, meta, model.device);  // [1, channels, S, S]
-    at::Tensor pred;
-    {
-      c10::InferenceMode guard;
-      pred = model.forward(input)[0].to(at::kCPU, at::kFloat).contiguous();
+    cv::Mat reference;  // read once: every board is inspected against it
+    if (meta.channels == 2) {
+      reference = cv::imread(opt.reference_path, cv::IMREAD_GRAYSCALE);
+      if (reference.empty()) throw std::runtime_error(opt.reference_path + ": cannot read reference image");
     }
-    const float conf = std::isnan(opt.conf) ? meta.point.conf : opt.conf;
-    const float iou = std::isnan(opt.iou) ? meta.point.iou : opt.iou;
-    std::vector<Detection> detections = select(pred, conf, iou, opt.max_det, meta.point);
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-
-    for (auto& d : detections) {
-      to_original(d, placement);
-      const std::string& name = d.label < static_cast<int>(meta.class_names.size()) ? meta.class_names[d.label] : std::to_string(d.label);
-      std::printf("{\"label\": %d, \"category_name\": \"%s\", \"score\": %.6f, \"box\": [%.3f, %.3f, %.3f, %.3f]}\n", d.label, name.c_str(),
-                  d.score, d.x1, d.y1, d.x2, d.y2);
+    std::vector<std::string> images{opt.image_path};
+    images.insert(images.end(), opt.boards.begin(), opt.boards.end());
+    std::vector<at::Tensor> golden;  // the golden image's features, once the first board has passed its golden check
+    for (const std::string& image_path : images) {
+      try {
+        inspect_board(model, meta, opt, image_path, reference, golden, images.size() > 1);
+      } catch (const NotInspected& e) {  // this board only: the others are still inspected
+        std::cerr << "not inspected: " << e.what() << "\n";
+        status = kNotInspected;
+      }
     }
-    std::fprintf(stderr, "%zu detections, %.1f ms (model + NMS) on %s\n", detections.size(), ms, model.device.is_cuda() ? "cuda" : "cpu");
-  } catch (const NotInspected& e) {
-    std::cerr << "not inspected: " << e.what() << "\n";
-    return kNotInspected;
   } catch (const c10::Error& e) {  // libtorch's errors carry a backtrace (and may list an archive): their first line alone
     std::cerr << "error: " << opt.model_path << ": " << first_line(e.what_without_backtrace()) << "\n";
     return 1;
@@ -413,7 +452,7 @@ inline int run_example(int argc, char** argv, const char* program, const char* m
     std::cerr << "error: " << first_line(e.what()) << "\n";
     return 1;
   }
-  return 0;
+  return status;
 }
 
 }  // namespace dd

@@ -1,13 +1,14 @@
 // Run an exported defect_detector AOTInductor package (.pt2, `defect-detector export --format pt2`) on one image.
 //
-//   defect_detector_pt2 MODEL.pt2 IMAGE [REFERENCE] [--reference REFERENCE] [--conf 0.25] [--iou 0.5]
+//   defect_detector_pt2 MODEL.pt2 IMAGE [REFERENCE] [--reference REFERENCE] [--board IMAGE ...] [--conf 0.25] [--iou 0.5]
 //                       [--max-det 100] [--threads N]
 //
 // The steps (meta.json, letterbox, golden check, NMS, output) are common.hpp's; this file loads the package with
 // torch::inductor::AOTIModelPackageLoader (libtorch's, no Python): meta.json is the package's AOTInductor metadata
 // entry "meta.json", and run() returns {pred [1, A, 4 + C], stats [1, L, 2]}. The package holds a compiled model for
 // one device kind (meta.json "aoti_device": cpu or cuda) and the torch version that wrote it: run it with that
-// libtorch (the one in the same torch wheel).
+// libtorch (the one in the same torch wheel). A siamese golden-template package also holds the models "golden" and
+// "frame" (meta.json "graphs"): the golden features are then computed once for IMAGE and every --board.
 
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 
@@ -22,6 +23,23 @@ int main(int argc, char** argv) {
     const bool cuda = device_key != metadata.end() && device_key->second == "cuda";
     auto loader = std::make_shared<torch::inductor::AOTIModelPackageLoader>(path, "model");
     auto forward = [loader](const at::Tensor& input) { return loader->run({input})[0]; };
-    return dd::Loaded{meta->second, cuda ? c10::Device(c10::kCUDA) : c10::Device(c10::kCPU), forward};
+    dd::Loaded loaded{meta->second, cuda ? c10::Device(c10::kCUDA) : c10::Device(c10::kCPU), forward};
+    const bool cached = meta->second.find("\"model_name\": \"golden\"") != std::string::npos &&
+                        meta->second.find("\"model_name\": \"frame\"") != std::string::npos;
+    if (cached) {  // a siamese model's cached path: the package's models golden and frame (meta.json "graphs")
+      auto golden = std::make_shared<torch::inductor::AOTIModelPackageLoader>(path, "golden");
+      auto frame = std::make_shared<torch::inductor::AOTIModelPackageLoader>(path, "frame");
+      loaded.golden = [golden](const at::Tensor& reference) {
+        std::vector<at::Tensor> features = golden->run({reference});
+        for (auto& f : features) f = f.contiguous();  // the frame model was compiled for contiguous features
+        return features;
+      };
+      loaded.frame = [frame](const at::Tensor& image, const std::vector<at::Tensor>& features) {
+        std::vector<at::Tensor> inputs{image};  // batch 1: the features' batch is the frames' (meta.json graphs.frame)
+        inputs.insert(inputs.end(), features.begin(), features.end());
+        return frame->run(inputs)[0];
+      };
+    }
+    return loaded;
   });
 }

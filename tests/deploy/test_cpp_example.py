@@ -247,6 +247,55 @@ def test_cpp_pt2_matches_python_runtime(pt2_executable: Path, small_pt2: dict, t
     assert wrong_kind.returncode == 1 and wrong_kind.stderr.startswith("error: ") and len(wrong_kind.stderr.splitlines()) == 1
 
 
+def _siamese_boards(tmp_path: Path, height: int, width: int) -> tuple[list[Path], Path, list[np.ndarray], np.ndarray]:
+    """Two boards of one design and their golden image (the second board: the first with a painted blob), as files."""
+    image, template = generate_board_pair(height, width, np.random.default_rng(6))[:2]
+    second = image.copy()
+    second[height // 4 : height // 4 + height // 12, width // 3 : width // 3 + width // 10] = 255
+    paths = [tmp_path / "board1.png", tmp_path / "board2.png"]
+    for path, board in zip(paths, (image, second)):
+        assert cv2.imwrite(str(path), board)
+    assert cv2.imwrite(str(tmp_path / "golden.png"), template)
+    return paths, tmp_path / "golden.png", [image, second], template
+
+
+def _check_boards_against_one_golden_image(
+    executable: Path, artifact: Path, tmp_path: Path, height: int, width: int, conf: float = 0.25
+) -> None:
+    """The example computes the golden features once and inspects both boards with them, as the Python runtime does
+    for each pair (``conf``: above the scores an untrained head gives every anchor within 1e-6 of each other)."""
+    paths, golden, boards, template = _siamese_boards(tmp_path, height, width)
+    point = ("--conf", str(conf), "--iou", "0.5")
+    run = _run(executable, str(artifact), str(paths[0]), "--reference", str(golden), "--board", str(paths[1]), point=point)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.count("golden features: ") == 1 and "computed once for every board" in run.stderr
+    lines = _json_lines(run.stdout)
+    runtime = Runtime.load(artifact, device="cpu")
+    assert runtime.caches_golden
+    for path, board in zip(paths, boards):
+        python = detect(runtime, [board], conf=conf, iou=0.5, references=[template])[0]
+        _assert_same_detections([{k: v for k, v in d.items() if k != "image"} for d in lines if d["image"] == str(path)], python)
+    single = _run(executable, str(artifact), str(paths[0]), "--reference", str(golden))  # one board: no "image" key
+    assert single.returncode == 0 and all("image" not in d for d in _json_lines(single.stdout))
+
+
+def test_cpp_siamese_model_computes_the_golden_features_once(executable: Path, tmp_path: Path) -> None:
+    ckpt_path = write_small_checkpoint(tmp_path / "siamese.ckpt.pt", IMGSZ, seed=1, in_channels=2, model={"fusion": "siamese"})
+    ckpt = torch.load(ckpt_path, weights_only=True)
+    for state in (ckpt["model"], ckpt["ema"]):  # class scores spread over anchors (0.25-0.40), not tied within 1e-6
+        for key in [k for k in state if k.startswith("head.cls_branches.") and k.endswith(".1.weight")]:
+            state[key] = state[key] * 6.0
+    torch.save(ckpt, ckpt_path)
+    artifact = tmp_path / "siamese.torchscript.pt"
+    export_torchscript(load_checkpoint(ckpt_path), artifact, optimize=False)
+    _check_boards_against_one_golden_image(executable, artifact, tmp_path, 480, 640, conf=0.37)  # scale 0.5, pad_y 40, as above
+
+
+def test_cpp_pt2_siamese_model_computes_the_golden_features_once(pt2_executable: Path, small_siamese_pt2: dict, tmp_path: Path) -> None:
+    size = small_siamese_pt2["report"]["meta"]["imgsz"]  # compiled once per session (conftest.py)
+    _check_boards_against_one_golden_image(pt2_executable, small_siamese_pt2["path"], tmp_path, size * 3 // 2, size * 2)
+
+
 def test_cpp_reports_bad_input(executable: Path, tmp_path: Path) -> None:
     command = [str(executable), str(tmp_path / "missing.pt"), str(tmp_path / "missing.png")]
     run = subprocess.run(command, capture_output=True, text=True, timeout=120)

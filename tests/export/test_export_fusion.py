@@ -102,3 +102,30 @@ def test_siamese_statistics_come_from_the_board_pass(tmp_path: Path) -> None:
         _, board_stats = deploy(parity)
         _, swapped = deploy(parity.flip(1))  # board and golden swapped: the statistics follow the board channel
     assert not torch.allclose(board_stats, swapped, atol=1e-4)
+
+
+def test_deploy_model_golden_and_frame_give_forwards_outputs(variant: tuple[str, Path]) -> None:
+    """A siamese ``DeployModel`` (BatchNorm folded, channels_last, oneDNN kernels where available) has ``golden`` and
+    ``frame``: the frames against their golden images' features, shared (batch 1) or one each, give the unfused eager
+    ``forward`` of the pairs; other models have neither."""
+    from defect_detector.export.onednn import onednn_available
+
+    name, checkpoint = variant
+    deploy = DeployModel(load_checkpoint(checkpoint).model, IMGSZ, cpu_fusion=onednn_available())
+    x = _pairs()
+    x[2, 1] = 1.0 - x[2, 1]  # frame 2 against another golden image
+    if not name.startswith("siamese"):
+        assert not deploy.caches_golden
+        with pytest.raises(ValueError, match="golden features need model.fusion: siamese"):
+            deploy.golden(x[:, 1:2])
+        return
+    assert deploy.caches_golden
+    with torch.no_grad():
+        c3, c4 = deploy.golden(x[:, 1:2])
+        assert [tuple(c3.shape[1:]), tuple(c4.shape[1:])] == [tuple(s) for s in deploy.golden_shapes()]
+        for got, want in zip(deploy.frame(x[:, :1], c3, c4), _eager(checkpoint, x)):
+            torch.testing.assert_close(got, want, atol=1e-3, rtol=0)
+        shared = torch.cat((x[:, :1], x[:1, 1:2].expand(3, -1, -1, -1)), 1)
+        one_golden = deploy.golden(x[:1, 1:2])
+        for got, want in zip(deploy.frame(x[:, :1], *one_golden), _eager(checkpoint, shared)):
+            torch.testing.assert_close(got, want, atol=1e-3, rtol=0)
