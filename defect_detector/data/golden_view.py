@@ -51,7 +51,7 @@ def boxes_to_frame(boxes: torch.Tensor, view: GoldenView) -> torch.Tensor:
     the frame (``view.matrix``), clipped to the frame: float32 ``[K, 4]``."""
     if len(boxes) == 0:
         return boxes
-    m = torch.as_tensor(view.matrix, dtype=torch.float64)
+    m = torch.tensor(np.array(view.matrix, np.float64))
     x1, y1, x2, y2 = boxes.double().unbind(1)
     corners = torch.stack([torch.stack(c, 1) for c in ((x1, y1), (x2, y1), (x1, y2), (x2, y2))], 1)  # [K, 4, 2]
     mapped = corners @ m[:, :2].T + m[:, 2]  # [K, 4, 2] frame pixels
