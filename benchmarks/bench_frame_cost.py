@@ -7,7 +7,8 @@ Each round times one call of each candidate, on the same boards (``--data``: the
 their golden images; default: the bundled samples, ``data/samples/deeppcb`` and ``golden``):
 
 - ``yolov8n``: ultralytics' YOLOv8n, fused, traced and frozen at ``[1, 3, S, S]`` (``benchmarks/bench.py``), the model alone;
-- ``line_golden_view``: the line's case, one golden board for every frame: the prepare stage (levels, blank check, the
+- ``line_golden_view``: the line's case, one golden board for every frame (the first board, moved by 0-0.5 px from frame
+  to frame as in a fixture): the prepare stage (levels, blank check, the
   design's registration reused, the golden check, the screens) and the model in the golden view, the golden image's
   features cached (``inspect/prepare.py``), postprocess included;
 - ``line_frame_view``: the same frames with the golden image registered into each frame and run through the model
@@ -29,6 +30,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import cv2
+import numpy as np
 import torch
 
 from benchmarks.bench import build_yolov8n
@@ -60,13 +63,23 @@ def frame_candidates(runtime: Runtime, pairs: Sequence[tuple[str, Any, Any]]) ->
     """The inspection candidates (module docstring), each inspecting the next board per call."""
     views = {"golden_view": True, "frame_view": False} if runtime.caches_golden else {"frame_view": False}
     out: dict[str, Callable[[], Any]] = {}
+    fixture = line_frames(pairs[0])
     for label, golden_view in views.items():
         pipeline = Pipeline(runtime, golden_view=golden_view)
         line = Prepare(pipeline, Designs(None))  # one design all along: pairs[0]'s golden image
-        out[f"line_{label}"] = _cycling(lambda i, p=line, q=pipeline: _inspect(p, q, pairs[i], pairs[0][2]), len(pairs))
+        out[f"line_{label}"] = _cycling(lambda i, p=line, q=pipeline: _inspect(p, q, fixture[i], pairs[0][2]), len(fixture))
         fresh = _cycling(lambda i, q=pipeline: _inspect(Prepare(q, Designs(None)), q, pairs[i], pairs[i][2]), len(pairs))
         out[f"new_golden_{label}"] = fresh  # a new design every frame: nothing cached
     return out
+
+
+def line_frames(pair: tuple[str, Any, Any]) -> list[tuple[str, Any, Any]]:
+    """One board as a fixture shows it frame after frame: moved by 0-0.5 px (border replicated), same golden image."""
+    name, board, golden = pair
+    moves = ((0.0, 0.0), (0.5, 0.0), (0.0, 0.5), (0.5, 0.5))
+    size = (board.shape[1], board.shape[0])
+    shifted = [cv2.warpAffine(board, np.float64([[1, 0, dx], [0, 1, dy]]), size, borderMode=cv2.BORDER_REPLICATE) for dx, dy in moves]
+    return [(name, image, golden) for image in shifted]
 
 
 def _inspect(prepare: Prepare, pipeline: Pipeline, pair: tuple[str, Any, Any], golden: Any) -> None:

@@ -256,7 +256,8 @@ def _checked(reg: Registration, warped: np.ndarray, image: np.ndarray, reference
     reason = _size_reason(reference_shape, image.shape, cfg)
     found = BLANK
     if not reason:
-        reg = replace(reg, covered_mask=covered_area(reg.matrix, reference_shape, image.shape))
+        if not (reg.reused and reg.covered_mask is not None and reg.covered_mask.shape == image.shape):  # a reused matrix: its mask
+            reg = replace(reg, covered_mask=covered_area(reg.matrix, reference_shape, image.shape))
         difference = differing(warped, image, reg.covered_mask)
         differs, valid = difference.differs, difference.valid
         found = structure(*difference)
