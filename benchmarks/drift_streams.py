@@ -28,7 +28,9 @@ from tqdm import tqdm
 from defect_detector.data.images import load_image_gray
 from defect_detector.inspect.designs import Designs
 from defect_detector.inspect.pipeline import Pipeline
+from defect_detector.inspect.prepare import Prepare
 from defect_detector.inspect.references import ReferenceError
+from defect_detector.inspect.sources import Frame
 from defect_detector.monitor.blank import image_levels
 from defect_detector.monitor.faults import apply_fault
 
@@ -219,13 +221,14 @@ def collect(
 
     collector = StatsCollector(pipeline)
     out = {f"calib_{k}": v for k, v in collector.boards(calibration, {"clean": None}, "calibration", progress).items()}
-    kept = evenly_spaced(len(calibration), 64)
-    pairs = []
-    for i in kept:
+    framed = Pipeline(pipeline.runtime, golden_view=False)  # the statistics this benchmark streams are the frame view's
+    prepare, records = Prepare(framed, collector.designs), []
+    for i in evenly_spaced(len(calibration), 64):
         image = load_image_gray(calibration[i].image)
         golden = load_image_gray(calibration[i].golden) if collector.reference else None
-        pairs.append((image, collector.designs.registered(image, calibration[i].image, golden) if golden is not None else None))
-    for name, values in fault_statistics(pipeline, pairs, 8, progress).items():
+        record = prepare(Frame(i, image, "calibration", calibration[i].image, 0.0), golden)
+        records += [] if record.refused else [record]
+    for name, values in fault_statistics(framed, records, 8, progress).items():
         out[f"calib_faults_{name}"] = values
     out.update({f"pool_{k}": v for k, v in collector.boards(pool, VARIANTS, "stream boards", progress).items()})
     if large:

@@ -27,20 +27,17 @@ from defect_detector.data.coco_json import read_json
 from defect_detector.data.dataset import CocoDetectionDataset, evenly_spaced
 from defect_detector.engine.budget import MIN_BASELINE_FRAMES, Budget
 from defect_detector.inspect.annotated import AnnotatedFrame, annotated_frames
+from defect_detector.inspect.drift_inputs import golden_of
 from defect_detector.inspect.pipeline import Pipeline
-from defect_detector.inspect.prepare import Prepare
+from defect_detector.inspect.prepare import Inspection, Prepare, detect_records, reframed
 from defect_detector.inspect.references import References
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.inspect.source_kinds import list_images, source_kind
 from defect_detector.inspect.sources import Frame
 from defect_detector.monitor.baseline import FAULT_FRAMES, Baseline, calibrate
-from defect_detector.monitor.blank import image_levels
 from defect_detector.monitor.faults import CALIBRATION_STRENGTHS, apply_fault
 
 logger = logging.getLogger("defect_detector.monitor")
-
-Pair = tuple[np.ndarray, np.ndarray | None]
-"""A gray frame and its registered golden image (None for a single-image model)."""
 
 
 class _FrameList:
@@ -66,9 +63,9 @@ def _folder_frames(folder: str) -> _FrameList:
     return _FrameList([(i, str(path), None) for i, (path, _) in enumerate(files)], Path(folder), folder)
 
 
-def _pairs(prepare: Prepare, frames: _FrameList, indices: list[int]) -> Iterator[tuple[str, Pair]]:
-    """``(name, (gray frame, registered golden image or None))`` of the chosen frames through the prepare stage (as
-    ``predict`` prepares them); the frames it refuses (unreadable, blank, unmatched, badly exposed) are logged and left out."""
+def _records(prepare: Prepare, frames: _FrameList, indices: list[int]) -> Iterator[Inspection]:
+    """The records of the chosen frames through the prepare stage (as ``predict`` prepares them: the same view, the same
+    plan); the frames it refuses (unreadable, blank, unmatched, badly exposed) are logged and left out."""
     wanted = set(indices)
     for i, frame in enumerate(frames):
         if i not in wanted:
@@ -82,33 +79,38 @@ def _pairs(prepare: Prepare, frames: _FrameList, indices: list[int]) -> Iterator
         if record.refused:
             logger.warning("calibrate: left out %s", record.error)
             continue
-        yield frame.name, (frame.image, record.golden)
+        yield record
 
 
-def _statistics(pipeline: Pipeline, pairs: list[Pair]) -> np.ndarray:
-    """float64 ``[N, L, 2]`` pooled layer statistics of ``pairs`` through the pipeline."""
-    golden = [g for _, g in pairs] if pipeline.runtime.channels == 2 else None
-    return np.stack([d.stats.double().numpy() for d in pipeline.detect([im for im, _ in pairs], golden)])
+def _statistics(pipeline: Pipeline, records: list[Inspection]) -> np.ndarray:
+    """float64 ``[N, L, 2]`` pooled layer statistics of prepared ``records`` through the pipeline, as the inspector
+    computes them (``detect_records``: the golden view or the frame view)."""
+    records = [reframed(r, r.frame.image) for r in records]  # fresh copies: their detections are filled here
+    detect_records(pipeline, records)
+    return np.stack([r.detections.stats.double().numpy() for r in records])
 
 
-def golden_statistics(pipeline: Pipeline, pairs: list[Pair], batch: int) -> list[np.ndarray]:
-    """Per batch of ``pairs``: float64 ``[B, L, 2]`` statistics of each frame's registered golden image paired with itself,
-    through the pipeline as its frame (what the inspector computes once per golden image; ``monitor/drift.py``)."""
-    return [_statistics(pipeline, [(g, g) for _, g in pairs[i : i + batch]]) for i in range(0, len(pairs), batch)]
+def golden_statistics(pipeline: Pipeline, records: list[Inspection], batch: int) -> list[np.ndarray]:
+    """Per batch of ``records``: float64 ``[B, L, 2]`` statistics of each frame's golden image paired with itself, as the
+    inspector computes them once per design (``inspect/drift_inputs.py``; ``monitor/drift.py``)."""
+    out = []
+    for i in range(0, len(records), batch):
+        out.append(np.stack([g.stats for g in golden_of(pipeline, records[i : i + batch])]))
+    return out
 
 
-def fault_statistics(pipeline: Pipeline, pairs: list[Pair], batch: int, progress: bool = False) -> dict[str, np.ndarray]:
-    """``Baseline.faults``: statistics of the frames ``pairs`` under each fault of ``monitor/faults.py`` at each of its
-    ``CALIBRATION_STRENGTHS`` (``[S * N, L, 2]``, strength-major; the camera's frame faulted, a golden image is stored
-    and stays as it is), and of the same frames clean, repeated to match (``"clean"``)."""
+def fault_statistics(pipeline: Pipeline, records: list[Inspection], batch: int, progress: bool = False) -> dict[str, np.ndarray]:
+    """``Baseline.faults``: statistics of the prepared ``records`` under each fault of ``monitor/faults.py`` at each of
+    its ``CALIBRATION_STRENGTHS`` (``[S * N, L, 2]``, strength-major; the camera's frame faulted, its registration and
+    golden image kept: ``prepare.reframed``), and of the same frames clean, repeated to match (``"clean"``)."""
     runs = [(name, s) for name, strengths in CALIBRATION_STRENGTHS.items() for s in strengths]
     out: dict[str, list[np.ndarray]] = {}
-    with tqdm(total=(len(runs) + 1) * len(pairs), desc="simulated faults", unit="img", disable=None if progress else True) as bar:
+    with tqdm(total=(len(runs) + 1) * len(records), desc="simulated faults", unit="img", disable=None if progress else True) as bar:
         for name, strength in [("clean", 0.0), *runs]:
-            for start in range(0, len(pairs), batch):
-                chunk = pairs[start : start + batch]
+            for start in range(0, len(records), batch):
+                chunk = records[start : start + batch]
                 if name != "clean":
-                    chunk = [(apply_fault(im, name, strength, start + k), g) for k, (im, g) in enumerate(chunk)]
+                    chunk = [reframed(r, apply_fault(r.frame.image, name, strength, start + k)) for k, r in enumerate(chunk)]
                 out.setdefault(name, []).append(_statistics(pipeline, chunk))
                 bar.update(len(chunk))
     faults = {name: np.concatenate(parts) for name, parts in out.items()}
@@ -150,17 +152,17 @@ def run_calibrate(  # noqa: PLR0913 - the Python twin of calibrate's flags, one 
     else:
         raise ValueError("calibrate needs --data ANN.json or --images DIR")
     indices = evenly_spaced(len(frames), max_images)
-    chosen = _pairs(Prepare(pipeline), frames, indices)
-    pairs = [pair for _, pair in tqdm(chosen, total=len(indices), desc="calibrate", disable=None if progress else True)]
-    if len(pairs) < 2:
+    chosen = _records(Prepare(pipeline), frames, indices)
+    records = list(tqdm(chosen, total=len(indices), desc="calibrate", disable=None if progress else True))
+    if len(records) < 2:
         raise ValueError(f"{source}: fewer than 2 frames could be read and inspected")
-    stats = [_statistics(pipeline, pairs[i : i + batch]) for i in range(0, len(pairs), batch)]
-    golden = golden_statistics(pipeline, pairs, batch) if runtime.channels == 2 else None
-    levels = np.stack([image_levels(image) for image, _ in pairs])
+    stats = [_statistics(pipeline, records[i : i + batch]) for i in range(0, len(records), batch)]
+    golden = golden_statistics(pipeline, records, batch) if runtime.channels == 2 else None
+    levels = np.stack([r.levels for r in records])
     info = {"weights": str(runtime.path), "kind": runtime.kind, "class_names": list(runtime.class_names)}
-    source = f"{source} ({len(pairs)} images)"
+    source = f"{source} ({len(records)} images)"
     baseline = calibrate(stats, runtime.layer_names, runtime.imgsz, info, source, golden=golden, image_levels=levels)
-    kept = [pairs[i] for i in evenly_spaced(len(pairs), fault_frames)]
+    kept = [records[i] for i in evenly_spaced(len(records), fault_frames)]
     baseline.faults = fault_statistics(pipeline, kept, batch, progress)
     baseline.save(out)
     return baseline

@@ -165,6 +165,14 @@ class Prepare:
         record.covered = record.registration.covered(frame.image.shape)
 
 
+def reframed(record: Inspection, image: np.ndarray) -> Inspection:
+    """A copy of a prepared ``record`` whose frame shows uint8 ``image`` (the frame's size: the same frame under a
+    simulated fault, ``calibrate``), its design, registration and plan kept, its golden view warped anew; no detections."""
+    frame = dataclasses.replace(record.frame, image=image)
+    view = warp_into_golden(image, record.design.image, record.registration.matrix) if record.view is not None else None
+    return dataclasses.replace(record, frame=frame, view=view, detections=None, events=[])
+
+
 def _refuse(record: Inspection, kind: str, reason: str) -> Inspection:
     record.frame = dataclasses.replace(record.frame, error=reason, error_kind=kind)
     return record

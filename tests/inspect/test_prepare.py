@@ -1,0 +1,125 @@
+"""The prepare stage, designs prepared once and the golden view (issue 35): cached and uncached golden work give the
+same calls for every artifact kind, the golden view agrees with the frame view, and ``Inspector.stream`` yields the
+typed records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from small_checkpoint import write_small_checkpoint
+from torchvision.ops import box_iou
+
+from defect_detector.data.images import load_image_gray, pixel_fingerprint
+from defect_detector.data.synth import generate_board_pair
+from defect_detector.export import export_onnx, export_torchscript
+from defect_detector.inspect.designs import Designs
+from defect_detector.inspect.inspector import Inspector
+from defect_detector.inspect.pipeline import Pipeline
+from defect_detector.inspect.prepare import Inspection, Prepare, detect_records
+from defect_detector.inspect.runtime import Runtime
+from defect_detector.inspect.sources import Frame
+from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, load_checkpoint
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
+IMGSZ = 64
+
+
+@pytest.fixture(scope="module")
+def siamese(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A small siamese checkpoint and its TorchScript and ONNX exports (each with its golden and frame graphs)."""
+    folder = tmp_path_factory.mktemp("prepare")
+    checkpoint = write_small_checkpoint(folder / "s.pt", IMGSZ, randomize_bn=True, seed=5, in_channels=2, model={"fusion": "siamese"})
+    loaded = load_checkpoint(checkpoint)
+    export_torchscript(loaded, folder / "s.torchscript.pt", optimize=False)
+    paths = {"checkpoint": checkpoint, "torchscript": folder / "s.torchscript.pt"}
+    try:
+        export_onnx(loaded, folder / "s.onnx")
+        paths["onnx"] = folder / "s.onnx"
+    except ImportError:
+        pass
+    return paths
+
+
+def _boards() -> tuple[np.ndarray, list[np.ndarray]]:
+    """A golden image (96x128) and three boards of its design, each with its own defects, moved 0-2 px."""
+    _, golden, _, _ = generate_board_pair(96, 128, np.random.default_rng(1), (2, 3))
+    boards = []
+    for i, (dx, dy) in enumerate(((0, 0), (2, 1), (1, 2))):
+        board = golden.copy()
+        rng = np.random.default_rng(20 + i)
+        for _ in range(3):
+            x, y = int(rng.integers(8, 110)), int(rng.integers(8, 80))
+            cv2.circle(board, (x, y), 4, int(255 - board[y, x]), -1)
+        boards.append(cv2.warpAffine(board, np.float64([[1, 0, dx], [0, 1, dy]]), (128, 96), borderMode=cv2.BORDER_REPLICATE))
+    return golden, boards
+
+
+def _inspect(prepare: Prepare, board: np.ndarray, golden: np.ndarray, index: int = 0) -> Inspection:
+    record = prepare(Frame(index, board, "test", f"b{index}.png", 0.0), golden)
+    assert not record.refused, record.error
+    detect_records(prepare.pipeline, [record])
+    return record
+
+
+@pytest.mark.parametrize("kind", ["checkpoint", "torchscript", "onnx", "pt2"])
+def test_cached_and_uncached_golden_work_give_the_same_calls(kind: str, siamese: dict, request: pytest.FixtureRequest) -> None:
+    if kind == "pt2":
+        path = request.getfixturevalue("small_siamese_pt2")["path"]
+    elif kind not in siamese:
+        pytest.skip("onnx / onnxruntime not installed")
+    else:
+        path = siamese[kind]
+    runtime = Runtime.load(path, device="cpu")
+    assert runtime.caches_golden
+    golden, boards = _boards()
+    pipeline = Pipeline(runtime, conf=0.05, golden_view=True)
+    computed = []
+    compute = pipeline.golden_features
+    pipeline.golden_features = lambda *a: computed.append(1) or compute(*a)  # count the golden image's trunk passes
+    line = Prepare(pipeline, Designs(None))
+    cached = [_inspect(line, board, golden, i).detections for i, board in enumerate(boards)]
+    assert len(computed) == 1  # one design: its features computed on the first frame, reused for the others
+    for i, board in enumerate(boards):
+        fresh = _inspect(Prepare(pipeline, Designs(None)), board, golden, i).detections  # a new design every frame
+        assert len(fresh) == len(cached[i]) > 0
+        assert np.allclose(fresh.boxes.numpy(), cached[i].boxes.numpy(), atol=1e-3)
+        assert np.allclose(fresh.scores.numpy(), cached[i].scores.numpy(), atol=1e-5)
+    assert len(computed) == 1 + len(boards)
+
+
+def test_the_golden_view_agrees_with_the_frame_view_on_the_bundled_model() -> None:
+    """The golden view (board warped into the golden image, its features cached) and the frame view (golden image
+    warped into the board) call the same defects on the sample boards, boxes in the frame's pixels."""
+    runtime = Runtime.load(DEFAULT_REFERENCE_WEIGHTS, device="cpu")
+    views = {v: Prepare(Pipeline(runtime, golden_view=v)) for v in (True, False)}
+    for path in sorted((SAMPLES / "deeppcb").glob("*.jpg"))[:4]:
+        board, golden = load_image_gray(path), load_image_gray(SAMPLES / "golden" / path.name)
+        seen, framed = (_inspect(views[v], board, golden).detections for v in (True, False))
+        assert seen.boxes.shape == framed.boxes.shape and len(seen) > 0
+        iou = box_iou(seen.boxes, framed.boxes)
+        best = iou.max(dim=1)
+        assert (best.values > 0.8).all() and (seen.labels == framed.labels[best.indices]).all()
+        assert np.allclose(seen.scores.numpy(), framed.scores[best.indices].numpy(), atol=0.1)
+
+
+def test_stream_yields_one_typed_record_per_frame(siamese: dict, tmp_path: Path) -> None:
+    golden, boards = _boards()
+    (tmp_path / "frames").mkdir()
+    for i, board in enumerate(boards):
+        assert cv2.imwrite(str(tmp_path / "frames" / f"b{i}.png"), board)
+    (tmp_path / "frames" / "broken.png").write_bytes(b"not an image")
+    assert cv2.imwrite(str(tmp_path / "golden.png"), golden)
+    with Inspector.load(siamese["checkpoint"], reference=tmp_path / "golden.png", device="cpu", threads=1, monitor=False) as inspector:
+        records = list(inspector.stream(str(tmp_path / "frames")))
+    assert [r.frame.file_name for r in records] == ["b0.png", "b1.png", "b2.png", "broken.png"]
+    for record in records[:3]:
+        assert record.verdict in ("pass", "fail") and record.golden_key == pixel_fingerprint(golden)
+        assert record.golden_name == "golden.png" and record.registration.score > 0.5 and record.levels.shape == (4,)
+        assert record.view is not None and record.view.board.shape == golden.shape  # the golden view: features cached
+    assert len({id(r.design) for r in records[:3]}) == 1  # one design, prepared once
+    assert records[3].verdict == "not_inspected" and records[3].design is None and records[3].frame.error_kind == "unreadable"
