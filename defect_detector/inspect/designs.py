@@ -6,7 +6,7 @@ A :class:`Design` holds what every frame of one golden image shares, computed on
   matrix of a fixed fixture and the golden check's reference levels);
 - its design-domain note (``inspect/design_check.py``), set by the prepare stage;
 - its drift statistics (``monitor/golden.py`` :class:`Golden`), set by ``inspect/drift_inputs.py``;
-- its trunk features for a siamese model, per model-input geometry, set by the frame pipeline's cached path.
+- its trunk features for a siamese model, kept by the frame pipeline under the design's key (``Pipeline.design_features``).
 
 :class:`Designs` finds a frame's design: from the pixels given with the frame, else from ``References`` (a file or a
 folder, looked up once per frame), and keeps the most recently used :data:`CACHED` designs. Two copies of one golden
@@ -19,7 +19,6 @@ import logging
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
-from weakref import WeakKeyDictionary
 
 import numpy as np
 
@@ -44,8 +43,8 @@ class Design:
     ``pixel_fingerprint``); ``name``: what a line engineer calls it (its file name; the key for pixels given);
     ``file``: its path, or :data:`GIVEN`; ``image``: uint8 ``[H, W]`` as given (not registered); ``registrar``: its
     registration pyramid. The other fields are filled by the stages that need them, once per design: ``note`` (the
-    design check's ``DesignNote``), ``drift`` (its ``Golden`` statistics), ``features`` (siamese trunk features, per
-    runtime: ``(plan, tensors)``, dropped with the runtime)."""
+    design check's ``DesignNote``) and ``drift`` (its ``Golden`` statistics). Its siamese trunk features are kept by the
+    frame pipeline that computed them (``Pipeline.design_features``: they belong to that pipeline's model)."""
 
     key: str
     name: str
@@ -54,7 +53,6 @@ class Design:
     registrar: Registrar = field(repr=False)
     note: Any = None
     drift: Any = None
-    features: WeakKeyDictionary[Any, Any] = field(default_factory=WeakKeyDictionary, repr=False)
 
 
 class Designs:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -60,6 +61,10 @@ MAX_BATCH = 32
 MAX_BATCH_CPU = 2
 """:data:`MAX_BATCH` on the CPU. Per-input time of the bundled model at 640, 1 thread: batch 1 38 ms, 2 34, 3 35,
 4 44, 6 47, 12 52-59 ms (larger batches' activations outgrow the caches), so a 12-tile frame runs as 6 calls of 2."""
+
+FEATURES_KEPT = 8
+"""Designs whose golden features a pipeline keeps (:meth:`Pipeline.design_features`; least recently used dropped first):
+at 640 a design's features take about 1.5 MB, tiled 2048x1536 about 18 MB."""
 
 _CHANNELS = (1, 3, 4)
 
@@ -140,6 +145,7 @@ class Pipeline:
             raise ValueError(f"{runtime.path.name}: the golden view needs a siamese model with its golden-features graph, one pass")
         if not 0.0 <= self.conf <= 1.0 or not 0.0 <= self.iou <= 1.0 or self.max_det < 1:
             raise ValueError(f"need 0 <= conf <= 1, 0 <= iou <= 1 and max_det >= 1, got conf={conf}, iou={iou}, max_det={max_det}")
+        self._features: OrderedDict[str, tuple[TileRecord | None, tuple[torch.Tensor, ...]]] = OrderedDict()  # design_features
         self._shrink_warned = False
         self._cap_warned = False  # calls cut by max_det are warned about once (and counted in every Detections)
 
@@ -272,6 +278,17 @@ class Pipeline:
         if golden is None:
             return self.runtime.infer(batch[start:end])
         return self.runtime.infer_cached(batch[start:end], tuple(g[start:end] for g in golden))
+
+    def design_features(self, key: str, golden: np.ndarray, plan: TileRecord | None) -> tuple[torch.Tensor, ...]:
+        """:meth:`golden_features` of the design ``key`` (its golden image ``golden``, cut by ``plan``), computed on its
+        first frame and kept for the :data:`FEATURES_KEPT` most recent designs of this pipeline (of its runtime)."""
+        kept = self._features.get(key)
+        if kept is None or kept[0] != plan:
+            kept = self._features[key] = (plan, self.golden_features(golden, plan))
+        self._features.move_to_end(key)
+        while len(self._features) > FEATURES_KEPT:
+            self._features.popitem(last=False)
+        return kept[1]
 
     def golden_features(self, golden: np.ndarray, plan: TileRecord | None) -> tuple[torch.Tensor, ...]:
         """A golden image's cached model features (``Runtime.golden_features``): uint8 ``[H, W]`` letterboxed whole

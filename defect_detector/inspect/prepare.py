@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 
 from defect_detector.core.types import Detections, TileRecord
 from defect_detector.data.golden_view import GoldenView, boxes_to_frame, centres_valid, warp_into_golden
@@ -190,21 +189,12 @@ def detect_records(pipeline: Pipeline, records: Sequence[Inspection]) -> list[In
         for record, result in zip(framed, results):
             record.detections = mask_uncovered(result, record.covered)
     if viewed:
-        features = [golden_features(pipeline, r.design, r.plan) for r in viewed]
+        features = [pipeline.design_features(r.design.key, r.design.image, r.plan) for r in viewed]
         golden = [r.design.image for r in viewed]  # the golden view's golden image: for the tiled frames' difference gate
         results = pipeline.detect([r.view.board for r in viewed], golden, [r.plan for r in viewed], features)
         for record, result in zip(viewed, results):
             record.detections = _in_frame(result, record.view)
     return good
-
-
-def golden_features(pipeline: Pipeline, design: Design, plan: TileRecord | None) -> tuple[torch.Tensor, ...]:
-    """``design``'s cached model features for ``plan`` (:meth:`Pipeline.golden_features`), computed on its first frame
-    and kept on the design for as long as this pipeline's runtime lives."""
-    kept = design.features.get(pipeline.runtime)
-    if kept is None or kept[0] != plan:
-        kept = design.features[pipeline.runtime] = (plan, pipeline.golden_features(design.image, plan))
-    return kept[1]
 
 
 def _in_frame(result: Detections, view: GoldenView) -> Detections:

@@ -17,7 +17,7 @@ from defect_detector.data.synth import generate_board_pair
 from defect_detector.export import export_onnx, export_torchscript
 from defect_detector.inspect.designs import Designs
 from defect_detector.inspect.inspector import Inspector
-from defect_detector.inspect.pipeline import Pipeline
+from defect_detector.inspect.pipeline import FEATURES_KEPT, Pipeline
 from defect_detector.inspect.prepare import Inspection, Prepare, detect_records
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.inspect.sources import Frame
@@ -85,11 +85,12 @@ def test_cached_and_uncached_golden_work_give_the_same_calls(kind: str, siamese:
     cached = [_inspect(line, board, golden, i).detections for i, board in enumerate(boards)]
     assert len(computed) == 1  # one design: its features computed on the first frame, reused for the others
     for i, board in enumerate(boards):
-        fresh = _inspect(Prepare(pipeline, Designs(None)), board, golden, i).detections  # a new design every frame
+        uncached = Prepare(Pipeline(runtime, conf=0.05, golden_view=True), Designs(None))  # nothing kept from before
+        fresh = _inspect(uncached, board, golden, i).detections
         assert len(fresh) == len(cached[i]) > 0
         assert np.allclose(fresh.boxes.numpy(), cached[i].boxes.numpy(), atol=1e-3)
         assert np.allclose(fresh.scores.numpy(), cached[i].scores.numpy(), atol=1e-5)
-    assert len(computed) == 1 + len(boards)
+    assert len(computed) == 1
 
 
 def test_the_golden_view_agrees_with_the_frame_view_on_the_bundled_model() -> None:
@@ -123,3 +124,17 @@ def test_stream_yields_one_typed_record_per_frame(siamese: dict, tmp_path: Path)
         assert record.view is not None and record.view.board.shape == golden.shape  # the golden view: features cached
     assert len({id(r.design) for r in records[:3]}) == 1  # one design, prepared once
     assert records[3].verdict == "not_inspected" and records[3].design is None and records[3].frame.error_kind == "unreadable"
+
+
+def test_a_pipeline_keeps_the_golden_features_of_its_most_recent_designs_only(siamese: dict) -> None:
+    pipeline = Pipeline(Runtime.load(siamese["checkpoint"], device="cpu"), golden_view=True)
+    computed: list[int] = []
+    compute = pipeline.golden_features
+    pipeline.golden_features = lambda *a: computed.append(1) or compute(*a)
+    golden, _ = _boards()
+    for key in range(FEATURES_KEPT + 2):
+        pipeline.design_features(f"design-{key}", golden, None)
+    pipeline.design_features(f"design-{FEATURES_KEPT + 1}", golden, None)  # recent: kept
+    assert len(computed) == FEATURES_KEPT + 2
+    pipeline.design_features("design-0", golden, None)  # the oldest was dropped: computed again
+    assert len(computed) == FEATURES_KEPT + 3
