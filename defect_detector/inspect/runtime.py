@@ -39,7 +39,7 @@ from defect_detector.inspect.artifacts import (  # noqa: F401 - archive_meta re-
     verify_artifact,
 )
 from defect_detector.inspect.golden_graphs import GOLDEN_FEATURES, GoldenGraphs, check_golden_graphs, load_golden_graphs
-from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, load_checkpoint
+from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, LoadedModel, load_checkpoint
 from defect_detector.model.tta import orientations, tta_forward
 from defect_detector.monitor.exposure import ExposureRange
 
@@ -193,7 +193,22 @@ class Runtime:
     def _load_checkpoint(
         cls, path: Path, device: torch.device, half: bool | str, layers: Sequence[str], imgsz: int | None, trace: bool
     ) -> Runtime:
-        loaded = load_checkpoint(path)
+        return cls.from_loaded(load_checkpoint(path), device, half, layers, imgsz, trace)
+
+    @classmethod
+    def from_loaded(  # noqa: PLR0913 - load()'s checkpoint choices
+        cls,
+        loaded: LoadedModel,
+        device: torch.device,
+        half: bool | str = "auto",
+        layers: Sequence[str] = DEFAULT_LAYERS,
+        imgsz: int | None = None,
+        trace: bool = True,
+    ) -> Runtime:
+        """The runtime of an in-memory model (a checkpoint :meth:`load` read, or the weights being trained: training-time
+        validation), as :meth:`load` builds it for a checkpoint: ``half``, ``layers``, ``imgsz`` and ``trace`` as there;
+        ``path`` is ``loaded.path``."""
+        path = Path(loaded.path)
         use_half = device.type == "cuda" if half == "auto" else bool(half)
         size = int(imgsz or loaded.config.data.imgsz)
         model = DeployModel(loaded.model, size, layers).to(device)
@@ -240,7 +255,7 @@ class Runtime:
     def caches_golden(self) -> bool:
         """Whether this model serves the cached golden path (:meth:`golden_features`, :meth:`infer_cached`): a siamese
         golden-template model whose artifact holds its ``golden`` and ``frame`` graphs (a checkpoint, and TorchScript,
-        ``.pt2`` and ONNX float32 exports since v0.12). False for single-image models, other reference models, int8 ONNX
+        ``.pt2`` and ONNX float32 exports since v0.13). False for single-image models, other reference models, int8 ONNX
         and older artifacts: they take the pair through :meth:`infer`."""
         return self.golden_graphs is not None
 

@@ -22,7 +22,6 @@ from tqdm import tqdm
 from defect_detector.core.config import Config, EvalConfig
 from defect_detector.data.dataset import CocoDetectionDataset
 from defect_detector.engine.evaluate import Predictions, evaluate_predictions, per_group_map
-from defect_detector.export import DeployModel, checkpoint_meta
 from defect_detector.inspect.annotated import annotated_frames
 from defect_detector.inspect.designs import Designs
 from defect_detector.inspect.pipeline import Pipeline
@@ -166,8 +165,7 @@ class TrainingValidation:
 
 
 def _training_runtime(model: torch.nn.Module, cfg: Config) -> Runtime:
-    """A :class:`Runtime` of an in-memory model with the run's config (eager, on the model's device, float32)."""
-    device = next(model.parameters()).device
+    """A :class:`Runtime` of the weights being trained, as ``val`` builds one for their checkpoint (the golden graphs of
+    a siamese model included), but eager, float32, on the model's device, with no monitored layers."""
     loaded = LoadedModel(model, cfg, tuple(cfg.data.class_names), {}, Path("training"))
-    deploy = DeployModel(model, cfg.data.imgsz, ()).to(device).eval()
-    return Runtime(deploy, checkpoint_meta(loaded, deploy), device, torch.float32, "checkpoint", Path("training"))
+    return Runtime.from_loaded(loaded, next(model.parameters()).device, half=False, layers=(), imgsz=cfg.data.imgsz, trace=False)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import cv2
+import numpy as np
 import pytest
 import torch
 
@@ -17,7 +19,15 @@ from defect_detector.inspect.validate import TrainingValidation, validate
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def test_val_reproduces_the_calls_and_the_mAP_of_training_time_validation(synth_coco: Path, tmp_path: Path, tiny_config) -> None:
+@pytest.mark.parametrize("siamese", [False, True], ids=["single_image", "siamese"])
+def test_val_reproduces_the_calls_and_the_mAP_of_training_time_validation(
+    synth_coco: Path, tmp_path: Path, tiny_config, siamese: bool
+) -> None:
+    """Both model kinds; the siamese one is validated in the golden view, its golden features cached, as ``val`` runs it."""
+    data = _with_references(synth_coco, tmp_path) if siamese else synth_coco
+    cfg = tiny_config(data, tmp_path, epochs=1)
+    if siamese:
+        cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"in_channels": 2, "fusion": "siamese"})})
     seen: list[dict] = []
     pipeline_validation = TrainingValidation()
 
@@ -25,10 +35,11 @@ def test_val_reproduces_the_calls_and_the_mAP_of_training_time_validation(synth_
         seen.append(pipeline_validation(model, cfg, dataset))
         return seen[-1]
 
-    run = fit(tiny_config(synth_coco, tmp_path, epochs=1), progress=False, threads=1, validator=recording)
+    run = fit(cfg, progress=False, threads=1, validator=recording)
     recorded = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
     assert len(seen) == 1 and len(seen[0]) == 4  # the one validation went through the frame pipeline, every image
-    measured = validate(run / "weights" / "last.pt", synth_coco, progress=False)
+    measured = validate(run / "weights" / "last.pt", data, progress=False)
+    assert measured.runtime.caches_golden is siamese
     assert set(measured.predictions) == set(seen[0])
     for image_id, ours in seen[0].items():
         theirs = measured.predictions[image_id]
@@ -44,3 +55,21 @@ def _rows(prediction: dict) -> torch.Tensor:
     for column in reversed(range(rows.shape[1])):
         rows = rows[rows[:, column].argsort(stable=True)]
     return rows
+
+
+def _with_references(ann: Path, tmp_path: Path) -> Path:
+    """A copy of the COCO json ``ann`` whose every image has a golden image (``reference``): itself moved by 1.5 and 0.5
+    px, so that registering it takes interpolation, which the golden view and the frame view put on different images."""
+    raw = json.loads(ann.read_text())
+    root = (ann.parent / raw["info"].get("images_root", ".")).resolve()
+    raw["info"]["images_root"] = str(tmp_path)
+    for image in raw["images"]:
+        board = cv2.imread(str(root / image["file_name"]), cv2.IMREAD_GRAYSCALE)
+        shape = (board.shape[1], board.shape[0])
+        golden = cv2.warpAffine(board, np.float64([[1, 0, 1.5], [0, 1, 0.5]]), shape, borderMode=cv2.BORDER_REPLICATE)
+        name = Path(image["file_name"]).name
+        assert cv2.imwrite(str(tmp_path / name), board) and cv2.imwrite(str(tmp_path / f"golden_{name}"), golden)
+        image["file_name"], image["reference"] = name, f"golden_{name}"
+    out = tmp_path / "with_references.json"
+    out.write_text(json.dumps(raw))
+    return out
