@@ -15,7 +15,6 @@ folder) and ``pt2`` (AOTInductor: minutes of compiling at 640).
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -24,11 +23,12 @@ from typing import Any
 import torch
 
 from benchmarks.timing import measure_interleaved, paired_ratio
+from defect_detector.core.io import atomic_write_json
 from defect_detector.export import export_onnx, export_pt2, export_torchscript, parity_inputs
 from defect_detector.inspect.runtime import Runtime
-from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, load_checkpoint
+from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, load_checkpoint
 
-REF_WEIGHTS = DEFAULT_WEIGHTS.with_name("deeppcb_ref.pt")
+REF_WEIGHTS = DEFAULT_REFERENCE_WEIGHTS
 KINDS = ("checkpoint", "torchscript", "onnx", "pt2")
 _EXPORTS: dict[str, tuple[str, Callable[..., Any]]] = {
     "torchscript": ("model.torchscript.pt", export_torchscript),
@@ -57,16 +57,22 @@ def artifacts(weights: str | Path, kinds: Sequence[str], imgsz: int, folder: Pat
 def candidates(paths: dict[str, Path], imgsz: int, threads: int) -> dict[str, Callable[[], Any]]:
     """``{<kind>_infer, <kind>_cached: timed call}`` for each artifact, loaded with ``threads``; one synthetic board and
     its golden image (``export.parity_inputs``), the golden features computed once here."""
-    pair = parity_inputs(imgsz, channels=2)[:1]
     calls: dict[str, Callable[[], Any]] = {}
     for kind, path in paths.items():
         runtime = Runtime.load(path, device="cpu", threads=threads, imgsz=imgsz if kind == "checkpoint" else None)
-        if not runtime.caches_golden:
-            raise ValueError(f"{path}: not a siamese golden-template model with golden and frame graphs (caches_golden False)")
-        image, features = pair[:, :1], runtime.golden_features(pair[:, 1:2])
-        calls[f"{kind}_infer"] = lambda r=runtime: r.infer(pair)
-        calls[f"{kind}_cached"] = lambda r=runtime, i=image, f=features: r.infer_cached(i, f)
+        calls.update(runtime_calls(runtime, kind))
     return calls
+
+
+def runtime_calls(runtime: Runtime, label: str) -> dict[str, Callable[[], Any]]:
+    """``{<label>_infer, <label>_cached: timed call}`` of one loaded siamese ``runtime``: the pair through ``infer``, and
+    the board through ``infer_cached`` against its golden features computed once here (one synthetic board and its
+    golden image, ``export.parity_inputs``). ``ValueError`` for a runtime without the cached path."""
+    if not runtime.caches_golden:
+        raise ValueError(f"{runtime.path}: not a siamese golden-template model with golden and frame graphs (caches_golden False)")
+    pair = parity_inputs(runtime.imgsz, channels=2)[:1]
+    image, features = pair[:, :1], runtime.golden_features(pair[:, 1:2])
+    return {f"{label}_infer": lambda: runtime.infer(pair), f"{label}_cached": lambda: runtime.infer_cached(image, features)}
 
 
 def run(
@@ -108,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"threads {entry['threads']} {name:>18}: median {row['median_ms']:7.2f} ms  p90 {row['p90_ms']:7.2f} ms")
         print(f"threads {entry['threads']} cached / infer (paired): {entry['cached_over_infer']}")
     if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=1))
+        atomic_write_json(args.out, result)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,8 @@ their golden images; default: the bundled samples, ``data/samples/deeppcb`` and 
   with it (two trunk passes per frame);
 - ``new_golden_view`` / ``new_golden_frame_view``: a new golden image every frame (DeepPCB's case): a full registration,
   and in the golden view the golden image's features computed too;
-- ``model_cached`` / ``model_pair``: the model alone, ``infer_cached`` of one frame against cached features, and ``infer``
-  of the two-channel input.
+- ``model_cached`` / ``model_infer``: the model alone, ``infer_cached`` of one frame against cached features, and ``infer``
+  of the two-channel input (``benchmarks/bench_cached.py``).
 
 Ratios are paired (median over rounds of candidate / YOLOv8n). Target: ``line_golden_view`` <= 0.25.
 """
@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from benchmarks.bench import build_yolov8n
+from benchmarks.bench_cached import runtime_calls
 from benchmarks.timing import measure_interleaved, paired_ratio
 from defect_detector.core.io import atomic_write_json
 from defect_detector.data.dataset import CocoDetectionDataset
@@ -100,23 +101,12 @@ def _cycling(fn: Callable[[int], Any], n: int) -> Callable[[], Any]:
     return call
 
 
-def model_candidates(runtime: Runtime) -> dict[str, Callable[[], Any]]:
-    """The model alone: one frame against cached golden features, and the two-channel pass."""
-    s = runtime.imgsz
-    pair = torch.rand(1, 2, s, s)
-    out: dict[str, Callable[[], Any]] = {"model_pair": lambda: runtime.infer(pair)}
-    if runtime.caches_golden:
-        features = runtime.golden_features(pair[:, 1:2])
-        out["model_cached"] = lambda: runtime.infer_cached(pair[:, 0:1], features)
-    return out
-
-
 def run(weights: str | None, data: str | None, boards: int, threads: int, iters: int) -> dict[str, Any]:
     """Time every candidate interleaved; ``{"timings", "ratios_vs_yolov8n", ...}``."""
     torch.set_num_threads(threads)
     runtime = Runtime.load(weights or DEFAULT_REFERENCE_WEIGHTS, device="cpu")
     pairs = load_pairs(data, boards)
-    candidates = {**frame_candidates(runtime, pairs), **model_candidates(runtime)}
+    candidates = {**frame_candidates(runtime, pairs), **(runtime_calls(runtime, "model") if runtime.caches_golden else {})}
     yolo = build_yolov8n(runtime.imgsz)
     if yolo is not None:
         x = torch.rand(1, 3, runtime.imgsz, runtime.imgsz)
