@@ -7,13 +7,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import cv2
-import numpy as np
 import pytest
+from design_boards import write_design_json
 from small_checkpoint import write_small_checkpoint
 
 from benchmarks.drift_unseen import boards_of, main, name_order
-from defect_detector.data.synth import generate_board_pair
 from defect_detector.inspect.calibrate import run_calibrate
 from defect_detector.model.checkpoint import attach_baseline
 
@@ -23,22 +21,7 @@ SIZE = 96
 
 
 def _json(root: Path, name: str, designs: list[str], per_design: int, seed: int) -> Path:
-    """A COCO json of ``per_design`` synthetic boards per design folder, each with its golden image, and each golden
-    image also listed as an image of its own paired with itself (as DeepPCB's training json lists them)."""
-    images = []
-    for d, design in enumerate(designs):
-        (root / design).mkdir(parents=True, exist_ok=True)
-        for k in range(per_design):
-            board, golden = generate_board_pair(SIZE, SIZE, np.random.default_rng(seed + 100 * d + k), (1, 2))[:2]
-            cv2.imwrite(str(root / design / f"{k:03d}_test.png"), board)
-            cv2.imwrite(str(root / design / f"{k:03d}_temp.png"), golden)
-            for file in (f"{design}/{k:03d}_test.png", f"{design}/{k:03d}_temp.png"):
-                entry = {"id": len(images) + 1, "file_name": file, "width": SIZE, "height": SIZE}
-                images.append({**entry, "reference": f"{design}/{k:03d}_temp.png"})
-    path = root / name
-    categories = [{"id": i + 1, "name": n} for i, n in enumerate(["open", "short", "mousebite", "spur", "copper", "pin-hole"])]
-    path.write_text(json.dumps({"images": images, "annotations": [], "categories": categories, "info": {"images_root": "."}}))
-    return path
+    return write_design_json(root, name, designs, per_design, seed, SIZE, self_pairs=True)
 
 
 def test_boards_leave_out_golden_images_paired_with_themselves_and_run_in_name_order(tmp_path: Path) -> None:

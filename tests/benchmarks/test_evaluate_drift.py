@@ -6,14 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import cv2
 import numpy as np
 import pytest
+from design_boards import write_design_json
 from small_checkpoint import write_small_checkpoint
 
 from benchmarks.drift_streams import BOARDS_PER_LARGE, Board, compose, design_changes, design_stream, large_frames
 from benchmarks.evaluate_drift import main
-from defect_detector.data.synth import generate_board_pair
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -21,20 +20,7 @@ SIZE = 96
 
 
 def _json(root: Path, name: str, designs: list[str], per_design: int, seed: int) -> Path:
-    """A COCO json of ``per_design`` synthetic boards (and golden images) per design folder."""
-    images = []
-    for d, design in enumerate(designs):
-        (root / design).mkdir(parents=True, exist_ok=True)
-        for k in range(per_design):
-            board, golden = generate_board_pair(SIZE, SIZE, np.random.default_rng(seed + 100 * d + k), (1, 2))[:2]
-            cv2.imwrite(str(root / design / f"{k:03d}_test.png"), board)
-            cv2.imwrite(str(root / design / f"{k:03d}_temp.png"), golden)
-            entry = {"id": len(images) + 1, "file_name": f"{design}/{k:03d}_test.png", "width": SIZE, "height": SIZE}
-            images.append({**entry, "reference": f"{design}/{k:03d}_temp.png"})
-    path = root / name
-    categories = [{"id": i + 1, "name": n} for i, n in enumerate(["open", "short", "mousebite", "spur", "copper", "pin-hole"])]
-    path.write_text(json.dumps({"images": images, "annotations": [], "categories": categories, "info": {"images_root": "."}}))
-    return path
+    return write_design_json(root, name, designs, per_design, seed, SIZE, self_pairs=False)
 
 
 def test_design_streams_run_design_by_design() -> None:
