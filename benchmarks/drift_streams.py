@@ -17,6 +17,7 @@ computed too: the monitor reads the frame relative to them.
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from defect_detector.core.config import MonitorConfig
+from defect_detector.core.io import atomic_write_json
 from defect_detector.data.images import load_image_gray
 from defect_detector.inspect.designs import Designs
 from defect_detector.inspect.pipeline import Pipeline
@@ -235,3 +238,25 @@ def collect(
         large_variants = {"clean": None, **({name: (name, s) for name, s in STRONG.items()} if large_faults else {})}
         out.update({f"large_{k}": v for k, v in collector.large(pool, large, large_variants, "large frames", progress, large_size).items()})
     return out
+
+
+def add_run_arguments(parser: argparse.ArgumentParser, out: str) -> None:
+    """The flags every drift benchmark shares: ``--monitor-config``, ``--threads``, ``--cache``, ``--out`` (default ``out``)
+    and ``--quiet``."""
+    parser.add_argument("--monitor-config", help="YAML with drift settings (default: MonitorConfig defaults)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--cache", default="data/deeppcb/drift_cache", help="statistics cache folder (git-ignored; '' for none)")
+    parser.add_argument("--out", default=out, help="JSON results")
+    parser.add_argument("--quiet", action="store_true")
+
+
+def monitor_config(args: argparse.Namespace) -> MonitorConfig:
+    """The drift settings ``--monitor-config`` names, else :class:`MonitorConfig`'s defaults."""
+    from defect_detector.monitor.setup import load_monitor_config
+
+    return load_monitor_config(args.monitor_config) if args.monitor_config else MonitorConfig()
+
+
+def write_results(path: str, cfg: MonitorConfig, results: dict) -> None:
+    """``{"monitor_config", "models": results}`` as JSON at ``path`` (atomically; numpy numbers as floats)."""
+    atomic_write_json(path, json.loads(json.dumps({"monitor_config": cfg.model_dump(), "models": results}, default=float)))

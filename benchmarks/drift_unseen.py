@@ -26,7 +26,6 @@ Statistics are cached per model and json (``--cache``), so trying a monitor sett
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from collections.abc import Sequence
@@ -36,10 +35,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.drift_streams import MILD, STRONG, VARIANTS, Board, StatsCollector, coco_boards
-from benchmarks.evaluate_drift import Streams, run, weights_fingerprint
+from benchmarks.drift_streams import (
+    MILD,
+    STRONG,
+    VARIANTS,
+    Board,
+    StatsCollector,
+    add_run_arguments,
+    coco_boards,
+    monitor_config,
+    write_results,
+)
+from benchmarks.evaluate_drift import END, LENGTH, ONSET, Streams, run, weights_fingerprint
 from defect_detector.core.config import MonitorConfig
-from defect_detector.core.io import atomic_write_json
 from defect_detector.data.dataset import evenly_spaced
 from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.inspect.runtime import Runtime
@@ -48,7 +56,6 @@ from defect_detector.monitor.baseline import Baseline, calibrate
 
 logger = logging.getLogger("defect_detector.monitor")
 
-ONSET, END, LENGTH = 100, 300, 360
 CALIBRATION = 300
 
 
@@ -177,21 +184,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--logo", action="store_true", help="leave each training design out of calibration in turn")
     parser.add_argument("--onsets", type=int, default=8, help="fault streams per fault (0: no faults; default 8)")
     parser.add_argument("--max-boards", type=int, help="at most this many boards per json (smoke tests)")
-    parser.add_argument("--monitor-config", help="YAML with drift settings (default: MonitorConfig defaults)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
-    parser.add_argument("--cache", default="data/deeppcb/drift_cache", help="statistics cache folder (git-ignored; '' for none)")
-    parser.add_argument("--out", default="drift_unseen.json", help="JSON results")
-    parser.add_argument("--quiet", action="store_true")
+    add_run_arguments(parser, "drift_unseen.json")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
-    from defect_detector.monitor.setup import load_monitor_config
-
-    cfg = load_monitor_config(args.monitor_config) if args.monitor_config else MonitorConfig()
+    cfg = monitor_config(args)
     results = {}
     for weights in [Path(w) for w in (args.weights or [DEFAULT_WEIGHTS, DEFAULT_REFERENCE_WEIGHTS])]:
         results[str(weights)] = evaluate(weights, args, cfg)
         print_table(weights.name, results[str(weights)])
-    atomic_write_json(args.out, json.loads(json.dumps({"monitor_config": cfg.model_dump(), "models": results}, default=float)))
+    write_results(args.out, cfg, results)
     print(f"wrote {args.out}")
     return 0
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
-import json
 import logging
 import statistics
 import sys
@@ -45,15 +44,17 @@ from benchmarks.drift_streams import (
     MILD,
     STRONG,
     Board,
+    add_run_arguments,
     calibration_split,
     coco_boards,
     collect,
     design_changes,
     design_stream,
     large_frames,
+    monitor_config,
+    write_results,
 )
 from defect_detector.core.config import MonitorConfig
-from defect_detector.core.io import atomic_write_json
 from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, DEFAULT_WEIGHTS, load_checkpoint
@@ -277,18 +278,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--large-frames", type=int, default=150, help="distinct 2048x1536 frames (0: none; default 150)")
     parser.add_argument("--large-size", type=_size, default=(1536, 2048), help="large frame size WxH (default 2048x1536)")
     parser.add_argument("--calibrate", action="store_true", help="baseline from the cached calibration boards, not the weights'")
-    parser.add_argument("--monitor-config", help="YAML with drift settings (default: MonitorConfig defaults)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--cost-repeats", type=int, default=40, help="alternating pairs for the cost (0: skip)")
-    parser.add_argument("--cache", default="data/deeppcb/drift_cache", help="statistics cache folder (git-ignored; '' for none)")
-    parser.add_argument("--out", default="drift_eval.json", help="JSON results")
-    parser.add_argument("--quiet", action="store_true")
+    add_run_arguments(parser, "drift_eval.json")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from benchmarks.drift_cost import measure_cost
-    from defect_detector.monitor.setup import load_monitor_config
 
-    cfg = load_monitor_config(args.monitor_config) if args.monitor_config else MonitorConfig()
+    cfg = monitor_config(args)
     train, val = coco_boards(args.train), coco_boards(args.val)
     chosen, rest = calibration_split(train, args.calibration)
     calib, pool = [train[i] for i in chosen], val + [train[i] for i in rest]
@@ -312,7 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             result["cost"] = measure_cost(pipeline, baseline, cfg, pool[0], args.cost_repeats)
         results[str(weights)] = result
         print_table(weights.name, result)
-    atomic_write_json(args.out, json.loads(json.dumps({"monitor_config": cfg.model_dump(), "models": results}, default=float)))
+    write_results(args.out, cfg, results)
     print(f"wrote {args.out}")
     return 0
 
