@@ -14,6 +14,7 @@ inspector reads every frame against its own golden image, so a board design the 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -85,7 +86,7 @@ def _records(prepare: Prepare, frames: _FrameList, indices: list[int]) -> Iterat
 def _statistics(pipeline: Pipeline, records: list[Inspection]) -> np.ndarray:
     """float64 ``[N, L, 2]`` pooled layer statistics of prepared ``records`` through the pipeline, as the inspector
     computes them (``detect_records``: the golden view or the frame view)."""
-    records = [reframed(r, r.frame.image) for r in records]  # fresh copies: their detections are filled here
+    records = [dataclasses.replace(r, detections=None) for r in records]  # copies: their detections are filled here
     detect_records(pipeline, records)
     return np.stack([r.detections.stats.double().numpy() for r in records])
 

@@ -42,6 +42,7 @@ from defect_detector.core.types import Detections
 from defect_detector.data.draw import draw_detections, stamp
 from defect_detector.inspect.run_guard import run_temp_name
 from defect_detector.inspect.sources import FrameSource
+from defect_detector.station.records import registration_values
 
 VERDICTS = ("pass", "pass_suspect", "fail", "not_inspected")
 JSON_LAYOUTS = ("frames", "detections")
@@ -66,11 +67,12 @@ def call_records(result: Detections | None) -> list[dict[str, Any]]:
 
 
 def registration_record(reg: Any) -> dict[str, Any] | None:
-    """The JSON form of a frame's :class:`~defect_detector.data.register.Registration` (None: no golden image)."""
+    """The JSON form of a frame's :class:`~defect_detector.data.register.Registration` (None: no golden image): what
+    the station records of it (``station/records.py`` :func:`registration_values`), its golden check's ``spread`` and
+    whether the fixture's matrix was ``reused``."""
     if reg is None:
         return None
-    keys = {"shift": "shift_px", "angle": "angle_deg", "score": "score", "difference": "difference", "spread": "spread"}
-    return {name: round(float(getattr(reg, attr)), 4) for name, attr in keys.items()} | {"reused": bool(reg.reused)}
+    return registration_values(reg) | {"spread": round(float(reg.spread), 4), "reused": bool(reg.reused)}
 
 
 def frame_record(inspection: Any) -> dict[str, Any]:
