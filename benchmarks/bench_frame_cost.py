@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -51,12 +52,12 @@ SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples"
 TARGET = 0.25
 
 
-def load_pairs(data: str | None, boards: int) -> list[tuple[str, Any, Any]]:
+def load_pairs(data: str | None, boards: int, class_names: Sequence[str]) -> list[tuple[str, Any, Any]]:
     """``(name, board, golden)`` uint8 pairs: the json's first ``boards`` boards, or the bundled samples."""
     if data is None:
         paths = sorted((SAMPLES / "deeppcb").glob("*.jpg"))[:boards]
         return [(p.name, load_image_gray(p), load_image_gray(SAMPLES / "golden" / p.name)) for p in paths]
-    dataset = CocoDetectionDataset(data, None, None, 640, None, "skip", reference=True)
+    dataset = CocoDetectionDataset(data, None, class_names, 640, None, "skip", reference=True)
     return [(Path(p).name, load_image_gray(p), load_image_gray(g)) for _, p, g in dataset.files()[:boards]]
 
 
@@ -105,7 +106,11 @@ def run(weights: str | None, data: str | None, boards: int, threads: int, iters:
     """Time every candidate interleaved; ``{"timings", "ratios_vs_yolov8n", ...}``."""
     torch.set_num_threads(threads)
     runtime = Runtime.load(weights or DEFAULT_REFERENCE_WEIGHTS, device="cpu")
-    pairs = load_pairs(data, boards)
+    if runtime.channels != 2:
+        raise ValueError(f"{runtime.path}: a single-image model; this benchmark times a golden-template model's frames")
+    pairs = load_pairs(data, boards, runtime.class_names)
+    if not pairs:
+        raise ValueError(f"{data}: no board with a golden image to time")
     candidates = {**frame_candidates(runtime, pairs), **(runtime_calls(runtime, "model") if runtime.caches_golden else {})}
     yolo = build_yolov8n(runtime.imgsz)
     if yolo is not None:
@@ -136,7 +141,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", help="write the result as JSON here")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    result = run(args.weights, args.data, args.boards, args.threads, args.iters)
+    try:
+        result = run(args.weights, args.data, args.boards, args.threads, args.iters)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(json.dumps(result, indent=2))
     if args.out:
         atomic_write_json(args.out, result)
