@@ -1,0 +1,249 @@
+"""Photometric registration: the golden image's grey levels fitted to the board's, after the geometric registration.
+
+A board is never lit as its golden image was: gain, offset, a tone change and a smooth light gradient come between
+them (DESIGN.md, Captures). With the golden image already registered into the board's pixels, the levels of a golden
+pixel ``g`` (uint8) at frame pixel ``(x, y)`` are modelled as
+
+    board ~= light(x, y) * 255 * (g / 255) ** gamma + offset
+
+where ``light`` is a smooth field, quadratic in the frame's normalised coordinates ``u, v`` in [-1, 1]
+(``c0 + c1 u + c2 v + c3 u^2 + c4 u v + c5 v^2``). The fit reads both images area-averaged to at most
+:data:`FIT_SIDE` px a side, where both have data and neither is saturated or crushed alone (glare, a shadow);
+defects are outliers: iteratively reweighted least squares with Tukey's biweight, ``gamma`` by a search over
+:data:`GAMMAS` with the weights held, refined by a parabola. A binarized pair (two levels) leaves ``gamma`` free: the
+search prefers 1 (a small pull towards it). :class:`Photometric` maps golden levels to the board's
+(:meth:`Photometric.to_board`, the frame view's golden channel) or the board's to the golden image's
+(:meth:`Photometric.to_golden`, the golden view's board).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+FIT_SIDE = 48
+"""Longest side, in samples, of the area-averaged images the fit reads."""
+
+GAMMAS = np.exp(np.linspace(math.log(0.6), math.log(1.6), 11))
+"""The tone exponents searched (log-spaced), refined by a parabola through the best three."""
+
+_FIELD_STEP = 16
+"""The light field is evaluated every this many pixels and interpolated (bilinear) in between."""
+
+_PULL = 4.0
+"""Weight of ``log(gamma)^2`` (in squared levels per sample) that settles a free ``gamma`` at 1."""
+
+
+@dataclass(frozen=True)
+class Photometric:
+    """A fitted level map (module docstring). ``coeffs``: float64 ``[6]`` of the light field over a frame of
+    ``shape`` ``(H, W)`` (frame pixels); ``gamma``: the tone exponent; ``offset``: grey levels. ``gain``: the field's
+    mean over the frame; ``light_range``: its half range over the frame as a fraction of ``gain`` (0.12: +-12%).
+    ``inliers``: the share of fitted samples with non-zero weight. ``identity``: no fit (levels as given)."""
+
+    coeffs: np.ndarray
+    gamma: float
+    offset: float
+    shape: tuple[int, int]
+    gain: float = 1.0
+    light_range: float = 0.0
+    inliers: float = 1.0
+
+    @classmethod
+    def identity(cls, shape: tuple[int, int]) -> Photometric:
+        return cls(np.array([1.0, 0, 0, 0, 0, 0]), 1.0, 0.0, (int(shape[0]), int(shape[1])))
+
+    @property
+    def is_identity(self) -> bool:
+        return self.gamma == 1.0 and self.offset == 0.0 and bool(np.array_equal(self.coeffs, [1.0, 0, 0, 0, 0, 0]))
+
+    def light(self, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+        """The light field at frame pixels ``(xs, ys)`` (float arrays of one shape): float32, that shape."""
+        u, v = _normalised(xs, ys, self.shape)
+        return (_basis(u, v) @ self.coeffs).astype(np.float32)
+
+    def light_map(self, shape: tuple[int, int], matrix: np.ndarray | None = None) -> np.ndarray:
+        """float32 ``[H, W]`` light field over an image of ``shape``: the frame itself, or (``matrix``: float64
+        ``[2, 3]``, image px -> frame px) the golden image, whose pixels the matrix maps into the frame's."""
+        h, w = shape
+        step = _FIELD_STEP
+        ny, nx = -(-h // step) + 2, -(-w // step) + 2  # one coarse point beyond each edge
+        gy, gx = (np.mgrid[0:ny, 0:nx].astype(np.float64) - 1 + 0.5) * step - 0.5  # centres, as cv2.resize reads them
+        if matrix is not None:
+            m = np.asarray(matrix, np.float64)
+            gx, gy = m[0, 0] * gx + m[0, 1] * gy + m[0, 2], m[1, 0] * gx + m[1, 1] * gy + m[1, 2]
+        full = cv2.resize(self.light(gx, gy), (nx * step, ny * step), interpolation=cv2.INTER_LINEAR)
+        return np.ascontiguousarray(full[step : step + h, step : step + w])
+
+    def to_board(self, golden: np.ndarray, matrix: np.ndarray | None = None) -> np.ndarray:
+        """uint8 ``golden`` ``[H, W]`` (registered into the frame; or, with ``matrix``, in its own pixels) at the board's
+        levels: uint8 ``[H, W]``."""
+        if self.is_identity:
+            return golden
+        tone = (255.0 * (np.arange(256) / 255.0) ** self.gamma).astype(np.float32)
+        out = cv2.LUT(golden, tone.reshape(1, 256)) if golden.flags.c_contiguous else tone[golden]
+        out = out * self.light_map(golden.shape, matrix) + np.float32(self.offset)
+        return np.clip(out + 0.5, 0, 255).astype(np.uint8)
+
+    def to_golden(self, board: np.ndarray, matrix: np.ndarray | None = None) -> np.ndarray:
+        """uint8 ``board`` ``[H, W]`` (the frame; or, with ``matrix``, warped into the golden image's pixels) at the
+        golden image's levels: uint8 ``[H, W]``, the inverse of :meth:`to_board` (clipped)."""
+        if self.is_identity:
+            return board
+        light = np.maximum(self.light_map(board.shape, matrix), np.float32(1e-3))
+        level = np.clip((board.astype(np.float32) - np.float32(self.offset)) / light + 0.5, 0, 255).astype(np.uint8)
+        tone = np.clip(255.0 * (np.arange(256) / 255.0) ** (1.0 / self.gamma) + 0.5, 0, 255).astype(np.uint8)
+        return cv2.LUT(level, tone.reshape(1, 256))
+
+    def as_dict(self) -> dict[str, float]:
+        """The record's ``registration.photometric``: gain, offset (levels), gamma, light_range (+- fraction)."""
+        return {
+            "gain": round(self.gain, 4),
+            "offset": round(self.offset, 2),
+            "gamma": round(self.gamma, 4),
+            "light_range": round(self.light_range, 4),
+        }
+
+
+@dataclass(frozen=True)
+class PhotometricRange:
+    """The level changes the weights were validated for (the line's capture variation with a margin): ``max_gain``
+    (fraction, either way: 0.3 accepts gains 1/1.3-1.3), ``max_gamma`` (likewise, of the exponent), ``max_light_range``
+    (the field's +- fraction), ``max_offset`` (grey levels)."""
+
+    max_gain: float = 0.3
+    max_gamma: float = 0.3
+    max_light_range: float = 0.2
+    max_offset: float = 30.0
+
+    def reason(self, fit: Photometric) -> str:
+        """Why ``fit`` lies outside the range, in words ("" when within)."""
+        if abs(math.log(max(fit.gain, 1e-6))) > math.log1p(self.max_gain):
+            way = "brighter" if fit.gain > 1 else "darker"
+            change = fit.gain - 1 if fit.gain > 1 else 1 - fit.gain
+            return (
+                f"light {change:.0%} {way} than the golden image (at most {self.max_gain:.0%} either way): check the light and the exposure"
+            )
+        if abs(math.log(fit.gamma)) > math.log1p(self.max_gamma):
+            limit = 1 + self.max_gamma
+            return f"tones unlike the golden image: gamma {fit.gamma:.2f} (within 1/{limit:.2f}-{limit:.2f}): check the camera's settings"
+        if fit.light_range > self.max_light_range:
+            side = _brighter_side(fit)
+            return (
+                f"light {2 * fit.light_range:.0%} brighter on the {side} than the golden image's light there "
+                f"(at most +-{self.max_light_range:.0%}): check the lamps"
+            )
+        if abs(fit.offset) > self.max_offset:
+            return (
+                f"black level {fit.offset:+.0f} grey levels off the golden image's (at most {self.max_offset:g}): "
+                "check the camera's settings"
+            )
+        return ""
+
+
+def _brighter_side(fit: Photometric) -> str:
+    h, w = fit.shape
+    points = {"left": (0, h / 2), "right": (w - 1, h / 2), "top": (w / 2, 0), "bottom": (w / 2, h - 1)}
+    values = {k: float(fit.light(np.array([x]), np.array([y]))[0]) for k, (x, y) in points.items()}
+    return max(values, key=values.get)
+
+
+def _normalised(xs: np.ndarray, ys: np.ndarray, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    h, w = shape
+    return (2.0 * np.asarray(xs, np.float64) / max(w - 1, 1) - 1.0, 2.0 * np.asarray(ys, np.float64) / max(h - 1, 1) - 1.0)
+
+
+def _basis(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    return np.stack([np.ones_like(u), u, v, u * u, u * v, v * v], -1)
+
+
+def _samples(golden: np.ndarray, board: np.ndarray, valid: np.ndarray | None) -> tuple[np.ndarray, ...] | None:
+    """``(g, b, u, v)`` float64 samples of the area-averaged pair where both have data and neither clips alone."""
+    h, w = board.shape
+    factor = max(h, w) / FIT_SIDE
+    size = (max(2, round(w / factor)), max(2, round(h / factor))) if factor > 1 else (w, h)
+    g = cv2.resize(golden, size, interpolation=cv2.INTER_AREA).astype(np.float64)
+    b = cv2.resize(board, size, interpolation=cv2.INTER_AREA).astype(np.float64)
+    ok = np.ones(g.shape, bool)
+    if valid is not None:
+        ok = cv2.resize(valid.astype(np.float32), size, interpolation=cv2.INTER_AREA) > 0.999
+    clipped_alone = ((b >= 250) & (g < 245)) | ((b <= 5) & (g > 10))
+    ok &= ~clipped_alone
+    if ok.sum() < 12:
+        return None
+    ys, xs = np.nonzero(ok)
+    sx, sy = w / size[0], h / size[1]
+    u, v = _normalised((xs + 0.5) * sx - 0.5, (ys + 0.5) * sy - 0.5, (h, w))
+    return g[ok], b[ok], u, v
+
+
+def _solve(tone: np.ndarray, b: np.ndarray, basis: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Weighted least squares of ``b ~ (basis * tone) @ c + offset`` by the normal equations: ``(c [6] then offset,
+    residuals [n])``."""
+    x = np.concatenate([basis * tone[:, None], np.ones((len(b), 1))], 1)
+    xw = x * weights[:, None]
+    normal = xw.T @ x + 1e-6 * np.eye(7)
+    solution = np.linalg.solve(normal, xw.T @ b)
+    return solution, b - x @ solution
+
+
+def _loss(residual: np.ndarray, weights: np.ndarray) -> float:
+    return float((weights * residual**2).sum() / max(weights.sum(), 1e-9))
+
+
+def _tukey(residual: np.ndarray) -> np.ndarray:
+    scale = max(1.4826 * float(np.median(np.abs(residual))), 2.0)
+    r = residual / (4.685 * scale)
+    return np.where(np.abs(r) < 1, (1 - r * r) ** 2, 0.0)
+
+
+def _tone(g: np.ndarray, gamma: float) -> np.ndarray:
+    return 255.0 * (g / 255.0) ** gamma
+
+
+def _reweighted(
+    g: np.ndarray, b: np.ndarray, basis: np.ndarray, gamma: float, weights: np.ndarray, rounds: int
+) -> tuple[np.ndarray, np.ndarray]:
+    solution = np.zeros(7)
+    for _ in range(rounds):
+        solution, residual = _solve(_tone(g, gamma), b, basis, weights)
+        weights = _tukey(residual)
+    return solution, weights
+
+
+def _best_gamma(g: np.ndarray, b: np.ndarray, basis: np.ndarray, weights: np.ndarray) -> float:
+    losses = np.array([_loss(_solve(_tone(g, gamma), b, basis, weights)[1], weights) + _PULL * math.log(gamma) ** 2 for gamma in GAMMAS])
+    k = int(np.clip(np.argmin(losses), 1, len(GAMMAS) - 2))
+    x, y = np.log(GAMMAS[k - 1 : k + 2]), losses[k - 1 : k + 2]
+    curvature = y[0] - 2 * y[1] + y[2]
+    best = x[1] - (x[1] - x[0]) * (y[2] - y[0]) / (2 * curvature) if curvature > 1e-12 else x[int(np.argmin(y))]
+    return float(np.exp(np.clip(best, x[0], x[2])))
+
+
+def fit_photometric(golden: np.ndarray, board: np.ndarray, valid: np.ndarray | None = None) -> Photometric:
+    """The :class:`Photometric` that maps uint8 ``golden`` ``[H, W]`` (registered into the board's pixels) to uint8
+    ``board`` ``[H, W]``, over bool ``valid`` ``[H, W]`` (where the golden image has data; None: everywhere). A pair
+    with too few usable samples, or a degenerate fit, gives the identity."""
+    if golden.shape != board.shape:
+        raise ValueError(f"fit_photometric: golden image {golden.shape} and board {board.shape} differ in shape")
+    samples = _samples(golden, board, valid)
+    if samples is None:
+        return Photometric.identity(board.shape)
+    g, b, u, v = samples
+    basis = _basis(u, v)
+    _, weights = _reweighted(g, b, basis, 1.0, np.ones_like(b), 3)
+    gamma = _best_gamma(g, b, basis, weights)
+    _, weights = _reweighted(g, b, basis, gamma, weights, 2)
+    solution, _ = _solve(_tone(g, gamma), b, basis, weights)
+    coeffs, offset = solution[:6], float(solution[6])
+    grid = np.linspace(-1, 1, 9)
+    uu, vv = np.meshgrid(grid, grid)
+    field = _basis(uu.ravel(), vv.ravel()) @ coeffs
+    gain = float(field.mean())
+    if not np.isfinite(field).all() or gain <= 0.05:
+        return Photometric.identity(board.shape)
+    light_range = float((field.max() - field.min()) / (2 * gain))
+    return Photometric(coeffs, gamma, offset, (int(board.shape[0]), int(board.shape[1])), gain, light_range, float((weights > 0).mean()))

@@ -1,0 +1,83 @@
+"""Photometric registration (``data/photometric.py``): the golden image's levels fitted to the board's."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+
+from defect_detector.data.photometric import Photometric, PhotometricRange, fit_photometric
+
+H, W = 480, 640
+
+
+def _golden(seed: int = 1) -> np.ndarray:
+    """A photograph-like golden image whose tones span 20-235 levels."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:H, 0:W]
+    tones = 20 + 215 * (0.5 + 0.5 * np.sin(xx / 23.0) * np.cos(yy / 31.0)) + rng.normal(0, 2, (H, W))
+    return np.clip(tones, 0, 255).astype(np.uint8)
+
+
+def _captured(golden: np.ndarray, gain: float, gamma: float, gradient: float, offset: float, seed: int = 2) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    u = 2 * np.mgrid[0:H, 0:W][1] / (W - 1) - 1
+    board = gain * (1 + gradient * u) * 255 * (golden / 255.0) ** gamma + offset + rng.normal(0, 2, (H, W))
+    return np.clip(board, 0, 255).astype(np.uint8)
+
+
+@pytest.mark.parametrize(("gain", "gamma", "gradient", "offset"), [(1.1, 0.87, 0.1, 0.0), (0.88, 1.12, -0.12, 5.0), (1.0, 1.0, 0.0, 0.0)])
+def test_the_fit_recovers_a_known_gain_gamma_and_gradient(gain: float, gamma: float, gradient: float, offset: float) -> None:
+    golden = _golden()
+    board = _captured(golden, gain, gamma, gradient, offset)
+    fit = fit_photometric(golden, board)
+    assert fit.gain == pytest.approx(gain, abs=0.02)
+    assert fit.gamma == pytest.approx(gamma, abs=0.03)
+    assert fit.light_range == pytest.approx(abs(gradient), abs=0.02)
+    assert fit.offset == pytest.approx(offset, abs=3.0)
+    matched = fit.to_board(golden).astype(np.int16)
+    assert np.abs(matched - board).mean() < 2.5 < np.abs(golden.astype(np.int16) - board).mean() or gain == 1.0
+    assert np.abs(fit.to_golden(board).astype(np.int16) - golden).mean() < 2.5
+    assert PhotometricRange().reason(fit) == ""  # the line's capture variation is within the validated range
+
+
+def test_glare_and_a_defect_are_outliers_of_the_fit() -> None:
+    golden = _golden()
+    board = _captured(golden, 1.1, 0.9, 0.08, 0.0)
+    cv2.circle(board, (200, 200), 45, 255, -1)  # saturated glare
+    cv2.rectangle(board, (400, 300), (440, 330), 10, -1)  # a dark defect
+    fit = fit_photometric(golden, board)
+    assert fit.gain == pytest.approx(1.1, abs=0.03) and fit.gamma == pytest.approx(0.9, abs=0.05)
+    assert fit.light_range == pytest.approx(0.08, abs=0.03)
+
+
+def test_a_light_outside_the_validated_range_is_a_reason_in_words() -> None:
+    golden = _golden()
+    dark = fit_photometric(golden, _captured(golden, 0.55, 1.0, 0.0, 0.0))
+    assert dark.gain == pytest.approx(0.55, abs=0.03)
+    assert PhotometricRange().reason(dark).startswith("light 45% darker than the golden image")
+    gradient = fit_photometric(golden, _captured(golden, 1.0, 1.0, -0.3, 0.0))
+    assert PhotometricRange().reason(gradient).startswith("light 60% brighter on the left")
+
+
+def test_a_binarized_pair_is_the_identity_and_gamma_stays_at_one() -> None:
+    rng = np.random.default_rng(3)
+    layout = np.where(cv2.GaussianBlur(rng.random((H, W)).astype(np.float32), (0, 0), 8) > 0.5, 255, 0).astype(np.uint8)
+    fit = fit_photometric(layout, layout)
+    assert fit.gain == pytest.approx(1.0, abs=0.01) and fit.gamma == pytest.approx(1.0, abs=0.02) and abs(fit.offset) < 1
+    assert np.abs(fit.to_board(layout).astype(np.int16) - layout).max() <= 2
+
+
+def test_the_light_map_of_the_golden_view_follows_the_registration() -> None:
+    """In golden-image pixels (``matrix``: golden -> frame), the field is the frame's, read where each pixel lands."""
+    fit = Photometric(np.array([1.0, 0.2, 0, 0, 0, 0]), 1.0, 0.0, (H, W))
+    shift = np.array([[1.0, 0, 64.0], [0, 1.0, 0]])
+    in_frame, in_golden = fit.light_map((H, W)), fit.light_map((H, W), shift)
+    np.testing.assert_allclose(in_golden[:, : W - 64], in_frame[:, 64:], atol=1e-3)
+
+
+def test_too_few_samples_give_the_identity_and_mismatched_shapes_raise() -> None:
+    golden = _golden()
+    assert fit_photometric(golden, golden, np.zeros((H, W), bool)).is_identity
+    with pytest.raises(ValueError, match="differ in shape"):
+        fit_photometric(golden, golden[:-1])
