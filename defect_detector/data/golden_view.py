@@ -5,7 +5,9 @@ A registration gives ``matrix`` (float64 ``[2, 3]``): golden-image pixels -> fra
 frame view warps the golden image into each frame; the golden view warps each frame into the golden image instead
 (:func:`warp_into_golden`), where the golden image's letterbox, tiles and features never change, and maps the calls
 back (:func:`boxes_to_frame`). Where the frame has no data (the board moved off the camera's view), the golden view
-holds the golden image's own pixels: nothing differs there, so nothing is called.
+holds the golden image's own pixels: nothing differs there. With a photometric fit (``data/photometric.py``) the board
+is first brought to the golden image's levels, so that fill and board meet without a seam; and no call is kept whose
+centre lies in that area or within :data:`SEAM_MARGIN` px of it (``GoldenView.callable``).
 """
 
 from __future__ import annotations
@@ -16,25 +18,45 @@ import cv2
 import numpy as np
 import torch
 
+from defect_detector.data.photometric import Photometric
+
 _EDGE_PX = 3
 """Pixels off the frame's edge not counted as data (interpolation there mixes in the border), as ``covered_area``."""
+
+SEAM_MARGIN = 12
+"""Golden-image pixels next to the area the moved board does not cover where no call is kept. A band no deeper than
+the frame's own edge (:data:`_EDGE_PX` plus 2: a board that did not move off) gets no margin."""
 
 
 @dataclass(frozen=True)
 class GoldenView:
     """A frame in golden-image pixels. ``board``: uint8 ``[gh, gw]`` (the golden image's size), the frame warped by the
     inverse of ``matrix`` and the golden image's own pixels where the frame has none; ``valid``: bool ``[gh, gw]``,
-    where the frame has data; ``matrix``: float64 ``[2, 3]`` golden -> frame pixels; ``frame_shape``: ``(H, W)``."""
+    where the frame has data; ``matrix``: float64 ``[2, 3]`` golden -> frame pixels; ``frame_shape``: ``(H, W)``;
+    ``callable``: bool ``[gh, gw]``, where a call's centre may lie (``valid`` less the seam margin)."""
 
     board: np.ndarray
     valid: np.ndarray
     matrix: np.ndarray
     frame_shape: tuple[int, int]
+    callable: np.ndarray | None = None
 
 
-def warp_into_golden(frame: np.ndarray, golden: np.ndarray, matrix: np.ndarray) -> GoldenView:
+def _callable(valid: np.ndarray) -> np.ndarray:
+    """``valid`` less :data:`SEAM_MARGIN` px around the uncovered area deeper than the frame's own edge band."""
+    uncovered = (~valid).astype(np.uint8)
+    depth = 2 * (_EDGE_PX + 2) + 1
+    deep = cv2.erode(uncovered, np.ones((depth, depth), np.uint8), borderType=cv2.BORDER_CONSTANT, borderValue=1)
+    if not deep.any():
+        return valid
+    reach = 2 * (SEAM_MARGIN + _EDGE_PX + 2) + 1
+    return valid & (cv2.dilate(deep, np.ones((reach, reach), np.uint8)) == 0)
+
+
+def warp_into_golden(frame: np.ndarray, golden: np.ndarray, matrix: np.ndarray, photometric: Photometric | None = None) -> GoldenView:
     """The :class:`GoldenView` of uint8 ``frame`` ``[H, W]`` against uint8 ``golden`` ``[gh, gw]`` registered by ``matrix``
-    (golden -> frame pixels), bilinear as the frame view warps the golden image."""
+    (golden -> frame pixels), bilinear as the frame view warps the golden image; ``photometric``: the golden image's
+    levels fitted to the frame's, whose inverse brings the warped board to the golden image's levels (None: as read)."""
     matrix = np.asarray(matrix, np.float64)
     size = (golden.shape[1], golden.shape[0])
     flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
@@ -42,8 +64,10 @@ def warp_into_golden(frame: np.ndarray, golden: np.ndarray, matrix: np.ndarray) 
     ones = cv2.warpAffine(np.ones(frame.shape[:2], np.uint8), matrix, size, flags=cv2.INTER_NEAREST | cv2.WARP_INVERSE_MAP)
     side = 2 * _EDGE_PX + 1
     valid = cv2.erode(ones, np.ones((side, side), np.uint8), borderType=cv2.BORDER_REPLICATE) > 0
+    if photometric is not None and not photometric.is_identity:
+        board = photometric.to_golden(board, matrix)
     board = np.where(valid, board, golden)
-    return GoldenView(board, valid, matrix, (int(frame.shape[0]), int(frame.shape[1])))
+    return GoldenView(board, valid, matrix, (int(frame.shape[0]), int(frame.shape[1])), _callable(valid))
 
 
 def boxes_to_frame(boxes: torch.Tensor, view: GoldenView) -> torch.Tensor:
@@ -64,10 +88,12 @@ def boxes_to_frame(boxes: torch.Tensor, view: GoldenView) -> torch.Tensor:
 
 
 def centres_valid(boxes: torch.Tensor, view: GoldenView) -> torch.Tensor:
-    """bool ``[K]``: whether each box's centre (golden-image pixels) lies where the frame has data."""
+    """bool ``[K]``: whether each box's centre (golden-image pixels) lies where the frame has data, off the seam margin
+    (``view.callable``)."""
     if len(boxes) == 0:
         return torch.zeros(0, dtype=torch.bool)
-    h, w = view.valid.shape
+    mask = view.callable if view.callable is not None else view.valid
+    h, w = mask.shape
     cx = ((boxes[:, 0] + boxes[:, 2]) / 2).long().clamp(0, w - 1).numpy()
     cy = ((boxes[:, 1] + boxes[:, 3]) / 2).long().clamp(0, h - 1).numpy()
-    return torch.from_numpy(view.valid[cy, cx].copy())
+    return torch.from_numpy(mask[cy, cx].copy())

@@ -44,6 +44,7 @@ from defect_detector.data.golden_check import (
     structure,
     unlike_region,
 )
+from defect_detector.data.photometric import Photometric
 from defect_detector.data.register_fit import FramePyramid, PreparedReference, Scored, estimate, residual_motion
 from defect_detector.data.sharpness import blur_words
 
@@ -148,6 +149,8 @@ class Registration:
     slivers: float = 0.0
     missing: float = 0.0
     reference_shape: tuple[int, int] | None = None
+    photometric: Photometric | None = None
+    """The golden image's levels fitted to the frame's (``data/photometric.py``), set by the prepare stage; None before."""
     covered_mask: np.ndarray | None = field(default=None, repr=False, compare=False)
     """bool ``[H, W]``: :meth:`covered` of the frame the golden check ran on, kept so that it is computed once per frame
     (a warp and an erosion of the frame's size: 1.7 ms at 640x640, 6.8 ms at 2048x1536); None when not computed."""

@@ -69,10 +69,12 @@ def call_records(result: Detections | None) -> list[dict[str, Any]]:
 def registration_record(reg: Any) -> dict[str, Any] | None:
     """The JSON form of a frame's :class:`~defect_detector.data.register.Registration` (None: no golden image): what
     the station records of it (``station/records.py`` :func:`registration_values`), its golden check's ``spread`` and
-    whether the fixture's matrix was ``reused``."""
+    whether the fixture's matrix was ``reused``, and its ``photometric`` fit (gain, offset, gamma, light_range; None
+    before one)."""
     if reg is None:
         return None
-    return registration_values(reg) | {"spread": round(float(reg.spread), 4), "reused": bool(reg.reused)}
+    photometric = reg.photometric.as_dict() if getattr(reg, "photometric", None) is not None else None
+    return registration_values(reg) | {"spread": round(float(reg.spread), 4), "reused": bool(reg.reused), "photometric": photometric}
 
 
 def frame_record(inspection: Any) -> dict[str, Any]:

@@ -5,7 +5,9 @@
       -> its design: the golden image, keyed by pixels    (inspect/designs.py; golden-template models)
       -> the design check's note                          (inspect/design_check.py, once per design)
       -> registration and the golden check                (the design's Registrar: data/register.py)
+      -> the photometric fit: golden levels to the board's (data/photometric.py)
       -> coverage and exposure screen                     (inspect/screen.py)
+      -> the fit within the range the weights were validated for
       -> the letterbox or tile plan                       (Pipeline.plan)
     = an :class:`Inspection` with ``refused`` False, ready for the model (``Pipeline.detect_records``), or with the
       frame's ``error`` / ``error_kind`` saying why it is not inspected.
@@ -26,12 +28,13 @@ import numpy as np
 
 from defect_detector.core.types import Detections, TileRecord
 from defect_detector.data.golden_view import GoldenView, boxes_to_frame, centres_valid, warp_into_golden
+from defect_detector.data.photometric import Photometric, PhotometricRange, fit_photometric
 from defect_detector.data.register import Registration
 from defect_detector.inspect.design_check import NO_NOTE, DesignCheck
 from defect_detector.inspect.designs import Design, Designs
 from defect_detector.inspect.pipeline import Pipeline, gray_frame
 from defect_detector.inspect.references import ReferenceError
-from defect_detector.inspect.screen import mask_uncovered, screen_reason
+from defect_detector.inspect.screen import LIGHT_UNLIKE, mask_uncovered, screen_reason
 from defect_detector.inspect.sources import Frame
 from defect_detector.monitor.blank import blank_reason, image_levels
 from defect_detector.monitor.drift import DriftEvent
@@ -126,6 +129,7 @@ class Prepare:
         if pipeline.runtime.channels == 2 and designs is None:
             designs = Designs(pipeline.references, pipeline.register_cfg)
         self.pipeline, self.designs, self.design_check, self.calibration = pipeline, designs, design_check, calibration
+        self.photometric_range = PhotometricRange()
 
     def __call__(self, frame: Frame, given: Any = None) -> Inspection:
         """The record of ``frame`` (gray uint8 ``[H, W]``, or an error frame): refused (``frame.error`` set, its image
@@ -146,13 +150,31 @@ class Prepare:
                 self._register(record, None if given is None else gray_frame(given, f"golden image of {frame.file_name}"))
             except ReferenceError as exc:
                 return _refuse(record, exc.reason, str(exc))
-        refused = screen_reason(frame.image, record.golden, record.covered, self.pipeline.exposure, self.calibration)
+        matched = self._match(record)
+        refused = screen_reason(frame.image, record.golden, record.covered, self.pipeline.exposure, self.calibration, matched)
         if refused is not None:
             return _refuse(record, *refused)
+        fit = record.registration.photometric if record.registration is not None else None
+        if fit is not None:
+            light = self.photometric_range.reason(fit)
+            if light:
+                return _refuse(record, LIGHT_UNLIKE, light)
+            record.golden = matched
         if self.pipeline.golden_view and record.design is not None:
-            record.view = warp_into_golden(frame.image, record.design.image, record.registration.matrix)
+            record.view = warp_into_golden(frame.image, record.design.image, record.registration.matrix, fit)
         record.plan = self.pipeline.plan(*(record.view.board if record.view is not None else frame.image).shape)
         return record
+
+    def _match(self, record: Inspection) -> np.ndarray | None:
+        """The registered golden image at the frame's levels (``Photometric.to_board``), its fit kept in the record's
+        registration; None for a single-image model. A fit within :data:`NEGLIGIBLE` of the identity is the identity."""
+        if record.golden is None or record.registration is None:
+            return None
+        fit = fit_photometric(record.golden, record.frame.image, record.covered)
+        if _negligible(fit):
+            fit = Photometric.identity(record.frame.image.shape)
+        record.registration = dataclasses.replace(record.registration, photometric=fit)
+        return fit.to_board(record.golden)
 
     def _register(self, record: Inspection, given: np.ndarray | None) -> None:
         """Find the frame's design, note it, register its golden image into the frame (``ReferenceError`` if none fits)."""
@@ -168,8 +190,23 @@ def reframed(record: Inspection, image: np.ndarray) -> Inspection:
     """A copy of a prepared ``record`` whose frame shows uint8 ``image`` (the frame's size: the same frame under a
     simulated fault, ``calibrate``), its design, registration and plan kept, its golden view warped anew; no detections."""
     frame = dataclasses.replace(record.frame, image=image)
-    view = warp_into_golden(image, record.design.image, record.registration.matrix) if record.view is not None else None
+    fit = record.registration.photometric
+    view = warp_into_golden(image, record.design.image, record.registration.matrix, fit) if record.view is not None else None
     return dataclasses.replace(record, frame=frame, view=view, detections=None, events=[])
+
+
+NEGLIGIBLE = {"gain": 0.01, "gamma": 0.01, "light_range": 0.01, "offset": 1.0}
+"""A photometric fit this close to the identity (each a fraction, the offset in grey levels) is taken as the identity:
+a board captured as its golden image was is inspected exactly as read."""
+
+
+def _negligible(fit: Photometric) -> bool:
+    return (
+        abs(fit.gain - 1) < NEGLIGIBLE["gain"]
+        and abs(fit.gamma - 1) < NEGLIGIBLE["gamma"]
+        and fit.light_range < NEGLIGIBLE["light_range"]
+        and abs(fit.offset) < NEGLIGIBLE["offset"]
+    )
 
 
 def _refuse(record: Inspection, kind: str, reason: str) -> Inspection:

@@ -19,7 +19,10 @@ import numpy as np
 from defect_detector.core.types import Detections
 from defect_detector.monitor.exposure import ExposureRange, exposure_reason, histogram, tones
 
-EXPOSURE_KINDS = ("underexposed", "overexposed", "low contrast", "overexposed or underexposed")
+LIGHT_UNLIKE = "light unlike the golden image"
+"""Refusal kind of a photometric fit outside the range the weights were validated for (``data/photometric.py``)."""
+
+EXPOSURE_KINDS = ("underexposed", "overexposed", "low contrast", "overexposed or underexposed", LIGHT_UNLIKE)
 """Refusals (``Frame.error_kind``) that say the light or the camera changed: like a blank frame, each raises a critical
 drift alert at once (``AlertRouter.on_blank``); an occluder or a golden image that covers too little does not."""
 
@@ -43,10 +46,14 @@ def screen_reason(
     covered: np.ndarray | None,
     limits: ExposureRange,
     calibration: dict[str, float] | None,
+    matched: np.ndarray | None = None,
 ) -> tuple[str, str] | None:
     """``(kind, reason)`` why the uint8 ``[H, W]`` frame ``gray`` is not inspected, or None. ``golden``: its registered
     golden image (uint8 ``[H, W]``) and ``covered`` (bool ``[H, W]``) where that has data; None for a single-image
-    model, which is read against ``calibration`` (:func:`calibration_levels`; None: only the absolute limits)."""
+    model, which is read against ``calibration`` (:func:`calibration_levels`; None: only the absolute limits).
+    ``matched``: the registered golden image at the frame's levels (``Photometric.to_board``): the frame's mid-tones
+    are read against its own, so a gain and tone change is not taken for an occluder; light, contrast and clipping
+    stay read against the golden image as captured."""
     if golden is not None and covered is not None:
         share = float(covered.mean())
         if share < MIN_COVERED:
@@ -56,6 +63,8 @@ def screen_reason(
             )
             return "golden image covers too little", reason
         frame, reference, what = tones(histogram(gray, covered)), tones(histogram(golden, covered)), "the golden image"
+        if matched is not None and matched is not golden:
+            reference["midtones"] = tones(histogram(matched, covered))["midtones"]
     else:
         frame, reference, what = tones(histogram(gray)), calibration, "the calibration frames"
     reason = exposure_reason(frame, reference, limits, what)

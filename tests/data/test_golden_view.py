@@ -7,6 +7,7 @@ import numpy as np
 import torch
 
 from defect_detector.data.golden_view import boxes_to_frame, centres_valid, warp_into_golden
+from defect_detector.data.photometric import Photometric
 
 
 def _scene(rng: np.random.Generator) -> np.ndarray:
@@ -40,3 +41,23 @@ def test_a_turned_frame_maps_a_box_to_the_box_around_its_corners() -> None:
     mapped = boxes_to_frame(torch.tensor([[110.0, 90.0, 130.0, 110.0]]), view)  # 20 px square on the centre
     side = float(20 * (np.cos(np.pi / 6) + np.sin(np.pi / 6)))
     assert torch.allclose(mapped, torch.tensor([[120 - side / 2, 100 - side / 2, 120 + side / 2, 100 + side / 2]]), atol=1e-3)
+
+
+def test_a_moved_board_with_a_gain_change_meets_its_fill_without_a_seam_and_no_call_sits_on_it() -> None:
+    """Issue 42: the golden view brings the board to the golden image's levels (its photometric fit) before the golden
+    image fills where the board has no data; the area the board does not cover, and a margin, hold no call."""
+    rng = np.random.default_rng(4)
+    yy, xx = np.mgrid[0:320, 0:320]
+    golden = np.clip(40 + 170 * (0.5 + 0.5 * np.sin(xx / 9.0) * np.cos(yy / 13.0)) + rng.normal(0, 2, (320, 320)), 0, 255).astype(np.uint8)
+    matrix = np.float64([[1, 0, 20], [0, 1, 0]])  # golden -> frame: the board moved 20 px right, golden x >= 300 unseen
+    moved = cv2.warpAffine(golden, matrix, (320, 320), borderMode=cv2.BORDER_REPLICATE)
+    board = np.clip(1.15 * moved.astype(np.float32) + 6, 0, 255).astype(np.uint8)
+    fit = Photometric(np.array([1.15, 0, 0, 0, 0, 0]), 1.0, 6.0, (320, 320), 1.15)
+    plain, matched = warp_into_golden(board, golden, matrix), warp_into_golden(board, golden, matrix, fit)
+    inside = plain.valid & (np.arange(320)[None, :] < 280)
+    assert np.abs(plain.board.astype(int) - golden)[inside].mean() > 10  # at the board's levels: unlike its fill
+    assert np.abs(matched.board.astype(int) - golden)[inside].mean() < 2  # at the golden image's levels
+    seam = torch.tensor([[280.0, 100, 300, 120], [230.0, 100, 250, 120]])  # centres 6 and 56 px from the unseen band
+    assert centres_valid(seam, matched).tolist() == [False, True]
+    unmoved = warp_into_golden(golden, golden, np.float64([[1, 0, 0], [0, 1, 0]]))
+    assert centres_valid(torch.tensor([[2.0, 100, 12, 110]]), unmoved).tolist() == [True]  # the frame's own edge: no margin
