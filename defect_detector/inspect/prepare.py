@@ -190,8 +190,9 @@ def reframed(record: Inspection, image: np.ndarray) -> Inspection:
     """A copy of a prepared ``record`` whose frame shows uint8 ``image`` (the frame's size: the same frame under a
     simulated fault, ``calibrate``), its design, registration and plan kept, its golden view warped anew; no detections."""
     frame = dataclasses.replace(record.frame, image=image)
-    fit = record.registration.photometric
-    view = warp_into_golden(image, record.design.image, record.registration.matrix, fit) if record.view is not None else None
+    view = None
+    if record.view is not None:
+        view = warp_into_golden(image, record.design.image, record.registration.matrix, record.registration.photometric)
     return dataclasses.replace(record, frame=frame, view=view, detections=None, events=[])
 
 
