@@ -186,5 +186,6 @@ def test_every_record_carries_its_registration(tmp_path: Path) -> None:
             assert record["registration"] is None
             continue
         reg = record["registration"]
-        assert set(reg) == {"shift", "angle", "score", "difference", "spread", "reused"}  # DESIGN.md's keys, and two more
+        assert set(reg) == {"shift", "angle", "score", "difference", "spread", "reused", "photometric"}  # DESIGN.md's keys, and more
         assert reg["score"] > 0.5 and reg["shift"] < 20 and abs(reg["angle"]) < 1 and 0 <= reg["spread"] < 0.21
+        assert set(reg["photometric"]) == {"gain", "offset", "gamma", "light_range"} and 0.7 < reg["photometric"]["gain"] < 1.3
