@@ -33,6 +33,10 @@ GAMMAS = np.exp(np.linspace(math.log(0.6), math.log(1.6), 11))
 _FIELD_STEP = 16
 """The light field is evaluated every this many pixels and interpolated (bilinear) in between."""
 
+NEGLIGIBLE = {"gain": 0.01, "gamma": 0.01, "light_range": 0.01, "offset": 1.0}
+"""A fit this close to the identity (each a fraction, the offset in grey levels) is taken as the identity by the prepare
+stage: a board captured as its golden image was is inspected exactly as read."""
+
 _PULL = 4.0
 """Weight of ``log(gamma)^2`` (in squared levels per sample) that settles a free ``gamma`` at 1."""
 
@@ -59,6 +63,16 @@ class Photometric:
     @property
     def is_identity(self) -> bool:
         return self.gamma == 1.0 and self.offset == 0.0 and bool(np.array_equal(self.coeffs, [1.0, 0, 0, 0, 0, 0]))
+
+    @property
+    def negligible(self) -> bool:
+        """Within :data:`NEGLIGIBLE` of the identity."""
+        return (
+            abs(self.gain - 1) < NEGLIGIBLE["gain"]
+            and abs(self.gamma - 1) < NEGLIGIBLE["gamma"]
+            and self.light_range < NEGLIGIBLE["light_range"]
+            and abs(self.offset) < NEGLIGIBLE["offset"]
+        )
 
     def light(self, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
         """The light field at frame pixels ``(xs, ys)`` (float arrays of one shape): float32, that shape."""

@@ -167,11 +167,11 @@ class Prepare:
 
     def _match(self, record: Inspection) -> np.ndarray | None:
         """The registered golden image at the frame's levels (``Photometric.to_board``), its fit kept in the record's
-        registration; None for a single-image model. A fit within :data:`NEGLIGIBLE` of the identity is the identity."""
+        registration; None for a single-image model. A negligible fit (``Photometric.negligible``) is the identity."""
         if record.golden is None or record.registration is None:
             return None
         fit = fit_photometric(record.golden, record.frame.image, record.covered)
-        if _negligible(fit):
+        if fit.negligible:
             fit = Photometric.identity(record.frame.image.shape)
         record.registration = dataclasses.replace(record.registration, photometric=fit)
         return fit.to_board(record.golden)
@@ -194,20 +194,6 @@ def reframed(record: Inspection, image: np.ndarray) -> Inspection:
     if record.view is not None:
         view = warp_into_golden(image, record.design.image, record.registration.matrix, record.registration.photometric)
     return dataclasses.replace(record, frame=frame, view=view, detections=None, events=[])
-
-
-NEGLIGIBLE = {"gain": 0.01, "gamma": 0.01, "light_range": 0.01, "offset": 1.0}
-"""A photometric fit this close to the identity (each a fraction, the offset in grey levels) is taken as the identity:
-a board captured as its golden image was is inspected exactly as read."""
-
-
-def _negligible(fit: Photometric) -> bool:
-    return (
-        abs(fit.gain - 1) < NEGLIGIBLE["gain"]
-        and abs(fit.gamma - 1) < NEGLIGIBLE["gamma"]
-        and fit.light_range < NEGLIGIBLE["light_range"]
-        and abs(fit.offset) < NEGLIGIBLE["offset"]
-    )
 
 
 def _refuse(record: Inspection, kind: str, reason: str) -> Inspection:
