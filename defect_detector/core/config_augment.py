@@ -29,7 +29,9 @@ class AugmentConfig(Section):
     photometric ones (brightness, contrast, gamma, blur, noise, glare) are drawn independently for
     each, since the golden image was captured under other light. With probability ``ref_p`` the
     reference alone is then moved by a random rigid residual of up to ``ref_shift`` pixels and
-    ``ref_rotate`` degrees, the error left after registration.
+    ``ref_rotate`` degrees, the error left after registration. With probability ``capture_p`` the board is first
+    captured as a line's day delivers it (gain, gamma, offset, light gradient, defocus, noise, JPEG) and matched back
+    to the golden image's levels by the photometric registration (``data/line_capture.py``), as inspection does.
 
     Looks (pairs only, ``data/looks.py``): with probability ``render_p`` a binarized pair becomes a photograph of
     one random look of ``render_family`` (``train`` or ``holdout``, ``data/render.py``), first zoomed by a factor
@@ -63,6 +65,7 @@ class AugmentConfig(Section):
     ref_shift: Float = 2.0
     ref_rotate: Float = 0.3
     ref_p: Float = 1.0
+    capture_p: Float = 0.0
     render_p: Float = 0.0
     render_family: Str = "train"
     render_scale: tuple[Float, Float] = (1.0, 1.0)
@@ -86,6 +89,7 @@ class AugmentConfig(Section):
             "invert_negatives",
             "min_visibility",
             "ref_p",
+            "capture_p",
             "render_p",
             "paint_p",
         ):

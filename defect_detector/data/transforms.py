@@ -18,6 +18,7 @@ import numpy as np
 
 from defect_detector.core.config import AugmentConfig
 from defect_detector.core.constants import PAD_VALUE
+from defect_detector.data.line_capture import LineCapture
 from defect_detector.data.looks import LookTransform
 
 _BORDER = cv2.BORDER_CONSTANT
@@ -248,16 +249,24 @@ class PairTransform:
     the boxes identically; ``photometric`` runs once on the image and once, with its own draw, on the
     reference; ``residual`` then moves the reference alone by a small random rigid transform (the
     error registration leaves). Each part is an ``A.Compose`` or None; ``set_random_seed`` seeds all. ``look``
-    (``data/looks.py``, or None) runs before them all: scale, paint, render.
+    (``data/looks.py``, or None) runs before them all: scale, paint, render. ``capture`` (``data/line_capture.py``, or
+    None) runs after the photometric steps, before the residual: the board as a line delivers it, matched back to the
+    golden image's levels.
     """
 
-    def __init__(
-        self, geometric: A.Compose | None, photometric: A.Compose | None, residual: A.Compose | None, look: LookTransform | None = None
+    def __init__(  # noqa: PLR0913 - one argument per part
+        self,
+        geometric: A.Compose | None,
+        photometric: A.Compose | None,
+        residual: A.Compose | None,
+        look: LookTransform | None = None,
+        capture: LineCapture | None = None,
     ) -> None:
         self.geometric = geometric
         self.photometric = photometric
         self.residual = residual
         self.look = look
+        self.capture = capture
 
     def set_random_seed(self, seed: int) -> None:
         for offset, part in enumerate((self.geometric, self.photometric, self.residual)):
@@ -265,6 +274,8 @@ class PairTransform:
                 part.set_random_seed(seed + offset)
         if self.look is not None:
             self.look.set_random_state(np.random.default_rng(seed + 3))
+        if self.capture is not None:
+            self.capture.set_random_state(np.random.default_rng(seed + 4))
 
     def __call__(
         self, image: np.ndarray, reference: np.ndarray, boxes: np.ndarray, labels: np.ndarray
@@ -278,6 +289,8 @@ class PairTransform:
         if self.photometric is not None:
             image = self.photometric(image=image)["image"]
             reference = self.photometric(image=reference)["image"]
+        if self.capture is not None:
+            image = self.capture(image, reference)
         if self.residual is not None:
             reference = self.residual(image=reference)["image"]
         return image, reference, np.asarray(boxes, np.float32).reshape(-1, 4), np.asarray(labels, np.int64).reshape(-1)
@@ -294,6 +307,9 @@ def build_pair_transforms(cfg: AugmentConfig | None, train: bool, seed: int | No
         move = RigidJitter(cfg.ref_shift, cfg.ref_rotate, p=cfg.ref_p)
         residual = A.Compose([move], seed=seed)
     look = _look(cfg, seed)
+    capture = LineCapture(cfg.capture_p) if cfg.capture_p > 0 else None
+    if capture is not None and seed is not None:
+        capture.set_random_state(np.random.default_rng(seed + 4))
     return PairTransform(
         A.Compose(geometric, bbox_params=build_bbox_params(cfg), additional_targets={"reference": "image"}, seed=seed)
         if geometric
@@ -301,6 +317,7 @@ def build_pair_transforms(cfg: AugmentConfig | None, train: bool, seed: int | No
         A.Compose(photometric, seed=seed) if photometric else None,
         residual,
         look,
+        capture,
     )
 
 
