@@ -48,7 +48,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--allow-skips",
         action="store_true",
-        help="exit 0 even when some frames were not inspected or passed under a critical drift alert (pass_suspect; default: "
+        help="exit 0 even when some frames were not inspected or passed as suspect (pass_suspect: a critical drift alert, or an untaught look; default: "
         "exit 3, so no unseen board passes unnoticed)",
     )
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
@@ -183,5 +183,6 @@ def _raise_for(summary: dict[str, Any], args: argparse.Namespace) -> None:
     if (skipped or suspect) and not args.allow_skips:
         why = ", ".join(f"{reason} x{n}" for reason, n in sorted(summary["not_inspected"].items()))
         parts = [f"{skipped} of {summary['frames']} frames were NOT INSPECTED ({why})"] if skipped else []
-        parts += [f"{suspect} passed under a critical drift alert (pass_suspect)"] if suspect else []
+        kinds = " or ".join(sorted(summary.get("pass_suspect", {}))) or "drift critical"
+        parts += [f"{suspect} passed with no call but are suspect ({kinds}: pass_suspect)"] if suspect else []
         raise NotInspected(f"{'; '.join(parts)}; --allow-skips accepts that")

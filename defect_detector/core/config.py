@@ -210,6 +210,7 @@ class TrainConfig(Section):
 
 _UNIT_OR_NULL = (
     "cross_class_iou",
+    "merge_ios",
     "exposure_min_light",
     "exposure_min_contrast",
     "exposure_max_clipped",
@@ -225,7 +226,9 @@ class EvalConfig(Section):
     image, as the deployed artifact does; test-time augmentation is asked for per command (``val --tta``,
     ``predict --tta``), never stored with the model. ``cross_class_iou``: after per-class NMS, a detection
     overlapping a higher-scored detection of another class by more than this IoU has its score multiplied by
-    ``cross_class_factor`` (one defect, one call at the line's threshold; null: off). ``exposure_*``: the exposure
+    ``cross_class_factor`` (one defect, one call at the line's threshold; null: off). ``merge_ios``: then, among calls at or
+    above ``f1_conf``, a call absorbs the lower-scored calls of any class whose intersection over the smaller box with it
+    exceeds this (model/postprocess.py ``merge_nested``; null: off). ``exposure_*``: the exposure
     range the model was validated at (monitor/exposure.py ``ExposureRange``; a frame outside it is not inspected; null:
     not checked)."""
 
@@ -237,6 +240,7 @@ class EvalConfig(Section):
     f1_conf: Float = 0.3
     cross_class_iou: Float | None = None
     cross_class_factor: Float = 0.25
+    merge_ios: Float | None = None
     exposure_min_light: Float = 0.6
     exposure_min_contrast: Float = 0.6
     exposure_max_clipped: Float = 0.2

@@ -60,7 +60,8 @@ class Detections:
     how the frame was placed on the model input. ``tiles``: None for a frame letterboxed whole; for a tiled frame
     its :class:`TileRecord` (tile origins in the frame), ``letterbox`` then says how each tile (``tile x tile``
     original pixels, all alike) was placed on the model input, and ``stats`` pool all its tiles' activations.
-    ``dropped``: calls above the score threshold that the ``max_det`` cap cut (``inspect/pipeline.py``).
+    ``dropped``: calls above the score threshold that the ``max_det`` cap cut (``inspect/pipeline.py``); ``merged``:
+    calls merged into a better-scored call on the same defect (``model/postprocess.py`` ``merge_nested``).
     """
 
     boxes: torch.Tensor
@@ -73,6 +74,7 @@ class Detections:
     batch_size: int = 1
     tiles: TileRecord | None = None
     dropped: int = 0
+    merged: int = 0
 
     def __len__(self) -> int:
         return int(self.labels.numel())

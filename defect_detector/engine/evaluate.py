@@ -44,7 +44,8 @@ def predict_dataset(
     """Run ``model`` over ``loader`` (batches of ``(images [B, C, S, S], targets)``, C = 1 or 2 with golden images)
     -> ``{image_id: prediction}``.
 
-    ``settings``: the postprocess (``eval.conf``, ``nms_iou``, ``max_det``, ``cross_class_iou``, ``cross_class_factor``).
+    ``settings``: the postprocess (``eval.conf``, ``nms_iou``, ``max_det``, ``cross_class_iou``, ``cross_class_factor``,
+    ``merge_ios``).
 
     ``tta`` names a test-time augmentation mode of :mod:`defect_detector.model.tta` (``none``: one pass).
     Boxes are mapped back to original-image pixels with each target's ``letterbox`` record.
@@ -65,9 +66,10 @@ def predict_dataset(
     return results
 
 
-def _postprocess_args(settings: EvalConfig) -> tuple[float, float, int, float | None, float]:
-    """``postprocess``'s thresholds from the ``eval`` section."""
-    return settings.conf, settings.nms_iou, settings.max_det, settings.cross_class_iou, settings.cross_class_factor
+def _postprocess_args(settings: EvalConfig) -> tuple[float, float, int, float | None, float, float | None, float]:
+    """``postprocess``'s thresholds from the ``eval`` section (nested calls merged at and above ``f1_conf``)."""
+    s = settings
+    return s.conf, s.nms_iou, s.max_det, s.cross_class_iou, s.cross_class_factor, s.merge_ios, s.f1_conf
 
 
 def _decoded_pass(model: torch.nn.Module, points: torch.Tensor, strides: torch.Tensor, images: torch.Tensor) -> torch.Tensor:

@@ -150,6 +150,7 @@ CARRIED_EVAL_KEYS = (
     "f1_conf",
     "cross_class_iou",
     "cross_class_factor",
+    "merge_ios",
     "exposure_min_light",
     "exposure_min_contrast",
     "exposure_max_clipped",

@@ -7,7 +7,10 @@ training set and extended by ``teach``). The first frame of each golden image, k
 measured (:func:`~defect_detector.monitor.domain.design_stats`, a few ms); when it is unlike the domain, one warning
 is logged, naming the feature farthest off and the ``teach`` command. Every frame of that golden image carries the
 text (``Inspection.design_warning``: the frame's JSON record, the station); later frames cost a dictionary lookup. It
-is a warning, never a refusal: the frame is inspected as before. Weights without a domain warn about nothing.
+is a warning, never a refusal: the frame is inspected as before, but a frame of it with no call is ``pass_suspect``
+(an untaught look: the weights were not validated on it; issue 42), never a plain ``pass``. The warning names first
+the bundled weights whose domain does cover the look (:func:`covering_weights`), then ``teach``. Weights without a
+domain warn about nothing.
 
 A golden image the weights were taught (``meta.json`` ``taught``: the fingerprints ``teach`` lists) is never warned
 about, whatever the domain says, and its frames are marked taught (``Inspection.design_taught``: the frame's JSON
@@ -16,6 +19,7 @@ record, the station's frames and design runs).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -23,8 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from defect_detector.inspect.designs import GIVEN, Design
+from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, DEFAULT_WEIGHTS, PHOTO_REFERENCE_WEIGHTS
 from defect_detector.monitor.domain import DomainModel, design_stats
 
 log = logging.getLogger("defect_detector.inspect")
@@ -46,23 +52,48 @@ NO_NOTE = DesignNote()
 """The note of a frame without a golden image, or of weights with neither a domain nor a taught design."""
 
 
-def design_warning(name: str, golden: str, weights: str | Path, why: str) -> str:
+def design_warning(name: str, golden: str, weights: str | Path, why: str, covering: Path | None = None) -> str:
     """The warning text for golden image ``name`` (file ``golden``, or :data:`GIVEN`) unlike the domain of ``weights``;
-    ``why``: the feature farthest off, in words (:meth:`DomainModel.explain`)."""
+    ``why``: the feature farthest off, in words (:meth:`DomainModel.explain`). ``covering``: bundled weights whose
+    domain does cover the look, named first (None: only ``teach`` is offered)."""
     stem = Path(golden).stem if golden != GIVEN else "design"
+    use = f"inspect it with --weights {covering} (bundled, trained on this look), or " if covering is not None else ""
     return (
-        f"{name}: this design looks unlike the model's training images ({why}); "
-        f"teach it: defect-detector teach --golden {golden} --weights {weights} --out {stem}_taught.pt"
+        f"{name}: this design looks unlike the model's training images ({why}); no call on it passes as pass_suspect; "
+        f"{use}teach it: defect-detector teach --golden {golden} --weights {weights} --out {stem}_taught.pt"
     )
+
+
+def covering_weights(stats: np.ndarray, weights: str | Path, channels: int) -> Path | None:
+    """The first bundled weights (other than ``weights``) of ``channels`` input channels whose design domain covers a
+    golden image of look ``stats`` (:func:`design_stats`), or None. Golden-template weights are tried photographs
+    first (``photo_ref.pt``, then ``deeppcb_ref.pt``); a domain is read from its file when a warning asks for it."""
+    bundled = (PHOTO_REFERENCE_WEIGHTS, DEFAULT_REFERENCE_WEIGHTS) if channels == 2 else (DEFAULT_WEIGHTS,)
+    own = Path(weights).resolve()
+    for path in bundled:
+        if path.resolve() == own or not path.is_file():
+            continue
+        domain = _bundled_domain(path)
+        if domain is not None and not domain.is_unlike(stats):
+            return path
+    return None
+
+
+@functools.cache
+def _bundled_domain(path: Path) -> DomainModel | None:
+    """The design domain a bundled checkpoint carries (None: none)."""
+    raw = torch.load(path, map_location="cpu", weights_only=True).get("domain")
+    return DomainModel.from_dict(raw, where=f"{path}: domain") if raw is not None else None
 
 
 class DesignCheck:
     """The design-domain check of one inspector: ``domain`` (None: never warns) read from ``weights``' meta, and the
     pixel fingerprints of the golden images the weights were ``taught`` (never warned about)."""
 
-    def __init__(self, domain: DomainModel | None, weights: str | Path, taught: Sequence[str] = ()) -> None:
+    def __init__(self, domain: DomainModel | None, weights: str | Path, taught: Sequence[str] = (), channels: int = 2) -> None:
         self.domain = domain
         self.weights = weights
+        self.channels = channels
         self.taught = frozenset(taught)
         self._seen: OrderedDict[str, str | None] = OrderedDict()
 
@@ -71,7 +102,8 @@ class DesignCheck:
         """The check of weights whose ``meta.json`` is ``meta`` (checked already by ``parse_meta`` for an artifact)."""
         raw = meta.get("domain")
         taught = [d["key"] for d in meta.get("taught") or []]
-        return cls(DomainModel.from_dict(raw, where=f"{weights}: domain") if raw is not None else None, weights, taught)
+        domain = DomainModel.from_dict(raw, where=f"{weights}: domain") if raw is not None else None
+        return cls(domain, weights, taught, int(meta.get("channels", 1)))
 
     def check(self, key: str, name: str, golden: str, image: Callable[[], np.ndarray]) -> str | None:
         """The warning of the golden image ``key`` (its pixel fingerprint; ``name`` what to call it, ``golden`` its file),
@@ -85,7 +117,8 @@ class DesignCheck:
         stats = design_stats(image())
         text = None
         if self.domain.is_unlike(stats):
-            text = design_warning(name, golden, self.weights, self.domain.explain(stats))
+            covering = covering_weights(stats, self.weights, self.channels)
+            text = design_warning(name, golden, self.weights, self.domain.explain(stats), covering)
             log.warning("%s (distance %.1f, threshold %.1f)", text, self.domain.distance(stats), self.domain.threshold)
         self._seen[key] = text
         while len(self._seen) > CACHED:

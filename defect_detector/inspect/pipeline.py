@@ -6,6 +6,7 @@
          (:meth:`Pipeline.plan`, a ``TileRecord``)
       -> model input [N, C, imgsz, imgsz] (one row per letterboxed frame or tile) -> ``Runtime.infer`` in chunks
       -> postprocess (NMS per row, boxes back to frame or tile pixels) -> tiles merged into the frame
+      -> nested calls merged, one call per defect (``model/postprocess.py`` ``merge_nested``, the weights' ``merge_ios``)
       -> a tiled frame's calls kept where it and its golden image differ (``data/tile_gate.py``, reference models)
       -> per-frame drift statistics, pooled over its tiles
 
@@ -15,7 +16,8 @@ The geometry is recorded, not hidden: every :class:`~defect_detector.core.types.
 ``max_det`` applies to each model input (a letterboxed frame, or one tile) before the merge, and a tiled frame keeps
 at most ``max_det`` x its tile count after the merge: a tile is what the model saw during training and validation, so
 ``max_det`` keeps its meaning per view, and a 2048x1536 panel of six boards is not held to one board's worth of calls.
-Calls cut by the cap are counted in ``Detections.dropped``.
+Calls cut by the cap are counted in ``Detections.dropped``; calls merged into another on the same defect (the weights'
+``merge_ios``, applied to the whole frame before the cap) in ``Detections.merged``.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from defect_detector.data.tile_gate import keep_differing
 from defect_detector.data.tiles import EDGE_MARGIN, crop_tiles, merge_tile_detections, plan_tiles, pool_tile_stats
 from defect_detector.inspect.references import References
 from defect_detector.inspect.runtime import Runtime
-from defect_detector.model.postprocess import PRE_NMS_TOPK, demote_and_drop, postprocess
+from defect_detector.model.postprocess import PRE_NMS_TOPK, demote_and_drop, merge_nested, postprocess
 
 log = logging.getLogger("defect_detector.inspect")
 
@@ -137,6 +139,7 @@ class Pipeline:
         self.conf = point["conf"] if conf is None else float(conf)
         self.iou = point["iou"] if iou is None else float(iou)
         self.cross_class = (point["cross_class_iou"], point["cross_class_factor"])  # the weights' setting (v0.10)
+        self.merge = (point["merge_ios"], point["conf"])  # one call per defect at the weights' operating point (v0.14)
         self.exposure = point["exposure"]  # the exposure range the weights were validated at (inspect/screen.py)
         self.max_det = int(max_det)
         self.tile = tile
@@ -262,13 +265,15 @@ class Pipeline:
         timings = {"preprocess": t_pre - start, "model": t_model - t_pre, "postprocess": t_post - t_model}
         timings = {stage: seconds * 1e3 / n for stage, seconds in timings.items()}  # ms per frame
         names = self.runtime.class_names
-        cut = sum(dropped for *_, dropped in frames)
+        cut = sum(f[3] for f in frames)
         if cut and not self._cap_warned:
             self._cap_warned = True
             log.warning("%d calls above the score threshold were cut by max_det=%d (per model input); raise --max-det", cut, self.max_det)
         return [
-            Detections(d["boxes"], d["scores"], d["labels"], [names[j] for j in d["labels"].tolist()], s, dict(timings), m, n, r, dropped)
-            for (d, s, m, dropped), r in zip(frames, records)
+            Detections(
+                d["boxes"], d["scores"], d["labels"], [names[j] for j in d["labels"].tolist()], s, dict(timings), m, n, r, cut_, joined
+            )
+            for (d, s, m, cut_, joined), r in zip(frames, records)
         ]
 
     def _infer(
@@ -319,26 +324,36 @@ class Pipeline:
 
     def _per_frame(
         self, rows: list[dict[str, torch.Tensor]], stats: torch.Tensor, metas: list[LetterboxMeta], records: list[TileRecord | None]
-    ) -> list[tuple[dict[str, torch.Tensor], torch.Tensor, LetterboxMeta, int]]:
-        """Per frame ``(detections in frame pixels, stats [L, 2], letterbox meta of its first row, calls dropped by max_det)``
-        from the per-row postprocess output (uncapped; tile pixels for tiles) and ``stats [N, L, 2]``."""
-        capped = [_cap(row, self.max_det) for row in rows]
+    ) -> list[tuple[dict[str, torch.Tensor], torch.Tensor, LetterboxMeta, int, int]]:
+        """Per frame ``(detections in frame pixels, stats [L, 2], letterbox meta of its first row, calls dropped by
+        max_det, calls merged into another)`` from the per-row postprocess output (uncapped; tile pixels for tiles) and
+        ``stats [N, L, 2]``. The weights' merge of nested calls (``merge_ios``) runs on the whole frame, after its tiles
+        are merged and demoted, so one defect on a seam is one call too."""
         out, first = [], 0
         for record in records:
             if record is None:
-                row, dropped = capped[first]
-                out.append((row, stats[first], metas[first], dropped))
+                row, merged = self._merge(rows[first])
+                row, dropped = _cap(row, self.max_det)
+                out.append((row, stats[first], metas[first], dropped, merged))
                 first += 1
                 continue
             margin = EDGE_MARGIN * record.tile / self.runtime.imgsz  # EDGE_MARGIN is in model pixels
             tiles = slice(first, first + len(record))
-            merged = merge_tile_detections([r for r, _ in capped[tiles]], record, self.iou, PRE_NMS_TOPK, margin)
+            capped = [_cap(row, self.max_det) for row in rows[tiles]]
+            calls = merge_tile_detections([r for r, _ in capped], record, self.iou, PRE_NMS_TOPK, margin)
             if self.cross_class[0] is not None:  # across tiles as within one input: one defect on a seam, one call
-                merged = demote_and_drop(merged, self.conf, *self.cross_class)
-            merged, dropped = _cap(merged, self.max_det * len(record))
-            out.append((merged, pool_tile_stats(stats[tiles]), metas[first], dropped + sum(d for _, d in capped[tiles])))
+                calls = demote_and_drop(calls, self.conf, *self.cross_class)
+            calls, merged = self._merge(calls)
+            calls, dropped = _cap(calls, self.max_det * len(record))
+            out.append((calls, pool_tile_stats(stats[tiles]), metas[first], dropped + sum(d for _, d in capped), merged))
             first += len(record)
         return out
+
+    def _merge(self, calls: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], int]:
+        """``calls`` after the weights' :func:`merge_nested` (unchanged when they set no ``merge_ios``), and how many
+        were merged. Calls below the weights' operating point take no part, whatever ``conf`` the pipeline keeps (val's
+        low one for mAP), so mAP's ranking below the line's threshold stays as it was."""
+        return (calls, 0) if self.merge[0] is None else merge_nested(calls, *self.merge)
 
     def _warn_shrink(self, images: Sequence[np.ndarray], records: list[TileRecord | None]) -> None:
         """Warn once when a frame letterboxed whole shrinks more than :data:`SHRINK_WARNING` times."""

@@ -60,7 +60,8 @@ class Inspection:
     the golden view's), None when the model sees the frame with its golden image registered into it.
 
     ``verdict``: ``fail`` (at least one call at the operating point), ``pass`` (none), ``pass_suspect`` (none, but a
-    critical drift alert is raised: the camera may not have seen the board; the ``reason`` says so), or
+    critical drift alert is raised: the camera may not have seen the board; or its golden image draws the design
+    warning: an untaught look, the weights were not validated on it; the ``reason`` says which), or
     ``not_inspected`` with the ``reason``: never count such a board as clean.
     """
 
@@ -100,16 +101,18 @@ class Inspection:
             return "not_inspected"
         if len(self.detections):
             return "fail"
-        return "pass_suspect" if self.drift == "critical" else "pass"
+        return "pass_suspect" if self.drift == "critical" or self.design_warning is not None else "pass"
 
     @property
     def reason(self) -> str | None:
         """Why the frame was not inspected, or why its pass is suspect (None otherwise)."""
         if self.detections is None:
             return self.frame.error
-        if self.verdict == "pass_suspect":
+        if self.verdict == "pass_suspect" and self.drift == "critical":
             score = f"score {self.score:.1f}" if self.score is not None else "alert raised"
             return f"drift critical: {score}; no call, but the camera may not show the board as validated: check the camera and the light"
+        if self.verdict == "pass_suspect":
+            return f"untaught look: no call, but {self.design_warning}"
         return None
 
 

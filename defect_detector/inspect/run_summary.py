@@ -23,15 +23,18 @@ class Tally:
         self.start = time.perf_counter()
         self.totals = dict.fromkeys(STAGES, 0.0)
         self.live = dict.fromkeys(STAGES, 0.0)
-        self.consumed = self.processed = self.detections = self.dropped_calls = 0
+        self.consumed = self.processed = self.detections = self.dropped_calls = self.merged_calls = 0
         self.verdicts: Counter[str] = Counter()
         self.reasons: Counter[str] = Counter()
+        self.suspects: Counter[str] = Counter()
         self.events: list[DriftEvent] = []
 
     def add(self, inspection: Any) -> None:
         """Count one :class:`~defect_detector.inspect.inspector.Inspection`."""
         self.consumed += 1
         self.verdicts[inspection.verdict] += 1
+        if inspection.verdict == "pass_suspect":
+            self.suspects["drift critical" if inspection.drift == "critical" else "untaught look"] += 1
         self.events += inspection.events
         result = inspection.detections
         if result is None:
@@ -40,6 +43,7 @@ class Tally:
         self.processed += 1
         self.detections += len(result)
         self.dropped_calls += result.dropped
+        self.merged_calls += result.merged
         stage_ms = {"decode": inspection.frame.decode_ms, **result.timings}
         for stage in STAGES:
             self.totals[stage] += stage_ms[stage]
@@ -63,9 +67,11 @@ class Tally:
             "skipped": self.consumed - self.processed,
             "verdicts": {v: self.verdicts.get(v, 0) for v in ("pass", "pass_suspect", "fail", "not_inspected")},
             "not_inspected": dict(self.reasons),
+            "pass_suspect": dict(self.suspects),
             "dropped": stats.dropped,
             "detections": self.detections,
             "calls_cut_by_max_det": self.dropped_calls,
+            "calls_merged": self.merged_calls,
             "drift_monitoring": inspector.monitoring,
             "drift_events": [e.to_dict() for e in self.events],
             "reconnects": stats.reconnects,
@@ -87,18 +93,21 @@ def summary_line(summary: dict[str, Any]) -> str:
     live = summary["kind"] in ("camera", "stream")
     stream = f"; stream: dropped {summary['dropped']}, reconnects {summary['reconnects']}" if live else ""
     why = ", ".join(f"{reason} x{n}" for reason, n in sorted(summary["not_inspected"].items()))
+    suspect = ", ".join(f"{reason} x{n}" for reason, n in sorted(summary.get("pass_suspect", {"drift critical": 1}).items()))
     alerts = [e for e in summary.get("drift_events", []) if e["event"] == "drift"]
     drift = f"; drift alerts {len(alerts)}" if summary.get("drift_monitoring") else "; drift monitoring off"
     if summary.get("alerts_undelivered"):
         drift += f" ({summary['alerts_undelivered']} not delivered: see the webhook warnings)"
     cut = f" ({summary['calls_cut_by_max_det']} more cut by --max-det)" if summary.get("calls_cut_by_max_det") else ""
+    if summary.get("calls_merged"):
+        cut += f" ({summary['calls_merged']} merged into another call on the same defect)"
     if summary.get("unrecorded"):
         drift += f"; station database: {summary['unrecorded']} frames NOT RECORDED"
     if summary.get("outputs_failed"):
         drift += f"; {len(summary['outputs_failed'])} output(s) NOT FINISHED (see the warnings)"
     return (
         f"frames {summary['frames']}: pass {v['pass']}"
-        + (f", PASS SUSPECT {v['pass_suspect']} (drift critical)" if v.get("pass_suspect") else "")
+        + (f", PASS SUSPECT {v['pass_suspect']} ({suspect})" if v.get("pass_suspect") else "")
         + f", fail {v['fail']}, NOT INSPECTED {v['not_inspected']}"
         + (f" ({why})" if why else "")
         + f"{stream}; calls {summary['detections']}{cut}{drift}, {summary['fps']:.2f} fps; mean ms per frame: {latency}"

@@ -95,15 +95,17 @@ class Runtime:
         """The postprocess the weights were validated at (meta ``operating_point``): score threshold ``conf``
         (``eval.f1_conf``), per-class NMS ``iou`` (``eval.nms_iou``), and the cross-class demotion
         ``cross_class_iou`` (None: off) / ``cross_class_factor``; artifacts exported before v0.9 carry none and get
-        ``DEFAULT_OPERATING_POINT``, those before v0.10 no cross-class demotion. ``exposure``: the exposure range
+        ``DEFAULT_OPERATING_POINT``, those before v0.10 no cross-class demotion, those before v0.14 no merge of
+        nested calls (``merge_ios`` None; ``model/postprocess.py`` ``merge_nested``). ``exposure``: the exposure range
         (``monitor/exposure.py`` ``ExposureRange``; weights that record none get its defaults, ``eval.exposure_*``)."""
         point = self.meta.get("operating_point") or DEFAULT_OPERATING_POINT
-        cross_iou = point.get("cross_class_iou")
+        cross_iou, merge_ios = point.get("cross_class_iou"), point.get("merge_ios")
         return {
             "conf": float(point["conf"]),
             "iou": float(point["iou"]),
             "cross_class_iou": None if cross_iou is None else float(cross_iou),
             "cross_class_factor": float(point.get("cross_class_factor", EvalConfig().cross_class_factor)),
+            "merge_ios": None if merge_ios is None else float(merge_ios),
             "exposure": ExposureRange.from_dict(point.get("exposure")),
         }
 

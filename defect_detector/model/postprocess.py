@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
-from torchvision.ops import batched_nms, box_iou, remove_small_boxes
+from torchvision.ops import batched_nms, box_area, box_iou, remove_small_boxes
 
 from defect_detector.core.boxes import boxes_from_letterbox, ltrb_to_xyxy
 from defect_detector.core.types import LetterboxMeta
@@ -93,6 +93,40 @@ def demote_and_drop(detections: dict[str, torch.Tensor], conf: float, iou: float
     return {"boxes": boxes[order], "scores": scores[order], "labels": labels[order]}
 
 
+def intersection_over_smaller(boxes: torch.Tensor) -> torch.Tensor:
+    """``[K, 4]`` xyxy boxes -> float ``[K, K]``: the area the boxes of each pair share over the smaller box's area
+    (1 when one lies wholly inside the other, whatever their IoU). Read from torchvision's IoU:
+    ``inter = iou * (a_i + a_j) / (1 + iou)``."""
+    boxes = boxes.float()
+    area = box_area(boxes)
+    iou = box_iou(boxes, boxes)
+    inter = iou * (area[:, None] + area[None, :]) / (1.0 + iou)
+    return inter / torch.minimum(area[:, None], area[None, :]).clamp_min(1e-9)
+
+
+def merge_nested(detections: dict[str, torch.Tensor], ios: float, floor: float = 0.0) -> tuple[dict[str, torch.Tensor], int]:
+    """One call per defect: best score first, each kept call absorbs the lower-scored calls of any class whose
+    intersection over the smaller box with it exceeds ``ios`` (a box mostly inside another, or boxes stacked along one
+    long defect over its best call), as NMS does with IoU. Only calls scoring at least ``floor`` take part (the
+    weights' operating point: below it the ranking mAP reads is left as it was, other classes' hypotheses included).
+
+    ``detections``: ``boxes`` float ``[K, 4]`` xyxy (any one pixel frame), ``scores`` ``[K]``, ``labels`` int64
+    ``[K]``; returns the kept calls (same keys, sorted by score; equal scores keep their given order) and how many
+    were merged into them. An absorbed call absorbs nothing, so a large low box over two defects never joins them."""
+    scores = detections["scores"]
+    order = torch.argsort(scores, descending=True, stable=True)
+    calls = {k: v[order] for k, v in detections.items()}
+    taking = int((calls["scores"] >= floor).sum())
+    if taking < 2:
+        return calls, 0
+    linked = intersection_over_smaller(calls["boxes"][:taking]) > ios  # [M, M]
+    keep = torch.ones(len(order), dtype=torch.bool)
+    for i in range(taking):
+        if keep[i]:
+            keep[i + 1 : taking] &= ~linked[i, i + 1 :]
+    return {k: v[keep] for k, v in calls.items()}, int((~keep).sum())
+
+
 def postprocess(
     decoded: torch.Tensor,
     metas: Sequence[LetterboxMeta | None],
@@ -101,6 +135,8 @@ def postprocess(
     max_det: int = 100,
     cross_class_iou: float | None = None,
     cross_class_factor: float = 0.25,
+    merge_ios: float | None = None,
+    merge_floor: float = 0.0,
 ) -> list[dict[str, torch.Tensor]]:
     """Score threshold, per-class NMS, optional cross-class suppression, top-k, and un-letterboxing.
 
@@ -108,7 +144,9 @@ def postprocess(
     Every (location, class) pair scoring above ``conf`` is a candidate, so one
     location may propose several classes; with ``cross_class_iou`` set, :func:`demote_cross_class` then
     multiplies the score of each that overlaps a higher-scored call of another class by ``cross_class_factor``
-    (after NMS, before top-k; None: off, as before v2), and a call demoted to ``conf`` or below is dropped.
+    (after NMS, before top-k; None: off, as before v2), and a call demoted to ``conf`` or below is dropped. With
+    ``merge_ios`` set, :func:`merge_nested` then makes the calls scoring ``merge_floor`` or more on one defect one (None:
+    off, as before v0.14).
     ``metas[i]`` maps boxes back to the original image; ``None`` keeps input pixels. Returns one dict per image:
     ``boxes`` float32 ``[K, 4]`` xyxy in original-image pixels, ``scores``
     float32 ``[K]``, ``labels`` int64 ``[K]`` in 0..C-1, sorted by score. Boxes that
@@ -128,6 +166,9 @@ def postprocess(
         if cross_class_iou is not None:
             calls = {"boxes": out_boxes, "scores": out_scores, "labels": out_labels}
             calls = demote_and_drop(calls, conf, cross_class_iou, cross_class_factor)
+            out_boxes, out_scores, out_labels = calls["boxes"], calls["scores"], calls["labels"]
+        if merge_ios is not None:
+            calls, _ = merge_nested({"boxes": out_boxes, "scores": out_scores, "labels": out_labels}, merge_ios, merge_floor)
             out_boxes, out_scores, out_labels = calls["boxes"], calls["scores"], calls["labels"]
         if meta is not None:
             out_boxes = boxes_from_letterbox(out_boxes, meta)

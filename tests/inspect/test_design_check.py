@@ -130,3 +130,28 @@ def test_a_taught_golden_image_is_never_warned_about_and_its_frames_say_so(tmp_p
             assert len(warned) == 1 and boards[0].name not in warned[0]
         else:
             assert records[boards[1].name]["design_warning"] is None and warned == []
+
+
+def test_an_untaught_look_with_no_call_is_pass_suspect_and_names_the_covering_weights_first(tmp_path: Path) -> None:
+    """Issue 42 item 6: a photographed board inspected with DeepPCB's weights passed (exit 0) with one warning line.
+    Now its frames with no call are ``pass_suspect``, counted apart in the summary, and the warning names the bundled
+    photograph weights before ``teach``; a DeepPCB board with no call stays a plain ``pass``."""
+    from defect_detector.model.checkpoint import PHOTO_REFERENCE_WEIGHTS
+
+    golden = load_image_gray(SAMPLES / "golden" / sorted((SAMPLES / "deeppcb").glob("*.jpg"))[0].name)
+    photo = _photograph(golden)
+    source = tmp_path / "frames"
+    source.mkdir()
+    assert cv2.imwrite(str(source / "photo.png"), photo)
+    assert cv2.imwrite(str(tmp_path / "golden.png"), photo)
+    with Inspector.load(reference=tmp_path / "golden.png", device="cpu", threads=1) as inspector:
+        (record,) = [inspector.inspect(photo, name="again.png")]
+        summary = inspector.run(str(source), save_json=str(tmp_path / "out.json"))
+        clean = inspector.inspect(golden, name="deeppcb.png", reference=golden)
+    assert len(record.detections) == 0 and record.verdict == "pass_suspect"  # the board is its own golden image
+    assert record.reason.startswith("untaught look: no call, but golden.png: this design looks unlike")
+    text = record.design_warning
+    assert text.index(f"--weights {PHOTO_REFERENCE_WEIGHTS}") < text.index("teach it:")
+    assert summary["verdicts"]["pass_suspect"] == 1 and summary["pass_suspect"] == {"untaught look": 1}
+    assert json.loads((tmp_path / "out.json").read_text())[0]["verdict"] == "pass_suspect"
+    assert clean.design_warning is None and len(clean.detections) == 0 and clean.verdict == "pass"

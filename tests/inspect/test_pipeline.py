@@ -81,3 +81,26 @@ def test_tiled_frames_get_the_cross_class_demotion_of_a_single_image(native_chec
 
     assert len(tiled.tiles) > 1 and cross_class_pairs(plain) > 0 and len(tiled) > 0
     assert cross_class_pairs(tiled) == 0 and len(tiled) < len(plain)
+
+
+@pytest.mark.parametrize("tile", [False, True])
+def test_the_weights_merge_of_nested_calls_leaves_one_call_per_defect_and_counts_the_rest(
+    native_checkpoint: Path, tmp_path: Path, tile: bool
+) -> None:
+    """Issue 42: nested boxes (of any class; their IoU below NMS's) were separate calls. With ``eval.merge_ios`` in the
+    weights no two calls of a frame overlap by more than it of the smaller box, whole or tiled, and the calls merged
+    are counted: the frame keeps what the plain weights call less what was merged."""
+    from defect_detector.model.postprocess import intersection_over_smaller
+
+    frame = generate_board(512, 640, np.random.default_rng(0))[0]
+    plain = detect(Runtime.load(native_checkpoint, device="cpu"), [frame], conf=0.001, max_det=1000, tile=tile)[0]
+    ckpt = torch.load(native_checkpoint, weights_only=True)
+    ckpt["config"]["eval"]["merge_ios"] = 0.5
+    merging = tmp_path / "merging.pt"
+    torch.save(ckpt, merging)
+    (merged,) = detect(Runtime.load(merging, device="cpu"), [frame], conf=0.001, max_det=1000, tile=tile)
+    nested = intersection_over_smaller(plain.boxes) > 0.5
+    assert int(nested.sum()) > len(plain) and plain.merged == 0  # the plain calls do nest (beyond the diagonal)
+    ios = intersection_over_smaller(merged.boxes).fill_diagonal_(0)
+    assert float(ios.max()) <= 0.5 and merged.merged > 0
+    assert len(merged) + merged.merged == len(plain) + merged.dropped - plain.dropped

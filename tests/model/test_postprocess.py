@@ -87,3 +87,49 @@ def test_postprocess_cross_class_one_call_per_defect() -> None:
     one = postprocess(decoded, [None], conf=0.25, iou=0.6, cross_class_iou=0.3, cross_class_factor=0.25)[0]
     assert one["labels"].tolist() == [0, 1]  # demoted below the line's threshold: one call for the defect
     torch.testing.assert_close(one["scores"], torch.tensor([0.9, 0.5]))
+
+
+def test_intersection_over_smaller_is_one_for_a_box_inside_another() -> None:
+    from defect_detector.model.postprocess import intersection_over_smaller
+
+    boxes = torch.tensor([[0, 0, 40, 40], [10, 10, 20, 20], [30, 0, 50, 10], [100, 100, 110, 110]], dtype=torch.float32)
+    got = intersection_over_smaller(boxes)
+    torch.testing.assert_close(got[0, 1], torch.tensor(1.0))  # IoU 0.0625, but wholly inside
+    torch.testing.assert_close(got[0, 2], torch.tensor(0.5))  # half of the smaller box overlaps
+    assert got[0, 3] == 0 and torch.equal(got, got.T)
+
+
+def test_nested_calls_on_one_defect_become_one() -> None:
+    from defect_detector.model.postprocess import merge_nested
+
+    calls = {
+        "boxes": torch.tensor([[10, 10, 20, 20], [0, 0, 40, 40], [100, 100, 110, 110], [5, 5, 45, 12]], dtype=torch.float32),
+        "scores": torch.tensor([0.5, 0.8, 0.7, 0.3]),
+        "labels": torch.tensor([0, 1, 0, 2]),
+    }
+    one, merged = merge_nested(calls, 0.6)
+    # the inner box (another class, lower score) and the strip mostly inside the outer box are merged into it;
+    # the call 60 px away stays
+    assert merged == 2
+    assert one["boxes"].tolist() == [[0, 0, 40, 40], [100, 100, 110, 110]]
+    assert one["labels"].tolist() == [1, 0] and one["scores"].tolist() == [0.800000011920929, 0.699999988079071]
+    assert merge_nested(calls, 0.9)[0]["scores"].tolist() == [0.800000011920929, 0.699999988079071, 0.30000001192092896]
+
+
+def test_an_absorbed_call_joins_nothing_and_calls_below_the_floor_stay() -> None:
+    from defect_detector.model.postprocess import merge_nested
+
+    # two defects 40 px apart under one large, lower-scored box: the box is merged into the first, the second stays
+    boxes = torch.tensor([[0, 0, 10, 10], [40, 0, 50, 10], [0, 0, 50, 10], [2, 2, 8, 8]], dtype=torch.float32)
+    calls = {"boxes": boxes, "scores": torch.tensor([0.9, 0.8, 0.5, 0.1]), "labels": torch.tensor([0, 0, 1, 2])}
+    kept, merged = merge_nested(calls, 0.7, floor=0.2)
+    assert merged == 1 and kept["boxes"].tolist() == [[0, 0, 10, 10], [40, 0, 50, 10], [2, 2, 8, 8]]  # 0.1 < floor
+    assert merge_nested(calls, 0.7)[0]["boxes"].tolist() == [[0, 0, 10, 10], [40, 0, 50, 10]]
+
+
+def test_postprocess_merges_nested_calls_after_nms() -> None:
+    decoded = torch.zeros(1, 2, 4 + 2)
+    decoded[0, :, :4] = torch.tensor([[0, 0, 40, 40], [10, 10, 20, 20]], dtype=torch.float32)
+    decoded[0, 0, 4], decoded[0, 1, 4] = 0.9, 0.6  # one class: IoU 0.06 survives NMS
+    assert len(postprocess(decoded, [None], conf=0.25, iou=0.5)[0]["scores"]) == 2
+    assert postprocess(decoded, [None], conf=0.25, iou=0.5, merge_ios=0.6)[0]["boxes"].tolist() == [[0, 0, 40, 40]]
