@@ -13,7 +13,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "defect_detector"
 NAME = "defect_detector"
-LAYERS = {"core": 0, "data": 1, "model": 1, "monitor": 1, "engine": 2, "export": 2, "inspect": 3, "station": 2, "cli": 4}
+LAYERS = {"core": 0, "data": 1, "model": 1, "monitor": 1, "screens": 1, "engine": 2, "export": 2, "inspect": 3, "station": 2, "cli": 4}
 """The package root (``defect_detector/__init__.py``: the lazy ``Inspector`` export) stands above every room."""
 
 

@@ -41,15 +41,13 @@ def add_parser(sub: Any) -> None:
         default="frames",
         help="frames (default): one record per frame; detections: v0.8's flat list of calls (frames without calls are absent)",
     )
-    p.add_argument(
-        "--report", help="write a CSV here, row by row: one row per frame (name, verdict, reason, calls per class, drift state)"
-    )
+    p.add_argument("--report", help="write a CSV here, row by row: one row per frame (name, verdict, reason, calls per class, drift state)")
     p.add_argument("--save-dir", help="write annotated images (or an .mp4 for video/streams) here; frames not inspected are stamped")
     p.add_argument(
         "--allow-skips",
         action="store_true",
-        help="exit 0 even when some frames were not inspected or passed as suspect (pass_suspect: a critical drift alert, or an untaught look; default: "
-        "exit 3, so no unseen board passes unnoticed)",
+        help="exit 0 even when some frames were not inspected or passed as suspect (pass_suspect: a critical drift alert, or "
+        "an untaught look; default: exit 3, so no unseen board passes unnoticed)",
     )
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
     p.add_argument(
@@ -155,7 +153,7 @@ def _print_setup(inspector: Any, args: argparse.Namespace) -> None:
 def _raise_for(summary: dict[str, Any], args: argparse.Namespace) -> None:
     """The run's exit, after its outputs are written: the signal that stopped it, an output that could not be finished
     (a full disk), frames the station database did not record, a stream given up or a truncated video (exit 2), or
-    frames not inspected or passed under a critical drift alert (exit 3 unless ``--allow-skips``)."""
+    frames not inspected or passed as suspect (a critical drift alert, an untaught look; exit 3 unless ``--allow-skips``)."""
     from defect_detector.core.errors import Stopped
 
     if summary["signal"] is not None:
@@ -184,5 +182,5 @@ def _raise_for(summary: dict[str, Any], args: argparse.Namespace) -> None:
         why = ", ".join(f"{reason} x{n}" for reason, n in sorted(summary["not_inspected"].items()))
         parts = [f"{skipped} of {summary['frames']} frames were NOT INSPECTED ({why})"] if skipped else []
         kinds = " or ".join(sorted(summary.get("pass_suspect", {}))) or "drift critical"
-        parts += [f"{suspect} passed with no call but are suspect ({kinds}: pass_suspect)"] if suspect else []
+        parts += [f"{suspect} passed as suspect (pass_suspect: {kinds})"] if suspect else []
         raise NotInspected(f"{'; '.join(parts)}; --allow-skips accepts that")

@@ -211,6 +211,7 @@ class TrainConfig(Section):
 _UNIT_OR_NULL = (
     "cross_class_iou",
     "merge_ios",
+    "hidden_max_area",
     "exposure_min_light",
     "exposure_min_contrast",
     "exposure_max_clipped",
@@ -228,7 +229,9 @@ class EvalConfig(Section):
     overlapping a higher-scored detection of another class by more than this IoU has its score multiplied by
     ``cross_class_factor`` (one defect, one call at the line's threshold; null: off). ``merge_ios``: then, among calls at or
     above ``f1_conf``, a call absorbs the lower-scored calls of any class whose intersection over the smaller box with it
-    exceeds this (model/postprocess.py ``merge_nested``; null: off). ``exposure_*``: the exposure
+    exceeds this (model/postprocess.py ``merge_nested``; null: off). ``hidden_max_area``: the largest region of a frame,
+    as a share of it, that may be hidden (glare, a shadow, a hand: cells unlike the matched golden image; screens/hidden.py)
+    before the frame is not inspected; glare is refused at any size (null: only glare). ``exposure_*``: the exposure
     range the model was validated at (monitor/exposure.py ``ExposureRange``; a frame outside it is not inspected; null:
     not checked)."""
 
@@ -241,6 +244,7 @@ class EvalConfig(Section):
     cross_class_iou: Float | None = None
     cross_class_factor: Float = 0.25
     merge_ios: Float | None = None
+    hidden_max_area: Float | None = 0.005
     exposure_min_light: Float = 0.6
     exposure_min_contrast: Float = 0.6
     exposure_max_clipped: Float = 0.2

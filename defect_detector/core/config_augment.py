@@ -31,7 +31,9 @@ class AugmentConfig(Section):
     reference alone is then moved by a random rigid residual of up to ``ref_shift`` pixels and
     ``ref_rotate`` degrees, the error left after registration. With probability ``capture_p`` the board is first
     captured as a line's day delivers it (gain, gamma, offset, light gradient, defocus, noise, JPEG) and matched back
-    to the golden image's levels by the photometric registration (``data/line_capture.py``), as inspection does.
+    to the golden image's levels by the photometric registration (``data/line_capture.py``), as inspection does; of
+    those captures, ``capture_seam_p`` show the golden image in the band a move leaves uncovered, and
+    ``capture_hidden_p`` carry an unlabelled glare spot or dark occluder clear of the boxes.
 
     Looks (pairs only, ``data/looks.py``): with probability ``render_p`` a binarized pair becomes a photograph of
     one random look of ``render_family`` (``train`` or ``holdout``, ``data/render.py``), first zoomed by a factor
@@ -66,6 +68,8 @@ class AugmentConfig(Section):
     ref_rotate: Float = 0.3
     ref_p: Float = 1.0
     capture_p: Float = 0.0
+    capture_seam_p: Float = 0.0
+    capture_hidden_p: Float = 0.0
     render_p: Float = 0.0
     render_family: Str = "train"
     render_scale: tuple[Float, Float] = (1.0, 1.0)
@@ -90,6 +94,8 @@ class AugmentConfig(Section):
             "min_visibility",
             "ref_p",
             "capture_p",
+            "capture_seam_p",
+            "capture_hidden_p",
             "render_p",
             "paint_p",
         ):

@@ -6,8 +6,15 @@ light gradient across the board, defocus, sensor noise and JPEG. :class:`LineCap
 training pair (uint8 ``[H, W]``, the pair's frame; boxes are untouched: nothing moves), then fits the golden image's
 levels to the board's (:func:`~defect_detector.data.photometric.fit_photometric`) and maps the board back with
 :meth:`~defect_detector.data.photometric.Photometric.to_golden`. So the model trains on what inspection hands it: the
-fit's residual, not the raw change. Moves are not drawn here: registration removes them, and the pair's rigid
-residual (``augment.ref_shift``, ``ref_rotate``) stands in for what it leaves.
+fit's residual, not the raw change.
+
+Moves are not drawn as such: registration removes them, and the pair's rigid residual (``augment.ref_shift``,
+``ref_rotate``) stands in for what it leaves. What a move of up to 25 px does leave is a band along the frame's edge
+that the moved board does not cover, where the golden view shows the golden image itself: with probability
+``seam_p`` such a band (3-25 px deep, slanted up to 1.5 degrees, on one or two sides clear of every box) is filled
+with the golden image, so the model learns that the seam is not a defect. With probability ``hidden_p`` a glare spot
+(saturated) or a dark occluder (a hand's edge, a shadow) covers a part of the board clear of every box, unlabelled:
+inspection refuses large hidden area (``inspect/hidden.py``); below its limit the model must not call it.
 """
 
 from __future__ import annotations
@@ -29,6 +36,14 @@ NOISE = 4.0
 """Largest sensor noise sigma, grey levels."""
 JPEG_QUALITY = (85, 95)
 """JPEG quality range (half of the captures are compressed)."""
+SEAM_DEPTH = (3, 25)
+"""Depth range of the uncovered band of a move, pixels."""
+SEAM_SLANT = 1.5
+"""Largest slant of the band's inner edge, degrees."""
+HIDDEN_RADIUS = (12, 60)
+"""Radius range of a glare spot or an occluder, pixels."""
+CLEARANCE = 12
+"""Pixels kept between a box and a seam band or hidden spot."""
 
 
 def _light(shape: tuple[int, int], amplitude: float, angle: float, gain: float) -> np.ndarray:
@@ -40,12 +55,46 @@ def _light(shape: tuple[int, int], amplitude: float, angle: float, gain: float) 
     return (gain * (1 + amplitude * t)).astype(np.float32)
 
 
+def _clear_of(boxes: np.ndarray, mask: np.ndarray) -> bool:
+    """Whether bool ``mask`` ``[H, W]`` keeps :data:`CLEARANCE` px away from every xyxy box of ``boxes`` ``[N, 4]``."""
+    h, w = mask.shape
+    for x0, y0, x1, y1 in np.asarray(boxes, np.float32).reshape(-1, 4):
+        xa, ya = max(0, int(x0) - CLEARANCE), max(0, int(y0) - CLEARANCE)
+        xb, yb = min(w, int(np.ceil(x1)) + CLEARANCE), min(h, int(np.ceil(y1)) + CLEARANCE)
+        if xa < xb and ya < yb and mask[ya:yb, xa:xb].any():
+            return False
+    return True
+
+
+def seam_band(shape: tuple[int, int], side: int, depth: float, slant: float) -> np.ndarray:
+    """bool ``[H, W]``: the band along ``side`` (0 left, 1 top, 2 right, 3 bottom) that a board moved by ``depth`` px
+    does not cover, its inner edge slanted by ``slant`` degrees."""
+    h, w = shape
+    ys, xs = np.mgrid[0:h, 0:w].astype(np.float32)
+    across, along, length = [(xs, ys, h), (ys, xs, w), (w - 1 - xs, ys, h), (h - 1 - ys, xs, w)][side]
+    return across < depth + np.tan(np.radians(slant)) * (along - length / 2)
+
+
+def hidden_spot(shape: tuple[int, int], rng: np.random.Generator) -> tuple[np.ndarray, bool]:
+    """float32 ``[H, W]`` weight in [0, 1] of a random hidden spot (an ellipse of :data:`HIDDEN_RADIUS`, soft-edged),
+    and whether it is glare (else a dark occluder)."""
+    h, w = shape
+    weight = np.zeros(shape, np.float32)
+    axes = tuple(int(rng.uniform(*HIDDEN_RADIUS)) for _ in range(2))
+    centre = (int(rng.uniform(0, w)), int(rng.uniform(0, h)))
+    cv2.ellipse(weight, centre, axes, float(rng.uniform(0, 180)), 0, 360, 1.0, -1)
+    weight = cv2.GaussianBlur(weight, (0, 0), float(rng.uniform(1.0, 6.0)))
+    return weight, bool(rng.random() < 0.5)
+
+
 class LineCapture:
     """Draw a line capture on the board, then match it back to the golden image's levels (module docstring).
-    ``__call__(image, reference) -> image``: uint8 ``[H, W]`` each, in the same frame; with probability ``p``."""
+    ``__call__(image, reference, boxes) -> image``: uint8 ``[H, W]`` each, in the same frame, boxes float32 ``[N, 4]``
+    xyxy px (kept clear of seams and hidden spots); with probability ``p``, a seam band with ``seam_p`` and a hidden
+    spot with ``hidden_p`` of those."""
 
-    def __init__(self, p: float = 1.0) -> None:
-        self.p = p
+    def __init__(self, p: float = 1.0, seam_p: float = 0.0, hidden_p: float = 0.0) -> None:
+        self.p, self.seam_p, self.hidden_p = p, seam_p, hidden_p
         self.rng = np.random.default_rng()
 
     def set_random_state(self, rng: np.random.Generator) -> None:
@@ -69,8 +118,32 @@ class LineCapture:
                 out = cv2.imdecode(data, cv2.IMREAD_GRAYSCALE)
         return out
 
-    def __call__(self, image: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    def hide(self, board: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+        """``board`` with a glare spot or a dark occluder clear of ``boxes`` (unchanged when no draw of 4 is clear)."""
+        for _ in range(4):
+            weight, glare = hidden_spot(board.shape, self.rng)
+            if weight.max() > 0 and _clear_of(boxes, weight > 0.05):
+                level = 255.0 if glare else float(self.rng.uniform(10, 80))
+                out = board.astype(np.float32) * (1 - weight) + level * weight
+                return np.clip(out + 0.5, 0, 255).astype(np.uint8)
+        return board
+
+    def seam(self, board: np.ndarray, reference: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+        """``board`` whose uncovered band of a move (1 or 2 sides clear of ``boxes``) shows ``reference``."""
+        out = board
+        for side in self.rng.permutation(4)[: int(self.rng.integers(1, 3))]:
+            depth, slant = self.rng.uniform(*SEAM_DEPTH), self.rng.uniform(-SEAM_SLANT, SEAM_SLANT)
+            band = seam_band(board.shape, int(side), depth, slant)
+            if _clear_of(boxes, band):
+                out = np.where(band, reference, out)
+        return out
+
+    def __call__(self, image: np.ndarray, reference: np.ndarray, boxes: np.ndarray | None = None) -> np.ndarray:
         if self.p <= 0 or self.rng.random() >= self.p:
             return image
+        boxes = np.zeros((0, 4), np.float32) if boxes is None else boxes
         board = self.capture(image)
-        return fit_photometric(reference, board).to_golden(board)
+        if self.rng.random() < self.hidden_p:
+            board = self.hide(board, boxes)
+        board = fit_photometric(reference, board).to_golden(board)
+        return self.seam(board, reference, boxes) if self.rng.random() < self.seam_p else board

@@ -46,7 +46,9 @@ class Photometric:
     """A fitted level map (module docstring). ``coeffs``: float64 ``[6]`` of the light field over a frame of
     ``shape`` ``(H, W)`` (frame pixels); ``gamma``: the tone exponent; ``offset``: grey levels. ``gain``: the field's
     mean over the frame; ``light_range``: its half range over the frame as a fraction of ``gain`` (0.12: +-12%).
-    ``inliers``: the share of fitted samples with non-zero weight. ``identity``: no fit (levels as given)."""
+    ``inliers``: the share of fitted samples with non-zero weight. ``span``: the golden image's 5th and 95th
+    percentile levels among the fitted samples, the levels the range check reads the map at. ``identity``: no fit
+    (levels as given)."""
 
     coeffs: np.ndarray
     gamma: float
@@ -55,6 +57,7 @@ class Photometric:
     gain: float = 1.0
     light_range: float = 0.0
     inliers: float = 1.0
+    span: tuple[float, float] = (0.0, 255.0)
 
     @classmethod
     def identity(cls, shape: tuple[int, int]) -> Photometric:
@@ -73,6 +76,10 @@ class Photometric:
             and self.light_range < NEGLIGIBLE["light_range"]
             and abs(self.offset) < NEGLIGIBLE["offset"]
         )
+
+    def curve(self, levels: np.ndarray) -> np.ndarray:
+        """float64 golden ``levels`` as the board shows them under the mean light (``gain``, tone, offset; unclipped)."""
+        return self.gain * 255.0 * (np.asarray(levels, np.float64) / 255.0) ** self.gamma + self.offset
 
     def light(self, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
         """The light field at frame pixels ``(xs, ys)`` (float arrays of one shape): float32, that shape."""
@@ -124,36 +131,51 @@ class Photometric:
 
 @dataclass(frozen=True)
 class PhotometricRange:
-    """The level changes the weights were validated for (the line's capture variation with a margin): ``max_gain``
-    (fraction, either way: 0.3 accepts gains 1/1.3-1.3), ``max_gamma`` (likewise, of the exponent), ``max_light_range``
-    (the field's +- fraction), ``max_offset`` (grey levels)."""
+    """The level changes the weights were validated for: the line's capture variation (gain and gamma 0.85-1.15,
+    offset +-10 levels, a gradient of +-12%) with a margin. A fit is judged by what it does where the golden image has
+    levels (``Photometric.span``: its 5th to 95th percentile ``lo``-``hi``, and their midpoint), not by its
+    parameters, which trade off on a board of few levels: each of the three levels must map within the envelope of
+    the maps ``g -> a * 255 * (g / 255) ** gamma + o`` with the gain ``a`` within 1/(1 + ``max_gain``) to
+    1 + ``max_gain``, ``gamma`` likewise with ``max_gamma``, and ``|o| <= max_offset`` grey levels; ``max_light_range``:
+    the field's +- fraction."""
 
-    max_gain: float = 0.3
-    max_gamma: float = 0.3
+    max_gain: float = 0.25
+    max_gamma: float = 0.25
     max_light_range: float = 0.2
-    max_offset: float = 30.0
+    max_offset: float = 20.0
+
+    def envelope(self, levels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """float64 ``(lowest, highest)`` board levels the validated maps give golden ``levels``."""
+        x = np.clip(np.asarray(levels, np.float64), 0.0, 255.0) / 255.0
+        a, g = 1.0 + self.max_gain, 1.0 + self.max_gamma
+        return 255.0 / a * x**g - self.max_offset, 255.0 * a * x ** (1.0 / g) + self.max_offset
 
     def reason(self, fit: Photometric) -> str:
         """Why ``fit`` lies outside the range, in words ("" when within)."""
-        if abs(math.log(max(fit.gain, 1e-6))) > math.log1p(self.max_gain):
-            way = "brighter" if fit.gain > 1 else "darker"
-            change = fit.gain - 1 if fit.gain > 1 else 1 - fit.gain
+        lo, hi = fit.span
+        levels = np.array([lo, (lo + hi) / 2, hi])
+        mapped = fit.curve(levels)
+        low, high = self.envelope(levels)
+        outside = (mapped < low) | (mapped > high)
+        if outside[2] or (outside[1] and not outside[0]):
+            which = 2 if outside[2] else 1
+            ratio = mapped[which] / max(levels[which], 1.0)
+            way, change = ("brighter", ratio - 1) if ratio > 1 else ("darker", 1 - ratio)
+            where = "bright" if which == 2 else "middle"
             return (
-                f"light {change:.0%} {way} than the golden image (at most {self.max_gain:.0%} either way): check the light and the exposure"
+                f"light {change:.0%} {way} than the golden image at its {where} levels ({levels[which]:.0f} -> {mapped[which]:.0f}; "
+                f"at most {low[which]:.0f}-{high[which]:.0f}): check the light and the exposure"
             )
-        if abs(math.log(fit.gamma)) > math.log1p(self.max_gamma):
-            limit = 1 + self.max_gamma
-            return f"tones unlike the golden image: gamma {fit.gamma:.2f} (within 1/{limit:.2f}-{limit:.2f}): check the camera's settings"
+        if outside[0]:
+            return (
+                f"black level {mapped[0] - lo:+.0f} grey levels off the golden image's ({lo:.0f} -> {mapped[0]:.0f}; at most "
+                f"{low[0]:.0f}-{high[0]:.0f}): check the camera's settings"
+            )
         if fit.light_range > self.max_light_range:
             side = _brighter_side(fit)
             return (
                 f"light {2 * fit.light_range:.0%} brighter on the {side} than the golden image's light there "
                 f"(at most +-{self.max_light_range:.0%}): check the lamps"
-            )
-        if abs(fit.offset) > self.max_offset:
-            return (
-                f"black level {fit.offset:+.0f} grey levels off the golden image's (at most {self.max_offset:g}): "
-                "check the camera's settings"
             )
         return ""
 
@@ -260,4 +282,6 @@ def fit_photometric(golden: np.ndarray, board: np.ndarray, valid: np.ndarray | N
     if not np.isfinite(field).all() or gain <= 0.05:
         return Photometric.identity(board.shape)
     light_range = float((field.max() - field.min()) / (2 * gain))
-    return Photometric(coeffs, gamma, offset, (int(board.shape[0]), int(board.shape[1])), gain, light_range, float((weights > 0).mean()))
+    span = tuple(float(x) for x in np.percentile(g, (5, 95)))
+    shape = (int(board.shape[0]), int(board.shape[1]))
+    return Photometric(coeffs, gamma, offset, shape, gain, light_range, float((weights > 0).mean()), span)

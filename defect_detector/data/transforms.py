@@ -290,7 +290,7 @@ class PairTransform:
             image = self.photometric(image=image)["image"]
             reference = self.photometric(image=reference)["image"]
         if self.capture is not None:
-            image = self.capture(image, reference)
+            image = self.capture(image, reference, np.asarray(boxes, np.float32).reshape(-1, 4))
         if self.residual is not None:
             reference = self.residual(image=reference)["image"]
         return image, reference, np.asarray(boxes, np.float32).reshape(-1, 4), np.asarray(labels, np.int64).reshape(-1)
@@ -307,7 +307,7 @@ def build_pair_transforms(cfg: AugmentConfig | None, train: bool, seed: int | No
         move = RigidJitter(cfg.ref_shift, cfg.ref_rotate, p=cfg.ref_p)
         residual = A.Compose([move], seed=seed)
     look = _look(cfg, seed)
-    capture = LineCapture(cfg.capture_p) if cfg.capture_p > 0 else None
+    capture = LineCapture(cfg.capture_p, cfg.capture_seam_p, cfg.capture_hidden_p) if cfg.capture_p > 0 else None
     if capture is not None and seed is not None:
         capture.set_random_state(np.random.default_rng(seed + 4))
     return PairTransform(

@@ -66,10 +66,11 @@ def predict_dataset(
     return results
 
 
-def _postprocess_args(settings: EvalConfig) -> tuple[float, float, int, float | None, float, float | None, float]:
+def _postprocess_args(settings: EvalConfig) -> tuple[float, float, int, float | None, float, tuple[float, float] | None]:
     """``postprocess``'s thresholds from the ``eval`` section (nested calls merged at and above ``f1_conf``)."""
     s = settings
-    return s.conf, s.nms_iou, s.max_det, s.cross_class_iou, s.cross_class_factor, s.merge_ios, s.f1_conf
+    merge = None if s.merge_ios is None else (s.merge_ios, s.f1_conf)
+    return s.conf, s.nms_iou, s.max_det, s.cross_class_iou, s.cross_class_factor, merge
 
 
 def _decoded_pass(model: torch.nn.Module, points: torch.Tensor, strides: torch.Tensor, images: torch.Tensor) -> torch.Tensor:

@@ -151,6 +151,7 @@ CARRIED_EVAL_KEYS = (
     "cross_class_iou",
     "cross_class_factor",
     "merge_ios",
+    "hidden_max_area",
     "exposure_min_light",
     "exposure_min_contrast",
     "exposure_max_clipped",

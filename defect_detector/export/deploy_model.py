@@ -274,10 +274,11 @@ def checkpoint_meta(
     """:func:`build_meta` for ``deploy`` wrapping the model of ``loaded`` (a ``LoadedModel``): its class names, input
     size, strides, monitored layers, channels, source path and recorded ``data.pixel_scale``, and the operating point
     it was validated at (``"operating_point": {"conf": eval.f1_conf, "iou": eval.nms_iou, "cross_class_iou": ...,
-    "cross_class_factor": ..., "merge_ios": ..., "exposure": {"min_light": eval.exposure_min_light, ...}}``), which ``predict`` defaults to,
-    the design domain it carries (``"domain"``: ``DomainModel.to_dict()`` form, ``monitor/domain.py``), when it does, and
-    the designs ``teach`` taught it (``"taught"``: ``[{"name", "key"}]``, [] when none; ``inspect/design_check.py``), and the
-graphs the model has (``"graphs"``: :func:`graphs_meta`)."""
+    "cross_class_factor": ..., "merge_ios": ..., "hidden_max_area": ..., "exposure": {"min_light":
+    eval.exposure_min_light, ...}}``), which ``predict`` defaults to, the design domain it carries (``"domain"``:
+    ``DomainModel.to_dict()`` form, ``monitor/domain.py``), when it does, the designs ``teach`` taught it
+    (``"taught"``: ``[{"name", "key"}]``, [] when none; ``inspect/design_check.py``), and the graphs the model has
+    (``"graphs"``: :func:`graphs_meta`)."""
     meta = build_meta(
         loaded.class_names,
         deploy.imgsz,
@@ -298,6 +299,7 @@ graphs the model has (``"graphs"``: :func:`graphs_meta`)."""
         "cross_class_iou": None if ev.cross_class_iou is None else float(ev.cross_class_iou),
         "cross_class_factor": float(ev.cross_class_factor),
         "merge_ios": None if ev.merge_ios is None else float(ev.merge_ios),
+        "hidden_max_area": None if ev.hidden_max_area is None else float(ev.hidden_max_area),
         "exposure": {key: getattr(ev, f"exposure_{key}") for key in EXPOSURE_KEYS},
     }
     if getattr(loaded, "domain", None) is not None:

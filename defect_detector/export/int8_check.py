@@ -67,8 +67,7 @@ def _calls(decoded: np.ndarray, point: dict[str, Any]) -> list[dict[str, torch.T
         iou=float(point["iou"]),
         cross_class_iou=point.get("cross_class_iou"),
         cross_class_factor=float(point.get("cross_class_factor") or 0.0),
-        merge_ios=point.get("merge_ios"),
-        merge_floor=float(point["conf"]),
+        merge=None if point.get("merge_ios") is None else (float(point["merge_ios"]), float(point["conf"])),
     )
 
 

@@ -19,7 +19,7 @@ from defect_detector.core.typed_yaml import Bool, Int, Str, check, error_parts
 from defect_detector.export import FORMAT_VERSION, META_FILE
 
 _Unit = Annotated[float, Strict(), Field(ge=0, le=1, allow_inf_nan=False)]
-_UNIT_OR_NULL = ("cross_class_iou", "cross_class_factor", "merge_ios")
+_UNIT_OR_NULL = ("cross_class_iou", "cross_class_factor", "merge_ios", "hidden_max_area")
 
 
 class _OperatingPoint(BaseModel):
@@ -30,6 +30,7 @@ class _OperatingPoint(BaseModel):
     cross_class_iou: _Unit | None = None
     cross_class_factor: _Unit | None = None
     merge_ios: _Unit | None = None
+    hidden_max_area: _Unit | None = None
     exposure: dict[str, _Unit | None] | None = None
     """The exposure range the weights were validated at (``monitor/exposure.py`` ``ExposureRange``)."""
 
@@ -130,7 +131,7 @@ def _meta_error(path: str | os.PathLike[str], exc: ValidationError, meta: dict[s
     if top == "imgsz":
         what = f"a positive multiple of the largest stride ({max(meta['strides'])})" if "strides" in meta else "a positive integer"
     elif top == "operating_point" and inner.split("[")[0] in _UNIT_OR_NULL:
-        what = "cross_class_iou, cross_class_factor and merge_ios null or in [0, 1]"
+        what = "cross_class_iou, cross_class_factor, merge_ios and hidden_max_area null or in [0, 1]"
     elif top == "operating_point" and inner.startswith("exposure"):
         what = 'an "exposure" entry null or {"min_light": x, ...} with each null or in [0, 1]'
     else:

@@ -37,6 +37,7 @@ from defect_detector.inspect.source_kinds import list_images, source_kind
 from defect_detector.inspect.sources import Frame
 from defect_detector.monitor.baseline import FAULT_FRAMES, Baseline, calibrate
 from defect_detector.monitor.faults import CALIBRATION_STRENGTHS, apply_fault
+from defect_detector.screens.hidden import level_histogram
 
 logger = logging.getLogger("defect_detector.monitor")
 
@@ -160,9 +161,10 @@ def run_calibrate(  # noqa: PLR0913 - the Python twin of calibrate's flags, one 
     stats = [_statistics(pipeline, records[i : i + batch]) for i in range(0, len(records), batch)]
     golden = golden_statistics(pipeline, records, batch) if runtime.channels == 2 else None
     levels = np.stack([r.levels for r in records])
+    shares = np.sum([level_histogram(r.frame.image) for r in records], axis=0) if runtime.channels == 1 else None
     info = {"weights": str(runtime.path), "kind": runtime.kind, "class_names": list(runtime.class_names)}
     source = f"{source} ({len(records)} images)"
-    baseline = calibrate(stats, runtime.layer_names, runtime.imgsz, info, source, golden=golden, image_levels=levels)
+    baseline = calibrate(stats, runtime.layer_names, runtime.imgsz, info, source, golden=golden, image_levels=levels, pixel_levels=shares)
     kept = [records[i] for i in evenly_spaced(len(records), fault_frames)]
     baseline.faults = fault_statistics(pipeline, kept, batch, progress)
     baseline.save(out)

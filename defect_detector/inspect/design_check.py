@@ -41,11 +41,12 @@ CACHED = 4096
 
 @dataclass(frozen=True)
 class DesignNote:
-    """What the design check says of one frame's golden image: its warning (None: none) and whether the weights were
-    taught it."""
+    """What the design check says of one frame's golden image: its warning (None: none), whether the weights were
+    taught it, and the bundled weights whose domain covers its look when the weights' own does not (None: none)."""
 
     warning: str | None = None
     taught: bool = False
+    covering: Path | None = None
 
 
 NO_NOTE = DesignNote()
@@ -95,7 +96,7 @@ class DesignCheck:
         self.weights = weights
         self.channels = channels
         self.taught = frozenset(taught)
-        self._seen: OrderedDict[str, str | None] = OrderedDict()
+        self._seen: OrderedDict[str, tuple[str | None, Path | None]] = OrderedDict()
 
     @classmethod
     def from_meta(cls, meta: dict, weights: str | Path) -> DesignCheck:
@@ -109,27 +110,30 @@ class DesignCheck:
         """The warning of the golden image ``key`` (its pixel fingerprint; ``name`` what to call it, ``golden`` its file),
         or None when its look is like the domain's, or the weights were taught it. ``image()`` gives its pixels (uint8
         ``[H, W]``) and is called only the first time ``key`` is met; the warning is logged then, once."""
+        return self._verdict(key, name, golden, image)[0]
+
+    def _verdict(self, key: str, name: str, golden: str, image: Callable[[], np.ndarray]) -> tuple[str | None, Path | None]:
         if self.domain is None or key in self.taught:
-            return None
+            return None, None
         if key in self._seen:
             self._seen.move_to_end(key)
             return self._seen[key]
         stats = design_stats(image())
-        text = None
+        text, covering = None, None
         if self.domain.is_unlike(stats):
             covering = covering_weights(stats, self.weights, self.channels)
             text = design_warning(name, golden, self.weights, self.domain.explain(stats), covering)
             log.warning("%s (distance %.1f, threshold %.1f)", text, self.domain.distance(stats), self.domain.threshold)
-        self._seen[key] = text
+        self._seen[key] = (text, covering)
         while len(self._seen) > CACHED:
             self._seen.popitem(last=False)
-        return text
+        return text, covering
 
     def note(self, design: Design, file_name: str) -> DesignNote:
         """The note of ``design`` (first met with frame ``file_name``), computed once per design and kept on it."""
         if design.note is None:
             given = design.file == GIVEN
             name = f"golden image of {file_name}" if given else design.name
-            text = self.check(design.key, name, design.file, lambda: design.image)
-            design.note = DesignNote(text, design.key in self.taught)
+            text, covering = self._verdict(design.key, name, design.file, lambda: design.image)
+            design.note = DesignNote(text, design.key in self.taught, covering)
         return design.note

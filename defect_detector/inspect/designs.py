@@ -102,7 +102,7 @@ class Designs:
                 raise exc
             warped, reg = design.image, check_pair(design.image, image, self.cfg)
         if not reg.ok:
-            exc = ReferenceError(f"{file_name} against golden image {design.name}: {reg.reason}", refusal_kind(reg.reason))
+            exc = ReferenceError(f"{file_name} against golden image {design.name}: {reg.reason}", refusal_kind(reg.reason), (warped, reg))
             self._count(exc)
             raise exc
         return warped, reg

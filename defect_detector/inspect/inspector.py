@@ -17,6 +17,12 @@ when asked for), the operating point the weights were validated at, tiling or le
 pixel scale the model was trained at, and drift monitoring on whenever the weights carry a baseline
 (``monitor=False`` turns it off). Every frame goes through the frame pipeline (``inspect/pipeline.py``);
 ``predict``, the demo and the notebook are thin over this class.
+
+With golden images and no weights named, the bundled golden-template weights are chosen per design (issue 42): a
+design whose look the default weights' domain does not cover, but another bundled model's does (``photo_ref.pt`` for
+photographs; ``inspect/design_check.py``), is inspected by a second inspector on those weights, loaded on first use
+with the same options (its drift alerts go to the log and the records, not to ``alerts`` / ``webhook``). Every
+record names the weights that inspected it (``Inspection.weights``).
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from defect_detector.inspect.drift_inputs import golden_of
 from defect_detector.inspect.outputs import Outputs
 from defect_detector.inspect.pipeline import Pipeline, gray_frame
 from defect_detector.inspect.prepare import Inspection, Prepare, detect_records
-from defect_detector.inspect.references import References
+from defect_detector.inspect.references import ReferenceError, References
 from defect_detector.inspect.run_guard import RunGuard, check_database
 from defect_detector.inspect.run_summary import Tally
 from defect_detector.inspect.runtime import Runtime
@@ -81,6 +87,8 @@ class Inspector:
         )
         self.notice = ConversionNotice("api")
         self._next_index, self._closed = 0, False
+        self.choices: dict[str, Any] | None = None  # load(): the options of a sibling on other bundled weights
+        self.siblings: dict[Path, Inspector] = {}  # the bundled weights chosen for some designs, loaded on first use
 
     @property
     def runtime(self) -> Runtime:
@@ -127,6 +135,7 @@ class Inspector:
         ``baseline`` overrides the one the weights carry. ``db``: record every frame into this station database (a file
         path, ``sqlite:///...`` or ``postgresql://...``; see ``defect_detector.station``). Raises ``FileNotFoundError`` /
         ``ValueError`` with one clear line."""
+        chosen = weights is None and baseline is None
         weights = weights or (DEFAULT_REFERENCE_WEIGHTS if reference else None)
         adaptive, threads = threads is None, default_threads() if threads is None else threads
         runtime = Runtime.load(weights, device=device, threads=threads, tta=tta)
@@ -150,6 +159,9 @@ class Inspector:
                 router.close()
             raise
         inspector.autothreads = AdaptiveThreads.for_device(runtime.device) if adaptive else None  # follows the machine
+        if chosen and reference:  # the bundled weights, chosen per design from its look
+            inspector.choices = {"reference": reference, "device": device, "threads": threads, "tta": tta, "conf": conf,
+                                 "iou": iou, "max_det": max_det, "tile": tile, "monitor": monitor, "monitor_config": monitor_config}
         if db is not None:
             inspector._record_into(db)
         return inspector
@@ -190,15 +202,46 @@ class Inspector:
             raise ValueError(f"got {len(references)} golden images for {len(frames)} frames; pass one per frame")
         if self.autothreads is not None:
             self.autothreads.tick()
-        records = [self.prepare(f, references[i] if references is not None else None) for i, f in enumerate(frames)]
+        given = list(references) if references is not None else [None] * len(frames)
+        owners = [self._owner(frame, golden) for frame, golden in zip(frames, given)]
+        records: list[Inspection | None] = [None] * len(frames)
+        for owner in dict.fromkeys(owners):
+            mine = [i for i, o in enumerate(owners) if o is owner]
+            for i, record in zip(mine, owner._inspect([frames[i] for i in mine], [given[i] for i in mine])):
+                records[i] = record
+        if self.recorder is not None:  # station recording
+            for record in records:
+                self.recorder.record_inspection(record, record.weights)
+        return records
+
+    def _inspect(self, frames: Sequence[Frame], references: Sequence[np.ndarray | None]) -> list[Inspection]:
+        """Prepare, detect and monitor ``frames`` with this inspector's own weights."""
+        records = [self.prepare(f, golden) for f, golden in zip(frames, references)]
         good = detect_records(self.pipeline, records)
         relative = self.router is not None and self.router.relative
         goldens = dict(zip((id(r) for r in good), golden_of(self.pipeline, good))) if relative else {}
         for record in records:
+            record.weights = self.runtime.path.name
             self._monitor(record, goldens.get(id(record)))
-            if self.recorder is not None:  # station recording
-                self.recorder.record_inspection(record, self.runtime.path.name)
         return records
+
+    def _owner(self, frame: Frame, given: np.ndarray | None) -> Inspector:
+        """The inspector of ``frame``: this one, or (weights chosen per design) the sibling on the bundled weights whose
+        domain covers its design's look where this one's does not (its design note's ``covering``)."""
+        if self.choices is None or frame.image is None or self.prepare.design_check is None:
+            return self
+        try:
+            golden = None if given is None else gray_frame(given, f"golden image of {frame.file_name}")
+            design, _ = self.designs.of(frame.file_name, golden)
+        except (ReferenceError, ValueError):
+            return self  # the prepare stage refuses it, in its words
+        covering = self.prepare.design_check.note(design, frame.file_name).covering
+        if covering is None:
+            return self
+        if covering not in self.siblings:
+            log.info("designs unlike %s's training images but like %s's are inspected with it", self.runtime.path.name, covering.name)
+            self.siblings[covering] = Inspector.load(covering, **self.choices)
+        return self.siblings[covering]
 
     def _monitor(self, record: Inspection, golden: Golden | None) -> None:
         """Drift: the inspected frame's statistics (read against ``golden`` with a relative baseline), or an alert at
@@ -343,6 +386,8 @@ class Inspector:
         """Close the alert sinks (files, webhook thread, metrics port) and the station recorder (writing what it holds);
         the inspector inspects nothing after this."""
         self._closed = True
+        for sibling in self.siblings.values():
+            sibling.close()
         if self.router is not None:
             self.router.close()
             self.undelivered_at_close = self.router.undelivered  # the webhook's last tries and what was left in flight

@@ -4,10 +4,11 @@ source: a folder run killed with -9 leaves its frames too), ``--report`` (a CSV 
 
 Every frame of the source has its record, whatever happened to it: ``{"file_name", "frame", "verdict", "reason",
 "drift", "design_warning", "design_taught", "registration", "calls": [{"category_name", "bbox": [x, y, w, h], "score"}],
-"dropped", "merged"}``
+"dropped", "merged", "weights"}``
 with ``verdict`` ``pass``, ``pass_suspect`` (no call, under a critical drift alert or with an untaught look), ``fail`` or ``not_inspected``
 (``reason`` says why), ``bbox`` in the frame's original pixels and ``dropped`` the calls the ``max_det`` cap cut
-(``merged``: those merged into a better call on the same defect, ``model/postprocess.py`` ``merge_nested``). So
+(``merged``: those merged into a better call on the same defect, ``model/postprocess.py`` ``merge_nested``;
+``weights``: the file name of the weights that inspected it, chosen per design with the bundled ones). So
 "clean", "not inspected" and "not processed" can never look alike. ``design_warning``: the frame's golden image looks
 unlike the model's training images (``inspect/design_check.py``: a warning, the frame is inspected as before), else
 null; ``design_taught``: whether the weights were taught the frame's golden image (``teach``; never warned about);
@@ -93,6 +94,7 @@ def frame_record(inspection: Any) -> dict[str, Any]:
         "calls": call_records(result),
         "dropped": result.dropped if result is not None else 0,
         "merged": result.merged if result is not None else 0,
+        "weights": getattr(inspection, "weights", None),
     }
 
 

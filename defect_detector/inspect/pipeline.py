@@ -139,8 +139,9 @@ class Pipeline:
         self.conf = point["conf"] if conf is None else float(conf)
         self.iou = point["iou"] if iou is None else float(iou)
         self.cross_class = (point["cross_class_iou"], point["cross_class_factor"])  # the weights' setting (v0.10)
-        self.merge = (point["merge_ios"], point["conf"])  # one call per defect at the weights' operating point (v0.14)
+        self.merge = (point["merge_ios"], self.conf)  # one call per defect among the calls kept (v0.14; merge_at)
         self.exposure = point["exposure"]  # the exposure range the weights were validated at (inspect/screen.py)
+        self.hidden_max_area = point["hidden_max_area"]  # the largest hidden region allowed (screens/hidden.py)
         self.max_det = int(max_det)
         self.tile = tile
         self.golden_view = self.caches_golden if golden_view is None else bool(golden_view)
@@ -349,10 +350,15 @@ class Pipeline:
             first += len(record)
         return out
 
+    def merge_at(self, floor: float) -> None:
+        """Merge nested calls only among those scoring ``floor`` or more (validation keeps calls down to ``eval.conf``
+        for mAP and merges at the weights' operating point, so mAP's ranking below the line's threshold stays as it
+        was; a pipeline that inspects merges among all the calls it keeps)."""
+        self.merge = (self.merge[0], float(floor))
+
     def _merge(self, calls: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], int]:
         """``calls`` after the weights' :func:`merge_nested` (unchanged when they set no ``merge_ios``), and how many
-        were merged. Calls below the weights' operating point take no part, whatever ``conf`` the pipeline keeps (val's
-        low one for mAP), so mAP's ranking below the line's threshold stays as it was."""
+        were merged."""
         return (calls, 0) if self.merge[0] is None else merge_nested(calls, *self.merge)
 
     def _warn_shrink(self, images: Sequence[np.ndarray], records: list[TileRecord | None]) -> None:

@@ -8,6 +8,7 @@
       -> the photometric fit: golden levels to the board's (data/photometric.py)
       -> coverage and exposure screen                     (inspect/screen.py)
       -> the fit within the range the weights were validated for
+      -> hidden area: glare, a shadow, a hand, cell by cell   (screens/hidden.py)
       -> the letterbox or tile plan                       (Pipeline.plan)
     = an :class:`Inspection` with ``refused`` False, ready for the model (``Pipeline.detect_records``), or with the
       frame's ``error`` / ``error_kind`` saying why it is not inspected.
@@ -38,6 +39,10 @@ from defect_detector.inspect.screen import LIGHT_UNLIKE, mask_uncovered, screen_
 from defect_detector.inspect.sources import Frame
 from defect_detector.monitor.blank import blank_reason, image_levels
 from defect_detector.monitor.drift import DriftEvent
+from defect_detector.screens.hidden import KINDS, HiddenArea, golden_cells, largest_region, level_cells
+
+HIDDEN = "hidden area"
+"""Refusal kind of a frame with glare, a shadow or a hand over part of the board (``screens/hidden.py``)."""
 
 
 @dataclass
@@ -57,7 +62,10 @@ class Inspection:
     data. ``plan``: its tile plan (None: letterboxed whole; see ``Detections.letterbox`` for the letterbox record).
     ``view``: the frame in its golden image's pixels when the model sees it there (``data/golden_view.py``: the
     golden view, the golden image's features cached per design; ``plan`` and the detections' letterbox record are then
-    the golden view's), None when the model sees the frame with its golden image registered into it.
+    the golden view's), None when the model sees the frame with its golden image registered into it. ``hidden``: its
+    largest hidden region (``screens/hidden.py``: glare, a shadow, a hand), None when none or not screened.
+    ``weights``: the file name of the weights that inspected it (set by the inspector: with the bundled weights chosen
+    per design, not always the same).
 
     ``verdict``: ``fail`` (at least one call at the operating point), ``pass`` (none), ``pass_suspect`` (none, but a
     critical drift alert is raised: the camera may not have seen the board; or its golden image draws the design
@@ -80,6 +88,8 @@ class Inspection:
     plan: TileRecord | None = None
     golden_name: str | None = None
     view: GoldenView | None = field(default=None, repr=False)
+    hidden: HiddenArea | None = None
+    weights: str | None = None
 
     @property
     def error(self) -> str | None:
@@ -120,7 +130,8 @@ class Prepare:
     """The prepare stage of one run: ``pipeline`` (model channels, alignment, exposure range, tiling policy),
     ``designs`` (the golden images; None for a single-image model), ``design_check`` (None: no design notes),
     ``calibration``: the calibration frames' levels a single-image model's exposure is read against
-    (``screen.calibration_levels``; None: absolute limits only)."""
+    (``screen.calibration_levels``; None: absolute limits only). ``screen_hidden``: refuse frames with hidden area
+    (``screens/hidden.py``; False: the largest hidden region is still measured and kept in the record, for a ROC)."""
 
     def __init__(
         self,
@@ -133,6 +144,7 @@ class Prepare:
             designs = Designs(pipeline.references, pipeline.register_cfg)
         self.pipeline, self.designs, self.design_check, self.calibration = pipeline, designs, design_check, calibration
         self.photometric_range = PhotometricRange()
+        self.screen_hidden = True
 
     def __call__(self, frame: Frame, given: Any = None) -> Inspection:
         """The record of ``frame`` (gray uint8 ``[H, W]``, or an error frame): refused (``frame.error`` set, its image
@@ -152,21 +164,58 @@ class Prepare:
             try:
                 self._register(record, None if given is None else gray_frame(given, f"golden image of {frame.file_name}"))
             except ReferenceError as exc:
-                return _refuse(record, exc.reason, str(exc))
+                hidden = self._hidden_behind(record, exc)
+                return _refuse(record, HIDDEN, hidden) if hidden is not None else _refuse(record, exc.reason, str(exc))
         matched = self._match(record)
         refused = screen_reason(frame.image, record.golden, record.covered, self.pipeline.exposure, self.calibration, matched)
         if refused is not None:
             return _refuse(record, *refused)
         fit = record.registration.photometric if record.registration is not None else None
+        captured = record.golden
         if fit is not None:
             light = self.photometric_range.reason(fit)
             if light:
                 return _refuse(record, LIGHT_UNLIKE, light)
             record.golden = matched
+        hidden = self._hidden(record, captured)
+        if hidden is not None:
+            return _refuse(record, HIDDEN, hidden)
         if self.pipeline.golden_view and record.design is not None:
             record.view = warp_into_golden(frame.image, record.design.image, record.registration.matrix, fit)
         record.plan = self.pipeline.plan(*(record.view.board if record.view is not None else frame.image).shape)
         return record
+
+    def _hidden(self, record: Inspection, captured: np.ndarray | None) -> str | None:
+        """Why the frame is refused for hidden area (``screens/hidden.py``), or None; its largest hidden region is kept
+        in the record. Against the matched golden image (``captured``: the registered golden image before matching), or
+        for a single-image model the calibration frames' pixel levels (not screened when the baseline records none)."""
+        image = record.frame.image
+        if record.golden is not None:
+            kinds, unlike = golden_cells(image, record.golden, record.covered, captured), KINDS[2]
+        elif self.calibration is not None and self.calibration.get("pixel_levels") is not None:
+            kinds = level_cells(image, self.calibration["pixel_levels"], self.calibration["bright"])
+            unlike = "unlike the calibration frames"
+        else:
+            return None
+        record.hidden = largest_region(kinds, image.shape, unlike)
+        if not self.screen_hidden or record.hidden is None or not record.hidden.refused(self.pipeline.hidden_max_area):
+            return None
+        return f"{record.hidden.words()}: a defect there cannot be seen (shade the light, clear the camera's view)"
+
+    def _hidden_behind(self, record: Inspection, exc: ReferenceError) -> str | None:
+        """Why the frame is refused for hidden area when the golden check refused its golden image but registration
+        found it (glare or a hand reads as "another design" to the golden check), else None; the record keeps the
+        registration only then."""
+        if exc.registered is None or record.design is None:
+            return None
+        warped, registration = exc.registered
+        trial = dataclasses.replace(record, golden=warped, registration=registration, covered=registration.covered(warped.shape))
+        trial.golden = self._match(trial)
+        words = self._hidden(trial, warped)
+        if words is not None:
+            record.golden, record.registration = trial.golden, trial.registration
+            record.covered, record.hidden = trial.covered, trial.hidden
+        return words
 
     def _match(self, record: Inspection) -> np.ndarray | None:
         """The registered golden image at the frame's levels (``Photometric.to_board``), its fit kept in the record's

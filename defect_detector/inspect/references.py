@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -23,11 +24,14 @@ _MAX_KEYS = 4096  # golden files whose pixel fingerprint is kept
 
 
 class ReferenceError(ValueError):
-    """A frame cannot be inspected against a reference; the message says which file and why."""
+    """A frame cannot be inspected against a reference; the message says which file and why. ``registered``: the golden
+    image registered into the frame and its ``Registration`` when the registration found the board but the golden
+    check refused it (the prepare stage asks whether hidden area explains that), else None."""
 
-    def __init__(self, message: str, reason: str) -> None:
+    def __init__(self, message: str, reason: str, registered: tuple[Any, Any] | None = None) -> None:
         super().__init__(message)
         self.reason = reason
+        self.registered = registered
 
 
 def refusal_kind(reason: str) -> str:

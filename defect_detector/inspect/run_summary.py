@@ -27,12 +27,15 @@ class Tally:
         self.verdicts: Counter[str] = Counter()
         self.reasons: Counter[str] = Counter()
         self.suspects: Counter[str] = Counter()
+        self.weights: Counter[str] = Counter()
         self.events: list[DriftEvent] = []
 
     def add(self, inspection: Any) -> None:
         """Count one :class:`~defect_detector.inspect.inspector.Inspection`."""
         self.consumed += 1
         self.verdicts[inspection.verdict] += 1
+        if getattr(inspection, "weights", None):
+            self.weights[inspection.weights] += 1
         if inspection.verdict == "pass_suspect":
             self.suspects["drift critical" if inspection.drift == "critical" else "untaught look"] += 1
         self.events += inspection.events
@@ -68,6 +71,7 @@ class Tally:
             "verdicts": {v: self.verdicts.get(v, 0) for v in ("pass", "pass_suspect", "fail", "not_inspected")},
             "not_inspected": dict(self.reasons),
             "pass_suspect": dict(self.suspects),
+            "weights_used": dict(self.weights),
             "dropped": stats.dropped,
             "detections": self.detections,
             "calls_cut_by_max_det": self.dropped_calls,
@@ -110,5 +114,12 @@ def summary_line(summary: dict[str, Any]) -> str:
         + (f", PASS SUSPECT {v['pass_suspect']} ({suspect})" if v.get("pass_suspect") else "")
         + f", fail {v['fail']}, NOT INSPECTED {v['not_inspected']}"
         + (f" ({why})" if why else "")
-        + f"{stream}; calls {summary['detections']}{cut}{drift}, {summary['fps']:.2f} fps; mean ms per frame: {latency}"
+        + f"{stream}; calls {summary['detections']}{cut}{drift}{_weights(summary)}, {summary['fps']:.2f} fps; mean ms per frame: {latency}"
     )
+
+
+def _weights(summary: dict[str, Any]) -> str:
+    """"; weights deeppcb_ref.pt x3, photo_ref.pt x5" when more than one model inspected the frames (chosen per
+    design), else ""."""
+    used = summary.get("weights_used") or {}
+    return "; weights " + ", ".join(f"{name} x{n}" for name, n in sorted(used.items())) if len(used) > 1 else ""

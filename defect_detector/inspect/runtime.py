@@ -48,6 +48,11 @@ log = logging.getLogger("defect_detector.inspect")
 DEFAULT_OPERATING_POINT = {"conf": 0.25, "iou": 0.5}
 """The operating point of an artifact that records none (exported before v0.9)."""
 
+
+def _unit_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
 class Runtime:
     """A loaded model ready for :meth:`infer`. Build it with :meth:`load`.
 
@@ -96,7 +101,9 @@ class Runtime:
         (``eval.f1_conf``), per-class NMS ``iou`` (``eval.nms_iou``), and the cross-class demotion
         ``cross_class_iou`` (None: off) / ``cross_class_factor``; artifacts exported before v0.9 carry none and get
         ``DEFAULT_OPERATING_POINT``, those before v0.10 no cross-class demotion, those before v0.14 no merge of
-        nested calls (``merge_ios`` None; ``model/postprocess.py`` ``merge_nested``). ``exposure``: the exposure range
+        nested calls (``merge_ios`` None; ``model/postprocess.py`` ``merge_nested``). ``hidden_max_area``: the largest
+        hidden region a frame may show (``screens/hidden.py``; None: only glare is refused; weights before v0.14 get
+        ``eval.hidden_max_area``'s default). ``exposure``: the exposure range
         (``monitor/exposure.py`` ``ExposureRange``; weights that record none get its defaults, ``eval.exposure_*``)."""
         point = self.meta.get("operating_point") or DEFAULT_OPERATING_POINT
         cross_iou, merge_ios = point.get("cross_class_iou"), point.get("merge_ios")
@@ -106,6 +113,7 @@ class Runtime:
             "cross_class_iou": None if cross_iou is None else float(cross_iou),
             "cross_class_factor": float(point.get("cross_class_factor", EvalConfig().cross_class_factor)),
             "merge_ios": None if merge_ios is None else float(merge_ios),
+            "hidden_max_area": _unit_or_none(point.get("hidden_max_area", EvalConfig().hidden_max_area)),
             "exposure": ExposureRange.from_dict(point.get("exposure")),
         }
 

@@ -30,13 +30,19 @@ MIN_COVERED = 0.9
 """Least share of the frame the registered golden image must cover (its 3 px edge off) for the frame to be inspected."""
 
 
-def calibration_levels(*baselines: Any) -> dict[str, float] | None:
-    """``{"dark", "bright"}`` of the calibration frames the first of ``baselines`` that records them holds (a
-    ``Baseline`` or its dict, ``image_levels``: median 1st and 99th percentiles; None entries skipped), or None."""
+def calibration_levels(*baselines: Any) -> dict[str, Any] | None:
+    """``{"dark", "bright", "pixel_levels"}`` of the calibration frames the first of ``baselines`` that records them
+    holds (a ``Baseline`` or its dict, ``image_levels``: median 1st and 99th percentiles; ``pixel_levels``: the shares
+    of their pixels per grey level, ``screens/hidden.py``, None in baselines before v0.14; None entries skipped), or
+    None."""
     for baseline in baselines:
-        levels = baseline.get("image_levels") if isinstance(baseline, dict) else getattr(baseline, "image_levels", None)
+        levels, shares = (
+            (baseline.get("image_levels"), baseline.get("pixel_levels"))
+            if isinstance(baseline, dict)
+            else (getattr(baseline, "image_levels", None), getattr(baseline, "pixel_levels", None))
+        )
         if levels is not None and len(levels) >= 3:
-            return {"dark": float(levels[0]), "bright": float(levels[2])}
+            return {"dark": float(levels[0]), "bright": float(levels[2]), "pixel_levels": None if shares is None else np.asarray(shares)}
     return None
 
 

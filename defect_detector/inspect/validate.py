@@ -123,6 +123,7 @@ def validate(
         raise ValueError(f"{runtime.path}: an exported artifact has a fixed input size ({runtime.imgsz}); drop --imgsz {imgsz}")
     point = runtime.operating_point
     pipeline = Pipeline(runtime, conf=EvalConfig().conf, iou=point["iou"], max_det=EvalConfig().max_det, align=align)
+    pipeline.merge_at(point["conf"])
     dataset = open_dataset(data, images, runtime)
     predictions, skipped = predict_frames(pipeline, dataset, progress=progress)
     if not predictions:
@@ -159,6 +160,7 @@ class TrainingValidation:
     def __call__(self, model: torch.nn.Module, cfg: Config, dataset: CocoDetectionDataset) -> Predictions:
         runtime = _training_runtime(model, cfg)
         pipeline = Pipeline(runtime, conf=cfg.eval.conf, iou=cfg.eval.nms_iou, max_det=cfg.eval.max_det)
+        pipeline.merge_at(cfg.eval.f1_conf)
         prepare = Prepare(pipeline, self._designs, calibration=None)
         predictions, _ = predict_frames(pipeline, dataset, progress=False, prepare=prepare)
         return predictions

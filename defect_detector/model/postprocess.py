@@ -135,8 +135,7 @@ def postprocess(
     max_det: int = 100,
     cross_class_iou: float | None = None,
     cross_class_factor: float = 0.25,
-    merge_ios: float | None = None,
-    merge_floor: float = 0.0,
+    merge: tuple[float, float] | None = None,
 ) -> list[dict[str, torch.Tensor]]:
     """Score threshold, per-class NMS, optional cross-class suppression, top-k, and un-letterboxing.
 
@@ -145,8 +144,8 @@ def postprocess(
     location may propose several classes; with ``cross_class_iou`` set, :func:`demote_cross_class` then
     multiplies the score of each that overlaps a higher-scored call of another class by ``cross_class_factor``
     (after NMS, before top-k; None: off, as before v2), and a call demoted to ``conf`` or below is dropped. With
-    ``merge_ios`` set, :func:`merge_nested` then makes the calls scoring ``merge_floor`` or more on one defect one (None:
-    off, as before v0.14).
+    ``merge`` ``(ios, floor)`` set, :func:`merge_nested` then makes the calls scoring ``floor`` or more on one defect
+    one (None: off, as before v0.14).
     ``metas[i]`` maps boxes back to the original image; ``None`` keeps input pixels. Returns one dict per image:
     ``boxes`` float32 ``[K, 4]`` xyxy in original-image pixels, ``scores``
     float32 ``[K]``, ``labels`` int64 ``[K]`` in 0..C-1, sorted by score. Boxes that
@@ -167,8 +166,8 @@ def postprocess(
             calls = {"boxes": out_boxes, "scores": out_scores, "labels": out_labels}
             calls = demote_and_drop(calls, conf, cross_class_iou, cross_class_factor)
             out_boxes, out_scores, out_labels = calls["boxes"], calls["scores"], calls["labels"]
-        if merge_ios is not None:
-            calls, _ = merge_nested({"boxes": out_boxes, "scores": out_scores, "labels": out_labels}, merge_ios, merge_floor)
+        if merge is not None:
+            calls, _ = merge_nested({"boxes": out_boxes, "scores": out_scores, "labels": out_labels}, *merge)
             out_boxes, out_scores, out_labels = calls["boxes"], calls["scores"], calls["labels"]
         if meta is not None:
             out_boxes = boxes_from_letterbox(out_boxes, meta)

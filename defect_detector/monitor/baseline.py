@@ -70,6 +70,8 @@ class Baseline:
     ``level`` float64 ``[L, 2]``: the mean of the frames' own statistics (equal to ``mean`` unless ``relative``;
     the unit of ``rel_floor`` and of the percentages alerts quote). ``image_levels`` float64 ``[4]`` or None: the
     median gray levels of the calibration frames (``monitor/blank.py`` ``LEVELS``), which alerts compare with.
+    ``pixel_levels`` float64 ``[B]`` or None: the share of the calibration frames' pixels at each of B grey-level bins
+    (``screens/hidden.py`` ``level_histogram``): a single-image model's hidden-area screen reads it.
     """
 
     layer_names: list[str]
@@ -91,6 +93,7 @@ class Baseline:
     space: str = "linear"
     level: np.ndarray | None = None
     image_levels: np.ndarray | None = None
+    pixel_levels: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.level is None:
@@ -119,6 +122,7 @@ class Baseline:
             "space": self.space,
             "level": self.level.tolist(),
             "image_levels": self.image_levels.tolist() if self.image_levels is not None else None,
+            "pixel_levels": self.pixel_levels.tolist() if self.pixel_levels is not None else None,
         }
 
     @classmethod
@@ -207,6 +211,7 @@ class BaselineFile(BaseModel):
     space: Str = "linear"
     level: Array | None = None
     image_levels: Array | None = None
+    pixel_levels: Array | None = None
     faults: dict[str, Array] | None = None
 
     @model_validator(mode="before")
@@ -251,6 +256,8 @@ class BaselineFile(BaseModel):
             raise Invalid("level", "a relative (golden-template) baseline needs the frames' level")
         if self.image_levels is not None:
             _shape(self.image_levels, (len(LEVELS),), "image_levels")
+        if self.pixel_levels is not None and (self.pixel_levels.ndim != 1 or len(self.pixel_levels) < 8 or (self.pixel_levels < 0).any()):
+            raise Invalid("pixel_levels", "must be a list of at least 8 shares >= 0")
         if self.faults is not None:
             if "clean" not in self.faults or len(self.faults) < 2:
                 raise Invalid("faults", "must map 'clean' and fault names to per-frame statistics")
@@ -284,6 +291,7 @@ def calibrate(  # noqa: PLR0913 - one keyword per Baseline field it records (img
     golden: Iterable[torch.Tensor | np.ndarray] | None = None,
     image_levels: np.ndarray | None = None,
     space: str | None = None,
+    pixel_levels: np.ndarray | None = None,
 ) -> Baseline:
     """Build a :class:`Baseline` from per-frame layer statistics of clean reference frames.
 
@@ -292,7 +300,8 @@ def calibrate(  # noqa: PLR0913 - one keyword per Baseline field it records (img
     paired with itself, in the same batches; the baseline is then ``relative`` (frame minus golden).
     Frames with a non-finite value are left out (and counted in a warning).
     ``faults``: see :class:`Baseline` (from ``inspect/calibrate.py``'s ``fault_statistics``). ``image_levels``:
-    float ``[N, 4]`` gray levels of the frames (``monitor/blank.py``), stored as their median. ``space``: ``"log"`` or
+    float ``[N, 4]`` gray levels of the frames (``monitor/blank.py``), stored as their median. ``pixel_levels``: float
+    ``[B]`` counts of the frames' pixels per grey-level bin, stored as shares. ``space``: ``"log"`` or
     ``"linear"`` (None: log when every statistic is positive). Raises
     ``ValueError`` for fewer than 2 usable frames; warns below 30.
     """
@@ -323,7 +332,16 @@ def calibrate(  # noqa: PLR0913 - one keyword per Baseline field it records (img
         space=space,
         level=level,
         image_levels=np.median(np.asarray(image_levels, np.float64), axis=0) if image_levels is not None and len(image_levels) else None,
+        pixel_levels=_shares(pixel_levels),
     )
+
+
+def _shares(counts: np.ndarray | None) -> np.ndarray | None:
+    """float64 counts as shares of their sum (None when absent or empty)."""
+    if counts is None or float(np.sum(counts)) <= 0:
+        return None
+    counts = np.asarray(counts, np.float64)
+    return counts / counts.sum()
 
 
 def _finite_frames(

@@ -140,7 +140,7 @@ FORGED = [
     ({"calibrated_by": "me"}, "meta.json calibrated_by: unknown key (known: aoti_device, baseline, channels, "),
     (
         {"operating_point": {"conf": 0.4, "iou": 0.6, "cross_class_iou": 2}},
-        "meta.json operating_point must be cross_class_iou and cross_class_factor null or in [0, 1]",
+        "meta.json operating_point must be cross_class_iou, cross_class_factor, merge_ios and hidden_max_area null or in [0, 1]",
     ),
     # forgeries every key check passes: the digest of graph, weights and meta refuses them (they used to run)
     ({"class_names": list(reversed(DEEPPCB_CLASSES))}, "meta.json does not match the model it is packed with (digest "),

@@ -154,7 +154,7 @@ def test_a_malformed_override_is_one_line(item: str, problem: str) -> None:
         (
             {"eval": {"tta": "d8"}},
             "eval.tta: unknown key (known: conf, cross_class_factor, cross_class_iou, exposure_max_clipped, exposure_max_highlights, "
-            "exposure_max_midtones, exposure_min_contrast, exposure_min_light, f1_conf, max_det, merge_ios, nms_iou)",
+            "exposure_max_midtones, exposure_min_contrast, exposure_min_light, f1_conf, hidden_max_area, max_det, merge_ios, nms_iou)",
         ),
     ],
 )

@@ -81,3 +81,22 @@ def test_too_few_samples_give_the_identity_and_mismatched_shapes_raise() -> None
     assert fit_photometric(golden, golden, np.zeros((H, W), bool)).is_identity
     with pytest.raises(ValueError, match="differ in shape"):
         fit_photometric(golden, golden[:-1])
+
+
+def test_the_range_judges_what_a_fit_does_on_the_golden_image_levels_not_its_parameters() -> None:
+    """On a board of few levels gain, gamma and offset trade off: a fit of gamma 0.7 and offset -37 that maps the
+    golden image's levels 40-200 onto themselves was refused as "tones unlike" (train-family renders: 15 of 161 good
+    pairs). It is judged by the levels it maps now; the line's capture corners pass, a 45% darker light does not."""
+    from defect_detector.data.photometric import Photometric
+
+    def fit(gain: float, gamma: float, offset: float, span: tuple[float, float]) -> Photometric:
+        return Photometric(np.array([gain, 0, 0, 0, 0, 0.0]), gamma, offset, (H, W), gain, 0.0, 1.0, span)
+
+    same = fit(1.101, 0.7, -36.7, (40.0, 200.0))
+    assert abs(same.curve(np.array([40.0, 200.0])) - [40, 200]).max() < 1.0
+    assert PhotometricRange().reason(same) == ""
+    for gain, gamma, offset in [(0.85, 1.15, -10.0), (1.15, 0.85, 10.0)]:
+        assert PhotometricRange().reason(fit(gain, gamma, offset, (20.0, 80.0))) == ""  # a dark board at the corners
+        assert PhotometricRange().reason(fit(gain, gamma, offset, (30.0, 220.0))) == ""
+    assert PhotometricRange().reason(fit(0.55, 1.0, 0.0, (30.0, 220.0))).startswith("light 45% darker than the golden image")
+    assert PhotometricRange().reason(fit(1.0, 1.0, 60.0, (30.0, 220.0))).startswith("black level +60 grey levels")

@@ -55,7 +55,7 @@ def test_the_bundled_model_warns_once_per_photographed_golden_image_and_not_on_d
     goldens = [load_image_gray(SAMPLES / "golden" / b.name) for b in boards]
     photo = _photograph(goldens[0])
     caplog.set_level(logging.WARNING, logger="defect_detector.inspect")
-    with Inspector.load(reference=SAMPLES / "golden", device="cpu", threads=1) as inspector:
+    with Inspector.load(DEFAULT_REFERENCE_WEIGHTS, reference=SAMPLES / "golden", device="cpu", threads=1) as inspector:
         assert inspector.design_check.domain is not None  # the bundled weights carry DeepPCB's design domain
         known = [inspector.inspect(f, name=b.name) for f, b in zip(frames, boards)]
         unlike = [inspector.inspect(frames[0], name=f"{i}.jpg", reference=photo) for i in range(3)]
@@ -93,8 +93,8 @@ def test_a_warning_is_never_a_refusal_and_every_record_carries_it(tmp_path: Path
     assert text.startswith(f"{golden.name}: this design looks unlike the model's training images")
     assert f"--golden {golden} --weights {tmp_path / 'photo_domain.pt'} --out {golden.stem}_taught.pt" in text
     assert all(r["design_warning"] == text for r in records)
-    without = [{k: v for k, v in r.items() if k != "design_warning"} for r in records]
-    assert without == [{k: v for k, v in r.items() if k != "design_warning"} for r in plain]  # inspected as before
+    without = [{k: v for k, v in r.items() if k not in ("design_warning", "weights")} for r in records]
+    assert without == [{k: v for k, v in r.items() if k not in ("design_warning", "weights")} for r in plain]  # as before
     assert all(r["verdict"] == "fail" for r in records)
 
 
@@ -144,7 +144,7 @@ def test_an_untaught_look_with_no_call_is_pass_suspect_and_names_the_covering_we
     source.mkdir()
     assert cv2.imwrite(str(source / "photo.png"), photo)
     assert cv2.imwrite(str(tmp_path / "golden.png"), photo)
-    with Inspector.load(reference=tmp_path / "golden.png", device="cpu", threads=1) as inspector:
+    with Inspector.load(DEFAULT_REFERENCE_WEIGHTS, reference=tmp_path / "golden.png", device="cpu", threads=1) as inspector:
         (record,) = [inspector.inspect(photo, name="again.png")]
         summary = inspector.run(str(source), save_json=str(tmp_path / "out.json"))
         clean = inspector.inspect(golden, name="deeppcb.png", reference=golden)
@@ -155,3 +155,25 @@ def test_an_untaught_look_with_no_call_is_pass_suspect_and_names_the_covering_we
     assert summary["verdicts"]["pass_suspect"] == 1 and summary["pass_suspect"] == {"untaught look": 1}
     assert json.loads((tmp_path / "out.json").read_text())[0]["verdict"] == "pass_suspect"
     assert clean.design_warning is None and len(clean.detections) == 0 and clean.verdict == "pass"
+
+
+def test_with_no_weights_named_each_design_is_inspected_by_the_bundled_weights_that_cover_its_look(tmp_path: Path) -> None:
+    """Issue 42 item 5: plain ``predict --reference`` on a photographed design used DeepPCB's weights and was blind.
+    With no weights named, the photographed design goes to ``photo_ref.pt`` (no warning: its look is covered), the
+    DeepPCB board to ``deeppcb_ref.pt``; each record and the summary name the weights."""
+    from defect_detector.model.checkpoint import PHOTO_REFERENCE_WEIGHTS
+
+    golden = load_image_gray(SAMPLES / "golden" / sorted((SAMPLES / "deeppcb").glob("*.jpg"))[0].name)
+    photo = _photograph(golden)
+    source = tmp_path / "frames"
+    source.mkdir()
+    assert cv2.imwrite(str(source / "photo.png"), photo) and cv2.imwrite(str(tmp_path / "golden.png"), photo)
+    with Inspector.load(reference=tmp_path / "golden.png", device="cpu", threads=1, monitor=False) as inspector:
+        record = inspector.inspect(photo, name="again.png")
+        deeppcb = inspector.inspect(golden, name="deeppcb.png", reference=golden)
+        summary = inspector.run(str(source), save_json=str(tmp_path / "out.json"))
+        assert list(inspector.siblings) == [PHOTO_REFERENCE_WEIGHTS]
+    assert record.weights == "photo_ref.pt" and record.design_warning is None and record.verdict == "pass"
+    assert deeppcb.weights == "deeppcb_ref.pt" and deeppcb.verdict == "pass"
+    assert summary["weights_used"] == {"photo_ref.pt": 1}
+    assert json.loads((tmp_path / "out.json").read_text())[0]["weights"] == "photo_ref.pt"

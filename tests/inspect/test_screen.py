@@ -130,7 +130,7 @@ def test_screen_and_mask_on_their_own() -> None:
     assert masked.names == ["short"] and masked.boxes.tolist() == [[40.0, 10.0, 50.0, 20.0]]
     assert mask_uncovered(det, None) is det
     baseline = type("Baseline", (), {"image_levels": np.array([2.0, 255.0, 250.0, 0.2])})()
-    assert calibration_levels(None, baseline, {"image_levels": [0, 0, 9, 0]}) == {"dark": 2.0, "bright": 250.0}
+    assert calibration_levels(None, baseline, {"image_levels": [0, 0, 9, 0]}) == {"dark": 2.0, "bright": 250.0, "pixel_levels": None}
     assert calibration_levels({"image_levels": None}) is None
 
 
@@ -149,7 +149,7 @@ def test_a_pass_under_a_critical_drift_alert_is_suspect_counted_and_exits_3(
     out = tmp_path / "pred.json"
     assert main(["predict", str(frames), "--device", "cpu", "--threads", "1", "--save-json", str(out)]) == 3
     printed = capsys.readouterr()
-    assert "PASS SUSPECT 1 (drift critical)" in printed.out and "1 passed under a critical drift alert (pass_suspect)" in printed.err
+    assert "PASS SUSPECT 1 (drift critical x1)" in printed.out and "1 passed as suspect (pass_suspect: drift critical)" in printed.err
     assert [r["verdict"] for r in json.loads(out.read_text())] == ["not_inspected", "pass_suspect"]
     assert main(["predict", str(frames), "--device", "cpu", "--threads", "1", "--allow-skips"]) == 0
 

@@ -132,4 +132,4 @@ def test_postprocess_merges_nested_calls_after_nms() -> None:
     decoded[0, :, :4] = torch.tensor([[0, 0, 40, 40], [10, 10, 20, 20]], dtype=torch.float32)
     decoded[0, 0, 4], decoded[0, 1, 4] = 0.9, 0.6  # one class: IoU 0.06 survives NMS
     assert len(postprocess(decoded, [None], conf=0.25, iou=0.5)[0]["scores"]) == 2
-    assert postprocess(decoded, [None], conf=0.25, iou=0.5, merge_ios=0.6)[0]["boxes"].tolist() == [[0, 0, 40, 40]]
+    assert postprocess(decoded, [None], conf=0.25, iou=0.5, merge=(0.6, 0.0))[0]["boxes"].tolist() == [[0, 0, 40, 40]]

@@ -1,0 +1,127 @@
+"""screens/hidden.py and its place in the prepare stage (issue 42 item 3): glare, a dark hand or a shadow over a
+defect is never a pass; a defect, a thin line the golden image lacks, and the line's capture variation are not
+hidden area."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from benchmarks.hidden_roc import faulted
+from defect_detector.data.images import load_image_gray
+from defect_detector.data.line_capture import LineCapture
+from defect_detector.data.render import render_pair, sample_look
+from defect_detector.inspect.inspector import Inspector
+from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, PHOTO_REFERENCE_WEIGHTS
+from defect_detector.screens.hidden import (
+    KINDS,
+    HiddenArea,
+    cell_size,
+    golden_cells,
+    largest_region,
+    level_cells,
+    level_histogram,
+)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
+
+
+def _sample(index: int = 0) -> tuple[np.ndarray, np.ndarray, list[float]]:
+    """A held-out DeepPCB board, its golden image and the COCO xywh box of one of its defects."""
+    raw = json.loads((SAMPLES / "deeppcb" / "annotations.json").read_text())
+    entry = raw["images"][index]
+    box = next(a["bbox"] for a in raw["annotations"] if a["image_id"] == entry["id"])
+    name = Path(entry["file_name"]).name
+    return load_image_gray(SAMPLES / "deeppcb" / name), load_image_gray(SAMPLES / "golden" / name), box
+
+
+def _photograph_pair(seed: int = 1) -> tuple[np.ndarray, np.ndarray, list[float]]:
+    board, golden, box = _sample()
+    rng = np.random.default_rng(seed)
+    board, golden = render_pair(board, golden, sample_look(rng, "holdout"), rng)
+    return board, golden, box
+
+
+def _centre(box: list[float]) -> tuple[float, float]:
+    x, y, w, h = box
+    return x + w / 2, y + h / 2
+
+
+def test_cells_are_a_twentieth_of_the_shorter_side_and_words_say_where() -> None:
+    assert cell_size((640, 640)) == 32 and cell_size((1536, 2048)) == 77 and cell_size((100, 300)) == 16
+    area = HiddenArea("glare", 0.031, 1210, 400, 12)
+    assert area.words() == "glare over 3.1% of the board at x 1210, y 400"
+    assert area.refused(None) and not HiddenArea("glare", 0.0025, 5, 5, 1).refused(None)  # one cell: a glint
+    assert HiddenArea(KINDS[2], 0.02, 0, 0, 8).refused(0.01) and not HiddenArea(KINDS[2], 0.02, 0, 0, 8).refused(0.05)
+
+
+def test_a_board_with_its_defects_and_a_capture_of_its_golden_image_show_no_hidden_area() -> None:
+    board, golden, _ = _photograph_pair()
+    capture = LineCapture(1.0)
+    capture.set_random_state(np.random.default_rng(4))
+    for image in (board, capture.capture(golden)):
+        from defect_detector.data.photometric import fit_photometric
+
+        matched = fit_photometric(golden, image).to_board(golden)
+        found = largest_region(golden_cells(image, matched), image.shape)
+        assert found is None or not found.refused(0.005)
+
+
+def test_glare_on_a_photograph_is_found_where_it_is() -> None:
+    board, golden, box = _photograph_pair()
+    glared = faulted(board, "glare", 0.03, _centre(box), np.random.default_rng(0))
+    found = largest_region(golden_cells(glared, golden), glared.shape)
+    assert found is not None and found.kind == "glare" and found.refused(None)
+    assert abs(found.x - _centre(box)[0]) < 48 and abs(found.y - _centre(box)[1]) < 48
+    assert 0.015 < found.share < 0.05
+
+
+def test_a_thin_line_the_golden_image_lacks_is_not_hidden_area() -> None:
+    board, golden, _ = _sample()
+    lined = golden.copy()
+    cv2.line(lined, (300, 0), (300, 639), 255, 3)  # DeepPCB templates lack some of their boards' border lines
+    found = largest_region(golden_cells(board, lined), board.shape)
+    assert found is None or not found.refused(0.005)
+
+
+@pytest.mark.parametrize(
+    ("weights", "photograph", "fault"),
+    [
+        (DEFAULT_REFERENCE_WEIGHTS, False, "hand"),
+        (DEFAULT_REFERENCE_WEIGHTS, False, "glare"),
+        (PHOTO_REFERENCE_WEIGHTS, True, "glare"),
+        (PHOTO_REFERENCE_WEIGHTS, True, "hand"),
+    ],
+)
+def test_glare_or_a_hand_over_a_defect_is_never_a_pass(weights: Path, photograph: bool, fault: str, tmp_path: Path) -> None:
+    """Issue 42: a 3% glare spot left 23 of 30 DeepPCB boards ``pass``, a hand over 3-6% was never refused. Now the
+    frame is ``not_inspected``, the reason saying what covers the board and where; the board itself is inspected."""
+    board, golden, box = _photograph_pair() if photograph else _sample()
+    covered = faulted(board, fault, 0.03, _centre(box), np.random.default_rng(1))
+    assert cv2.imwrite(str(tmp_path / "golden.png"), golden)
+    with Inspector.load(weights=weights, reference=tmp_path / "golden.png", device="cpu", threads=1, monitor=False) as inspector:
+        record = inspector.inspect(covered, name="covered.png")
+        clean = inspector.inspect(board, name="board.png")
+    assert record.verdict == "not_inspected" and record.frame.error_kind == "hidden area"
+    assert record.reason.split(" over ")[0] in KINDS and "of the board at x" in record.reason
+    assert clean.verdict == "fail" and (clean.hidden is None or not clean.hidden.refused(0.005))
+
+
+def test_a_single_image_model_reads_a_hand_against_the_calibration_frames_levels() -> None:
+    """Without a golden image a dark hand (grey 60) on a binarized board lies at grey levels the calibration frames
+    (binarized boards: copper 0, substrate 255) never show; the board itself, with its defects, does not."""
+    board, _, box = _sample()
+    counts = sum(level_histogram(load_image_gray(p)) for p in sorted((SAMPLES / "calib").glob("*_test.jpg"))[:6])
+    shares = counts / counts.sum()
+    hand = board.copy()
+    x, y = (int(v) for v in _centre(box))
+    cv2.circle(hand, (x, y), 70, 60, -1)
+    assert largest_region(level_cells(board, shares, 255.0), board.shape) is None
+    found = largest_region(level_cells(hand, shares, 255.0), hand.shape, "unlike the calibration frames")
+    assert found is not None and found.refused(0.005) and abs(found.x - x) < 48 and abs(found.y - y) < 48
