@@ -105,3 +105,22 @@ def test_shifts(utc_zone: None) -> None:
         with pytest.raises(ValueError, match="--shifts"):
             parse_shifts(bad)
     assert os.environ["TZ"] == "UTC"
+
+
+def test_a_frame_with_glare_over_a_defect_is_shown_at_the_station_as_hidden_area(tmp_path: Path) -> None:
+    """Issue 42 item 3: a glare spot over a defect is ``not_inspected`` (kind ``hidden area``), and the station keeps
+    its reason (what covers the board and where), its kind for the counts and its picture."""
+    from benchmarks.hidden_roc import faulted
+
+    samples = Path(__file__).resolve().parents[2] / "data" / "samples"
+    board = cv2.imread(str(samples / "deeppcb" / "92000000_test.jpg"), cv2.IMREAD_GRAYSCALE)
+    golden = samples / "golden" / "92000000_test.jpg"
+    glared = faulted(board, "glare", 0.04, (320.0, 320.0), np.random.default_rng(0))
+    db = tmp_path / "line.db"
+    with Inspector.load(reference=golden, device="cpu", threads=1, monitor=False, db=str(db)) as inspector:
+        record = inspector.inspect(glared, name="glare.png")
+    with Store(str(db)) as store, store.engine.connect() as conn:
+        row = conn.execute(select(inspections)).one()
+        assert cv2.imread(str(store.images / row.image), cv2.IMREAD_UNCHANGED).shape == board.shape
+    assert record.verdict == row.verdict == "not_inspected" and row.reason_kind == "hidden area"
+    assert row.reason == record.reason and " of the board at x " in row.reason
