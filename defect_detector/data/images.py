@@ -110,8 +110,20 @@ class ConversionNotice:
 def read_image(path: str | os.PathLike[str]) -> np.ndarray:
     """Read one image file as decoded (``IMREAD_UNCHANGED``: ``[H, W]`` or ``[H, W, C]``, uint8 or uint16 ...).
 
-    Raises :class:`DatasetError` naming ``path`` for a missing, empty, truncated or undecodable file.
+    Raises :class:`DatasetError` naming ``path`` for a missing, empty, truncated or undecodable file, or one whose header
+    claims more pixels than OpenCV decodes (``CV_IO_MAX_IMAGE_PIXELS``, 2^30: refused from the header, nothing decoded).
     """
+    try:
+        return _decoded(path)
+    except cv2.error as exc:
+        if "CV_IO_MAX_IMAGE_PIXELS" in str(exc):
+            raise DatasetError(f"{path}: image too large: its header claims more than 2^30 pixels (OpenCV's limit)") from None
+        last = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise DatasetError(f"{path}: corrupt or unsupported image (OpenCV: {last[:160]})") from None
+
+
+def _decoded(path: str | os.PathLike[str]) -> np.ndarray:
+    """:func:`read_image`'s decode; ``cv2.error`` passes through."""
     try:
         data = np.fromfile(path, dtype=np.uint8)
     except (OSError, ValueError) as exc:

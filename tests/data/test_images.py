@@ -155,3 +155,41 @@ def _good_jpeg(folder: Path) -> Path:
     path = folder / "good.jpg"
     assert cv2.imwrite(str(path), _image(6))
     return path
+
+
+def _header_bomb(path: Path) -> None:
+    """A 700-byte PNG whose header claims 65535x65535 pixels."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    header = chunk(b"IHDR", struct.pack(">IIBBBBB", 65535, 65535, 8, 0, 0, 0, 0))
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + header + chunk(b"IDAT", zlib.compress(b"\x00" * 600)) + chunk(b"IEND", b""))
+
+
+def test_a_header_bomb_is_refused_from_its_header_in_words(tmp_path: Path) -> None:
+    """Issue 44: OpenCV's CV_IO_MAX_IMAGE_PIXELS assertion escaped as a cv2.error traceback and ended the run."""
+    _header_bomb(tmp_path / "bomb.png")
+    with pytest.raises(DatasetError, match=r"bomb\.png: image too large: its header claims more than 2\^30 pixels"):
+        load_image_gray(tmp_path / "bomb.png")
+
+
+def test_a_header_bomb_in_a_folder_costs_only_itself(tmp_path: Path) -> None:
+    """The frames after it are inspected, it is counted not inspected with its reason, and the outputs are written."""
+    import json
+
+    from defect_detector.cli.main import main
+
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    board = (np.random.default_rng(0).random((96, 128)) > 0.5).astype(np.uint8) * 255
+    for name in ("a.png", "c.png"):
+        assert cv2.imwrite(str(frames / name), board)
+    _header_bomb(frames / "b.png")
+    out = tmp_path / "r.json"
+    assert main(["predict", str(frames), "--device", "cpu", "--threads", "1", "--no-monitor", "--save-json", str(out)]) == 3
+    records = {r["file_name"]: r for r in json.loads(out.read_text())}
+    assert set(records) == {"a.png", "b.png", "c.png"} and records["c.png"]["verdict"] != "not_inspected"
+    assert records["b.png"]["verdict"] == "not_inspected" and "image too large" in records["b.png"]["reason"]
