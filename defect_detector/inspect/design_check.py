@@ -9,7 +9,7 @@ is logged, naming the feature farthest off and the ``teach`` command. Every fram
 text (``Inspection.design_warning``: the frame's JSON record, the station); later frames cost a dictionary lookup. It
 is a warning, never a refusal: the frame is inspected as before, but a frame of it with no call is ``pass_suspect``
 (an untaught look: the weights were not validated on it; issue 42), never a plain ``pass``. The warning names first
-the bundled weights whose domain does cover the look (:func:`covering_weights`), then ``teach``. Weights without a
+the bundled weights whose domain lies nearest the look (:func:`covering_weights`), then ``teach``. Weights without a
 domain warn about nothing.
 
 A golden image the weights were taught (``meta.json`` ``taught``: the fingerprints ``teach`` lists) is never warned
@@ -55,29 +55,34 @@ NO_NOTE = DesignNote()
 
 def design_warning(name: str, golden: str, weights: str | Path, why: str, covering: Path | None = None) -> str:
     """The warning text for golden image ``name`` (file ``golden``, or :data:`GIVEN`) unlike the domain of ``weights``;
-    ``why``: the feature farthest off, in words (:meth:`DomainModel.explain`). ``covering``: bundled weights whose
-    domain does cover the look, named first (None: only ``teach`` is offered)."""
+    ``why``: the feature farthest off, in words (:meth:`DomainModel.explain`). ``covering``: the bundled weights whose
+    domain lies nearest the look (:func:`covering_weights`), named first (None: only ``teach`` is offered)."""
     stem = Path(golden).stem if golden != GIVEN else "design"
-    use = f"inspect it with --weights {covering} (bundled, trained on this look), or " if covering is not None else ""
+    use = f"inspect it with --weights {covering} (bundled, trained on looks nearer this one), or " if covering is not None else ""
     return (
         f"{name}: this design looks unlike the model's training images ({why}); no call on it passes as pass_suspect; "
         f"{use}teach it: defect-detector teach --golden {golden} --weights {weights} --out {stem}_taught.pt"
     )
 
 
-def covering_weights(stats: np.ndarray, weights: str | Path, channels: int) -> Path | None:
-    """The first bundled weights (other than ``weights``) of ``channels`` input channels whose design domain covers a
-    golden image of look ``stats`` (:func:`design_stats`), or None. Golden-template weights are tried photographs
-    first (``photo_ref.pt``, then ``deeppcb_ref.pt``); a domain is read from its file when a warning asks for it."""
+def covering_weights(stats: np.ndarray, weights: str | Path, channels: int, own: DomainModel | None = None) -> Path | None:
+    """The bundled weights (other than ``weights``) of ``channels`` input channels whose design domain lies nearest a
+    golden image of look ``stats`` (:func:`design_stats`; distance over each domain's threshold), when nearer than
+    ``own`` (the domain of ``weights``; None: only a domain that covers the look counts), or None. A photograph that
+    neither domain covers still goes to the photograph weights: it is nearer their looks than DeepPCB's binarized
+    scans. Domains are read from their files when a warning asks for them."""
     bundled = (PHOTO_REFERENCE_WEIGHTS, DEFAULT_REFERENCE_WEIGHTS) if channels == 2 else (DEFAULT_WEIGHTS,)
-    own = Path(weights).resolve()
+    mine = Path(weights).resolve()
+    limit = own.distance(stats) / own.threshold if own is not None else 1.0
+    best: tuple[float, Path] | None = None
     for path in bundled:
-        if path.resolve() == own or not path.is_file():
+        if path.resolve() == mine or not path.is_file():
             continue
         domain = _bundled_domain(path)
-        if domain is not None and not domain.is_unlike(stats):
-            return path
-    return None
+        ratio = domain.distance(stats) / domain.threshold if domain is not None else float("inf")
+        if ratio <= limit and (best is None or ratio < best[0]):
+            best = (ratio, path)
+    return None if best is None else best[1]
 
 
 @functools.cache
@@ -121,7 +126,7 @@ class DesignCheck:
         stats = design_stats(image())
         text, covering = None, None
         if self.domain.is_unlike(stats):
-            covering = covering_weights(stats, self.weights, self.channels)
+            covering = covering_weights(stats, self.weights, self.channels, self.domain)
             text = design_warning(name, golden, self.weights, self.domain.explain(stats), covering)
             log.warning("%s (distance %.1f, threshold %.1f)", text, self.domain.distance(stats), self.domain.threshold)
         self._seen[key] = (text, covering)

@@ -177,3 +177,24 @@ def test_with_no_weights_named_each_design_is_inspected_by_the_bundled_weights_t
     assert deeppcb.weights == "deeppcb_ref.pt" and deeppcb.verdict == "pass"
     assert summary["weights_used"] == {"photo_ref.pt": 1}
     assert json.loads((tmp_path / "out.json").read_text())[0]["weights"] == "photo_ref.pt"
+
+
+def test_a_look_neither_domain_covers_goes_to_the_nearer_bundled_weights() -> None:
+    """A photographed look unlike both bundled domains (rendered in the ``holdout`` family, never trained on) is still
+    nearer the photograph weights' looks than DeepPCB's binarized scans: the warning and the choice name them."""
+    from defect_detector.data.render import render_pair, sample_look
+    from defect_detector.inspect.design_check import _bundled_domain, covering_weights
+    from defect_detector.model.checkpoint import PHOTO_REFERENCE_WEIGHTS
+
+    layout = load_image_gray(SAMPLES / "golden" / sorted((SAMPLES / "deeppcb").glob("*.jpg"))[1].name)
+    deeppcb = _bundled_domain(DEFAULT_REFERENCE_WEIGHTS)
+    photo_domain = _bundled_domain(PHOTO_REFERENCE_WEIGHTS)
+    for seed in range(4):
+        rng = np.random.default_rng(seed)
+        golden = render_pair(layout, layout, sample_look(rng, "holdout"), rng)[1]
+        stats = design_stats(golden)
+        assert deeppcb.is_unlike(stats)
+        assert covering_weights(stats, DEFAULT_REFERENCE_WEIGHTS, 2, deeppcb) == PHOTO_REFERENCE_WEIGHTS
+        assert photo_domain.distance(stats) / photo_domain.threshold < deeppcb.distance(stats) / deeppcb.threshold
+    binarized = design_stats(layout)
+    assert covering_weights(binarized, DEFAULT_REFERENCE_WEIGHTS, 2, deeppcb) is None  # nothing nearer than its own
