@@ -125,6 +125,17 @@ def contrast_ratio(frame: dict[str, float], reference: dict[str, float]) -> floa
     return max(readings)
 
 
+def _overexposed(frame: dict[str, float], reference: dict[str, float] | None, max_highlights: float) -> bool:
+    """More of the frame's bright pixels saturated than ``max_highlights``, and, against a golden image, fewer than half
+    of the bright pixels the golden image keeps below saturation still below it: a binarized golden image whose whites
+    are all 255 (a lossless scan, DeepPCB's templates) has a board of the same look pass, more light does not."""
+    if frame["highlights"] <= max_highlights:
+        return False
+    if reference is None or "highlights" not in reference:
+        return True
+    return 1.0 - frame["highlights"] < 0.5 * (1.0 - reference["highlights"])
+
+
 def exposure_reason(frame: dict[str, float], reference: dict[str, float] | None, limits: ExposureRange, what: str) -> str | None:
     """Why a frame of :func:`tones` ``frame`` is outside ``limits`` against ``reference`` (the golden image's tones, or
     the calibration levels: ``dark`` and ``bright`` only), or None. ``what`` names the reference in the reason ("the
@@ -145,7 +156,7 @@ def exposure_reason(frame: dict[str, float], reference: dict[str, float] | None,
         contrast = contrast_ratio(frame, reference)
         if contrast < limits.min_contrast:
             return f"low contrast: {contrast:.0%} of {whose} (least {limits.min_contrast:.0%}): check the focus, the light and the lens"
-    if limits.max_highlights is not None and frame["highlights"] > limits.max_highlights:
+    if limits.max_highlights is not None and _overexposed(frame, reference, limits.max_highlights):
         return (
             f"overexposed: {frame['highlights']:.2%} of the bright pixels saturated (most {limits.max_highlights:.2%}): "
             "check the light and the exposure"

@@ -64,6 +64,19 @@ def test_an_overexposed_board_is_refused_by_its_saturated_highlights(pair) -> No
     assert _reason(_light(board, 1.7), golden, ExposureRange()) is None  # weights that record no highlights limit
 
 
+def test_a_lossless_binarized_board_and_its_own_golden_image_are_not_overexposed(pair) -> None:
+    """Issue 44: the highlight rule was absolute, so a lossless binarized frame (whites exactly 255) and a board
+    identical to its DeepPCB golden image were refused as overexposed; read against the golden image's own
+    highlights they pass, and 170% light on a golden image that keeps whites below 250 is still refused."""
+    board, golden = pair
+    binarized = np.where(board > 127, 255, 0).astype(np.uint8)
+    binarized_golden = np.where(golden > 127, 255, 0).astype(np.uint8)
+    assert tones(histogram(binarized))["highlights"] == 1.0
+    assert _reason(binarized, binarized_golden) is None and _reason(golden, golden) is None
+    assert _reason(binarized, None) is not None  # without a golden image the absolute rule stands
+    assert _reason(_light(golden, 1.7), golden).startswith("overexposed")
+
+
 def test_low_contrast_is_refused(pair) -> None:
     board, golden = pair
     low = np.clip(128 + (board.astype(np.float32) - 128) * 0.4, 0, 255).astype(np.uint8)
