@@ -197,22 +197,24 @@ def _basis(u: np.ndarray, v: np.ndarray) -> np.ndarray:
 
 
 def _samples(golden: np.ndarray, board: np.ndarray, valid: np.ndarray | None) -> tuple[np.ndarray, ...] | None:
-    """``(g, b, u, v)`` float64 samples of the area-averaged pair where both have data and neither clips alone."""
+    """``(g, b, u, v)`` float64 samples of the area-averaged pair where both have data and neither clips alone. The
+    average is by a whole factor (the pair cut to a multiple of it: under a factor's pixels of its right and bottom
+    edge left out), which OpenCV runs about 8x faster than a fractional one."""
     h, w = board.shape
-    factor = max(h, w) / FIT_SIDE
-    size = (max(2, round(w / factor)), max(2, round(h / factor))) if factor > 1 else (w, h)
-    g = cv2.resize(golden, size, interpolation=cv2.INTER_AREA).astype(np.float64)
-    b = cv2.resize(board, size, interpolation=cv2.INTER_AREA).astype(np.float64)
+    factor = max(1, -(-max(h, w) // FIT_SIDE))
+    size = (max(1, w // factor), max(1, h // factor))
+    crop = (slice(0, size[1] * factor), slice(0, size[0] * factor))
+    g = cv2.resize(golden[crop], size, interpolation=cv2.INTER_AREA).astype(np.float64)
+    b = cv2.resize(board[crop], size, interpolation=cv2.INTER_AREA).astype(np.float64)
     ok = np.ones(g.shape, bool)
     if valid is not None:
-        ok = cv2.resize(valid.astype(np.float32), size, interpolation=cv2.INTER_AREA) > 0.999
+        ok = cv2.resize(valid[crop].view(np.uint8) * np.uint8(255), size, interpolation=cv2.INTER_AREA) >= 255
     clipped_alone = ((b >= 250) & (g < 245)) | ((b <= 5) & (g > 10))
     ok &= ~clipped_alone
     if ok.sum() < 12:
         return None
     ys, xs = np.nonzero(ok)
-    sx, sy = w / size[0], h / size[1]
-    u, v = _normalised((xs + 0.5) * sx - 0.5, (ys + 0.5) * sy - 0.5, (h, w))
+    u, v = _normalised((xs + 0.5) * factor - 0.5, (ys + 0.5) * factor - 0.5, (h, w))
     return g[ok], b[ok], u, v
 
 
