@@ -25,7 +25,7 @@ import torch
 from defect_detector.core.config import Config, ConfigError, config_from_dict, save_config
 from defect_detector.core.io import atomic_write_bytes, atomic_write_text
 from defect_detector.engine.errors import TrainingError
-from defect_detector.model.checkpoint import _read_checkpoint, _without_retired_keys
+from defect_detector.model.checkpoint import _without_retired_keys, read_checkpoint
 
 log = logging.getLogger("defect_detector.engine")
 
@@ -44,7 +44,7 @@ def read_resume_checkpoint(path: Path, device: torch.device) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"--resume: {path} does not exist (nothing to resume; start the run without --resume)")
     try:
-        ckpt = _read_checkpoint(path, device)
+        ckpt = read_checkpoint(path, device)
     except ValueError as exc:
         raise TrainingError(_one_line(str(exc), path)) from exc
     missing = [key for key in RESUME_KEYS if key not in ckpt]

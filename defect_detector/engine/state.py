@@ -15,7 +15,7 @@ from torch.optim.swa_utils import AveragedModel
 
 from defect_detector.core.config import Config, config_from_dict
 from defect_detector.engine.errors import TrainingError
-from defect_detector.model.checkpoint import load_matching_weights
+from defect_detector.model.checkpoint import load_matching_weights, read_checkpoint
 from defect_detector.model.detector import TinyDetector, build_model
 from defect_detector.model.loss import DetectionLoss
 
@@ -136,9 +136,12 @@ def adopt_init_architecture(cfg: Config) -> Config:
     if not cfg.train.init_weights:
         return cfg
     try:
-        raw = torch.load(cfg.train.init_weights, map_location="cpu", weights_only=True)
+        raw = read_checkpoint(cfg.train.init_weights)
+    except (OSError, ValueError) as exc:
+        raise TrainingError(f"train.init_weights={exc}") from None
+    try:
         model = config_from_dict({"model": raw["config"]["model"]}).model
-    except (OSError, RuntimeError, KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError) as exc:
         raise TrainingError(f"train.init_weights={cfg.train.init_weights}: not a readable defect_detector checkpoint ({exc})") from exc
     if model != cfg.model and is_main():
         log.info("train.init_weights: adopting its architecture (%s)", model)
@@ -170,8 +173,10 @@ def adopt_init_operating_point(cfg: Config, named: set[str]) -> Config:
     if not cfg.train.init_weights:
         return cfg
     try:
-        saved = torch.load(cfg.train.init_weights, map_location="cpu", weights_only=True)["config"].get("eval", {})
-    except (OSError, RuntimeError, KeyError, TypeError, AttributeError) as exc:
+        saved = read_checkpoint(cfg.train.init_weights)["config"].get("eval", {})
+    except (OSError, ValueError) as exc:
+        raise TrainingError(f"train.init_weights={exc}") from None
+    except (KeyError, TypeError, AttributeError) as exc:
         raise TrainingError(f"train.init_weights={cfg.train.init_weights}: not a readable defect_detector checkpoint ({exc})") from exc
     carried = {k: saved[k] for k in CARRIED_EVAL_KEYS if k in saved and f"eval.{k}" not in named}
     if not carried:

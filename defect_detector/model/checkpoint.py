@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pickle
 import re
+import warnings
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -70,15 +71,22 @@ def _first_line(message: str, limit: int = 200) -> str:
 
 
 def _refusal(path: Path, message: str) -> str:
-    """One line for torch's weights-only refusal ``message``: a pickled Python object (named) or a corrupt pickle."""
-    found = re.search(r"WeightsUnpickler error:\s*(.*?)(?:\n|$)", message.strip() + "\n", re.S)
-    reason = " ".join(found.group(1).split()) if found else _first_line(message)
-    global_name = re.search(r"Unsupported global: GLOBAL (\S+)", reason)
+    """One line for torch's weights-only refusal ``message``: Python code (a pickled callable, named), or a corrupt
+    file or a pickle torch's safe loader cannot read."""
+    global_name = re.search(r"(?:Unsupported global: GLOBAL|unsupported GLOBAL) (\S+)", message)
     if global_name:
         return (
-            f"{path}: refused: it holds a pickled Python object ({global_name.group(1)}), not only the tensors and plain values "
-            "every checkpoint of this package holds; unpickling it could run code, so use a checkpoint written by train or strip"
+            f"{path}: refused: it holds Python code (a pickled {global_name.group(1)}), not only the tensors and plain values "
+            "every checkpoint of this package holds; loading it could run that code: use a checkpoint written by train or strip"
         )
+    operand = re.search(r"Unsupported operand \d+", message)
+    if operand:
+        return (
+            f"{path}: not a readable checkpoint (corrupt, or a pickle that torch's safe loader rejects: {operand.group(0)}); "
+            "write checkpoints with train or strip"
+        )
+    found = re.search(r"WeightsUnpickler error:\s*(.*?)(?:\n|$)", message.strip() + "\n", re.S)
+    reason = " ".join(found.group(1).split()) if found else _first_line(message)
     return f"{path}: not a readable checkpoint (corrupt, or no torch file: {_first_line(reason, 120)})"
 
 
@@ -94,8 +102,10 @@ def _taught_entry(path: Path, raw: Any) -> list[dict[str, str]]:
     return [{"name": d["name"], "key": d["key"]} for d in raw]
 
 
-def _read_checkpoint(path: Path, device: torch.device | str) -> dict[str, Any]:
-    """``torch.load(weights_only=True)`` of a dict with a ``model`` entry; clear errors naming ``path`` otherwise."""
+def read_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> dict[str, Any]:
+    """``torch.load(weights_only=True)`` of a dict with a ``model`` entry; ``FileNotFoundError`` / ``ValueError`` naming
+    ``path`` otherwise, in one line (a pickle that would run code is "refused: it holds Python code")."""
+    path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: weights file not found")
     if is_torchscript_archive(path):
@@ -104,7 +114,9 @@ def _read_checkpoint(path: Path, device: torch.device | str) -> dict[str, Any]:
             "this command needs the .pt written by train (predict and Runtime take either)"
         )
     try:
-        ckpt = torch.load(path, map_location=device, weights_only=True)
+        with warnings.catch_warnings():  # a raw pickle's protocol, warned about before the refusal below
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            ckpt = torch.load(path, map_location=device, weights_only=True)
     except pickle.UnpicklingError as exc:  # torch's message: 654 characters that suggest loading it unsafely
         raise ValueError(_refusal(path, str(exc))) from exc
     except Exception as exc:
@@ -122,7 +134,7 @@ def load_checkpoint(path: str | Path | None = None, device: torch.device | str =
     ``ValueError`` with the path and the problem.
     """
     path = Path(path) if path is not None else DEFAULT_WEIGHTS
-    ckpt = _read_checkpoint(path, device)
+    ckpt = read_checkpoint(path, device)
     if "config" not in ckpt:
         raise ValueError(f"{path}: not a defect_detector checkpoint (needs 'model' and 'config' entries)")
     cfg = config_from_dict(_without_retired_keys(ckpt["config"]))
@@ -217,7 +229,7 @@ def load_matching_weights(model: torch.nn.Module, path: str | Path) -> tuple[lis
     ``model``; raises ``FileNotFoundError`` for a missing file and ``ValueError`` for an
     unreadable one or when nothing matches (wrong file).
     """
-    ckpt = _read_checkpoint(Path(path), "cpu")
+    ckpt = read_checkpoint(Path(path), "cpu")
     source = ckpt["ema"] if "ema" in ckpt else ckpt["model"]
     own = model.state_dict()
     loaded = [k for k, v in own.items() if k in source and source[k].shape == v.shape]
@@ -233,6 +245,6 @@ def attach_baseline(path: str | Path, baseline: dict[str, Any]) -> None:
     rewritten atomically; every other entry stays as it was."""
     from defect_detector.core.io import atomic_torch_save
 
-    ckpt = _read_checkpoint(Path(path), "cpu")
+    ckpt = read_checkpoint(Path(path), "cpu")
     ckpt["baseline"] = baseline
     atomic_torch_save(ckpt, path)

@@ -10,6 +10,8 @@ from defect_detector.core.constants import DEEPPCB_CLASSES
 from defect_detector.model.checkpoint import average_checkpoints, load_checkpoint, load_matching_weights
 from defect_detector.model.detector import build_model
 
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
 SMALL = ModelConfig(widths=(8, 16, 24, 32), depths=(1, 1, 1, 1), neck_channels=16, head_convs=1)
 TINY = {"widths": [8, 16, 24, 32], "depths": [1, 1, 1, 1], "neck_channels": 16, "head_convs": 1}
 
@@ -187,10 +189,16 @@ def test_a_pickled_object_is_refused_in_one_line_that_does_not_suggest_unsafe_lo
     with pytest.raises(ValueError) as info:
         load_checkpoint(path)
     message = str(info.value)
-    assert message.startswith(f"{path}: refused: it holds a pickled Python object (") and "_Foreign" in message and "\n" not in message
+    assert message.startswith(f"{path}: refused: it holds Python code (a pickled ") and "_Foreign" in message and "\n" not in message
     assert "weights_only=False" not in message and len(message) < 300  # it was 654 characters suggesting exactly that
     assert main(["predict", str(tmp_path), "--weights", str(path)]) == 2
     assert "weights_only" not in capsys.readouterr().err
+    evil = tmp_path / "evil.pt"
+    torch.save({"model": _Foreign}, evil)  # a callable: loading it could run code
+    args = ["train", "--config", str(CONFIGS / "finetune_ref.yaml"), f"train.init_weights={evil}", f"out_dir={tmp_path}"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"defect-detector train: error: train.init_weights={evil}: refused: it holds Python code") and "\n" not in err
     path.write_bytes(b"\x80\x02garbage that is no pickle")
     with pytest.raises(ValueError, match="not a readable checkpoint"):
         load_checkpoint(path)
