@@ -122,6 +122,22 @@ def read_image(path: str | os.PathLike[str]) -> np.ndarray:
         raise DatasetError(f"{path}: corrupt or unsupported image (OpenCV: {last[:160]})") from None
 
 
+def read_pages(path: str | os.PathLike[str]) -> list[np.ndarray]:
+    """Every page of an image file, as decoded: one for most formats, each page of a multi-page TIFF (a scanner's
+    stack of boards: every page is a board). Errors as :func:`read_image`."""
+    try:
+        data = np.fromfile(path, dtype=np.uint8)
+    except (OSError, ValueError) as exc:
+        raise DatasetError(f"{path}: cannot read image file: {exc}") from exc
+    if data[:4].tobytes() not in (b"II*\x00", b"MM\x00*"):
+        return [read_image(path)]
+    try:
+        ok, pages = cv2.imdecodemulti(data, cv2.IMREAD_UNCHANGED)
+    except cv2.error:
+        ok, pages = False, []
+    return list(pages) if ok and len(pages) > 1 else [read_image(path)]
+
+
 def _decoded(path: str | os.PathLike[str]) -> np.ndarray:
     """:func:`read_image`'s decode; ``cv2.error`` passes through."""
     try:

@@ -40,7 +40,7 @@ import numpy as np
 
 from defect_detector.core.errors import DatasetError
 from defect_detector.core.safe_text import mask_secrets
-from defect_detector.data.images import IMAGE_SUFFIXES, ConversionNotice, gray_from_file, read_image, to_gray_uint8
+from defect_detector.data.images import IMAGE_SUFFIXES, ConversionNotice, gray_from_file, read_pages, to_gray_uint8
 from defect_detector.inspect.capture import Capture, CaptureFactory, CaptureReading, Gap, ReconnectPolicy
 from defect_detector.inspect.source_kinds import VIDEO_SUFFIXES, list_images, source_kind
 
@@ -240,20 +240,32 @@ class FrameSource(CaptureReading):
             pass
 
     def _read_files(self) -> Iterator[Frame]:
-        for index, (path, name) in enumerate(self.files):
+        """One frame per file, in order; a multi-page TIFF gives one frame per page (``name#page2`` from its second)."""
+        index = 0
+        for path, name in self.files:
             if self._stop.is_set():
                 return
             start = time.perf_counter()
             try:
-                raw = read_image(path)
-                image, kinds = gray_from_file(path, raw)
-                self.conversions.note(raw, kinds, name)
-                error = None
+                pages = read_pages(path)
             except DatasetError as exc:
-                image, error = None, str(exc)
                 log.warning("not inspected: %s", exc)
-            kind = "unreadable" if error else None
-            yield Frame(index, image, self.source, name, time.time(), error, (time.perf_counter() - start) * 1000.0, kind)
+                yield Frame(index, None, self.source, name, time.time(), str(exc), (time.perf_counter() - start) * 1000.0, "unreadable")
+                index += 1
+                continue
+            for page, raw in enumerate(pages, start=1):
+                page_name = name if page == 1 else f"{name}#page{page}"
+                try:
+                    image, kinds = gray_from_file(f"{path}#page{page}" if page > 1 else path, raw)
+                    self.conversions.note(raw, kinds, page_name)
+                    error = None
+                except DatasetError as exc:
+                    image, error = None, str(exc)
+                    log.warning("not inspected: %s", exc)
+                kind = "unreadable" if error else None
+                yield Frame(index, image, self.source, page_name, time.time(), error, (time.perf_counter() - start) * 1000.0, kind)
+                index += 1
+                start = time.perf_counter()
 
     def _frame(self, capture: Capture, image: np.ndarray, index: int, name: str, start: float) -> Frame:
         """The :class:`Frame` of a decoded capture image (an error frame when it cannot be converted to gray)."""

@@ -262,3 +262,18 @@ def test_a_stream_urls_password_never_reaches_a_frame_record() -> None:
         frames = list(source)
     assert len(frames) == 2
     assert {f.source_name for f in frames} == {f.file_name for f in frames} == {"rtsp://***@10.0.0.5/stream1?token=***"}
+
+
+def test_every_page_of_a_multi_page_tiff_is_a_frame(tmp_path: Path) -> None:
+    """Issue 44: a 10-page TIFF was read as 1 frame, 9 boards never inspected. Each page is a frame now, named
+    ``scan.tif#pageN`` from the second page, numbered in order with the files around it."""
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    pages = [np.full((40, 48), 20 * k, np.uint8) for k in range(10)]
+    assert cv2.imwritemulti(str(folder / "b_scan.tif"), pages)
+    assert cv2.imwrite(str(folder / "a.png"), pages[0]) and cv2.imwrite(str(folder / "c.png"), pages[1])
+    with open_source(str(folder)) as source:
+        frames = list(source)
+    assert [f.file_name for f in frames] == ["a.png", "b_scan.tif", *(f"b_scan.tif#page{k}" for k in range(2, 11)), "c.png"]
+    assert [f.index for f in frames] == list(range(12)) and all(f.error is None for f in frames)
+    assert [int(f.image[0, 0]) for f in frames[1:11]] == [20 * k for k in range(10)]
