@@ -4,10 +4,12 @@ The frame is cut into square cells of about a twentieth of its shorter side (:fu
 least 16), about the size of a defect at the weights' working scale (a last partial row or column of cells is not
 judged). Each cell is compared with the same cell of the registered golden image at the frame's levels (the
 photometric registration's ``matched`` image, so a gain, tone or light gradient change is not hidden area) or, for a
-single-image model, with the calibration frames' flat levels. A pixel is *off* when it differs from the golden image
-by more than ``shift``, :data:`LEVEL_SHIFT` of the golden image's contrast (its 5th to 95th percentile) or
-:data:`NOISE_SHIFT` times the board's noise against it, whichever is larger, and lies in a solid area of such pixels
-(an opening by a disk of a quarter cell: a track drawn thicker in the golden image, or a line it lacks, is slivers).
+single-image model, with the calibration frames' pixel levels. A pixel is *off* when it differs from the golden
+image by more than ``shift``, :data:`LEVEL_SHIFT` of the golden image's contrast (its 5th to 95th percentile) or
+:data:`NOISE_SHIFT` times the board's noise against it, whichever is larger (and from the golden image as captured
+too: a light field the fit made up on a binarized pair whose whites clip is no hidden area), and lies in a solid
+area of such pixels (an opening by a disk of a quarter cell: a track drawn thicker in the golden image, or a line it
+lacks, is slivers).
 
 - **glare**: over :data:`SATURATED_SHARE` of the cell saturated (>= 250) beyond the golden image's share, on a golden
   image whose 99th percentile stays under :data:`NEVER_BRIGHT` (no defect can saturate a board whose golden image
@@ -167,12 +169,17 @@ def golden_cells(
     x = board.astype(np.float32)
     mean_b, mean_g = _means(x, cell, grid), _means(matched, cell, grid)
     std_b = np.sqrt(np.maximum(_means(x * x, cell, grid) - mean_b * mean_b, 0.0))
-    off = _share(_solid(cv2.absdiff(board, matched) > shift, cell), cell, grid)
+    off_pixels = cv2.absdiff(board, matched) > shift
+    if golden is not matched:  # off against the golden image as captured too: a fit's stray light field is no hidden area
+        off_pixels &= cv2.absdiff(board, golden) > shift
+    off = _share(_solid(off_pixels, cell), cell, grid)
     low, high = _extremes(cv2.blur(matched, (3, 3)), cell, grid)
     kernel = np.ones((3, 3), np.uint8)
     low, high = cv2.erode(low, kernel).astype(np.float32), cv2.dilate(high, kernel).astype(np.float32)
     flat = std_b < max(FLAT_NOISE * noise, FLAT * contrast)
     foreign = flat & (np.abs(mean_b - mean_g) > shift) & (np.abs(mean_b - low) > shift) & (np.abs(mean_b - high) > shift)
+    if golden is not matched:
+        foreign &= np.abs(mean_b - _means(golden, cell, grid)) > shift
     unlike = (off > UNLIKE) | foreign
     kinds = np.full(grid, -1, np.int8)
     kinds[unlike] = 2
