@@ -1,9 +1,11 @@
-"""``defect-detector station --db URL [--host 127.0.0.1] [--port 8080] [--token-file F]``: the line station's web app
-(live page, review queue, shift report) over a station database that ``predict --db URL`` records into."""
+"""``defect-detector station --db URL [--host 127.0.0.1] [--port 8080] [--token-file F] [--create]``: the line station's
+web app (live page, review queue, shift report) over a station database that ``predict --db URL`` records into; a
+SQLite file that does not exist is an error unless ``--create`` (a mistyped path served an empty station)."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 
@@ -31,13 +33,22 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--shifts", default="6,14,22", help="local hours at which shifts start, for the live counts and the report (default 6,14,22)"
     )
+    p.add_argument(
+        "--create", action="store_true", help="create the SQLite file when it does not exist (default: a missing file is an error)"
+    )
 
 
 def run(args: argparse.Namespace) -> None:
     """Serve until interrupted; ``ValueError`` / ``OSError`` with one line for bad input."""
+    from defect_detector.station.db import parse_url
     from defect_detector.station.report import parse_shifts
     from defect_detector.station.server import serve
 
+    url = parse_url(args.db)
+    if url.drivername == "sqlite" and not args.create and not Path(url.database).is_file():
+        raise FileNotFoundError(
+            f"--db {url.database}: no such station database; record into it first (predict --db), or pass --create to serve an empty one"
+        )
     shifts = parse_shifts(args.shifts)
     options = {"token_file": args.token_file, "allowed_hosts": args.allowed_host}
     serve(args.db, host=args.host, port=args.port, token=args.token, images=args.images, shifts=shifts, **options)

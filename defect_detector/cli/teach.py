@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
 from defect_detector.cli.errors import CliError
@@ -35,6 +36,8 @@ def run(args: argparse.Namespace) -> None:
 
     if args.held < 1:
         raise CliError(f"--held must be >= 1, got {args.held}")
+    if not math.isfinite(args.minutes) or args.minutes <= 0:
+        raise CliError(f"--minutes must be a finite number > 0, got {args.minutes}")
     report = teach(args.golden, args.out, args.weights, args.minutes, args.held, args.seed, threads=args.threads)
     held = report.before["images"]
     print(f"taught {len(report.designs)} golden image(s) in {report.minutes:.1f} min; scored on {held} held-back painted boards:")

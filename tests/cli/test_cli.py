@@ -371,3 +371,11 @@ def test_an_output_that_fails_to_finish_leaves_no_half_result_the_others_finish(
     frames = json.loads(out.read_text())
     assert [(f["frame"], f["verdict"], f["calls"]) for f in frames] == [(0, "pass", [])]
     assert json.loads(out.with_suffix(".jsonl").read_text()) == frames[0]
+
+
+@pytest.mark.parametrize("minutes", ["nan", "inf", "0"])
+def test_teach_refuses_non_finite_minutes(minutes: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    golden = Path(__file__).resolve().parents[2] / "data" / "samples" / "golden"
+    assert main(["teach", "--golden", str(golden), "--minutes", minutes, "--out", str(tmp_path / "t.pt")]) == 2
+    assert capsys.readouterr().err.strip() == f"defect-detector teach: error: --minutes must be a finite number > 0, got {float(minutes)}"
+    assert not (tmp_path / "t.pt").exists()

@@ -142,10 +142,10 @@ def test_the_token_from_a_file_or_the_environment(tmp_path: Path, monkeypatch: p
     served = []
     monkeypatch.setattr("uvicorn.run", lambda app, **kw: served.append(app))
     db = str(tmp_path / "s.db")
-    argv = ["station", "--db", db, "--host", "0.0.0.0", "--token-file", str(token_file), "--allowed-host", "line-pc"]
+    argv = ["station", "--db", db, "--create", "--host", "0.0.0.0", "--token-file", str(token_file), "--allowed-host", "line-pc"]
     assert main(argv) == 0 and len(served) == 1
     client = TestClient(served[0], base_url="http://line-pc")
     assert client.get("/healthz").status_code == 401
     assert client.get("/healthz", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
-    assert main(["station", "--db", db, "--host", "0.0.0.0", "--token-file", str(tmp_path / "none")]) == 2
+    assert main(["station", "--db", db, "--create", "--host", "0.0.0.0", "--token-file", str(tmp_path / "none")]) == 2
     assert "--token-file" in capsys.readouterr().err

@@ -48,11 +48,11 @@ def test_station_refuses_another_address_without_a_token(
     monkeypatch.setattr("uvicorn.run", lambda app, **kw: served.append(kw))
     monkeypatch.delenv("DEFECT_DETECTOR_TOKEN", raising=False)
     db = str(tmp_path / "s.db")
-    assert main(["station", "--db", db, "--host", "0.0.0.0"]) == 2
+    assert main(["station", "--db", db, "--create", "--host", "0.0.0.0"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "without a token" in err and not served
     monkeypatch.setenv("DEFECT_DETECTOR_TOKEN", TOKEN)  # the environment's token counts
-    assert main(["station", "--db", db, "--host", "0.0.0.0", "--port", "8123"]) == 0
+    assert main(["station", "--db", db, "--create", "--host", "0.0.0.0", "--port", "8123"]) == 0
     assert served == [{"host": "0.0.0.0", "port": 8123, "log_level": "warning", "access_log": False}]
     assert main(["station", "--db", "postgresql://u@127.0.0.1:1/none"]) == 2
     assert "cannot open the station database" in capsys.readouterr().err
@@ -117,3 +117,17 @@ def test_serve_checks_before_opening(tmp_path: Path) -> None:
         server.serve(str(tmp_path / "s.db"), port=70000)
     with pytest.raises(ValueError, match="empty"):
         server.serve(str(tmp_path / "s.db"), token=" ")
+
+
+def test_a_missing_sqlite_file_is_refused_unless_asked_to_create_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 44: ``station --db <missing path>`` silently created and served an empty database (a mistyped path)."""
+    served = []
+    monkeypatch.setattr("uvicorn.run", lambda app, **kw: served.append(kw))
+    db = tmp_path / "typo.db"
+    assert main(["station", "--db", str(db)]) == 2 and not served and not db.exists()
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "no such station database" in err and "--create" in err
+    assert main(["station", "--db", str(db), "--create"]) == 0 and len(served) == 1 and db.exists()
+    assert main(["station", "--db", f"sqlite:///{db}"]) == 0 and len(served) == 2  # it exists now
