@@ -27,7 +27,7 @@ import numpy as np
 FIT_SIDE = 48
 """Longest side, in samples, of the area-averaged images the fit reads."""
 
-GAMMAS = np.exp(np.linspace(math.log(0.6), math.log(1.6), 11))
+GAMMAS = np.exp(np.linspace(math.log(0.6), math.log(1.6), 9))
 """The tone exponents searched (log-spaced), refined by a parabola through the best three."""
 
 _FIELD_STEP = 16
@@ -127,6 +127,18 @@ class Photometric:
             "gamma": round(self.gamma, 4),
             "light_range": round(self.light_range, 4),
         }
+
+
+BINARIZED_SHARE = 0.97
+"""A golden image with at least this share of its pixels within 32 grey levels of 0 or 255 is a binarized scan."""
+
+
+def is_binarized(image: np.ndarray) -> bool:
+    """Whether uint8 ``image`` is a binarized scan (DeepPCB's look): :data:`BINARIZED_SHARE` of it at its two ends. Its
+    whites clip at 255 and its blacks at 0, so no gain, gamma or light field can be read from it, and a fit on it only
+    makes one up: the prepare stage takes the identity for its boards."""
+    counts = cv2.calcHist([image], [0], None, [8], [0, 256]).ravel()
+    return float(counts[0] + counts[-1]) >= BINARIZED_SHARE * float(image.size)
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,8 @@ class Design:
     ``pixel_fingerprint``); ``name``: what a line engineer calls it (its file name; the key for pixels given);
     ``file``: its path, or :data:`GIVEN`; ``image``: uint8 ``[H, W]`` as given (not registered); ``registrar``: its
     registration pyramid. The other fields are filled by the stages that need them, once per design: ``note`` (the
-    design check's ``DesignNote``) and ``drift`` (its ``Golden`` statistics). Its siamese trunk features are kept by the
+    design check's ``DesignNote``), ``drift`` (its ``Golden`` statistics) and ``binarized`` (``data/photometric.py``
+    ``is_binarized``: a scan of two levels has no light to match). Its siamese trunk features are kept by the
     frame pipeline that computed them (``Pipeline.design_features``: they belong to that pipeline's model)."""
 
     key: str
@@ -53,6 +54,7 @@ class Design:
     registrar: Registrar = field(repr=False)
     note: Any = None
     drift: Any = None
+    binarized: bool | None = None
 
 
 class Designs:

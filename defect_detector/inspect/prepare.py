@@ -29,7 +29,7 @@ import numpy as np
 
 from defect_detector.core.types import Detections, TileRecord
 from defect_detector.data.golden_view import GoldenView, boxes_to_frame, centres_valid, warp_into_golden
-from defect_detector.data.photometric import Photometric, PhotometricRange, fit_photometric
+from defect_detector.data.photometric import Photometric, PhotometricRange, fit_photometric, is_binarized
 from defect_detector.data.register import Registration
 from defect_detector.inspect.design_check import NO_NOTE, DesignCheck
 from defect_detector.inspect.designs import Design, Designs
@@ -219,10 +219,16 @@ class Prepare:
 
     def _match(self, record: Inspection) -> np.ndarray | None:
         """The registered golden image at the frame's levels (``Photometric.to_board``), its fit kept in the record's
-        registration; None for a single-image model. A negligible fit (``Photometric.negligible``) is the identity."""
+        registration; None for a single-image model. A negligible fit (``Photometric.negligible``) is the identity, and
+        so is the fit of a binarized design (``is_binarized``, read once per design: a scan of two clipped levels)."""
         if record.golden is None or record.registration is None:
             return None
-        fit = fit_photometric(record.golden, record.frame.image, record.covered)
+        design = record.design
+        if design is not None and design.binarized is None:
+            design.binarized = is_binarized(design.image)
+        shape = record.frame.image.shape
+        binarized = design is not None and design.binarized
+        fit = Photometric.identity(shape) if binarized else fit_photometric(record.golden, record.frame.image, record.covered)
         if fit.negligible:
             fit = Photometric.identity(record.frame.image.shape)
         record.registration = dataclasses.replace(record.registration, photometric=fit)

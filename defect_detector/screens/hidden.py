@@ -134,13 +134,19 @@ def _levels(board: np.ndarray, matched: np.ndarray, golden: np.ndarray, inside: 
     99th percentile of the golden image as captured and as matched (the larger), and the board's noise against the
     matched one (1.4826 x the median absolute difference, at least 1.5 levels)."""
     step = max(1, int(np.count_nonzero(inside)) // 20000)
-    reference, frame = matched[inside][::step].astype(np.float32), board[inside][::step].astype(np.float32)
+    reference, frame = matched[inside][::step], board[inside][::step]
     if reference.size == 0:
         return 10.0, 255.0, 1.5
-    low, high, top = np.percentile(reference, (5, 95, 99))
-    top = max(float(top), float(np.percentile(golden[inside][::step], 99))) if golden is not matched else float(top)
-    noise = max(1.4826 * float(np.median(np.abs(frame - reference))), 1.5)
-    return max(float(high - low), 10.0), top, noise
+    low, high, top = _percentiles(reference, (5, 95, 99))
+    top = max(top, _percentiles(golden[inside][::step], (99,))[0]) if golden is not matched else top
+    noise = max(1.4826 * _percentiles(cv2.absdiff(frame, reference), (50,))[0], 1.5)
+    return max(high - low, 10.0), top, noise
+
+
+def _percentiles(values: np.ndarray, quantiles: tuple[float, ...]) -> list[float]:
+    """The ``quantiles`` (percent) of uint8 ``values`` from their 256-bin histogram (the lowest level reaching each)."""
+    cumulative = np.cumsum(np.bincount(values.ravel(), minlength=256)) / max(values.size, 1)
+    return [float(np.searchsorted(cumulative, q / 100.0)) for q in quantiles]
 
 
 def _solid(mask: np.ndarray, cell: int) -> np.ndarray:
