@@ -43,6 +43,9 @@ from defect_detector.screens.hidden import KINDS, HiddenArea, golden_cells, larg
 
 HIDDEN = "hidden area"
 """Refusal kind of a frame with glare, a shadow or a hand over part of the board (``screens/hidden.py``)."""
+EXPLAINED = 0.1
+"""The largest hidden region (a share of the frame) taken to explain a golden image the golden check called another
+design: more is a board unlike its golden image all over, not a spot over it."""
 
 
 @dataclass
@@ -203,15 +206,19 @@ class Prepare:
         return f"{record.hidden.words()}: a defect there cannot be seen (shade the light, clear the camera's view)"
 
     def _hidden_behind(self, record: Inspection, exc: ReferenceError) -> str | None:
-        """Why the frame is refused for hidden area when the golden check refused its golden image but registration
-        found it (glare or a hand reads as "another design" to the golden check), else None; the record keeps the
-        registration only then."""
-        if exc.registered is None or record.design is None:
+        """Why the frame is refused for hidden area when the golden check called its golden image another design but
+        registration found it and the hidden area explains that (glare anywhere, or a region of at most
+        :data:`EXPLAINED` of the frame: a glare spot's saturation reads as differences spread over the board), else
+        None; the record keeps the registration only then. An occluder the golden check names keeps its words, and a
+        golden image of another design, unlike the board all over, stays "reference does not match"."""
+        if exc.registered is None or record.design is None or exc.reason != "reference does not match":
             return None
         warped, registration = exc.registered
         trial = dataclasses.replace(record, golden=warped, registration=registration, covered=registration.covered(warped.shape))
         trial.golden = self._match(trial)
         words = self._hidden(trial, warped)
+        if trial.hidden is not None and trial.hidden.kind != KINDS[0] and trial.hidden.share > EXPLAINED:
+            words = None
         if words is not None:
             record.golden, record.registration = trial.golden, trial.registration
             record.covered, record.hidden = trial.covered, trial.hidden
