@@ -33,3 +33,22 @@ def write_design_json(
     path = root / name
     path.write_text(json.dumps({"images": images, "annotations": [], "categories": CATEGORIES, "info": {"images_root": "."}}))
     return path
+
+
+def write_sample_pairs(folder: Path, count: int = 2) -> Path:
+    """``folder/pairs.json``: the first ``count`` held-out DeepPCB sample boards (``data/samples``), copied into
+    ``folder`` with their golden images as ``reference`` entries and their annotations."""
+    import shutil
+
+    samples = Path(__file__).resolve().parents[1] / "data" / "samples"
+    raw = json.loads((samples / "deeppcb" / "annotations.json").read_text())
+    for entry in raw["images"][:count]:
+        name = Path(entry["file_name"]).name
+        shutil.copy(samples / "deeppcb" / name, folder / name)
+        shutil.copy(samples / "golden" / name, folder / f"golden_{name}")
+        entry.update(file_name=name, reference=f"golden_{name}")
+    ids = {e["id"] for e in raw["images"][:count]}
+    raw.update(images=raw["images"][:count], annotations=[a for a in raw["annotations"] if a["image_id"] in ids])
+    path = folder / "pairs.json"
+    path.write_text(json.dumps(raw))
+    return path

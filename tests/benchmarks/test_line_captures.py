@@ -4,16 +4,14 @@ capture of each golden image, and scores what an inspector counts."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from design_boards import write_sample_pairs
 
 from benchmarks import line_captures
-
-SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -31,16 +29,9 @@ def test_count_reads_one_call_per_defect_and_every_other_as_false() -> None:
 
 
 def test_build_and_score_a_set_of_two_boards(tmp_path: Path) -> None:
-    raw = json.loads((SAMPLES / "deeppcb" / "annotations.json").read_text())
-    for entry in raw["images"][:2]:
-        name = Path(entry["file_name"]).name
-        shutil.copy(SAMPLES / "deeppcb" / name, tmp_path / name)
-        shutil.copy(SAMPLES / "golden" / name, tmp_path / f"golden_{name}")
-        entry.update(file_name=name, reference=f"golden_{name}")
-    ids = {e["id"] for e in raw["images"][:2]}
-    raw.update(images=raw["images"][:2], annotations=[a for a in raw["annotations"] if a["image_id"] in ids])
-    (tmp_path / "pairs.json").write_text(json.dumps(raw))
-    built = line_captures.build(tmp_path / "pairs.json", tmp_path / "line", seed=0)
+    pairs = write_sample_pairs(tmp_path)
+    raw = json.loads(pairs.read_text())
+    built = line_captures.build(pairs, tmp_path / "line", seed=0)
     made = json.loads(built.read_text())
     assert [e["file_name"].split("/")[0] for e in made["images"]] == ["boards", "good", "boards", "good"]
     assert 0 < len(made["annotations"]) <= len(raw["annotations"])
