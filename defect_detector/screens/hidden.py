@@ -33,6 +33,7 @@ glare spot or a hand over a defect covers it whole.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import cv2
@@ -61,6 +62,9 @@ MIN_GLARE_CELLS = 2
 """A glare region of fewer cells is a glint (a tinned pad's highlight at a little more gain), not hidden area."""
 MIN_COVERED = 0.9
 """Cells the registered golden image covers less than this share of are not judged."""
+WORK_CELL = 16
+"""Cells are read at most this many pixels a side: larger frames are area-averaged first (a defect-sized cell keeps its
+mean and its solid areas; it costs a quarter at 640)."""
 KINDS = ("glare", "dark occluder or shadow", "unlike the golden image")
 
 
@@ -95,11 +99,6 @@ def _grid(shape: tuple[int, ...]) -> tuple[int, tuple[int, int]]:
     """The cell side and the ``(gh, gw)`` count of whole cells of a frame of ``shape``."""
     cell = cell_size(shape)
     return cell, (max(1, shape[0] // cell), max(1, shape[1] // cell))
-
-
-WORK_CELL = 16
-"""Cells are read at most this many pixels a side: larger frames are area-averaged first (a defect-sized cell keeps its
-mean and its solid areas; it costs a quarter at 640)."""
 
 
 def _reduced(images: list[np.ndarray], cell: int, grid: tuple[int, int]) -> tuple[list[np.ndarray], int]:
@@ -218,22 +217,29 @@ def level_cells(board: np.ndarray, pixel_levels: np.ndarray, bright: float) -> n
 
 
 def largest_region(kinds: np.ndarray, shape: tuple[int, ...], unlike: str = KINDS[2]) -> HiddenArea | None:
-    """The largest hidden region in ``kinds`` (:func:`golden_cells` or :func:`level_cells`) for a frame of ``shape``
-    ``(H, W)``: a glare region first, whatever its size; else the largest region of dark and unlike cells, named by
-    the kind most of its cells have. None when no cell is hidden. ``unlike``: the name of kind 2 (a single-image
-    model: ``"unlike the calibration frames"``)."""
+    """The hidden region of ``kinds`` (:func:`golden_cells` or :func:`level_cells`) that says most about a frame of
+    ``shape`` ``(H, W)``: the largest glare region when it has :data:`MIN_GLARE_CELLS` cells or more (refused whatever
+    its share), else the largest region of dark and unlike cells, named by the kind most of its cells have, else a
+    glint; None when no cell is hidden. ``unlike``: the name of kind 2 (a single-image model:
+    ``"unlike the calibration frames"``)."""
+    glare = _region(kinds, kinds == 0, shape, lambda _: KINDS[0])
+    if glare is not None and glare.cells >= MIN_GLARE_CELLS:
+        return glare
+    other = _region(kinds, kinds >= 1, shape, lambda inside: KINDS[1] if (inside == 1).sum() > (inside == 2).sum() else unlike)
+    return other if other is not None else glare
+
+
+def _region(kinds: np.ndarray, hidden: np.ndarray, shape: tuple[int, ...], name: Callable[[np.ndarray], str]) -> HiddenArea | None:
+    """The largest 8-connected region of bool cells ``hidden`` (a one-cell gap closed, judged cells only), named by
+    ``name(kinds of its cells)``; None when no cell is hidden."""
+    if not hidden.any():
+        return None
     cell, _ = _grid(shape)
-    judged = (kinds >= 0).astype(np.uint8)
-    for glare in (True, False):
-        grid = (kinds == 0) if glare else (kinds >= 1)
-        if not grid.any():
-            continue
-        grid = cv2.morphologyEx(grid.astype(np.uint8), cv2.MORPH_CLOSE, np.ones((3, 3), np.uint8)) & judged
-        count, labels, stats, centres = cv2.connectedComponentsWithStats(grid, connectivity=8)
-        label = 1 + int(np.argmax(stats[1:, cv2.CC_STAT_AREA]))
-        cells = int(stats[label, cv2.CC_STAT_AREA])
-        inside = kinds[labels == label]
-        name = KINDS[0] if glare else (KINDS[1] if (inside == 1).sum() > (inside == 2).sum() else unlike)
-        x, y = (int(c * cell + cell / 2) for c in centres[label])
-        return HiddenArea(name, cells * cell * cell / float(shape[0] * shape[1]), x, y, cells)
-    return None
+    grid = cv2.morphologyEx(hidden.astype(np.uint8), cv2.MORPH_CLOSE, np.ones((3, 3), np.uint8)) & (kinds >= 0).astype(np.uint8)
+    count, labels, stats, centres = cv2.connectedComponentsWithStats(grid, connectivity=8)
+    if count < 2:
+        return None
+    label = 1 + int(np.argmax(stats[1:, cv2.CC_STAT_AREA]))
+    cells = int(stats[label, cv2.CC_STAT_AREA])
+    x, y = (int(c * cell + cell / 2) for c in centres[label])
+    return HiddenArea(name(kinds[labels == label]), cells * cell * cell / float(shape[0] * shape[1]), x, y, cells)

@@ -125,3 +125,16 @@ def test_a_single_image_model_reads_a_hand_against_the_calibration_frames_levels
     assert largest_region(level_cells(board, shares, 255.0), board.shape) is None
     found = largest_region(level_cells(hand, shares, 255.0), hand.shape, "unlike the calibration frames")
     assert found is not None and found.refused(0.005) and abs(found.x - x) < 48 and abs(found.y - y) < 48
+
+
+def test_a_glint_does_not_hide_a_hand_elsewhere() -> None:
+    """A one-cell glint (a tinned pad's highlight) is no refusal, and it must not stand for the frame: the hand
+    elsewhere is the region that counts."""
+    kinds = np.full((20, 20), -1, np.int8)
+    kinds[2, 2] = 0  # a glint
+    kinds[10:14, 10:14] = 1  # a hand over 4% of the frame
+    found = largest_region(kinds, (640, 640))
+    assert found is not None and found.kind == KINDS[1] and found.cells == 16 and found.refused(0.005)
+    kinds[2:4, 2:4] = 0  # glare of four cells: refused whatever its size, named first
+    assert largest_region(kinds, (640, 640)).kind == "glare"
+    assert largest_region(np.full((20, 20), -1, np.int8), (640, 640)) is None
