@@ -41,7 +41,9 @@ def add_parser(sub: Any) -> None:
         default="frames",
         help="frames (default): one record per frame; detections: v0.8's flat list of calls (frames without calls are absent)",
     )
-    p.add_argument("--report", help="write a CSV here, row by row: one row per frame (name, verdict, reason, calls per class, drift state)")
+    p.add_argument(
+        "--report", help="write a CSV here, row by row: one row per frame (name, verdict, reason, calls per class, drift state)"
+    )
     p.add_argument("--save-dir", help="write annotated images (or an .mp4 for video/streams) here; frames not inspected are stamped")
     p.add_argument(
         "--allow-skips",

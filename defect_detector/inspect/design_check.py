@@ -27,10 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from defect_detector.inspect.designs import GIVEN, Design
-from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, DEFAULT_WEIGHTS, PHOTO_REFERENCE_WEIGHTS
+from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, DEFAULT_WEIGHTS, PHOTO_REFERENCE_WEIGHTS, read_checkpoint
 from defect_detector.monitor.domain import DomainModel, design_stats
 
 log = logging.getLogger("defect_detector.inspect")
@@ -42,7 +41,8 @@ CACHED = 4096
 @dataclass(frozen=True)
 class DesignNote:
     """What the design check says of one frame's golden image: its warning (None: none), whether the weights were
-    taught it, and the bundled weights whose domain covers its look when the weights' own does not (None: none)."""
+    taught it, and the bundled weights whose domain lies nearer its look when the weights' own does not cover it
+    (:func:`covering_weights`; None: none)."""
 
     warning: str | None = None
     taught: bool = False
@@ -88,7 +88,7 @@ def covering_weights(stats: np.ndarray, weights: str | Path, channels: int, own:
 @functools.cache
 def _bundled_domain(path: Path) -> DomainModel | None:
     """The design domain a bundled checkpoint carries (None: none)."""
-    raw = torch.load(path, map_location="cpu", weights_only=True).get("domain")
+    raw = read_checkpoint(path).get("domain")
     return DomainModel.from_dict(raw, where=f"{path}: domain") if raw is not None else None
 
 

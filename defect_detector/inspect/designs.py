@@ -76,16 +76,21 @@ class Designs:
         may differ from the design's first name: two copies of one golden image are one design).
         :class:`ReferenceError` (counted) when there is none or it cannot be read."""
         try:
-            if given is not None:
-                key = pixel_fingerprint(given)
-                return self._keep(key, lambda k: Design(k, k, GIVEN, given, Registrar(given, self.cfg))), key
-            if self.references is None:
-                raise ReferenceError(f"{file_name}: no golden image (this is a golden-template model)", "no golden image")
-            path, key = self.references.lookup(file_name), self.references.key(file_name)
-            return self._keep(key, lambda k: self._from_file(k, file_name, path.name, str(path))), path.name
+            return self.find(file_name, given)
         except ReferenceError as exc:
             self._count(exc)
             raise
+
+    def find(self, file_name: str, given: np.ndarray | None = None) -> tuple[Design, str]:
+        """:meth:`of` without counting or logging a refusal (the inspector's look at a frame's design before the
+        prepare stage, which counts it once)."""
+        if given is not None:
+            key = pixel_fingerprint(given)
+            return self._keep(key, lambda k: Design(k, k, GIVEN, given, Registrar(given, self.cfg))), key
+        if self.references is None:
+            raise ReferenceError(f"{file_name}: no golden image (this is a golden-template model)", "no golden image")
+        path, key = self.references.lookup(file_name), self.references.key(file_name)
+        return self._keep(key, lambda k: self._from_file(k, file_name, path.name, str(path))), path.name
 
     def register(self, design: Design, image: np.ndarray, file_name: str, align: bool = True) -> tuple[np.ndarray, Registration]:
         """``design``'s golden image registered into the frame ``image`` (uint8 ``[H, W]``; ``align`` False: used as given,

@@ -19,10 +19,10 @@ pixel scale the model was trained at, and drift monitoring on whenever the weigh
 ``predict``, the demo and the notebook are thin over this class.
 
 With golden images and no weights named, the bundled golden-template weights are chosen per design (issue 42): a
-design whose look the default weights' domain does not cover, but another bundled model's does (``photo_ref.pt`` for
-photographs; ``inspect/design_check.py``), is inspected by a second inspector on those weights, loaded on first use
-with the same options (its drift alerts go to the log and the records, not to ``alerts`` / ``webhook``). Every
-record names the weights that inspected it (``Inspection.weights``).
+design whose look the default weights' domain does not cover, and that lies nearer another bundled model's domain
+(``photo_ref.pt`` for photographs; ``inspect/design_check.py`` ``covering_weights``), is inspected by a second
+inspector on those weights, loaded on first use with the same options (its drift alerts go to the log and the
+records, not to ``alerts`` / ``webhook``). Every record names the weights that inspected it (``Inspection.weights``).
 """
 
 from __future__ import annotations
@@ -227,12 +227,12 @@ class Inspector:
 
     def _owner(self, frame: Frame, given: np.ndarray | None) -> Inspector:
         """The inspector of ``frame``: this one, or (weights chosen per design) the sibling on the bundled weights whose
-        domain covers its design's look where this one's does not (its design note's ``covering``)."""
+        domain lies nearer its design's look where this one's does not cover it (its design note's ``covering``)."""
         if self.choices is None or frame.image is None or self.prepare.design_check is None:
             return self
         try:
             golden = None if given is None else gray_frame(given, f"golden image of {frame.file_name}")
-            design, _ = self.designs.of(frame.file_name, golden)
+            design, _ = self.designs.find(frame.file_name, golden)
         except (ReferenceError, ValueError):
             return self  # the prepare stage refuses it, in its words
         covering = self.prepare.design_check.note(design, frame.file_name).covering

@@ -266,15 +266,15 @@ class Pipeline:
         timings = {"preprocess": t_pre - start, "model": t_model - t_pre, "postprocess": t_post - t_model}
         timings = {stage: seconds * 1e3 / n for stage, seconds in timings.items()}  # ms per frame
         names = self.runtime.class_names
-        cut = sum(f[3] for f in frames)
+        cut = sum(dropped for *_, dropped, _ in frames)
         if cut and not self._cap_warned:
             self._cap_warned = True
             log.warning("%d calls above the score threshold were cut by max_det=%d (per model input); raise --max-det", cut, self.max_det)
         return [
             Detections(
-                d["boxes"], d["scores"], d["labels"], [names[j] for j in d["labels"].tolist()], s, dict(timings), m, n, r, cut_, joined
+                d["boxes"], d["scores"], d["labels"], [names[j] for j in d["labels"].tolist()], s, dict(timings), m, n, r, dropped, merged
             )
-            for (d, s, m, cut_, joined), r in zip(frames, records)
+            for (d, s, m, dropped, merged), r in zip(frames, records)
         ]
 
     def _infer(
