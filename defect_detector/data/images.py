@@ -113,47 +113,49 @@ def read_image(path: str | os.PathLike[str]) -> np.ndarray:
     Raises :class:`DatasetError` naming ``path`` for a missing, empty, truncated or undecodable file, or one whose header
     claims more pixels than OpenCV decodes (``CV_IO_MAX_IMAGE_PIXELS``, 2^30: refused from the header, nothing decoded).
     """
+    return _decoded(path, _file_bytes(path))
+
+
+def read_pages(path: str | os.PathLike[str]) -> list[np.ndarray]:
+    """Every page of an image file, as decoded: one for most formats, each page of a multi-page TIFF (a scanner's
+    stack of boards: every page is a board). The file is read once. Errors as :func:`read_image`."""
+    data = _file_bytes(path)
+    if data[:4].tobytes() in (b"II*\x00", b"MM\x00*"):
+        try:
+            ok, pages = cv2.imdecodemulti(data, cv2.IMREAD_UNCHANGED)
+        except cv2.error:
+            ok, pages = False, []
+        if ok and len(pages) > 1:
+            return list(pages)
+    return [_decoded(path, data)]
+
+
+def _file_bytes(path: str | os.PathLike[str]) -> np.ndarray:
+    """uint8 ``[N]``: the bytes of the file at ``path`` (:class:`DatasetError` naming it when it cannot be read)."""
     try:
-        return _decoded(path)
+        return np.fromfile(path, dtype=np.uint8)
+    except (OSError, ValueError) as exc:
+        raise DatasetError(f"{path}: cannot read image file: {exc}") from exc
+
+
+def _decoded(path: str | os.PathLike[str], data: np.ndarray) -> np.ndarray:
+    """The image the file ``path`` holds (its bytes ``data``), decoded; errors in words (:func:`read_image`)."""
+    if data.size == 0:
+        raise DatasetError(f"{path}: zero-byte image file")
+    if data[:2].tobytes() == b"\xff\xd8" and b"\xff\xd9" not in data[-4096:].tobytes():
+        raise DatasetError(f"{path}: truncated JPEG (no end-of-image marker)")
+    try:
+        if data[:2].tobytes() == b"\xff\xd8":
+            image, complaint = _decode_jpeg(data)
+            if complaint:
+                raise DatasetError(f"{path}: corrupt JPEG data (libjpeg: {complaint})")
+        else:
+            image = cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
     except cv2.error as exc:
         if "CV_IO_MAX_IMAGE_PIXELS" in str(exc):
             raise DatasetError(f"{path}: image too large: its header claims more than 2^30 pixels (OpenCV's limit)") from None
         last = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         raise DatasetError(f"{path}: corrupt or unsupported image (OpenCV: {last[:160]})") from None
-
-
-def read_pages(path: str | os.PathLike[str]) -> list[np.ndarray]:
-    """Every page of an image file, as decoded: one for most formats, each page of a multi-page TIFF (a scanner's
-    stack of boards: every page is a board). Errors as :func:`read_image`."""
-    try:
-        data = np.fromfile(path, dtype=np.uint8)
-    except (OSError, ValueError) as exc:
-        raise DatasetError(f"{path}: cannot read image file: {exc}") from exc
-    if data[:4].tobytes() not in (b"II*\x00", b"MM\x00*"):
-        return [read_image(path)]
-    try:
-        ok, pages = cv2.imdecodemulti(data, cv2.IMREAD_UNCHANGED)
-    except cv2.error:
-        ok, pages = False, []
-    return list(pages) if ok and len(pages) > 1 else [read_image(path)]
-
-
-def _decoded(path: str | os.PathLike[str]) -> np.ndarray:
-    """:func:`read_image`'s decode; ``cv2.error`` passes through."""
-    try:
-        data = np.fromfile(path, dtype=np.uint8)
-    except (OSError, ValueError) as exc:
-        raise DatasetError(f"{path}: cannot read image file: {exc}") from exc
-    if data.size == 0:
-        raise DatasetError(f"{path}: zero-byte image file")
-    if data[:2].tobytes() == b"\xff\xd8" and b"\xff\xd9" not in data[-4096:].tobytes():
-        raise DatasetError(f"{path}: truncated JPEG (no end-of-image marker)")
-    if data[:2].tobytes() == b"\xff\xd8":
-        image, complaint = _decode_jpeg(data)
-        if complaint:
-            raise DatasetError(f"{path}: corrupt JPEG data (libjpeg: {complaint})")
-    else:
-        image = cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
     if image is None:
         raise DatasetError(f"{path}: corrupt or unsupported image (decode failed)")
     return image
