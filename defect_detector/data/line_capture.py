@@ -14,7 +14,7 @@ that the moved board does not cover, where the golden view shows the golden imag
 ``seam_p`` such a band (3-25 px deep, slanted up to 1.5 degrees, on one or two sides clear of every box) is filled
 with the golden image, so the model learns that the seam is not a defect. With probability ``hidden_p`` a glare spot
 (saturated) or a dark occluder (a hand's edge, a shadow) covers a part of the board clear of every box, unlabelled:
-inspection refuses large hidden area (``inspect/hidden.py``); below its limit the model must not call it.
+inspection refuses large hidden area (``screens/hidden.py``); below its limit the model must not call it.
 """
 
 from __future__ import annotations

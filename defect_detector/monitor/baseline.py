@@ -256,8 +256,9 @@ class BaselineFile(BaseModel):
             raise Invalid("level", "a relative (golden-template) baseline needs the frames' level")
         if self.image_levels is not None:
             _shape(self.image_levels, (len(LEVELS),), "image_levels")
-        if self.pixel_levels is not None and (self.pixel_levels.ndim != 1 or len(self.pixel_levels) < 8 or (self.pixel_levels < 0).any()):
-            raise Invalid("pixel_levels", "must be a list of at least 8 shares >= 0")
+        levels = self.pixel_levels
+        if levels is not None and (levels.ndim != 1 or len(levels) not in (8, 16, 32, 64, 128, 256) or (levels < 0).any()):
+            raise Invalid("pixel_levels", "must be a list of 8, 16, 32, 64, 128 or 256 shares >= 0 (grey-level bins)")
         if self.faults is not None:
             if "clean" not in self.faults or len(self.faults) < 2:
                 raise Invalid("faults", "must map 'clean' and fault names to per-frame statistics")

@@ -208,7 +208,7 @@ def level_cells(board: np.ndarray, pixel_levels: np.ndarray, bright: float) -> n
     frames' pixels (``pixel_levels``: their share per bin): a hand, a shadow or a glare's rim on a binarized board."""
     cell, grid = _grid(board.shape)
     support = np.convolve(np.asarray(pixel_levels, np.float64), np.ones(3), mode="same")
-    rare = (support < RARE_LEVEL)[board // (256 // LEVEL_BINS)]
+    rare = (support < RARE_LEVEL)[board // (256 // len(support))]  # a baseline's bins divide 256 (monitor/baseline.py)
     kinds = np.full(grid, -1, np.int8)
     kinds[_share(_solid(rare, cell), cell, grid) > UNLIKE] = 2
     if bright < NEVER_BRIGHT:

@@ -349,3 +349,16 @@ def test_small_baseline_ignores_correlations(caplog: pytest.LogCaptureFixture) -
     shifted[0, 1] += 3.0 * baseline.std[0, 1]  # one statistic 3 spreads off: a diagonal R scores exactly 3
     detector.update(shifted, 0)
     assert detector.score == pytest.approx(3.0, rel=1e-3)
+
+
+def test_a_baselines_pixel_levels_are_shares_per_bin_of_a_width_that_divides_256() -> None:
+    """The single-image hidden-area screen indexes ``pixel_levels`` by grey level // (256 / bins): a baseline whose bins
+    do not divide 256 is refused naming the key, and the shares round-trip."""
+    stats = np.random.default_rng(0).random((40, 2, 2)) + 0.5
+    counts = np.arange(32, dtype=np.float64)
+    baseline = calibrate(stats, ["a", "b"], pixel_levels=counts)
+    assert np.allclose(baseline.pixel_levels, counts / counts.sum())
+    raw = baseline.to_dict()
+    assert np.allclose(Baseline.from_dict(raw).pixel_levels, baseline.pixel_levels)
+    with pytest.raises(BaselineError, match="pixel_levels: must be a list of 8, 16, 32"):
+        Baseline.from_dict({**raw, "pixel_levels": [0.1] * 10})
