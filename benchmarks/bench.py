@@ -18,7 +18,7 @@ model's input channels (``in_channels``: 2 for a reference model, the image and 
 The pipeline part times the frame pipeline's (:meth:`Pipeline.detect`) preprocess (validate, letterbox, tensor; for a reference
 model the reference too) and postprocess (NMS, un-letterbox) stages on synthetic boards, plus box decoding
 (which the artifact runs inside the model). The registration part (:func:`bench_registration`) times aligning
-a golden reference to a frame (``data/register.py``), fully and with the cached transform reused, against
+a golden reference to a frame (``align/register.py``), fully and with the cached transform reused, against
 the model's one-pass TorchScript latency in the same rounds.
 """
 

@@ -1,5 +1,5 @@
 """Costs around one model pass, timed interleaved (:mod:`benchmarks.timing`): the frame pipeline's stages, test-time
-augmentation, and registering a golden board to a frame (``data/register.py``) against the model's TorchScript latency.
+augmentation, and registering a golden board to a frame (``align/register.py``) against the model's TorchScript latency.
 :func:`cpu_artifact` is the TorchScript artifact as ``export`` writes it on this CPU, loaded back from bytes.
 """
 
@@ -17,8 +17,8 @@ import numpy as np
 import torch
 
 from benchmarks.timing import measure_interleaved, paired_ratio
+from defect_detector.align.register import RegisterConfig, Registrar, register
 from defect_detector.core.constants import DEFAULT_LAYERS, PAD_VALUE
-from defect_detector.data.register import RegisterConfig, Registrar, register
 from defect_detector.data.synth import generate_board, generate_board_pair
 from defect_detector.export import DeployModel, artifact_bytes, checkpoint_meta, model_channels, quiet_jit, trace_deploy_model
 from defect_detector.export.onednn import onednn_available

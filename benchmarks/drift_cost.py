@@ -27,8 +27,8 @@ from defect_detector.inspect.prepare import Prepare
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.inspect.sources import Frame
 from defect_detector.monitor.baseline import Baseline
-from defect_detector.monitor.blank import blank_reason, image_levels
 from defect_detector.monitor.drift import DriftDetector
+from defect_detector.screens.blank import blank_reason, image_levels
 
 
 def measure_cost(pipeline: Pipeline, baseline: Baseline, cfg: MonitorConfig, board: Board, repeats: int) -> dict[str, Any]:

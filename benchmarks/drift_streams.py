@@ -34,8 +34,8 @@ from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.inspect.prepare import Prepare
 from defect_detector.inspect.references import ReferenceError
 from defect_detector.inspect.sources import Frame
-from defect_detector.monitor.blank import image_levels
 from defect_detector.monitor.faults import apply_fault
+from defect_detector.screens.blank import image_levels
 
 RUN_LENGTHS = (10, 60)
 """Frames per design run, inclusive range."""

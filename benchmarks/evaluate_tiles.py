@@ -47,10 +47,10 @@ import numpy as np
 import torch
 from torchvision.ops import clip_boxes_to_image
 
+from defect_detector.align.register import register
 from defect_detector.core.io import atomic_write_json
 from defect_detector.data.dataset import CocoDetectionDataset
 from defect_detector.data.images import load_image_gray
-from defect_detector.data.register import register
 from defect_detector.data.tiles import crop_tiles
 from defect_detector.engine.evaluate import Predictions, evaluate_predictions
 from defect_detector.inspect.pipeline import Pipeline
@@ -89,7 +89,7 @@ class Frame:
 
 def load_boards(dataset: CocoDetectionDataset, reference: bool, max_boards: int | None, register_golden: bool = False) -> list[Board]:
     """The dataset's boards in image-id order (at most ``max_boards``), read as uint8 grayscale. ``register_golden``:
-    each golden image registered into its board (``data/register.py``; where it has no data, its nearest pixels), as
+    each golden image registered into its board (``align/register.py``; where it has no data, its nearest pixels), as
     a panel's golden image, captured whole, would be; else used as given."""
     boards = []
     for image_id in dataset.image_ids[:max_boards]:

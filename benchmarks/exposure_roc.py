@@ -1,4 +1,4 @@
-"""ROC of the exposure check (``monitor/exposure.py``) on DeepPCB boards under simulated light, contrast, occluders and noise.
+"""ROC of the exposure check (``screens/exposure.py``) on DeepPCB boards under simulated light, contrast, occluders and noise.
 
 For each board ``<group>/<n>/<id>_test.jpg`` of the given groups (and its golden image ``<id>_temp.jpg``, aligned as
 DeepPCB ships them) every condition is simulated: light 20%-200% (multiply and clip), contrast 25%-75% (about grey
@@ -22,7 +22,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from defect_detector.monitor.exposure import ExposureRange, contrast_ratio, exposure_reason, histogram, tones
+from defect_detector.screens.exposure import ExposureRange, contrast_ratio, exposure_reason, histogram, tones
 
 LIGHTS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.1, 1.2, 1.3, 1.5, 1.7, 2.0)
 CONTRASTS = (0.25, 0.5, 0.75)

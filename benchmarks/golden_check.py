@@ -13,7 +13,7 @@ substrate on copper, seeded, centred at least :data:`BLOB_PX` px from the frame'
 golden check alone), "painted, registered" registers it too (registration can be pulled by the blobs); "misregistered
 6 px" checks the clean board against its golden image moved :data:`MISREGISTRATION` off its registration. Every pair
 goes through ``register`` with the shipped ``RegisterConfig`` (registration, then the golden check of
-``data/golden_check.py``), and the table says how many are accepted and the worst (true) or best (wrong) measure
+``align/golden_check.py``), and the table says how many are accepted and the worst (true) or best (wrong) measure
 of each kind. The ROC: for a sweep of ``max_spread`` (``max_tracks``, ``max_slivers`` and ``max_missing`` as shipped), the share of
 true pairs (painted included) refused and of wrong pairs (that registration itself accepts) let through.
 """
@@ -30,9 +30,9 @@ import cv2
 import numpy as np
 from tqdm import tqdm
 
+from defect_detector.align.golden_check import MAX_MISSING, MAX_SLIVERS, covered_area, differing, structure
+from defect_detector.align.register import RegisterConfig, Registration, register
 from defect_detector.core.io import atomic_write_json
-from defect_detector.data.golden_check import MAX_MISSING, MAX_SLIVERS, covered_area, differing, structure
-from defect_detector.data.register import RegisterConfig, Registration, register
 
 SWEEP = (0.03, 0.05, 0.07, 0.09, 0.11, 0.13, 0.15, 0.2)
 BLOBS = 8

@@ -6,7 +6,7 @@ such as ``synth --render ... --family holdout``), every condition is drawn over 
 frame: ``glare`` (a saturated spot with a soft edge), ``hand`` (a dark, flat, elongated blob at grey 30-80),
 ``shadow`` (the board darkened by up to 55% under a soft disk), and ``motion blur`` (the whole frame, 9-15 px).
 ``board`` is the board as it is and ``good`` its golden image captured again (``--capture``: gain, gamma, gradient,
-defocus, noise and JPEG, ``data/line_capture.py``); neither may be refused for hidden area. Each frame goes through
+defocus, noise and JPEG, ``looks/line_capture.py``); neither may be refused for hidden area. Each frame goes through
 the inspector with the hidden-area refusal off, so the model's own calls and the largest hidden region are read
 apart; for each limit (``eval.hidden_max_area``) it prints the share of faulted frames whose covered defect escapes
 (inspected, and no call on it) and the share of board and good frames refused for hidden area::
@@ -32,9 +32,9 @@ from defect_detector.core.io import atomic_write_json
 from defect_detector.data.coco_json import read_json, resolve_images_root
 from defect_detector.data.dataset import evenly_spaced
 from defect_detector.data.images import load_image_gray
-from defect_detector.data.line_capture import LineCapture
 from defect_detector.inspect.inspector import Inspector
 from defect_detector.inspect.runtime import Runtime
+from defect_detector.looks.line_capture import LineCapture
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
 from defect_detector.screens.hidden import HiddenArea
 

@@ -4,7 +4,7 @@
 data/deeppcb/deeppcb_tpl_val.json --family holdout --paint 3``), and writes each board captured again as a line
 delivers it: moved by up to 25 px and 1.5 degrees, scaled within 0.5%, with gain and gamma 0.85-1.15, an offset of
 up to 10 levels, a light gradient of up to 12%, defocus up to sigma 1.2, noise up to sigma 4 and JPEG 85-95
-(``data/line_capture.py``), its boxes moved with it; and a defect-free capture of each golden image, the same way.
+(``looks/line_capture.py``), its boxes moved with it; and a defect-free capture of each golden image, the same way.
 Every image's ``reference`` is its golden image as it was (never moved)::
 
     python -m benchmarks.line_captures build --data data/photo/holdout_val/annotations.json --out data/photo/holdout_line
@@ -33,8 +33,8 @@ from tqdm import tqdm
 from defect_detector.core.io import atomic_write_json
 from defect_detector.data.coco_json import read_json, resolve_images_root
 from defect_detector.data.images import load_image_gray
-from defect_detector.data.line_capture import LineCapture
 from defect_detector.inspect.inspector import Inspector
+from defect_detector.looks.line_capture import LineCapture
 
 SHIFT, DEGREES, SCALE = 25.0, 1.5, 0.005
 

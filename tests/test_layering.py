@@ -13,7 +13,20 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "defect_detector"
 NAME = "defect_detector"
-LAYERS = {"core": 0, "data": 1, "model": 1, "monitor": 1, "screens": 1, "engine": 2, "export": 2, "inspect": 3, "station": 2, "cli": 4}
+LAYERS = {
+    "core": 0,
+    "screens": 1,
+    "model": 1,
+    "align": 2,
+    "monitor": 2,
+    "looks": 3,
+    "data": 4,
+    "engine": 5,
+    "export": 5,
+    "station": 5,
+    "inspect": 6,
+    "cli": 7,
+}
 """The package root (``defect_detector/__init__.py``: the lazy ``Inspector`` export) stands above every room."""
 
 

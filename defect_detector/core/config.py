@@ -44,7 +44,7 @@ class DataConfig(Section):
 
     Reference models (``model.in_channels: 2``) read each image's golden ``reference`` from the json.
     ``register_train`` / ``register_val``: align each reference to its image with
-    ``data/register.py`` before augmentation (training) or in the validation passes during training.
+    ``align/register.py`` before augmentation (training) or in the validation passes during training.
     DeepPCB's pairs are not exactly aligned (the golden images are off by 2-7 px), so the bundled
     golden-template recipe registers its training pairs too; off, the pairs are used as given and the
     simulated residual (``augment.ref_shift``, ``augment.ref_rotate``) stands in for registration error.
@@ -232,7 +232,7 @@ class EvalConfig(Section):
     exceeds this (model/postprocess.py ``merge_nested``; null: off). ``hidden_max_area``: the largest region of a frame,
     as a share of it, that may be hidden (glare, a shadow, a hand: cells unlike the matched golden image; screens/hidden.py)
     before the frame is not inspected; glare is refused at any size (null: only glare). ``exposure_*``: the exposure
-    range the model was validated at (monitor/exposure.py ``ExposureRange``; a frame outside it is not inspected; null:
+    range the model was validated at (screens/exposure.py ``ExposureRange``; a frame outside it is not inspected; null:
     not checked)."""
 
     section: ClassVar[str] = "eval"

@@ -1,4 +1,4 @@
-"""The ``augment`` section of the config: box-aware augmentation, and the look step of pairs (``data/looks.py``)."""
+"""The ``augment`` section of the config: box-aware augmentation, and the look step of pairs (``looks/looks.py``)."""
 
 from __future__ import annotations
 
@@ -31,14 +31,14 @@ class AugmentConfig(Section):
     reference alone is then moved by a random rigid residual of up to ``ref_shift`` pixels and
     ``ref_rotate`` degrees, the error left after registration. With probability ``capture_p`` the board is first
     captured as a line's day delivers it (gain, gamma, offset, light gradient, defocus, noise, JPEG) and matched back
-    to the golden image's levels by the photometric registration (``data/line_capture.py``), as inspection does; of
+    to the golden image's levels by the photometric registration (``looks/line_capture.py``), as inspection does; of
     those captures, ``capture_seam_p`` show the golden image in the band a move leaves uncovered, and
     ``capture_hidden_p`` carry an unlabelled glare spot or dark occluder clear of the boxes.
 
-    Looks (pairs only, ``data/looks.py``): with probability ``render_p`` a binarized pair becomes a photograph of
-    one random look of ``render_family`` (``train`` or ``holdout``, ``data/render.py``), first zoomed by a factor
+    Looks (pairs only, ``looks/looks.py``): with probability ``render_p`` a binarized pair becomes a photograph of
+    one random look of ``render_family`` (``train`` or ``holdout``, ``looks/render.py``), first zoomed by a factor
     drawn from ``render_scale``; with probability ``paint_p`` 1 to ``paint_max`` defects are painted on the board
-    (``data/paint.py``), ``paint_scale`` times DeepPCB's sizes (times the zoom; null: from each board's track width).
+    (``looks/paint.py``), ``paint_scale`` times DeepPCB's sizes (times the zoom; null: from each board's track width).
     """
 
     section: ClassVar[str] = "augment"

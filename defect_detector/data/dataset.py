@@ -19,6 +19,8 @@ import albumentations as A
 import numpy as np
 import torch
 
+from defect_detector.align.register import check_pair
+from defect_detector.align.register import register as register_reference
 from defect_detector.core.boxes import boxes_to_letterbox
 from defect_detector.core.errors import DatasetError
 from defect_detector.data.coco_json import (
@@ -32,8 +34,6 @@ from defect_detector.data.coco_json import (
 )
 from defect_detector.data.images import decode_gray
 from defect_detector.data.letterbox import letterbox
-from defect_detector.data.register import check_pair
-from defect_detector.data.register import register as register_reference
 from defect_detector.data.transforms import PairTransform, apply_pair_transforms, apply_transforms
 
 logger = logging.getLogger("defect_detector.data")
@@ -102,7 +102,7 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
             relative to ``images_root``); samples become ``[2, imgsz, imgsz]`` (image, reference) and
             ``transform`` must come from :func:`~defect_detector.data.transforms.build_pair_transforms`.
             An entry without a reference, or whose reference file is missing, is a bad input.
-        register: align each reference to its image (:func:`defect_detector.data.register.register`)
+        register: align each reference to its image (:func:`defect_detector.align.register.register`)
             before augmentation; a pair that does not register is a bad input, never used misaligned.
 
     ``self.coco`` indexes the validated annotations (clipped boxes, skipped entries removed), so an
@@ -390,7 +390,7 @@ class CocoDetectionDataset(torch.utils.data.Dataset):
 
     def _aligned_reference(self, rec: _Record, image: np.ndarray) -> np.ndarray:
         """The record's reference as uint8 ``[H, W]`` in the image's frame: registered when ``self.register``, else used as
-        given; either way it must pass the golden check (``data/golden_check.py``: the same design, aligned), once per
+        given; either way it must pass the golden check (``align/golden_check.py``: the same design, aligned), once per
         image (the result is shared with the loader's workers), or the sample is a counted skip."""
         assert rec.reference is not None
         reference = self._read(rec.reference, _UNREADABLE_REFERENCE)

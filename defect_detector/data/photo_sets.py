@@ -3,7 +3,7 @@ on golden images.
 
 Both write ``out/boards/*.png``, ``out/golden/*.png`` and ``out/annotations.json`` (COCO, categories
 ``DEEPPCB_CLASSES`` with ids 1..6, each image entry with its golden ``reference``), in the boards' pixels. The golden
-image of each pair is a *second capture*: besides :func:`~defect_detector.data.render.capture`'s gain, noise, defocus
+image of each pair is a *second capture*: besides :func:`~defect_detector.looks.render.capture`'s gain, noise, defocus
 and JPEG it is moved by up to ``shift`` px and ``degrees`` (inspection registers it, as on the line). Everything is
 a function of ``seed`` and the pair's position.
 """
@@ -18,13 +18,13 @@ import cv2
 import numpy as np
 from tqdm import tqdm
 
+from defect_detector.align.register import register
 from defect_detector.core.constants import DEEPPCB_CLASSES
 from defect_detector.core.io import atomic_write_bytes
 from defect_detector.data.coco_json import box_annotations, read_json, resolve_images_root, write_generated
 from defect_detector.data.images import load_image_gray
-from defect_detector.data.paint import paint_defects
-from defect_detector.data.register import register
-from defect_detector.data.render import capture, render_pair, sample_look
+from defect_detector.looks.paint import paint_defects
+from defect_detector.looks.render import capture, render_pair, sample_look
 
 _Pair = tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
@@ -58,7 +58,7 @@ def _layout_pairs(ann_file: Path, class_names: tuple[str, ...]) -> Iterator[_Pai
 
 
 def _aligned(board: np.ndarray, golden: np.ndarray) -> np.ndarray:
-    """The golden layout registered into the board's pixels (``data/register.py``), borders replicated, binarized
+    """The golden layout registered into the board's pixels (``align/register.py``), borders replicated, binarized
     again, so that the look's texture and light fall on the same places of both (DeepPCB's pairs are 2-7 px off)."""
     _, reg = register(golden, board)
     h, w = board.shape

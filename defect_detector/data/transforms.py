@@ -18,8 +18,8 @@ import numpy as np
 
 from defect_detector.core.config import AugmentConfig
 from defect_detector.core.constants import PAD_VALUE
-from defect_detector.data.line_capture import LineCapture
-from defect_detector.data.looks import LookTransform
+from defect_detector.looks.line_capture import LineCapture
+from defect_detector.looks.looks import LookTransform
 
 _BORDER = cv2.BORDER_CONSTANT
 _FILL = PAD_VALUE
@@ -187,7 +187,7 @@ def _photometric_steps(cfg: AugmentConfig) -> list[A.BasicTransform]:
 
 
 class ImageTransform:
-    """Single-image augmentation with a look step first: ``look`` (``data/looks.py``) renders and paints the image as
+    """Single-image augmentation with a look step first: ``look`` (``looks/looks.py``) renders and paints the image as
     the board of a pair with itself (its golden image is dropped), then ``compose`` (albumentations, or None) runs as
     :func:`build_transforms` builds it. Called like an ``A.Compose``: ``(image=, bboxes=, labels=) -> dict``."""
 
@@ -249,7 +249,7 @@ class PairTransform:
     the boxes identically; ``photometric`` runs once on the image and once, with its own draw, on the
     reference; ``residual`` then moves the reference alone by a small random rigid transform (the
     error registration leaves). Each part is an ``A.Compose`` or None; ``set_random_seed`` seeds all. ``look``
-    (``data/looks.py``, or None) runs before them all: scale, paint, render. ``capture`` (``data/line_capture.py``, or
+    (``looks/looks.py``, or None) runs before them all: scale, paint, render. ``capture`` (``looks/line_capture.py``, or
     None) runs after the photometric steps, before the residual: the board as a line delivers it, matched back to the
     golden image's levels.
     """

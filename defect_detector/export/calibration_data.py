@@ -1,7 +1,7 @@
 """Model inputs for int8 calibration from a COCO json of training images: gray, golden image registered, letterboxed.
 
 The frames are prepared as the frame pipeline prepares a frame it letterboxes whole (``inspect/pipeline.py``): read as
-8-bit gray, for a golden-template model the json's ``reference`` registered into the image (``data/register.py``;
+8-bit gray, for a golden-template model the json's ``reference`` registered into the image (``align/register.py``;
 a pair that does not register is left out, as ``predict`` skips it), letterboxed to ``imgsz``. Frames are spread
 evenly over the json (it lists images group by group), so a few hundred cover every board design.
 """
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
+from defect_detector.align.register import register
 from defect_detector.data.coco_json import read_json, resolve_images_root
 from defect_detector.data.images import load_image_gray
 from defect_detector.data.letterbox import letterbox
-from defect_detector.data.register import register
 
 log = logging.getLogger("defect_detector.export")
 

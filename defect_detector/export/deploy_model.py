@@ -20,8 +20,8 @@ from defect_detector.core.constants import DEFAULT_LAYERS, PAD_VALUE
 from defect_detector.export.onednn import fuse_conv_silu
 from defect_detector.model.layers import ConvBNAct
 from defect_detector.model.postprocess import decode, make_anchor_points
-from defect_detector.monitor.exposure import EXPOSURE_KEYS
 from defect_detector.monitor.hooks import ActivationMonitor
+from defect_detector.screens.exposure import EXPOSURE_KEYS
 
 FORMAT_VERSION = 1
 META_FILE = "meta.json"

@@ -32,7 +32,7 @@ class _OperatingPoint(BaseModel):
     merge_ios: _Unit | None = None
     hidden_max_area: _Unit | None = None
     exposure: dict[str, _Unit | None] | None = None
-    """The exposure range the weights were validated at (``monitor/exposure.py`` ``ExposureRange``)."""
+    """The exposure range the weights were validated at (``screens/exposure.py`` ``ExposureRange``)."""
 
 
 class _GoldenCheck(BaseModel):

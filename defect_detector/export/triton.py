@@ -64,7 +64,7 @@ _TRITON_INPUT_TEXT = {
     1: f"a letterboxed grayscale image / 255 (pad value {PAD_VALUE}, centred).",
     2: f"/ 255: channel 0 the letterboxed grayscale image (pad value {PAD_VALUE}, centred), channel 1\n"
     "its golden reference, already registered into the image's pixel frame (the client's job:\n"
-    "defect_detector.data.register in Python) and letterboxed with the image's scale and padding.",
+    "defect_detector.align.register in Python) and letterboxed with the image's scale and padding.",
 }
 
 

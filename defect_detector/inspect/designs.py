@@ -2,7 +2,7 @@
 
 A :class:`Design` holds what every frame of one golden image shares, computed on its first frame and reused after:
 
-- its registration pyramid (the :class:`~defect_detector.data.register.Registrar`, which also keeps the last good
+- its registration pyramid (the :class:`~defect_detector.align.register.Registrar`, which also keeps the last good
   matrix of a fixed fixture and the golden check's reference levels);
 - its design-domain note (``inspect/design_check.py``), set by the prepare stage;
 - its drift statistics (``monitor/golden.py`` :class:`Golden`), set by ``inspect/drift_inputs.py``;
@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from defect_detector.align.register import RegisterConfig, Registrar, Registration, check_pair
 from defect_detector.data.images import pixel_fingerprint
-from defect_detector.data.register import RegisterConfig, Registrar, Registration, check_pair
 from defect_detector.inspect.references import ReferenceError, References, refusal_kind
 
 log = logging.getLogger("defect_detector.inspect")
@@ -43,7 +43,7 @@ class Design:
     ``pixel_fingerprint``); ``name``: what a line engineer calls it (its file name; the key for pixels given);
     ``file``: its path, or :data:`GIVEN`; ``image``: uint8 ``[H, W]`` as given (not registered); ``registrar``: its
     registration pyramid. The other fields are filled by the stages that need them, once per design: ``note`` (the
-    design check's ``DesignNote``), ``drift`` (its ``Golden`` statistics) and ``binarized`` (``data/photometric.py``
+    design check's ``DesignNote``), ``drift`` (its ``Golden`` statistics) and ``binarized`` (``align/photometric.py``
     ``is_binarized``: a scan of two levels has no light to match). Its siamese trunk features are kept by the
     frame pipeline that computed them (``Pipeline.design_features``: they belong to that pipeline's model)."""
 

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.inspect.prepare import Inspection
-from defect_detector.monitor.blank import image_levels
 from defect_detector.monitor.golden import Golden
+from defect_detector.screens.blank import image_levels
 
 
 def golden_of(pipeline: Pipeline, records: Sequence[Inspection]) -> list[Golden | None]:

@@ -49,7 +49,6 @@ from defect_detector.inspect.references import ReferenceError, References
 from defect_detector.inspect.run_guard import RunGuard, check_database
 from defect_detector.inspect.run_summary import Tally
 from defect_detector.inspect.runtime import Runtime
-from defect_detector.inspect.screen import EXPOSURE_KINDS, calibration_levels
 from defect_detector.inspect.sources import Frame, FrameSource, batches, open_source
 from defect_detector.inspect.stop_signals import StopSignals, until_stopped
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
@@ -57,6 +56,7 @@ from defect_detector.monitor.alerts import AlertRouter
 from defect_detector.monitor.drift import DriftEvent
 from defect_detector.monitor.golden import Golden
 from defect_detector.monitor.setup import build_monitoring
+from defect_detector.screens.frame import EXPOSURE_KINDS, calibration_levels
 
 log = logging.getLogger("defect_detector.inspect")
 

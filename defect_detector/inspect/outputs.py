@@ -69,7 +69,7 @@ def call_records(result: Detections | None) -> list[dict[str, Any]]:
 
 
 def registration_record(reg: Any) -> dict[str, Any] | None:
-    """The JSON form of a frame's :class:`~defect_detector.data.register.Registration` (None: no golden image): what
+    """The JSON form of a frame's :class:`~defect_detector.align.register.Registration` (None: no golden image): what
     the station records of it (``station/records.py`` :func:`registration_values`), its golden check's ``spread`` and
     whether the fixture's matrix was ``reused``, and its ``photometric`` fit (gain, offset, gamma, light_range; None
     before one)."""

@@ -7,7 +7,7 @@
       -> model input [N, C, imgsz, imgsz] (one row per letterboxed frame or tile) -> ``Runtime.infer`` in chunks
       -> postprocess (NMS per row, boxes back to frame or tile pixels) -> tiles merged into the frame
       -> nested calls merged, one call per defect (``model/postprocess.py`` ``merge_nested``, the weights' ``merge_ios``)
-      -> a tiled frame's calls kept where it and its golden image differ (``data/tile_gate.py``, reference models)
+      -> a tiled frame's calls kept where it and its golden image differ (``align/tile_gate.py``, reference models)
       -> per-frame drift statistics, pooled over its tiles
 
 The geometry is recorded, not hidden: every :class:`~defect_detector.core.types.Detections` carries its
@@ -31,12 +31,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from defect_detector.align.register import RegisterConfig
+from defect_detector.align.tile_gate import keep_differing
 from defect_detector.core.errors import DatasetError
 from defect_detector.core.types import Detections, LetterboxMeta, TileRecord
 from defect_detector.data.images import ConversionNotice, to_gray_uint8
 from defect_detector.data.letterbox import letterbox
-from defect_detector.data.register import RegisterConfig
-from defect_detector.data.tile_gate import keep_differing
 from defect_detector.data.tiles import EDGE_MARGIN, crop_tiles, merge_tile_detections, plan_tiles, pool_tile_stats
 from defect_detector.inspect.references import References
 from defect_detector.inspect.runtime import Runtime
@@ -140,7 +140,7 @@ class Pipeline:
         self.iou = point["iou"] if iou is None else float(iou)
         self.cross_class = (point["cross_class_iou"], point["cross_class_factor"])  # the weights' setting (v0.10)
         self.merge = (point["merge_ios"], self.conf)  # one call per defect among the calls kept (v0.14; merge_at)
-        self.exposure = point["exposure"]  # the exposure range the weights were validated at (inspect/screen.py)
+        self.exposure = point["exposure"]  # the exposure range the weights were validated at (screens/frame.py)
         self.hidden_max_area = point["hidden_max_area"]  # the largest hidden region allowed (screens/hidden.py)
         self.max_det = int(max_det)
         self.tile = tile

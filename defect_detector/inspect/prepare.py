@@ -1,12 +1,12 @@
 """The prepare stage and the frame record: every frame's way up to the model is decided here, in one place.
 
     Frame (gray uint8 [H, W], from a source, ``Inspector.inspect``, ``val``'s or ``calibrate``'s json)
-      -> levels and the blank check                      (monitor/blank.py)
+      -> levels and the blank check                      (screens/blank.py)
       -> its design: the golden image, keyed by pixels    (inspect/designs.py; golden-template models)
       -> the design check's note                          (inspect/design_check.py, once per design)
-      -> registration and the golden check                (the design's Registrar: data/register.py)
-      -> the photometric fit: golden levels to the board's (data/photometric.py)
-      -> coverage and exposure screen                     (inspect/screen.py)
+      -> registration and the golden check                (the design's Registrar: align/register.py)
+      -> the photometric fit: golden levels to the board's (align/photometric.py)
+      -> coverage and exposure screen                     (screens/frame.py)
       -> the fit within the range the weights were validated for
       -> hidden area: glare, a shadow, a hand, cell by cell   (screens/hidden.py)
       -> the letterbox or tile plan                       (Pipeline.plan)
@@ -27,18 +27,18 @@ from typing import Any
 
 import numpy as np
 
+from defect_detector.align.golden_view import GoldenView, boxes_to_frame, centres_valid, warp_into_golden
+from defect_detector.align.photometric import Photometric, PhotometricRange, fit_photometric, is_binarized
+from defect_detector.align.register import Registration
 from defect_detector.core.types import Detections, TileRecord
-from defect_detector.data.golden_view import GoldenView, boxes_to_frame, centres_valid, warp_into_golden
-from defect_detector.data.photometric import Photometric, PhotometricRange, fit_photometric, is_binarized
-from defect_detector.data.register import Registration
 from defect_detector.inspect.design_check import NO_NOTE, DesignCheck
 from defect_detector.inspect.designs import Design, Designs
 from defect_detector.inspect.pipeline import Pipeline, gray_frame
 from defect_detector.inspect.references import ReferenceError
-from defect_detector.inspect.screen import LIGHT_UNLIKE, mask_uncovered, screen_reason
 from defect_detector.inspect.sources import Frame
-from defect_detector.monitor.blank import blank_reason, image_levels
 from defect_detector.monitor.drift import DriftEvent
+from defect_detector.screens.blank import blank_reason, image_levels
+from defect_detector.screens.frame import LIGHT_UNLIKE, mask_uncovered, screen_reason
 from defect_detector.screens.hidden import KINDS, HiddenArea, golden_cells, largest_region, level_cells
 
 HIDDEN = "hidden area"
@@ -58,12 +58,12 @@ class Inspection:
     its drift score (None without monitoring). ``design_warning``: the frame's golden image looks unlike the model's
     training images (a warning, never a refusal), else None; ``design_taught``: the weights were taught it.
     ``registration``: how its golden image sat in the frame (matrix, score, golden check), None for a single-image
-    model or a frame refused before. ``levels``: float64 ``[4]`` gray levels (``monitor/blank.py``), None for an
+    model or a frame refused before. ``levels``: float64 ``[4]`` gray levels (``screens/blank.py``), None for an
     unreadable frame. ``design``: its golden image (``inspect/designs.py``: key, name), None without one;
     ``golden_name``: the file name of its golden image (the key for pixels given). ``golden``:
     uint8 ``[H, W]`` its golden image registered into the frame's pixels, ``covered`` bool ``[H, W]`` where that has
     data. ``plan``: its tile plan (None: letterboxed whole; see ``Detections.letterbox`` for the letterbox record).
-    ``view``: the frame in its golden image's pixels when the model sees it there (``data/golden_view.py``: the
+    ``view``: the frame in its golden image's pixels when the model sees it there (``align/golden_view.py``: the
     golden view, the golden image's features cached per design; ``plan`` and the detections' letterbox record are then
     the golden view's), None when the model sees the frame with its golden image registered into it. ``hidden``: its
     largest hidden region (``screens/hidden.py``: glare, a shadow, a hand), None when none or not screened.

@@ -1,7 +1,7 @@
 """Golden references for the frames of a source: which golden image file belongs to a frame, and its pixel key.
 
 ``--reference REF`` is either one image (the golden board of every frame: a fixed fixture, so its design's
-:class:`~defect_detector.data.register.Registrar` reuses its transform from frame to frame) or a folder
+:class:`~defect_detector.align.register.Registrar` reuses its transform from frame to frame) or a folder
 holding each frame's reference under the frame's relative path, else under its file name. A frame whose
 reference is missing, unreadable or does not register is never inspected: the prepare stage (``inspect/prepare.py``,
 through ``inspect/designs.py``) refuses it with a :class:`ReferenceError` naming the reason, and counts it.
@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from defect_detector.align.register import RegisterConfig
 from defect_detector.core.errors import DatasetError
 from defect_detector.data.images import IMAGE_SUFFIXES, load_image_gray, pixel_fingerprint
-from defect_detector.data.register import RegisterConfig
 
 _MAX_KEYS = 4096  # golden files whose pixel fingerprint is kept
 
@@ -36,7 +36,7 @@ class ReferenceError(ValueError):
 
 def refusal_kind(reason: str) -> str:
     """How a golden image refused with ``reason`` (``Registration.reason``) is counted: ``occluded or not this board``
-    when the golden check found one region unlike it (``data/register.py``), else ``reference does not match``."""
+    when the golden check found one region unlike it (``align/register.py``), else ``reference does not match``."""
     return "occluded or not this board" if reason.startswith("occluded or not this board") else "reference does not match"
 
 

@@ -41,7 +41,7 @@ from defect_detector.inspect.artifacts import (  # noqa: F401 - archive_meta re-
 from defect_detector.inspect.golden_graphs import GOLDEN_FEATURES, GoldenGraphs, check_golden_graphs, load_golden_graphs
 from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, LoadedModel, load_checkpoint
 from defect_detector.model.tta import orientations, tta_forward
-from defect_detector.monitor.exposure import ExposureRange
+from defect_detector.screens.exposure import ExposureRange
 
 log = logging.getLogger("defect_detector.inspect")
 
@@ -104,7 +104,7 @@ class Runtime:
         nested calls (``merge_ios`` None; ``model/postprocess.py`` ``merge_nested``). ``hidden_max_area``: the largest
         hidden region a frame may show (``screens/hidden.py``; None: only glare is refused; weights before v0.14 get
         ``eval.hidden_max_area``'s default). ``exposure``: the exposure range
-        (``monitor/exposure.py`` ``ExposureRange``; weights that record none get its defaults, ``eval.exposure_*``)."""
+        (``screens/exposure.py`` ``ExposureRange``; weights that record none get its defaults, ``eval.exposure_*``)."""
         point = self.meta.get("operating_point") or DEFAULT_OPERATING_POINT
         cross_iou, merge_ios = point.get("cross_class_iou"), point.get("merge_ios")
         return {

@@ -4,7 +4,7 @@ No annotated defect is needed. Per golden image (any look, any size) ``teach`` w
 
 - ``train/``: clean second captures of the golden image (gain, noise, defocus, JPEG, a small move), each paired with
   the golden image; training paints 1-4 defects on 80% of them, new ones each epoch (``augment.paint_p``,
-  ``data/paint.py``, sizes from the design's track width);
+  ``looks/paint.py``, sizes from the design's track width);
 - ``select/``: boards with painted defects that choose ``best.pt``;
 - ``held/``: other painted boards, never trained on nor chosen on, scored before and after.
 
@@ -32,12 +32,12 @@ from defect_detector.core.io import atomic_torch_save
 from defect_detector.data.dataset import evenly_spaced
 from defect_detector.data.images import load_image_gray, pixel_fingerprint
 from defect_detector.data.photo_sets import golden_files, moved, painted_pairs, write_pairs
-from defect_detector.data.render import capture
 from defect_detector.engine.budget import Budget
 from defect_detector.engine.domain import extend_domain
 from defect_detector.engine.trainer import fit
 from defect_detector.inspect.calibrate import calibrate_run
 from defect_detector.inspect.validate import TrainingValidation, validate
+from defect_detector.looks.render import capture
 from defect_detector.model.checkpoint import PHOTO_REFERENCE_WEIGHTS, load_checkpoint, strip_checkpoint
 
 log = logging.getLogger("defect_detector.inspect")

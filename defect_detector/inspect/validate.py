@@ -27,9 +27,9 @@ from defect_detector.inspect.designs import Designs
 from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.inspect.prepare import Inspection, Prepare, detect_records
 from defect_detector.inspect.runtime import Runtime
-from defect_detector.inspect.screen import calibration_levels
 from defect_detector.inspect.sources import Frame
 from defect_detector.model.checkpoint import LoadedModel
+from defect_detector.screens.frame import calibration_levels
 
 log = logging.getLogger("defect_detector.inspect")
 

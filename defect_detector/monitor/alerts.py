@@ -377,7 +377,7 @@ class AlertRouter:
     ) -> list[DriftEvent]:
         """One frame: ``stats`` float ``[L, 2]`` (any device; one host copy), ``timings`` seconds per
         stage (keys from ``STAGES``), ``num_detections`` defects found, ``golden`` its golden image (golden-template
-        models), ``levels`` its gray levels (``monitor/blank.py``). Returns the events raised."""
+        models), ``levels`` its gray levels (``screens/blank.py``). Returns the events raised."""
         values = None
         if stats is not None:
             values = stats.detach().to("cpu", torch.float64).numpy() if isinstance(stats, torch.Tensor) else np.asarray(stats, np.float64)
@@ -398,7 +398,7 @@ class AlertRouter:
         return events
 
     def on_blank(self, frame_index: int, source: str, reason: str) -> list[DriftEvent]:
-        """A frame not inspected because it is blank (``monitor/blank.py`` ``reason``): the detector alerts at once."""
+        """A frame not inspected because it is blank (``screens/blank.py`` ``reason``): the detector alerts at once."""
         events = self.detector.blank(frame_index, source, reason) if self.detector is not None else []
         for sink in self.sinks:
             for event in events:

@@ -22,7 +22,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, StrictFloat, Valida
 
 from defect_detector.core.io import atomic_write_json, read_json_file
 from defect_detector.core.typed_yaml import Bool, Int, Invalid, Str, check, error_parts
-from defect_detector.monitor.blank import LEVELS
+from defect_detector.screens.blank import LEVELS
 
 logger = logging.getLogger("defect_detector.monitor")
 
@@ -69,7 +69,7 @@ class Baseline:
     (``monitor/drift.py``), so the board design cancels out.
     ``level`` float64 ``[L, 2]``: the mean of the frames' own statistics (equal to ``mean`` unless ``relative``;
     the unit of ``rel_floor`` and of the percentages alerts quote). ``image_levels`` float64 ``[4]`` or None: the
-    median gray levels of the calibration frames (``monitor/blank.py`` ``LEVELS``), which alerts compare with.
+    median gray levels of the calibration frames (``screens/blank.py`` ``LEVELS``), which alerts compare with.
     ``pixel_levels`` float64 ``[B]`` or None: the share of the calibration frames' pixels at each of B grey-level bins
     (``screens/hidden.py`` ``level_histogram``): a single-image model's hidden-area screen reads it.
     """
@@ -301,7 +301,7 @@ def calibrate(  # noqa: PLR0913 - one keyword per Baseline field it records (img
     paired with itself, in the same batches; the baseline is then ``relative`` (frame minus golden).
     Frames with a non-finite value are left out (and counted in a warning).
     ``faults``: see :class:`Baseline` (from ``inspect/calibrate.py``'s ``fault_statistics``). ``image_levels``:
-    float ``[N, 4]`` gray levels of the frames (``monitor/blank.py``), stored as their median. ``pixel_levels``: float
+    float ``[N, 4]`` gray levels of the frames (``screens/blank.py``), stored as their median. ``pixel_levels``: float
     ``[B]`` counts of the frames' pixels per grey-level bin, stored as shares. ``space``: ``"log"`` or
     ``"linear"`` (None: log when every statistic is positive). Raises
     ``ValueError`` for fewer than 2 usable frames; warns below 30.

@@ -34,7 +34,7 @@ States. ``warming_up`` until ``window`` frames have been seen (nothing to judge 
 ``warning`` or ``critical``. A drift alert needs ``debounce`` consecutive frames at or above ``z_warn``
 (``warning``) or ``z_alert`` (``critical``; a warning escalates after ``debounce`` critical frames). It stays raised
 until ``recover`` consecutive frames score below ``z_clear`` (default ``0.9 * z_warn``); only then comes
-``recovered``. A blank frame (:meth:`DriftDetector.blank`, ``monitor/blank.py``) raises a critical alert at once,
+``recovered``. A blank frame (:meth:`DriftDetector.blank`, ``screens/blank.py``) raises a critical alert at once,
 whatever the statistics say. An alert names its likely cause (``monitor/explain.py``), says what the image shows
 and what to do, and carries ``since``, the first frame flagged (the first of the run of frames scored at or above
 ``z_warn`` that led to the alert; :attr:`DriftDetector.flag` marks every frame from there on); its words also name
@@ -104,7 +104,7 @@ class DriftDetector:
     ``update(stats, frame_index, source, golden, levels)`` takes float ``[L, 2]`` (one frame) or ``[B, L, 2]``
     (B consecutive frames starting at ``frame_index``), on any device, with a relative baseline the frames'
     :class:`Golden` (one, or one per frame), and optionally their gray ``levels`` (``[4]`` or ``[B, 4]``,
-    ``monitor/blank.py``); it returns the events raised, usually none. ``score`` / ``level`` hold the latest frame
+    ``screens/blank.py``); it returns the events raised, usually none. ``score`` / ``level`` hold the latest frame
     score and ``"warming_up"``, ``"normal"``, ``"warning"`` or ``"critical"``; ``state`` the alert state
     (``"warming_up"``, ``"normal"`` or the severity of the active alert).
     """
@@ -240,7 +240,7 @@ class DriftDetector:
         return goldens
 
     def blank(self, frame_index: int, source: str = "", reason: str = "blank frame") -> list[DriftEvent]:
-        """A frame with nothing to inspect (``monitor/blank.py``: black, dim, white, flat): a critical drift alert at
+        """A frame with nothing to inspect (``screens/blank.py``: black, dim, white, flat): a critical drift alert at
         once, unless one for blank frames is already raised. The frame is not scored; after it, ``recover`` clean
         scored frames are needed for ``recovered``."""
         self._below = 0

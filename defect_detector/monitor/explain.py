@@ -88,7 +88,7 @@ class FaultClassifier:
 def refine_cause(cause: str | None, levels: np.ndarray | None, reference: np.ndarray | None) -> str | None:
     """Tell a lighting change from a contrast loss by the gray levels, which the layer statistics confuse: haze, glare
     or gain lift the dark level, a dimmer light keeps it and lowers the bright level. ``levels`` / ``reference``:
-    ``monitor/blank.py`` levels of the recent frames and of what they are compared with (None: ``cause`` as it is)."""
+    ``screens/blank.py`` levels of the recent frames and of what they are compared with (None: ``cause`` as it is)."""
     if levels is None or reference is None or cause not in (None, "contrast_loss", "lighting_drop"):
         return cause
     spread = max(float(reference[2]) - float(reference[0]), 1.0)
@@ -141,7 +141,7 @@ def image_fact(
     """What the image shows, in the line's words, e.g. "image 40% darker than at calibration", or None when the
     statistics at hand say nothing readable (the caller then quotes :func:`describe`).
 
-    ``levels`` / ``reference``: the recent frames' gray levels and those they are compared with (``monitor/blank.py``
+    ``levels`` / ``reference``: the recent frames' gray levels and those they are compared with (``screens/blank.py``
     ``LEVELS``: dark, median, bright, detail; None when unknown); ``relative``: compared with the golden images
     (else with calibration); ``change`` float64 ``[L, 2]`` relative change of the layer statistics, ``layers`` the
     scored ones (their activation contrast measures fine detail)."""
@@ -180,5 +180,5 @@ def alert_text(fact: str, cause: str | None, since: int | None, named: bool = Tr
 
 
 def blank_text(reason: str, frame: int) -> str:
-    """The alert of a blank frame (``monitor/blank.py`` ``reason``): such frames are not inspected."""
+    """The alert of a blank frame (``screens/blank.py`` ``reason``): such frames are not inspected."""
     return f"{reason}; frame {frame} and any blank frame after it are not inspected"

@@ -18,7 +18,7 @@ import numpy as np
 @dataclass(frozen=True)
 class Golden:
     """The golden image of a frame: ``key`` identifies it by its pixels (a fingerprint), ``stats`` float64 ``[L, 2]``
-    are its layer statistics paired with itself, ``levels`` float64 ``[4]`` its gray levels (``monitor/blank.py``), or
+    are its layer statistics paired with itself, ``levels`` float64 ``[4]`` its gray levels (``screens/blank.py``), or
     None; ``name`` what a line engineer knows it by (its file name; "" means ``key``)."""
 
     key: str

@@ -130,7 +130,7 @@ def calls_from_detections(detections: Any) -> tuple[CallRecord, ...]:
 
 
 def registration_values(reg: Any) -> dict[str, float] | None:
-    """:data:`REGISTRATION_KEYS` of a ``Registration`` (``data/register.py``; read by attribute), rounded; None for None."""
+    """:data:`REGISTRATION_KEYS` of a ``Registration`` (``align/register.py``; read by attribute), rounded; None for None."""
     if reg is None:
         return None
     values = (reg.shift_px, reg.angle_deg, reg.score, reg.difference)

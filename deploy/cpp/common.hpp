@@ -5,7 +5,7 @@
 //      INTER_AREA when shrinking, INTER_LINEAR when enlarging), divide by 255;
 //      a reference model (meta.json "channels": 2) also needs REFERENCE, the golden board ALREADY REGISTERED
 //      into IMAGE's pixel frame (same width and height): these examples do not align anything (registration
-//      lives in Python, defect_detector/data/register.py). The pair is checked first (golden_check below); it is
+//      lives in Python, defect_detector/align/register.py). The pair is checked first (golden_check below); it is
 //      then letterboxed with IMAGE's geometry and stacked as channel 1: input [1, 2, imgsz, imgsz];
 //   3. run the model (the caller's forward): pred [1, A, 4 + C] xyxy letterboxed pixels + class probabilities;
 //      a siamese golden-template model whose artifact holds the graphs golden and frame (meta.json "graphs") runs the

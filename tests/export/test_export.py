@@ -39,7 +39,7 @@ from defect_detector.export.onednn import onednn_available
 from defect_detector.inspect.runtime import Runtime, archive_meta
 from defect_detector.model.checkpoint import load_checkpoint
 from defect_detector.model.detector import build_model
-from defect_detector.monitor.exposure import ExposureRange
+from defect_detector.screens.exposure import ExposureRange
 
 pytestmark = [pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:FutureWarning"), pytest.mark.usefixtures("one_thread")]
 

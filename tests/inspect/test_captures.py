@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from defect_detector.data.images import load_image_gray
-from defect_detector.data.render import render_pair, sample_look
 from defect_detector.inspect.inspector import Inspector
+from defect_detector.looks.render import render_pair, sample_look
 from defect_detector.model.checkpoint import PHOTO_REFERENCE_WEIGHTS
 
 pytestmark = pytest.mark.usefixtures("one_thread")

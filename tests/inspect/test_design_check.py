@@ -182,8 +182,8 @@ def test_with_no_weights_named_each_design_is_inspected_by_the_bundled_weights_t
 def test_a_look_neither_domain_covers_goes_to_the_nearer_bundled_weights() -> None:
     """A photographed look unlike both bundled domains (rendered in the ``holdout`` family, never trained on) is still
     nearer the photograph weights' looks than DeepPCB's binarized scans: the warning and the choice name them."""
-    from defect_detector.data.render import render_pair, sample_look
     from defect_detector.inspect.design_check import _bundled_domain, covering_weights
+    from defect_detector.looks.render import render_pair, sample_look
     from defect_detector.model.checkpoint import PHOTO_REFERENCE_WEIGHTS
 
     layout = load_image_gray(SAMPLES / "golden" / sorted((SAMPLES / "deeppcb").glob("*.jpg"))[1].name)

@@ -186,7 +186,7 @@ def board_pairs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def test_predict_with_a_reference_folder_gives_original_pixels_and_skips_unmatched_frames(
     reference_checkpoint: Path, board_pairs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from defect_detector.data.register import register
+    from defect_detector.align.register import register
 
     frames, golden = board_pairs
     out_json = tmp_path / "pred.json"

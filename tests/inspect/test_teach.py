@@ -10,11 +10,11 @@ import torch
 
 from defect_detector.cli.main import main
 from defect_detector.data.images import pixel_fingerprint
-from defect_detector.data.render import render_pair, sample_look
 from defect_detector.data.synth import generate_board_pair
 from defect_detector.inspect.design_check import DesignCheck
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.inspect.teach import teach
+from defect_detector.looks.render import render_pair, sample_look
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, DEFAULT_WEIGHTS, load_checkpoint
 
 

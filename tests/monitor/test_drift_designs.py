@@ -12,10 +12,10 @@ from defect_detector.data.synth import generate_board_pair
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, load_checkpoint
 from defect_detector.monitor import faults
 from defect_detector.monitor.baseline import Baseline, calibrate
-from defect_detector.monitor.blank import blank_reason, image_levels
 from defect_detector.monitor.drift import DriftDetector
 from defect_detector.monitor.golden import Golden
 from defect_detector.monitor.hooks import ActivationMonitor
+from defect_detector.screens.blank import blank_reason, image_levels
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -13,9 +13,9 @@ import pytest
 
 from benchmarks.hidden_roc import faulted
 from defect_detector.data.images import load_image_gray
-from defect_detector.data.line_capture import LineCapture
-from defect_detector.data.render import render_pair, sample_look
 from defect_detector.inspect.inspector import Inspector
+from defect_detector.looks.line_capture import LineCapture
+from defect_detector.looks.render import render_pair, sample_look
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, PHOTO_REFERENCE_WEIGHTS
 from defect_detector.screens.hidden import (
     KINDS,
@@ -66,7 +66,7 @@ def test_a_board_with_its_defects_and_a_capture_of_its_golden_image_show_no_hidd
     capture = LineCapture(1.0)
     capture.set_random_state(np.random.default_rng(4))
     for image in (board, capture.capture(golden)):
-        from defect_detector.data.photometric import fit_photometric
+        from defect_detector.align.photometric import fit_photometric
 
         matched = fit_photometric(golden, image).to_board(golden)
         found = largest_region(golden_cells(image, matched), image.shape)

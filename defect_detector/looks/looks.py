@@ -7,11 +7,11 @@ frame, on training pairs only (``augment.render_*``, ``augment.paint_*``):
 1. *scale* (with the render): a window of ``1 / s`` of the pair, placed on a random box when there is one, is cut and
    resized back to the pair's size (albumentations ``Crop`` + ``Resize``, the golden image as an additional target,
    boxes moved and dropped below ``min_visibility``), so tracks and defects grow ``s`` times (``render_scale``);
-2. *paint* (``paint_p``): 1 to ``paint_max`` defects are painted on the board (``data/paint.py``), away from its boxes,
+2. *paint* (``paint_p``): 1 to ``paint_max`` defects are painted on the board (``looks/paint.py``), away from its boxes,
    ``paint_scale`` times DeepPCB's sizes (times the zoom; None: read from the board's track width),
    before the render half of the time (they then look rendered) and after it otherwise (with the photograph's
    own levels);
-3. *render* (``render_p``): both become a photograph of one random look of ``render_family`` (``data/render.py``).
+3. *render* (``render_p``): both become a photograph of one random look of ``render_family`` (``looks/render.py``).
 
 Pairs whose images are not binarized layouts (a photograph dataset) should leave ``render_p`` at 0.
 """
@@ -21,8 +21,8 @@ from __future__ import annotations
 import albumentations as A
 import numpy as np
 
-from defect_detector.data.paint import paint_defects
-from defect_detector.data.render import render_pair, sample_look
+from defect_detector.looks.paint import paint_defects
+from defect_detector.looks.render import render_pair, sample_look
 
 _Sample = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 

@@ -3,7 +3,7 @@
 - Coverage (golden-template models): the registered golden image has no data where it was moved off the frame; a
   frame it covers less than :data:`MIN_COVERED` of is not inspected, and no call is kept whose centre lies where it
   has none (:func:`mask_uncovered`): the model would compare the board with the fill value there.
-- Exposure and content (``monitor/exposure.py``): the frame's tones against its registered golden image over the
+- Exposure and content (``screens/exposure.py``): the frame's tones against its registered golden image over the
   covered area, or, without one, against the calibration frames' levels the drift baseline records; outside the
   range the weights were validated at (``Runtime.operating_point["exposure"]``) the frame is not inspected, the
   reason naming what was measured ("underexposed: 25% of the golden image's level ...").
@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from defect_detector.core.types import Detections
-from defect_detector.monitor.exposure import ExposureRange, exposure_reason, histogram, tones
+from defect_detector.screens.exposure import ExposureRange, exposure_reason, histogram, tones
 
 LIGHT_UNLIKE = "light unlike the golden image"
-"""Refusal kind of a photometric fit outside the range the weights were validated for (``data/photometric.py``)."""
+"""Refusal kind of a photometric fit outside the range the weights were validated for (``align/photometric.py``)."""
 
 EXPOSURE_KINDS = ("underexposed", "overexposed", "low contrast", "overexposed or underexposed", LIGHT_UNLIKE)
 """Refusals (``Frame.error_kind``) that say the light or the camera changed: like a blank frame, each raises a critical

@@ -1,4 +1,4 @@
-"""inspect/screen.py through the Inspector: no pass for a board the camera did not really see (issue 36).
+"""screens/frame.py through the Inspector: no pass for a board the camera did not really see (issue 36).
 
 Underexposed, overexposed, occluded and noise frames are not inspected with the measured reason; a frame without
 calls under a critical drift alert is ``pass_suspect`` (counted, exit 3); no call where the registered golden image
@@ -20,10 +20,10 @@ from defect_detector.cli.main import main
 from defect_detector.core.types import Detections, LetterboxMeta
 from defect_detector.data.images import load_image_gray
 from defect_detector.inspect.inspector import Inspector
-from defect_detector.inspect.screen import MIN_COVERED, calibration_levels, mask_uncovered, screen_reason
 from defect_detector.inspect.sources import Frame
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, DEFAULT_WEIGHTS
-from defect_detector.monitor.exposure import ExposureRange
+from defect_detector.screens.exposure import ExposureRange
+from defect_detector.screens.frame import MIN_COVERED, calibration_levels, mask_uncovered, screen_reason
 
 SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
 NAME = "50600000_test.jpg"

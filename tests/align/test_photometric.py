@@ -1,4 +1,4 @@
-"""Photometric registration (``data/photometric.py``): the golden image's levels fitted to the board's."""
+"""Photometric registration (``align/photometric.py``): the golden image's levels fitted to the board's."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import cv2
 import numpy as np
 import pytest
 
-from defect_detector.data.photometric import Photometric, PhotometricRange, fit_photometric
+from defect_detector.align.photometric import Photometric, PhotometricRange, fit_photometric
 
 H, W = 480, 640
 
@@ -87,7 +87,7 @@ def test_the_range_judges_what_a_fit_does_on_the_golden_image_levels_not_its_par
     """On a board of few levels gain, gamma and offset trade off: a fit of gamma 0.7 and offset -37 that maps the
     golden image's levels 40-200 onto themselves was refused as "tones unlike" (train-family renders: 15 of 161 good
     pairs). It is judged by the levels it maps now; the line's capture corners pass, a 45% darker light does not."""
-    from defect_detector.data.photometric import Photometric
+    from defect_detector.align.photometric import Photometric
 
     def fit(gain: float, gamma: float, offset: float, span: tuple[float, float]) -> Photometric:
         return Photometric(np.array([gain, 0, 0, 0, 0, 0.0]), gamma, offset, (H, W), gain, 0.0, 1.0, span)

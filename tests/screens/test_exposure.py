@@ -1,4 +1,4 @@
-"""monitor/exposure.py: a frame's tones, and the reason a frame is outside the exposure range a model was validated at."""
+"""screens/exposure.py: a frame's tones, and the reason a frame is outside the exposure range a model was validated at."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from defect_detector.data.images import load_image_gray
-from defect_detector.monitor.exposure import EXPOSURE_KEYS, ExposureRange, exposure_reason, histogram, tones
+from defect_detector.screens.exposure import EXPOSURE_KEYS, ExposureRange, exposure_reason, histogram, tones
 
 SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
 VALIDATED = ExposureRange(max_highlights=0.9995, max_midtones=0.2)  # what the bundled golden-template model records

@@ -1,4 +1,4 @@
-"""monitor/blank.py: frames with nothing to inspect, and the gray levels alerts quote."""
+"""screens/blank.py: frames with nothing to inspect, and the gray levels alerts quote."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from defect_detector.data.images import load_image_gray
 from defect_detector.data.synth import generate_board_pair
-from defect_detector.monitor.blank import LEVELS, blank_reason, image_levels
+from defect_detector.screens.blank import LEVELS, blank_reason, image_levels
 
 SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
 

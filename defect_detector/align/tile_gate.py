@@ -11,7 +11,7 @@ white substrate) 52 of the 83 false calls at 99% of defects caught lay within 4 
 A defect is a difference between the board and its golden image, so the gate keeps a call only when its box, grown
 by ``grow`` px, holds at least ``min_pixels`` differing pixels (:func:`difference_map`: beyond ``tolerance`` px of
 what the other image shows, slivers thinner than ``sliver`` px removed). The tolerance and the sliver are smaller
-than the golden check's (``data/golden_check.py``: 2 px and 3 px): DeepPCB has opens and mouse bites whose only
+than the golden check's (``align/golden_check.py``: 2 px and 3 px): DeepPCB has opens and mouse bites whose only
 difference is 2 px thin (4 of its 892 held-out defects), and the gate must keep every defect.
 """
 
@@ -21,7 +21,7 @@ import cv2
 import numpy as np
 import torch
 
-from defect_detector.data.golden_check import levels
+from defect_detector.align.golden_check import levels
 
 TOLERANCE_PX = 2
 """A pixel differs only from what the other image shows nowhere within this many pixels (a 5x5 neighbourhood)."""
@@ -56,7 +56,7 @@ _UNIT = 127.5
 
 def _levels_lut(image: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """uint8 ``[256]``: each grey level of ``image`` as its place between the image's dark (0) and bright (1) level
-    (:func:`~defect_detector.data.golden_check.levels`), in :data:`_UNIT` steps from -0.5, clipped to 0..255."""
+    (:func:`~defect_detector.align.golden_check.levels`), in :data:`_UNIT` steps from -0.5, clipped to 0..255."""
     dark, bright = levels(image, mask)
     unit = (np.arange(256, dtype=np.float64) - dark) / max(bright - dark, 1e-3)
     return np.clip(np.rint((unit + 0.5) * _UNIT), 0, 255).astype(np.uint8)
@@ -76,7 +76,7 @@ def difference_map(
     golden: np.ndarray, image: np.ndarray, tolerance: int = TOLERANCE_PX, sliver: int = SLIVER_PX, line_px: int = LINE_PX
 ) -> np.ndarray:
     """bool ``[H, W]``: where uint8 ``[H, W]`` ``image`` and its registered ``golden`` image differ. Each image is
-    brought to its own dark and bright level (:func:`~defect_detector.data.golden_check.levels`) at 0 and 1; a pixel
+    brought to its own dark and bright level (:func:`~defect_detector.align.golden_check.levels`) at 0 and 1; a pixel
     differs when it lies more than :data:`CONTRAST` above the brightest or below the darkest pixel the other image shows
     within ``tolerance`` px; differences on the golden image's thin straight dark lines (its border: :data:`LINE_PX`,
     ``line_px`` 0 turns it off) and those thinner than ``sliver`` px are removed. ``ValueError`` for images that are

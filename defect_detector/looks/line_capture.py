@@ -4,8 +4,8 @@ image's levels by the photometric registration, as the golden view does at inspe
 A line camera never sees a board as its golden image was captured (issue 42): gain and gamma drift, an offset, a
 light gradient across the board, defocus, sensor noise and JPEG. :class:`LineCapture` draws those on the board of a
 training pair (uint8 ``[H, W]``, the pair's frame; boxes are untouched: nothing moves), then fits the golden image's
-levels to the board's (:func:`~defect_detector.data.photometric.fit_photometric`) and maps the board back with
-:meth:`~defect_detector.data.photometric.Photometric.to_golden`. So the model trains on what inspection hands it: the
+levels to the board's (:func:`~defect_detector.align.photometric.fit_photometric`) and maps the board back with
+:meth:`~defect_detector.align.photometric.Photometric.to_golden`. So the model trains on what inspection hands it: the
 fit's residual, not the raw change.
 
 Moves are not drawn as such: registration removes them, and the pair's rigid residual (``augment.ref_shift``,
@@ -22,7 +22,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from defect_detector.data.photometric import fit_photometric
+from defect_detector.align.photometric import fit_photometric
 
 GAIN = (0.85, 1.15)
 GAMMA = (0.85, 1.15)

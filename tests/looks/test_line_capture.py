@@ -1,10 +1,10 @@
-"""data/line_capture.py: a line capture changes the board, and the photometric match brings it back."""
+"""looks/line_capture.py: a line capture changes the board, and the photometric match brings it back."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from defect_detector.data.line_capture import LineCapture
+from defect_detector.looks.line_capture import LineCapture
 
 
 def _pair() -> tuple[np.ndarray, np.ndarray]:
@@ -38,7 +38,7 @@ def test_the_seam_of_a_move_shows_the_golden_image_and_hidden_spots_keep_clear_o
     """The golden view fills what a moved board does not cover with the golden image: training shows that band
     (``seam_p``) so the seam is not a defect; glare and occluders (``hidden_p``) are unlabelled, so they never touch a
     box (the defect would be hidden under an unlabelled spot)."""
-    from defect_detector.data.line_capture import CLEARANCE, seam_band
+    from defect_detector.looks.line_capture import CLEARANCE, seam_band
 
     board, golden = _pair()
     board[100:140, 100:140] = 250  # a defect

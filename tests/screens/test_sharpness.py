@@ -8,9 +8,9 @@ import cv2
 import numpy as np
 import pytest
 
-from defect_detector.data.register import RegisterConfig, register
-from defect_detector.data.sharpness import BLURRED, blur_words, sharpness, sharpness_ratio
+from defect_detector.align.register import RegisterConfig, register
 from defect_detector.monitor.faults import defocus
+from defect_detector.screens.sharpness import BLURRED, blur_words, sharpness, sharpness_ratio
 
 CALIB = Path(__file__).resolve().parents[2] / "data" / "samples" / "calib"
 

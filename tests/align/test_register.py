@@ -1,4 +1,4 @@
-"""Reference registration (defect_detector.data.register) on real DeepPCB boards and known synthetic motions."""
+"""Reference registration (defect_detector.align.register) on real DeepPCB boards and known synthetic motions."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import cv2
 import numpy as np
 import pytest
 
+from defect_detector.align.register import FILL_VALUE, RegisterConfig, Registrar, matrix_to_shift_angle, register
 from defect_detector.core.typed_yaml import ConfigError
-from defect_detector.data.register import FILL_VALUE, RegisterConfig, Registrar, matrix_to_shift_angle, register
 
 SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples" / "deeppcb"
 GOLDEN = SAMPLES.parent / "golden"  # each sample board's DeepPCB template, under the board's file name

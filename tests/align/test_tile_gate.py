@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from defect_detector.data.tile_gate import box_counts, difference_map, keep_differing
+from defect_detector.align.tile_gate import box_counts, difference_map, keep_differing
 
 
 def _panel() -> np.ndarray:

@@ -1,4 +1,4 @@
-"""The fit behind ``data/register.py``: image pyramids, inverse-compositional Gauss-Newton and ZNCC scoring.
+"""The fit behind ``align/register.py``: image pyramids, inverse-compositional Gauss-Newton and ZNCC scoring.
 
 A :class:`PreparedReference` holds a golden image's pyramid and one Gauss-Newton :class:`Template` per level (its
 gradients computed once); a :class:`FramePyramid` is a frame's pyramid against it. :func:`estimate` seeds with phase
@@ -15,7 +15,7 @@ import cv2
 import numpy as np
 
 if TYPE_CHECKING:
-    from defect_detector.data.register import RegisterConfig
+    from defect_detector.align.register import RegisterConfig
 
 _MIN_SIDE = 8  # smallest side (px) of the coarsest pyramid level
 _MIN_VALID = 0.1  # Gauss-Newton stops when less of the reference than this still lands on the image

@@ -6,8 +6,8 @@ import cv2
 import numpy as np
 import torch
 
-from defect_detector.data.golden_view import boxes_to_frame, centres_valid, warp_into_golden
-from defect_detector.data.photometric import Photometric
+from defect_detector.align.golden_view import boxes_to_frame, centres_valid, warp_into_golden
+from defect_detector.align.photometric import Photometric
 
 
 def _scene(rng: np.random.Generator) -> np.ndarray:

@@ -1,12 +1,12 @@
-"""Defects painted on any golden image (data/paint.py)."""
+"""Defects painted on any golden image (looks/paint.py)."""
 
 import cv2
 import numpy as np
 import pytest
 
-from defect_detector.data.paint import PAINTERS, paint_defects, read_levels, track_width
-from defect_detector.data.render import render_pair, sample_look
 from defect_detector.data.synth import generate_board_pair
+from defect_detector.looks.paint import PAINTERS, paint_defects, read_levels, track_width
+from defect_detector.looks.render import render_pair, sample_look
 
 
 def _golden(seed: int = 0, size: int = 480) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""The look step of pair augmentation (data/looks.py) and its config keys."""
+"""The look step of pair augmentation (looks/looks.py) and its config keys."""
 
 import cv2
 import numpy as np
@@ -6,9 +6,9 @@ import pytest
 
 from defect_detector.core.config import AugmentConfig
 from defect_detector.core.typed_yaml import ConfigError
-from defect_detector.data.looks import LookTransform
 from defect_detector.data.synth import generate_board_pair
 from defect_detector.data.transforms import apply_pair_transforms, build_pair_transforms
+from defect_detector.looks.looks import LookTransform
 
 
 def _sample(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

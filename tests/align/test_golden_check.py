@@ -1,4 +1,4 @@
-"""The golden check (defect_detector.data.golden_check through data/register.py): a bad board is inspected, a wrong
+"""The golden check (defect_detector.align.golden_check through align/register.py): a bad board is inspected, a wrong
 golden image or an occluder is refused, whatever the differing area."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import cv2
 import numpy as np
 import pytest
 
-from defect_detector.data.golden_check import MAX_MISSING, MAX_SPREAD, _longest_sides, differing, levels, structure
-from defect_detector.data.register import register
+from defect_detector.align.golden_check import MAX_MISSING, MAX_SPREAD, _longest_sides, differing, levels, structure
+from defect_detector.align.register import register
 from defect_detector.inspect.inspector import Inspector
 
 CALIB = Path(__file__).resolve().parents[2] / "data" / "samples" / "calib"

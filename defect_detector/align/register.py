@@ -10,7 +10,7 @@ normalised over the overlap as in ECC, Huber-clipped residuals so defects pull l
 kept only if it scores higher. ``cv2.findTransformECC`` measured 5-6 ms at 1/4 and ~20 ms at 1/2 resolution
 on 2 threads (it recomputes gradients each iteration); here the reference's gradients are computed once.
 ``score``: ZNCC in [-1, 1] of warped reference vs image over the overlap, at the finest level. ``spread``,
-``tracks``, ``slivers``, ``missing``: the golden check (``data/golden_check.py``), how the differences of the two spread over the
+``tracks``, ``slivers``, ``missing``: the golden check (``align/golden_check.py``), how the differences of the two spread over the
 frame at full resolution (``difference``, their differing share, is kept for the record): registration finds where a
 golden image fits best, the check says whether it shows this frame's design. A reference that does not fit comes
 back with ``ok=False`` and a ``reason``; only malformed inputs raise ``ValueError``.
@@ -29,9 +29,7 @@ import cv2
 import numpy as np
 from pydantic import model_validator
 
-from defect_detector.core.constants import PAD_VALUE
-from defect_detector.core.typed_yaml import Bool, Float, Int, Section, check
-from defect_detector.data.golden_check import (
+from defect_detector.align.golden_check import (
     BLANK,
     MAX_MISSING,
     MAX_SLIVERS,
@@ -44,9 +42,11 @@ from defect_detector.data.golden_check import (
     structure,
     unlike_region,
 )
-from defect_detector.data.photometric import Photometric
-from defect_detector.data.register_fit import FramePyramid, PreparedReference, Scored, estimate, residual_motion
-from defect_detector.data.sharpness import blur_words
+from defect_detector.align.photometric import Photometric
+from defect_detector.align.register_fit import FramePyramid, PreparedReference, Scored, estimate, residual_motion
+from defect_detector.core.constants import PAD_VALUE
+from defect_detector.core.typed_yaml import Bool, Float, Int, Section, check
+from defect_detector.screens.sharpness import blur_words
 
 FILL_VALUE = PAD_VALUE  # the letterbox pad value: "no data"
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ class RegisterConfig(Section):
     scale; ``levels``: each twice the previous (the finest scores). ``iterations``/``eps`` (level px): Gauss-Newton
     stop. ``blur``: Gaussian sigma (level px). ``reuse``: :class:`Registrar` keeps its matrix while the score stays
     within ``reuse_margin`` of its own and one coarse Gauss-Newton step moves no corner over ``reuse_shift`` px.
-    ``max_spread`` / ``max_tracks`` / ``max_slivers``: the golden check's limits (``data/golden_check.py``): the share
+    ``max_spread`` / ``max_tracks`` / ``max_slivers``: the golden check's limits (``align/golden_check.py``): the share
     of the board's cells thick differences may touch, the long thick differences allowed per 640x640 px, and the share
     of cells thin slivers alone may touch; ``max_missing``: the whole features of the golden image (pads, holes)
     allowed missing from the frame per 640x640 px. A golden image whose width or height
@@ -131,7 +131,7 @@ class Registration:
     cells that thick differences touch; ``tracks``: long thick differences per 640x640 px; ``regions``: separate places
     of thick differences per 640x640 px; ``slivers``: the share of its cells only thin differences touch; ``missing``:
     whole features of the golden image missing from the frame per 640x640 px (the golden check,
-    ``data/golden_check.py``: spread, tracks, slivers and missing decide).
+    ``align/golden_check.py``: spread, tracks, slivers and missing decide).
     ``reference_shape``: ``(H, W)`` of the reference (None when unknown), for :meth:`covered`."""
 
     matrix: np.ndarray
@@ -150,7 +150,7 @@ class Registration:
     missing: float = 0.0
     reference_shape: tuple[int, int] | None = None
     photometric: Photometric | None = None
-    """The golden image's levels fitted to the frame's (``data/photometric.py``), set by the prepare stage; None before."""
+    """The golden image's levels fitted to the frame's (``align/photometric.py``), set by the prepare stage; None before."""
     covered_mask: np.ndarray | None = field(default=None, repr=False, compare=False)
     """bool ``[H, W]``: :meth:`covered` of the frame the golden check ran on, kept so that it is computed once per frame
     (a warp and an erosion of the frame's size: 1.7 ms at 640x640, 6.8 ms at 2048x1536); None when not computed."""
@@ -220,7 +220,7 @@ def _size_reason(reference_shape: tuple[int, ...], image_shape: tuple[int, ...],
 
 
 def _with_blur(reason: str, image: np.ndarray, reference: np.ndarray) -> str:
-    """``reason`` led by the blur when the frame is blurred against its golden image (``data/sharpness.py``): a
+    """``reason`` led by the blur when the frame is blurred against its golden image (``screens/sharpness.py``): a
     blurred frame fails to match for that reason, not because it shows another board."""
     blur = blur_words(image, reference) if reason else ""
     return f"{blur}; {reason}" if blur else reason

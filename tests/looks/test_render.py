@@ -1,11 +1,11 @@
-"""Photograph-like rendering of binarized layout pairs (data/render.py)."""
+"""Photograph-like rendering of binarized layout pairs (looks/render.py)."""
 
 import cv2
 import numpy as np
 import pytest
 
-from defect_detector.data.render import FAMILIES, capture, render_pair, sample_look
 from defect_detector.data.synth import generate_board_pair
+from defect_detector.looks.render import FAMILIES, capture, render_pair, sample_look
 
 
 def _pair(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

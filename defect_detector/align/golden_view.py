@@ -1,11 +1,11 @@
 """The golden view: a frame seen in its golden image's pixels, so that the golden image's own model features (computed
 once per design) pair with every frame of that design, and the calls mapped back into the frame.
 
-A registration gives ``matrix`` (float64 ``[2, 3]``): golden-image pixels -> frame pixels (``data/register.py``). The
+A registration gives ``matrix`` (float64 ``[2, 3]``): golden-image pixels -> frame pixels (``align/register.py``). The
 frame view warps the golden image into each frame; the golden view warps each frame into the golden image instead
 (:func:`warp_into_golden`), where the golden image's letterbox, tiles and features never change, and maps the calls
 back (:func:`boxes_to_frame`). Where the frame has no data (the board moved off the camera's view), the golden view
-holds the golden image's own pixels: nothing differs there. With a photometric fit (``data/photometric.py``) the board
+holds the golden image's own pixels: nothing differs there. With a photometric fit (``align/photometric.py``) the board
 is first brought to the golden image's levels, so that fill and board meet without a seam; and no call is kept whose
 centre lies in that area or within :data:`SEAM_MARGIN` px of it (``GoldenView.callable``).
 """
@@ -18,7 +18,7 @@ import cv2
 import numpy as np
 import torch
 
-from defect_detector.data.photometric import Photometric
+from defect_detector.align.photometric import Photometric
 
 _EDGE_PX = 3
 """Pixels off the frame's edge not counted as data (interpolation there mixes in the border), as ``covered_area``."""
