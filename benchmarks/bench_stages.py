@@ -17,7 +17,8 @@ import numpy as np
 import torch
 
 from benchmarks.timing import measure_interleaved, paired_ratio
-from defect_detector.align.register import RegisterConfig, Registrar, register
+from defect_detector.align.register import Registrar, register
+from defect_detector.core.config_register import RegisterConfig
 from defect_detector.core.constants import DEFAULT_LAYERS, PAD_VALUE
 from defect_detector.data.synth import generate_board, generate_board_pair
 from defect_detector.export import DeployModel, artifact_bytes, checkpoint_meta, model_channels, quiet_jit, trace_deploy_model

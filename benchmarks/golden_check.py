@@ -31,7 +31,8 @@ import numpy as np
 from tqdm import tqdm
 
 from defect_detector.align.golden_check import MAX_MISSING, MAX_SLIVERS, covered_area, differing, structure
-from defect_detector.align.register import RegisterConfig, Registration, register
+from defect_detector.align.register import Registration, register
+from defect_detector.core.config_register import RegisterConfig
 from defect_detector.core.io import atomic_write_json
 
 SWEEP = (0.03, 0.05, 0.07, 0.09, 0.11, 0.13, 0.15, 0.2)

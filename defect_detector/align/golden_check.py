@@ -59,6 +59,8 @@ from typing import NamedTuple
 import cv2
 import numpy as np
 
+from defect_detector.core.config_register import MAX_MISSING, MAX_SLIVERS, MAX_SPREAD, MAX_TRACKS
+
 TOLERANCE_PX = 2
 """A pixel differs only from what the other image shows nowhere within this many pixels (a 5x5 neighbourhood)."""
 
@@ -79,34 +81,15 @@ track drawn a few pixels wider, or a residual shift, leaves slivers thinner than
 CELL_PX = 32
 """Side (px, at the frame's resolution) of the grid cells the structure is counted in."""
 
-MAX_SPREAD = 0.21
-"""Largest share of the covered :data:`CELL_PX` cells that thick differences may touch: between the painted pairs'
-0.175 and the 0.253 of the first wrong pair that has at most one track (module docstring)."""
-
 MIN_CELLS = 64.0
 """Shares of cells are counted over at least this many (a 256x256 frame's): in a small frame two cells of one defect's
 edges would be a fifth of the frame (a 96x96 synthetic pair with one defect read slivers 0.22). Frames of 256 px and
 more are unaffected."""
 
-MAX_SLIVERS = 0.2
-"""Largest share of the covered :data:`CELL_PX` cells that differences thinner than :data:`THICK_PX` alone may touch:
-a golden image a few pixels off leaves slivers along every edge (true pairs: at most 0.163; module docstring)."""
-
-MAX_TRACKS = 1.5
-"""Most tracks (thick differences :data:`TRACK_PX` px long or more) per :data:`REFERENCE_AREA` covered pixels: true
-pairs show none, painted ones at most 1.01, wrong pairs under :data:`MAX_SPREAD` from 2.0 (or none at all)."""
-
 TRACK_PX = 150
 """A thick difference whose bounding box spans at least this many pixels on a side is a track (or a row of pads),
 not a defect: the longest of 8 painted 60 px defects, merged where they overlap, spans 173 px; the second longest
 110 px."""
-
-MAX_MISSING = 2.0
-"""Most whole features of the golden image (pads, holes, islands of :data:`FEATURE_PX` px or more, off the covered
-area's edge) that may be missing from the frame, per :data:`REFERENCE_AREA`: a defect cuts, bridges or adds copper
-but rarely removes a whole isolated feature; a golden image of another board shows pads and holes the board lacks
-(true and painted DeepPCB pairs: at most 1; 31 of 114 neighbouring boards: 3 to 6; module docstring). Features cut
-by the covered area's edge do not count: 3 true pairs miss 2 half pads there."""
 
 FEATURE_PX = 60
 """Smallest area (px, at the frame's resolution) of a golden image's feature counted by ``missing``."""

@@ -19,22 +19,15 @@ back with ``ok=False`` and a ``reason``; only malformed inputs raise ``ValueErro
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import math
 from dataclasses import dataclass, field, replace
-from typing import ClassVar
 
 import cv2
 import numpy as np
-from pydantic import model_validator
 
 from defect_detector.align.golden_check import (
     BLANK,
-    MAX_MISSING,
-    MAX_SLIVERS,
-    MAX_SPREAD,
-    MAX_TRACKS,
     OCCLUDED_REGION,
     Structure,
     covered_area,
@@ -44,80 +37,13 @@ from defect_detector.align.golden_check import (
 )
 from defect_detector.align.photometric import Photometric
 from defect_detector.align.register_fit import FramePyramid, PreparedReference, Scored, estimate, residual_motion
+from defect_detector.core.config_register import RegisterConfig
 from defect_detector.core.constants import PAD_VALUE
-from defect_detector.core.typed_yaml import Bool, Float, Int, Section, check
 from defect_detector.screens.sharpness import blur_words
 
 FILL_VALUE = PAD_VALUE  # the letterbox pad value: "no data"
 log = logging.getLogger(__name__)
 
-
-@functools.cache
-def _warn_once(message: str) -> None:
-    log.warning(message)
-
-
-class RegisterConfig(Section):
-    """Registration settings (config section ``register``). ``min_score``: lowest acceptable ZNCC. ``max_shift``
-    (image px, reference centre from image centre) / ``max_angle`` (degrees): the motion the fixture allows.
-    ``min_overlap``: least fraction of the image the warped reference must cover. ``scale``: coarsest working
-    scale; ``levels``: each twice the previous (the finest scores). ``iterations``/``eps`` (level px): Gauss-Newton
-    stop. ``blur``: Gaussian sigma (level px). ``reuse``: :class:`Registrar` keeps its matrix while the score stays
-    within ``reuse_margin`` of its own and one coarse Gauss-Newton step moves no corner over ``reuse_shift`` px.
-    ``max_spread`` / ``max_tracks`` / ``max_slivers``: the golden check's limits (``align/golden_check.py``): the share
-    of the board's cells thick differences may touch, the long thick differences allowed per 640x640 px, and the share
-    of cells thin slivers alone may touch; ``max_missing``: the whole features of the golden image (pads, holes)
-    allowed missing from the frame per 640x640 px. A golden image whose width or height
-    differs from the frame's by more than ``2 * max_shift`` px was not captured at the frame's scale: refused.
-    A bad value is a one-line ``ConfigError`` (a ``ValueError``) at construction: ``register.<field>: must be ..., got X``."""
-
-    section: ClassVar[str] = "register"
-
-    min_score: Float = 0.3
-    max_shift: Float = 64.0
-    max_angle: Float = 5.0
-    min_overlap: Float = 0.85
-    scale: Float = 0.25
-    levels: Int = 2
-    iterations: Int = 20
-    eps: Float = 0.02
-    blur: Float = 1.0
-    reuse: Bool = True
-    reuse_margin: Float = 0.05
-    reuse_shift: Float = 1.0
-    max_spread: Float = MAX_SPREAD
-    max_tracks: Float = MAX_TRACKS
-    max_slivers: Float = MAX_SLIVERS
-    max_missing: Float = MAX_MISSING
-    max_difference: Float | None = None
-    """No longer used (issue 35: no limit applies to the differing area): accepted so that settings written before
-    still load; a value logs a warning once."""
-
-    @model_validator(mode="after")
-    def _check_values(self) -> RegisterConfig:
-        checks = (
-            ("min_score", -1.0 <= self.min_score <= 1.0, "must be in [-1, 1]"),
-            ("max_shift", self.max_shift > 0, "must be > 0 (pixels)"),
-            ("max_angle", 0 < self.max_angle <= 180, "must be in (0, 180] (degrees)"),
-            ("min_overlap", 0 < self.min_overlap <= 1, "must be in (0, 1]"),
-            ("scale", 0 < self.scale <= 1, "must be in (0, 1]"),
-            ("levels", self.levels >= 1, "must be an integer >= 1"),
-            ("iterations", self.iterations >= 1, "must be an integer >= 1"),
-            ("eps", self.eps > 0, "must be > 0 (pixels)"),
-            ("blur", self.blur >= 0, "must be >= 0 (0 = off)"),
-            ("reuse_margin", 0 <= self.reuse_margin <= 2, "must be in [0, 2]"),
-            ("reuse_shift", self.reuse_shift >= 0, "must be >= 0 (pixels)"),
-            ("max_spread", 0 <= self.max_spread <= 1, "must be in [0, 1]"),
-            ("max_tracks", self.max_tracks >= 0, "must be >= 0 (per 640x640 px)"),
-            ("max_slivers", 0 <= self.max_slivers <= 1, "must be in [0, 1]"),
-            ("max_missing", self.max_missing >= 0, "must be >= 0 (per 640x640 px)"),
-            ("levels", self.scale * 2 ** (self.levels - 1) <= 1, "must keep the finest scale (scale * 2**(levels - 1)) <= 1"),
-        )
-        for name, ok, what in checks:
-            check(ok, name, what, getattr(self, name))
-        if self.max_difference is not None:
-            _warn_once("register.max_difference is no longer used: the golden check limits register.max_spread, max_tracks and max_slivers")
-        return self
 
 
 @dataclass(frozen=True, eq=False)

@@ -9,13 +9,11 @@ and overlap on one level. Matrices are float64 3x3, reference px -> image px (pi
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import cv2
 import numpy as np
 
-if TYPE_CHECKING:
-    from defect_detector.align.register import RegisterConfig
+from defect_detector.core.config_register import RegisterConfig
 
 _MIN_SIDE = 8  # smallest side (px) of the coarsest pyramid level
 _MIN_VALID = 0.1  # Gauss-Newton stops when less of the reference than this still lands on the image

@@ -18,6 +18,7 @@ import yaml
 from pydantic import Field, model_validator
 
 from defect_detector.core.config_augment import AugmentConfig
+from defect_detector.core.config_register import RegisterConfig
 from defect_detector.core.constants import DEEPPCB_CLASSES, DEFAULT_LAYERS
 from defect_detector.core.io import atomic_write_text
 from defect_detector.core.typed_yaml import Bool, ConfigError, Float, Int, Section, Str, apply_overrides, check, plain, read_yaml_mapping
@@ -37,6 +38,7 @@ __all__ = [
     "read_yaml_mapping",
     "save_config",
 ]
+
 
 
 class DataConfig(Section):
@@ -327,6 +329,7 @@ class Config(Section):
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     monitor: MonitorConfig = Field(default_factory=MonitorConfig)
+    register: RegisterConfig = Field(default_factory=RegisterConfig)
 
     @model_validator(mode="after")
     def _check_values(self) -> Config:

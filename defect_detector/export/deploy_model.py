@@ -277,8 +277,9 @@ def checkpoint_meta(
     "cross_class_factor": ..., "merge_ios": ..., "hidden_max_area": ..., "exposure": {"min_light":
     eval.exposure_min_light, ...}}``), which ``predict`` defaults to, the design domain it carries (``"domain"``:
     ``DomainModel.to_dict()`` form, ``monitor/domain.py``), when it does, the designs ``teach`` taught it
-    (``"taught"``: ``[{"name", "key"}]``, [] when none; ``inspect/design_check.py``), and the graphs the model has
-    (``"graphs"``: :func:`graphs_meta`)."""
+    (``"taught"``: ``[{"name", "key"}]``, [] when none; ``inspect/design_check.py``), the graphs the model has
+    (``"graphs"``: :func:`graphs_meta`) and its registration and golden-check settings (``"register"``: the config's
+    ``register`` section, ``core/config_register.py``)."""
     meta = build_meta(
         loaded.class_names,
         deploy.imgsz,
@@ -306,4 +307,5 @@ def checkpoint_meta(
         meta["domain"] = loaded.domain
     meta["taught"] = [dict(d) for d in getattr(loaded, "taught", [])]
     meta["graphs"] = graphs_meta(deploy)
+    meta["register"] = loaded.config.register.model_dump()
     return meta

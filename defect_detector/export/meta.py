@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import torch
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
 
+from defect_detector.core.config_register import RegisterConfig
 from defect_detector.core.typed_yaml import Bool, Int, Str, check, error_parts
 from defect_detector.export import FORMAT_VERSION, META_FILE
 
@@ -109,6 +110,8 @@ class MetaFile(BaseModel):
     aoti_device: Any = None
     int8: Any = None
     graphs: dict[str, Any] | None = None
+    register_: dict[str, Any] | None = Field(None, alias="register")
+    """Registration and the golden check's limits (``core/config_register.py``; absent before v0.15: the defaults)."""
     """The graphs the artifact holds and their inputs (``deploy_model.graphs_meta``; absent before v0.12: ``forward`` only)."""
 
     @model_validator(mode="after")
@@ -143,8 +146,8 @@ def _meta_error(path: str | os.PathLike[str], exc: ValidationError, meta: dict[s
 def parse_meta(path: str | os.PathLike[str], text: str) -> dict[str, Any]:
     """``meta.json`` text of the artifact at ``path`` as a dict, checked by :class:`MetaFile` (each key the runtime
     reads: ``format_version``, ``class_names``, ``imgsz``, ``channels``, ``strides``, ``layers``, ``half``,
-    ``cpu_only``, ``pixel_scale``, ``operating_point``, ``golden_check``, ``baseline``, ``domain`` and ``taught``; no
-    unknown key).
+    ``cpu_only``, ``pixel_scale``, ``operating_point``, ``golden_check``, ``register``, ``baseline``, ``domain`` and
+    ``taught``; no unknown key).
     ``ValueError`` naming ``path`` and the first bad key."""
     try:
         meta = json.loads(text)
@@ -158,6 +161,8 @@ def parse_meta(path: str | os.PathLike[str], text: str) -> dict[str, Any]:
         MetaFile.model_validate(meta)
     except ValidationError as exc:
         raise _meta_error(path, exc, meta) from None
+    if meta.get("register") is not None:
+        register_settings(meta["register"], f"{path}: {META_FILE}")
     if meta.get("baseline") is not None:
         from defect_detector.monitor.baseline import Baseline
 
@@ -167,6 +172,16 @@ def parse_meta(path: str | os.PathLike[str], text: str) -> dict[str, Any]:
 
         DomainModel.from_dict(meta["domain"], where=f"{path}: {META_FILE} domain")
     return meta
+
+
+
+def register_settings(raw: dict[str, Any] | None, where: str) -> RegisterConfig:
+    """The ``register`` settings a model carries (its meta's ``register``; None: the defaults, as weights before v0.15
+    have). ``ValueError`` naming ``where`` and the bad key."""
+    try:
+        return RegisterConfig.from_raw(raw or {})
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
 
 
 def check_outputs(runtime: Any) -> None:

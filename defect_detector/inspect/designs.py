@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from defect_detector.align.register import RegisterConfig, Registrar, Registration, check_pair
+from defect_detector.align.register import Registrar, Registration, check_pair
+from defect_detector.core.config_register import RegisterConfig
 from defect_detector.data.images import pixel_fingerprint
 from defect_detector.inspect.references import ReferenceError, References, refusal_kind
 
@@ -65,7 +66,7 @@ class Designs:
 
     def __init__(self, references: References | None, cfg: RegisterConfig | None = None, cached: int = CACHED) -> None:
         self.references = references
-        self.cfg = cfg or (references.cfg if references is not None else RegisterConfig())
+        self.cfg = cfg or RegisterConfig()
         self.cached = cached
         self.skipped: Counter[str] = Counter()
         self._designs: OrderedDict[str, Design] = OrderedDict()

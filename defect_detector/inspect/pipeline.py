@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from defect_detector.align.register import RegisterConfig
 from defect_detector.align.tile_gate import keep_differing
 from defect_detector.core.errors import DatasetError
 from defect_detector.core.types import Detections, LetterboxMeta, TileRecord
@@ -135,7 +134,7 @@ class Pipeline:
         self.runtime = runtime
         self.references = references
         self.align = align
-        self.register_cfg = references.cfg if references is not None else RegisterConfig()
+        self.register_cfg = runtime.register_config  # the golden check the weights were validated with
         self.conf = point["conf"] if conf is None else float(conf)
         self.iou = point["iou"] if iou is None else float(iou)
         self.cross_class = (point["cross_class_iou"], point["cross_class_factor"])  # the weights' setting (v0.10)

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from defect_detector.align.register import RegisterConfig
 from defect_detector.core.errors import DatasetError
 from defect_detector.data.images import IMAGE_SUFFIXES, load_image_gray, pixel_fingerprint
 
@@ -43,14 +42,13 @@ def refusal_kind(reason: str) -> str:
 class References:
     """Where each frame's golden image comes from: one image for every frame, or a folder (see the module docstring).
 
-    ``path``: one image or a folder. ``cfg``: registration settings (``inspect/designs.py`` registers with them).
+    ``path``: one image or a folder (``inspect/designs.py`` registers them with the weights' ``register`` settings).
     Raises ``FileNotFoundError`` when ``path`` does not exist and :class:`~defect_detector.core.errors.DatasetError`
     for a single reference image that cannot be read.
     """
 
-    def __init__(self, path: str | os.PathLike[str], cfg: RegisterConfig | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self.cfg = cfg or RegisterConfig()
         self._keys: OrderedDict[Path, tuple[tuple[int, int], str]] = OrderedDict()  # path -> ((mtime_ns, size), fingerprint)
         self._last: tuple[Path, tuple[int, int], np.ndarray] | None = None  # the last file decoded, for image()
         self._by_name: dict[str, Path] = {}

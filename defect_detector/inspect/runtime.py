@@ -25,10 +25,11 @@ from typing import Any
 import torch
 
 from defect_detector.core.config import EvalConfig
+from defect_detector.core.config_register import RegisterConfig
 from defect_detector.core.constants import DEFAULT_LAYERS
 from defect_detector.core.devices import resolve_device
 from defect_detector.export import DeployModel, ExportError, checkpoint_meta, trace_deploy_model
-from defect_detector.export.meta import check_outputs, parse_meta
+from defect_detector.export.meta import check_outputs, parse_meta, register_settings
 from defect_detector.export.onednn import onednn_available
 from defect_detector.inspect.artifacts import (  # noqa: F401 - archive_meta re-exported
     archive_meta,
@@ -116,6 +117,13 @@ class Runtime:
             "hidden_max_area": _unit_or_none(point.get("hidden_max_area", EvalConfig().hidden_max_area)),
             "exposure": ExposureRange.from_dict(point.get("exposure")),
         }
+
+    @property
+    def register_config(self) -> RegisterConfig:
+        """How golden images are registered and checked for this model: the ``register`` settings its training config
+        gave (meta ``register``; weights before v0.15: the defaults), so ``predict`` applies the golden check the
+        weights were validated with."""
+        return register_settings(self.meta.get("register"), str(self.path))
 
     @classmethod
     def load(

@@ -8,7 +8,8 @@ import cv2
 import numpy as np
 import pytest
 
-from defect_detector.align.register import FILL_VALUE, RegisterConfig, Registrar, matrix_to_shift_angle, register
+from defect_detector.align.register import FILL_VALUE, Registrar, matrix_to_shift_angle, register
+from defect_detector.core.config_register import RegisterConfig
 from defect_detector.core.typed_yaml import ConfigError
 
 SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples" / "deeppcb"
@@ -327,10 +328,8 @@ def test_covered_area_of_a_moved_golden_image(template: np.ndarray, inspected: n
     assert not covered[:, -40:].any() and covered[:, :590].all()  # the strip the golden image left has no data
 
 
-def test_settings_with_the_old_area_limit_still_load(caplog: pytest.LogCaptureFixture) -> None:
-    """Issue 35: ``register.max_difference`` no longer limits anything; a config that names it loads (a warning is logged)."""
-    with caplog.at_level("WARNING"):
-        cfg = RegisterConfig(max_difference=0.016)
-    assert cfg.max_difference == 0.016 and cfg.max_spread == RegisterConfig().max_spread
-    with pytest.raises(ConfigError, match=r"^register\.max_difference: "):
-        RegisterConfig(max_difference="a lot")
+def test_the_old_area_limit_is_refused_by_name() -> None:
+    """Issue 43: ``register.max_difference`` limited nothing since issue 35 and is gone; a config naming it fails at
+    start, naming the key."""
+    with pytest.raises(ConfigError, match=r"register\.max_difference"):
+        RegisterConfig(max_difference=0.016)

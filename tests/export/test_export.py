@@ -18,6 +18,7 @@ from test_export_baseline import make_baseline
 from torch import nn
 
 from defect_detector.cli.main import main
+from defect_detector.core.config_register import RegisterConfig
 from defect_detector.core.constants import DEEPPCB_CLASSES
 from defect_detector.data.letterbox import letterbox
 from defect_detector.data.synth import generate_board_pair
@@ -36,6 +37,7 @@ from defect_detector.export import (
 )
 from defect_detector.export.meta import parse_meta
 from defect_detector.export.onednn import onednn_available
+from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.inspect.runtime import Runtime, archive_meta
 from defect_detector.model.checkpoint import load_checkpoint
 from defect_detector.model.detector import build_model
@@ -387,3 +389,25 @@ def test_the_taught_designs_travel_in_the_artifact_under_its_digest(reference_ch
         Runtime.load(forged, device="cpu")
     plain = export_torchscript(load_checkpoint(reference_checkpoint), tmp_path / "ref.torchscript.pt", optimize=False)["meta"]
     assert plain["taught"] == [] and DesignCheck.from_meta(plain, "ref.torchscript.pt").taught == frozenset()
+
+
+def test_the_golden_check_limits_travel_with_the_weights(artifact: tuple[Path, dict], tmp_path: Path) -> None:
+    """Issue 43: a training config's ``register`` section is carried by the checkpoint and the artifact's meta, and is
+    what the runtime registers and checks golden images with; an artifact from before it gets the defaults, and a bad
+    value is one line naming the key."""
+    path, report = artifact
+    assert report["meta"]["register"] == RegisterConfig().model_dump()
+    tight = write_small_checkpoint(tmp_path / "tight.pt")
+    ckpt = torch.load(tight, weights_only=True)
+    ckpt["config"]["register"] = {"max_slivers": 0.05, "max_shift": 30.0}
+    torch.save(ckpt, tight)
+    runtime = Runtime.load(tight)
+    assert runtime.register_config.max_slivers == 0.05 and runtime.register_config.max_shift == 30.0
+    assert Pipeline(runtime).register_cfg.max_slivers == 0.05
+    old = json.loads(json.dumps(report["meta"]))
+    del old["register"]
+    before = Runtime(torch.nn.Identity(), parse_meta(path, json.dumps(old)), torch.device("cpu"), torch.float32, "torchscript", path)
+    assert before.register_config == RegisterConfig()
+    old["register"] = {"max_slivers": 3}
+    with pytest.raises(ValueError, match=r"meta.json: register\.max_slivers: must be in \[0, 1\]"):
+        parse_meta(path, json.dumps(old))

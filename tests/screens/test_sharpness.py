@@ -8,7 +8,8 @@ import cv2
 import numpy as np
 import pytest
 
-from defect_detector.align.register import RegisterConfig, register
+from defect_detector.align.register import register
+from defect_detector.core.config_register import RegisterConfig
 from defect_detector.monitor.faults import defocus
 from defect_detector.screens.sharpness import BLURRED, blur_words, sharpness, sharpness_ratio
 
