@@ -43,7 +43,7 @@ from defect_detector.data.dataset import CocoDetectionDataset
 from defect_detector.data.images import load_image_gray
 from defect_detector.inspect.designs import Designs
 from defect_detector.inspect.pipeline import Pipeline
-from defect_detector.inspect.prepare import Prepare, detect_records
+from defect_detector.inspect.prepare import Prepare, detect
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.inspect.sources import Frame
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
@@ -88,8 +88,8 @@ def _inspect(prepare: Prepare, pipeline: Pipeline, pair: tuple[str, Any, Any], g
     name, board, _ = pair
     record = prepare(Frame(0, board, "bench", name, 0.0), golden)
     if record.refused:
-        raise RuntimeError(f"{name}: refused by the prepare stage: {record.error}")
-    detect_records(pipeline, [record])
+        raise RuntimeError(f"{name}: refused by the prepare stage: {record.refusal.message}")
+    detect(pipeline, [record])
 
 
 def _cycling(fn: Callable[[int], Any], n: int) -> Callable[[], Any]:

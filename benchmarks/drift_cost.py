@@ -46,7 +46,7 @@ def measure_cost(pipeline: Pipeline, baseline: Baseline, cfg: MonitorConfig, boa
     designs = Designs(None)
 
     def frame(p: Pipeline) -> None:
-        warped = designs.registered(image, "board", given) if given is not None else None
+        warped = designs.register(designs.of("board", given)[0], image, "board")[0] if given is not None else None
         p.detect([image], [warped] if warped is not None else None)
 
     with_stats: list[float] = []

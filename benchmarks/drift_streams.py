@@ -144,7 +144,7 @@ class StatsCollector:
             warped = None
             if self.reference:
                 try:
-                    warped = self.designs.registered(faulted, name, golden)
+                    warped = self.designs.register(self.designs.of(name, golden)[0], faulted, name)[0]
                 except ReferenceError:
                     out[name] = self._nan()
                     continue

@@ -142,7 +142,7 @@ def score(data: Path, weights: str | None, conf: float | None = None) -> dict[st
             boxes = torch.tensor(truth[entry["id"]], dtype=torch.float32).reshape(-1, 4)
             counts[f"{kind}_defects"] += len(boxes)
             if record.detections is None:
-                reasons[record.frame.error_kind or "?"] += 1
+                reasons[record.refusal.kind.value if record.refusal is not None else "?"] += 1
                 continue
             caught, false = _count(record.detections.boxes, boxes)
             counts[f"{kind}_caught"] += caught

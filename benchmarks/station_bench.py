@@ -35,9 +35,10 @@ from defect_detector.data.images import load_image_gray
 from defect_detector.data.synth import generate_board_pair
 from defect_detector.station.db import make_engine, parse_url
 from defect_detector.station.images import write_png
+from defect_detector.station.migrations import ensure_schema
 from defect_detector.station.recorder import Recorder
 from defect_detector.station.records import CallRecord, FrameRecord
-from defect_detector.station.schema import calls, class_tallies, classes, ensure_schema, inspections, set_meta, tallies
+from defect_detector.station.schema import calls, class_tallies, classes, inspections, set_meta, tallies
 
 CLASSES = ("open", "short", "mousebite", "spur", "copper", "pin-hole")
 TARGETS = {"recording_fraction_max": 0.05, "page_ms_max": 200.0}

@@ -75,6 +75,9 @@ class Registration:
     slivers: float = 0.0
     missing: float = 0.0
     reference_shape: tuple[int, int] | None = None
+    occluded: bool = False
+    """The golden check refused it for one region unlike the golden image (a hand, a cloth, a label), not for another
+    design spread over the board."""
     photometric: Photometric | None = None
     """The golden image's levels fitted to the frame's (``align/photometric.py``), set by the prepare stage; None before."""
     covered_mask: np.ndarray | None = field(default=None, repr=False, compare=False)
@@ -183,7 +186,7 @@ def _checked(reg: Registration, warped: np.ndarray, image: np.ndarray, reference
         return reg
     reference_shape = reference.shape
     reason = _size_reason(reference_shape, image.shape, cfg)
-    found = BLANK
+    found, region = BLANK, 0.0
     if not reason:
         if not (reg.reused and reg.covered_mask is not None and reg.covered_mask.shape == image.shape):  # a reused matrix: its mask
             reg = replace(reg, covered_mask=covered_area(reg.matrix, reference_shape, image.shape))
@@ -194,7 +197,7 @@ def _checked(reg: Registration, warped: np.ndarray, image: np.ndarray, reference
         region = unlike_region(differs, valid) if differs is not None and refused else 0.0
         reason = _refusal(found, region, cfg) if differs is not None else "golden image or frame is blank over the covered area"
         reason = _with_blur(reason, image, reference)
-    return replace(reg, **dataclasses.asdict(found), ok=not reason, reason=reason)
+    return replace(reg, **dataclasses.asdict(found), ok=not reason, reason=reason, occluded=bool(reason) and region >= OCCLUDED_REGION)
 
 
 def check_pair(reference: np.ndarray, image: np.ndarray, cfg: RegisterConfig | None = None) -> Registration:

@@ -14,7 +14,6 @@ inspector reads every frame against its own golden image, so a board design the 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import time
@@ -30,7 +29,7 @@ from defect_detector.engine.budget import MIN_BASELINE_FRAMES, Budget
 from defect_detector.inspect.annotated import AnnotatedFrame, annotated_frames
 from defect_detector.inspect.drift_inputs import golden_of
 from defect_detector.inspect.pipeline import Pipeline
-from defect_detector.inspect.prepare import Inspection, Prepare, detect_records, reframed
+from defect_detector.inspect.prepare import Prepare, Prepared, detect, reframed
 from defect_detector.inspect.references import References
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.inspect.source_kinds import list_images, source_kind
@@ -65,34 +64,31 @@ def _folder_frames(folder: str) -> _FrameList:
     return _FrameList([(i, str(path), None) for i, (path, _) in enumerate(files)], Path(folder), folder)
 
 
-def _records(prepare: Prepare, frames: _FrameList, indices: list[int]) -> Iterator[Inspection]:
+def _records(prepare: Prepare, frames: _FrameList, indices: list[int]) -> Iterator[Prepared]:
     """The records of the chosen frames through the prepare stage (as ``predict`` prepares them: the same view, the same
     plan); the frames it refuses (unreadable, blank, unmatched, badly exposed) are logged and left out."""
     wanted = set(indices)
     for i, frame in enumerate(frames):
         if i not in wanted:
             continue
-        kind = "unreadable" if frame.error else None
         try:
-            record = prepare(Frame(i, frame.image, frames.source, frame.name, 0.0, frame.error, 0.0, kind), frame.golden)
+            record = prepare(Frame(i, frame.image, frames.source, frame.name, 0.0, frame.error), frame.golden)
         except ValueError as exc:  # a golden image that is not an image
             logger.warning("calibrate: left out %s", exc)
             continue
         if record.refused:
-            logger.warning("calibrate: left out %s", record.error)
+            logger.warning("calibrate: left out %s", record.refusal.message)
             continue
         yield record
 
 
-def _statistics(pipeline: Pipeline, records: list[Inspection]) -> np.ndarray:
+def _statistics(pipeline: Pipeline, records: list[Prepared]) -> np.ndarray:
     """float64 ``[N, L, 2]`` pooled layer statistics of prepared ``records`` through the pipeline, as the inspector
-    computes them (``detect_records``: the golden view or the frame view)."""
-    records = [dataclasses.replace(r, detections=None) for r in records]  # copies: their detections are filled here
-    detect_records(pipeline, records)
-    return np.stack([r.detections.stats.double().numpy() for r in records])
+    computes them (``prepare.detect``: the golden view or the frame view)."""
+    return np.stack([d.stats.double().numpy() for d in detect(pipeline, records)])
 
 
-def golden_statistics(pipeline: Pipeline, records: list[Inspection], batch: int) -> list[np.ndarray]:
+def golden_statistics(pipeline: Pipeline, records: list[Prepared], batch: int) -> list[np.ndarray]:
     """Per batch of ``records``: float64 ``[B, L, 2]`` statistics of each frame's golden image paired with itself, as the
     inspector computes them once per design (``inspect/drift_inputs.py``; ``monitor/drift.py``)."""
     out = []
@@ -101,7 +97,7 @@ def golden_statistics(pipeline: Pipeline, records: list[Inspection], batch: int)
     return out
 
 
-def fault_statistics(pipeline: Pipeline, records: list[Inspection], batch: int, progress: bool = False) -> dict[str, np.ndarray]:
+def fault_statistics(pipeline: Pipeline, records: list[Prepared], batch: int, progress: bool = False) -> dict[str, np.ndarray]:
     """``Baseline.faults``: statistics of the prepared ``records`` under each fault of ``monitor/faults.py`` at each of
     its ``CALIBRATION_STRENGTHS`` (``[S * N, L, 2]``, strength-major; the camera's frame faulted, its registration and
     golden image kept: ``prepare.reframed``), and of the same frames clean, repeated to match (``"clean"``)."""

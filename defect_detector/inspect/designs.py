@@ -24,8 +24,9 @@ import numpy as np
 
 from defect_detector.align.register import Registrar, Registration, check_pair
 from defect_detector.core.config_register import RegisterConfig
+from defect_detector.core.refusal import RefusalKind
 from defect_detector.data.images import pixel_fingerprint
-from defect_detector.inspect.references import ReferenceError, References, refusal_kind
+from defect_detector.inspect.references import ReferenceError, References
 
 log = logging.getLogger("defect_detector.inspect")
 
@@ -60,7 +61,7 @@ class Design:
 
 class Designs:
     """The designs of one inspector (or ``val`` / ``calibrate`` run): ``references`` (None: every frame brings its own
-    golden image), registration settings ``cfg``. ``skipped`` counts the frames refused, by reason (``no reference``,
+    golden image), registration settings ``cfg``. ``skipped`` counts the frames refused, by kind (``no golden image``, ``no reference``,
     ``unreadable reference``, ``reference does not match``, ``occluded or not this board``); the first few refusals are
     logged as warnings."""
 
@@ -68,7 +69,7 @@ class Designs:
         self.references = references
         self.cfg = cfg or RegisterConfig()
         self.cached = cached
-        self.skipped: Counter[str] = Counter()
+        self.skipped: Counter[RefusalKind] = Counter()
         self._designs: OrderedDict[str, Design] = OrderedDict()
 
     def of(self, file_name: str, given: np.ndarray | None = None) -> tuple[Design, str]:
@@ -89,7 +90,7 @@ class Designs:
             key = pixel_fingerprint(given)
             return self._keep(key, lambda k: Design(k, k, GIVEN, given, Registrar(given, self.cfg))), key
         if self.references is None:
-            raise ReferenceError(f"{file_name}: no golden image (this is a golden-template model)", "no golden image")
+            raise ReferenceError(f"{file_name}: no golden image (this is a golden-template model)", RefusalKind.NO_GOLDEN)
         path, key = self.references.lookup(file_name), self.references.key(file_name)
         return self._keep(key, lambda k: self._from_file(k, file_name, path.name, str(path))), path.name
 
@@ -104,23 +105,17 @@ class Designs:
                 exc = ReferenceError(
                     f"{file_name}: its golden image is {design.image.shape[1]}x{design.image.shape[0]}, the frame "
                     f"{image.shape[1]}x{image.shape[0]}; an unaligned golden image must have the frame's size",
-                    "reference does not match",
+                    RefusalKind.REFERENCE_MISMATCH,
                 )
                 self._count(exc)
                 raise exc
             warped, reg = design.image, check_pair(design.image, image, self.cfg)
         if not reg.ok:
-            exc = ReferenceError(f"{file_name} against golden image {design.name}: {reg.reason}", refusal_kind(reg.reason), (warped, reg))
+            kind = RefusalKind.OCCLUDED_BOARD if reg.occluded else RefusalKind.REFERENCE_MISMATCH
+            exc = ReferenceError(f"{file_name} against golden image {design.name}: {reg.reason}", kind, (warped, reg))
             self._count(exc)
             raise exc
         return warped, reg
-
-    def registered(self, image: np.ndarray, file_name: str, given: np.ndarray | None = None) -> np.ndarray:
-        """The registration step alone, without the prepare stage's screens (benchmarks that fault frames on purpose):
-        frame ``file_name``'s golden image (``given``, gray uint8, else from ``references``) registered into ``image``,
-        uint8 ``[H, W]``. :class:`ReferenceError` as :meth:`of` and :meth:`register`."""
-        design, _ = self.of(file_name, given)
-        return self.register(design, image, file_name)[0]
 
     def _from_file(self, key: str, file_name: str, name: str, path: str) -> Design:
         image = self.references.image(file_name)
@@ -136,6 +131,6 @@ class Designs:
         return design
 
     def _count(self, exc: ReferenceError) -> None:
-        self.skipped[exc.reason] += 1
+        self.skipped[exc.kind] += 1
         if sum(self.skipped.values()) <= _MAX_WARNINGS:
             log.warning("not inspected: %s", exc)

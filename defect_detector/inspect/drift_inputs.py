@@ -6,7 +6,7 @@ registered into the frame's pixels as the frame's own channel was, letterboxed o
 (``inspect/designs.py``: keyed by a fingerprint of the golden image's pixels, never by its file name), and is kept on
 the design. Its statistics then cost nothing per frame; each new golden image costs one more model call, and two
 copies of one golden image under two names are one. The frame's gray levels and blank check are the prepare stage's
-(``inspect/prepare.py``: ``Inspection.levels``).
+(``inspect/prepare.py``: ``Prepared.levels``).
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import dataclasses
 from collections.abc import Sequence
 
 from defect_detector.inspect.pipeline import Pipeline
-from defect_detector.inspect.prepare import Inspection
+from defect_detector.inspect.prepare import Prepared
 from defect_detector.monitor.golden import Golden
 from defect_detector.screens.blank import image_levels
 
 
-def golden_of(pipeline: Pipeline, records: Sequence[Inspection]) -> list[Golden | None]:
+def golden_of(pipeline: Pipeline, records: Sequence[Prepared]) -> list[Golden | None]:
     """Per inspected record: its design's :class:`Golden` (named by the golden image's file name, for changeover
     events), None without a design. The statistics of designs met for the first time are computed here, in one
     pipeline call, and kept on the design."""

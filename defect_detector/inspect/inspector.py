@@ -38,13 +38,15 @@ import numpy as np
 from tqdm import tqdm
 
 from defect_detector.core.devices import AdaptiveThreads, default_threads
+from defect_detector.core.types import Detections
 from defect_detector.data.images import ConversionNotice
 from defect_detector.inspect.design_check import DesignCheck
 from defect_detector.inspect.designs import Designs
 from defect_detector.inspect.drift_inputs import golden_of
 from defect_detector.inspect.outputs import Outputs
 from defect_detector.inspect.pipeline import Pipeline, gray_frame
-from defect_detector.inspect.prepare import Inspection, Prepare, detect_records
+from defect_detector.inspect.prepare import Prepare, Prepared, detect
+from defect_detector.inspect.record import Inspection
 from defect_detector.inspect.references import ReferenceError, References
 from defect_detector.inspect.run_guard import RunGuard, check_database
 from defect_detector.inspect.run_summary import Tally
@@ -56,7 +58,8 @@ from defect_detector.monitor.alerts import AlertRouter
 from defect_detector.monitor.drift import DriftEvent
 from defect_detector.monitor.golden import Golden
 from defect_detector.monitor.setup import build_monitoring
-from defect_detector.screens.frame import EXPOSURE_KINDS, calibration_levels
+from defect_detector.screens.frame import calibration_levels
+from defect_detector.station.records import utc_now
 
 log = logging.getLogger("defect_detector.inspect")
 
@@ -209,21 +212,28 @@ class Inspector:
             mine = [i for i, o in enumerate(owners) if o is owner]
             for i, record in zip(mine, owner._inspect([frames[i] for i in mine], [given[i] for i in mine])):
                 records[i] = record
-        if self.recorder is not None:  # station recording
-            for record in records:
-                self.recorder.record_inspection(record, record.weights)
+        for record in records:
+            self._hand_over(record)
         return records
 
     def _inspect(self, frames: Sequence[Frame], references: Sequence[np.ndarray | None]) -> list[Inspection]:
-        """Prepare, detect and monitor ``frames`` with this inspector's own weights."""
-        records = [self.prepare(f, golden) for f, golden in zip(frames, references)]
-        good = detect_records(self.pipeline, records)
-        relative = self.router is not None and self.router.relative
-        goldens = dict(zip((id(r) for r in good), golden_of(self.pipeline, good))) if relative else {}
-        for record in records:
-            record.weights = self.runtime.path.name
-            self._monitor(record, goldens.get(id(record)))
+        """Prepare, detect and monitor ``frames`` with this inspector's own weights; each record finished here, once."""
+        prepared = [self.prepare(f, golden) for f, golden in zip(frames, references)]
+        found = detect(self.pipeline, prepared)
+        goldens: dict[int, Golden | None] = {}
+        if self.router is not None and self.router.relative:
+            inspected = [p for p, d in zip(prepared, found) if d is not None]
+            goldens = dict(zip(map(id, inspected), golden_of(self.pipeline, inspected)))
+        records = []
+        for record, detections in zip(prepared, found):
+            events, drift, score = self._monitor(record, detections, goldens.get(id(record)))
+            records.append(Inspection(record, detections, events, drift, score, self.runtime.path.name))
         return records
+
+    def _hand_over(self, record: Inspection) -> None:
+        """The inspector's own consumer of every finished record: the station recorder (``db=``), which never blocks."""
+        if self.recorder is not None:
+            self.recorder.record(record.to_station(utc_now()))
 
     def _owner(self, frame: Frame, given: np.ndarray | None) -> Inspector:
         """The inspector of ``frame``: this one, or (weights chosen per design) the sibling on the bundled weights whose
@@ -243,20 +253,24 @@ class Inspector:
             self.siblings[covering] = Inspector.load(covering, **self.choices)
         return self.siblings[covering]
 
-    def _monitor(self, record: Inspection, golden: Golden | None) -> None:
-        """Drift: the inspected frame's statistics (read against ``golden`` with a relative baseline), or an alert at
-        once for a blank frame (issue 24) or one outside the validated exposure range (issue 36)."""
+    def _monitor(
+        self, record: Prepared, detections: Detections | None, golden: Golden | None
+    ) -> tuple[list[DriftEvent], str, float | None]:
+        """Drift: ``(events, flag, score)`` after the frame (``"off"`` and None without monitoring). An inspected
+        frame's statistics are read (against ``golden`` with a relative baseline); a frame refused for the light or the
+        camera (``RefusalKind.camera``: blank, exposure, light unlike the golden image) raises an alert at once."""
         if self.router is None:
-            return
-        frame, result = record.frame, record.detections
-        if result is not None:
-            timings = {"decode": frame.decode_ms / 1000.0, **{k: v / 1000.0 for k, v in result.timings.items()}}
-            stats, calls = result.stats, len(result)
-            record.events = self.router.on_frame(frame.index, frame.source_name, stats, timings, calls, golden=golden, levels=record.levels)
-        elif frame.error_kind == "blank frame" or frame.error_kind in EXPOSURE_KINDS:
-            record.events = self.router.on_blank(frame.index, frame.source_name, frame.error)
-        if self.monitoring:
-            record.drift, record.score = self.router.detector.flag, self.router.detector.score
+            return [], "off", None
+        frame, events = record.frame, []
+        if detections is not None:
+            timings = {"decode": frame.decode_ms / 1000.0, **{k: v / 1000.0 for k, v in detections.timings.items()}}
+            stats, calls = detections.stats, len(detections)
+            events = self.router.on_frame(frame.index, frame.source_name, stats, timings, calls, golden=golden, levels=record.levels)
+        elif record.refusal is not None and record.refusal.kind.camera:
+            events = self.router.on_blank(frame.index, frame.source_name, record.refusal.message)
+        if not self.monitoring:
+            return events, "off", None
+        return events, self.router.detector.flag, self.router.detector.score
 
     def _check_open(self) -> None:
         if self._closed:

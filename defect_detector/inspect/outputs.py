@@ -36,17 +36,14 @@ from typing import Any, TextIO
 
 import cv2
 import numpy as np
-from torchvision.ops import box_convert
 
 from defect_detector.core.io import atomic_write_bytes, atomic_write_json
 from defect_detector.core.safe_text import csv_cell
-from defect_detector.core.types import Detections
 from defect_detector.data.draw import draw_detections, stamp
+from defect_detector.inspect.record import Inspection, csv_header
 from defect_detector.inspect.run_guard import run_temp_name
 from defect_detector.inspect.sources import FrameSource
-from defect_detector.station.records import registration_values
 
-VERDICTS = ("pass", "pass_suspect", "fail", "not_inspected")
 JSON_LAYOUTS = ("frames", "detections")
 _PLACEHOLDER = (240, 640)  # size of the stamped image that stands in for a frame that could not be read
 
@@ -54,48 +51,6 @@ log = logging.getLogger("defect_detector.inspect")
 
 _DEFAULT_VIDEO_FPS = 10.0
 _FSYNC_S = 1.0  # the per-frame JSONL is fsynced at least this often
-
-
-def call_records(result: Detections | None) -> list[dict[str, Any]]:
-    """The calls of one frame: ``{"category_name", "bbox": [x, y, w, h], "score"}``, ``bbox`` in the frame's original
-    pixels (COCO xywh, rounded to 0.01 px); none for a frame that was not inspected."""
-    if result is None:
-        return []
-    xywh = box_convert(result.boxes, "xyxy", "xywh").tolist()
-    return [
-        {"category_name": name, "bbox": [round(v, 2) for v in box], "score": round(score, 5)}
-        for box, name, score in zip(xywh, result.names, result.scores.tolist())
-    ]
-
-
-def registration_record(reg: Any) -> dict[str, Any] | None:
-    """The JSON form of a frame's :class:`~defect_detector.align.register.Registration` (None: no golden image): what
-    the station records of it (``station/records.py`` :func:`registration_values`), its golden check's ``spread`` and
-    whether the fixture's matrix was ``reused``, and its ``photometric`` fit (gain, offset, gamma, light_range; None
-    before one)."""
-    if reg is None:
-        return None
-    photometric = reg.photometric.as_dict() if getattr(reg, "photometric", None) is not None else None
-    return registration_values(reg) | {"spread": round(float(reg.spread), 4), "reused": bool(reg.reused), "photometric": photometric}
-
-
-def frame_record(inspection: Any) -> dict[str, Any]:
-    """The ``--save-json`` record of one :class:`~defect_detector.inspect.inspector.Inspection` (see the module docstring)."""
-    frame, result = inspection.frame, inspection.detections
-    return {
-        "file_name": frame.file_name,
-        "frame": frame.index,
-        "verdict": inspection.verdict,
-        "reason": inspection.reason,
-        "drift": inspection.drift,
-        "design_warning": getattr(inspection, "design_warning", None),
-        "registration": registration_record(getattr(inspection, "registration", None)),
-        "design_taught": bool(getattr(inspection, "design_taught", False)),
-        "calls": call_records(result),
-        "dropped": result.dropped if result is not None else 0,
-        "merged": result.merged if result is not None else 0,
-        "weights": getattr(inspection, "weights", None),
-    }
 
 
 class _Stream:
@@ -181,17 +136,16 @@ class Outputs:
             if self.save_json:
                 self.streams["jsonl"] = _Stream(self.save_json.with_suffix(".jsonl"))
             if self.report:
-                self.streams["report"] = _Stream(self.report, _csv_line(report_header(self.class_names)))
+                self.streams["report"] = _Stream(self.report, _csv_line(csv_header(self.class_names)))
         except BaseException:  # one that cannot be opened: no temp file of the others is left behind
             self.discard()
             raise
 
-    def add(self, inspection: Any) -> None:
+    def add(self, inspection: Inspection) -> None:
         """Record one :class:`~defect_detector.inspect.inspector.Inspection` in every requested output still going."""
-        record = frame_record(inspection)
-        record["timestamp"] = inspection.frame.timestamp
+        record = inspection.to_json() | {"timestamp": inspection.frame.timestamp}
         self.records.append(record)
-        lines = {"jsonl": lambda: json.dumps(record) + "\n", "report": lambda: _csv_line(report_row(record, self.class_names))}
+        lines = {"jsonl": lambda: json.dumps(record) + "\n", "report": lambda: _csv_line(inspection.csv_row(self.class_names))}
         for kind, stream in list(self.streams.items()):
             try:
                 stream.write(lines[kind]())
@@ -225,7 +179,7 @@ class Outputs:
         self.failed[kind] = f"{flag} {where}: {why}: {what}; the other outputs go on"
         log.warning("%s", self.failed[kind])
 
-    def _annotated(self, inspection: Any) -> np.ndarray:
+    def _annotated(self, inspection: Inspection) -> np.ndarray:
         """The frame with its calls drawn, or stamped NOT INSPECTED with the reason (a stamped placeholder when the
         frame could not be read at all)."""
         frame, result = inspection.frame, inspection.detections
@@ -250,7 +204,7 @@ class Outputs:
             name = self.source.source.strip()
             stem = {"video": Path(name).stem, "camera": f"camera{name}"}.get(self.source.kind, "stream")
             self.video_path = self.save_dir / f"{stem}.mp4"
-            self.video_tmp = _temp_name(self.video_path)
+            self.video_tmp = run_temp_name(self.video_path)
             self.video_path.parent.mkdir(parents=True, exist_ok=True)
             fps = self.source.fps or _DEFAULT_VIDEO_FPS
             self.video = cv2.VideoWriter(str(self.video_tmp), cv2.VideoWriter_fourcc(*"mp4v"), fps, (width, height))
@@ -329,32 +283,8 @@ _FLAGS = {"json": "--save-json", "jsonl": "--save-json", "report": "--report", "
 """The flag of each output kind (the JSON and its JSONL are both ``--save-json``'s)."""
 
 
-def report_header(class_names: Sequence[str]) -> list[str]:
-    """The ``--report`` CSV's header row."""
-    return ["file_name", "frame", "verdict", "reason", "calls", *class_names, "dropped", "drift"]
-
-
-def report_row(r: dict[str, Any], class_names: Sequence[str]) -> list[Any]:
-    """The ``--report`` CSV row of one frame record."""
-    per_class = [sum(c["category_name"] == name for c in r["calls"]) for name in class_names]
-    return [r["file_name"], r["frame"], r["verdict"], r["reason"] or "", len(r["calls"]), *per_class, r["dropped"], r["drift"]]
-
-
 def _csv_line(cells: Sequence[Any]) -> str:
     """One CSV line, every cell escaped against formulas (:func:`~defect_detector.core.safe_text.csv_cell`)."""
     buffer = io.StringIO()
     csv.writer(buffer, lineterminator="\n").writerow([csv_cell(v) for v in cells])
     return buffer.getvalue()
-
-
-def report_csv(records: Sequence[dict[str, Any]], class_names: Sequence[str]) -> str:
-    """``--report``: one CSV row per frame record: file name, frame, verdict, reason, calls per class, drift state. A text
-    cell that a spreadsheet would run as a formula (``=1+2+cmd|calc!A0.jpg``) is escaped with a leading ``'``
-    (:func:`~defect_detector.core.safe_text.csv_cell`). :class:`Outputs` writes the same lines as it goes."""
-    return _csv_line(report_header(class_names)) + "".join(_csv_line(report_row(r, class_names)) for r in records)
-
-
-def _temp_name(path: Path) -> Path:
-    """The hidden temp file an output is written to before it is renamed to ``path``: ``.STEM.<run>.tmp.SUFFIX``
-    beside it, unique per run (``inspect/run_guard.py`` recovers those a killed run left)."""
-    return run_temp_name(path)

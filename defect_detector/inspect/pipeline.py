@@ -86,6 +86,12 @@ def check_image(image: Any, what: str) -> np.ndarray:
     return image
 
 
+def check_channels(runtime: Runtime, has_reference: bool, name: str) -> None:
+    """``ValueError`` naming frame ``name`` when a golden image comes with it but ``runtime``'s model takes one channel."""
+    if runtime.channels == 1 and has_reference:
+        raise ValueError(f"{name}: a golden image was given, but this model takes 1 input channel (no reference)")
+
+
 def gray_frame(image: Any, what: str = "frame", notice: ConversionNotice | None = None) -> np.ndarray:
     """The pipeline's entry: any frame OpenCV gives (gray, BGR, BGRA, 8 or 16 bit) as uint8 ``[H, W]``.
 
@@ -218,8 +224,7 @@ class Pipeline:
                 raise ValueError(f"frame {i}: expected gray uint8 [H, W] (convert it with gray_frame first), got {_describe(image)}")
             if self.runtime.channels == 2 and reference is None and not cached:
                 raise ValueError(f"frame {i}: no golden image; this is a golden-template model: pass one registered reference per frame")
-            if self.runtime.channels == 1 and reference is not None:
-                raise ValueError(f"frame {i}: a golden image was given, but this model takes 1 input channel (no reference)")
+            check_channels(self.runtime, reference is not None, f"frame {i}")
             bad = reference is not None and (not isinstance(reference, np.ndarray) or reference.dtype != np.uint8)
             if reference is not None and (bad or reference.shape != image.shape):
                 raise ValueError(

@@ -1,4 +1,4 @@
-"""The prepare stage and the frame record: every frame's way up to the model is decided here, in one place.
+"""The prepare stage: every frame's way up to the model is decided here, in one place.
 
     Frame (gray uint8 [H, W], from a source, ``Inspector.inspect``, ``val``'s or ``calibrate``'s json)
       -> levels and the blank check                      (screens/blank.py)
@@ -10,12 +10,12 @@
       -> the fit within the range the weights were validated for
       -> hidden area: glare, a shadow, a hand, cell by cell   (screens/hidden.py)
       -> the letterbox or tile plan                       (Pipeline.plan)
-    = an :class:`Inspection` with ``refused`` False, ready for the model (``Pipeline.detect_records``), or with the
-      frame's ``error`` / ``error_kind`` saying why it is not inspected.
+    = a :class:`Prepared` record, ready for the model (:func:`detect`), or refused with a typed
+      :class:`~defect_detector.core.refusal.Refusal`.
 
 ``predict``, the ``Inspector`` API, the station, ``val``, ``calibrate`` and training-time validation all prepare frames
-with :class:`Prepare`, so they see the same golden images, the same refusals and the same plans. The record then
-gathers the rest of the frame's way: detections, drift events and flag, and its verdict.
+with :class:`Prepare` and run the model with :func:`detect`, so they see the same golden images, the same refusals and
+the same plans. The inspector then finishes each frame's record once (``inspect/record.py``: ``Inspection``).
 """
 
 from __future__ import annotations
@@ -30,111 +30,73 @@ import numpy as np
 from defect_detector.align.golden_view import GoldenView, boxes_to_frame, centres_valid, warp_into_golden
 from defect_detector.align.photometric import Photometric, PhotometricRange, fit_photometric, is_binarized
 from defect_detector.align.register import Registration
+from defect_detector.core.refusal import Refusal, RefusalKind
 from defect_detector.core.types import Detections, TileRecord
 from defect_detector.inspect.design_check import NO_NOTE, DesignCheck
 from defect_detector.inspect.designs import Design, Designs
-from defect_detector.inspect.pipeline import Pipeline, gray_frame
+from defect_detector.inspect.pipeline import Pipeline, check_channels, gray_frame
 from defect_detector.inspect.references import ReferenceError
 from defect_detector.inspect.sources import Frame
-from defect_detector.monitor.drift import DriftEvent
 from defect_detector.screens.blank import blank_reason, image_levels
-from defect_detector.screens.frame import LIGHT_UNLIKE, mask_uncovered, screen_reason
+from defect_detector.screens.frame import mask_uncovered, screen_reason
 from defect_detector.screens.hidden import KINDS, HiddenArea, golden_cells, largest_region, level_cells
 
-HIDDEN = "hidden area"
-"""Refusal kind of a frame with glare, a shadow or a hand over part of the board (``screens/hidden.py``)."""
 EXPLAINED = 0.1
 """The largest hidden region (a share of the frame) taken to explain a golden image the golden check called another
 design: more is a board unlike its golden image all over, not a spot over it."""
 
 
-@dataclass
-class Inspection:
-    """The record of one frame, built once (:class:`Prepare`) and completed by the stages after it.
+@dataclass(frozen=True)
+class Prepared:
+    """What the prepare stage made of one frame (immutable; :class:`Prepare` builds it).
 
-    ``frame``: the frame (its ``error`` / ``error_kind`` say why it is not inspected). ``detections``: boxes in the
-    frame's original pixels (:class:`Detections`), None when not inspected. ``events``: drift events this frame
-    raised. ``drift``: the monitor's flag after it (``DriftDetector.flag``; ``"off"`` without monitoring), ``score``
-    its drift score (None without monitoring). ``design_warning``: the frame's golden image looks unlike the model's
-    training images (a warning, never a refusal), else None; ``design_taught``: the weights were taught it.
-    ``registration``: how its golden image sat in the frame (matrix, score, golden check), None for a single-image
-    model or a frame refused before. ``levels``: float64 ``[4]`` gray levels (``screens/blank.py``), None for an
-    unreadable frame. ``design``: its golden image (``inspect/designs.py``: key, name), None without one;
-    ``golden_name``: the file name of its golden image (the key for pixels given). ``golden``:
-    uint8 ``[H, W]`` its golden image registered into the frame's pixels, ``covered`` bool ``[H, W]`` where that has
-    data. ``plan``: its tile plan (None: letterboxed whole; see ``Detections.letterbox`` for the letterbox record).
-    ``view``: the frame in its golden image's pixels when the model sees it there (``align/golden_view.py``: the
-    golden view, the golden image's features cached per design; ``plan`` and the detections' letterbox record are then
-    the golden view's), None when the model sees the frame with its golden image registered into it. ``hidden``: its
-    largest hidden region (``screens/hidden.py``: glare, a shadow, a hand), None when none or not screened.
-    ``weights``: the file name of the weights that inspected it (set by the inspector: with the bundled weights chosen
-    per design, not always the same).
-
-    ``verdict``: ``fail`` (at least one call at the operating point), ``pass`` (none), ``pass_suspect`` (none, but a
-    critical drift alert is raised: the camera may not have seen the board; or its golden image draws the design
-    warning: an untaught look, the weights were not validated on it; the ``reason`` says which), or
-    ``not_inspected`` with the ``reason``: never count such a board as clean.
-    """
+    ``frame``: the frame (``image`` None when it could not be read). ``levels``: float64 ``[4]`` gray levels
+    (``screens/blank.py``), None for an unreadable frame. ``refusal``: why it is not inspected, None when it is ready for
+    the model. ``design``: its golden image (``inspect/designs.py``: key, name), None without one; ``golden_name``: the
+    file name of its golden image (the key for pixels given). ``design_warning``: the golden image looks unlike the
+    model's training images (a warning, never a refusal), else None; ``design_taught``: the weights were taught it.
+    ``registration``: how its golden image sat in the frame (matrix, score, golden check, photometric fit), None for a
+    single-image model or a frame refused before. ``golden``: uint8 ``[H, W]`` its golden image registered into the
+    frame's pixels at the frame's levels, ``covered`` bool ``[H, W]`` where that has data. ``view``: the frame in its
+    golden image's pixels when the model sees it there (``align/golden_view.py``; ``plan`` and the detections' letterbox
+    record are then the golden view's), else None. ``plan``: its tile plan (None: letterboxed whole). ``hidden``: its
+    largest hidden region (``screens/hidden.py``), None when none or not screened."""
 
     frame: Frame
-    detections: Detections | None = None
-    events: list[DriftEvent] = field(default_factory=list)
-    drift: str = "off"
-    score: float | None = None
+    levels: np.ndarray | None = field(default=None, repr=False)
+    refusal: Refusal | None = None
+    design: Design | None = None
+    golden_name: str | None = None
     design_warning: str | None = None
     design_taught: bool = False
     registration: Registration | None = None
-    levels: np.ndarray | None = field(default=None, repr=False)
-    design: Design | None = None
     golden: np.ndarray | None = field(default=None, repr=False)
     covered: np.ndarray | None = field(default=None, repr=False)
-    plan: TileRecord | None = None
-    golden_name: str | None = None
     view: GoldenView | None = field(default=None, repr=False)
+    plan: TileRecord | None = None
     hidden: HiddenArea | None = None
-    weights: str | None = None
-
-    @property
-    def error(self) -> str | None:
-        return self.frame.error
 
     @property
     def refused(self) -> bool:
-        """The prepare stage refused the frame (unreadable, blank, no usable golden image, exposure, coverage)."""
-        return self.frame.image is None or self.frame.error is not None
+        """The prepare stage refused the frame (unreadable, blank, no usable golden image, exposure, coverage, hidden)."""
+        return self.refusal is not None
 
     @property
     def golden_key(self) -> str | None:
         """The fingerprint of its golden image's pixels (None without one)."""
         return self.design.key if self.design is not None else None
 
-    @property
-    def verdict(self) -> str:
-        if self.detections is None:
-            return "not_inspected"
-        if len(self.detections):
-            return "fail"
-        return "pass_suspect" if self.drift == "critical" or self.design_warning is not None else "pass"
-
-    @property
-    def reason(self) -> str | None:
-        """Why the frame was not inspected, or why its pass is suspect (None otherwise)."""
-        if self.detections is None:
-            return self.frame.error
-        if self.verdict == "pass_suspect" and self.drift == "critical":
-            score = f"score {self.score:.1f}" if self.score is not None else "alert raised"
-            return f"drift critical: {score}; no call, but the camera may not show the board as validated: check the camera and the light"
-        if self.verdict == "pass_suspect":
-            return f"untaught look: no call, but {self.design_warning}"
-        return None
+    def refuse(self, kind: RefusalKind, message: str, values: dict[str, float] | None = None) -> Prepared:
+        """This record, refused."""
+        return dataclasses.replace(self, refusal=Refusal(kind, message, values or {}))
 
 
 class Prepare:
     """The prepare stage of one run: ``pipeline`` (model channels, alignment, exposure range, tiling policy),
     ``designs`` (the golden images; None for a single-image model), ``design_check`` (None: no design notes),
     ``calibration``: the calibration frames' levels a single-image model's exposure is read against
-    (``screen.calibration_levels``; None: absolute limits only). ``screen_hidden``: refuse frames with hidden area
-    (``screens/hidden.py``; False: the largest hidden region is still measured and kept in the record, for a ROC)."""
+    (``screens/frame.py`` ``calibration_levels``; None: absolute limits only). ``screen_hidden``: refuse frames with
+    hidden area (``screens/hidden.py``; False: the largest hidden region is still measured and kept, for a ROC)."""
 
     def __init__(
         self,
@@ -149,49 +111,55 @@ class Prepare:
         self.photometric_range = PhotometricRange()
         self.screen_hidden = True
 
-    def __call__(self, frame: Frame, given: Any = None) -> Inspection:
-        """The record of ``frame`` (gray uint8 ``[H, W]``, or an error frame): refused (``frame.error`` set, its image
-        kept for drawing) or ready for the model. ``given``: this frame's golden image (any OpenCV image; None: the
-        one ``designs.references`` holds for it). ``ValueError`` when ``given`` is not an image, or is given to a
-        single-image model."""
+    def __call__(self, frame: Frame, given: Any = None) -> Prepared:
+        """The record of ``frame`` (gray uint8 ``[H, W]``, or an unreadable frame): refused or ready for the model.
+        ``given``: this frame's golden image (any OpenCV image; None: the one ``designs.references`` holds for it).
+        ``ValueError`` when ``given`` is not an image, or is given to a single-image model."""
         if frame.image is None:
-            return Inspection(frame)
-        record = Inspection(frame, levels=image_levels(frame.image))
+            return Prepared(frame, refusal=Refusal(RefusalKind.UNREADABLE, frame.error or f"{frame.file_name}: unreadable"))
+        check_channels(self.pipeline.runtime, given is not None, frame.file_name)
+        record = Prepared(frame, levels=image_levels(frame.image))
         blank = blank_reason(frame.image, record.levels)
         if blank is not None:
-            return _refuse(record, "blank frame", blank)
-        if self.pipeline.runtime.channels == 1:
-            if given is not None:
-                raise ValueError(f"{frame.file_name}: a golden image was given, but this model takes 1 input channel (no reference)")
-        else:
+            return record.refuse(RefusalKind.BLANK, blank, dict(zip(("median", "bright", "detail"), record.levels[1:])))
+        if self.pipeline.runtime.channels == 2:
             try:
-                self._register(record, None if given is None else gray_frame(given, f"golden image of {frame.file_name}"))
+                record = self._design(record, None if given is None else gray_frame(given, f"golden image of {frame.file_name}"))
+                record = self._register(record)
             except ReferenceError as exc:
-                hidden = self._hidden_behind(record, exc)
-                return _refuse(record, HIDDEN, hidden) if hidden is not None else _refuse(record, exc.reason, str(exc))
+                return self._hidden_behind(record, exc) or record.refuse(exc.kind, str(exc))
+        return self._screened(record)
+
+    def _screened(self, record: Prepared) -> Prepared:
+        """A registered (or single-image) record through the photometric fit and the screens, planned for the model."""
+        image = record.frame.image
         matched = self._match(record)
-        refused = screen_reason(frame.image, record.golden, record.covered, self.pipeline.exposure, self.calibration, matched)
-        if refused is not None:
-            return _refuse(record, *refused)
-        fit = record.registration.photometric if record.registration is not None else None
+        if matched is not None:
+            record = dataclasses.replace(record, registration=matched[1])
+        at_levels = matched[0] if matched is not None else None
+        refusal = screen_reason(image, record.golden, record.covered, self.pipeline.exposure, self.calibration, at_levels)
+        if refusal is not None:
+            return dataclasses.replace(record, refusal=refusal)
         captured = record.golden
-        if fit is not None:
+        if matched is not None:
+            fit = matched[1].photometric
             light = self.photometric_range.reason(fit)
             if light:
-                return _refuse(record, LIGHT_UNLIKE, light)
-            record.golden = matched
-        hidden = self._hidden(record, captured)
-        if hidden is not None:
-            return _refuse(record, HIDDEN, hidden)
+                return record.refuse(RefusalKind.LIGHT_UNLIKE, light, {"gain": fit.gain, "gamma": fit.gamma, "offset": fit.offset})
+            record = dataclasses.replace(record, golden=at_levels)
+        record = self._hidden(record, captured)
+        if record.refused:
+            return record
         if self.pipeline.golden_view and record.design is not None:
-            record.view = warp_into_golden(frame.image, record.design.image, record.registration.matrix, fit)
-        record.plan = self.pipeline.plan(*(record.view.board if record.view is not None else frame.image).shape)
-        return record
+            reg = record.registration
+            record = dataclasses.replace(record, view=warp_into_golden(image, record.design.image, reg.matrix, reg.photometric))
+        board = record.view.board if record.view is not None else image
+        return dataclasses.replace(record, plan=self.pipeline.plan(*board.shape))
 
-    def _hidden(self, record: Inspection, captured: np.ndarray | None) -> str | None:
-        """Why the frame is refused for hidden area (``screens/hidden.py``), or None; its largest hidden region is kept
-        in the record. Against the matched golden image (``captured``: the registered golden image before matching), or
-        for a single-image model the calibration frames' pixel levels (not screened when the baseline records none)."""
+    def _hidden(self, record: Prepared, captured: np.ndarray | None) -> Prepared:
+        """``record`` with its largest hidden region (``screens/hidden.py``), refused when it hides too much: against the
+        matched golden image (``captured``: the registered golden image before matching), or for a single-image model
+        the calibration frames' pixel levels (not screened when the baseline records none)."""
         image = record.frame.image
         if record.golden is not None:
             kinds, unlike = golden_cells(image, record.golden, record.covered, captured), KINDS[2]
@@ -199,91 +167,91 @@ class Prepare:
             kinds = level_cells(image, self.calibration["pixel_levels"], self.calibration["bright"])
             unlike = "unlike the calibration frames"
         else:
-            return None
-        record.hidden = largest_region(kinds, image.shape, unlike)
-        if not self.screen_hidden or record.hidden is None or not record.hidden.refused(self.pipeline.hidden_max_area):
-            return None
-        return f"{record.hidden.words()}: a defect there cannot be seen (shade the light, clear the camera's view)"
+            return record
+        hidden = largest_region(kinds, image.shape, unlike)
+        record = dataclasses.replace(record, hidden=hidden)
+        if not self.screen_hidden or hidden is None or not hidden.refused(self.pipeline.hidden_max_area):
+            return record
+        message = f"{hidden.words()}: a defect there cannot be seen (shade the light, clear the camera's view)"
+        return record.refuse(RefusalKind.HIDDEN, message, {"share": hidden.share, "cells": hidden.cells})
 
-    def _hidden_behind(self, record: Inspection, exc: ReferenceError) -> str | None:
-        """Why the frame is refused for hidden area when the golden check called its golden image another design but
+    def _hidden_behind(self, record: Prepared, exc: ReferenceError) -> Prepared | None:
+        """The record refused for hidden area when the golden check called its golden image another design but
         registration found it and the hidden area explains that (glare anywhere, or a region of at most
         :data:`EXPLAINED` of the frame: a glare spot's saturation reads as differences spread over the board), else
-        None; the record keeps the registration only then. An occluder the golden check names keeps its words, and a
-        golden image of another design, unlike the board all over, stays "reference does not match"."""
-        if exc.registered is None or record.design is None or exc.reason != "reference does not match":
+        None. An occluder the golden check names keeps its words, and a golden image of another design, unlike the
+        board all over, stays "reference does not match"."""
+        if exc.registered is None or record.design is None or exc.kind != RefusalKind.REFERENCE_MISMATCH:
             return None
         warped, registration = exc.registered
         trial = dataclasses.replace(record, golden=warped, registration=registration, covered=registration.covered(warped.shape))
-        trial.golden = self._match(trial)
-        words = self._hidden(trial, warped)
-        if trial.hidden is not None and trial.hidden.kind != KINDS[0] and trial.hidden.share > EXPLAINED:
-            words = None
-        if words is not None:
-            record.golden, record.registration = trial.golden, trial.registration
-            record.covered, record.hidden = trial.covered, trial.hidden
-        return words
+        matched = self._match(trial)
+        trial = dataclasses.replace(trial, golden=matched[0], registration=matched[1])
+        trial = self._hidden(trial, warped)
+        if not trial.refused or (trial.hidden.kind != KINDS[0] and trial.hidden.share > EXPLAINED):
+            return None
+        return trial
 
-    def _match(self, record: Inspection) -> np.ndarray | None:
-        """The registered golden image at the frame's levels (``Photometric.to_board``), its fit kept in the record's
-        registration; None for a single-image model. A negligible fit (``Photometric.negligible``) is the identity, and
-        so is the fit of a binarized design (``is_binarized``, read once per design: a scan of two clipped levels)."""
+    def _match(self, record: Prepared) -> tuple[np.ndarray, Registration] | None:
+        """The registered golden image at the frame's levels (``Photometric.to_board``) and the registration holding its
+        fit; None for a single-image model. A negligible fit (``Photometric.negligible``) is the identity, and so is the
+        fit of a binarized design (``is_binarized``, read once per design: a scan of two clipped levels)."""
         if record.golden is None or record.registration is None:
             return None
-        design = record.design
+        design, shape = record.design, record.frame.image.shape
         if design is not None and design.binarized is None:
             design.binarized = is_binarized(design.image)
-        shape = record.frame.image.shape
         binarized = design is not None and design.binarized
         fit = Photometric.identity(shape) if binarized else fit_photometric(record.golden, record.frame.image, record.covered)
         if fit.negligible:
-            fit = Photometric.identity(record.frame.image.shape)
-        record.registration = dataclasses.replace(record.registration, photometric=fit)
-        return fit.to_board(record.golden)
+            fit = Photometric.identity(shape)
+        return fit.to_board(record.golden), dataclasses.replace(record.registration, photometric=fit)
 
-    def _register(self, record: Inspection, given: np.ndarray | None) -> None:
-        """Find the frame's design, note it, register its golden image into the frame (``ReferenceError`` if none fits)."""
+    def _design(self, record: Prepared, given: np.ndarray | None) -> Prepared:
+        """``record`` with its design (``ReferenceError`` when it has no golden image) and the design check's note."""
         frame = record.frame
-        record.design, record.golden_name = self.designs.of(frame.file_name, given)
-        note = self.design_check.note(record.design, frame.file_name) if self.design_check is not None else NO_NOTE
-        record.design_warning, record.design_taught = note.warning, note.taught
-        record.golden, record.registration = self.designs.register(record.design, frame.image, frame.file_name, self.pipeline.align)
-        record.covered = record.registration.covered(frame.image.shape)
+        design, golden_name = self.designs.of(frame.file_name, given)
+        note = self.design_check.note(design, frame.file_name) if self.design_check is not None else NO_NOTE
+        return dataclasses.replace(record, design=design, golden_name=golden_name, design_warning=note.warning, design_taught=note.taught)
+
+    def _register(self, record: Prepared) -> Prepared:
+        """``record`` with its design's golden image registered into the frame (``ReferenceError`` if none fits)."""
+        frame = record.frame
+        golden, registration = self.designs.register(record.design, frame.image, frame.file_name, self.pipeline.align)
+        return dataclasses.replace(record, golden=golden, registration=registration, covered=registration.covered(frame.image.shape))
 
 
-def reframed(record: Inspection, image: np.ndarray) -> Inspection:
+def reframed(record: Prepared, image: np.ndarray) -> Prepared:
     """A copy of a prepared ``record`` whose frame shows uint8 ``image`` (the frame's size: the same frame under a
-    simulated fault, ``calibrate``), its design, registration and plan kept, its golden view warped anew; no detections."""
+    simulated fault, ``calibrate``), its design, registration and plan kept, its golden view warped anew."""
     frame = dataclasses.replace(record.frame, image=image)
     view = None
     if record.view is not None:
         view = warp_into_golden(image, record.design.image, record.registration.matrix, record.registration.photometric)
-    return dataclasses.replace(record, frame=frame, view=view, detections=None, events=[])
+    return dataclasses.replace(record, frame=frame, view=view)
 
 
-def _refuse(record: Inspection, kind: str, reason: str) -> Inspection:
-    record.frame = dataclasses.replace(record.frame, error=reason, error_kind=kind)
-    return record
-
-
-def detect_records(pipeline: Pipeline, records: Sequence[Inspection]) -> list[Inspection]:
+def detect(pipeline: Pipeline, records: Sequence[Prepared]) -> list[Detections | None]:
     """The model on every record the prepare stage accepted, in one pipeline call (its plan, its registered golden
-    image): ``detections`` filled in frame pixels, without calls where the golden image has no data
-    (``screen.mask_uncovered``). Returns the inspected records, in order."""
-    good = [r for r in records if not r.refused]
-    framed, viewed = [r for r in good if r.view is None], [r for r in good if r.view is not None]
+    image): per record, in order, its detections in frame pixels, without calls where the golden image has no data
+    (``screens/frame.py`` ``mask_uncovered``), or None for a refused record."""
+    out: list[Detections | None] = [None] * len(records)
+    framed = [i for i, r in enumerate(records) if not r.refused and r.view is None]
+    viewed = [i for i, r in enumerate(records) if not r.refused and r.view is not None]
     if framed:
-        golden = [r.golden for r in framed] if pipeline.runtime.channels == 2 else None
-        results = pipeline.detect([r.frame.image for r in framed], golden, [r.plan for r in framed])
-        for record, result in zip(framed, results):
-            record.detections = mask_uncovered(result, record.covered)
+        chosen = [records[i] for i in framed]
+        golden = [r.golden for r in chosen] if pipeline.runtime.channels == 2 else None
+        results = pipeline.detect([r.frame.image for r in chosen], golden, [r.plan for r in chosen])
+        for i, result in zip(framed, results):
+            out[i] = mask_uncovered(result, records[i].covered)
     if viewed:
-        features = [pipeline.design_features(r.design.key, r.design.image, r.plan) for r in viewed]
-        golden = [r.design.image for r in viewed]  # the golden view's golden image: for the tiled frames' difference gate
-        results = pipeline.detect([r.view.board for r in viewed], golden, [r.plan for r in viewed], features)
-        for record, result in zip(viewed, results):
-            record.detections = _in_frame(result, record.view)
-    return good
+        chosen = [records[i] for i in viewed]
+        features = [pipeline.design_features(r.design.key, r.design.image, r.plan) for r in chosen]
+        golden = [r.design.image for r in chosen]  # the golden view's golden image: for the tiled frames' difference gate
+        results = pipeline.detect([r.view.board for r in chosen], golden, [r.plan for r in chosen], features)
+        for i, result in zip(viewed, results):
+            out[i] = _in_frame(result, records[i].view)
+    return out
 
 
 def _in_frame(result: Detections, view: GoldenView) -> Detections:

@@ -17,26 +17,22 @@ from typing import Any
 import numpy as np
 
 from defect_detector.core.errors import DatasetError
+from defect_detector.core.refusal import RefusalKind
 from defect_detector.data.images import IMAGE_SUFFIXES, load_image_gray, pixel_fingerprint
 
 _MAX_KEYS = 4096  # golden files whose pixel fingerprint is kept
 
 
 class ReferenceError(ValueError):
-    """A frame cannot be inspected against a reference; the message says which file and why. ``registered``: the golden
-    image registered into the frame and its ``Registration`` when the registration found the board but the golden
-    check refused it (the prepare stage asks whether hidden area explains that), else None."""
+    """A frame cannot be inspected against a reference; the message says which file and why, ``kind`` how it is counted
+    (``no golden image``, ``no reference``, ``unreadable reference``, ``reference does not match``, ``occluded or not this board``).
+    ``registered``: the golden image registered into the frame and its ``Registration`` when the registration found
+    the board but the golden check refused it (the prepare stage asks whether hidden area explains that), else None."""
 
-    def __init__(self, message: str, reason: str, registered: tuple[Any, Any] | None = None) -> None:
+    def __init__(self, message: str, kind: RefusalKind, registered: tuple[Any, Any] | None = None) -> None:
         super().__init__(message)
-        self.reason = reason
+        self.kind = RefusalKind(kind)
         self.registered = registered
-
-
-def refusal_kind(reason: str) -> str:
-    """How a golden image refused with ``reason`` (``Registration.reason``) is counted: ``occluded or not this board``
-    when the golden check found one region unlike it (``align/register.py``), else ``reference does not match``."""
-    return "occluded or not this board" if reason.startswith("occluded or not this board") else "reference does not match"
 
 
 class References:
@@ -84,7 +80,7 @@ class References:
         found = self._by_name.get(name.name) or self._by_stem.get(str(name.with_suffix(""))) or self._by_stem.get(name.stem)
         if found is None:
             raise ReferenceError(
-                f"{file_name}: no golden image in {self.path} (same relative path or file name, any image extension)", "no reference"
+                f"{file_name}: no golden image in {self.path} (same relative path or file name, any image extension)", RefusalKind.NO_REFERENCE
             )
         return found
 
@@ -116,7 +112,7 @@ class References:
         try:
             stat = path.stat()
         except OSError as exc:
-            raise ReferenceError(f"{path}: cannot read the golden image ({exc.strerror})", "unreadable reference") from exc
+            raise ReferenceError(f"{path}: cannot read the golden image ({exc.strerror})", RefusalKind.UNREADABLE_REFERENCE) from exc
         return stat.st_mtime_ns, stat.st_size
 
     def _read(self, path: Path) -> np.ndarray:
@@ -128,7 +124,7 @@ class References:
         except DatasetError as exc:
             if self.single and not self._keys:
                 raise
-            raise ReferenceError(str(exc), "unreadable reference") from exc
+            raise ReferenceError(str(exc), RefusalKind.UNREADABLE_REFERENCE) from exc
         self._keys[path] = (tag, pixel_fingerprint(image))
         self._last = (path, tag, image)
         while len(self._keys) > _MAX_KEYS:

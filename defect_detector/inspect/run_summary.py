@@ -8,10 +8,11 @@ from collections import Counter
 from typing import Any
 
 from defect_detector.core.safe_text import mask_secrets
+from defect_detector.core.verdict import VERDICTS
+from defect_detector.inspect.record import Inspection
 from defect_detector.inspect.sources import FrameSource
 from defect_detector.monitor.alerts import STAGES
 from defect_detector.monitor.drift import DriftEvent
-from defect_detector.station.records import reason_kind
 
 _EMA = 0.1  # smoothing of the live status line
 
@@ -30,18 +31,18 @@ class Tally:
         self.weights: Counter[str] = Counter()
         self.events: list[DriftEvent] = []
 
-    def add(self, inspection: Any) -> None:
-        """Count one :class:`~defect_detector.inspect.inspector.Inspection`."""
+    def add(self, inspection: Inspection) -> None:
+        """Count one frame record."""
         self.consumed += 1
-        self.verdicts[inspection.verdict] += 1
-        if getattr(inspection, "weights", None):
+        self.verdicts[inspection.verdict.value] += 1
+        if inspection.weights:
             self.weights[inspection.weights] += 1
-        if inspection.verdict == "pass_suspect":
-            self.suspects["drift critical" if inspection.drift == "critical" else "untaught look"] += 1
+        if inspection.suspect_kind is not None:
+            self.suspects[inspection.suspect_kind] += 1
         self.events += inspection.events
         result = inspection.detections
-        if result is None:
-            self.reasons[inspection.frame.error_kind or reason_kind(inspection.reason)] += 1
+        if inspection.refusal is not None:
+            self.reasons[inspection.refusal.kind.value] += 1
             return
         self.processed += 1
         self.detections += len(result)
@@ -68,7 +69,7 @@ class Tally:
             "frames": self.consumed,
             "processed": self.processed,
             "skipped": self.consumed - self.processed,
-            "verdicts": {v: self.verdicts.get(v, 0) for v in ("pass", "pass_suspect", "fail", "not_inspected")},
+            "verdicts": {v: self.verdicts.get(v, 0) for v in VERDICTS},
             "not_inspected": dict(self.reasons),
             "pass_suspect": dict(self.suspects),
             "weights_used": dict(self.weights),

@@ -71,8 +71,8 @@ class Frame:
     error frame. ``source_name``: the SOURCE string. ``file_name``: the image path relative to SOURCE
     (its base name for a single file or a video; ``camera<N>`` / the URL for streams). ``timestamp``:
     seconds, the position in the video for video files, wall-clock time (``time.time()``) otherwise.
-    ``error``: why the frame has no image (or was not inspected), ``error_kind`` the short kind of it for counting
-    (``unreadable``, ``no reference``, ...). ``decode_ms``: time spent reading and converting it.
+    ``error``: why the frame could not be read (None when ``image`` is set). ``decode_ms``: time spent reading and
+    converting it.
     """
 
     index: int
@@ -82,7 +82,6 @@ class Frame:
     timestamp: float
     error: str | None = None
     decode_ms: float = 0.0
-    error_kind: str | None = None
 
 
 @dataclass
@@ -250,7 +249,7 @@ class FrameSource(CaptureReading):
                 pages = read_pages(path)
             except DatasetError as exc:
                 log.warning("not inspected: %s", exc)
-                yield Frame(index, None, self.source, name, time.time(), str(exc), (time.perf_counter() - start) * 1000.0, "unreadable")
+                yield Frame(index, None, self.source, name, time.time(), str(exc), (time.perf_counter() - start) * 1000.0)
                 index += 1
                 continue
             for page, raw in enumerate(pages, start=1):
@@ -262,8 +261,7 @@ class FrameSource(CaptureReading):
                 except DatasetError as exc:
                     image, error = None, str(exc)
                     log.warning("not inspected: %s", exc)
-                kind = "unreadable" if error else None
-                yield Frame(index, image, self.source, page_name, time.time(), error, (time.perf_counter() - start) * 1000.0, kind)
+                yield Frame(index, image, self.source, page_name, time.time(), error, (time.perf_counter() - start) * 1000.0)
                 index += 1
                 start = time.perf_counter()
 
@@ -276,9 +274,8 @@ class FrameSource(CaptureReading):
             error = None
         except DatasetError as exc:
             gray, error = None, f"frame {index}: {exc}"
-        kind = "unreadable" if error else None
         source, name = mask_secrets(self.source), mask_secrets(name)  # a camera's rtsp://user:pw@... never reaches an output
-        return Frame(index, gray, source, name, timestamp, error, (time.perf_counter() - start) * 1000.0, kind)
+        return Frame(index, gray, source, name, timestamp, error, (time.perf_counter() - start) * 1000.0)
 
 
 def open_source(

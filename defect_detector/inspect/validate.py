@@ -25,7 +25,7 @@ from defect_detector.engine.evaluate import Predictions, evaluate_predictions, p
 from defect_detector.inspect.annotated import annotated_frames
 from defect_detector.inspect.designs import Designs
 from defect_detector.inspect.pipeline import Pipeline
-from defect_detector.inspect.prepare import Inspection, Prepare, detect_records
+from defect_detector.inspect.prepare import Prepare, Prepared, detect
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.inspect.sources import Frame
 from defect_detector.model.checkpoint import LoadedModel
@@ -59,14 +59,13 @@ def open_dataset(data: str | os.PathLike[str], images: str | os.PathLike[str] | 
     return dataset
 
 
-def prepared_frames(prepare: Prepare, dataset: CocoDetectionDataset, progress: bool = True) -> Iterator[tuple[int, Inspection]]:
+def prepared_frames(prepare: Prepare, dataset: CocoDetectionDataset, progress: bool = True) -> Iterator[tuple[int, Prepared]]:
     """``(image_id, record)`` of every image of ``dataset`` through the prepare stage (``inspect/prepare.py``), the
     json's golden image given with each: what ``predict`` would make of it, refusals included (``record.refused``)."""
     frames = annotated_frames(dataset.files(), dataset.images_root, str(dataset.ann_file))
     bar = tqdm(frames, total=len(dataset), desc="val", unit="img", leave=False, disable=None if progress else True)
     for index, frame in enumerate(bar):
-        kind = "unreadable" if frame.error else None
-        as_frame = Frame(index, frame.image, str(dataset.ann_file), frame.name, 0.0, frame.error, 0.0, kind)
+        as_frame = Frame(index, frame.image, str(dataset.ann_file), frame.name, 0.0, frame.error)
         yield frame.image_id, prepare(as_frame, frame.golden)
 
 
@@ -79,20 +78,18 @@ def predict_frames(
     prepare = prepare or Prepare(pipeline, calibration=calibration_levels(pipeline.runtime.meta.get("baseline")))
     predictions: Predictions = {}
     skipped: dict[str, str] = {}
-    pending: list[tuple[int, Inspection]] = []
+    pending: list[tuple[int, Prepared]] = []
 
     def flush() -> None:
-        detect_records(pipeline, [r for _, r in pending])
-        for image_id, record in pending:
-            det = record.detections
+        for (image_id, _), det in zip(pending, detect(pipeline, [r for _, r in pending])):
             predictions[image_id] = {"boxes": det.boxes, "scores": det.scores, "labels": det.labels}
         pending.clear()
 
     for image_id, record in prepared_frames(prepare, dataset, progress):
         if record.refused:
-            skipped[record.frame.file_name] = str(record.error)
-            if prepare.designs is None or record.frame.error_kind not in prepare.designs.skipped:  # designs log their own
-                log.warning("not inspected: %s", record.error)
+            skipped[record.frame.file_name] = record.refusal.message
+            if prepare.designs is None or record.refusal.kind not in prepare.designs.skipped:  # designs log their own
+                log.warning("not inspected: %s", record.refusal.message)
             continue
         pending.append((image_id, record))
         if len(pending) >= batch:

@@ -30,6 +30,7 @@ import cv2
 import numpy as np
 
 from defect_detector.core.config import EvalConfig
+from defect_detector.core.refusal import Refusal, RefusalKind
 
 SATURATED = 250
 """Gray levels at or above this are saturated."""
@@ -136,33 +137,38 @@ def _overexposed(frame: dict[str, float], reference: dict[str, float] | None, ma
     return 1.0 - frame["highlights"] < 0.5 * (1.0 - reference["highlights"])
 
 
-def exposure_reason(frame: dict[str, float], reference: dict[str, float] | None, limits: ExposureRange, what: str) -> str | None:
+def exposure_reason(frame: dict[str, float], reference: dict[str, float] | None, limits: ExposureRange, what: str) -> Refusal | None:
     """Why a frame of :func:`tones` ``frame`` is outside ``limits`` against ``reference`` (the golden image's tones, or
-    the calibration levels: ``dark`` and ``bright`` only), or None. ``what`` names the reference in the reason ("the
+    the calibration levels: ``dark`` and ``bright`` only), or None. ``what`` names the reference in the message ("the
     golden image", "the calibration frames"). Mid-tones are read first (a hand or noise is not a board, whatever its
-    levels), then light, contrast and clipping. The reason starts with the kind: ``underexposed``, ``low contrast``,
-    ``overexposed``, ``overexposed or underexposed`` or ``occluded or not a board``."""
+    levels), then light, contrast and clipping. The refusal's kind is ``occluded or not a board``, ``underexposed``,
+    ``low contrast``, ``overexposed`` or ``overexposed or underexposed``; its values the measure and its limit."""
     whose = f"{what}'" if what.endswith("s") else f"{what}'s"
     extra = frame["midtones"] - (reference or {}).get("midtones", 0.0)
     if limits.max_midtones is not None and extra > limits.max_midtones:
-        return (
+        message = (
             f"occluded or not a board: {extra:.0%} of the frame in mid-tones unlike {what} (most {limits.max_midtones:.0%}): "
             "a hand, a cloth, noise or another scene in view, or a look (a photograph) the model was not validated on?"
         )
+        return Refusal(RefusalKind.OCCLUDED_MIDTONES, message, {"midtones": extra, "most": limits.max_midtones})
     if reference is not None and reference.get("bright", 0.0) > 0:
         light = frame["bright"] / reference["bright"]
         if light < limits.min_light:
-            return f"underexposed: {light:.0%} of {whose} level (least {limits.min_light:.0%}): check the light and the exposure"
+            message = f"underexposed: {light:.0%} of {whose} level (least {limits.min_light:.0%}): check the light and the exposure"
+            return Refusal(RefusalKind.UNDEREXPOSED, message, {"light": light, "least": limits.min_light})
         contrast = contrast_ratio(frame, reference)
         if contrast < limits.min_contrast:
-            return f"low contrast: {contrast:.0%} of {whose} (least {limits.min_contrast:.0%}): check the focus, the light and the lens"
+            message = f"low contrast: {contrast:.0%} of {whose} (least {limits.min_contrast:.0%}): check the focus, the light and the lens"
+            return Refusal(RefusalKind.LOW_CONTRAST, message, {"contrast": contrast, "least": limits.min_contrast})
     if limits.max_highlights is not None and _overexposed(frame, reference, limits.max_highlights):
-        return (
+        message = (
             f"overexposed: {frame['highlights']:.2%} of the bright pixels saturated (most {limits.max_highlights:.2%}): "
             "check the light and the exposure"
         )
+        return Refusal(RefusalKind.OVEREXPOSED, message, {"highlights": frame["highlights"], "most": limits.max_highlights})
     if reference is not None and "saturated" in reference:
         clipped = frame["saturated"] + frame["crushed"] - reference["saturated"] - reference["crushed"]
         if clipped > limits.max_clipped:
-            return f"overexposed or underexposed: {clipped:.0%} more of the frame clipped than {what} (most {limits.max_clipped:.0%})"
+            message = f"overexposed or underexposed: {clipped:.0%} more of the frame clipped than {what} (most {limits.max_clipped:.0%})"
+            return Refusal(RefusalKind.CLIPPED, message, {"clipped": clipped, "most": limits.max_clipped})
     return None

@@ -16,15 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from defect_detector.core.refusal import Refusal, RefusalKind
 from defect_detector.core.types import Detections
 from defect_detector.screens.exposure import ExposureRange, exposure_reason, histogram, tones
-
-LIGHT_UNLIKE = "light unlike the golden image"
-"""Refusal kind of a photometric fit outside the range the weights were validated for (``align/photometric.py``)."""
-
-EXPOSURE_KINDS = ("underexposed", "overexposed", "low contrast", "overexposed or underexposed", LIGHT_UNLIKE)
-"""Refusals (``Frame.error_kind``) that say the light or the camera changed: like a blank frame, each raises a critical
-drift alert at once (``AlertRouter.on_blank``); an occluder or a golden image that covers too little does not."""
 
 MIN_COVERED = 0.9
 """Least share of the frame the registered golden image must cover (its 3 px edge off) for the frame to be inspected."""
@@ -53,8 +47,8 @@ def screen_reason(
     limits: ExposureRange,
     calibration: dict[str, float] | None,
     matched: np.ndarray | None = None,
-) -> tuple[str, str] | None:
-    """``(kind, reason)`` why the uint8 ``[H, W]`` frame ``gray`` is not inspected, or None. ``golden``: its registered
+) -> Refusal | None:
+    """Why the uint8 ``[H, W]`` frame ``gray`` is not inspected, or None. ``golden``: its registered
     golden image (uint8 ``[H, W]``) and ``covered`` (bool ``[H, W]``) where that has data; None for a single-image
     model, which is read against ``calibration`` (:func:`calibration_levels`; None: only the absolute limits).
     ``matched``: the registered golden image at the frame's levels (``Photometric.to_board``): the frame's mid-tones
@@ -63,18 +57,17 @@ def screen_reason(
     if golden is not None and covered is not None:
         share = float(covered.mean())
         if share < MIN_COVERED:
-            reason = (
+            message = (
                 f"golden image covers {share:.0%} of the frame (least {MIN_COVERED:.0%}): the board is shifted or turned "
                 "too far in the fixture"
             )
-            return "golden image covers too little", reason
+            return Refusal(RefusalKind.COVERS_LITTLE, message, {"covered": share, "least": MIN_COVERED})
         frame, reference, what = tones(histogram(gray, covered)), tones(histogram(golden, covered)), "the golden image"
         if matched is not None and matched is not golden:
             reference["midtones"] = tones(histogram(matched, covered))["midtones"]
     else:
         frame, reference, what = tones(histogram(gray)), calibration, "the calibration frames"
-    reason = exposure_reason(frame, reference, limits, what)
-    return None if reason is None else (reason.split(":", 1)[0], reason)
+    return exposure_reason(frame, reference, limits, what)
 
 
 def mask_uncovered(detections: Detections, covered: np.ndarray | None) -> Detections:

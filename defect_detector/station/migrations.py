@@ -1,5 +1,6 @@
-"""Schema migrations: ``MIGRATIONS[v]`` brings a station database at schema version ``v`` to ``v + 1`` in place, inside
-:func:`~defect_detector.station.schema.ensure_schema`'s transaction (new tables are already created by then).
+"""The schema version and its migrations: :func:`ensure_schema` creates the tables a database lacks and runs
+``MIGRATIONS[v]``, which brings a station database at schema version ``v`` to ``v + 1`` in place, inside its
+transaction (new tables are already created by then).
 
 - 1 -> 2: every frame counted, inspected or not (issue 33). Adds ``inspections.reason_kind`` and the index on
   ``inspections(verdict, id)``, ``tallies.not_inspected``; fills them, ``refusal_tallies`` and ``design_runs`` in from
@@ -18,14 +19,42 @@ from collections.abc import Callable
 from datetime import datetime
 
 from sqlalchemy import bindparam, select, text
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 
 from defect_detector.station.db import upsert_add
 from defect_detector.station.designs import DesignRuns, FrameDesign
-from defect_detector.station.records import reason_kind
-from defect_detector.station.schema import calls, inspections, refusal_tallies, tallies
+from defect_detector.station.records import KIND_CHARS
+from defect_detector.station.schema import SCHEMA_VERSION, calls, inspections, metadata, refusal_tallies, station_meta, tallies
 
 _BATCH = 1000
+
+
+def ensure_schema(engine: Engine) -> None:
+    """Create the tables a database lacks and check (or migrate) its schema version. ``ValueError`` for a database of
+    a newer version than this program's."""
+    metadata.create_all(engine, checkfirst=True)
+    with engine.begin() as conn:
+        stored = conn.execute(select(station_meta.c.value).where(station_meta.c.key == "schema_version")).scalar()
+        if stored is None:
+            conn.execute(station_meta.insert().values(key="schema_version", value=str(SCHEMA_VERSION)))
+            return
+        version = int(stored)
+        if version > SCHEMA_VERSION:
+            raise ValueError(f"the station database has schema version {version}; this program knows up to {SCHEMA_VERSION}: upgrade it")
+        while version < SCHEMA_VERSION:
+            MIGRATIONS[version](conn)
+            version += 1
+        conn.execute(station_meta.update().where(station_meta.c.key == "schema_version").values(value=str(version)))
+
+
+def legacy_reason_kind(reason: str | None) -> str:
+    """The kind of a not-inspected reason recorded before schema 2 kept kinds (such rows have only the text): the text
+    after the frame's name and before any detail in parentheses (``"b.png: no golden image (a golden-template model)"``
+    -> ``"no golden image"``); ``unknown`` for none. New records carry their ``RefusalKind``."""
+    if not reason or not reason.strip():
+        return "unknown"
+    text = " ".join(reason.split()).split(": ", 1)[-1]
+    return text.split(" (", 1)[0][:KIND_CHARS] or "unknown"
 
 
 def _add_column(conn: Connection, table: str, column: str, ddl: str) -> None:
@@ -56,7 +85,7 @@ def _to_2(conn: Connection) -> None:
         runs.add(conn, [FrameDesign(r.id, r.source, r.frame, r.time, r.reference, r.verdict != "not_inspected") for r in page])
         runs.commit()
         for row in (r for r in page if r.verdict == "not_inspected"):
-            kind = reason_kind(row.reason)
+            kind = legacy_reason_kind(row.reason)
             kinds.append({"row_id": row.id, "kind": kind})
             minute = row.time.replace(second=0, microsecond=0)
             refused[minute] += 1

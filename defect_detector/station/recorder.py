@@ -34,13 +34,13 @@ from sqlalchemy.engine import Connection
 from defect_detector.station.db import describe, insert_ignore, make_engine, parse_time, parse_url, to_db_time, upsert_add
 from defect_detector.station.designs import DesignRuns, FrameDesign, design_of
 from defect_detector.station.images import new_names, write_png
-from defect_detector.station.records import RAISED, REGISTRATION_KEYS, FrameRecord, record_from_inspection
+from defect_detector.station.migrations import ensure_schema
+from defect_detector.station.records import RAISED, REGISTRATION_KEYS, FrameRecord
 from defect_detector.station.schema import (
     calls,
     class_tallies,
     classes,
     drift_events,
-    ensure_schema,
     inspections,
     refusal_tallies,
     set_meta,
@@ -149,17 +149,6 @@ class Recorder:
             self._dropped += 1
             self._warn(_one_line(exc))
         return False
-
-    def record_inspection(self, inspection: Any, model: str) -> bool:
-        """Record an inspector's ``Inspection`` (:func:`~defect_detector.station.records.record_from_inspection` at this
-        recorder's ``conf``): ``model`` the weights' file name. Never blocks and never raises; False when dropped."""
-        try:
-            record = record_from_inspection(inspection, model, self.conf)
-        except Exception as exc:  # a malformed inspection is counted, never raised into inspection
-            self._dropped += 1
-            self._warn(f"cannot record this frame: {_one_line(exc)}")
-            return False
-        return self.record(record)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every frame handed over so far is written (or counted as unrecorded); False on timeout."""

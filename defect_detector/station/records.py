@@ -7,32 +7,19 @@ origin at the top-left corner of pixel (0, 0)), the same frame as ``Detections.b
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
 
-VERDICTS = ("pass", "pass_suspect", "fail", "not_inspected")
-"""An inspection's outcome: no call at the operating point, none but under a critical drift alert (``reason`` says so),
-at least one call, or not inspected (``reason`` says why)."""
+from defect_detector.core.verdict import VERDICTS
 
 RAISED = ("warning", "critical")
 """Drift states that queue a frame for review."""
 
 KIND_CHARS = 80
 """Longest reason kind kept (the kind is a short label; the whole reason is kept beside it)."""
-
-
-def reason_kind(reason: str | None) -> str:
-    """The kind of a not-inspected reason, for counting: the text after the frame's name and before any detail in
-    parentheses (``"b.png: no golden image (a golden-template model)"`` -> ``"no golden image"``); ``unknown`` for none."""
-    if not reason or not reason.strip():
-        return "unknown"
-    text = " ".join(reason.split()).split(": ", 1)[-1]
-    return text.split(" (", 1)[0][:KIND_CHARS] or "unknown"
-
 
 REGISTRATION_KEYS = ("shift", "angle", "score", "difference")
 """What a frame record keeps of its golden image's registration (``inspections.reg_*`` columns, schema 5)."""
@@ -54,9 +41,9 @@ class FrameRecord:
     ``source``: the SOURCE (camera, folder ...); ``frame``: 0-based index in it; ``name``: the frame's file name or
     label; ``time``: when it was inspected (timezone-aware, or naive meaning UTC); ``model``: the weights' file name;
     ``reference``: the golden image's name (None without one); ``verdict``: one of :data:`VERDICTS`; ``reason``: why it
-    was not inspected (else None), ``reason_kind`` its short kind for counting (default: :func:`reason_kind` of it);
-    ``drift``: the drift monitor's state after this frame (``off``, ``normal``,
-    ``warning``, ``critical``), ``score`` its score (None without monitoring); ``events``: drift / changeover events this
+    was not inspected (else None), ``reason_kind`` its short kind for counting (a ``RefusalKind`` value,
+    ``core/refusal.py``; ``unknown`` when not given); ``drift``: the drift monitor's state after this frame (``off``,
+    ``normal``, ``warning``, ``critical``), ``score`` its score (None without monitoring); ``events``: drift / changeover events this
     frame raised, as ``DriftEvent.to_dict()`` gives them; ``calls``: the model's calls; ``image``: the gray frame,
     uint8 ``[H, W]`` (None when it could not be read); ``reference_image``: its golden image registered into the
     frame's pixels, uint8 ``[H, W]`` (None without one); ``design_warning``: its golden image looks unlike the model's
@@ -103,7 +90,7 @@ class FrameRecord:
         """The reason kind a not-inspected frame is counted under (None for an inspected one)."""
         if self.verdict != "not_inspected":
             return None
-        return (self.reason_kind or "").strip()[:KIND_CHARS] or reason_kind(self.reason)
+        return (self.reason_kind or "").strip()[:KIND_CHARS] or "unknown"
 
     def queued(self, conf: float) -> bool:
         """Whether this frame goes to the review queue: a call scoring at least ``conf``, or drift raised."""
@@ -113,67 +100,3 @@ class FrameRecord:
 def utc_now() -> datetime:
     """The current time, timezone-aware UTC."""
     return datetime.now(timezone.utc)
-
-
-def _event_dict(event: Any) -> dict[str, Any]:
-    """A drift / changeover event as a plain dict (a ``DriftEvent`` or anything with ``to_dict``, or a mapping)."""
-    return dict(event.to_dict()) if hasattr(event, "to_dict") else dict(event)
-
-
-def calls_from_detections(detections: Any) -> tuple[CallRecord, ...]:
-    """The calls of a ``Detections`` (``boxes`` ``[K, 4]`` xyxy frame pixels, ``scores`` ``[K]``, ``names`` ``K`` class names)."""
-    if detections is None:
-        return ()
-    boxes = np.asarray(detections.boxes, dtype=np.float64).reshape(-1, 4).tolist()
-    scores = np.asarray(detections.scores, dtype=np.float64).reshape(-1).tolist()
-    return tuple(CallRecord(str(n), float(s), tuple(b)) for n, s, b in zip(detections.names, scores, boxes))
-
-
-def registration_values(reg: Any) -> dict[str, float] | None:
-    """:data:`REGISTRATION_KEYS` of a ``Registration`` (``align/register.py``; read by attribute), rounded; None for None."""
-    if reg is None:
-        return None
-    values = (reg.shift_px, reg.angle_deg, reg.score, reg.difference)
-    return {k: round(float(v), 4) for k, v in zip(REGISTRATION_KEYS, values)}
-
-
-def record_from_inspection(inspection: Any, model: str, conf: float, events: Sequence[Any] | None = None) -> FrameRecord:
-    """The :class:`FrameRecord` of an inspector's ``Inspection`` (read by attribute: ``frame`` with ``index``,
-    ``source_name``, ``file_name``, ``image``, ``error``, ``error_kind``; ``detections``; ``drift``; ``score``; ``events``; and, where it
-    has them, ``verdict`` / ``reason`` / ``design_warning`` / ``design_taught`` / ``golden_name`` / ``golden_key`` /
-    ``golden`` (its registered golden image) / ``registration``). Without a ``verdict`` attribute: ``not_inspected``
-    when there are no detections, ``fail`` when a call scores at least ``conf``, else ``pass``. The golden image's name,
-    key, pixels and registration are recorded for an inspected frame only."""
-    frame, detections = inspection.frame, inspection.detections
-    inspected = detections is not None
-    reference_image = getattr(inspection, "golden", None) if inspected else None
-    calls = calls_from_detections(detections)
-    verdict = getattr(inspection, "verdict", None)
-    if verdict is None:
-        verdict = "not_inspected" if detections is None else "fail" if any(c.score >= conf for c in calls) else "pass"
-    reason = getattr(inspection, "reason", None)
-    if reason is None and verdict == "not_inspected":
-        reason = getattr(frame, "error", None)
-    kind = getattr(frame, "error_kind", None) if verdict == "not_inspected" else None
-    image = frame.image if isinstance(frame.image, np.ndarray) and frame.image.ndim == 2 and frame.image.dtype == np.uint8 else None
-    return FrameRecord(
-        source=str(frame.source_name),
-        frame=int(frame.index),
-        name=str(frame.file_name),
-        time=utc_now(),
-        model=model,
-        verdict=verdict,
-        reference=getattr(inspection, "golden_name", None) if inspected else None,
-        reason=reason,
-        reason_kind=kind if isinstance(kind, str) else None,
-        drift=str(inspection.drift),
-        score=None if inspection.score is None else float(inspection.score),
-        events=tuple(_event_dict(e) for e in (inspection.events if events is None else events)),
-        calls=calls,
-        image=image,
-        reference_image=reference_image if reference_image is not None and reference_image.shape == getattr(image, "shape", None) else None,
-        design_warning=getattr(inspection, "design_warning", None),
-        design_taught=getattr(inspection, "design_taught", None),
-        golden_key=getattr(inspection, "golden_key", None) if inspected else None,
-        registration=registration_values(getattr(inspection, "registration", None)) if inspected else None,
-    )

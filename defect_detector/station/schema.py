@@ -42,7 +42,7 @@ from sqlalchemy import (
     Text,
     select,
 )
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
 SCHEMA_VERSION = 5
 ID = BigInteger().with_variant(Integer(), "sqlite")  # SQLite: INTEGER PRIMARY KEY, the rowid
@@ -197,26 +197,6 @@ class_tallies = Table(
     Column("class_name", Text, primary_key=True),
     Column("calls", Integer, nullable=False),
 )
-
-def ensure_schema(engine: Engine) -> None:
-    """Create the tables a database lacks and check (or migrate) its schema version. ``ValueError`` for a database of
-    a newer version than this program's."""
-    metadata.create_all(engine, checkfirst=True)
-    with engine.begin() as conn:
-        stored = conn.execute(select(station_meta.c.value).where(station_meta.c.key == "schema_version")).scalar()
-        if stored is None:
-            conn.execute(station_meta.insert().values(key="schema_version", value=str(SCHEMA_VERSION)))
-            return
-        version = int(stored)
-        if version > SCHEMA_VERSION:
-            raise ValueError(f"the station database has schema version {version}; this program knows up to {SCHEMA_VERSION}: upgrade it")
-        from defect_detector.station.migrations import MIGRATIONS
-
-        while version < SCHEMA_VERSION:
-            MIGRATIONS[version](conn)
-            version += 1
-        conn.execute(station_meta.update().where(station_meta.c.key == "schema_version").values(value=str(version)))
-
 
 def get_meta(conn: Connection, key: str) -> str | None:
     """The ``station_meta`` value of ``key`` (None when unset)."""

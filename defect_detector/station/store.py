@@ -10,7 +10,8 @@ from sqlalchemy.engine import URL, Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from defect_detector.station.db import default_images_dir, describe, make_engine, parse_url
-from defect_detector.station.schema import classes, ensure_schema, get_meta, set_meta
+from defect_detector.station.migrations import ensure_schema
+from defect_detector.station.schema import classes, get_meta, set_meta
 
 
 def images_root(conn: Connection, url: URL, explicit: Path | None, store: bool) -> Path:

@@ -31,8 +31,9 @@ from defect_detector.data.synth import generate_board, write_synthetic_dataset
 from defect_detector.export import export_torchscript
 from defect_detector.inspect import inspector as inspector_module
 from defect_detector.inspect import outputs as outputs_module
-from defect_detector.inspect.inspector import Inspection
 from defect_detector.inspect.outputs import Outputs
+from defect_detector.inspect.prepare import Prepared
+from defect_detector.inspect.record import Inspection
 from defect_detector.inspect.run_guard import RUN_TOKEN
 from defect_detector.inspect.sources import Frame, open_source
 from defect_detector.model.checkpoint import load_checkpoint
@@ -340,7 +341,7 @@ def _video_outputs(tmp_path: Path) -> tuple[Outputs, Path]:
     outputs = Outputs(source, ["open"], str(out), str(tmp_path / "out"))
     frame = Frame(0, np.zeros((8, 8), np.uint8), "cam.avi", "cam.avi", 0.0)
     empty = torch.zeros(0)
-    outputs.add(Inspection(frame, Detections(empty.reshape(0, 4), empty, empty.long(), [], torch.zeros(4, 2), {}, None)))
+    outputs.add(Inspection(Prepared(frame), Detections(empty.reshape(0, 4), empty, empty.long(), [], torch.zeros(4, 2), {}, None)))
     return outputs, out
 
 

@@ -44,7 +44,7 @@ def test_a_blank_frame_is_not_inspected_and_alerted_at_once(tmp_path: Path, make
     assert not any(r.events for r in clean)
     assert blank.verdict == "not_inspected" and blank.reason.startswith(words) and blank.detections is None
     assert [(e.event, e.severity, e.cause, e.since) for e in blank.events] == [("drift", "critical", "blank", 20)]
-    assert blank.drift == "critical" and again.verdict == "not_inspected" and again.events == []  # held, not repeated
+    assert blank.drift == "critical" and again.verdict == "not_inspected" and again.events == ()  # held, not repeated
     lines = [json.loads(line) for line in alerts.read_text().splitlines()]
     assert [(e["event"], e["frame"], e["cause"]) for e in lines] == [("drift", 20, "blank")]
 

@@ -12,13 +12,15 @@ import pytest
 from small_checkpoint import write_small_checkpoint
 from torchvision.ops import box_iou
 
+from defect_detector.core.refusal import RefusalKind
 from defect_detector.data.images import load_image_gray, pixel_fingerprint
 from defect_detector.data.synth import generate_board_pair
 from defect_detector.export import export_onnx, export_torchscript
 from defect_detector.inspect.designs import Designs
 from defect_detector.inspect.inspector import Inspector
 from defect_detector.inspect.pipeline import FEATURES_KEPT, Pipeline
-from defect_detector.inspect.prepare import Inspection, Prepare, detect_records
+from defect_detector.inspect.prepare import Prepare, detect
+from defect_detector.inspect.record import Inspection
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.inspect.sources import Frame
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, load_checkpoint
@@ -61,9 +63,8 @@ def _boards() -> tuple[np.ndarray, list[np.ndarray]]:
 
 def _inspect(prepare: Prepare, board: np.ndarray, golden: np.ndarray, index: int = 0) -> Inspection:
     record = prepare(Frame(index, board, "test", f"b{index}.png", 0.0), golden)
-    assert not record.refused, record.error
-    detect_records(prepare.pipeline, [record])
-    return record
+    assert not record.refused, record.refusal
+    return Inspection(record, detect(prepare.pipeline, [record])[0])
 
 
 @pytest.mark.parametrize("kind", ["checkpoint", "torchscript", "onnx", "pt2"])
@@ -123,7 +124,7 @@ def test_stream_yields_one_typed_record_per_frame(siamese: dict, tmp_path: Path)
         assert record.golden_name == "golden.png" and record.registration.score > 0.5 and record.levels.shape == (4,)
         assert record.view is not None and record.view.board.shape == golden.shape  # the golden view: features cached
     assert len({id(r.design) for r in records[:3]}) == 1  # one design, prepared once
-    assert records[3].verdict == "not_inspected" and records[3].design is None and records[3].frame.error_kind == "unreadable"
+    assert records[3].verdict == "not_inspected" and records[3].design is None and records[3].refusal.kind == RefusalKind.UNREADABLE
 
 
 def test_a_pipeline_keeps_the_golden_features_of_its_most_recent_designs_only(siamese: dict) -> None:

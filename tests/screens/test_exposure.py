@@ -27,7 +27,10 @@ def _light(image: np.ndarray, k: float) -> np.ndarray:
 def _reason(frame: np.ndarray, golden: np.ndarray | None, limits: ExposureRange = VALIDATED) -> str | None:
     reference = tones(histogram(golden)) if golden is not None else {"dark": 0.0, "bright": 255.0}
     what = "the golden image" if golden is not None else "the calibration frames"
-    return exposure_reason(tones(histogram(frame)), reference, limits, what)
+    refusal = exposure_reason(tones(histogram(frame)), reference, limits, what)
+    if refusal is not None:  # the message starts with its kind, and the values hold the measure and its limit
+        assert refusal.message.startswith(refusal.kind.value + ": ") and len(refusal.values) == 2
+    return None if refusal is None else refusal.message
 
 
 def test_tones_of_a_binarized_board() -> None:

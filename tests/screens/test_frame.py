@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from defect_detector.cli.main import main
+from defect_detector.core.refusal import RefusalKind
 from defect_detector.core.types import Detections, LetterboxMeta
 from defect_detector.data.images import load_image_gray
 from defect_detector.inspect.inspector import Inspector
@@ -122,7 +123,7 @@ def test_screen_and_mask_on_their_own() -> None:
     covered = np.ones(frame.shape, bool)
     assert screen_reason(frame, frame, covered, ExposureRange(), None) is None
     covered[:, : int(frame.shape[1] * (1 - MIN_COVERED)) + 1] = False
-    assert screen_reason(frame, frame, covered, ExposureRange(), None)[0] == "golden image covers too little"
+    assert screen_reason(frame, frame, covered, ExposureRange(), None).kind == RefusalKind.COVERS_LITTLE
     boxes = torch.tensor([[0.0, 0.0, 4.0, 4.0], [40.0, 10.0, 50.0, 20.0]])
     det = Detections(boxes, torch.tensor([0.9, 0.8]), torch.tensor([0, 1]), ["open", "short"], torch.zeros(1, 2), {},
                      LetterboxMeta(1.0, 0, 0, 64, 64))  # fmt: skip

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from benchmarks.hidden_roc import faulted
+from defect_detector.core.refusal import RefusalKind
 from defect_detector.data.images import load_image_gray
 from defect_detector.inspect.inspector import Inspector
 from defect_detector.looks.line_capture import LineCapture
@@ -108,7 +109,7 @@ def test_glare_or_a_hand_over_a_defect_is_never_a_pass(weights: Path, photograph
     with Inspector.load(weights=weights, reference=tmp_path / "golden.png", device="cpu", threads=1, monitor=False) as inspector:
         record = inspector.inspect(covered, name="covered.png")
         clean = inspector.inspect(board, name="board.png")
-    assert record.verdict == "not_inspected" and record.frame.error_kind == "hidden area"
+    assert record.verdict == "not_inspected" and record.refusal.kind == RefusalKind.HIDDEN
     assert record.reason.split(" over ")[0] in KINDS and "of the board at x" in record.reason
     assert clean.verdict == "fail" and (clean.hidden is None or not clean.hidden.refused(0.005))
 

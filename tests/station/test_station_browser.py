@@ -138,6 +138,7 @@ def test_live_page_review_by_keyboard_missed_box_and_export(tmp_path: Path) -> N
                 verdict="not_inspected",
                 calls=(),
                 reason="board_0003.png: reference does not match (41% of the frame unlike the golden image)",
+                reason_kind="reference does not match",
                 reference=None,
                 reference_image=None,
             )

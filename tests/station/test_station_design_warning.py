@@ -5,7 +5,6 @@ schema-3 database is migrated to hold them."""
 from __future__ import annotations
 
 import dataclasses
-import types
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
@@ -16,9 +15,12 @@ from sqlalchemy import text
 from station_data import board_record
 
 from defect_detector.core.constants import DEEPPCB_CLASSES
+from defect_detector.inspect.prepare import Prepared
+from defect_detector.inspect.record import Inspection
+from defect_detector.inspect.sources import Frame
 from defect_detector.station.app import create_app
 from defect_detector.station.recorder import Recorder
-from defect_detector.station.records import record_from_inspection
+from defect_detector.station.records import utc_now
 from defect_detector.station.schema import SCHEMA_VERSION
 from defect_detector.station.store import Store
 
@@ -67,14 +69,9 @@ def test_frames_and_design_runs_carry_the_warning_and_the_taught_mark(client: Te
 
 
 def test_an_inspection_hands_its_warning_and_taught_mark_to_the_record() -> None:
-    frame = types.SimpleNamespace(index=0, source_name="cam0", file_name="b.png", image=np.zeros((20, 30), np.uint8), error=None)
-    inspection = types.SimpleNamespace(frame=frame, detections=None, drift="off", score=None, events=[], design_warning=WARNING)
-    inspection.design_taught = True
-    record = record_from_inspection(inspection, "m.pt", 0.5)
+    frame = Frame(0, np.zeros((20, 30), np.uint8), "cam0", "b.png", 0.0)
+    record = Inspection(Prepared(frame, design_warning=WARNING, design_taught=True)).to_station(utc_now())
     assert record.design_warning == WARNING and record.design_taught is True
-    del inspection.design_warning, inspection.design_taught  # an inspection of an older inspector: none, not known
-    record = record_from_inspection(inspection, "m.pt", 0.5)
-    assert record.design_warning is None and record.design_taught is None
 
 
 def test_a_schema_3_database_is_migrated(station_db: StationDB) -> None:

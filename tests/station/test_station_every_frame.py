@@ -41,9 +41,10 @@ def _frames(start: datetime) -> list:
         record = board_record(i, time=when, events=events, drift="critical" if i >= 30 else "normal")
         record = dataclasses.replace(record, reference=design)
         if i in REFUSED:
-            why = "blank frame (99th percentile 12 <= 40)" if i in (3, 33) else "reference does not match (score 0.1)"
-            reason = f"board_{i:04d}.png: {why}"
-            record = dataclasses.replace(record, verdict="not_inspected", reason=reason, calls=(), reference=None, reference_image=None)
+            kind = "blank frame" if i in (3, 33) else "reference does not match"
+            reason = f"board_{i:04d}.png: {kind} ({'99th percentile 12 <= 40' if i in (3, 33) else 'score 0.1'})"
+            refused = {"verdict": "not_inspected", "reason": reason, "reason_kind": kind, "calls": (), "reference": None}
+            record = dataclasses.replace(record, **refused, reference_image=None)
         out.append(record)
     return out
 

@@ -18,12 +18,12 @@ import pytest
 from conftest import StationDB
 from sqlalchemy import Row, Table, func, select, text
 from sqlalchemy.exc import OperationalError
-from station_data import board_record, drift_event, frames_with_drift
+from station_data import board_record, frames_with_drift
 
 from defect_detector.core.constants import DEEPPCB_CLASSES
 from defect_detector.station.app import create_app
 from defect_detector.station.recorder import Recorder, RecorderTiming
-from defect_detector.station.records import CallRecord, FrameRecord, record_from_inspection, utc_now
+from defect_detector.station.records import CallRecord, FrameRecord, utc_now
 from defect_detector.station.schema import calls, class_tallies, classes, drift_events, inspections, tallies
 from defect_detector.station.store import Store
 
@@ -97,34 +97,6 @@ def test_queued_rule() -> None:
         FrameRecord("cam", 1, "f", utc_now(), "m.pt", "ok")
     with pytest.raises(ValueError, match="uint8"):
         FrameRecord("cam", 1, "f", utc_now(), "m.pt", "pass", image=np.zeros((4, 4), np.float32))
-
-
-def test_record_from_an_inspection() -> None:
-    import torch
-
-    frame = types.SimpleNamespace(index=7, source_name="cam0", file_name="b.png", image=np.zeros((20, 30), np.uint8), error=None)
-    boxes = torch.tensor([[1.0, 2.0, 5.0, 6.0], [3, 3, 9, 9]])
-    det = types.SimpleNamespace(boxes=boxes, scores=torch.tensor([0.8, 0.2]), names=["open", "spur"])
-    event = types.SimpleNamespace(to_dict=lambda: drift_event(7))
-    reg = types.SimpleNamespace(shift_px=2.345678, angle_deg=-0.1, score=0.97, difference=0.012)
-    inspection = types.SimpleNamespace(frame=frame, detections=det, drift="warning", score=6.5, events=[event], registration=reg)
-    inspection.golden_name, inspection.golden_key, inspection.golden = "golden.png", "image:0123", np.ones((20, 30), np.uint8)
-    record = record_from_inspection(inspection, "m.pt", 0.5)
-    assert record.verdict == "fail" and record.frame == 7 and record.source == "cam0" and record.name == "b.png"
-    assert (record.reference, record.golden_key) == ("golden.png", "image:0123")
-    assert record.registration == {"shift": 2.3457, "angle": -0.1, "score": 0.97, "difference": 0.012}
-    open_call, spur_call = record.calls
-    assert open_call == CallRecord("open", pytest.approx(0.8), (1.0, 2.0, 5.0, 6.0))
-    assert spur_call == CallRecord("spur", pytest.approx(0.2), (3.0, 3.0, 9.0, 9.0))
-    assert record.events[0]["cause"] == "defocus" and record.reference_image is not None
-    assert record_from_inspection(inspection, "m.pt", 0.9).verdict == "pass"
-    inspection.verdict, inspection.reason = "not_inspected", "no usable reference"  # the inspector's own, once it has them
-    assert record_from_inspection(inspection, "m.pt", 0.5).reason == "no usable reference"
-    unread = types.SimpleNamespace(frame=types.SimpleNamespace(**{**vars(frame), "image": None, "error": "unreadable"}), detections=None)
-    unread.drift, unread.score, unread.events = "off", None, []
-    record = record_from_inspection(unread, "m.pt", 0.5)
-    assert record.verdict == "not_inspected" and record.reason == "unreadable" and record.image is None
-    assert record.reference is None and record.registration is None and record.golden_key is None
 
 
 def test_record_never_blocks_a_full_queue_counts_the_frames_it_drops(tmp_path: Path) -> None:

@@ -1,0 +1,233 @@
+"""The frame record: :class:`Inspection`, finished once by the inspector and immutable after.
+
+It owns the frame's verdict (``core/verdict.py``: one rule, computed when it is built), its typed refusal
+(``core/refusal.py``), and its serialisations: the ``--save-json`` record (:meth:`Inspection.to_json`), the ``--report``
+CSV row (:meth:`Inspection.csv_row`) and the station's row (:meth:`Inspection.to_station`). Outputs, the station
+recorder and the run summary read these; none decides a verdict or parses a reason's text again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from torchvision.ops import box_convert
+
+from defect_detector.align.golden_view import GoldenView
+from defect_detector.align.register import Registration
+from defect_detector.core.refusal import Refusal
+from defect_detector.core.types import Detections, TileRecord
+from defect_detector.core.verdict import Verdict, verdict_of
+from defect_detector.inspect.designs import Design
+from defect_detector.inspect.prepare import Prepared
+from defect_detector.inspect.sources import Frame
+from defect_detector.monitor.drift import DriftEvent
+from defect_detector.screens.hidden import HiddenArea
+from defect_detector.station.records import REGISTRATION_KEYS, CallRecord, FrameRecord
+
+
+@dataclass(frozen=True)
+class Inspection:
+    """The record of one frame: what the prepare stage made of it (``prepared``: its frame, design, registration,
+    refusal ...; read through the properties below), the model's ``detections`` (boxes in the frame's original pixels;
+    None when not inspected), the drift ``events`` it raised, the monitor's ``drift`` flag after it
+    (``DriftDetector.flag``; ``"off"`` without monitoring) and ``score`` (None without monitoring), and the file name of
+    the ``weights`` that inspected it (with the bundled weights chosen per design, not always the same).
+
+    ``verdict`` (set when built, :func:`~defect_detector.core.verdict.verdict_of`): ``fail`` (at least one call at the
+    operating point), ``pass`` (none), ``pass_suspect`` (none, but a critical drift alert is raised, or its golden image
+    draws the untaught-look warning; ``reason`` says which), or ``not_inspected`` (``refusal`` says why): never count
+    such a board as clean."""
+
+    prepared: Prepared
+    detections: Detections | None = None
+    events: tuple[DriftEvent, ...] = ()
+    drift: str = "off"
+    score: float | None = None
+    weights: str | None = None
+    verdict: Verdict = field(init=False)
+
+    def __post_init__(self) -> None:
+        suspect = self.drift == "critical" or self.prepared.design_warning is not None
+        inspected = self.detections is not None and not self.prepared.refused
+        object.__setattr__(self, "events", tuple(self.events))
+        object.__setattr__(self, "verdict", verdict_of(inspected, len(self.detections) if inspected else 0, suspect))
+
+    @property
+    def frame(self) -> Frame:
+        return self.prepared.frame
+
+    @property
+    def refusal(self) -> Refusal | None:
+        """Why the frame was not inspected (None when it was)."""
+        return self.prepared.refusal
+
+    @property
+    def registration(self) -> Registration | None:
+        return self.prepared.registration
+
+    @property
+    def golden(self) -> np.ndarray | None:
+        """uint8 ``[H, W]``: its golden image registered into the frame's pixels at the frame's levels (None without)."""
+        return self.prepared.golden
+
+    @property
+    def covered(self) -> np.ndarray | None:
+        """bool ``[H, W]``: where its registered golden image has data (None without one)."""
+        return self.prepared.covered
+
+    @property
+    def design(self) -> Design | None:
+        return self.prepared.design
+
+    @property
+    def levels(self) -> np.ndarray | None:
+        return self.prepared.levels
+
+    @property
+    def view(self) -> GoldenView | None:
+        return self.prepared.view
+
+    @property
+    def plan(self) -> TileRecord | None:
+        return self.prepared.plan
+
+    @property
+    def hidden(self) -> HiddenArea | None:
+        return self.prepared.hidden
+
+    @property
+    def golden_name(self) -> str | None:
+        return self.prepared.golden_name
+
+    @property
+    def golden_key(self) -> str | None:
+        return self.prepared.golden_key
+
+    @property
+    def design_warning(self) -> str | None:
+        return self.prepared.design_warning
+
+    @property
+    def design_taught(self) -> bool:
+        return self.prepared.design_taught
+
+    @property
+    def reason(self) -> str | None:
+        """Why the frame was not inspected, or why its pass is suspect (None otherwise)."""
+        if self.verdict == Verdict.NOT_INSPECTED:
+            return self.refusal.message if self.refusal is not None else None
+        if self.verdict == Verdict.PASS_SUSPECT and self.drift == "critical":
+            score = f"score {self.score:.1f}" if self.score is not None else "alert raised"
+            return f"drift critical: {score}; no call, but the camera may not show the board as validated: check the camera and the light"
+        if self.verdict == Verdict.PASS_SUSPECT:
+            return f"untaught look: no call, but {self.design_warning}"
+        return None
+
+    @property
+    def suspect_kind(self) -> str | None:
+        """Why a ``pass_suspect`` is suspect, for counting (``drift critical`` or ``untaught look``); None otherwise."""
+        if self.verdict != Verdict.PASS_SUSPECT:
+            return None
+        return "drift critical" if self.drift == "critical" else "untaught look"
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--save-json`` record (``inspect/outputs.py`` module docstring): file name, frame, verdict, reason, drift,
+        design note, registration, calls (``bbox`` COCO xywh in the frame's original pixels), dropped, merged, weights."""
+        result = self.detections
+        return {
+            "file_name": self.frame.file_name,
+            "frame": self.frame.index,
+            "verdict": self.verdict.value,
+            "reason": self.reason,
+            "drift": self.drift,
+            "design_warning": self.design_warning,
+            "registration": registration_json(self.registration),
+            "design_taught": bool(self.design_taught),
+            "calls": call_json(result),
+            "dropped": result.dropped if result is not None else 0,
+            "merged": result.merged if result is not None else 0,
+            "weights": self.weights,
+        }
+
+    def csv_row(self, class_names: Sequence[str]) -> list[Any]:
+        """The ``--report`` CSV row (:func:`csv_header`): file name, frame, verdict, reason, calls, calls per class,
+        dropped, drift."""
+        names = list(self.detections.names) if self.detections is not None else []
+        dropped = self.detections.dropped if self.detections is not None else 0
+        per_class = [names.count(name) for name in class_names]
+        return [self.frame.file_name, self.frame.index, self.verdict.value, self.reason or "", len(names), *per_class, dropped, self.drift]
+
+    def to_station(self, time: datetime) -> FrameRecord:
+        """The station's record of this frame (``station/records.py``), inspected at ``time``: the golden image's name,
+        key, pixels and registration for an inspected frame only."""
+        frame, inspected = self.frame, self.verdict != Verdict.NOT_INSPECTED
+        image = frame.image if isinstance(frame.image, np.ndarray) and frame.image.ndim == 2 and frame.image.dtype == np.uint8 else None
+        golden = self.golden if inspected and image is not None and self.golden is not None and self.golden.shape == image.shape else None
+        return FrameRecord(
+            source=str(frame.source_name),
+            frame=int(frame.index),
+            name=str(frame.file_name),
+            time=time,
+            model=self.weights or "",
+            verdict=self.verdict.value,
+            reference=self.golden_name if inspected else None,
+            reason=self.reason,
+            reason_kind=self.refusal.kind.value if self.refusal is not None else None,
+            drift=str(self.drift),
+            score=None if self.score is None else float(self.score),
+            events=tuple(e.to_dict() for e in self.events),
+            calls=station_calls(self.detections),
+            image=image,
+            reference_image=golden,
+            design_warning=self.design_warning,
+            design_taught=self.design_taught,
+            golden_key=self.golden_key if inspected else None,
+            registration=registration_values(self.registration) if inspected else None,
+        )
+
+
+def csv_header(class_names: Sequence[str]) -> list[str]:
+    """The ``--report`` CSV's header row."""
+    return ["file_name", "frame", "verdict", "reason", "calls", *class_names, "dropped", "drift"]
+
+
+def call_json(result: Detections | None) -> list[dict[str, Any]]:
+    """The calls of one frame: ``{"category_name", "bbox": [x, y, w, h], "score"}``, ``bbox`` in the frame's original
+    pixels (COCO xywh, rounded to 0.01 px); none for a frame that was not inspected."""
+    if result is None:
+        return []
+    xywh = box_convert(result.boxes, "xyxy", "xywh").tolist()
+    return [
+        {"category_name": name, "bbox": [round(v, 2) for v in box], "score": round(score, 5)}
+        for box, name, score in zip(xywh, result.names, result.scores.tolist())
+    ]
+
+
+def station_calls(result: Detections | None) -> tuple[CallRecord, ...]:
+    """The calls of one frame as the station records them (boxes xyxy in the frame's pixels)."""
+    if result is None:
+        return ()
+    boxes = result.boxes.double().reshape(-1, 4).tolist()
+    return tuple(CallRecord(str(n), float(s), tuple(b)) for n, s, b in zip(result.names, result.scores.double().tolist(), boxes))
+
+
+def registration_values(reg: Registration | None) -> dict[str, float] | None:
+    """``station/records.py`` :data:`REGISTRATION_KEYS` of a registration, rounded; None without one."""
+    if reg is None:
+        return None
+    values = (reg.shift_px, reg.angle_deg, reg.score, reg.difference)
+    return {k: round(float(v), 4) for k, v in zip(REGISTRATION_KEYS, values)}
+
+
+def registration_json(reg: Registration | None) -> dict[str, Any] | None:
+    """The JSON form of a frame's registration (None: no golden image): :func:`registration_values`, its golden check's
+    ``spread``, whether the fixture's matrix was ``reused``, and its ``photometric`` fit (gain, offset, gamma,
+    light_range; None before one)."""
+    if reg is None:
+        return None
+    photometric = reg.photometric.as_dict() if reg.photometric is not None else None
+    return registration_values(reg) | {"spread": round(float(reg.spread), 4), "reused": bool(reg.reused), "photometric": photometric}

@@ -1,0 +1,133 @@
+"""inspect/record.py: the frame record owns its verdict, its typed refusal and its serialisations (issue 43)."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from defect_detector.align.register import Registration
+from defect_detector.core.refusal import Refusal, RefusalKind
+from defect_detector.core.types import Detections, LetterboxMeta
+from defect_detector.core.verdict import VERDICTS, verdict_of
+from defect_detector.inspect.outputs import Outputs
+from defect_detector.inspect.prepare import Prepared
+from defect_detector.inspect.record import Inspection
+from defect_detector.inspect.sources import Frame, open_source
+from defect_detector.monitor.drift import DriftEvent
+
+NOW = datetime(2026, 12, 5, tzinfo=timezone.utc)
+CLASSES = ["open", "short"]
+
+
+def _detections(*scores: float) -> Detections:
+    boxes = torch.tensor([[1.0, 2.0, 5.0, 6.0], [3.0, 3.0, 9.0, 9.0]][: len(scores)]).reshape(-1, 4)
+    names = ["open", "short"][: len(scores)]
+    meta = LetterboxMeta(1.0, 0, 0, 20, 30)
+    return Detections(boxes, torch.tensor(scores), torch.arange(len(scores)), names, torch.zeros(4, 2), {}, meta)
+
+
+def _prepared(name: str = "b.png", **changes: object) -> Prepared:
+    return Prepared(Frame(7, np.zeros((20, 30), np.uint8), "cam0", name, 0.0), levels=np.zeros(4), **changes)
+
+
+def _records() -> dict[str, Inspection]:
+    """One record of every verdict, two kinds of pass_suspect among them."""
+    refused = _prepared(refusal=Refusal(RefusalKind.UNDEREXPOSED, "underexposed: 25% of the golden image's level", {"light": 0.25}))
+    return {
+        "pass": Inspection(_prepared(), _detections()),
+        "fail": Inspection(_prepared(), _detections(0.8, 0.3)),
+        "drift": Inspection(_prepared(), _detections(), drift="critical", score=9.1),
+        "untaught": Inspection(_prepared(design_warning="this design looks unlike the model's training images"), _detections()),
+        "refused": Inspection(refused, None, drift="critical"),
+    }
+
+
+def test_one_rule_gives_every_verdict() -> None:
+    assert VERDICTS == ("pass", "pass_suspect", "fail", "not_inspected")
+    assert [verdict_of(False, 3, True), verdict_of(True, 2, True), verdict_of(True, 0, True), verdict_of(True, 0, False)] == [
+        "not_inspected",
+        "fail",
+        "pass_suspect",
+        "pass",
+    ]
+    records = _records()
+    assert {k: r.verdict.value for k, r in records.items()} == {
+        "pass": "pass",
+        "fail": "fail",
+        "drift": "pass_suspect",
+        "untaught": "pass_suspect",
+        "refused": "not_inspected",
+    }
+    assert records["drift"].suspect_kind == "drift critical" and records["untaught"].suspect_kind == "untaught look"
+    assert records["drift"].reason.startswith("drift critical: score 9.1") and records["untaught"].reason.startswith("untaught look")
+
+
+def test_the_json_the_csv_row_and_the_station_agree_on_every_verdict_and_reason() -> None:
+    for key, record in _records().items():
+        station, row, data = record.to_station(NOW), record.csv_row(CLASSES), record.to_json()
+        assert data["verdict"] == station.verdict == row[2] == record.verdict.value, key
+        assert data["reason"] == station.reason == (row[3] or None) == record.reason, key
+        assert len(data["calls"]) == len(station.calls) == row[4], key
+
+
+def test_a_refusal_is_typed_and_counted_by_its_kind_never_by_its_text() -> None:
+    record = _records()["refused"]
+    assert record.refusal.kind == RefusalKind.UNDEREXPOSED and record.refusal.kind.camera and record.refusal.values["light"] == 0.25
+    assert record.to_station(NOW).reason_kind == "underexposed" == record.to_station(NOW).kind
+    reworded = dataclasses.replace(record.prepared, refusal=Refusal(RefusalKind.UNDEREXPOSED, "b.png: too dark (see the light)"))
+    assert Inspection(reworded).to_station(NOW).kind == "underexposed"  # the message's wording does not matter
+    with pytest.raises(ValueError):
+        Refusal("too dark", "b.png: too dark")
+    assert not RefusalKind.HIDDEN.camera and not RefusalKind.COVERS_LITTLE.camera and RefusalKind.BLANK.camera
+
+
+def test_a_record_cannot_be_changed_after_it_is_finished() -> None:
+    record = _records()["fail"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        record.drift = "normal"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        record.prepared.golden = None  # type: ignore[misc]
+
+
+def test_the_station_row_of_an_inspected_frame_with_its_golden_image() -> None:
+    reg = Registration(np.eye(2, 3), 0.97, True, 2.345678, -0.1, 1.0, difference=0.012)
+    golden = np.ones((20, 30), np.uint8)
+    event = DriftEvent("drift", 7, "cam0", "warning", 6.5, ["backbone.stem"], "blur")
+    prepared = _prepared(registration=reg, golden=golden, golden_name="golden.png")
+    record = Inspection(prepared, _detections(0.8, 0.2), [event], "warning", 6.5, "m.pt")
+    station = record.to_station(NOW)
+    assert (station.verdict, station.frame, station.source, station.name, station.model) == ("fail", 7, "cam0", "b.png", "m.pt")
+    assert station.reference == "golden.png" and station.reference_image is golden
+    assert station.registration == {"shift": 2.3457, "angle": -0.1, "score": 0.97, "difference": 0.012}
+    assert [c.class_name for c in station.calls] == ["open", "short"] and station.calls[0].box == (1.0, 2.0, 5.0, 6.0)
+    assert station.events[0]["event"] == "drift" and station.events[0]["frame"] == 7
+    frame = Frame(3, None, "cam0", "x.png", 0.0, "x.png: corrupt")
+    unread = Inspection(Prepared(frame, refusal=Refusal(RefusalKind.UNREADABLE, "x.png: corrupt")))
+    station = unread.to_station(NOW)
+    assert station.verdict == "not_inspected" and station.reason == "x.png: corrupt" and station.kind == "unreadable"
+    assert station.image is None and station.reference is None and station.registration is None
+
+
+def test_report_csv_escapes_file_names_a_spreadsheet_would_run(tmp_path: Path) -> None:
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    (folder / "a.png").write_bytes(b"")
+    records = [
+        Inspection(_prepared("=1+2+cmd|calc!A0.jpg"), _detections(), drift="normal"),
+        Inspection(_prepared("@x.png", refusal=Refusal(RefusalKind.UNREADABLE, "-bad: unreadable")), drift="-"),
+        Inspection(_prepared("board.png"), _detections(0.9), drift="normal"),
+    ]
+    outputs = Outputs(open_source(str(folder)), CLASSES, None, None, str(tmp_path / "r.csv"))
+    for record in records:
+        outputs.add(record)
+    outputs.close()
+    rows = list(csv.reader((tmp_path / "r.csv").open()))
+    assert rows[0] == ["file_name", "frame", "verdict", "reason", "calls", "open", "short", "dropped", "drift"]
+    assert rows[1][0] == "'=1+2+cmd|calc!A0.jpg" and rows[2][0] == "'@x.png" and rows[2][3] == "'-bad: unreadable"
+    assert rows[2][8] == "'-" and rows[3][:6] == ["board.png", "7", "fail", "", "1", "1"]
