@@ -94,29 +94,18 @@ class InvertNegatives(A.ImageOnlyTransform):
         return 255 - img if negative else img
 
 
-class RigidJitter(A.ImageOnlyTransform):
-    """Move an image by a random rigid transform: a shift of up to ``shift`` pixels along each axis
-    and a rotation of up to ``degrees`` about the image centre (bilinear; the exposed border is
-    filled with 114). Simulates the residual error of registering a reference to its frame."""
+class RigidJitter(A.Affine):
+    """``A.Affine`` as a rigid move: a rotation of up to ``degrees`` about the image centre and a shift of up to ``shift``
+    pixels along each axis (bilinear; the exposed border filled with 114). The shift is drawn sub-pixel (``A.Affine``'s
+    own ``translate_px`` draws whole pixels). Simulates the residual error of registering a reference to its frame."""
 
     def __init__(self, shift: float = 2.0, degrees: float = 0.3, p: float = 1.0):
-        super().__init__(p=p)
+        super().__init__(rotate=(-degrees, degrees), border_mode=_BORDER, fill=_FILL, p=p)
         self.shift = shift
-        self.degrees = degrees
 
-    def get_params(self) -> dict[str, Any]:
+    def _get_translate_params(self, image_shape: tuple[int, int]) -> dict[str, float]:
         rnd = self.py_random
-        return {
-            "dx": rnd.uniform(-self.shift, self.shift),
-            "dy": rnd.uniform(-self.shift, self.shift),
-            "angle": rnd.uniform(-self.degrees, self.degrees),
-        }
-
-    def apply(self, img: np.ndarray, dx: float, dy: float, angle: float, **params: Any) -> np.ndarray:
-        h, w = img.shape[:2]
-        matrix = cv2.getRotationMatrix2D(((w - 1) / 2.0, (h - 1) / 2.0), angle, 1.0)
-        matrix[:, 2] += (dx, dy)
-        return cv2.warpAffine(img, matrix, (w, h), flags=cv2.INTER_LINEAR, borderMode=_BORDER, borderValue=_FILL)
+        return {"x": rnd.uniform(-self.shift, self.shift), "y": rnd.uniform(-self.shift, self.shift)}
 
 
 def build_bbox_params(cfg: AugmentConfig) -> A.BboxParams:
