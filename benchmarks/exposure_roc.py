@@ -3,11 +3,11 @@
 For each board ``<group>/<n>/<id>_test.jpg`` of the given groups (and its golden image ``<id>_temp.jpg``, aligned as
 DeepPCB ships them) every condition is simulated: light 20%-200% (multiply and clip), contrast 25%-75% (about grey
 128), a 40% occluder (a flat grey or a textured patch, and flat patches at the copper and substrate levels), Gaussian
-noise, defocus (a Gaussian blur) and a frame of pure noise. The check's measures are read against the golden image
-(``golden``) and against the calibration levels alone (``levels``: dark 0, bright 255, what the bundled baselines
-record). For each measure and
-threshold it prints the share of normal-light boards refused and of each condition's boards refused, then the
-refusals of one chosen :class:`ExposureRange` (``--min-light`` ... flags)::
+noise, defocus (a Gaussian blur) and a frame of pure noise; light and defocus are ``monitor/faults.py``'s. The check's
+measures are read against the golden image (``golden``) and against the calibration levels alone (``levels``: dark 0,
+bright 255, what the bundled baselines record). For each measure and threshold it prints the share of normal-light
+boards refused and of each condition's boards refused, then the refusals of one chosen :class:`ExposureRange`
+(``--min-light`` ... flags)::
 
     python -m benchmarks.exposure_roc --root /data/deeppcb --groups 50600 92000
 """
@@ -22,6 +22,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from defect_detector.monitor.faults import defocus, lighting_drop
 from defect_detector.screens.exposure import ExposureRange, contrast_ratio, exposure_reason, histogram, tones
 
 LIGHTS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.1, 1.2, 1.3, 1.5, 1.7, 2.0)
@@ -70,7 +71,7 @@ def conditions(board: np.ndarray, rng: np.random.Generator) -> Iterator[tuple[st
     f = board.astype(np.float32)
     yield "normal", board
     for k in LIGHTS:
-        yield f"light {k:.0%}", np.clip(f * k, 0, 255).round().astype(np.uint8)
+        yield f"light {k:.0%}", lighting_drop(board, k)
     for c in CONTRASTS:
         yield f"contrast {c:.0%}", np.clip(128 + (f - 128) * c, 0, 255).round().astype(np.uint8)
     for kind in OCCLUDERS:
@@ -78,7 +79,7 @@ def conditions(board: np.ndarray, rng: np.random.Generator) -> Iterator[tuple[st
     for sigma in NOISE:
         yield f"noise sigma {sigma}", np.clip(f + rng.normal(0, sigma, f.shape), 0, 255).round().astype(np.uint8)
     for sigma in DEFOCUS:
-        yield f"defocus sigma {sigma:g}", cv2.GaussianBlur(board, (0, 0), sigma)
+        yield f"defocus sigma {sigma:g}", defocus(board, sigma)
     yield "pure noise", rng.integers(0, 256, board.shape, dtype=np.uint8)
 
 

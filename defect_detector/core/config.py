@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import yaml
 from pydantic import Field, model_validator
@@ -21,7 +21,21 @@ from defect_detector.core.config_augment import AugmentConfig
 from defect_detector.core.config_register import RegisterConfig
 from defect_detector.core.constants import DEEPPCB_CLASSES, DEFAULT_LAYERS
 from defect_detector.core.io import atomic_write_text
-from defect_detector.core.typed_yaml import Bool, ConfigError, Float, Int, Section, Str, apply_overrides, check, plain, read_yaml_mapping
+from defect_detector.core.typed_yaml import (
+    AtLeastOne,
+    Bool,
+    ConfigError,
+    Float,
+    Int,
+    NonNegative,
+    Section,
+    Share,
+    Str,
+    apply_overrides,
+    check,
+    plain,
+    read_yaml_mapping,
+)
 
 __all__ = [
     "AugmentConfig",
@@ -38,7 +52,6 @@ __all__ = [
     "read_yaml_mapping",
     "save_config",
 ]
-
 
 
 class DataConfig(Section):
@@ -66,21 +79,18 @@ class DataConfig(Section):
     class_names: tuple[Str, ...] = DEEPPCB_CLASSES
     imgsz: Int = 640
     on_bad_sample: Str = "skip"
-    workers: Int = 2
+    workers: Annotated[Int, Field(ge=0)] = 2
     register_train: Bool = False
     register_val: Bool = True
-    pixel_scale: Float | None = None
-    max_images: Int | None = None
+    pixel_scale: Annotated[Float, Field(gt=0)] | None = None
+    max_images: AtLeastOne | None = None
 
     @model_validator(mode="after")
     def _check_values(self) -> DataConfig:
-        check(self.max_images is None or self.max_images >= 1, "max_images", "must be >= 1 or null", self.max_images)
-        check(self.pixel_scale is None or self.pixel_scale > 0, "pixel_scale", "must be > 0 or null", self.pixel_scale)
         check(self.imgsz % 32 == 0 and self.imgsz >= 64, "imgsz", "must be a multiple of 32 and >= 64", self.imgsz)
         check(len(self.class_names) > 0, "class_names", "must not be empty", self.class_names)
         check(len(set(self.class_names)) == len(self.class_names), "class_names", "must be unique", self.class_names)
         check(self.on_bad_sample in ("skip", "error"), "on_bad_sample", "must be 'skip' or 'error'", self.on_bad_sample)
-        check(self.workers >= 0, "workers", "must be >= 0", self.workers)
         return self
 
 
@@ -111,12 +121,12 @@ class ModelConfig(Section):
     in_channels: Int = 1
     fusion: Str = "early"
     box_head: Str = "distance"
-    reg_max: Int = 16
+    reg_max: Annotated[Int, Field(ge=2, le=64)] = 16
     widths: tuple[Int, Int, Int, Int] = (32, 64, 128, 192)
     depths: tuple[Int, Int, Int, Int] = (1, 3, 3, 2)
     neck_channels: Int = 64
-    head_convs: Int = 2
-    head_box_convs: Int | None = None
+    head_convs: AtLeastOne = 2
+    head_box_convs: AtLeastOne | None = None
     strides: tuple[Int, ...] = (8, 16, 32)
 
     @model_validator(mode="after")
@@ -130,7 +140,6 @@ class ModelConfig(Section):
             self.fusion,
         )
         check(self.box_head in BOX_HEADS, "box_head", f"must be one of {', '.join(BOX_HEADS)}", self.box_head)
-        check(2 <= self.reg_max <= 64, "reg_max", "must be an integer in [2, 64]", self.reg_max)
         check(
             len(self.widths) == 4 and all(w > 0 and w % 8 == 0 for w in self.widths),
             "widths",
@@ -144,8 +153,6 @@ class ModelConfig(Section):
             "must be a positive multiple of 8",
             self.neck_channels,
         )
-        check(self.head_convs >= 1, "head_convs", "must be >= 1", self.head_convs)
-        check(self.head_box_convs is None or self.head_box_convs >= 1, "head_box_convs", "must be >= 1 or null", self.head_box_convs)
         check(tuple(self.strides) == (8, 16, 32), "strides", "must be [8, 16, 32]", self.strides)
         return self
 
@@ -167,35 +174,29 @@ class TrainConfig(Section):
 
     section: ClassVar[str] = "train"
 
-    epochs: Int = 30
-    batch_size: Int = 8
-    accumulate: Int = 1
+    epochs: AtLeastOne = 30
+    batch_size: AtLeastOne = 8
+    accumulate: AtLeastOne = 1
     lr: Float = 2e-3
     weight_decay: Float = 0.05
     warmup_epochs: Float = 1.0
-    min_lr_ratio: Float = 0.05
-    grad_clip: Float = 10.0
-    ema_decay: Float = 0.999
+    min_lr_ratio: Share = 0.05
+    grad_clip: Annotated[Float, Field(gt=0)] = 10.0
+    ema_decay: Annotated[Float, Field(ge=0, lt=1)] = 0.999
     amp: Str = "auto"
     device: Str = "auto"
-    val_every: Int = 1
-    max_bad_steps: Int = 50
+    val_every: AtLeastOne = 1
+    max_bad_steps: Annotated[Int, Field(ge=0)] = 50
     init_weights: Str | None = None
-    max_minutes: Float | None = None
+    max_minutes: Annotated[Float, Field(gt=0)] | None = None
     freeze: tuple[Str, ...] = ()
 
     @model_validator(mode="after")
     def _check_values(self) -> TrainConfig:
-        check(self.epochs >= 1, "epochs", "must be >= 1", self.epochs)
-        check(self.batch_size >= 1, "batch_size", "must be >= 1", self.batch_size)
-        check(self.accumulate >= 1, "accumulate", "must be >= 1", self.accumulate)
         check(self.lr > 0 and math.isfinite(self.lr), "lr", "must be finite and > 0", self.lr)
         for name in ("weight_decay", "warmup_epochs"):
             value = getattr(self, name)
             check(value >= 0 and math.isfinite(value), name, "must be finite and >= 0", value)
-        check(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", "must be in [0, 1]", self.min_lr_ratio)
-        check(self.grad_clip > 0, "grad_clip", "must be > 0", self.grad_clip)
-        check(0 <= self.ema_decay < 1, "ema_decay", "must be in [0, 1)", self.ema_decay)
         check(self.amp in ("auto", "off", "bf16", "fp16"), "amp", "must be one of auto, off, bf16, fp16", self.amp)
         check(
             self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
@@ -203,24 +204,8 @@ class TrainConfig(Section):
             "must be auto, cpu, cuda or cuda:N",
             self.device,
         )
-        check(self.val_every >= 1, "val_every", "must be >= 1", self.val_every)
-        check(self.max_bad_steps >= 0, "max_bad_steps", "must be >= 0", self.max_bad_steps)
-        check(self.max_minutes is None or self.max_minutes > 0, "max_minutes", "must be > 0 or null", self.max_minutes)
         check(all(n for n in self.freeze), "freeze", "must be a list of module names", self.freeze)
         return self
-
-
-_UNIT_OR_NULL = (
-    "cross_class_iou",
-    "merge_ios",
-    "hidden_max_area",
-    "exposure_min_light",
-    "exposure_min_contrast",
-    "exposure_max_clipped",
-    "exposure_max_highlights",
-    "exposure_max_midtones",
-)
-"""``eval`` keys that are null or in [0, 1]."""
 
 
 class EvalConfig(Section):
@@ -239,29 +224,19 @@ class EvalConfig(Section):
 
     section: ClassVar[str] = "eval"
 
-    conf: Float = 0.001
-    nms_iou: Float = 0.6
-    max_det: Int = 100
-    f1_conf: Float = 0.3
-    cross_class_iou: Float | None = None
-    cross_class_factor: Float = 0.25
-    merge_ios: Float | None = None
-    hidden_max_area: Float | None = 0.005
-    exposure_min_light: Float = 0.6
-    exposure_min_contrast: Float = 0.6
-    exposure_max_clipped: Float = 0.2
-    exposure_max_highlights: Float | None = None
-    exposure_max_midtones: Float | None = None
-
-    @model_validator(mode="after")
-    def _check_values(self) -> EvalConfig:
-        for name in ("conf", "nms_iou", "f1_conf", "cross_class_factor"):
-            check(0.0 <= getattr(self, name) <= 1.0, name, "must be in [0, 1]", getattr(self, name))
-        check(self.max_det >= 1, "max_det", "must be >= 1", self.max_det)
-        for name in _UNIT_OR_NULL:
-            value = getattr(self, name)
-            check(value is None or 0.0 <= value <= 1.0, name, "must be in [0, 1] or null", value)
-        return self
+    conf: Share = 0.001
+    nms_iou: Share = 0.6
+    max_det: AtLeastOne = 100
+    f1_conf: Share = 0.3
+    cross_class_iou: Share | None = None
+    cross_class_factor: Share = 0.25
+    merge_ios: Share | None = None
+    hidden_max_area: Share | None = 0.005
+    exposure_min_light: Share = 0.6
+    exposure_min_contrast: Share = 0.6
+    exposure_max_clipped: Share = 0.2
+    exposure_max_highlights: Share | None = None
+    exposure_max_midtones: Share | None = None
 
 
 class MonitorConfig(Section):
@@ -288,31 +263,23 @@ class MonitorConfig(Section):
 
     section: ClassVar[str] = "monitor"
 
-    window: Int = 16
-    reference: Int = 256
+    window: AtLeastOne = 16
+    reference: Annotated[Int, Field(ge=0)] = 256
     z_warn: Float = 5.5
     z_alert: Float = 8.0
     z_clear: Float | None = None
-    baseline_margin: Float | None = None
-    rel_floor: Float = 0.02
-    shrinkage: Float = 0.0
-    debounce: Int = 3
-    recover: Int = 12
+    baseline_margin: NonNegative | None = None
+    rel_floor: NonNegative = 0.02
+    shrinkage: Share = 0.0
+    debounce: AtLeastOne = 3
+    recover: AtLeastOne = 12
     layers: tuple[Str, ...] = DEFAULT_LAYERS
 
     @model_validator(mode="after")
     def _check_values(self) -> MonitorConfig:
-        check(self.window >= 1, "window", "must be >= 1", self.window)
-        check(self.reference >= 0, "reference", "must be >= 0", self.reference)
         check(0 < self.z_warn <= self.z_alert, "z_warn", "must be > 0 and <= monitor.z_alert", self.z_warn)
         clear_ok = self.z_clear is None or 0 < self.z_clear <= self.z_warn
         check(clear_ok, "z_clear", "must be > 0 and <= monitor.z_warn (or null)", self.z_clear)
-        margin_ok = self.baseline_margin is None or self.baseline_margin >= 0
-        check(margin_ok, "baseline_margin", "must be >= 0 (or null)", self.baseline_margin)
-        check(self.rel_floor >= 0, "rel_floor", "must be >= 0", self.rel_floor)
-        check(0.0 <= self.shrinkage <= 1.0, "shrinkage", "must be in [0, 1]", self.shrinkage)
-        check(self.debounce >= 1, "debounce", "must be >= 1", self.debounce)
-        check(self.recover >= 1, "recover", "must be >= 1", self.recover)
         check(all(isinstance(p, str) and p for p in self.layers), "layers", "must be a list of layer names or globs", self.layers)
         return self
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
-from defect_detector.core.typed_yaml import Float, Int, Section, Str, check
+from defect_detector.core.typed_yaml import Float, Int, NonNegative, Section, Share, Str, check
 
 
 class AugmentConfig(Section):
@@ -44,70 +44,44 @@ class AugmentConfig(Section):
     section: ClassVar[str] = "augment"
 
     crop_size: Int = 0
-    crop_focus: Float = 1.0
+    crop_focus: Share = 1.0
 
-    hflip: Float = 0.5
-    vflip: Float = 0.5
-    transpose: Float = 0.0
-    rotate_deg: Float = 5.0
-    rotate_p: Float = 0.3
-    scale: Float = 0.1
-    translate: Float = 0.05
-    affine_p: Float = 0.5
-    brightness: Float = 0.2
-    contrast: Float = 0.2
+    hflip: Share = 0.5
+    vflip: Share = 0.5
+    transpose: Share = 0.0
+    rotate_deg: NonNegative = 5.0
+    rotate_p: Share = 0.3
+    scale: NonNegative = 0.1
+    translate: NonNegative = 0.05
+    affine_p: Share = 0.5
+    brightness: NonNegative = 0.2
+    contrast: NonNegative = 0.2
     gamma: tuple[Float, Float] = (80.0, 120.0)
-    photometric_p: Float = 0.5
-    blur_p: Float = 0.1
-    noise_p: Float = 0.1
-    glare_p: Float = 0.1
-    invert_negatives: Float = 0.0
-    min_visibility: Float = 0.4
-    min_box_size: Float = 2.0
-    ref_shift: Float = 2.0
-    ref_rotate: Float = 0.3
-    ref_p: Float = 1.0
-    capture_p: Float = 0.0
-    capture_seam_p: Float = 0.0
-    capture_hidden_p: Float = 0.0
-    render_p: Float = 0.0
+    photometric_p: Share = 0.5
+    blur_p: Share = 0.1
+    noise_p: Share = 0.1
+    glare_p: Share = 0.1
+    invert_negatives: Share = 0.0
+    min_visibility: Share = 0.4
+    min_box_size: NonNegative = 2.0
+    ref_shift: NonNegative = 2.0
+    ref_rotate: NonNegative = 0.3
+    ref_p: Share = 1.0
+    capture_p: Share = 0.0
+    capture_seam_p: Share = 0.0
+    capture_hidden_p: Share = 0.0
+    render_p: Share = 0.0
     render_family: Str = "train"
     render_scale: tuple[Float, Float] = (1.0, 1.0)
-    paint_p: Float = 0.0
-    paint_max: Int = 4
-    paint_scale: Float | None = 1.0
+    paint_p: Share = 0.0
+    paint_max: Annotated[Int, Field(ge=1, le=32)] = 4
+    paint_scale: Annotated[Float, Field(ge=0.25, le=8)] | None = 1.0
 
     @model_validator(mode="after")
     def _check_values(self) -> AugmentConfig:
-        for name in (
-            "crop_focus",
-            "hflip",
-            "vflip",
-            "transpose",
-            "rotate_p",
-            "affine_p",
-            "photometric_p",
-            "blur_p",
-            "noise_p",
-            "glare_p",
-            "invert_negatives",
-            "min_visibility",
-            "ref_p",
-            "capture_p",
-            "capture_seam_p",
-            "capture_hidden_p",
-            "render_p",
-            "paint_p",
-        ):
-            value = getattr(self, name)
-            check(0.0 <= value <= 1.0, name, "must be in [0, 1]", value)
-        for name in ("rotate_deg", "scale", "translate", "brightness", "contrast", "min_box_size", "ref_shift", "ref_rotate"):
-            check(getattr(self, name) >= 0, name, "must be >= 0", getattr(self, name))
         check(self.render_family in ("train", "holdout"), "render_family", "must be 'train' or 'holdout'", self.render_family)
         low, high = self.render_scale
         check(1.0 <= low <= high <= 8.0, "render_scale", "must be [low, high] with 1 <= low <= high <= 8", list(self.render_scale))
-        check(1 <= self.paint_max <= 32, "paint_max", "must be in [1, 32]", self.paint_max)
-        check(self.paint_scale is None or 0.25 <= self.paint_scale <= 8, "paint_scale", "must be in [0.25, 8] or null", self.paint_scale)
         check(
             self.crop_size == 0 or (self.crop_size % 32 == 0 and self.crop_size >= 64),
             "crop_size",

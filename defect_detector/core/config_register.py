@@ -8,11 +8,11 @@ so the golden check a model was validated with is the one ``predict`` applies. T
 from __future__ import annotations
 
 import warnings
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
-from defect_detector.core.typed_yaml import Bool, Float, Int, Section, check
+from defect_detector.core.typed_yaml import Bool, Float, Int, Section, Share, check
 
 warnings.filterwarnings("ignore", r'Field name "register" in "Config" shadows', UserWarning)
 """The ``register`` section of ``Config`` shadows ``ABCMeta.register``, which pydantic warns of once per class;
@@ -54,43 +54,25 @@ class RegisterConfig(Section):
 
     section: ClassVar[str] = "register"
 
-    min_score: Float = 0.3
-    max_shift: Float = 64.0
-    max_angle: Float = 5.0
-    min_overlap: Float = 0.85
-    scale: Float = 0.25
-    levels: Int = 2
-    iterations: Int = 20
-    eps: Float = 0.02
-    blur: Float = 1.0
+    min_score: Annotated[Float, Field(ge=-1, le=1)] = 0.3
+    max_shift: Annotated[Float, Field(gt=0, description="pixels")] = 64.0
+    max_angle: Annotated[Float, Field(gt=0, le=180, description="degrees")] = 5.0
+    min_overlap: Annotated[Float, Field(gt=0, le=1)] = 0.85
+    scale: Annotated[Float, Field(gt=0, le=1)] = 0.25
+    levels: Annotated[Int, Field(ge=1)] = 2
+    iterations: Annotated[Int, Field(ge=1)] = 20
+    eps: Annotated[Float, Field(gt=0, description="pixels")] = 0.02
+    blur: Annotated[Float, Field(ge=0, description="0 = off")] = 1.0
     reuse: Bool = True
-    reuse_margin: Float = 0.05
-    reuse_shift: Float = 1.0
-    max_spread: Float = MAX_SPREAD
-    max_tracks: Float = MAX_TRACKS
-    max_slivers: Float = MAX_SLIVERS
-    max_missing: Float = MAX_MISSING
+    reuse_margin: Annotated[Float, Field(ge=0, le=2)] = 0.05
+    reuse_shift: Annotated[Float, Field(ge=0, description="pixels")] = 1.0
+    max_spread: Share = MAX_SPREAD
+    max_tracks: Annotated[Float, Field(ge=0, description="per 640x640 px")] = MAX_TRACKS
+    max_slivers: Share = MAX_SLIVERS
+    max_missing: Annotated[Float, Field(ge=0, description="per 640x640 px")] = MAX_MISSING
 
     @model_validator(mode="after")
     def _check_values(self) -> RegisterConfig:
-        checks = (
-            ("min_score", -1.0 <= self.min_score <= 1.0, "must be in [-1, 1]"),
-            ("max_shift", self.max_shift > 0, "must be > 0 (pixels)"),
-            ("max_angle", 0 < self.max_angle <= 180, "must be in (0, 180] (degrees)"),
-            ("min_overlap", 0 < self.min_overlap <= 1, "must be in (0, 1]"),
-            ("scale", 0 < self.scale <= 1, "must be in (0, 1]"),
-            ("levels", self.levels >= 1, "must be an integer >= 1"),
-            ("iterations", self.iterations >= 1, "must be an integer >= 1"),
-            ("eps", self.eps > 0, "must be > 0 (pixels)"),
-            ("blur", self.blur >= 0, "must be >= 0 (0 = off)"),
-            ("reuse_margin", 0 <= self.reuse_margin <= 2, "must be in [0, 2]"),
-            ("reuse_shift", self.reuse_shift >= 0, "must be >= 0 (pixels)"),
-            ("max_spread", 0 <= self.max_spread <= 1, "must be in [0, 1]"),
-            ("max_tracks", self.max_tracks >= 0, "must be >= 0 (per 640x640 px)"),
-            ("max_slivers", 0 <= self.max_slivers <= 1, "must be in [0, 1]"),
-            ("max_missing", self.max_missing >= 0, "must be >= 0 (per 640x640 px)"),
-            ("levels", self.scale * 2 ** (self.levels - 1) <= 1, "must keep the finest scale (scale * 2**(levels - 1)) <= 1"),
-        )
-        for name, ok, what in checks:
-            check(ok, name, what, getattr(self, name))
+        finest = self.scale * 2 ** (self.levels - 1)
+        check(finest <= 1, "levels", "must keep the finest scale (scale * 2**(levels - 1)) <= 1", self.levels)
         return self

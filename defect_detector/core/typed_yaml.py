@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar, get_args
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Strict, StrictBool, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, StrictBool, StrictInt, StrictStr, ValidationError
+from pydantic.fields import FieldInfo
 
 
 class ConfigError(ValueError):
@@ -41,6 +42,11 @@ Int = StrictInt
 Str = StrictStr
 Float = Annotated[float, Strict(), BeforeValidator(_yaml_number)]
 """Field types as YAML writes them: no bool for a number, no number or string for a bool, no float for an integer."""
+Share = Annotated[Float, Field(ge=0, le=1)]
+NonNegative = Annotated[Float, Field(ge=0)]
+AtLeastOne = Annotated[Int, Field(ge=1)]
+"""A probability or a fraction; a number >= 0; a count >= 1. Bounds are ``Field(ge=, gt=, le=, lt=)``
+(``description``: a hint such as the unit); a value out of them is ``key: must be in [0, 1], got 2.0``."""
 
 
 class Invalid(ValueError):
@@ -82,6 +88,35 @@ def _known(model: type[BaseModel], loc: tuple[str | int, ...]) -> str:
     return ", ".join(sorted(model.model_fields))
 
 
+def _field(model: type[BaseModel], loc: tuple[str | int, ...]) -> FieldInfo | None:
+    """The field of the (nested) model at ``loc``, or None."""
+    field = None
+    for part in loc:
+        if field is not None:
+            if not (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):
+                return None
+            model = field.annotation
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return None
+    return field
+
+
+def _bounds(field: FieldInfo) -> str:
+    """``must be in [0, 1]``, ``must be > 0 (pixels) or null``: the ``Field`` bounds of ``field`` in words."""
+    marks = list(field.metadata)
+    for arg in get_args(field.annotation):  # X | None: X's own Annotated bounds
+        marks += [m for extra in get_args(arg)[1:] for m in getattr(extra, "metadata", [extra])]
+    b = {op: getattr(m, op) for m in marks for op in ("ge", "gt", "le", "lt") if hasattr(m, op)}
+    low, high = b.get("ge", b.get("gt")), b.get("le", b.get("lt"))
+    if low is not None and high is not None:
+        text = f"in {'[' if 'ge' in b else '('}{low:g}, {high:g}{']' if 'le' in b else ')'}"
+    else:
+        text = f"{'>=' if 'ge' in b else '>' if 'gt' in b else '<=' if 'le' in b else '<'} {low if high is None else high:g}"
+    hint = f" ({field.description})" if field.description else ""
+    return f"must be {text}{hint}" + (" or null" if type(None) in get_args(field.annotation) else "")
+
+
 def _dotted(parts: list[str | int]) -> str:
     """``train.lr``, ``model.widths[2]`` from the parts of a location (empty parts skipped)."""
     key = ""
@@ -107,6 +142,9 @@ def error_parts(exc: ValidationError, model: type[BaseModel], root: str = "") ->
         return _dotted([root, *loc, cause.key]), cause.text
     if kind == "extra_forbidden":
         return _dotted([root, *loc]), f"unknown key (known: {_known(model, tuple(loc[:-1]))})"
+    field = _field(model, tuple(loc)) if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal") else None
+    if field is not None:
+        return _dotted([root, *loc]), f"{_bounds(field)}, got {error['input']!r}"
     what = _PHRASES.get(kind, "has too few items" if kind == "too_short" else error["msg"])
     return _dotted([root, *loc]), f"{what}, got {error['input']!r}"
 

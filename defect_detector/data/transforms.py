@@ -15,6 +15,8 @@ from typing import Any
 import albumentations as A
 import cv2
 import numpy as np
+import torch
+from torchvision.ops import clip_boxes_to_image, remove_small_boxes
 
 from defect_detector.core.config import AugmentConfig
 from defect_detector.core.constants import PAD_VALUE
@@ -94,40 +96,33 @@ class InvertNegatives(A.ImageOnlyTransform):
         return 255 - img if negative else img
 
 
-class RigidJitter(A.ImageOnlyTransform):
-    """Move an image by a random rigid transform: a shift of up to ``shift`` pixels along each axis
-    and a rotation of up to ``degrees`` about the image centre (bilinear; the exposed border is
-    filled with 114). Simulates the residual error of registering a reference to its frame."""
+class RigidJitter(A.Affine):
+    """``A.Affine`` as a rigid move: a rotation of up to ``degrees`` about the image centre and a shift of up to ``shift``
+    pixels along each axis (bilinear; the exposed border filled with 114). The shift is drawn sub-pixel (``A.Affine``'s
+    own ``translate_px`` draws whole pixels). Simulates the residual error of registering a reference to its frame."""
 
     def __init__(self, shift: float = 2.0, degrees: float = 0.3, p: float = 1.0):
-        super().__init__(p=p)
+        super().__init__(rotate=(-degrees, degrees), border_mode=_BORDER, fill=_FILL, p=p)
         self.shift = shift
-        self.degrees = degrees
 
-    def get_params(self) -> dict[str, Any]:
+    def _get_translate_params(self, image_shape: tuple[int, int]) -> dict[str, float]:
         rnd = self.py_random
-        return {
-            "dx": rnd.uniform(-self.shift, self.shift),
-            "dy": rnd.uniform(-self.shift, self.shift),
-            "angle": rnd.uniform(-self.degrees, self.degrees),
-        }
-
-    def apply(self, img: np.ndarray, dx: float, dy: float, angle: float, **params: Any) -> np.ndarray:
-        h, w = img.shape[:2]
-        matrix = cv2.getRotationMatrix2D(((w - 1) / 2.0, (h - 1) / 2.0), angle, 1.0)
-        matrix[:, 2] += (dx, dy)
-        return cv2.warpAffine(img, matrix, (w, h), flags=cv2.INTER_LINEAR, borderMode=_BORDER, borderValue=_FILL)
+        return {"x": rnd.uniform(-self.shift, self.shift), "y": rnd.uniform(-self.shift, self.shift)}
 
 
 def build_bbox_params(cfg: AugmentConfig) -> A.BboxParams:
-    """pascal_voc (xyxy pixel) box handling: drop boxes mostly cut off or smaller than ``min_box_size``."""
+    """pascal_voc (xyxy pixel) box handling: input boxes clipped to the image (empty ones dropped), output boxes
+    dropped when mostly cut off (``min_visibility``) or narrower or shorter than ``min_box_size`` (at least 1 px)."""
+    size = max(1.0, cfg.min_box_size)
     return A.BboxParams(
         format="pascal_voc",
         label_fields=["labels"],
         min_visibility=cfg.min_visibility,
-        min_width=cfg.min_box_size,
-        min_height=cfg.min_box_size,
-        min_area=cfg.min_box_size**2,
+        min_width=size,
+        min_height=size,
+        min_area=size**2,
+        clip=True,
+        filter_invalid_bboxes=True,
     )
 
 
@@ -213,6 +208,7 @@ class ImageTransform:
         boxes, labels = np.asarray(bboxes, np.float32).reshape(-1, 4), np.asarray(labels, np.int64).reshape(-1)
         image, _, boxes, labels = self.look(image, image, boxes, labels)
         if self.compose is None:
+            boxes, labels = _inside(image.shape, boxes, labels)
             return {"image": image, "bboxes": boxes, "labels": labels}
         return self.compose(image=image, bboxes=boxes, labels=labels)
 
@@ -286,6 +282,8 @@ class PairTransform:
         if self.geometric is not None:
             out = self.geometric(image=image, reference=reference, bboxes=boxes, labels=labels)
             image, reference, boxes, labels = out["image"], out["reference"], out["bboxes"], out["labels"]
+        else:
+            boxes, labels = _inside(image.shape, boxes, labels)
         if self.photometric is not None:
             image = self.photometric(image=image)["image"]
             reference = self.photometric(image=reference)["image"]
@@ -321,28 +319,12 @@ def build_pair_transforms(cfg: AugmentConfig | None, train: bool, seed: int | No
     )
 
 
-def _min_box_size(transform: A.Compose | PairTransform | None) -> float:
-    if isinstance(transform, PairTransform):
-        transform = transform.geometric
-    processor = transform.processors.get("bboxes") if transform is not None else None
-    if processor is None:
-        return 1.0
-    return max(1.0, float(processor.params.min_width), float(processor.params.min_height))
-
-
-def _drop_small(boxes: np.ndarray, labels: np.ndarray, min_size: float) -> tuple[np.ndarray, np.ndarray]:
-    keep = ((boxes[:, 2] - boxes[:, 0]) >= min_size) & ((boxes[:, 3] - boxes[:, 1]) >= min_size)
-    return boxes[keep], labels[keep]
-
-
-def _clip_and_filter(shape: tuple[int, ...], boxes_xyxy: np.ndarray, labels: np.ndarray, min_size: float) -> tuple[np.ndarray, np.ndarray]:
-    """Boxes clipped to an image of ``shape`` ``(H, W)``, then those under ``min_size`` dropped with their labels."""
-    h, w = shape[:2]
-    boxes = np.asarray(boxes_xyxy, dtype=np.float32).reshape(-1, 4).copy()
-    labels = np.asarray(labels, dtype=np.int64).reshape(-1)
-    boxes[:, 0::2] = boxes[:, 0::2].clip(0, w)
-    boxes[:, 1::2] = boxes[:, 1::2].clip(0, h)
-    return _drop_small(boxes, labels, min_size)
+def _inside(shape: tuple[int, ...], boxes_xyxy: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Boxes (float32 ``[N, 4]`` xyxy pixels) clipped to an image of ``shape`` ``(H, W)``, those then under 1 px wide
+    or high dropped with their labels (int64 ``[N]``): what :func:`build_bbox_params` does where no pipeline runs."""
+    boxes = clip_boxes_to_image(torch.as_tensor(np.asarray(boxes_xyxy, np.float32).reshape(-1, 4)), shape[:2])
+    keep = remove_small_boxes(boxes, 1.0).numpy()
+    return boxes.numpy()[keep], np.asarray(labels, np.int64).reshape(-1)[keep]
 
 
 def apply_transforms(
@@ -359,19 +341,15 @@ def apply_transforms(
         boxes_xyxy: float32 ``[N, 4]`` xyxy pixels.
         labels: int64 ``[N]``.
 
-    Boxes are clipped to the image first (albumentations rejects out-of-range boxes); afterwards
-    boxes narrower or shorter than the pipeline's minimum box size (at least 1 px) are dropped
-    together with their labels. Returns ``(image uint8 [H', W'], boxes float32 [M, 4], labels int64 [M])``.
+    Boxes are clipped to the image, and boxes narrower or shorter than the pipeline's minimum box size (at least
+    1 px) or mostly cut off are dropped together with their labels (:func:`build_bbox_params`).
+    Returns ``(image uint8 [H', W'], boxes float32 [M, 4], labels int64 [M])``.
     """
-    min_size = _min_box_size(transform)
-    boxes, labels = _clip_and_filter(image.shape, boxes_xyxy, labels, min_size)
-    if transform is not None:
-        out = transform(image=image, bboxes=boxes, labels=labels)
-        image = out["image"]
-        boxes = np.asarray(out["bboxes"], dtype=np.float32).reshape(-1, 4)
-        labels = np.asarray(out["labels"], dtype=np.int64).reshape(-1)
-        boxes, labels = _drop_small(boxes, labels, min_size)
-    return image, boxes, labels
+    if transform is None:
+        return (image, *_inside(image.shape, boxes_xyxy, labels))
+    boxes, labels = np.asarray(boxes_xyxy, np.float32).reshape(-1, 4), np.asarray(labels, np.int64).reshape(-1)
+    out = transform(image=image, bboxes=boxes, labels=labels)
+    return out["image"], np.asarray(out["bboxes"], np.float32).reshape(-1, 4), np.asarray(out["labels"], np.int64).reshape(-1)
 
 
 def apply_pair_transforms(
@@ -385,9 +363,6 @@ def apply_pair_transforms(
     frame. Returns ``(image [H', W'], reference [H', W'], boxes float32 [M, 4], labels int64 [M])``."""
     if reference.shape != image.shape:
         raise ValueError(f"reference is {reference.shape[1]}x{reference.shape[0]}, image is {image.shape[1]}x{image.shape[0]}")
-    min_size = _min_box_size(transform)
-    boxes, labels = _clip_and_filter(image.shape, boxes_xyxy, labels, min_size)
-    if transform is not None:
-        image, reference, boxes, labels = transform(image, reference, boxes, labels)
-        boxes, labels = _drop_small(boxes, labels, min_size)
-    return image, reference, boxes, labels
+    if transform is None:
+        return (image, reference, *_inside(image.shape, boxes_xyxy, labels))
+    return transform(image, reference, np.asarray(boxes_xyxy, np.float32).reshape(-1, 4), np.asarray(labels, np.int64).reshape(-1))

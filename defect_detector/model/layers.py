@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torchvision.ops import Conv2dNormActivation
 
 
-class ConvBNAct(nn.Sequential):
-    """``Conv2d(k, stride, groups) -> BatchNorm2d -> SiLU``; ``[B, Cin, H, W] -> [B, Cout, H/s, W/s]``."""
+class ConvBNAct(Conv2dNormActivation):
+    """torchvision's ``Conv2d(k, stride, groups, padding k // 2, no bias) -> BatchNorm2d -> SiLU``, children ``0, 1, 2``;
+    ``[B, Cin, H, W] -> [B, Cout, H/s, W/s]``."""
 
     def __init__(self, c_in: int, c_out: int, kernel: int = 3, stride: int = 1, groups: int = 1) -> None:
-        super().__init__(
-            nn.Conv2d(c_in, c_out, kernel, stride, kernel // 2, groups=groups, bias=False),
-            nn.BatchNorm2d(c_out),
-            nn.SiLU(inplace=True),
-        )
+        super().__init__(c_in, c_out, kernel, stride, groups=groups, activation_layer=nn.SiLU)
 
 
 class DWSeparable(nn.Module):

@@ -41,10 +41,10 @@ def contrast_loss(img: np.ndarray, factor: float = 0.6) -> np.ndarray:
 
 
 def lighting_drop(img: np.ndarray, factor: float = 0.6) -> np.ndarray:
-    """Dimmer illumination: every pixel multiplied by ``factor`` (0.6 = 40% darker)."""
+    """Changed illumination: every pixel multiplied by ``factor`` (0.6 = 40% darker; above 1 brighter, clipped at 255)."""
     _check(img)
-    if not 0 <= factor <= 1:
-        raise ValueError(f"factor must be in [0, 1], got {factor}")
+    if factor < 0:
+        raise ValueError(f"factor must be >= 0, got {factor}")
     return _to_uint8(img.astype(np.float32) * factor)
 
 

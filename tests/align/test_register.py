@@ -289,7 +289,7 @@ def test_bad_seed_raises(template: np.ndarray) -> None:
         ("max_angle", 200.0, r"register.max_angle: must be in \(0, 180\]"),
         ("min_overlap", 0.0, r"register.min_overlap: must be in \(0, 1\], got 0.0"),
         ("scale", 1.5, r"register.scale: must be in \(0, 1\], got 1.5"),
-        ("levels", 0, r"register.levels: must be an integer >= 1, got 0"),
+        ("levels", 0, r"register.levels: must be >= 1, got 0"),
         ("levels", 4, r"register.levels: must keep the finest scale .* <= 1, got 4"),
         ("iterations", 2.5, r"register.iterations: must be an integer, got 2.5"),
         ("eps", -1.0, r"register.eps: must be > 0"),

@@ -34,3 +34,10 @@ def test_exposure_roc_sweeps_and_scores_a_range(tmp_path: Path, capsys) -> None:
         chosen = report[mode]["chosen"]
         assert chosen["normal"] == 0.0 and chosen["light 20%"] == 1.0 and chosen["pure noise"] == 1.0
         assert report[mode]["sweeps"]["light"]["0.5"]["light 40%"] == 1.0
+
+
+def test_light_conditions_are_the_faults_lighting_drop_above_and_below_normal() -> None:
+    board = np.array([[0, 100, 200, 250]], np.uint8)
+    frames = dict(exposure_roc.conditions(board, np.random.default_rng(0)))
+    np.testing.assert_array_equal(frames["light 50%"], [[0, 50, 100, 125]])
+    np.testing.assert_array_equal(frames["light 150%"], [[0, 150, 255, 255]])  # brighter, clipped at 255

@@ -104,6 +104,9 @@ def test_out_of_range_and_degenerate_input_boxes() -> None:
     _, out_boxes, out_labels = apply_transforms(None, image, boxes, labels)
     assert out_labels.tolist() == [0, 3, 4]
     np.testing.assert_array_equal(out_boxes, [[0, 20, 80, 60], [30, 30, 31, 50], [20, 20, 80, 240]])
+    _, _, pair_boxes, pair_labels = apply_pair_transforms(None, image, image.copy(), boxes, labels)
+    np.testing.assert_array_equal(pair_boxes, out_boxes)
+    np.testing.assert_array_equal(pair_labels, out_labels)
     _, out_boxes, out_labels = apply_transforms(transform, image, boxes, labels)
     assert set(out_labels.tolist()) <= {0, 4}
     assert ((out_boxes[:, 2:] - out_boxes[:, :2]) >= 2).all()
