@@ -2,6 +2,8 @@
 # later runs skip the install unless pyproject.toml or constraints.txt changed. pip runs -qq: errors only, not the
 # warnings of an index folder that a machine's pip configuration names but lacks.
 # `make install CONSTRAINTS=` installs without the pins (e.g. on a Python other than constraints.txt's 3.11).
+# `make test` runs pytest through .ci/with_postgres: with Debian's postgresql installed (and DEFECT_DETECTOR_TEST_POSTGRES
+# unset) it starts a throwaway PostgreSQL server for the station tests and stops it after; without it, one line says so.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -21,7 +23,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	.ci/with_postgres $(PY) -m pytest -q $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(VENV)/bin/defect-detector demo

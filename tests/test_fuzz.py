@@ -21,6 +21,7 @@ from typing import Any
 
 import cv2
 import numpy as np
+import pytest
 import torch
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -124,11 +125,13 @@ def _check_loaded(ds: CocoDetectionDataset) -> None:
         predictions[rec.image_id] = {"boxes": torch.from_numpy(rec.boxes), "scores": torch.ones(n), "labels": torch.from_numpy(rec.labels)}
     event("loaded, boxes kept" if any(len(r.labels) for r in ds._records) else "loaded, no boxes kept")
     event(f"skipped: {', '.join(sorted(ds.skipped)) or 'nothing'}")
-    for preds in (predictions, {}):
-        metrics = evaluate_predictions(ds.coco, preds, ds.label_to_cat_id, ds.class_names, 0.25)
-        assert 0.0 <= metrics["map50"] <= 1.0 and set(metrics["per_class"]) <= set(ds.class_names)
-        assert metrics["absent_classes"] == ds.absent_classes
-        assert not set(metrics["per_class"]) & set(ds.absent_classes)
+    present = {ds.class_names[label] for rec in ds._records for label in rec.labels.tolist()}
+    perfect = evaluate_predictions(ds.coco, predictions, ds.label_to_cat_id, ds.class_names, 0.25)
+    assert perfect["per_class"] == pytest.approx(dict.fromkeys(present, 1.0))  # every kept box found: AP 1 per class held
+    assert perfect["map50"] == pytest.approx(1.0 if present else 0.0) and perfect["absent_classes"] == ds.absent_classes
+    nothing = evaluate_predictions(ds.coco, {}, ds.label_to_cat_id, ds.class_names, 0.25)
+    assert (nothing["map50"], nothing["per_class"], nothing["absent_classes"]) == (0.0, {}, ds.absent_classes)
+    assert not present & set(ds.absent_classes)
 
 
 @FUZZ

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
+import uuid
 from pathlib import Path
 
 import pytest
@@ -114,16 +115,16 @@ def test_every_readme_and_docs_command_parses_and_names_files_that_exist_or_are_
 
 
 def test_the_checker_finds_a_gone_subcommand_and_a_file_nothing_writes(tmp_path: Path) -> None:
+    gone, written = f"data/{uuid.uuid4().hex}/val.json", f"data/{uuid.uuid4().hex}/all"  # in no checkout, whatever its data
     page = tmp_path / "page.md"
     page.write_text(
-        "```bash\ndefect-detector bench --weights best.pt\n"
-        "defect-detector val --data data/deeppcb/deeppcb_tpl_val.json\n"
-        "defect-detector convert deeppcb PCBData --out data/x/all.json \\\n    --val-groups 1  # comment\n"
-        "defect-detector val --data data/x/all_val.json\n```\n"
+        f"```bash\ndefect-detector bench --weights best.pt\ndefect-detector val --data {gone}\n"
+        f"defect-detector convert deeppcb PCBData --out {written}.json \\\n    --val-groups 1  # comment\n"
+        f"defect-detector val --data {written}_val.json\n```\n"
     )
     problems = check_page(page, set())
     assert len(problems) == 2 and "does not parse: defect-detector bench" in problems[0], problems
-    assert "data/deeppcb/deeppcb_tpl_val.json neither exists nor is written before" in problems[1]
+    assert f"{gone} neither exists nor is written before" in problems[1]
 
 
 def _shipped_predicts() -> list[list[str]]:

@@ -81,11 +81,18 @@ def test_decode_gray_reports_conversions(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("suffix", [".png", ".bmp", ".jpg", ".tif", ".webp", ".pgm"])
 def test_image_suffixes_round_trip_through_opencv(tmp_path: Path, suffix: str) -> None:
+    """Every pixel comes back where it was: exactly, except JPEG's (quality 100: within 3 levels on a smooth ramp)."""
     assert suffix in IMAGE_SUFFIXES
-    gray = np.full((H, W), 128, np.uint8)
+    rows, cols = np.mgrid[0:H, 0:W]
+    gray = (rows * 3 + cols * 2).astype(np.uint8)  # no symmetry: a flip, a transpose or a dropped row shows
     path = tmp_path / f"board{suffix}"
-    assert cv2.imwrite(str(path), gray)
-    np.testing.assert_allclose(load_image_gray(path), gray, atol=2)
+    assert cv2.imwrite(str(path), gray, [cv2.IMWRITE_JPEG_QUALITY, 100, cv2.IMWRITE_WEBP_QUALITY, 101])  # webp > 100: lossless
+    loaded = load_image_gray(path)
+    assert loaded.dtype == np.uint8 and loaded.shape == (H, W)
+    if suffix == ".jpg":
+        np.testing.assert_allclose(loaded, gray, atol=3)
+    else:
+        np.testing.assert_array_equal(loaded, gray)
 
 
 def test_image_suffixes_are_lowercase_and_exclude_video_and_float_formats() -> None:

@@ -103,7 +103,8 @@ def test_sigkill_mid_epoch_then_resume_gives_identical_weights(tmp_path: Path, t
     os.kill(killed.pid, signal.SIGKILL)
     killed.wait(timeout=30)
     os.killpg(killed.pid, signal.SIGKILL)  # its DataLoader workers
-    assert _load(run / "weights" / "last.pt")["epoch"] == 0, "killed during epoch 2"
+    assert killed.returncode == -signal.SIGKILL, "the run ended before the kill"
+    assert _load(run / "weights" / "last.pt")["epoch"] in (0, 1)  # killed in epoch 2, or in 3 where epoch 2 ran faster than 1
 
     _finish(_train_cli(tmp_path / "cfg.yaml", "--resume"))
     _assert_same_weights(_load(tmp_path / "runs" / "straight" / "weights" / "last.pt"), _load(run / "weights" / "last.pt"))

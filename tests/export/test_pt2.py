@@ -88,15 +88,31 @@ def test_runtime_runs_the_pt2_like_the_checkpoint(small_pt2: dict) -> None:
         Runtime.load(small_pt2["path"], device="cpu", half=True)
 
 
-def test_predict_and_val_take_a_pt2(small_pt2: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_predict_and_val_take_a_pt2(small_pt2: dict, synth_coco: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`predict` and `val` given the .pt2 call and score what they do given its checkpoint."""
     board = generate_board(480, 640, np.random.default_rng(5))[0]
     assert cv2.imwrite(str(tmp_path / "board.png"), board)
-    out = tmp_path / "pred.json"
-    args = ["predict", str(tmp_path / "board.png"), "--weights", str(small_pt2["path"]), "--save-json", str(out), "--threads", "1"]
-    assert main(args) == 0
-    printed = capsys.readouterr()
-    assert "(pt2, cpu" in printed.out and "FutureWarning" not in printed.err
-    assert isinstance(json.loads(out.read_text()), list)
+    records = {}
+    for kind in ("path", "checkpoint"):
+        out = tmp_path / f"{kind}.json"
+        args = ["predict", str(tmp_path / "board.png"), "--weights", str(small_pt2[kind]), "--save-json", str(out), "--threads", "1"]
+        assert main(args) == 0
+        records[kind] = json.loads(out.read_text())
+        printed = capsys.readouterr()
+        assert ("(pt2, cpu" in printed.out) == (kind == "path") and "FutureWarning" not in printed.err
+    (got,), (want,) = records["path"], records["checkpoint"]
+    assert got["file_name"] == "board.png" and got["verdict"] == want["verdict"] == "fail"
+    # the small model's scores tie within 1e-7, so which of them survive NMS and max_det may differ: compare the scores
+    assert len(got["calls"]) == len(want["calls"]) > 0
+    assert sorted(c["score"] for c in got["calls"]) == pytest.approx(sorted(c["score"] for c in want["calls"]), abs=1e-4)
+    metrics = {}
+    for kind in ("path", "checkpoint"):
+        out = tmp_path / f"{kind}_val.json"
+        assert main(["val", "--weights", str(small_pt2[kind]), "--data", str(synth_coco), "--threads", "1", "--out", str(out)]) == 0
+        metrics[kind] = json.loads(out.read_text())
+    assert (metrics["path"]["kind"], metrics["checkpoint"]["kind"]) == ("pt2", "checkpoint")
+    assert metrics["path"]["images"] == metrics["checkpoint"]["images"] == 4 and metrics["path"]["imgsz"] == 320
+    assert metrics["path"]["at_conf"] == metrics["checkpoint"]["at_conf"] and metrics["path"]["at_conf"]["defects"] > 0
 
 
 def _args(**given: object) -> argparse.Namespace:
