@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from defect_detector.align.photometric import Photometric
+from defect_detector.core.boxes import centres_inside
 
 _EDGE_PX = 3
 """Pixels off the frame's edge not counted as data (interpolation there mixes in the border), as ``covered_area``."""
@@ -90,10 +91,4 @@ def boxes_to_frame(boxes: torch.Tensor, view: GoldenView) -> torch.Tensor:
 def centres_valid(boxes: torch.Tensor, view: GoldenView) -> torch.Tensor:
     """bool ``[K]``: whether each box's centre (golden-image pixels) lies where the frame has data, off the seam margin
     (``view.callable``)."""
-    if len(boxes) == 0:
-        return torch.zeros(0, dtype=torch.bool)
-    mask = view.callable if view.callable is not None else view.valid
-    h, w = mask.shape
-    cx = ((boxes[:, 0] + boxes[:, 2]) / 2).long().clamp(0, w - 1).numpy()
-    cy = ((boxes[:, 1] + boxes[:, 3]) / 2).long().clamp(0, h - 1).numpy()
-    return torch.from_numpy(mask[cy, cx].copy())
+    return centres_inside(boxes, view.callable if view.callable is not None else view.valid)

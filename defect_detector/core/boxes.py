@@ -8,10 +8,22 @@ edges, the head's box parametrisation) and the letterbox mapping between a frame
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torchvision.ops import clip_boxes_to_image
 
 from defect_detector.core.types import LetterboxMeta
+
+
+def centres_inside(boxes_xyxy: torch.Tensor, mask: np.ndarray) -> torch.Tensor:
+    """bool ``[K]``: whether each box's centre (pixels of ``mask``'s frame, truncated to its pixel) lies where bool
+    ``mask`` ``[H, W]`` is set; centres off the frame read its nearest edge pixel."""
+    if len(boxes_xyxy) == 0:
+        return torch.zeros(0, dtype=torch.bool)
+    h, w = mask.shape
+    cx = ((boxes_xyxy[:, 0] + boxes_xyxy[:, 2]) / 2).long().clamp(0, w - 1).numpy()
+    cy = ((boxes_xyxy[:, 1] + boxes_xyxy[:, 3]) / 2).long().clamp(0, h - 1).numpy()
+    return torch.from_numpy(np.ascontiguousarray(mask[cy, cx]))
 
 
 def ltrb_to_xyxy(distances: torch.Tensor, points: torch.Tensor) -> torch.Tensor:

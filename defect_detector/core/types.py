@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -78,3 +79,11 @@ class Detections:
 
     def __len__(self) -> int:
         return int(self.labels.numel())
+
+    def keep(self, kept: torch.Tensor, boxes: torch.Tensor | None = None) -> Detections:
+        """These detections with only the calls where bool ``kept`` ``[K]`` is set (their order kept); ``boxes``: the
+        kept calls' boxes in another frame (the golden view's calls mapped to the frame), else their own."""
+        index = kept.nonzero(as_tuple=True)[0]
+        chosen = self.boxes[index] if boxes is None else boxes
+        names = [self.names[i] for i in index.tolist()]
+        return dataclasses.replace(self, boxes=chosen, scores=self.scores[index], labels=self.labels[index], names=names)

@@ -16,6 +16,7 @@ import numpy as np
 
 from defect_detector.align.register import register
 from defect_detector.data.coco_json import read_json, resolve_images_root
+from defect_detector.data.dataset import evenly_spaced
 from defect_detector.data.images import load_image_gray
 from defect_detector.data.letterbox import letterbox
 
@@ -25,13 +26,6 @@ CALIBRATION_IMAGES = 100
 """Training frames an int8 export calibrates on by default. MinMax ranges only widen with more frames, and wider ranges
 cost resolution: on the bundled single-image model (held-out mAP@0.5 0.922 in float32), 100 frames spread over the
 training groups gave 0.920 in int8, 300 frames 0.906 (``export/int8.py``)."""
-
-
-def spread(n: int, k: int) -> list[int]:
-    """``min(n, k)`` indices spread evenly over ``range(n)``."""
-    if k >= n:
-        return list(range(n))
-    return sorted({int(i) for i in np.linspace(0, n - 1, k).round()})
 
 
 def calibration_inputs(
@@ -58,13 +52,13 @@ def calibration_inputs(
     if not entries:
         what = "images with a 'reference' (golden image) entry" if channels == 2 else "images"
         raise ValueError(f"{path}: no {what} to calibrate on")
-    chosen = spread(len(entries), max_images)
+    chosen = evenly_spaced(len(entries), max_images)
     taken = set(chosen)
     rest = [i for i in range(len(entries)) if i not in taken]
     calibration = _frames(path, root, [entries[i] for i in chosen], imgsz, channels)
     if calibration is None:
         raise ValueError(f"{path}: none of its images could be read for calibration ({len(chosen)} left out)")
-    check = _frames(path, root, [entries[rest[j]] for j in spread(len(rest), held_back)] if held_back else [], imgsz, channels)
+    check = _frames(path, root, [entries[rest[j]] for j in evenly_spaced(len(rest), held_back)] if held_back else [], imgsz, channels)
     return calibration, check if check is not None else calibration[:0]
 
 

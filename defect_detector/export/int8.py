@@ -42,8 +42,9 @@ import numpy as np
 
 from defect_detector.core.constants import DEFAULT_LAYERS
 from defect_detector.core.io import atomic_write_bytes, atomic_write_json
+from defect_detector.data.dataset import evenly_spaced
 from defect_detector.export.baseline import BaselineArg
-from defect_detector.export.calibration_data import CALIBRATION_IMAGES, calibration_inputs, spread
+from defect_detector.export.calibration_data import CALIBRATION_IMAGES, calibration_inputs
 from defect_detector.export.deploy_model import META_FILE, ExportError
 from defect_detector.export.int8_check import CHECK_FRAMES, Agreement, call_agreement, refusal
 from defect_detector.export.onnx import export_onnx, onnx_meta_path, sign_onnx, split_onnx_meta
@@ -286,7 +287,7 @@ def _stats_shift(float_path: Path, int8_path: Path, frames: np.ndarray, baseline
     from defect_detector.monitor.baseline import Baseline
 
     scale = Baseline.from_dict(baseline).std  # [L, 2]
-    x = frames[spread(len(frames), n)].astype(np.float32) / 255.0
+    x = frames[evenly_spaced(len(frames), n)].astype(np.float32) / 255.0
     outs = []
     for path in (float_path, int8_path):
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from defect_detector.core.errors import DatasetError
-from defect_detector.data.images import ConversionNotice, read_image, to_gray_uint8
+from defect_detector.data.images import ConversionNotice, gray_from_file, read_image
 
 log = logging.getLogger("defect_detector.inspect")
 
@@ -36,11 +36,9 @@ class AnnotatedFrame:
 
 
 def _decode(path: str, notice: ConversionNotice) -> np.ndarray:
+    """The gray frame of the file at ``path``, decoded as ``predict``'s sources decode a file (``data/images.py``)."""
     raw = read_image(path)
-    try:
-        gray, kinds = to_gray_uint8(raw)
-    except DatasetError as exc:
-        raise DatasetError(f"{path}: {exc}") from exc
+    gray, kinds = gray_from_file(path, raw)
     notice.note(raw, kinds, Path(path).name)
     return gray
 

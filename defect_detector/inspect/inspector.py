@@ -41,7 +41,6 @@ from defect_detector.core.devices import AdaptiveThreads, default_threads
 from defect_detector.core.types import Detections
 from defect_detector.data.images import ConversionNotice
 from defect_detector.inspect.design_check import DesignCheck
-from defect_detector.inspect.designs import Designs
 from defect_detector.inspect.drift_inputs import golden_of
 from defect_detector.inspect.outputs import Outputs
 from defect_detector.inspect.pipeline import Pipeline, gray_frame
@@ -80,14 +79,13 @@ class Inspector:
             raise ValueError(f"{runtime.path.name} is a golden-template model: give each frame's reference with --reference REF")
         self.pipeline = pipeline
         self.router = router
-        self.designs = Designs(pipeline.references, pipeline.register_cfg) if runtime.channels == 2 else None  # prepared once each
         monitored = router.detector.baseline if router is not None and router.detector is not None else None
         self.prepare = Prepare(
             pipeline,
-            self.designs,
-            DesignCheck.from_meta(runtime.meta, runtime.path),  # unlike the training images (issue 34)
-            calibration_levels(monitored, runtime.meta.get("baseline")),  # --baseline's levels, else the weights'
+            design_check=DesignCheck.from_meta(runtime.meta, runtime.path),  # unlike the training images (issue 34)
+            calibration=calibration_levels(monitored, runtime.meta.get("baseline")),  # --baseline's levels, else the weights'
         )
+        self.designs = self.prepare.designs  # the golden images, prepared once each (None for a single-image model)
         self.notice = ConversionNotice("api")
         self._next_index, self._closed = 0, False
         self.choices: dict[str, Any] | None = None  # load(): the options of a sibling on other bundled weights

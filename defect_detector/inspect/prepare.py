@@ -257,11 +257,5 @@ def detect(pipeline: Pipeline, records: Sequence[Prepared]) -> list[Detections |
 def _in_frame(result: Detections, view: GoldenView) -> Detections:
     """Golden-view detections in the frame's pixels: calls whose centre lies where the frame has no data dropped, boxes
     mapped through the registration (``boxes_to_frame``)."""
-    keep = centres_valid(result.boxes, view).nonzero(as_tuple=True)[0]
-    return dataclasses.replace(
-        result,
-        boxes=boxes_to_frame(result.boxes[keep], view),
-        scores=result.scores[keep],
-        labels=result.labels[keep],
-        names=[result.names[i] for i in keep.tolist()],
-    )
+    kept = centres_valid(result.boxes, view)
+    return result.keep(kept, boxes_to_frame(result.boxes[kept], view))

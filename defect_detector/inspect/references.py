@@ -79,9 +79,8 @@ class References:
         name = Path(file_name)
         found = self._by_name.get(name.name) or self._by_stem.get(str(name.with_suffix(""))) or self._by_stem.get(name.stem)
         if found is None:
-            raise ReferenceError(
-                f"{file_name}: no golden image in {self.path} (same relative path or file name, any image extension)", RefusalKind.NO_REFERENCE
-            )
+            message = f"{file_name}: no golden image in {self.path} (same relative path or file name, any image extension)"
+            raise ReferenceError(message, RefusalKind.NO_REFERENCE)
         return found
 
     def key(self, file_name: str) -> str:

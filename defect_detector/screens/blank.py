@@ -38,10 +38,17 @@ WHITE_LEVEL = 240
 """A flat frame whose median is at least this is white (saturated)."""
 
 
+def quantile_levels(counts: np.ndarray, quantiles: tuple[float, ...]) -> tuple[int, ...]:
+    """The gray levels at ``quantiles`` (in [0, 1]) of a 256-bin histogram ``counts`` (the lowest level whose
+    cumulative count reaches that share)."""
+    cumulative = np.cumsum(counts)
+    return tuple(int(np.searchsorted(cumulative, q * cumulative[-1])) for q in quantiles)
+
+
 def _levels(counts: np.ndarray) -> np.ndarray:
     cumulative = np.cumsum(counts)
     total = int(cumulative[-1])
-    dark, median, bright = (int(np.searchsorted(cumulative, q * total)) for q in (0.01, 0.5, 0.99))
+    dark, median, bright = quantile_levels(counts, (0.01, 0.5, 0.99))
     below = cumulative[median - FLAT_DEVIATION - 1] if median > FLAT_DEVIATION else 0
     near = int(cumulative[min(255, median + FLAT_DEVIATION)] - below)
     return np.array([dark, median, bright, (total - near) / total], dtype=np.float64)

@@ -31,6 +31,7 @@ import numpy as np
 
 from defect_detector.core.config import EvalConfig
 from defect_detector.core.refusal import Refusal, RefusalKind
+from defect_detector.screens.blank import quantile_levels
 
 SATURATED = 250
 """Gray levels at or above this are saturated."""
@@ -89,8 +90,7 @@ def tones(counts: np.ndarray) -> dict[str, float]:
     total = float(counts.sum())
     if total <= 0:
         raise ValueError("no pixels to read the exposure of")
-    cumulative = np.cumsum(counts)
-    dark, bright = (int(np.searchsorted(cumulative, q * total)) for q in (0.01, 0.99))
+    dark, bright = quantile_levels(counts, (0.01, 0.99))
     middle = (dark + bright) // 2
     bright_pixels = float(counts[middle + 1 :].sum())
     present = np.flatnonzero(counts)

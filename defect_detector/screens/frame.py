@@ -11,11 +11,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
 
+from defect_detector.core.boxes import centres_inside
 from defect_detector.core.refusal import Refusal, RefusalKind
 from defect_detector.core.types import Detections
 from defect_detector.screens.exposure import ExposureRange, exposure_reason, histogram, tones
@@ -75,18 +75,5 @@ def mask_uncovered(detections: Detections, covered: np.ndarray | None) -> Detect
     None: all kept)."""
     if covered is None or len(detections) == 0:
         return detections
-    boxes = detections.boxes.numpy()
-    h, w = covered.shape
-    cx = np.clip(((boxes[:, 0] + boxes[:, 2]) / 2).astype(np.int64), 0, w - 1)
-    cy = np.clip(((boxes[:, 1] + boxes[:, 3]) / 2).astype(np.int64), 0, h - 1)
-    keep = covered[cy, cx]
-    if keep.all():
-        return detections
-    index = np.flatnonzero(keep)
-    return dataclasses.replace(
-        detections,
-        boxes=detections.boxes[index],
-        scores=detections.scores[index],
-        labels=detections.labels[index],
-        names=[detections.names[i] for i in index],
-    )
+    kept = centres_inside(detections.boxes, covered)
+    return detections if bool(kept.all()) else detections.keep(kept)

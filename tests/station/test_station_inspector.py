@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from datetime import datetime, timezone
@@ -17,6 +18,7 @@ from sqlalchemy import func, select
 from defect_detector.cli.main import main
 from defect_detector.data.images import pixel_fingerprint
 from defect_detector.data.synth import generate_board_pair
+from defect_detector.inspect.design_check import NO_NOTE, DesignNote
 from defect_detector.inspect.inspector import Inspector
 from defect_detector.station.queries import counts_since
 from defect_detector.station.report import parse_shifts, shift_start, shift_windows
@@ -124,3 +126,26 @@ def test_a_frame_with_glare_over_a_defect_is_shown_at_the_station_as_hidden_area
         assert cv2.imread(str(store.images / row.image), cv2.IMREAD_UNCHANGED).shape == board.shape
     assert record.verdict == row.verdict == "not_inspected" and row.reason_kind == "hidden area"
     assert row.reason == record.reason and " of the board at x " in row.reason
+
+
+class _UntaughtB1:
+    """A design check that notes golden image ``b1.png`` as an untaught look (the others as known)."""
+
+    def note(self, design: object, file_name: str) -> DesignNote:
+        return DesignNote(warning="this design looks unlike the model's training images") if file_name == "b1.png" else NO_NOTE
+
+
+def test_the_station_and_the_json_agree_on_every_frames_verdict(boards: Path, tmp_path: Path) -> None:
+    """Issue 43: the station records the verdict the frame record computed (one rule): ``pass_suspect`` included, never
+    decided again from a score threshold."""
+    weights = write_small_checkpoint(tmp_path / "ref.pt", 128, in_channels=2)
+    db, out = tmp_path / "line.db", tmp_path / "det.json"
+    with Inspector.load(weights, reference=boards / "golden", device="cpu", threads=1, conf=0.99, db=str(db)) as inspector:
+        inspector.prepare.design_check = _UntaughtB1()
+        inspector.run(str(boards / "frames"), save_json=str(out))
+    recorded = json.loads(out.read_text())
+    with Store(str(db)) as store, store.engine.connect() as conn:
+        stored = {r.name: (r.verdict, r.reason) for r in conn.execute(select(inspections))}
+    assert {r["file_name"]: (r["verdict"], r["reason"]) for r in recorded} == stored
+    assert {v for v, _ in stored.values()} == {"pass", "pass_suspect", "not_inspected"}
+    assert stored["b1.png"][0] == "pass_suspect" and stored["b1.png"][1].startswith("untaught look")
