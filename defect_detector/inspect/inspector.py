@@ -225,7 +225,7 @@ class Inspector:
         records = []
         for record, detections in zip(prepared, found):
             events, drift, score = self._monitor(record, detections, goldens.get(id(record)))
-            records.append(Inspection(record, detections, events, drift, score, self.runtime.path.name))
+            records.append(Inspection.finish(record, detections, events=events, drift=drift, score=score, weights=self.runtime.path.name))
         return records
 
     def _hand_over(self, record: Inspection) -> None:

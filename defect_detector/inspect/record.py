@@ -9,40 +9,35 @@ recorder and the run summary read these; none decides a verdict or parses a reas
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
 import numpy as np
 from torchvision.ops import box_convert
 
-from defect_detector.align.golden_view import GoldenView
 from defect_detector.align.register import Registration
-from defect_detector.core.refusal import Refusal
-from defect_detector.core.types import Detections, TileRecord
+from defect_detector.core.types import Detections
 from defect_detector.core.verdict import Verdict, verdict_of
-from defect_detector.inspect.designs import Design
 from defect_detector.inspect.prepare import Prepared
-from defect_detector.inspect.sources import Frame
 from defect_detector.monitor.drift import DriftEvent
-from defect_detector.screens.hidden import HiddenArea
 from defect_detector.station.records import REGISTRATION_KEYS, CallRecord, FrameRecord
 
 
 @dataclass(frozen=True)
-class Inspection:
-    """The record of one frame: what the prepare stage made of it (``prepared``: its frame, design, registration,
-    refusal ...; read through the properties below), the model's ``detections`` (boxes in the frame's original pixels;
+class Inspection(Prepared):
+    """The record of one frame: what the prepare stage made of it (:class:`~defect_detector.inspect.prepare.Prepared`:
+    its frame, design, registration, refusal ...), the model's ``detections`` (boxes in the frame's original pixels;
     None when not inspected), the drift ``events`` it raised, the monitor's ``drift`` flag after it
     (``DriftDetector.flag``; ``"off"`` without monitoring) and ``score`` (None without monitoring), and the file name of
-    the ``weights`` that inspected it (with the bundled weights chosen per design, not always the same).
+    the ``weights`` that inspected it (with the bundled weights chosen per design, not always the same). Build it with
+    :meth:`finish`.
 
     ``verdict`` (set when built, :func:`~defect_detector.core.verdict.verdict_of`): ``fail`` (at least one call at the
     operating point), ``pass`` (none), ``pass_suspect`` (none, but a critical drift alert is raised, or its golden image
     draws the untaught-look warning; ``reason`` says which), or ``not_inspected`` (``refusal`` says why): never count
     such a board as clean."""
 
-    prepared: Prepared
     detections: Detections | None = None
     events: tuple[DriftEvent, ...] = ()
     drift: str = "off"
@@ -51,69 +46,16 @@ class Inspection:
     verdict: Verdict = field(init=False)
 
     def __post_init__(self) -> None:
-        suspect = self.drift == "critical" or self.prepared.design_warning is not None
-        inspected = self.detections is not None and not self.prepared.refused
+        inspected = self.detections is not None and not self.refused
+        suspect = self.drift == "critical" or self.design_warning is not None
         object.__setattr__(self, "events", tuple(self.events))
         object.__setattr__(self, "verdict", verdict_of(inspected, len(self.detections) if inspected else 0, suspect))
 
-    @property
-    def frame(self) -> Frame:
-        return self.prepared.frame
-
-    @property
-    def refusal(self) -> Refusal | None:
-        """Why the frame was not inspected (None when it was)."""
-        return self.prepared.refusal
-
-    @property
-    def registration(self) -> Registration | None:
-        return self.prepared.registration
-
-    @property
-    def golden(self) -> np.ndarray | None:
-        """uint8 ``[H, W]``: its golden image registered into the frame's pixels at the frame's levels (None without)."""
-        return self.prepared.golden
-
-    @property
-    def covered(self) -> np.ndarray | None:
-        """bool ``[H, W]``: where its registered golden image has data (None without one)."""
-        return self.prepared.covered
-
-    @property
-    def design(self) -> Design | None:
-        return self.prepared.design
-
-    @property
-    def levels(self) -> np.ndarray | None:
-        return self.prepared.levels
-
-    @property
-    def view(self) -> GoldenView | None:
-        return self.prepared.view
-
-    @property
-    def plan(self) -> TileRecord | None:
-        return self.prepared.plan
-
-    @property
-    def hidden(self) -> HiddenArea | None:
-        return self.prepared.hidden
-
-    @property
-    def golden_name(self) -> str | None:
-        return self.prepared.golden_name
-
-    @property
-    def golden_key(self) -> str | None:
-        return self.prepared.golden_key
-
-    @property
-    def design_warning(self) -> str | None:
-        return self.prepared.design_warning
-
-    @property
-    def design_taught(self) -> bool:
-        return self.prepared.design_taught
+    @classmethod
+    def finish(cls, prepared: Prepared, detections: Detections | None = None, **outcome: Any) -> Inspection:
+        """The record of ``prepared`` with its ``detections`` and the rest of its outcome (``events``, ``drift``,
+        ``score``, ``weights``)."""
+        return cls(**{f.name: getattr(prepared, f.name) for f in fields(Prepared)}, detections=detections, **outcome)
 
     @property
     def reason(self) -> str | None:

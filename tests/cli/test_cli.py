@@ -341,7 +341,7 @@ def _video_outputs(tmp_path: Path) -> tuple[Outputs, Path]:
     outputs = Outputs(source, ["open"], str(out), str(tmp_path / "out"))
     frame = Frame(0, np.zeros((8, 8), np.uint8), "cam.avi", "cam.avi", 0.0)
     empty = torch.zeros(0)
-    outputs.add(Inspection(Prepared(frame), Detections(empty.reshape(0, 4), empty, empty.long(), [], torch.zeros(4, 2), {}, None)))
+    outputs.add(Inspection.finish(Prepared(frame), Detections(empty.reshape(0, 4), empty, empty.long(), [], torch.zeros(4, 2), {}, None)))
     return outputs, out
 
 

@@ -64,7 +64,7 @@ def _boards() -> tuple[np.ndarray, list[np.ndarray]]:
 def _inspect(prepare: Prepare, board: np.ndarray, golden: np.ndarray, index: int = 0) -> Inspection:
     record = prepare(Frame(index, board, "test", f"b{index}.png", 0.0), golden)
     assert not record.refused, record.refusal
-    return Inspection(record, detect(prepare.pipeline, [record])[0])
+    return Inspection.finish(record, detect(prepare.pipeline, [record])[0])
 
 
 @pytest.mark.parametrize("kind", ["checkpoint", "torchscript", "onnx", "pt2"])

@@ -40,11 +40,11 @@ def _records() -> dict[str, Inspection]:
     """One record of every verdict, two kinds of pass_suspect among them."""
     refused = _prepared(refusal=Refusal(RefusalKind.UNDEREXPOSED, "underexposed: 25% of the golden image's level", {"light": 0.25}))
     return {
-        "pass": Inspection(_prepared(), _detections()),
-        "fail": Inspection(_prepared(), _detections(0.8, 0.3)),
-        "drift": Inspection(_prepared(), _detections(), drift="critical", score=9.1),
-        "untaught": Inspection(_prepared(design_warning="this design looks unlike the model's training images"), _detections()),
-        "refused": Inspection(refused, None, drift="critical"),
+        "pass": Inspection.finish(_prepared(), _detections()),
+        "fail": Inspection.finish(_prepared(), _detections(0.8, 0.3)),
+        "drift": Inspection.finish(_prepared(), _detections(), drift="critical", score=9.1),
+        "untaught": Inspection.finish(_prepared(design_warning="this design looks unlike the model's training images"), _detections()),
+        "refused": Inspection.finish(refused, None, drift="critical"),
     }
 
 
@@ -80,8 +80,8 @@ def test_a_refusal_is_typed_and_counted_by_its_kind_never_by_its_text() -> None:
     record = _records()["refused"]
     assert record.refusal.kind == RefusalKind.UNDEREXPOSED and record.refusal.kind.camera and record.refusal.values["light"] == 0.25
     assert record.to_station(NOW).reason_kind == "underexposed" == record.to_station(NOW).kind
-    reworded = dataclasses.replace(record.prepared, refusal=Refusal(RefusalKind.UNDEREXPOSED, "b.png: too dark (see the light)"))
-    assert Inspection(reworded).to_station(NOW).kind == "underexposed"  # the message's wording does not matter
+    reworded = dataclasses.replace(record, refusal=Refusal(RefusalKind.UNDEREXPOSED, "b.png: too dark (see the light)"))
+    assert Inspection.finish(reworded).to_station(NOW).kind == "underexposed"  # the message's wording does not matter
     with pytest.raises(ValueError):
         Refusal("too dark", "b.png: too dark")
     assert not RefusalKind.HIDDEN.camera and not RefusalKind.COVERS_LITTLE.camera and RefusalKind.BLANK.camera
@@ -92,7 +92,7 @@ def test_a_record_cannot_be_changed_after_it_is_finished() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         record.drift = "normal"  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
-        record.prepared.golden = None  # type: ignore[misc]
+        record.golden = None  # type: ignore[misc]
 
 
 def test_the_station_row_of_an_inspected_frame_with_its_golden_image() -> None:
@@ -100,7 +100,7 @@ def test_the_station_row_of_an_inspected_frame_with_its_golden_image() -> None:
     golden = np.ones((20, 30), np.uint8)
     event = DriftEvent("drift", 7, "cam0", "warning", 6.5, ["backbone.stem"], "blur")
     prepared = _prepared(registration=reg, golden=golden, golden_name="golden.png")
-    record = Inspection(prepared, _detections(0.8, 0.2), [event], "warning", 6.5, "m.pt")
+    record = Inspection.finish(prepared, _detections(0.8, 0.2), events=[event], drift="warning", score=6.5, weights="m.pt")
     station = record.to_station(NOW)
     assert (station.verdict, station.frame, station.source, station.name, station.model) == ("fail", 7, "cam0", "b.png", "m.pt")
     assert station.reference == "golden.png" and station.reference_image is golden
@@ -108,7 +108,7 @@ def test_the_station_row_of_an_inspected_frame_with_its_golden_image() -> None:
     assert [c.class_name for c in station.calls] == ["open", "short"] and station.calls[0].box == (1.0, 2.0, 5.0, 6.0)
     assert station.events[0]["event"] == "drift" and station.events[0]["frame"] == 7
     frame = Frame(3, None, "cam0", "x.png", 0.0, "x.png: corrupt")
-    unread = Inspection(Prepared(frame, refusal=Refusal(RefusalKind.UNREADABLE, "x.png: corrupt")))
+    unread = Inspection.finish(Prepared(frame, refusal=Refusal(RefusalKind.UNREADABLE, "x.png: corrupt")))
     station = unread.to_station(NOW)
     assert station.verdict == "not_inspected" and station.reason == "x.png: corrupt" and station.kind == "unreadable"
     assert station.image is None and station.reference is None and station.registration is None
@@ -119,9 +119,9 @@ def test_report_csv_escapes_file_names_a_spreadsheet_would_run(tmp_path: Path) -
     folder.mkdir()
     (folder / "a.png").write_bytes(b"")
     records = [
-        Inspection(_prepared("=1+2+cmd|calc!A0.jpg"), _detections(), drift="normal"),
-        Inspection(_prepared("@x.png", refusal=Refusal(RefusalKind.UNREADABLE, "-bad: unreadable")), drift="-"),
-        Inspection(_prepared("board.png"), _detections(0.9), drift="normal"),
+        Inspection.finish(_prepared("=1+2+cmd|calc!A0.jpg"), _detections(), drift="normal"),
+        Inspection.finish(_prepared("@x.png", refusal=Refusal(RefusalKind.UNREADABLE, "-bad: unreadable")), drift="-"),
+        Inspection.finish(_prepared("board.png"), _detections(0.9), drift="normal"),
     ]
     outputs = Outputs(open_source(str(folder)), CLASSES, None, None, str(tmp_path / "r.csv"))
     for record in records:

@@ -70,7 +70,7 @@ def test_frames_and_design_runs_carry_the_warning_and_the_taught_mark(client: Te
 
 def test_an_inspection_hands_its_warning_and_taught_mark_to_the_record() -> None:
     frame = Frame(0, np.zeros((20, 30), np.uint8), "cam0", "b.png", 0.0)
-    record = Inspection(Prepared(frame, design_warning=WARNING, design_taught=True)).to_station(utc_now())
+    record = Inspection.finish(Prepared(frame, design_warning=WARNING, design_taught=True)).to_station(utc_now())
     assert record.design_warning == WARNING and record.design_taught is True
 
 
