@@ -12,7 +12,7 @@ monitored layers, for one fixed square input size. NMS and un-letterboxing stay 
 - Output 0 ``pred``: float32 ``[B, A, 4 + C]``: xyxy boxes in letterboxed pixels, then C class
   probabilities, for the ``A`` anchor points of strides 8, 16, 32.
 - Output 1 ``stats``: float32 ``[B, L, 2]``: mean and std of each monitored layer's output
-  (``monitor.hooks.layer_stats``; ``L = 0`` when no layer is monitored).
+  (``monitor.hooks.layer_sums``; ``L = 0`` when no layer is monitored).
 
 A siamese golden-template model (``model.fusion: siamese``) is exported with two more graphs beside that ``forward``
 (meta ``graphs``, :func:`graphs_meta`): ``golden`` (the letterboxed golden image ``[B, 1, S, S]`` -> its trunk features

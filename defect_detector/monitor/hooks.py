@@ -1,7 +1,7 @@
 """Per-layer activation statistics gathered with forward hooks.
 
 The statistics of a layer output ``[B, C, H, W]`` are its mean and standard
-deviation over ``C, H, W`` per image (``layer_stats``; tall layers are read on
+deviation over ``C, H, W`` per image (``layer_sums`` and ``stats_from_sums``; tall layers are read on
 evenly spaced rows). They stay on the model's device as tensors; nothing is
 copied to the host per layer or frame.
 
@@ -78,13 +78,6 @@ def stats_from_sums(sums: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
     return torch.stack((mean, var.sqrt()), dim=-1)
 
 
-def layer_stats(output: torch.Tensor) -> torch.Tensor:
-    """``[B, C, H, W]`` activations (any memory format) -> float32 ``[B, 2]``: mean and (population) std per
-    image, over the values :func:`layer_sums` reads."""
-    sums, count = layer_sums(output)
-    return stats_from_sums(sums, torch.tensor(float(count), device=sums.device))
-
-
 def resolve_layers(model: nn.Module, patterns: Sequence[str]) -> list[str]:
     """Module names matching ``patterns`` (exact names or ``fnmatch`` globs), in model order.
 
@@ -102,7 +95,7 @@ def resolve_layers(model: nn.Module, patterns: Sequence[str]) -> list[str]:
 
 
 class ActivationMonitor:
-    """Records :func:`layer_stats` of chosen layers on every forward pass (each hook keeps the layer's
+    """Records the mean and std of chosen layers on every forward pass (each hook keeps the layer's
     :func:`layer_sums`; :meth:`stats` turns all of them into means and stds at once, which keeps the
     traced graph short).
 
@@ -153,6 +146,3 @@ class ActivationMonitor:
         self._latest.clear()
         self._counts.clear()
 
-    @property
-    def attached(self) -> bool:
-        return bool(self._handles)
