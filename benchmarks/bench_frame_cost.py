@@ -42,10 +42,10 @@ from defect_detector.core.io import atomic_write_json
 from defect_detector.data.dataset import CocoDetectionDataset
 from defect_detector.data.images import load_image_gray
 from defect_detector.inspect.designs import Designs
+from defect_detector.inspect.frame import Frame
 from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.inspect.prepare import Prepare, detect
 from defect_detector.inspect.runtime import Runtime
-from defect_detector.inspect.sources import Frame
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples"

@@ -22,10 +22,10 @@ from defect_detector.core.config import MonitorConfig
 from defect_detector.data.images import load_image_gray
 from defect_detector.inspect.designs import Designs
 from defect_detector.inspect.drift_inputs import golden_of
+from defect_detector.inspect.frame import Frame
 from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.inspect.prepare import Prepare
 from defect_detector.inspect.runtime import Runtime
-from defect_detector.inspect.sources import Frame
 from defect_detector.monitor.baseline import Baseline
 from defect_detector.monitor.drift import DriftDetector
 from defect_detector.screens.blank import blank_reason, image_levels

@@ -7,6 +7,7 @@ inside a function cannot hide an upward dependency.
 from __future__ import annotations
 
 import ast
+import graphlib
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,23 @@ def test_room_init_has_no_side_effects(room: str) -> None:
     """``core/__init__`` and ``data/__init__`` hold only their docstring: importing one module never loads the room."""
     body = ast.parse((PACKAGE / room / "__init__.py").read_text(encoding="utf-8")).body
     assert all(isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) for node in body)
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Each module of the package -> the package modules it imports (any import, function-level included)."""
+    names = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        names[path] = ".".join((NAME, *parts)).removesuffix(".__init__")
+    known = set(names.values())
+    graph = {}
+    for path, name in names.items():
+        targets = {m for _, m in _imports(path)} | {m.rpartition(".")[0] for _, m in _imports(path)}
+        graph[name] = {t for t in targets if t in known and t != name and not name.startswith(f"{t}.")}
+    return graph
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    """Issue 43: no circle of imports between modules (``register`` <-> ``register_fit`` and ``station.schema`` <->
+    ``migrations`` were two): the modules can be read bottom-up."""
+    graphlib.TopologicalSorter(_module_graph()).prepare()  # CycleError names the circle

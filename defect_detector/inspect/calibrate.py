@@ -28,12 +28,12 @@ from defect_detector.data.dataset import CocoDetectionDataset, evenly_spaced
 from defect_detector.engine.budget import MIN_BASELINE_FRAMES, Budget
 from defect_detector.inspect.annotated import AnnotatedFrame, annotated_frames
 from defect_detector.inspect.drift_inputs import golden_of
+from defect_detector.inspect.frame import Frame
 from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.inspect.prepare import Prepare, Prepared, detect, reframed
 from defect_detector.inspect.references import References
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.inspect.source_kinds import list_images, source_kind
-from defect_detector.inspect.sources import Frame
 from defect_detector.monitor.baseline import FAULT_FRAMES, Baseline, calibrate
 from defect_detector.monitor.faults import CALIBRATION_STRENGTHS, apply_fault
 from defect_detector.screens.hidden import level_histogram

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -21,7 +21,7 @@ import cv2
 import numpy as np
 
 if TYPE_CHECKING:
-    from defect_detector.inspect.sources import Frame, SourceStats
+    from defect_detector.inspect.frame import Frame
 
 log = logging.getLogger("defect_detector.inspect")
 
@@ -59,6 +59,22 @@ class Gap:
     seconds: float
     reason: str
     attempts: int
+
+
+@dataclass
+class SourceStats:
+    """Counters of a source: frames yielded (error frames included), ``skipped`` error frames, ``dropped``
+    stale frames (``latest_only``), ``reconnects`` (successful reopens), ``gaps`` and ``gave_up``; for a video
+    file ``expected_frames`` (its header's frame count, 0 when unknown) and ``ended_early`` (fewer were read)."""
+
+    frames: int = 0
+    skipped: int = 0
+    dropped: int = 0
+    reconnects: int = 0
+    gaps: list[Gap] = field(default_factory=list)
+    gave_up: bool = False
+    expected_frames: int = 0
+    ended_early: bool = False
 
 
 def _read(capture: Capture) -> tuple[bool, np.ndarray | None, str]:

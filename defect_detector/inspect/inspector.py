@@ -42,6 +42,7 @@ from defect_detector.core.types import Detections
 from defect_detector.data.images import ConversionNotice
 from defect_detector.inspect.design_check import DesignCheck
 from defect_detector.inspect.drift_inputs import golden_of
+from defect_detector.inspect.frame import Frame
 from defect_detector.inspect.outputs import Outputs
 from defect_detector.inspect.pipeline import Pipeline, gray_frame
 from defect_detector.inspect.prepare import Prepare, Prepared, detect
@@ -50,7 +51,7 @@ from defect_detector.inspect.references import ReferenceError, References
 from defect_detector.inspect.run_guard import RunGuard, check_database
 from defect_detector.inspect.run_summary import Tally
 from defect_detector.inspect.runtime import Runtime
-from defect_detector.inspect.sources import Frame, FrameSource, batches, open_source
+from defect_detector.inspect.sources import FrameSource, batches, open_source
 from defect_detector.inspect.stop_signals import StopSignals, until_stopped
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
 from defect_detector.monitor.alerts import AlertRouter

@@ -34,9 +34,9 @@ from defect_detector.core.refusal import Refusal, RefusalKind
 from defect_detector.core.types import Detections, TileRecord
 from defect_detector.inspect.design_check import NO_NOTE, DesignCheck
 from defect_detector.inspect.designs import Design, Designs
+from defect_detector.inspect.frame import Frame
 from defect_detector.inspect.pipeline import Pipeline, check_channels, gray_frame
 from defect_detector.inspect.references import ReferenceError
-from defect_detector.inspect.sources import Frame
 from defect_detector.screens.blank import blank_reason, image_levels
 from defect_detector.screens.frame import mask_uncovered, screen_reason
 from defect_detector.screens.hidden import KINDS, HiddenArea, golden_cells, largest_region, level_cells

@@ -31,7 +31,6 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +40,8 @@ import numpy as np
 from defect_detector.core.errors import DatasetError
 from defect_detector.core.safe_text import mask_secrets
 from defect_detector.data.images import IMAGE_SUFFIXES, ConversionNotice, gray_from_file, read_pages, to_gray_uint8
-from defect_detector.inspect.capture import Capture, CaptureFactory, CaptureReading, Gap, ReconnectPolicy
+from defect_detector.inspect.capture import Capture, CaptureFactory, CaptureReading, ReconnectPolicy, SourceStats
+from defect_detector.inspect.frame import Frame
 from defect_detector.inspect.source_kinds import VIDEO_SUFFIXES, list_images, source_kind
 
 __all__ = [
@@ -50,7 +50,6 @@ __all__ = [
     "CaptureFactory",
     "Frame",
     "FrameSource",
-    "Gap",
     "ReconnectPolicy",
     "SourceStats",
     "list_images",
@@ -61,43 +60,6 @@ __all__ = [
 log = logging.getLogger("defect_detector.inspect")
 
 _POLL_S = 0.1
-
-
-@dataclass(frozen=True)
-class Frame:
-    """One decoded frame.
-
-    ``index``: 0-based position in the source. ``image``: uint8 ``[H, W]`` grayscale, or None for an
-    error frame. ``source_name``: the SOURCE string. ``file_name``: the image path relative to SOURCE
-    (its base name for a single file or a video; ``camera<N>`` / the URL for streams). ``timestamp``:
-    seconds, the position in the video for video files, wall-clock time (``time.time()``) otherwise.
-    ``error``: why the frame could not be read (None when ``image`` is set). ``decode_ms``: time spent reading and
-    converting it.
-    """
-
-    index: int
-    image: np.ndarray | None
-    source_name: str
-    file_name: str
-    timestamp: float
-    error: str | None = None
-    decode_ms: float = 0.0
-
-
-@dataclass
-class SourceStats:
-    """Counters of a source: frames yielded (error frames included), ``skipped`` error frames, ``dropped``
-    stale frames (``latest_only``), ``reconnects`` (successful reopens), ``gaps`` and ``gave_up``; for a video
-    file ``expected_frames`` (its header's frame count, 0 when unknown) and ``ended_early`` (fewer were read)."""
-
-    frames: int = 0
-    skipped: int = 0
-    dropped: int = 0
-    reconnects: int = 0
-    gaps: list[Gap] = field(default_factory=list)
-    gave_up: bool = False
-    expected_frames: int = 0
-    ended_early: bool = False
 
 
 _END = object()

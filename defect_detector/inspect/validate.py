@@ -24,10 +24,10 @@ from defect_detector.data.dataset import CocoDetectionDataset
 from defect_detector.engine.evaluate import Predictions, evaluate_predictions, per_group_map
 from defect_detector.inspect.annotated import annotated_frames
 from defect_detector.inspect.designs import Designs
+from defect_detector.inspect.frame import Frame
 from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.inspect.prepare import Prepare, Prepared, detect
 from defect_detector.inspect.runtime import Runtime
-from defect_detector.inspect.sources import Frame
 from defect_detector.model.checkpoint import LoadedModel
 from defect_detector.screens.frame import calibration_levels
 

@@ -31,11 +31,12 @@ from defect_detector.data.synth import generate_board, write_synthetic_dataset
 from defect_detector.export import export_torchscript
 from defect_detector.inspect import inspector as inspector_module
 from defect_detector.inspect import outputs as outputs_module
+from defect_detector.inspect.frame import Frame
 from defect_detector.inspect.outputs import Outputs
 from defect_detector.inspect.prepare import Prepared
 from defect_detector.inspect.record import Inspection
 from defect_detector.inspect.run_guard import RUN_TOKEN
-from defect_detector.inspect.sources import Frame, open_source
+from defect_detector.inspect.sources import open_source
 from defect_detector.model.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -17,12 +17,12 @@ from defect_detector.data.images import load_image_gray, pixel_fingerprint
 from defect_detector.data.synth import generate_board_pair
 from defect_detector.export import export_onnx, export_torchscript
 from defect_detector.inspect.designs import Designs
+from defect_detector.inspect.frame import Frame
 from defect_detector.inspect.inspector import Inspector
 from defect_detector.inspect.pipeline import FEATURES_KEPT, Pipeline
 from defect_detector.inspect.prepare import Prepare, detect
 from defect_detector.inspect.record import Inspection
 from defect_detector.inspect.runtime import Runtime
-from defect_detector.inspect.sources import Frame
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, load_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_thread")

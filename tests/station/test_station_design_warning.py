@@ -15,9 +15,9 @@ from sqlalchemy import text
 from station_data import board_record
 
 from defect_detector.core.constants import DEEPPCB_CLASSES
+from defect_detector.inspect.frame import Frame
 from defect_detector.inspect.prepare import Prepared
 from defect_detector.inspect.record import Inspection
-from defect_detector.inspect.sources import Frame
 from defect_detector.station.app import create_app
 from defect_detector.station.recorder import Recorder
 from defect_detector.station.records import utc_now
