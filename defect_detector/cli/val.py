@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> None:
         atomic_write_json(args.out, out)
         print(f"wrote {args.out}")
     if args.plots:
-        from defect_detector.engine.trainer import write_eval_plots
+        from defect_detector.engine.plots import write_eval_plots
 
         write_eval_plots(Path(args.plots), metrics, result.predictions, result.dataset, runtime.class_names, out["f1_conf"])
         print(f"wrote PR curves, confusion matrix (score >= {out['f1_conf']}) and a grid of predictions to {args.plots}")

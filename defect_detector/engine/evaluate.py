@@ -13,7 +13,6 @@ left out of every metric, mAP averages over the classes present, and ``absent_cl
 from __future__ import annotations
 
 import contextlib
-import functools
 import io
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -23,60 +22,8 @@ import torch
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 from torchvision.ops import box_convert, box_iou
-from tqdm import tqdm
-
-from defect_detector.core.config import EvalConfig
-from defect_detector.model.postprocess import decode, make_anchor_points, postprocess
-from defect_detector.model.tta import orientations, tta_forward
 
 Predictions = dict[int, dict[str, torch.Tensor]]
-
-
-@torch.no_grad()
-def predict_dataset(
-    model: torch.nn.Module,
-    loader: torch.utils.data.DataLoader,
-    device: torch.device,
-    settings: EvalConfig,
-    progress: bool = True,
-    tta: str = "none",
-) -> Predictions:
-    """Run ``model`` over ``loader`` (batches of ``(images [B, C, S, S], targets)``, C = 1 or 2 with golden images)
-    -> ``{image_id: prediction}``.
-
-    ``settings``: the postprocess (``eval.conf``, ``nms_iou``, ``max_det``, ``cross_class_iou``, ``cross_class_factor``,
-    ``merge_ios``).
-
-    ``tta`` names a test-time augmentation mode of :mod:`defect_detector.model.tta` (``none``: one pass).
-    Boxes are mapped back to original-image pixels with each target's ``letterbox`` record.
-    """
-    modes = orientations(tta)
-    model.eval()
-    results: Predictions = {}
-    anchors: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
-    for images, targets in tqdm(loader, desc="val", leave=False, disable=not progress):
-        images = images.to(device, non_blocking=True)
-        size = (images.shape[-2], images.shape[-1])
-        if size not in anchors:
-            anchors[size] = make_anchor_points(size[0], size[1], model.strides, device)
-        forward = functools.partial(_decoded_pass, model, *anchors[size])
-        decoded, _ = tta_forward(forward, images, modes, model.strides, size[0], one_batch=device.type == "cuda")  # [B, A, 4 + C]
-        for target, pred in zip(targets, postprocess(decoded, [t["letterbox"] for t in targets], *_postprocess_args(settings))):
-            results[int(target["image_id"])] = {k: v.cpu() for k, v in pred.items()}
-    return results
-
-
-def _postprocess_args(settings: EvalConfig) -> tuple[float, float, int, float | None, float, tuple[float, float] | None]:
-    """``postprocess``'s thresholds from the ``eval`` section (nested calls merged at and above ``f1_conf``)."""
-    s = settings
-    merge = None if s.merge_ios is None else (s.merge_ios, s.f1_conf)
-    return s.conf, s.nms_iou, s.max_det, s.cross_class_iou, s.cross_class_factor, merge
-
-
-def _decoded_pass(model: torch.nn.Module, points: torch.Tensor, strides: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
-    """One model pass, decoded: ``[N, C, S, S]`` -> ``[N, A, 4 + K]`` xyxy input pixels + class probabilities
-    (a distribution box head, ``model.box_bins`` > 0, read as its expectation)."""
-    return decode(model(images), points, strides, getattr(model, "box_bins", 0))
 
 
 def to_coco_results(predictions: Predictions, label_to_cat_id: Mapping[int, int]) -> list[dict]:
