@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> None:
     result = validate(args.weights, args.data, args.images, args.conf, args.tta, align=not args.no_register, imgsz=args.imgsz)
     metrics, runtime = result.metrics, result.runtime
     keys = ("map50", "map50_95", "per_class", "absent_classes", "f1_iou033", "precision", "recall", "at_conf")
-    keys += ("operating_points", "per_group")
+    keys += ("operating_points", "per_group", "box_fit")
     out = {k: metrics[k] for k in keys}
     out.update(
         {
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> None:
         atomic_write_json(args.out, out)
         print(f"wrote {args.out}")
     if args.plots:
-        from defect_detector.engine.trainer import write_eval_plots
+        from defect_detector.engine.plots import write_eval_plots
 
         write_eval_plots(Path(args.plots), metrics, result.predictions, result.dataset, runtime.class_names, out["f1_conf"])
         print(f"wrote PR curves, confusion matrix (score >= {out['f1_conf']}) and a grid of predictions to {args.plots}")
@@ -104,25 +104,38 @@ def _summary(runtime: Any) -> dict[str, Any]:
 
 
 def _print_val(out: dict[str, Any], model_input: str, report: str) -> None:
-    """The ``val`` summary lines of the metrics ``out`` (as ``val --out`` writes them)."""
+    """The ``val`` summary lines of the metrics ``out`` (as ``val --out`` writes them): each line names its keys and
+    what it counts (which calls, which match)."""
+    from defect_detector.engine.evaluate import box_convention_note
+
     size = f"{out['params'] / 1e6:.3f} M parameters, {out['gflops']:.3f} GFLOPs" if out["params"] is not None else "exported artifact"
     print(f"model: {Path(out['weights']).name} ({out['kind']}: {size}) at {model_input}")
     print(f"images: {out['images']} inspected, {len(out['not_inspected'])} not ({report})")
-    print(f"mAP@0.5 {out['map50']:.4f}  mAP@0.5:0.95 {out['map50_95']:.4f}  (test-time augmentation: {out['tta']})")
-    print("per-class AP@0.5: " + ", ".join(f"{k} {v:.4f}" for k, v in out["per_class"].items()))
+    print(
+        f"mAP@0.5 {out['map50']:.4f}  mAP@0.5:0.95 {out['map50_95']:.4f}  (map50, map50_95: COCO, every call ranked, class must "
+        f"match; test-time augmentation: {out['tta']})"
+    )
+    note = box_convention_note(out["box_fit"], out["f1_conf"])
+    if note:
+        print(note)
+    print("per-class AP@0.5 (per_class): " + ", ".join(f"{k} {v:.4f}" for k, v in out["per_class"].items()))
     if out["absent_classes"]:
         print(f"not scored (not among the json's categories): {', '.join(out['absent_classes'])}")
     print(
-        f"DeepPCB protocol (IoU>0.33, score>={out['f1_conf']}): "
-        f"precision {out['precision']:.4f} recall {out['recall']:.4f} F1 {out['f1_iou033']:.4f}"
+        f"DeepPCB F-score at score >= {out['f1_conf']:g} (precision, recall, f1_iou033: a call counts when its class is right and "
+        f"IoU > 0.33): precision {out['precision']:.4f}  recall {out['recall']:.4f}  F1 {out['f1_iou033']:.4f}"
     )
     at = out["at_conf"]
     print(
-        f"at score >= {at['conf']:g}: {at['caught']:.1%} of {at['defects']} defects caught ({at['missed']} missed), "
+        f"inspector's view at score >= {at['conf']:g} (at_conf: a defect is caught by a call of any class at IoU > 0.33): "
+        f"{at['caught']:.1%} of {at['defects']} defects caught ({at['missed']} missed), "
         f"{at['false_calls_per_image']:.2f} false calls per board ({at['false_calls']} on {at['images']} boards)"
     )
     for group, m in out["per_group"].items():
         print(f"  {group} ({m['images']} images, ranked alone): mAP@0.5 {m['map50']:.4f}  mAP@0.5:0.95 {m['map50_95']:.4f}")
     for op in out["operating_points"]:
         at = f"conf >= {op['conf']:.4g}" if op["conf"] is not None else f"not reached (max {op['achieved_recall']:.2%}, all detections)"
-        print(f"catch {op['recall']:.1%} of defects (any class, IoU>0.33): {at} -> {op['false_calls_per_image']:.2f} false calls/board")
+        print(
+            f"catch {op['recall']:.1%} of defects (operating_points: any class, IoU > 0.33): {at} -> "
+            f"{op['false_calls_per_image']:.2f} false calls/board"
+        )

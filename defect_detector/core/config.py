@@ -9,6 +9,7 @@ Loading rejects unknown keys and bad values at start, one line naming the offend
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from pathlib import Path
@@ -45,26 +46,38 @@ __all__ = [
     "EvalConfig",
     "ModelConfig",
     "MonitorConfig",
+    "RETIRED",
     "TrainConfig",
     "apply_overrides",
     "config_from_dict",
     "load_config",
     "read_yaml_mapping",
     "save_config",
+    "without_retired",
 ]
+
+log = logging.getLogger("defect_detector.config")
+
+RETIRED = {
+    "data.register_val": "issue 43: validation during training always registers, through the frame pipeline",
+    "eval.tta": "v0.8.0: test-time augmentation is asked for per command (val --tta, predict --tta), never stored",
+    "monitor.min_layers": "v0.2.0: replaced by monitor.shrinkage",
+}
+"""Dotted keys older versions had, and why they went. A checkpoint's stored config may still hold them: they are
+dropped when it is read (:func:`without_retired`); a YAML config or a ``key=value`` override that names one stops at
+start with that reason (:func:`config_from_dict`)."""
 
 
 class DataConfig(Section):
     """Where the COCO annotations and images are, and how images are shaped.
 
     Reference models (``model.in_channels: 2``) read each image's golden ``reference`` from the json.
-    ``register_train`` / ``register_val``: align each reference to its image with
-    ``align/register.py`` before augmentation (training) or in the validation passes during training.
+    ``register_train``: align each training reference to its image with ``align/register.py`` before augmentation.
     DeepPCB's pairs are not exactly aligned (the golden images are off by 2-7 px), so the bundled
     golden-template recipe registers its training pairs too; off, the pairs are used as given and the
     simulated residual (``augment.ref_shift``, ``augment.ref_rotate``) stands in for registration error.
-    ``val``, ``calibrate`` and ``predict`` always register (``--no-register``: as given), whatever these keys
-    say. A pair that does not register is a counted skip.
+    Validation during training, ``val``, ``calibrate`` and ``predict`` always register, through the frame pipeline
+    (``val --no-register``: as given), whatever this key says. A pair that does not register is a counted skip.
     ``pixel_scale``: model input pixels per original image pixel that the model was trained at (1.0:
     native resolution). ``train`` records it; ``predict`` tiles frames that letterboxing would shrink
     well below it (``data/tiles.py``). None: not recorded (frames are letterboxed).
@@ -81,7 +94,6 @@ class DataConfig(Section):
     on_bad_sample: Str = "skip"
     workers: Annotated[Int, Field(ge=0)] = 2
     register_train: Bool = False
-    register_val: Bool = True
     pixel_scale: Annotated[Float, Field(gt=0)] | None = None
     max_images: AtLeastOne | None = None
 
@@ -174,10 +186,10 @@ class TrainConfig(Section):
 
     section: ClassVar[str] = "train"
 
-    epochs: AtLeastOne = 30
+    epochs: AtLeastOne = 60
     batch_size: AtLeastOne = 8
     accumulate: AtLeastOne = 1
-    lr: Float = 2e-3
+    lr: Float = 4e-3
     weight_decay: Float = 0.05
     warmup_epochs: Float = 1.0
     min_lr_ratio: Share = 0.05
@@ -308,10 +320,35 @@ class Config(Section):
         return plain(self.model_dump())
 
 
+def _retired_in(raw: dict[str, Any]) -> list[str]:
+    """The :data:`RETIRED` keys that the nested dict ``raw`` sets."""
+    found = []
+    for key in RETIRED:
+        section, name = key.split(".")
+        if isinstance(raw.get(section), dict) and name in raw[section]:
+            found.append(key)
+    return found
+
+
+def without_retired(raw: dict[str, Any], source: str) -> dict[str, Any]:
+    """A copy of the stored config ``raw`` (a checkpoint's, read from ``source``) without its :data:`RETIRED` keys,
+    each drop logged at debug level: what lets old checkpoints load."""
+    out = dict(raw)
+    for key in _retired_in(raw):
+        section, name = key.split(".")
+        out[section] = {k: v for k, v in out[section].items() if k != name}
+        log.debug("%s: dropped the retired config key %s (%s)", source, key, RETIRED[key])
+    return out
+
+
 def config_from_dict(raw: dict[str, Any]) -> Config:
-    """Build and validate a :class:`Config` from a nested dict."""
+    """Build and validate a :class:`Config` from a nested dict. A :data:`RETIRED` key is a :class:`ConfigError`
+    naming it and why it went (a checkpoint's stored config goes through :func:`without_retired` first)."""
     if not isinstance(raw, dict):
         raise ConfigError(f"config: must be a mapping, got {type(raw).__name__}")
+    retired = _retired_in(raw)
+    if retired:
+        raise ConfigError(f"{retired[0]}: retired ({RETIRED[retired[0]]}); remove it")
     return Config.from_raw(raw)
 
 

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
-from defect_detector.core.config import Config
+from defect_detector.core.config import RETIRED, Config
 from defect_detector.core.typed_yaml import plain
 
 
@@ -45,6 +45,9 @@ def config_reference_markdown() -> str:
         lines.append("")
     scalars = [name for name in Config.model_fields if not isinstance(getattr(defaults, name), BaseModel)]
     top = ", ".join(f"`{name}` (default `{getattr(defaults, name)!r}`)" for name in scalars)
+    lines += ["### Retired keys", "", "A checkpoint's stored config may hold them (dropped when it loads); a config or an override that"]
+    lines += ["names one stops at start, saying why.", "", "| key | why |", "| --- | --- |"]
+    lines += [f"| `{key}` | {why} |" for key, why in RETIRED.items()]
     return "\n".join([f"Top-level keys: {top}.", ""] + lines).rstrip() + "\n"
 
 

@@ -13,7 +13,6 @@ left out of every metric, mAP averages over the classes present, and ``absent_cl
 from __future__ import annotations
 
 import contextlib
-import functools
 import io
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -22,61 +21,9 @@ import numpy as np
 import torch
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
-from torchvision.ops import box_convert, box_iou
-from tqdm import tqdm
-
-from defect_detector.core.config import EvalConfig
-from defect_detector.model.postprocess import decode, make_anchor_points, postprocess
-from defect_detector.model.tta import orientations, tta_forward
+from torchvision.ops import box_area, box_convert, box_iou
 
 Predictions = dict[int, dict[str, torch.Tensor]]
-
-
-@torch.no_grad()
-def predict_dataset(
-    model: torch.nn.Module,
-    loader: torch.utils.data.DataLoader,
-    device: torch.device,
-    settings: EvalConfig,
-    progress: bool = True,
-    tta: str = "none",
-) -> Predictions:
-    """Run ``model`` over ``loader`` (batches of ``(images [B, C, S, S], targets)``, C = 1 or 2 with golden images)
-    -> ``{image_id: prediction}``.
-
-    ``settings``: the postprocess (``eval.conf``, ``nms_iou``, ``max_det``, ``cross_class_iou``, ``cross_class_factor``,
-    ``merge_ios``).
-
-    ``tta`` names a test-time augmentation mode of :mod:`defect_detector.model.tta` (``none``: one pass).
-    Boxes are mapped back to original-image pixels with each target's ``letterbox`` record.
-    """
-    modes = orientations(tta)
-    model.eval()
-    results: Predictions = {}
-    anchors: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
-    for images, targets in tqdm(loader, desc="val", leave=False, disable=not progress):
-        images = images.to(device, non_blocking=True)
-        size = (images.shape[-2], images.shape[-1])
-        if size not in anchors:
-            anchors[size] = make_anchor_points(size[0], size[1], model.strides, device)
-        forward = functools.partial(_decoded_pass, model, *anchors[size])
-        decoded, _ = tta_forward(forward, images, modes, model.strides, size[0], one_batch=device.type == "cuda")  # [B, A, 4 + C]
-        for target, pred in zip(targets, postprocess(decoded, [t["letterbox"] for t in targets], *_postprocess_args(settings))):
-            results[int(target["image_id"])] = {k: v.cpu() for k, v in pred.items()}
-    return results
-
-
-def _postprocess_args(settings: EvalConfig) -> tuple[float, float, int, float | None, float, tuple[float, float] | None]:
-    """``postprocess``'s thresholds from the ``eval`` section (nested calls merged at and above ``f1_conf``)."""
-    s = settings
-    merge = None if s.merge_ios is None else (s.merge_ios, s.f1_conf)
-    return s.conf, s.nms_iou, s.max_det, s.cross_class_iou, s.cross_class_factor, merge
-
-
-def _decoded_pass(model: torch.nn.Module, points: torch.Tensor, strides: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
-    """One model pass, decoded: ``[N, C, S, S]`` -> ``[N, A, 4 + K]`` xyxy input pixels + class probabilities
-    (a distribution box head, ``model.box_bins`` > 0, read as its expectation)."""
-    return decode(model(images), points, strides, getattr(model, "box_bins", 0))
 
 
 def to_coco_results(predictions: Predictions, label_to_cat_id: Mapping[int, int]) -> list[dict]:
@@ -362,12 +309,52 @@ def calls_at(coco_gt: COCO, predictions: Predictions, cat_id_to_label: Mapping[i
     }
 
 
+def box_fit(coco_gt: COCO, predictions: Predictions, cat_id_to_label: Mapping[int, int], conf: float) -> dict:
+    """How the calls at score >= ``conf`` fit the json's boxes, class ignored: ``defects``, ``matched_iou010`` and
+    ``matched_iou050`` (defects matched by a call at IoU > 0.1 / > 0.5, one-to-one, greedy by descending score) and
+    ``area_ratio``: the median, over the IoU > 0.1 pairs, of the call's area over its defect box's (None without a
+    pair). A model that finds every defect but draws its boxes by another convention than the json's (DeepPCB's
+    annotators pad a defect; tight boxes hug it) matches at IoU > 0.1 and rarely at IoU > 0.5
+    (:func:`box_convention_note`)."""
+    loose = tight = defects = 0
+    ratios: list[torch.Tensor] = []
+    for image_id, pred in predictions.items():
+        pred = _above(pred, conf)
+        gt = ground_truth(coco_gt, image_id, cat_id_to_label)
+        defects += len(gt["boxes"])
+        pairs = greedy_matches(pred, gt, 0.1, same_class=False)
+        loose += len(pairs)
+        tight += len(greedy_matches(pred, gt, 0.5, same_class=False))
+        if pairs:
+            p, g = (torch.tensor(index) for index in zip(*pairs))
+            ratios.append(box_area(pred["boxes"][p]) / box_area(gt["boxes"][g]).clamp(min=1e-6))
+    ratio = float(torch.cat(ratios).median()) if ratios else None
+    return {"defects": defects, "matched_iou010": loose, "matched_iou050": tight, "area_ratio": ratio}
+
+
+def box_convention_note(fit: dict, conf: float) -> str | None:
+    """One line when :func:`box_fit` ``fit`` says the json's boxes follow another convention than the model's: most
+    defects matched at IoU > 0.1, under half of those at IoU > 0.5, and calls at least twice (or at most half) the
+    json's boxes in area; else None. It names the convention the bundled models learnt (docs/looks.md)."""
+    loose, tight, ratio = fit["matched_iou010"], fit["matched_iou050"], fit["area_ratio"]
+    if ratio is None or loose < 0.5 * fit["defects"] or tight >= 0.5 * loose or 0.5 < ratio < 2.0:
+        return None
+    size = f"{ratio:.1f}x the json's boxes" if ratio >= 2.0 else f"{1 / ratio:.1f}x smaller than the json's boxes"
+    return (
+        f"box convention: at score >= {conf:g}, {loose} of {fit['defects']} defects have a call at IoU > 0.1 but only {tight} "
+        f"at IoU > 0.5, the calls {size} in area (median): these weights draw a defect's box padded, as DeepPCB's "
+        "annotators did (at least 26 px at DeepPCB's scale, docs/looks.md), so mAP counts boxes of another convention as "
+        "misses; draw yours that way, or fine-tune on them"
+    )
+
+
 def evaluate_predictions(
     coco_gt: COCO, predictions: Predictions, label_to_cat_id: Mapping[int, int], class_names: Sequence[str], f1_conf: float
 ) -> dict:
     """All metrics for one prediction set; keys per DESIGN.md's ``val --out`` (``operating_points``:
     :func:`operating_points` at recall 0.99 and 0.995) plus extras (``pr_curve``, ``confusion``, DeepPCB counts,
-    ``f1_optimal``: :func:`f_optimal_conf`; ``at_conf``: :func:`calls_at` the score threshold ``f1_conf``).
+    ``f1_optimal``: :func:`f_optimal_conf`; ``at_conf``: :func:`calls_at` the score threshold ``f1_conf``; ``box_fit``:
+    :func:`box_fit` at ``f1_conf``).
     Detections of classes absent from the json (no ``label_to_cat_id`` entry) are left out of every metric."""
     cat_id_to_label = {c: label for label, c in label_to_cat_id.items()}
     predictions = scored_predictions(predictions, label_to_cat_id)
@@ -384,6 +371,7 @@ def evaluate_predictions(
             "operating_points": operating_points(coco_gt, predictions, cat_id_to_label),
             "at_conf": calls_at(coco_gt, predictions, cat_id_to_label, f1_conf),
             "f1_optimal": f_optimal_conf(coco_gt, predictions, cat_id_to_label),
+            "box_fit": box_fit(coco_gt, predictions, cat_id_to_label, f1_conf),
         }
     )
     return metrics

@@ -3,7 +3,8 @@
 Every ``plot_*`` function renders a bare matplotlib ``Figure`` (no pyplot, so notebooks keep their
 backend) and writes the PNG bytes atomically with :func:`defect_detector.core.io.atomic_write_bytes`
 (parent folders are created), then returns the :class:`~pathlib.Path` written.
-The prediction grid draws its boxes with :mod:`defect_detector.data.draw`.
+The prediction grid draws its boxes with :mod:`defect_detector.data.draw`. :func:`write_eval_plots` writes a validation's
+three (PR curves, confusion matrix, prediction grid), for ``train`` and ``val --plots``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cv2
 import numpy as np
@@ -24,6 +25,9 @@ from defect_detector.core.boxes import boxes_to_letterbox
 from defect_detector.core.io import atomic_write_bytes
 from defect_detector.data.draw import GT_COLOR_BGR, PRED_COLOR_BGR, draw_boxes, to_numpy
 from defect_detector.data.letterbox import letterbox
+
+if TYPE_CHECKING:
+    from defect_detector.data.dataset import CocoDetectionDataset
 
 DPI = 150
 GRID_TILE_SIZE = 480  # side, in pixels, of each square (letterboxed) tile of the prediction grid
@@ -71,13 +75,13 @@ def plot_training_curves(metrics: list[dict], path: str | os.PathLike[str]) -> P
 
     Left panel: the three training losses vs epoch (with the learning rate on a secondary axis when present).
     Right panel: mAP@0.5 and mAP@0.5:0.95 vs epoch, on the epochs that have them. Both panels share the run's
-    epoch axis (epochs counted from 1, as the training log counts them), so a validation every few epochs shows
+    epoch axis (epochs counted from 0, as the training log and ``metrics.jsonl`` count them), so a validation every few epochs shows
     where it fell; markers keep a single epoch visible.
     """
     if not metrics:
         raise ValueError("metrics is empty: nothing to plot")
     rows = sorted(metrics, key=lambda m: m.get("epoch", 0))
-    epochs = [int(m.get("epoch", i)) + 1 for i, m in enumerate(rows)]  # counted from 1, as the training log counts them
+    epochs = [int(m.get("epoch", i)) for i, m in enumerate(rows)]  # counted from 0, as the training log counts them
 
     fig = Figure(figsize=(12, 4.5))
     ax_loss, ax_map = fig.subplots(1, 2, sharex=True)
@@ -353,3 +357,29 @@ def plot_prediction_grid(
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, encoded.tobytes())
     return path
+
+
+def write_eval_plots(
+    plots_dir: Path, metrics: dict, predictions: dict, val_set: CocoDetectionDataset, names: Sequence[str], conf: float
+) -> None:
+    """``pr_curves.png`` (from ``evaluate_predictions`` ``metrics``), and ``confusion_matrix.png`` and
+    ``val_predictions.png`` (the first 8 images) of the ``predictions`` (``{image_id: {"boxes" xyxy image pixels,
+    "scores", "labels"}}``) at score >= ``conf``, the threshold the weights store, in ``plots_dir``."""
+    from defect_detector.data.images import load_image_gray
+    from defect_detector.engine.evaluate import confusion_matrix, ground_truth, scored_predictions
+
+    cat_to_label = {c: label for label, c in val_set.label_to_cat_id.items()}
+    matrix = confusion_matrix(val_set.coco, scored_predictions(predictions, val_set.label_to_cat_id), cat_to_label, len(names), conf)
+    plot_pr_curves(metrics["pr_curve"], names, plots_dir / "pr_curves.png")
+    plot_confusion_matrix(matrix, names, plots_dir / "confusion_matrix.png", conf)
+    image_ids = sorted(predictions)[:8]
+    images, preds, gts, files = [], [], [], []
+    for image_id in image_ids:
+        info = val_set.coco.loadImgs([image_id])[0]
+        files.append(info["file_name"])
+        images.append(load_image_gray(val_set.images_root / info["file_name"]))
+        preds.append({k: v for k, v in predictions[image_id].items()})
+        keep = preds[-1]["scores"] >= conf
+        preds[-1] = {k: v[keep] for k, v in preds[-1].items()}
+        gts.append(ground_truth(val_set.coco, image_id, cat_to_label))
+    plot_prediction_grid(images, preds, gts, names, plots_dir / "val_predictions.png", names=files)

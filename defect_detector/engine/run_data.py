@@ -1,4 +1,4 @@
-"""The data of a training run: its datasets, loaders and the pixel scale it trains at."""
+"""The data of a training run: its datasets, its training loader and the pixel scale it trains at."""
 
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ log = logging.getLogger("defect_detector.train")
 
 
 def build_datasets(cfg: Config) -> tuple[CocoDetectionDataset, CocoDetectionDataset | None]:
-    """Training and (if configured) validation datasets; reference models read image + reference pairs."""
+    """Training and (if configured) validation datasets; reference models read image + reference pairs. The validation
+    set is only read by the run's validator (the frame pipeline, which registers each pair itself), never loaded as
+    tensors."""
     train_size = cfg.augment.crop_size or cfg.data.imgsz
     pairs = cfg.model.in_channels == 2
     transform = build_pair_transforms(cfg.augment, train=True) if pairs else build_transforms(cfg.augment, train=True)
@@ -45,7 +47,6 @@ def build_datasets(cfg: Config) -> tuple[CocoDetectionDataset, CocoDetectionData
             None,
             cfg.data.on_bad_sample,
             reference=pairs,
-            register=pairs and cfg.data.register_val,
             max_images=cfg.data.max_images,
         )
     return train_set, val_set
@@ -76,16 +77,12 @@ def has_ground_truth(val_set: CocoDetectionDataset | None) -> bool:
     return False
 
 
-def build_loaders(
-    cfg: Config, train_set: CocoDetectionDataset, val_set: CocoDetectionDataset | None, device: torch.device, distributed: bool
-) -> tuple[torch.utils.data.DataLoader, torch.utils.data.DataLoader | None]:
-    """Training loader (``DistributedSampler`` under DDP) and, on the main process, the validation loader."""
+def build_train_loader(
+    cfg: Config, train_set: CocoDetectionDataset, device: torch.device, distributed: bool
+) -> torch.utils.data.DataLoader:
+    """The training loader (a ``DistributedSampler`` under DDP)."""
     sampler = None
     if distributed:
         sampler = DistributedSampler(train_set, dist.get_world_size(), dist.get_rank(), shuffle=True, seed=cfg.seed, drop_last=True)
-    workers, batch = cfg.data.workers, cfg.train.batch_size
-    train_loader = build_loader(train_set, batch, train=True, workers=workers, seed=cfg.seed, device_type=device.type, sampler=sampler)
-    val_loader = None
-    if val_set is not None and is_main():
-        val_loader = build_loader(val_set, batch, train=False, workers=workers, seed=cfg.seed, device_type=device.type)
-    return train_loader, val_loader
+    batch, workers = cfg.train.batch_size, cfg.data.workers
+    return build_loader(train_set, batch, train=True, workers=workers, seed=cfg.seed, device_type=device.type, sampler=sampler)

@@ -22,10 +22,10 @@ from typing import Any
 
 import torch
 
-from defect_detector.core.config import Config, ConfigError, config_from_dict, save_config
+from defect_detector.core.config import Config, ConfigError, config_from_dict, save_config, without_retired
 from defect_detector.core.io import atomic_write_bytes, atomic_write_text
 from defect_detector.engine.errors import TrainingError
-from defect_detector.model.checkpoint import _without_retired_keys, read_checkpoint
+from defect_detector.model.checkpoint import read_checkpoint
 
 log = logging.getLogger("defect_detector.engine")
 
@@ -84,7 +84,7 @@ def check_resume_config(cfg: Config, saved: dict[str, Any], path: Path) -> None:
     experiments in one run. ``train.epochs`` may grow (to extend a run), and :data:`RESUME_MAY_CHANGE` change.
     :class:`TrainingError` listing the keys with both values."""
     try:
-        saved = config_from_dict(_without_retired_keys(saved)).to_dict()
+        saved = config_from_dict(without_retired(saved, str(path))).to_dict()
     except ConfigError as exc:
         raise TrainingError(f"{path}: its config is not valid for this version ({exc}); start a new run (name=NEW)") from exc
     changes = config_changes(saved, cfg.to_dict())

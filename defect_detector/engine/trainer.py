@@ -10,7 +10,6 @@ import math
 import os
 import time
 from collections import defaultdict
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from defect_detector.data.dataset import CocoDetectionDataset
 from defect_detector.engine import plots
 from defect_detector.engine.budget import Budget, pass_seconds
 from defect_detector.engine.errors import NonFiniteLossError, TrainingError
-from defect_detector.engine.run_data import build_datasets, build_loaders, has_ground_truth, with_pixel_scale
+from defect_detector.engine.run_data import build_datasets, build_train_loader, has_ground_truth, with_pixel_scale
 from defect_detector.engine.run_files import (
     check_resume_config,
     check_resume_data,
@@ -163,8 +162,9 @@ class _Run:
     world: int
     train_set: CocoDetectionDataset
     val_set: CocoDetectionDataset | None
+    """None: no validation json, or one without annotations (no mAP to measure)."""
     train_loader: torch.utils.data.DataLoader
-    val_loader: torch.utils.data.DataLoader | None
+    validator: Validator
     training: Training
     train_model: torch.nn.Module
     progress: bool
@@ -172,7 +172,6 @@ class _Run:
     unreadable: int = 0
     data_digests: dict[str, str] = field(default_factory=dict)
     f1_conf: float = 0.0
-    validator: Validator | None = None
 
     def checkpoint_config(self) -> Config:
         """The config a checkpoint records: the run's, with ``eval.f1_conf`` the F-optimal score threshold its latest
@@ -214,6 +213,8 @@ def _open_run(
 
 def fit(  # noqa: PLR0913 - train's settings, one keyword each
     cfg: Config,
+    validator: Validator,
+    *,
     resume: bool = False,
     exist_ok: bool = False,
     progress: bool = True,
@@ -221,56 +222,70 @@ def fit(  # noqa: PLR0913 - train's settings, one keyword each
     threads: int | None = None,
     allow_data_change: bool = False,
     budget: Budget | None = None,
-    validator: Validator | None = None,
 ) -> Path:
     """Train per ``cfg``; writes ``<out_dir>/<name>/`` and returns that folder.
 
-    ``resume`` continues from ``weights/last.pt`` (model, EMA, optimizer, scaler, scheduler, epoch and counters
-    restored) at the epoch after the last finished one. Its config must match ``cfg``
-    (:func:`~defect_detector.engine.run_files.check_resume_config`), and its jsons the digests the checkpoint records
-    unless ``allow_data_change`` (:func:`~defect_detector.engine.run_files.check_resume_data`), checked before anything
-    is written. Every random draw is a function of ``(seed, epoch, sample)``, so a resumed run gives the same weights,
-    bit for bit, as an uninterrupted one at the same thread count. A new run refuses a folder that already holds a run
-    unless ``exist_ok``. ``threads``: torch CPU threads (None: :func:`~defect_detector.core.devices.default_threads`).
-    ``stop_after_epochs`` ends early (as an interruption would), for tests. ``budget``: ``train.max_minutes`` counted
-    from the command's start, keeping time for the drift baseline after the run (engine/budget.py; None: counted from
-    this call, nothing kept); an epoch starts only when it, its validation and that reserve fit; the last is validated.
-    ``validator``: how validation predicts (:data:`Validator`; None: the validation loader).
+    ``validator``: how validation predicts (:data:`Validator`; ``train`` and ``teach`` pass the frame pipeline's,
+    ``inspect/validate.py`` ``TrainingValidation``). ``resume`` continues from ``weights/last.pt`` (model, EMA,
+    optimizer, scaler, scheduler, epoch and counters restored) at the epoch after the last finished one. Its config must
+    match ``cfg`` (:func:`~defect_detector.engine.run_files.check_resume_config`), and its jsons the digests the
+    checkpoint records unless ``allow_data_change`` (:func:`~defect_detector.engine.run_files.check_resume_data`),
+    checked before anything is written. Every random draw is a function of ``(seed, epoch, sample)``, so a resumed run
+    gives the same weights, bit for bit, as an uninterrupted one at the same thread count. A new run refuses a folder
+    that already holds a run unless ``exist_ok``. ``threads``: torch CPU threads (None:
+    :func:`~defect_detector.core.devices.default_threads`). ``stop_after_epochs`` ends early (as an interruption
+    would), for tests. ``budget``: ``train.max_minutes`` counted from the command's start, keeping time for the drift
+    baseline after the run (engine/budget.py; None: counted from this call, nothing kept); an epoch starts only when
+    it, its validation and that reserve fit; the last is validated.
 
-    ``best.pt``: the epoch with the highest validation mAP@0.5:0.95 (a fine-tune's starting weights, validated first,
-    until an epoch beats them); without a measurable mAP the latest epoch. Every checkpoint records as ``eval.f1_conf``
-    the F-optimal score threshold of the run's latest validation. Raises :class:`TrainingError` (a ``ValueError``) with
-    a one-line message for a run that cannot start or go on.
+    Epochs are counted from 0 everywhere: the log, ``metrics.jsonl``, the checkpoints' ``epoch`` and the curves.
+    ``best.pt``: the epoch with the highest validation mAP@0.5:0.95 (a fine-tune's starting weights, validated first
+    as epoch -1, until an epoch beats them); without a measurable mAP the latest epoch. Every checkpoint records as
+    ``eval.f1_conf`` the F-optimal score threshold of the run's latest validation. Raises :class:`TrainingError` (a
+    ``ValueError``) with a one-line message for a run that cannot start or go on.
     """
     distributed = _init_distributed()
-    device = resolve_device(cfg.train.device)
     _set_threads(threads)
+    run = _start_run(cfg, validator, resume, exist_ok, allow_data_change, progress, budget, distributed)
+    _train_epochs(run, stop_after_epochs, distributed)
+    if distributed:
+        dist.destroy_process_group()
+    return run.run_dir
+
+
+def _start_run(  # noqa: PLR0913 - fit's settings
+    cfg: Config,
+    validator: Validator,
+    resume: bool,
+    exist_ok: bool,
+    allow_data_change: bool,
+    progress: bool,
+    budget: Budget | None,
+    distributed: bool,
+) -> _Run:
+    """Open the run (:func:`_open_run`), build or restore what it trains, and validate a fine-tune's starting weights."""
+    device = resolve_device(cfg.train.device)
     run_dir = Path(cfg.out_dir) / cfg.name
     last_path = run_dir / "weights" / "last.pt"
     cfg, ckpt, train_set, val_set = _open_run(cfg, run_dir, resume, exist_ok, device, allow_data_change)
     val_set = val_set if has_ground_truth(val_set) else None
-    train_loader, val_loader = build_loaders(cfg, train_set, val_set, device, distributed)
+    train_loader = build_train_loader(cfg, train_set, device, distributed)
     amp_dtype = resolve_amp(cfg.train.amp, device)
     training = build_training(cfg, device, math.ceil(len(train_loader) / cfg.train.accumulate), amp_dtype, init=ckpt is None)
     if ckpt is not None:
         restore_training(training, ckpt, last_path)
         if is_main():
-            log.info("resumed from %s at epoch %d", last_path, training.start_epoch + 1)
+            log.info("resumed from %s after epoch %d", last_path, training.start_epoch - 1)
     train_model = DistributedDataParallel(training.model) if distributed else training.model
     world = dist.get_world_size() if distributed else 1
     budget = budget or Budget.start(cfg.train.max_minutes, None, 0, cfg.model.in_channels == 2)
-    loaders = (train_loader, val_loader)
-    run = _Run(cfg, run_dir, device, amp_dtype, world, train_set, val_set, *loaders, training, train_model, progress, budget)
-    run.data_digests, run.f1_conf, run.validator = data_digests(cfg), _resumed_f1_conf(ckpt, cfg), validator
+    run = _Run(cfg, run_dir, device, amp_dtype, world, train_set, val_set, train_loader, validator, training, train_model, progress, budget)
+    run.data_digests, run.f1_conf = data_digests(cfg), _resumed_f1_conf(ckpt, cfg)
     if budget.deadline is not None:  # the cost of a model pass, for the drift baseline's share of the time
         budget.pass_seconds = pass_seconds(training.ema.module, cfg.model.in_channels, cfg.data.imgsz, device)
-    if ckpt is None and cfg.train.init_weights and val_loader is not None and is_main():
+    if ckpt is None and cfg.train.init_weights and val_set is not None and is_main():
         _validate_start(run)
-
-    _train_epochs(run, stop_after_epochs, distributed)
-    if distributed:
-        dist.destroy_process_group()
-    return run_dir
+    return run
 
 
 def _train_epochs(run: _Run, stop_after_epochs: int | None, distributed: bool) -> None:
@@ -284,7 +299,7 @@ def _train_epochs(run: _Run, stop_after_epochs: int | None, distributed: bool) -
         if final and epoch + 1 < end:
             if is_main():
                 cap = cfg.train.max_minutes
-                log.warning("train.max_minutes (%g): stopped after epoch %d of %d: %s", cap, epoch + 1, end, run.budget.cut())
+                log.warning("train.max_minutes (%g): stopped after epoch %d (%d of %d): %s", cap, epoch, epoch + 1, end, run.budget.cut())
             break
     if is_main():
         log.info("training took %.1f s", time.perf_counter() - start)
@@ -298,10 +313,9 @@ def _resumed_f1_conf(ckpt: dict[str, Any] | None, cfg: Config) -> float:
 
 def _validated(run: _Run) -> tuple[dict, dict]:
     """:func:`validate` of the EMA weights, timed into the run's budget; the F-optimal threshold becomes ``run.f1_conf``."""
-    assert run.val_loader is not None and run.val_set is not None
+    assert run.val_set is not None
     start = time.perf_counter()
-    model = run.training.ema.module
-    metrics, predictions = validate(model, run.val_loader, run.val_set, run.cfg, run.device, run.progress, run.validator)
+    metrics, predictions = validate(run.training.ema.module, run.val_set, run.cfg, run.validator)
     run.budget.measured_validation(time.perf_counter() - start, len(run.val_set))
     if metrics.get("f1_optimal") is not None:
         run.f1_conf = metrics["f1_optimal"]["conf"]
@@ -335,7 +349,7 @@ def _run_epoch(run: _Run, epoch: int, end: int) -> bool:
     record = _epoch_record(run, epoch, stats)
     metrics: dict[str, Any] = {}
     predictions: dict = {}
-    can_validate = run.val_loader is not None and run.val_set is not None
+    can_validate = run.val_set is not None and is_main()  # rank 0 alone validates
     due = can_validate and ((epoch + 1) % cfg.train.val_every == 0 or epoch + 1 == cfg.train.epochs)
     val_estimate = stats["seconds"] * len(run.val_set or []) / max(1, len(run.train_set))
     final = epoch + 1 >= end or not run.budget.next_epoch_fits(due, val_estimate)
@@ -353,10 +367,10 @@ def _run_epoch(run: _Run, epoch: int, end: int) -> bool:
     ckpt = checkpoint_dict(t, epoch, run.checkpoint_config(), plain_metrics) | {"data_digests": run.data_digests}  # checked by --resume
     commit_epoch(run.run_dir, ckpt, record, best=improved or run.val_set is None)
     if improved and run.val_set is not None:
-        write_eval_plots(run.run_dir / "plots", metrics, predictions, run.val_set, cfg.data.class_names, cfg.eval.f1_conf)
+        plots.write_eval_plots(run.run_dir / "plots", metrics, predictions, run.val_set, cfg.data.class_names, run.f1_conf)  # best.pt's
     if metrics or final:
         plots.plot_training_curves(t.state.history, run.run_dir / "plots" / "curves.png")
-    log.info("epoch %d: %s", epoch + 1, _summary(record))
+    log.info("epoch %d (%d/%d): %s", epoch, epoch + 1, cfg.train.epochs, _summary(record))
     return final
 
 
@@ -369,7 +383,7 @@ def _train_epoch(run: _Run, epoch: int) -> dict[str, float]:
         run.device,
         run.amp_dtype,
         run.cfg.train,
-        f"epoch {epoch + 1}/{run.cfg.train.epochs}",
+        f"epoch {epoch} ({epoch + 1}/{run.cfg.train.epochs})",
         run.progress,
     )
 
@@ -397,27 +411,3 @@ def _epoch_record(run: _Run, epoch: int, stats: dict[str, float]) -> dict[str, A
 def _summary(record: dict[str, Any]) -> str:
     keys = ("train_loss", "map50", "map50_95", "f1_iou033", "images_per_s")
     return ", ".join(f"{k}={record[k]:.4f}" for k in keys if k in record)
-
-
-def write_eval_plots(
-    plots_dir: Path, metrics: dict, predictions: dict, val_set: CocoDetectionDataset, names: Sequence[str], conf: float
-) -> None:
-    """``pr_curves.png``, ``confusion_matrix.png`` and ``val_predictions.png`` (the first 8 images, detections
-    at score >= ``conf``) in ``plots_dir`` from ``evaluate_predictions`` ``metrics`` and ``predict_dataset`` output."""
-    from defect_detector.data.images import load_image_gray
-    from defect_detector.engine.evaluate import ground_truth
-
-    plots.plot_pr_curves(metrics["pr_curve"], names, plots_dir / "pr_curves.png")
-    plots.plot_confusion_matrix(metrics["confusion"], names, plots_dir / "confusion_matrix.png", conf)
-    cat_to_label = {c: label for label, c in val_set.label_to_cat_id.items()}
-    image_ids = sorted(predictions)[:8]
-    images, preds, gts, files = [], [], [], []
-    for image_id in image_ids:
-        info = val_set.coco.loadImgs([image_id])[0]
-        files.append(info["file_name"])
-        images.append(load_image_gray(val_set.images_root / info["file_name"]))
-        preds.append({k: v for k, v in predictions[image_id].items()})
-        keep = preds[-1]["scores"] >= conf
-        preds[-1] = {k: v[keep] for k, v in preds[-1].items()}
-        gts.append(ground_truth(val_set.coco, image_id, cat_to_label))
-    plots.plot_prediction_grid(images, preds, gts, names, plots_dir / "val_predictions.png", names=files)

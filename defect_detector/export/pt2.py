@@ -126,6 +126,29 @@ def export_program(deploy: DeployModel, device: torch.device | str = "cpu", grap
         raise ExportError(f"torch.export failed on the deploy model ({graph}): {type(exc).__name__}: {first}") from exc
 
 
+class _DropMessage(logging.Filter):
+    """A logging filter that drops the records whose message starts with ``prefix``."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.prefix)
+
+
+def _import_cpp_extension() -> None:
+    """Import ``torch.utils.cpp_extension`` (AOTInductor's C++ build imports it) without the one warning its import logs
+    on a machine with a CUDA toolkit and no GPU, "No CUDA runtime is found, using CUDA_HOME=...": a CPU package needs
+    no CUDA runtime. Only that message of that logger is dropped, only while the module is first imported."""
+    probe, quiet = logging.getLogger("torch.utils.cpp_extension"), _DropMessage("No CUDA runtime is found")
+    probe.addFilter(quiet)
+    try:
+        import torch.utils.cpp_extension  # noqa: F401
+    finally:
+        probe.removeFilter(quiet)
+
+
 def compile_package(programs: dict[str, torch.export.ExportedProgram], meta: dict[str, Any]) -> bytes:
     """AOTInductor-compile ``programs`` (AOTInductor model name -> program; :data:`FORWARD_MODEL` first) into ``.pt2``
     package bytes holding ``meta`` as the metadata entry ``meta.json`` of each model.
@@ -134,6 +157,7 @@ def compile_package(programs: dict[str, torch.export.ExportedProgram], meta: dic
     import torch._inductor
     from torch._inductor.package import package_aoti
 
+    _import_cpp_extension()
     configs = {**INDUCTOR_CONFIGS, "aot_inductor.metadata": {META_FILE: json.dumps(meta)}}
     buffer = io.BytesIO()
     with warnings.catch_warnings():
@@ -237,6 +261,7 @@ def load_pt2_model(path: str | os.PathLike[str], device: torch.device | str = "c
     import torch._inductor
     from torch._inductor.package import load_package
 
+    _import_cpp_extension()
     device = torch.device(device)
     index = device.index if device.type == "cuda" and device.index is not None else -1
     try:

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from defect_detector.core.config import Config, config_from_dict
+from defect_detector.core.config import Config, config_from_dict, without_retired
 from defect_detector.core.io import atomic_torch_save
 from defect_detector.data.dataset import evenly_spaced
 from defect_detector.data.images import load_image_gray, pixel_fingerprint
@@ -121,14 +121,14 @@ def write_teach_sets(goldens: list[Path], work: Path, held: int, seed: int, capt
 def teach_config(weights: Path, start: dict[str, Any], sets: dict[str, Path], work: Path, minutes: float, pairs: int = CAPTURES) -> Config:
     """The fine-tune of ``weights`` (its checkpoint ``start``, as ``torch.load`` reads it) on the teach ``sets`` (``pairs``
     training pairs) within ``minutes``: the weights' own config with :data:`RECIPE` over it."""
-    raw = dict(start["config"])
+    raw = without_retired(start["config"], str(weights))
     raw["augment"] = RECIPE["augment"]
     raw["train"] = {k: v for k, v in raw.get("train", {}).items() if k in ("amp", "device", "weight_decay")} | RECIPE["train"]
     epochs = max(3, round(minutes * EPOCHS_PER_MINUTE * CAPTURES / pairs))
     raw["train"] |= {"init_weights": str(weights), "max_minutes": float(minutes), "epochs": epochs}
     raw["data"] = raw.get("data", {}) | {
         "train": str(sets["train"]), "val": str(sets["select"]), "train_images": None, "val_images": None,
-        "register_train": True, "register_val": True, "workers": 1, "max_images": None, "pixel_scale": None,
+        "register_train": True, "workers": 1, "max_images": None, "pixel_scale": None,
     }  # fmt: skip
     raw |= {"name": "run", "out_dir": str(work)}
     return config_from_dict(raw)

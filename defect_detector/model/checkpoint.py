@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from defect_detector.core.config import Config, apply_overrides, config_from_dict
+from defect_detector.core.config import Config, apply_overrides, config_from_dict, without_retired
 from defect_detector.model.detector import TinyDetector, build_model
 
 DEFAULT_WEIGHTS = Path(__file__).resolve().parent.parent / "weights" / "deeppcb.pt"
@@ -38,18 +38,6 @@ class LoadedModel:
     taught: list[dict[str, str]] = field(default_factory=list)
     """The designs ``teach`` taught these weights: ``[{"name": golden file name, "key": pixel fingerprint of the gray
     golden image (data/images.py pixel_fingerprint)}]``, [] when none."""
-
-
-RETIRED_CONFIG_KEYS = {"monitor": ("min_layers",), "eval": ("tta",)}
-"""Keys older versions wrote into checkpoints; they no longer configure anything and are dropped on load."""
-
-
-def _without_retired_keys(raw: dict[str, Any]) -> dict[str, Any]:
-    out = dict(raw)
-    for section, keys in RETIRED_CONFIG_KEYS.items():
-        if isinstance(out.get(section), dict):
-            out[section] = {k: v for k, v in out[section].items() if k not in keys}
-    return out
 
 
 def is_torchscript_archive(path: str | os.PathLike[str]) -> bool:
@@ -137,7 +125,7 @@ def load_checkpoint(path: str | Path | None = None, device: torch.device | str =
     ckpt = read_checkpoint(path, device)
     if "config" not in ckpt:
         raise ValueError(f"{path}: not a defect_detector checkpoint (needs 'model' and 'config' entries)")
-    cfg = config_from_dict(_without_retired_keys(ckpt["config"]))
+    cfg = config_from_dict(without_retired(ckpt["config"], str(path)))
     class_names = tuple(ckpt.get("class_names", cfg.data.class_names))
     model = build_model(cfg.model, len(class_names))
     state = ckpt["ema"] if use_ema and "ema" in ckpt else ckpt["model"]
@@ -163,7 +151,7 @@ def strip_checkpoint(
     (``baseline`` when given: a ``Baseline.to_dict()``, the caller validates it; else the one ``ckpt`` carries) and the
     design domain (``domain`` when given: a ``DomainModel.to_dict()``; else the one ``ckpt`` carries) and the designs
     ``teach`` taught (``taught``, as ``ckpt`` carries it; checked when the result is loaded)."""
-    current = _without_retired_keys(ckpt["config"])  # an old checkpoint's retired keys would fail validation
+    current = without_retired(ckpt["config"], "the checkpoint")  # an old checkpoint's retired keys would fail validation
     config = config_from_dict(apply_overrides(current, list(overrides))).to_dict()
     out = {
         "model": ckpt.get("ema", ckpt["model"]),

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from defect_detector.core.config import Config, ConfigError, apply_overrides, config_from_dict, load_config, save_config
+from defect_detector.core.config import Config, ConfigError, apply_overrides, config_from_dict, load_config, save_config, without_retired
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -144,7 +144,7 @@ def test_a_malformed_override_is_one_line(item: str, problem: str) -> None:
     [
         ({"train": {"lr": "fast"}}, "train.lr: must be a number, got 'fast'"),
         ({"train": {"epochs": 3.0}}, "train.epochs: must be an integer, got 3.0"),
-        ({"data": {"register_val": "yes"}}, "data.register_val: must be true or false, got 'yes'"),
+        ({"data": {"register_train": "yes"}}, "data.register_train: must be true or false, got 'yes'"),
         ({"model": {"widths": [32, 64, True, 192]}}, "model.widths[2]: must be an integer, got True"),
         ({"model": {"widths": [16, 32, 48]}}, "model.widths: has too few items, got [16, 32, 48]"),
         ({"data": {"class_names": "open"}}, "data.class_names: must be a list, got 'open'"),
@@ -152,8 +152,8 @@ def test_a_malformed_override_is_one_line(item: str, problem: str) -> None:
         ({"monitor": {"z_warn": 9.0}}, "monitor.z_warn: must be > 0 and <= monitor.z_alert, got 9.0"),
         ({"name": "a/b"}, "name: must be a non-empty name without '/', got 'a/b'"),
         (
-            {"eval": {"tta": "d8"}},
-            "eval.tta: unknown key (known: conf, cross_class_factor, cross_class_iou, exposure_max_clipped, exposure_max_highlights, "
+            {"eval": {"tta2": "d8"}},
+            "eval.tta2: unknown key (known: conf, cross_class_factor, cross_class_iou, exposure_max_clipped, exposure_max_highlights, "
             "exposure_max_midtones, exposure_min_contrast, exposure_min_light, f1_conf, hidden_max_area, max_det, merge_ios, nms_iou)",
         ),
     ],
@@ -162,6 +162,39 @@ def test_an_error_is_one_line_naming_the_dotted_key_and_the_value(raw: dict, mes
     with pytest.raises(ConfigError) as info:
         config_from_dict(raw)
     assert str(info.value) == message
+
+
+def test_a_retired_key_in_a_config_or_an_override_stops_at_start_saying_why(tmp_path: Path) -> None:
+    """Issue 43: ``data.register_val`` is retired (training-time validation always registers); naming it is an error
+    that says so, where an unknown key would only list the known ones."""
+    why = "data.register_val: retired (issue 43: validation during training always registers, through the frame pipeline); remove it"
+    path = tmp_path / "old.yaml"
+    path.write_text("data:\n  train: t.json\n  register_val: false\n")
+    for config, overrides in ((path, []), (None, ["data.register_val=true"])):
+        with pytest.raises(ConfigError) as info:
+            load_config(config, overrides)
+        assert str(info.value) == why
+    with pytest.raises(ConfigError, match=r"^eval\.tta: retired \(v0\.8\.0: test-time augmentation is asked for per command"):
+        config_from_dict({"eval": {"tta": "d8"}})
+
+
+def test_a_checkpoint_config_drops_its_retired_keys(caplog: pytest.LogCaptureFixture) -> None:
+    raw = Config().to_dict()
+    raw["data"]["register_val"] = False
+    with caplog.at_level("DEBUG", logger="defect_detector.config"):
+        kept = without_retired(raw, "old.pt")
+    assert config_from_dict(kept) == Config() and "register_val" in raw["data"]  # the caller's dict is left alone
+    assert [r.levelname for r in caplog.records] == ["DEBUG"] and "old.pt: dropped the retired config key data.register_val" in caplog.text
+
+
+def test_default_yaml_states_the_code_defaults() -> None:
+    """``configs/default.yaml`` is the template a newcomer copies: every key it sets has the value ``Config()`` has,
+    but for the run's name and the data it points at (``train.epochs`` 60 / ``train.lr`` 0.004 drifted from 30 / 2e-3)."""
+    own = {"name", "data.train", "data.val"}
+    written = _leaves(yaml.safe_load((CONFIGS / "default.yaml").read_text()))
+    defaults = _leaves(Config().to_dict())
+    differ = {k: (v, defaults.get(k)) for k, v in written.items() if k not in own and v != defaults.get(k)}
+    assert written.keys() > own and not differ
 
 
 def test_a_section_built_from_keywords_names_its_section() -> None:

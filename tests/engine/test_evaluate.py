@@ -13,6 +13,8 @@ from defect_detector.cli.main import main
 from defect_detector.data.synth import write_synthetic_dataset
 from defect_detector.engine.evaluate import (
     _above,
+    box_convention_note,
+    box_fit,
     coco_map,
     confusion_matrix,
     deeppcb_f1,
@@ -393,3 +395,44 @@ def test_val_scores_a_json_with_some_of_the_classes(tmp_path: Path, one_thread: 
         f"defect-detector val: error: {ann}: none of its categories (scratch) is a class of the model "
         "(open, short, mousebite, spur, copper, pin-hole); categories are matched by name"
     )
+
+
+def test_boxes_of_another_convention_are_named_in_one_line() -> None:
+    """Issue 43: a model that finds every defect, its boxes padded as DeepPCB's annotators drew theirs, scored against
+    tight boxes: mAP@0.5 0, and ``val`` says why in one line (the convention of docs/looks.md)."""
+    tight = [(1, 1, [40, 40, 10, 10]), (1, 2, [10, 10, 6, 6]), (2, 1, [60, 20, 10, 10])]
+    coco = _coco_from([1, 2], tight)
+    padded = {  # a 26 px box around each defect: IoU with its tight box 0.15, 0.05, 0.15
+        1: _pred([[31, 31, 57, 57], [0, 0, 26, 26]], [0.9, 0.8], [0, 1]),
+        2: _pred([[52, 12, 78, 38]], [0.7], [0]),
+    }
+    metrics = evaluate_predictions(coco, padded, LABEL_TO_CAT, NAMES, 0.5)
+    fit = metrics["box_fit"]
+    assert metrics["map50"] == 0.0 and fit["defects"] == 3 and fit["matched_iou050"] == 0
+    assert fit["matched_iou010"] == 2 and fit["area_ratio"] == pytest.approx(26 * 26 / 100)  # the 6 px box: IoU 0.05
+    note = box_convention_note(fit, 0.5)
+    assert note is not None and "\n" not in note
+    assert "2 of 3 defects have a call at IoU > 0.1 but only 0 at IoU > 0.5" in note and "docs/looks.md" in note
+    matched = {1: _pred([[40, 40, 50, 50], [10, 10, 16, 16]], [0.9, 0.8], [0, 1]), 2: _pred([[60, 20, 70, 30]], [0.7], [0])}
+    assert box_convention_note(evaluate_predictions(coco, matched, LABEL_TO_CAT, NAMES, 0.5)["box_fit"], 0.5) is None
+    assert box_convention_note(box_fit(coco, padded, CAT_TO_LABEL, 0.95), 0.95) is None  # no call kept: nothing to say
+
+
+def test_val_lines_name_each_measure_and_its_key(capsys: pytest.CaptureFixture[str]) -> None:
+    """``recall`` (same class) and ``at_conf.caught`` (any class) printed side by side read as one measure that
+    disagrees with itself: each line names its keys, its score threshold and its match."""
+    from defect_detector.cli.val import _print_val
+
+    at = {"conf": 0.36, "caught": 0.905, "defects": 148, "missed": 14, "false_calls_per_image": 0.5, "false_calls": 12, "images": 24}
+    op = {"recall": 0.99, "conf": 0.1, "achieved_recall": 0.99, "false_calls_per_image": 2.0}
+    out = {"weights": "w.pt", "kind": "checkpoint", "params": 1e6, "gflops": 1.0, "images": 24, "not_inspected": {}, "tta": "none",
+           "map50": 0.0, "map50_95": 0.0, "per_class": {"open": 0.0}, "absent_classes": [], "f1_conf": 0.36, "precision": 0.4,
+           "recall": 0.4054, "f1_iou033": 0.4, "at_conf": at, "per_group": {}, "operating_points": [op],
+           "box_fit": {"defects": 148, "matched_iou010": 140, "matched_iou050": 3, "area_ratio": 6.5}}  # fmt: skip
+    _print_val(out, "1x2x640x640", "ok")
+    lines = capsys.readouterr().out.splitlines()
+    recall = next(line for line in lines if "recall 0.4054" in line)
+    caught = next(line for line in lines if "90.5% of 148 defects caught" in line)
+    assert "score >= 0.36" in recall and "class is right" in recall and "(precision, recall, f1_iou033" in recall
+    assert "score >= 0.36" in caught and "any class" in caught and "(at_conf" in caught
+    assert sum(line.startswith("box convention: at score >= 0.36, 140 of 148 defects") for line in lines) == 1

@@ -17,6 +17,7 @@ from defect_detector.core.config import AugmentConfig, ConfigError, load_config,
 from defect_detector.data.synth import write_synthetic_dataset
 from defect_detector.engine import run_files
 from defect_detector.engine.trainer import NonFiniteLossError, TrainingError, fit, lr_factor, with_pixel_scale
+from defect_detector.inspect.validate import TrainingValidation
 from defect_detector.model.loss import DetectionLoss
 
 
@@ -39,7 +40,7 @@ def test_lr_schedule_warmup_then_cosine() -> None:
 
 def test_overfits_tiny_synthetic_set(synth16: Path, tmp_path: Path, tiny_config) -> None:
     cfg = tiny_config(synth16, tmp_path, epochs=100, val_every=100, lr=0.01, warmup_epochs=2.0, imgsz=384)
-    run = fit(cfg, progress=False)
+    run = fit(cfg, TrainingValidation(), progress=False)
     history = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
     assert len(history) == 100
     assert history[-1]["map50"] > 0.9, history[-1]
@@ -50,11 +51,11 @@ def test_overfits_tiny_synthetic_set(synth16: Path, tmp_path: Path, tiny_config)
 
 
 def test_resume_reproduces_uninterrupted_run(synth_coco: Path, tmp_path: Path, tiny_config) -> None:
-    straight = fit(tiny_config(synth_coco, tmp_path / "a", epochs=3, val_every=2), progress=False, threads=1)
+    straight = fit(tiny_config(synth_coco, tmp_path / "a", epochs=3, val_every=2), TrainingValidation(), progress=False, threads=1)
     interrupted_cfg = tiny_config(synth_coco, tmp_path / "b", epochs=3, val_every=2)
-    fit(interrupted_cfg, progress=False, stop_after_epochs=2, threads=1)
+    fit(interrupted_cfg, TrainingValidation(), progress=False, stop_after_epochs=2, threads=1)
     assert _load(tmp_path / "b" / "tiny" / "weights" / "last.pt")["epoch"] == 1
-    resumed = fit(interrupted_cfg, resume=True, progress=False, threads=1)
+    resumed = fit(interrupted_cfg, TrainingValidation(), resume=True, progress=False, threads=1)
     a, b = _load(straight / "weights" / "last.pt"), _load(resumed / "weights" / "last.pt")
     assert a["epoch"] == b["epoch"] == 2
     _assert_same_weights(a, b)
@@ -125,11 +126,11 @@ def test_kill_between_checkpoint_and_metrics_line(synth_coco: Path, tmp_path: Pa
 
     monkeypatch.setattr(run_files, "append_jsonl", killed_at_epoch_1)
     with pytest.raises(KeyboardInterrupt):
-        fit(cfg, progress=False, threads=1)
+        fit(cfg, TrainingValidation(), progress=False, threads=1)
     monkeypatch.setattr(run_files, "append_jsonl", real_append)
     run = tmp_path / "tiny"
     assert _load(run / "weights" / "last.pt")["epoch"] == 1
-    resumed = fit(cfg, resume=True, progress=False, threads=1)
+    resumed = fit(cfg, TrainingValidation(), resume=True, progress=False, threads=1)
     assert _epochs(resumed) == [0, 1, 2]
     assert not list((run / "weights").glob(".*.tmp"))
     assert (run / "weights" / "best.pt").is_file()
@@ -137,30 +138,30 @@ def test_kill_between_checkpoint_and_metrics_line(synth_coco: Path, tmp_path: Pa
 
 def test_resume_refuses_a_changed_config_before_writing(synth_coco: Path, tmp_path: Path, tiny_config) -> None:
     cfg = tiny_config(synth_coco, tmp_path, imgsz=64, epochs=2, val_every=10)
-    run = fit(cfg, progress=False, threads=1, stop_after_epochs=1)
+    run = fit(cfg, TrainingValidation(), progress=False, threads=1, stop_after_epochs=1)
     config_yaml = (run / "config.yaml").read_text()
     changed = cfg.model_copy(update={"seed": 4, "train": cfg.train.model_copy(update={"lr": 0.02})})
     with pytest.raises(TrainingError, match=r"seed \(3 -> 4\); train\.lr \(0\.01 -> 0\.02\).*name=NEW") as info:
-        fit(changed, resume=True, progress=False, threads=1)
+        fit(changed, TrainingValidation(), resume=True, progress=False, threads=1)
     assert "\n" not in str(info.value)
     wider = cfg.model_copy(update={"model": cfg.model.model_copy(update={"neck_channels": 64})})
     with pytest.raises(TrainingError, match=r"architecture or classes: model\.neck_channels \(32 -> 64\)"):
-        fit(wider, resume=True, progress=False, threads=1)
+        fit(wider, TrainingValidation(), resume=True, progress=False, threads=1)
     shorter = cfg.model_copy(update={"train": cfg.train.model_copy(update={"epochs": 1})})
     with pytest.raises(TrainingError, match=r"train\.epochs \(2 -> 1\)"):
-        fit(shorter, resume=True, progress=False, threads=1)
+        fit(shorter, TrainingValidation(), resume=True, progress=False, threads=1)
     assert (run / "config.yaml").read_text() == config_yaml
     assert _epochs(run) == [0]
     longer = cfg.model_copy(
         update={"train": cfg.train.model_copy(update={"epochs": 3}), "data": cfg.data.model_copy(update={"workers": 1})}
     )
-    fit(longer, resume=True, progress=False, threads=1)
+    fit(longer, TrainingValidation(), resume=True, progress=False, threads=1)
     assert _epochs(run) == [0, 1, 2] and load_config(run / "config.yaml").train.epochs == 3
 
 
 def test_resume_from_a_truncated_checkpoint_is_one_line(synth_coco: Path, tmp_path: Path, tiny_config, capsys) -> None:
     cfg = tiny_config(synth_coco, tmp_path, imgsz=64, epochs=1, val_every=10)
-    run = fit(cfg, progress=False, threads=1)
+    run = fit(cfg, TrainingValidation(), progress=False, threads=1)
     last = run / "weights" / "last.pt"
     last.write_bytes(last.read_bytes()[:1000])
     save_config(cfg, tmp_path / "cfg.yaml")
@@ -169,7 +170,7 @@ def test_resume_from_a_truncated_checkpoint_is_one_line(synth_coco: Path, tmp_pa
     assert err.count("\n") == 0 and f"{last}: not a readable checkpoint" in err, err
     torch.save({"model": {}, "config": cfg.to_dict()}, last)  # an inference-only checkpoint
     with pytest.raises(TrainingError, match="not a resumable training checkpoint .*optimizer"):
-        fit(cfg, resume=True, progress=False, threads=1)
+        fit(cfg, TrainingValidation(), resume=True, progress=False, threads=1)
 
 
 def test_pixel_scale_is_the_median_training_scale(synth_coco: Path, tmp_path: Path, tiny_config) -> None:
@@ -185,13 +186,13 @@ def test_pixel_scale_is_the_median_training_scale(synth_coco: Path, tmp_path: Pa
 
 def test_existing_run_is_not_overwritten(synth_coco: Path, tmp_path: Path, tiny_config) -> None:
     cfg = tiny_config(synth_coco, tmp_path, epochs=1, val_every=5, imgsz=192)
-    run = fit(cfg, progress=False)
+    run = fit(cfg, TrainingValidation(), progress=False)
     # The run records the scale it trained at (256 px boards letterboxed into 192): in config.yaml and checkpoints.
     assert load_config(run / "config.yaml").data.pixel_scale == pytest.approx(0.75)
     assert _load(run / "weights" / "last.pt")["config"]["data"]["pixel_scale"] == pytest.approx(0.75)
     with pytest.raises(FileExistsError, match="--resume"):
-        fit(cfg, progress=False)
-    fit(cfg, exist_ok=True, progress=False)
+        fit(cfg, TrainingValidation(), progress=False)
+    fit(cfg, TrainingValidation(), exist_ok=True, progress=False)
     assert (tmp_path / "tiny" / "metrics.jsonl").read_text().count("\n") == 1
 
 
@@ -201,9 +202,10 @@ def test_non_finite_loss_is_skipped_then_stops(synth_coco: Path, tmp_path: Path,
 
     monkeypatch.setattr(DetectionLoss, "__call__", nan_loss)
     with pytest.raises(NonFiniteLossError, match="max_bad_steps=0.*lower train.lr") as info:
-        fit(tiny_config(synth_coco, tmp_path, epochs=1, max_bad_steps=0), progress=False, threads=1)
+        fit(tiny_config(synth_coco, tmp_path, epochs=1, max_bad_steps=0), TrainingValidation(), progress=False, threads=1)
     assert isinstance(info.value, ValueError), "the CLI reports ValueErrors as one line"
-    run = fit(tiny_config(synth_coco, tmp_path / "tolerant", epochs=1, max_bad_steps=10, val_every=5), progress=False, threads=1)
+    tolerant = tiny_config(synth_coco, tmp_path / "tolerant", epochs=1, max_bad_steps=10, val_every=5)
+    run = fit(tolerant, TrainingValidation(), progress=False, threads=1)
     ckpt = _load(run / "weights" / "last.pt")
     assert ckpt["bad_steps"] == 1 and ckpt["optimizer_steps"] == 0
 
@@ -227,7 +229,7 @@ def _without(ann: Path, out: Path, key: str) -> Path:
 def test_training_json_without_readable_images(synth_coco: Path, tmp_path: Path, tiny_config) -> None:
     bad = _without(synth_coco, tmp_path / "nofiles.json", "files")
     with pytest.raises(TrainingError, match=rf"{bad}: no readable training images .*missing image file x4"):
-        fit(tiny_config(bad, tmp_path, imgsz=64, epochs=1), progress=False, threads=1)
+        fit(tiny_config(bad, tmp_path, imgsz=64, epochs=1), TrainingValidation(), progress=False, threads=1)
 
 
 def test_validation_without_annotations_still_writes_best(synth_coco: Path, tmp_path: Path, tiny_config, caplog) -> None:
@@ -237,7 +239,7 @@ def test_validation_without_annotations_still_writes_best(synth_coco: Path, tmp_
         update={"data": cfg.data.model_copy(update={"val": str(_without(synth_coco, tmp_path / "noann.json", "annotations"))})}
     )
     with caplog.at_level("WARNING", logger="defect_detector.train"):
-        run = fit(cfg, progress=False, threads=1)
+        run = fit(cfg, TrainingValidation(), progress=False, threads=1)
     assert sum("mAP cannot be measured" in r.getMessage() for r in caplog.records) == 1
     best, last = _load(run / "weights" / "best.pt"), _load(run / "weights" / "last.pt")
     assert best["epoch"] == last["epoch"] == 1
@@ -293,15 +295,39 @@ def test_resume_checks_a_digest_of_the_jsons(synth_coco: Path, tmp_path: Path, t
     ann = tmp_path / "train.json"
     ann.write_text(json.dumps(coco))
     cfg = tiny_config(ann, tmp_path / "runs", imgsz=64, epochs=2, val_every=10)
-    run = fit(cfg, progress=False, threads=1, stop_after_epochs=1)
+    run = fit(cfg, TrainingValidation(), progress=False, threads=1, stop_after_epochs=1)
     assert set(_load(run / "weights" / "last.pt")["data_digests"]) == {"data.train", "data.val"}
     coco["info"]["description"] = "edited in place"  # (was accepted on --resume without a word)
     ann.write_text(json.dumps(coco))
     changed = r"data that changed since the run's last epoch: data\.train \(sha256 \w{12} -> \w{12}\)"
     with pytest.raises(TrainingError, match=changed) as info:
-        fit(cfg, resume=True, progress=False, threads=1)
+        fit(cfg, TrainingValidation(), resume=True, progress=False, threads=1)
     assert "--allow-data-change" in str(info.value) and "\n" not in str(info.value)
     assert _epochs(run) == [0]
     with caplog.at_level("WARNING", logger="defect_detector.engine"):
-        fit(cfg, resume=True, progress=False, threads=1, allow_data_change=True)
+        fit(cfg, TrainingValidation(), resume=True, progress=False, threads=1, allow_data_change=True)
     assert _epochs(run) == [0, 1] and "resuming on changed data (--allow-data-change)" in caplog.text
+
+
+def test_the_log_counts_epochs_as_metrics_jsonl_and_the_plots_name_the_stored_threshold(
+    synth_coco: Path, tmp_path: Path, tiny_config, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 43: the log said epochs 1-2 where ``metrics.jsonl`` says 0-1, and the confusion matrix was drawn at the
+    config's ``eval.f1_conf`` (">= 0.3") where ``best.pt`` stores the F-optimal threshold the run measured."""
+    from defect_detector.engine import plots
+
+    drawn: list[float | None] = []
+    real = plots.plot_confusion_matrix
+
+    def recording(matrix, names, path, conf=None, iou=0.5):  # noqa: ANN001, ANN202
+        drawn.append(conf)
+        return real(matrix, names, path, conf, iou)
+
+    monkeypatch.setattr(plots, "plot_confusion_matrix", recording)
+    cfg = tiny_config(synth_coco, tmp_path, imgsz=64, epochs=2)
+    with caplog.at_level("INFO", logger="defect_detector.train"):
+        run = fit(cfg, TrainingValidation(), progress=False, threads=1)
+    logged = [r.getMessage().split(":")[0] for r in caplog.records if r.getMessage().startswith("epoch ")]
+    assert logged == ["epoch 0 (1/2)", "epoch 1 (2/2)"] and _epochs(run) == [0, 1]
+    stored = _load(run / "weights" / "best.pt")["config"]["eval"]["f1_conf"]
+    assert drawn and drawn[-1] == stored != cfg.eval.f1_conf

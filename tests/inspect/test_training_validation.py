@@ -35,7 +35,7 @@ def test_val_reproduces_the_calls_and_the_mAP_of_training_time_validation(
         seen.append(pipeline_validation(model, cfg, dataset))
         return seen[-1]
 
-    run = fit(cfg, progress=False, threads=1, validator=recording)
+    run = fit(cfg, recording, progress=False, threads=1)
     recorded = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
     assert len(seen) == 1 and len(seen[0]) == 4  # the one validation went through the frame pipeline, every image
     measured = validate(run / "weights" / "last.pt", data, progress=False)

@@ -97,10 +97,10 @@ def test_strip_keeps_the_ema_weights_and_applies_validated_config_overrides(tmp_
     src = tmp_path / "last.pt"
     torch.save({"model": raw, "ema": ema, "optimizer": {}, "config": cfg.to_dict(), "class_names": list(DEEPPCB_CLASSES)}, src)
     out = tmp_path / "small.pt"
-    assert main(["strip", str(src), "--out", str(out), "--set", "eval.f1_conf=0.55", "--set", "data.register_val=false"]) == 0
-    assert "config set: eval.f1_conf=0.55, data.register_val=false" in capsys.readouterr().out
+    assert main(["strip", str(src), "--out", str(out), "--set", "eval.f1_conf=0.55", "--set", "data.register_train=true"]) == 0
+    assert "config set: eval.f1_conf=0.55, data.register_train=true" in capsys.readouterr().out
     loaded = load_checkpoint(out)
-    assert loaded.config.eval.f1_conf == 0.55 and loaded.config.data.register_val is False and loaded.config.model.in_channels == 2
+    assert loaded.config.eval.f1_conf == 0.55 and loaded.config.data.register_train is True and loaded.config.model.in_channels == 2
     assert "optimizer" not in torch.load(out, weights_only=True)
     for k, v in loaded.model.state_dict().items():
         torch.testing.assert_close(v, ema[k])
@@ -152,11 +152,13 @@ def test_strip_fits_and_carries_a_design_domain(tmp_path: Path, capsys: pytest.C
 
 
 def test_strip_set_on_a_checkpoint_with_retired_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """An old checkpoint's retired keys (``eval.tta``, ``monitor.min_layers``) are dropped, not refused, when ``strip --set``
-    re-validates its config (v0.8 failed with ``eval.tta: unknown key`` on both bundled checkpoints)."""
+    """An old checkpoint's retired keys (``eval.tta``, ``monitor.min_layers``, ``data.register_val``) are dropped, not
+    refused, when ``strip --set`` re-validates its config (v0.8 failed with ``eval.tta: unknown key`` on both bundled
+    checkpoints); an override that names one is refused, saying why."""
     cfg = config_from_dict({"model": TINY}).to_dict()
     cfg["eval"]["tta"] = "d8"
     cfg["monitor"]["min_layers"] = 2
+    cfg["data"]["register_val"] = False
     state = build_model(config_from_dict({"model": TINY}).model, len(DEEPPCB_CLASSES)).state_dict()
     src = tmp_path / "old.pt"
     torch.save({"model": state, "config": cfg, "class_names": list(DEEPPCB_CLASSES)}, src)
@@ -164,9 +166,12 @@ def test_strip_set_on_a_checkpoint_with_retired_keys(tmp_path: Path, capsys: pyt
     assert main(["strip", str(src), "--out", str(out), "--set", "eval.f1_conf=0.35"]) == 0, capsys.readouterr().err
     stored = torch.load(out, weights_only=True)["config"]
     assert "tta" not in stored["eval"] and "min_layers" not in stored["monitor"] and stored["eval"]["f1_conf"] == 0.35
+    assert "register_val" not in stored["data"] and load_checkpoint(src).config == config_from_dict({"model": TINY})
+    assert main(["strip", str(src), "--out", str(out), "--set", "data.register_val=true"]) == 2
+    assert "data.register_val: retired (issue 43: validation during training always registers" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", ["deeppcb.pt", "deeppcb_ref.pt"])
+@pytest.mark.parametrize("name", ["deeppcb.pt", "deeppcb_ref.pt", "photo_ref.pt"])  # each stores data.register_val
 def test_strip_set_on_the_bundled_weights(name: str, tmp_path: Path) -> None:
     from defect_detector.model.checkpoint import DEFAULT_WEIGHTS
 

@@ -91,6 +91,7 @@ def test_export_writes_what_reviewers_confirmed(station_db: StationDB, tmp_path:
 
 def test_review_export_cli_and_training_on_it(tmp_path: Path, tiny_config, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: ANN001
     from defect_detector.engine.trainer import fit
+    from defect_detector.inspect.validate import TrainingValidation
 
     db = tmp_path / "station.db"
     _review(str(db), Path(f"{db}.images"))
@@ -99,7 +100,7 @@ def test_review_export_cli_and_training_on_it(tmp_path: Path, tiny_config, capsy
     printed = capsys.readouterr().out
     assert f"wrote {out / 'annotations.json'}: 2 images, 3 annotations" in printed and "not fully reviewed x2" in printed
     cfg = tiny_config(out / "annotations.json", tmp_path / "runs", imgsz=128, epochs=1, batch_size=2)
-    run_dir = fit(cfg, threads=1)
+    run_dir = fit(cfg, TrainingValidation(), threads=1)
     assert (Path(run_dir) / "weights" / "last.pt").is_file()
     assert main(["review", "export", "--db", str(tmp_path / "missing" / "x.db"), "--out", str(out)]) == 2
     assert "cannot open the station database" in capsys.readouterr().err
