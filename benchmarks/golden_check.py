@@ -15,7 +15,10 @@ golden check alone), "painted, registered" registers it too (registration can be
 goes through ``register`` with the shipped ``RegisterConfig`` (registration, then the golden check of
 ``align/golden_check.py``), and the table says how many are accepted and the worst (true) or best (wrong) measure
 of each kind. The ROC: for a sweep of ``max_spread`` (``max_tracks``, ``max_slivers`` and ``max_missing`` as shipped), the share of
-true pairs (painted included) refused and of wrong pairs (that registration itself accepts) let through.
+true pairs (painted included) refused and of wrong pairs (that registration itself accepts) let through. The
+agreement table: on every pair, the C++ example's correlation check (:func:`correlation`, ZNCC of the board and the
+golden image as registration warped it, below the artifact's ``golden_check.min_zncc``: refused) against Python's
+refusal (registration, then the golden check), and the pairs only one of them refuses.
 """
 
 from __future__ import annotations

@@ -25,9 +25,9 @@
 // downscaled by golden_check.scale with INTER_AREA and blurred with a Gaussian of golden_check.blur_sigma) must
 // reach meta.json's golden_check.min_zncc, else the frame is NOT INSPECTED: one line on stderr, exit code 3.
 // It is not Python's golden check (defect_detector/align/golden_check.py: where the two images differ, not how
-// much they correlate; it needs morphology and connected components over the whole frame): on DeepPCB it passes
-// golden images a few pixels off their registration and some of the neighbouring board, which Python refuses
-// (deploy/cpp/README.md, "Correlation check", the measured counts).
+// much they correlate; not ported here): on DeepPCB it passes most golden images a few pixels off their registration
+// and the neighbouring boards of one design that Python refuses, and refuses some boards with large defects that
+// Python inspects (deploy/cpp/README.md, "Correlation check", the measured counts).
 
 #pragma once
 
