@@ -45,7 +45,6 @@ FILL_VALUE = PAD_VALUE  # the letterbox pad value: "no data"
 log = logging.getLogger(__name__)
 
 
-
 @dataclass(frozen=True, eq=False)
 class Registration:
     """How a reference sits in an image's frame. ``matrix``: float64 ``[2, 3]`` (read-only), reference px -> image
