@@ -15,12 +15,16 @@ golden check alone), "painted, registered" registers it too (registration can be
 goes through ``register`` with the shipped ``RegisterConfig`` (registration, then the golden check of
 ``align/golden_check.py``), and the table says how many are accepted and the worst (true) or best (wrong) measure
 of each kind. The ROC: for a sweep of ``max_spread`` (``max_tracks``, ``max_slivers`` and ``max_missing`` as shipped), the share of
-true pairs (painted included) refused and of wrong pairs (that registration itself accepts) let through.
+true pairs (painted included) refused and of wrong pairs (that registration itself accepts) let through. The
+agreement table: on every pair, the C++ example's correlation check (:func:`correlation`, ZNCC of the board and the
+golden image as registration warped it, below the artifact's ``golden_check.min_zncc``: refused) against Python's
+refusal (registration, then the golden check), and the pairs only one of them refuses.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,6 +38,7 @@ from defect_detector.align.golden_check import MAX_MISSING, MAX_SLIVERS, covered
 from defect_detector.align.register import Registration, register
 from defect_detector.core.config_register import RegisterConfig
 from defect_detector.core.io import atomic_write_json
+from defect_detector.export.deploy_model import GOLDEN_CHECK
 
 SWEEP = (0.03, 0.05, 0.07, 0.09, 0.11, 0.13, 0.15, 0.2)
 BLOBS = 8
@@ -74,9 +79,30 @@ def _row(reg: Registration) -> dict[str, Any]:
     return {"registered": bool(reg.ok), **measures, "slivers": reg.slivers, "missing": reg.missing, "reason": reg.reason}
 
 
+def correlation(board: np.ndarray, golden: np.ndarray, check: dict[str, Any] = GOLDEN_CHECK) -> float:
+    """The C++ example's correlation check score (``deploy/cpp/common.hpp`` ``golden_zncc``, its arithmetic): the ZNCC
+    of uint8 ``board`` and ``golden`` ``[H, W]`` (the golden image registered into the board's pixels), both shrunk to
+    ``int(side * check["scale"])`` with INTER_AREA, as float32 blurred by a Gaussian of ``check["blur_sigma"]``;
+    sums in float64; 0 when either is flat. The artifact's meta ``golden_check`` (:data:`GOLDEN_CHECK`) holds the
+    settings and the threshold ``min_zncc``."""
+
+    def prepare(gray: np.ndarray) -> np.ndarray:
+        size = (max(1, int(gray.shape[1] * check["scale"])), max(1, int(gray.shape[0] * check["scale"])))
+        small = cv2.resize(gray, size, interpolation=cv2.INTER_AREA).astype(np.float32)
+        if check["blur_sigma"] > 0:
+            small = cv2.GaussianBlur(small, (0, 0), check["blur_sigma"])
+        return (small - np.float32(small.mean(dtype=np.float64))).ravel().astype(np.float64)
+
+    a, b = prepare(board), prepare(golden)
+    denom = math.sqrt(float(a @ a) * float(b @ b))
+    return float(a @ b) / denom if denom > 1e-6 else 0.0
+
+
 def _outcome(golden: np.ndarray, image: np.ndarray, cfg: RegisterConfig) -> dict[str, Any]:
-    """Registration with the golden check off (:data:`OFF`), so the table and the sweep can apply any limits."""
-    return _row(register(golden, image, cfg.model_copy(update=OFF))[1])
+    """Registration with the golden check off (:data:`OFF`), so the table and the sweep can apply any limits; and the
+    correlation check of the golden image as registration warped it (what a C++ caller is told to pass)."""
+    warped, reg = register(golden, image, cfg.model_copy(update=OFF))
+    return {**_row(reg), "correlation": correlation(image, warped)}
 
 
 def paint(board: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -112,7 +138,8 @@ def _checked(golden: np.ndarray, board: np.ndarray, covered: np.ndarray) -> dict
     """The golden check alone of a golden image already in the board's pixels."""
     found = structure(*differing(golden, board, covered))
     measures = {"difference": found.difference, "spread": found.spread, "tracks": found.tracks, "regions": found.regions}
-    return {"registered": True, **measures, "slivers": found.slivers, "missing": found.missing, "reason": ""}
+    row = {"registered": True, **measures, "slivers": found.slivers, "missing": found.missing, "reason": ""}
+    return {**row, "correlation": correlation(board, golden)}
 
 
 def wrong_goldens(i: int, pairs: Sequence[tuple[Path, Path, str]], golden: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -146,8 +173,10 @@ def run(pairs: Sequence[tuple[Path, Path, str]], progress: bool = True) -> dict[
             rows.setdefault(kind, []).append({"board": board_path.name, **row})
         for kind, wrong in wrong_goldens(i, pairs, golden, rng).items():
             rows.setdefault(kind, []).append({"board": board_path.name, **_outcome(wrong, board, cfg)})
-    limits = {"max_spread": cfg.max_spread, "max_tracks": cfg.max_tracks}
-    return {**limits, "table": table(rows, cfg.max_spread, cfg.max_tracks), "roc": roc(rows, cfg.max_tracks), "rows": rows}
+    limits = {"max_spread": cfg.max_spread, "max_tracks": cfg.max_tracks, "min_zncc": GOLDEN_CHECK["min_zncc"]}
+    agreeing = agreement(rows, cfg.max_spread, cfg.max_tracks, GOLDEN_CHECK["min_zncc"])
+    measured = {"table": table(rows, cfg.max_spread, cfg.max_tracks), "roc": roc(rows, cfg.max_tracks), "agreement": agreeing}
+    return {**limits, **measured, "rows": rows}
 
 
 def _accepted(x: dict[str, Any], max_spread: float, max_tracks: float) -> bool:
@@ -170,6 +199,28 @@ def table(rows: dict[str, list[dict[str, Any]]], max_spread: float, max_tracks: 
             "tracks": worst((x["tracks"] for x in registered), default=None),
             "slivers": worst((x["slivers"] for x in registered), default=None),
             "missing": worst((x["missing"] for x in registered), default=None),
+        }
+    return out
+
+
+def agreement(rows: dict[str, list[dict[str, Any]]], max_spread: float, max_tracks: float, min_zncc: float) -> dict[str, dict[str, Any]]:
+    """Per kind: the pairs Python refuses (registration, then the golden check at the limits) and those the C++
+    example's correlation check refuses (:func:`correlation` below ``min_zncc``, the artifact's meta): how many each,
+    both, and the boards of the pairs only one of them refuses; the lowest (true kinds) or highest (wrong kinds) ZNCC."""
+    out: dict[str, dict[str, Any]] = {}
+    for kind, r in rows.items():
+        python = [not _accepted(x, max_spread, max_tracks) for x in r]
+        cpp = [not x["correlation"] >= min_zncc for x in r]
+        worst = min if kind in TRUE_KINDS else max
+        out[kind] = {
+            "pairs": len(r),
+            "python_refused": sum(python),
+            "by_registration": sum(not x["registered"] for x in r),
+            "cpp_refused": sum(cpp),
+            "both_refused": sum(p and c for p, c in zip(python, cpp)),
+            "python_only": [x["board"] for x, p, c in zip(r, python, cpp) if p and not c],
+            "cpp_only": [x["board"] for x, p, c in zip(r, python, cpp) if c and not p],
+            "correlation": worst((x["correlation"] for x in r), default=None),
         }
     return out
 
@@ -207,9 +258,21 @@ def print_report(report: dict[str, Any]) -> None:
         for x in report["rows"].get(kind, []):
             if not x["registered"]:
                 print(f"  {kind} pair refused by registration: {x['board']}: {x['reason']}")
+    print_agreement(report["agreement"], report["min_zncc"])
     print(f"{'max_spread':>14s} {'true refused':>13s} {'wrong accepted':>15s}")
     for point in report["roc"]:
         print(f"{point['max_spread']:>14.3f} {point['true_refused']:>13.4f} {point['wrong_accepted']:>15.4f}")
+
+
+def print_agreement(agreeing: dict[str, dict[str, Any]], min_zncc: float) -> None:
+    print(f"refused by Python (registration + golden check; (reg.): registration) and by the C++ correlation check (ZNCC < {min_zncc:.2f})")
+    counts = f"{'Python':>7s} {'(reg.)':>7s} {'C++':>5s} {'both':>5s} {'Python only':>12s} {'C++ only':>9s}"
+    head = f"{'pair':22s} {'pairs':>6s} {counts} {'ZNCC':>6s}"
+    print(f"{head}  (lowest true / highest wrong)")
+    for kind, row in agreeing.items():
+        counts = f"{row['python_refused']:>7d} {row['by_registration']:>7d} {row['cpp_refused']:>5d} {row['both_refused']:>5d}"
+        zncc = _measure(row["correlation"], "{:6.3f}")
+        print(f"{kind:22s} {row['pairs']:>6d} {counts} {len(row['python_only']):>12d} {len(row['cpp_only']):>9d} {zncc}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -45,7 +45,6 @@ FILL_VALUE = PAD_VALUE  # the letterbox pad value: "no data"
 log = logging.getLogger(__name__)
 
 
-
 @dataclass(frozen=True, eq=False)
 class Registration:
     """How a reference sits in an image's frame. ``matrix``: float64 ``[2, 3]`` (read-only), reference px -> image
@@ -117,7 +116,8 @@ def _reason(blank: list[str], scored: Scored, shift: float, angle: float, cfg: R
         (not blank, " and ".join(f"{'golden image' if b == 'reference' else 'frame'} is blank (one grey level)" for b in blank)),
         (
             scored.score >= cfg.min_score,
-            f"golden image does not match this board: alignment score {scored.score:.2f} (needs {cfg.min_score:.2f}; register.min_score)",
+            "golden image does not match this board: registration score (ZNCC) "
+            f"{scored.score:.2f} (needs {cfg.min_score:.2f}; register.min_score)",
         ),
         (
             shift <= cfg.max_shift,

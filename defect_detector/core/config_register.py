@@ -39,7 +39,8 @@ by the covered area's edge do not count: 3 true pairs miss 2 half pads there."""
 
 
 class RegisterConfig(Section):
-    """Registration settings (config section ``register``). ``min_score``: lowest acceptable ZNCC. ``max_shift``
+    """Registration settings (config section ``register``). ``min_score``: lowest acceptable registration score (the ZNCC
+    of the registered golden image and the frame, ``registration.score``; not the golden check). ``max_shift``
     (image px, reference centre from image centre) / ``max_angle`` (degrees): the motion the fixture allows.
     ``min_overlap``: least fraction of the image the warped reference must cover. ``scale``: coarsest working
     scale; ``levels``: each twice the previous (the finest scores). ``iterations``/``eps`` (level px): Gauss-Newton

@@ -3,7 +3,7 @@
 //   defect_detector_cpp MODEL.torchscript.pt IMAGE [REFERENCE] [--reference REFERENCE] [--board IMAGE ...] [--conf 0.25]
 //                       [--iou 0.5] [--max-det 100] [--threads N]
 //
-// The steps (meta.json, letterbox, golden check, NMS, output) are common.hpp's; this file loads the TorchScript
+// The steps (meta.json, letterbox, correlation check, NMS, output) are common.hpp's; this file loads the TorchScript
 // archive (meta.json is its extra file) and runs its forward: outputs (pred [1, A, 4 + C], stats [1, L, 2]). A siamese
 // golden-template artifact also has the methods golden (reference [B, 1, S, S] -> (c3, c4)) and frame (image [B, 1, S, S],
 // c3, c4 -> (pred, stats)): the golden features are then computed once for IMAGE and every --board.

@@ -3,7 +3,7 @@
 //   defect_detector_pt2 MODEL.pt2 IMAGE [REFERENCE] [--reference REFERENCE] [--board IMAGE ...] [--conf 0.25] [--iou 0.5]
 //                       [--max-det 100] [--threads N]
 //
-// The steps (meta.json, letterbox, golden check, NMS, output) are common.hpp's; this file loads the package with
+// The steps (meta.json, letterbox, correlation check, NMS, output) are common.hpp's; this file loads the package with
 // torch::inductor::AOTIModelPackageLoader (libtorch's, no Python): meta.json is the package's AOTInductor metadata
 // entry "meta.json", and run() returns {pred [1, A, 4 + C], stats [1, L, 2]}. The package holds a compiled model for
 // one device kind (meta.json "aoti_device": cpu or cuda) and the torch version that wrote it: run it with that

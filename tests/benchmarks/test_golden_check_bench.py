@@ -6,9 +6,12 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+from golden_pairs import BOARDS, golden_pairs
 
 from benchmarks import golden_check
+from defect_detector.align.register import check_pair
 from defect_detector.data.synth import generate_board_pair
+from defect_detector.export import GOLDEN_CHECK
 
 
 def _deeppcb_like(root: Path) -> None:
@@ -37,3 +40,20 @@ def test_golden_check_benchmark_separates_true_and_wrong_pairs(tmp_path: Path, c
     assert painted["pairs"] == 4 and painted["spread"] > report["table"]["true"]["spread"]
     assert report["table"]["blank"]["accepted"] == 0 and report["table"]["stretched 800x600"]["accepted"] == 0
     assert report["table"]["other design"]["accepted"] == 0
+    agreeing = report["agreement"]  # the C++ correlation check on the same pairs: its ZNCC reaches nothing blank
+    assert agreeing["true"]["cpp_refused"] == 0 and agreeing["blank"]["cpp_refused"] == 1 and agreeing["blank"]["correlation"] == 0.0
+    for kind, row in agreeing.items():
+        assert row["python_refused"] - row["both_refused"] == len(row["python_only"]), kind
+        assert row["cpp_refused"] - row["both_refused"] == len(row["cpp_only"]), kind
+    assert "C++ correlation check" in printed
+
+
+def test_the_correlation_check_passes_misregistered_golden_images_that_the_golden_check_refuses() -> None:
+    """The relation deploy/cpp/README.md states, on shipped DeepPCB pairs (golden images already in the board's
+    pixels): both checks accept a board's own registered golden image and refuse another design's; a golden image
+    6 px off its registration passes the correlation check (ZNCC >= the artifact's min_zncc) and the golden check
+    (``check_pair``) refuses it."""
+    for board_id, other_id in BOARDS:
+        board, kinds = golden_pairs(board_id, other_id)
+        decisions = {k: (check_pair(g, board).ok, golden_check.correlation(board, g) >= GOLDEN_CHECK["min_zncc"]) for k, g in kinds.items()}
+        assert decisions == {"true": (True, True), "misregistered": (False, True), "other design": (False, False)}, board_id

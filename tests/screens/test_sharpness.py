@@ -34,7 +34,7 @@ def test_a_refusal_under_blur_names_the_blur_first() -> None:
     golden, frame = _pair("00041014")
     other, _ = _pair("13000044")
     _, sharp = register(other, frame)  # the wrong golden image, sharp frame: no word of blur
-    assert not sharp.ok and sharp.reason.startswith("golden image does not match this board: alignment score ")
+    assert not sharp.ok and sharp.reason.startswith("golden image does not match this board: registration score (ZNCC) ")
     assert "(needs 0.30; register.min_score)" in sharp.reason
     _, blurred = register(other, defocus(frame, 3.0))
     assert not blurred.ok and blurred.reason.startswith("frame is blurred: sharpness ")

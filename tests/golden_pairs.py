@@ -1,0 +1,37 @@
+"""Shipped DeepPCB pairs (``data/samples/calib``) with golden images already in the board's pixels, as the C++ example
+takes them: for the tests that pin where the C++ correlation check and Python's golden check agree and differ
+(``deploy/cpp/README.md``, "Correlation check")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from defect_detector.align.register import register
+
+CALIB = Path(__file__).resolve().parents[1] / "data" / "samples" / "calib"
+BOARDS = (("00041014", "13000044"), ("20085112", "44000113"), ("77000037", "00041070"))
+"""(board, a board of another group) of the shipped samples."""
+MISREGISTRATION = (6, -4)
+"""The (x, y) px the "misregistered" golden image lies off its registration (``benchmarks/golden_check.py``)."""
+
+
+def _gray(path: Path) -> np.ndarray:
+    image = cv2.imread(str(path), cv2.IMREAD_GRAYSCALE)
+    assert image is not None, f"missing sample {path}"
+    return image
+
+
+def golden_pairs(board_id: str, other_id: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """uint8 board ``[H, W]`` and, by kind, golden images warped into its pixels (border 114): ``"true"`` its own,
+    registered; ``"misregistered"`` the same moved by :data:`MISREGISTRATION`; ``"other design"`` the golden image of
+    ``other_id`` (another group) where registration put it best (registration itself refuses it)."""
+    board = _gray(CALIB / f"{board_id}_test.jpg")
+    warped, reg = register(_gray(CALIB / f"{board_id}_temp.jpg"), board)
+    assert reg.ok, reg.reason
+    moved = cv2.warpAffine(warped, np.float32([[1, 0, MISREGISTRATION[0]], [0, 1, MISREGISTRATION[1]]]), board.shape[::-1], borderValue=114)
+    other, other_reg = register(_gray(CALIB / f"{other_id}_temp.jpg"), board)
+    assert not other_reg.ok
+    return board, {"true": warped, "misregistered": moved, "other design": other}
