@@ -156,7 +156,7 @@ class Pipeline:
             raise ValueError(f"need 0 <= conf <= 1, 0 <= iou <= 1 and max_det >= 1, got conf={conf}, iou={iou}, max_det={max_det}")
         self._features: OrderedDict[str, tuple[TileRecord | None, tuple[torch.Tensor, ...]]] = OrderedDict()  # design_features
         self._shrink_warned = False
-        self._cap_warned = False  # calls cut by max_det are warned about once (and counted in every Detections)
+        self._cap_warned = False  # calls cut by max_det are logged once at debug level
 
     @property
     def caches_golden(self) -> bool:
@@ -271,9 +271,9 @@ class Pipeline:
         timings = {stage: seconds * 1e3 / n for stage, seconds in timings.items()}  # ms per frame
         names = self.runtime.class_names
         cut = sum(dropped for *_, dropped, _ in frames)
-        if cut and not self._cap_warned:
+        if cut and not self._cap_warned:  # counted in every Detections; predict's summary line says it where --max-det is
             self._cap_warned = True
-            log.warning("%d calls above the score threshold were cut by max_det=%d (per model input); raise --max-det", cut, self.max_det)
+            log.debug("%d calls above the score threshold were cut by max_det=%d (per model input)", cut, self.max_det)
         return [
             Detections(
                 d["boxes"], d["scores"], d["labels"], [names[j] for j in d["labels"].tolist()], s, dict(timings), m, n, r, dropped, merged

@@ -32,12 +32,15 @@ def native_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def test_max_det_applies_per_tile_and_cut_calls_are_counted(native_checkpoint: Path) -> None:
-    """v0.8 capped a whole tiled frame at max_det (a 2048x1536 panel at conf 0.001 returned exactly 100 boxes)."""
+def test_max_det_applies_per_tile_and_cut_calls_are_counted(native_checkpoint: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """v0.8 capped a whole tiled frame at max_det (a 2048x1536 panel at conf 0.001 returned exactly 100 boxes). The cut
+    calls are counted, never warned about where no --max-det can raise the cap (issue 43: val, train, teach, demo)."""
     runtime = Runtime.load(native_checkpoint, device="cpu")
     frame = generate_board(512, 640, np.random.default_rng(0))[0]
     (whole,) = detect(runtime, [frame], conf=0.001, max_det=1000)
-    (capped,) = detect(runtime, [frame], conf=0.001, max_det=5)
+    with caplog.at_level("WARNING", logger="defect_detector"):
+        (capped,) = detect(runtime, [frame], conf=0.001, max_det=5)
+    assert not caplog.records
     tiles = len(capped.tiles)
     assert tiles > 1 and len(whole) > 5 * tiles  # enough calls for the cap to bite in every tile
     assert 5 < len(capped) <= 5 * tiles and capped.dropped > 0
