@@ -30,11 +30,12 @@ def run(args: argparse.Namespace) -> None:
     summary = export_review(args.db, args.out, images=args.images)
     skipped = ", ".join(f"{why} x{n}" for why, n in sorted(summary["skipped"].items())) or "none"
     if not summary["images"]:
+        db = mask_secrets(args.db)
         raise CliError(
-            f"nothing to export, nothing written: no frame of {mask_secrets(args.db)} is fully reviewed "
+            f"nothing to export, nothing written: no frame of {db} is fully reviewed "
             f"({summary['verdicts']} verdicts on {summary['reviewed_frames']} frames, {summary['waiting']} calls waiting for review; "
             f"left out: {skipped}); a frame is exported once every call of it in the review queue has a defect or false-call "
-            "verdict (a skip keeps it out): review at defect-detector station --db DB, then export again"
+            f"verdict (a skip keeps it out): review at defect-detector station --db {db}, then export again"
         )
     print(f"wrote {summary['annotations_file']}: {summary['images']} images, {summary['annotations']} annotations (left out: {skipped})")
     print(f"train on it: defect-detector train --config CONFIG data.train={summary['annotations_file']}")
