@@ -153,6 +153,11 @@ def run(args: argparse.Namespace) -> None:
             f"accuracy check on {check.frames} held-back frames: the int8 model keeps {check.matched} of the float32 model's "
             f"{check.float_calls} calls at the operating point and adds {check.int8_calls - check.matched} (agreement F {check.f1:.3f})"
         )
+        accuracy = report["accuracy"]
+        if accuracy is not None:
+            over = accuracy.losses()
+            verdict = f"OVER THE TOLERANCE: {'; '.join(over)}" if over else "within the tolerance"
+            print(f"accuracy {accuracy.line()}: {verdict}")
         print(f"layer statistics computed in float on the int8 layer outputs: largest shift from float32 {shift} of the float baseline")
     elif fmt == "onnx":
         out = Path(args.out or f"{weights.stem}.onnx")

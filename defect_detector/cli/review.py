@@ -21,10 +21,21 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    """Export; ``ValueError`` / ``OSError`` with one line for bad input."""
+    """Export; ``ValueError`` / ``OSError`` with one line for bad input, a :class:`CliError` (exit 2, nothing written)
+    when no frame is fully reviewed yet."""
+    from defect_detector.cli.errors import CliError
+    from defect_detector.core.safe_text import mask_secrets
     from defect_detector.station.export import export_review
 
     summary = export_review(args.db, args.out, images=args.images)
     skipped = ", ".join(f"{why} x{n}" for why, n in sorted(summary["skipped"].items())) or "none"
+    if not summary["images"]:
+        db = mask_secrets(args.db)
+        raise CliError(
+            f"nothing to export, nothing written: no frame of {db} is fully reviewed "
+            f"({summary['verdicts']} verdicts on {summary['reviewed_frames']} frames, {summary['waiting']} calls waiting for review; "
+            f"left out: {skipped}); a frame is exported once every call of it in the review queue has a defect or false-call "
+            f"verdict (a skip keeps it out): review at defect-detector station --db {db}, then export again"
+        )
     print(f"wrote {summary['annotations_file']}: {summary['images']} images, {summary['annotations']} annotations (left out: {skipped})")
     print(f"train on it: defect-detector train --config CONFIG data.train={summary['annotations_file']}")

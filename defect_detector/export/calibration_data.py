@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from defect_detector.align.register import register
+from defect_detector.core.types import LetterboxMeta
 from defect_detector.data.coco_json import read_json, resolve_images_root
 from defect_detector.data.dataset import evenly_spaced
 from defect_detector.data.images import load_image_gray
@@ -28,6 +30,23 @@ cost resolution: on the bundled single-image model (held-out mAP@0.5 0.922 in fl
 training groups gave 0.920 in int8, 300 frames 0.906 (``export/int8.py``)."""
 
 
+@dataclass(frozen=True)
+class HeldBack:
+    """Images of the calibration json held back to check the int8 model on: uint8 ``frames`` ``[M, C, S, S]``
+    (letterboxed as the calibration's), each one's letterbox ``metas``, and its ground truth from the json: ``boxes``
+    float32 ``[K, 4]`` xyxy in the image's own pixels and ``names`` (``K`` category names), one pair per frame."""
+
+    frames: np.ndarray
+    metas: list[LetterboxMeta] = field(default_factory=list)
+    boxes: list[np.ndarray] = field(default_factory=list)
+    names: list[list[str]] = field(default_factory=list)
+
+    @property
+    def defects(self) -> int:
+        """Ground-truth boxes over the held-back frames."""
+        return sum(len(b) for b in self.boxes)
+
+
 def calibration_inputs(
     data: str | os.PathLike[str],
     imgsz: int,
@@ -39,10 +58,24 @@ def calibration_inputs(
     """uint8 ``[N, channels, imgsz, imgsz]`` letterboxed frames (channel 1: the registered golden image) of up to
     ``max_images`` images of the COCO json ``data``, spread evenly over it, and ``[M, channels, imgsz, imgsz]`` frames of
     up to ``held_back`` other images, spread evenly over those the calibration does not use (none when ``data`` has
-    no more images than ``max_images``): ``(calibration frames, held-back frames)``.
+    no more images than ``max_images``): ``(calibration frames, held-back frames)``; :func:`calibration_sets` gives
+    the held-back images' ground truth too.
 
     ``ValueError`` naming ``data`` when it lists no image, when a golden-template model (``channels`` 2) gets a json
     without ``reference`` entries, or when no frame could be read (and registered)."""
+    calibration, held = calibration_sets(data, imgsz, channels, max_images, images_root, held_back)
+    return calibration, held.frames
+
+
+def calibration_sets(
+    data: str | os.PathLike[str],
+    imgsz: int,
+    channels: int,
+    max_images: int = CALIBRATION_IMAGES,
+    images_root: str | None = None,
+    held_back: int = 0,
+) -> tuple[np.ndarray, HeldBack]:
+    """:func:`calibration_inputs`, with the held-back images as a :class:`HeldBack` (frames and ground truth)."""
     path = Path(data)
     raw = read_json(path)
     root = resolve_images_root(path, raw, images_root)
@@ -56,15 +89,35 @@ def calibration_inputs(
     taken = set(chosen)
     rest = [i for i in range(len(entries)) if i not in taken]
     calibration = _frames(path, root, [entries[i] for i in chosen], imgsz, channels)
-    if calibration is None:
+    if not calibration:
         raise ValueError(f"{path}: none of its images could be read for calibration ({len(chosen)} left out)")
-    check = _frames(path, root, [entries[rest[j]] for j in evenly_spaced(len(rest), held_back)] if held_back else [], imgsz, channels)
-    return calibration, check if check is not None else calibration[:0]
+    held = _frames(path, root, [entries[rest[j]] for j in evenly_spaced(len(rest), held_back)] if held_back else [], imgsz, channels)
+    frames = np.stack([c for c, _, _ in calibration])
+    if not held:
+        return frames, HeldBack(frames[:0])
+    truth = _truth(raw, [e for _, _, e in held])
+    return frames, HeldBack(np.stack([c for c, _, _ in held]), [m for _, m, _ in held], [b for b, _ in truth], [n for _, n in truth])
 
 
-def _frames(path: Path, root: Path, entries: list[dict], imgsz: int, channels: int) -> np.ndarray | None:
-    """Letterboxed frames of ``entries`` (see :func:`calibration_inputs`); None when none could be read."""
-    canvases, skipped = [], 0
+def _truth(raw: dict, entries: list[dict]) -> list[tuple[np.ndarray, list[str]]]:
+    """Each entry's annotations in the COCO json ``raw``: float32 ``[K, 4]`` xyxy boxes (its pixels) and category names."""
+    names = {c.get("id"): str(c.get("name")) for c in raw.get("categories", []) if isinstance(c, dict)}
+    by_image: dict[object, list[dict]] = {}
+    for ann in raw.get("annotations", []):
+        if isinstance(ann, dict) and isinstance(ann.get("bbox"), list) and len(ann["bbox"]) == 4 and ann.get("category_id") in names:
+            by_image.setdefault(ann.get("image_id"), []).append(ann)
+    out = []
+    for entry in entries:
+        anns = by_image.get(entry.get("id"), [])
+        xywh = np.asarray([a["bbox"] for a in anns], np.float32).reshape(-1, 4)
+        out.append((np.concatenate([xywh[:, :2], xywh[:, :2] + xywh[:, 2:]], axis=1), [names[a["category_id"]] for a in anns]))
+    return out
+
+
+def _frames(path: Path, root: Path, entries: list[dict], imgsz: int, channels: int) -> list[tuple[np.ndarray, LetterboxMeta, dict]]:
+    """``(letterboxed frame, its letterbox meta, its entry)`` of each of ``entries`` that could be read (see
+    :func:`calibration_inputs`)."""
+    out, skipped = [], 0
     for entry in entries:
         try:
             image = load_image_gray(root / entry["file_name"])
@@ -78,7 +131,8 @@ def _frames(path: Path, root: Path, entries: list[dict], imgsz: int, channels: i
             skipped += 1
             log.warning("int8 calibration: left out %s", exc)
             continue
-        canvases.append(np.stack([letterbox(plane, imgsz)[0] for plane in planes]))
+        boxed = [letterbox(plane, imgsz) for plane in planes]
+        out.append((np.stack([canvas for canvas, _ in boxed]), boxed[0][1], entry))
     if skipped:
         log.warning("int8 calibration: %d of %d frames of %s left out", skipped, len(entries), path.name)
-    return np.stack(canvases) if canvases else None
+    return out

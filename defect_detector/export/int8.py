@@ -44,9 +44,9 @@ from defect_detector.core.constants import DEFAULT_LAYERS
 from defect_detector.core.io import atomic_write_bytes, atomic_write_json
 from defect_detector.data.dataset import evenly_spaced
 from defect_detector.export.baseline import BaselineArg
-from defect_detector.export.calibration_data import CALIBRATION_IMAGES, calibration_inputs
+from defect_detector.export.calibration_data import CALIBRATION_IMAGES, HeldBack, calibration_sets
 from defect_detector.export.deploy_model import META_FILE, ExportError
-from defect_detector.export.int8_check import CHECK_FRAMES, Agreement, call_agreement, refusal
+from defect_detector.export.int8_check import CHECK_FRAMES, Accuracy, Agreement, held_back_check, refusal
 from defect_detector.export.onnx import export_onnx, onnx_meta_path, sign_onnx, split_onnx_meta
 from defect_detector.model.checkpoint import LoadedModel
 
@@ -186,17 +186,16 @@ def export_int8(  # noqa: PLR0913 - one keyword per export --int8 flag; data, ma
     model). The meta is the float export's, with ``"int8"`` describing the quantization and its calibration set.
     ``target``: ``cpu`` (ONNX Runtime) or ``tensorrt`` (symmetric, for ``trtexec --int8``; see :data:`INT8_TARGETS`).
 
-    Up to :data:`~.int8_check.CHECK_FRAMES` other images of ``data``, which the calibration does not use, are held back:
-    the int8 model's calls on them must agree with the float32 model's (:mod:`.int8_check`), else :class:`ExportError`
-    and nothing is written. A json of no more than ``max_images`` images has none to hold back: the check is skipped,
-    with a warning. ``check=False`` skips it for a model exported to be timed, not deployed (``benchmarks/bench_kinds``
-    on synthetic frames: an untrained model's calls are score ties that any rounding reorders); ``export --int8``
-    always checks.
+    Up to :data:`~.int8_check.CHECK_FRAMES` other images of ``data`` are held back and checked (:mod:`.int8_check`:
+    calls that disagree with float32's refuse the model with :class:`ExportError`, nothing written; an accuracy loss on
+    their ground truth over the tolerances is warned about); a json with none to hold back skips it, with a warning.
+    ``check=False`` skips it for a model to be timed, not deployed (``benchmarks/bench_kinds``: untrained score ties).
 
-    Returns a report with the meta, the calibration frame count, ``check`` (the :class:`~.int8_check.Agreement`) and
-    ``stats_shift`` (the largest per-layer shift of the
-    int8 statistics' means from the float model's on the calibration frames, in units of the baseline's spread; None
-    without a baseline). :class:`ExportError` without ``onnxruntime``; ``ValueError`` naming ``data`` for a bad json."""
+    Returns a report with the meta, the calibration frame count, ``check`` (the :class:`~.int8_check.Agreement`),
+    ``accuracy`` (the :class:`~.int8_check.Accuracy`, None without ground truth) and ``stats_shift`` (the largest
+    per-layer shift of the int8 statistics' means from the float model's on the calibration frames, in units of the
+    baseline's spread; None without a baseline). :class:`ExportError` without ``onnxruntime``; ``ValueError`` naming
+    ``data`` for a bad json."""
     if target not in INT8_TARGETS:
         raise ValueError(f"int8 target must be one of {', '.join(INT8_TARGETS)}, got {target!r}")
     try:
@@ -205,7 +204,7 @@ def export_int8(  # noqa: PLR0913 - one keyword per export --int8 flag; data, ma
         raise ExportError(f"{out_path}: int8 export needs onnxruntime (pip install '.[onnx]')") from exc
     imgsz = int(imgsz or loaded.config.data.imgsz)
     channels = int(getattr(loaded.model, "in_channels", 1))
-    frames, held = calibration_inputs(data, imgsz, channels, max_images, images_root, held_back=CHECK_FRAMES if check else 0)
+    frames, held = calibration_sets(data, imgsz, channels, max_images, images_root, held_back=CHECK_FRAMES if check else 0)
     out_path = Path(out_path)
     with tempfile.TemporaryDirectory() as tmp:
         float_path = Path(tmp) / "float.onnx"
@@ -215,8 +214,9 @@ def export_int8(  # noqa: PLR0913 - one keyword per export --int8 flag; data, ma
         meta = dict(report["meta"])
         # the forward graph only: a siamese model's golden and frame graphs stay float32 ONNX exports (not quantized)
         meta["graphs"] = {"forward": meta["graphs"]["forward"]}
-        agreement = _checked(float_path, quantized, held, meta.get("operating_point"), out_path) if check else Agreement(0, 0, 0, 0)
-        meta["int8"] = _int8_facts(target, data, len(frames), agreement, ort.__version__)
+        checked = _checked(float_path, quantized, held, list(loaded.class_names), meta.get("operating_point"), out_path) if check else None
+        agreement, accuracy = checked or (Agreement(0, 0, 0, 0), None)
+        meta["int8"] = _int8_facts(target, data, len(frames), agreement, accuracy, ort.__version__)
         shift = _stats_shift(float_path, quantized, frames, meta.get("baseline"))
         data_bytes, meta = sign_onnx(quantized.read_bytes(), meta)
     atomic_write_bytes(out_path, data_bytes)
@@ -227,6 +227,7 @@ def export_int8(  # noqa: PLR0913 - one keyword per export --int8 flag; data, ma
         "meta": meta,
         "calibration_frames": len(frames),
         "check": agreement,
+        "accuracy": accuracy,
         "stats_shift": shift,
         "baseline_source": report["baseline_source"],
         "parity": None,
@@ -234,26 +235,36 @@ def export_int8(  # noqa: PLR0913 - one keyword per export --int8 flag; data, ma
     }
 
 
-def _checked(float_path: Path, int8_path: Path, check: np.ndarray, point: dict[str, Any] | None, out_path: Path) -> Agreement:
-    """The int8 model's :class:`Agreement` with float32 on the held-back frames ``check``; :class:`ExportError` naming
-    ``out_path`` when it disagrees (:func:`~.int8_check.refusal`), a warning when there were too few calls to judge."""
-    agreement = call_agreement(float_path, int8_path, check, point)
+def _checked(
+    float_path: Path, int8_path: Path, held: HeldBack, class_names: list[str], point: dict[str, Any] | None, out_path: Path
+) -> tuple[Agreement, Accuracy | None]:
+    """The int8 model's :class:`Agreement` with float32 on the held-back images and both models' :class:`Accuracy` on
+    their ground truth; :class:`ExportError` naming ``out_path`` when the calls disagree (:func:`~.int8_check.refusal`),
+    a warning when there were too few calls to judge or when int8 loses more than the tolerances (mAP@0.5,
+    mAP@0.5:0.95, defects found at the operating point)."""
+    agreement, accuracy = held_back_check(float_path, int8_path, held, class_names, point)
     if (reason := refusal(agreement, out_path)) is not None:
         raise ExportError(reason)
-    if not len(check):
+    if not len(held.frames):
         log.warning("int8 accuracy check skipped: --data has no image beyond those it calibrates on (--calib-images)")
     elif not agreement.conclusive:
-        log.warning("int8 accuracy check: %d float32 calls on %d held-back frames, too few to judge", agreement.float_calls, len(check))
-    return agreement
+        few = "int8 accuracy check: %d float32 calls on %d held-back frames, too few to judge"
+        log.warning(few, agreement.float_calls, len(held.frames))
+    if accuracy is not None and accuracy.losses():
+        log.warning("%s: int8 loses accuracy against float32 %s: %s", out_path, accuracy.line(), "; ".join(accuracy.losses()))
+    return agreement, accuracy
 
 
-def _int8_facts(target: str, data: str | os.PathLike[str], frames: int, agreement: Agreement, ort_version: str) -> dict[str, Any]:
-    """``meta["int8"]``: how the model was quantized, on what, and its accuracy check."""
+def _int8_facts(
+    target: str, data: str | os.PathLike[str], frames: int, agreement: Agreement, accuracy: Accuracy | None, ort_version: str
+) -> dict[str, Any]:
+    """``meta["int8"]``: how the model was quantized, on what, and its accuracy check (``check.accuracy``: float32
+    and int8 on the held-back images' ground truth, None without any)."""
     return {
         "method": f"onnxruntime static QDQ, MinMax calibration, 7-bit weights on cpu; {INT8_TARGETS[target]}",
         "target": target,
         "calibration": {"data": str(data), "frames": frames, "held_back": agreement.frames},
-        "check": agreement.to_dict(),
+        "check": {**agreement.to_dict(), "accuracy": None if accuracy is None else accuracy.to_dict()},
         "float_nodes": "layer statistics and box decoding",
         "onnxruntime": ort_version,
     }

@@ -139,21 +139,130 @@ class DesignRuns:
         self._open, self._pending = {}, None
 
 
-def run_line(row: Row[Any]) -> str:
-    """One run in words: ``design golden_a.png: frames 0-19 (20 boards)`` (``, 2 not inspected`` when some were; then
-    ``; warning: this design looks unlike ...`` when its golden image is unlike the model's training images);
-    ``taught design golden_a.png: ...`` when the weights were taught it (``teach``)."""
+@dataclass
+class Stretch:
+    """What the pages list of a source's design runs: one run (``designs`` 1), a run with brief interruptions folded
+    in (``others``: the frames of other designs inside ``first_frame``-``last_frame``), or a mixed stretch of designs
+    none of which held :data:`MIN_RUN` frames in a row (``designs`` > 1, ``design`` None). ``frames`` counts the
+    frames of ``design`` (of every design in a mixed stretch); ``id`` is the newest ``design_runs`` row in it."""
+
+    id: int
+    source: str
+    design: str | None
+    first_frame: int
+    last_frame: int
+    frames: int
+    not_inspected: int
+    inspection_id: int | None
+    started: datetime
+    ended: datetime
+    design_warning: str | None
+    design_taught: bool | None
+    designs: int = 1
+    others: int = 0
+
+    @classmethod
+    def of(cls, row: Row[Any]) -> Stretch:
+        fields = ("id", "source", "design", "first_frame", "last_frame", "frames", "not_inspected", "inspection_id", "started", "ended")
+        return cls(*(getattr(row, f) for f in fields), getattr(row, "design_warning", None), getattr(row, "design_taught", None))
+
+    @property
+    def span(self) -> int:
+        """Frames from its first to its last, other designs' included."""
+        return self.frames + self.others
+
+    def absorb(self, later: Stretch, between: int = 0) -> None:
+        """Extend with ``later`` (``between``: frames of other designs before it, counted in ``others``)."""
+        self.id, self.last_frame, self.ended = later.id, later.last_frame, later.ended
+        self.frames += later.frames
+        self.not_inspected += later.not_inspected
+        self.others += later.others + between
+        self.design_warning = self.design_warning or later.design_warning
+        if later.design_taught is not None:
+            self.design_taught = bool(self.design_taught) or later.design_taught
+
+
+MIN_RUN = 3
+"""Frames in a row a design needs to be listed as a run of its own. A design on fewer (a board of another design, a
+line alternating designs) is folded: into the run around it when the same design follows within fewer than
+:data:`MIN_RUN` frames, else with its neighbours into one mixed line."""
+
+
+def fold(rows: list[Row[Any]], min_run: int = MIN_RUN) -> list[Stretch]:
+    """The ``design_runs`` ``rows`` (any order, any sources) as the pages list them, oldest first: per source, a run
+    interrupted by fewer than ``min_run`` frames of other designs continues (the frames between are its ``others``),
+    and neighbouring runs shorter than ``min_run`` frames fold into one mixed stretch."""
+    out: list[Stretch] = []
+    by_source: dict[str, list[Row[Any]]] = {}
+    for row in sorted(rows, key=lambda r: r.id):
+        by_source.setdefault(row.source, []).append(row)
+    for source_rows in by_source.values():
+        out += _mix(_bridge([Stretch.of(r) for r in source_rows], min_run), min_run)
+    return sorted(out, key=lambda s: s.id)
+
+
+def _bridge(runs: list[Stretch], min_run: int) -> list[Stretch]:
+    """Runs of one source, oldest first, with a run that resumes after fewer than ``min_run`` other frames merged back."""
+    out: list[Stretch] = []
+    for run in runs:
+        k, between = len(out) - 1, 0
+        while k >= 0 and out[k].span < min_run and between < min_run:
+            between += out[k].span
+            k -= 1
+        if 0 <= k < len(out) - 1 and out[k].design == run.design and between < min_run:
+            out[k].absorb(run, between)
+            del out[k + 1 :]
+        elif out and out[-1].design == run.design:
+            out[-1].absorb(run)
+        else:
+            out.append(run)
+    return out
+
+
+def _mix(runs: list[Stretch], min_run: int) -> list[Stretch]:
+    """Neighbouring runs of one source shorter than ``min_run`` frames folded into one mixed stretch each."""
+    out: list[Stretch] = []
+    names: list[set[str] | None] = []  # the designs folded into out[i]; None: a run of its own
+    for run in runs:
+        folded = names[-1] if names else None
+        if run.span < min_run and folded is not None:
+            mixed = out[-1]
+            mixed.absorb(run)
+            folded.add(run.design or "")
+            mixed.designs = len(folded)
+            if mixed.designs > 1:
+                mixed.design, mixed.design_taught = None, None
+        else:
+            out.append(run)
+            names.append({run.design or ""} if run.span < min_run else None)
+    return out
+
+
+def run_line(row: Row[Any] | Stretch) -> str:
+    """One run in words: ``design golden_a.png: frames 0-19 (20 boards)`` (``, 2 not inspected`` when some were;
+    ``; 1 board of other designs among them`` for a run with brief interruptions; then ``; warning: this design looks
+    unlike ...`` when its golden image is unlike the model's training images); ``taught design golden_a.png: ...``
+    when the weights were taught it (``teach``). A mixed stretch: ``12 designs, each on fewer than 3 frames in a row: frames
+    40-55 (16 boards)``."""
     frames = f"frame {row.first_frame}" if row.first_frame == row.last_frame else f"frames {row.first_frame}-{row.last_frame}"
     refused = f", {row.not_inspected} not inspected" if row.not_inspected else ""
-    taught = "taught " if getattr(row, "design_taught", None) else ""
-    line = f"{taught}design {row.design}: {frames} ({row.frames} board{'s' if row.frames != 1 else ''}{refused})"
+    designs = getattr(row, "designs", 1)
+    others = getattr(row, "others", 0)
+    among = f"; {others} board{'s' if others != 1 else ''} of other designs among them" if others else ""
+    counted = f"{row.frames} board{'s' if row.frames != 1 else ''}{refused}{among}"
+    if designs > 1:
+        line = f"{designs} designs, each on fewer than {MIN_RUN} frames in a row: {frames} ({counted})"
+    else:
+        taught = "taught " if getattr(row, "design_taught", None) else ""
+        line = f"{taught}design {row.design}: {frames} ({counted})"
     warning = getattr(row, "design_warning", None)
     return f"{line}; warning: {warning.split(': ', 1)[-1]}" if warning else line
 
 
-def run_dict(row: Row[Any]) -> dict[str, Any]:
-    """A ``design_runs`` row as the live page and the report give it: the row's fields, ``line`` (:func:`run_line`)
-    and ``inspection``, the id of its first frame."""
+def run_dict(row: Row[Any] | Stretch) -> dict[str, Any]:
+    """A design run (a ``design_runs`` row or a folded :class:`Stretch`) as the live page and the report give it: its
+    fields, ``line`` (:func:`run_line`) and ``inspection``, the id of its first frame; ``designs`` (1 for a run, more
+    for a mixed stretch, whose ``design`` is None) and ``others`` (frames of other designs inside a run)."""
     return {
         "id": row.id,
         "source": row.source,
@@ -167,21 +276,26 @@ def run_dict(row: Row[Any]) -> dict[str, Any]:
         "ended": iso(row.ended),
         "design_warning": getattr(row, "design_warning", None),
         "design_taught": getattr(row, "design_taught", None),
+        "designs": getattr(row, "designs", 1),
+        "others": getattr(row, "others", 0),
         "line": run_line(row),
     }
 
 
 def recent_runs(conn: Connection, limit: int = RECENT) -> list[dict[str, Any]]:
-    """The newest ``limit`` design runs, newest first."""
-    return [run_dict(r) for r in conn.execute(select(design_runs).order_by(design_runs.c.id.desc()).limit(limit))]
+    """The newest ``limit`` design runs as the pages list them (:func:`fold` of the newest :data:`MAX_RUNS` rows),
+    newest first."""
+    rows = conn.execute(select(design_runs).order_by(design_runs.c.id.desc()).limit(MAX_RUNS)).all()
+    return [run_dict(s) for s in reversed(fold(rows)[-limit:])]
 
 
 def runs_between(conn: Connection, start: datetime, end: datetime, limit: int = MAX_RUNS) -> list[dict[str, Any]]:
-    """The design runs with a frame in ``[start, end)`` (naive UTC), oldest first, at most the newest ``limit``."""
+    """The design runs with a frame in ``[start, end)`` (naive UTC) as the pages list them (:func:`fold`), oldest
+    first, of the newest ``limit`` ``design_runs`` rows."""
     stmt = (
         select(design_runs)
         .where(design_runs.c.ended >= start, design_runs.c.started < end)
         .order_by(design_runs.c.id.desc())
         .limit(limit)
     )
-    return [run_dict(r) for r in reversed(conn.execute(stmt).all())]
+    return [run_dict(s) for s in fold(conn.execute(stmt).all())]

@@ -10,7 +10,8 @@ are added. Layout of ``DIR``::
     images/<id>.png           the stored frame (id: the inspection's id)
     references/<id>.png       its golden image, registered into the frame's pixels
 
-Every file is written to a temp file and renamed; ``annotations.json`` last.
+Every file is written to a temp file and renamed; ``annotations.json`` last. With no fully reviewed frame nothing is
+written: the summary says how far the review is (``verdicts``, ``waiting``) and ``review export`` refuses in one line.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select, true
 from sqlalchemy.engine import Connection, Row
 
 from defect_detector.core.io import atomic_write_bytes, atomic_write_json
@@ -55,22 +56,39 @@ def _copy(source: Path, target: Path) -> None:
 
 def export_review(url: str, out: str | Path, images: str | Path | None = None) -> dict[str, Any]:
     """Write the reviewed frames of the station database at ``url`` to ``out`` (module docstring); returns a summary
-    ``{"annotations_file", "images", "annotations", "skipped": {reason: count}}``."""
+    ``{"annotations_file", "images", "annotations", "skipped": {reason: count}, "verdicts", "reviewed_frames",
+    "waiting"}`` (``verdicts``: verdicts given on calls and misses drawn, ``reviewed_frames``: frames with one,
+    ``waiting``: calls still in the review queue). With no image to export nothing is written and
+    ``annotations_file`` is None."""
     out = Path(out)
     store = Store(url, images)
     try:
         with store.engine.connect() as conn:
             coco, skipped = _build(conn, store, out)
+            progress = _progress(conn)
     finally:
         store.close()
-    coco["info"]["database"] = describe(store.url)
-    atomic_write_json(out / "annotations.json", coco)
+    written = None
+    if coco["images"]:
+        coco["info"]["database"] = describe(store.url)
+        atomic_write_json(out / "annotations.json", coco)
+        written = str(out / "annotations.json")
     return {
-        "annotations_file": str(out / "annotations.json"),
+        "annotations_file": written,
         "images": len(coco["images"]),
         "annotations": len(coco["annotations"]),
         "skipped": dict(skipped),
+        **progress,
     }
+
+
+def _progress(conn: Connection) -> dict[str, int]:
+    """How far the review is: ``verdicts`` given (on calls, and misses drawn), ``reviewed_frames`` with one, and calls
+    ``waiting`` in the queue."""
+    verdict_count = conn.execute(select(func.count()).select_from(verdicts)).scalar() or 0
+    frames = conn.execute(select(func.count(func.distinct(verdicts.c.inspection_id)))).scalar() or 0
+    waiting = conn.execute(select(func.count()).select_from(calls).where(calls.c.pending == true())).scalar() or 0
+    return {"verdicts": int(verdict_count), "reviewed_frames": int(frames), "waiting": int(waiting)}
 
 
 def _build(conn: Connection, store: Store, out: Path) -> tuple[dict[str, Any], Counter[str]]:

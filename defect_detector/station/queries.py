@@ -114,6 +114,13 @@ def queue_length(conn: Connection) -> int:
     return int(conn.execute(select(func.count()).select_from(calls).where(calls.c.pending == true())).scalar() or 0)
 
 
+def queue_frames(conn: Connection) -> int:
+    """Frames with a call waiting for a verdict (the queue's calls are per call: a board with five defects called
+    queues five)."""
+    waiting = select(func.count(func.distinct(calls.c.inspection_id))).where(calls.c.pending == true())
+    return int(conn.execute(waiting).scalar() or 0)
+
+
 def review_next(
     conn: Connection, reviewer: str | None = None, now: datetime | None = None, lease_s: float = LEASE_S
 ) -> dict[str, Any] | None:
@@ -130,7 +137,9 @@ def review_next(
 
 
 def event_dict(row: Row[Any]) -> dict[str, Any]:
-    """A ``drift_events`` row: the event as the alerts file has it, plus ``id`` and the ``inspection`` that raised it."""
+    """A ``drift_events`` row: the event as the alerts file has it, plus ``id`` and the ``inspection`` that raised it.
+    ``frame`` is the 0-based index of the frame it was raised on (the alerts file's ``frame``): the live page and the
+    report both show it as "raised at frame"; a drift event's ``since`` (the first frame flagged) stays in its words."""
     details = json.loads(row.details) if row.details else {}
     return {
         **details,
@@ -225,7 +234,7 @@ def recent_refused(conn: Connection, limit: int = REFUSED) -> list[dict[str, Any
 def live_summary(conn: Connection, now: datetime, shift_start: datetime) -> dict[str, Any]:
     """Everything the live page shows: the newest frame with a picture (and its calls), the counts of the last hour
     and of the shift, the drift chart's points, the alert history (drift events), the design runs, the newest
-    not-inspected frames and the review queue's length."""
+    not-inspected frames and the review queue's length (``queue``: calls, ``queue_frames``: the frames they are on)."""
     live = get_meta(conn, "live")
     latest = inspection_with_calls(conn, int(live)) if live else None
     newest = conn.execute(select(inspections.c.id, inspections.c.time).order_by(inspections.c.id.desc()).limit(1)).first()
@@ -241,4 +250,5 @@ def live_summary(conn: Connection, now: datetime, shift_start: datetime) -> dict
         "designs": recent_runs(conn),
         "not_inspected": recent_refused(conn),
         "queue": queue_length(conn),
+        "queue_frames": queue_frames(conn),
     }

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -10,12 +11,23 @@ import numpy as np
 import pytest
 from small_checkpoint import write_small_checkpoint
 
+from defect_detector.core.constants import DEEPPCB_CLASSES
+from defect_detector.core.types import LetterboxMeta
 from defect_detector.data.letterbox import letterbox
 from defect_detector.data.synth import generate_board, write_synthetic_dataset
 from defect_detector.export import export_onnx
-from defect_detector.export.calibration_data import calibration_inputs
+from defect_detector.export.calibration_data import HeldBack, calibration_inputs, calibration_sets, spread
 from defect_detector.export.deploy_model import ExportError
-from defect_detector.export.int8_check import MIN_CALLS, Agreement, call_agreement, refusal
+from defect_detector.export.int8_check import (
+    MAX_MAP_LOSS,
+    MIN_CALLS,
+    Agreement,
+    accuracy,
+    agreement_of,
+    call_agreement,
+    held_back_check,
+    refusal,
+)
 from defect_detector.model.checkpoint import load_checkpoint
 
 pytest.importorskip("onnxruntime", reason="onnxruntime not installed (pip install '.[onnx]')")
@@ -75,7 +87,7 @@ def test_export_int8_refuses_a_broken_model_and_writes_nothing(tmp_path: Path, m
     export_onnx(load_checkpoint(write_small_checkpoint(tmp_path / "other.pt", IMGSZ, seed=3)), other)
     calib = write_synthetic_dataset(tmp_path / "calib", n_images=8, height=IMGSZ, width=IMGSZ, seed=1)
     monkeypatch.setattr(int8, "quantize_onnx", lambda float_path, out_path, frames, target: shutil.copy(other, out_path))
-    monkeypatch.setattr(int8, "call_agreement", lambda a, b, frames, point: call_agreement(a, b, frames, LOOSE))
+    monkeypatch.setattr(int8, "held_back_check", lambda a, b, held, names, point: held_back_check(a, b, held, names, LOOSE))
     out = tmp_path / "small.int8.onnx"
     with pytest.raises(ExportError, match=r"small.int8.onnx: not written: the int8 model keeps \d+ of"):
         int8.export_int8(loaded, out, calib, max_images=4)
@@ -102,3 +114,85 @@ def test_onnx_runtimes_root_info_lines_are_kept_out_of_the_export_log(caplog: py
         assert root.level == logging.INFO
     finally:
         root.setLevel(before)
+
+
+POINT = {"conf": 0.4, "iou": 0.5}
+
+
+def _held_back(n: int = 4, per_frame: int = 5) -> HeldBack:
+    """``n`` frames of 128 px (letterboxed as they are) with ``per_frame`` ground-truth defects each, 20-30 px boxes,
+    one per cell of a 3 x 3 grid of 40 px (none overlaps another)."""
+    rng = np.random.default_rng(0)
+    boxes, names = [], []
+    cells = np.asarray([(40 * (k % 3) + 4, 40 * (k // 3) + 4) for k in range(per_frame)], np.float32)
+    for _ in range(n):
+        xy = cells + rng.uniform(0, 5, size=(per_frame, 2)).astype(np.float32)
+        wh = rng.uniform(20, 30, size=(per_frame, 2)).astype(np.float32)
+        boxes.append(np.concatenate([xy, xy + wh], axis=1))
+        names.append([DEEPPCB_CLASSES[int(k)] for k in rng.integers(0, len(DEEPPCB_CLASSES), per_frame)])
+    metas = [LetterboxMeta(1.0, 0.0, 0.0, IMGSZ, IMGSZ)] * n
+    return HeldBack(np.zeros((n, 1, IMGSZ, IMGSZ), np.uint8), metas, boxes, names)
+
+
+def _decoded(held: HeldBack, shift: float = 0.0, weak: int = 0) -> np.ndarray:
+    """Decoded predictions ``[N, 64, 4 + C]`` calling every ground-truth defect at 0.9 (its box moved ``shift`` px),
+    but the first ``weak`` defects of each frame at 0.3, under the operating point; the other rows call nothing."""
+    out = np.zeros((len(held.frames), 64, 4 + len(DEEPPCB_CLASSES)), np.float32)
+    for i, (boxes, names) in enumerate(zip(held.boxes, held.names)):
+        for k, (box, name) in enumerate(zip(boxes, names)):
+            out[i, k, :4] = box + shift
+            out[i, k, 4 + DEEPPCB_CLASSES.index(name)] = 0.3 if k < weak else 0.9
+    return out
+
+
+def test_the_accuracy_check_sees_the_losses_the_call_agreement_misses() -> None:
+    """int8 that keeps every float32 call (agreement F 1.0) may still sit its boxes looser or score defects under the
+    operating point: the v0.13 single-image int8 model lost 0.035 mAP@0.5:0.95 and 12 defects behind "F 1.000"."""
+    held, names = _held_back(), list(DEEPPCB_CLASSES)
+    same = accuracy(_decoded(held), _decoded(held), held, names, POINT)
+    assert same.defects == 20 and same.float_found == same.int8_found == 20 and same.float_map50 > 0.99 and same.losses() == []
+    looser = _decoded(held, shift=3.0)  # every call kept (IoU about 0.75 with float32's): F 1.0
+    assert agreement_of(_decoded(held), looser, POINT).f1 == 1.0
+    loose = accuracy(_decoded(held), looser, held, names, POINT)
+    assert loose.int8_map50 > 0.99 and loose.float_map50_95 - loose.int8_map50_95 > 0.1
+    assert [line.split(" ")[0] for line in loose.losses()] == ["mAP@0.5:0.95"] and not loose.to_dict()["within_tolerance"]
+    weak = accuracy(_decoded(held), _decoded(held, weak=1), held, names, POINT)  # one defect per frame under the point
+    assert (weak.float_found, weak.int8_found) == (20, 16) and weak.int8_map50 > 0.99
+    assert any(line.startswith("defects found 20 -> 16 of 20 (4 more missed") for line in weak.losses())
+    assert "missed 0 -> 4" in weak.line()
+
+
+def test_export_int8_warns_and_records_an_accuracy_loss(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from defect_detector.export import int8
+
+    loaded = load_checkpoint(write_small_checkpoint(tmp_path / "small.pt", IMGSZ, seed=2))
+    calib = write_synthetic_dataset(tmp_path / "calib", n_images=8, height=IMGSZ, width=IMGSZ, seed=1)
+    held = _held_back()
+    lossy = accuracy(_decoded(held), _decoded(held, shift=3.0, weak=1), held, list(DEEPPCB_CLASSES), POINT)
+    monkeypatch.setattr(int8, "held_back_check", lambda *args: (Agreement(4, 20, 20, 20), lossy))
+    out = tmp_path / "small.int8.onnx"
+    with caplog.at_level("WARNING", logger="defect_detector.export"):
+        report = int8.export_int8(loaded, out, calib, max_images=4)
+    assert out.exists() and report["accuracy"] is lossy  # written, and said: the loss is the deployer's call
+    warned = [r.getMessage() for r in caplog.records if "loses accuracy" in r.getMessage()]
+    assert len(warned) == 1 and "mAP@0.5:0.95" in warned[0] and "defects found 20 -> 16" in warned[0]
+    recorded = report["meta"]["int8"]["check"]["accuracy"]
+    assert recorded["within_tolerance"] is False and recorded["int8_found"] == 16 and recorded["max_map_loss"] == MAX_MAP_LOSS
+
+
+def test_held_back_images_carry_their_ground_truth(tmp_path: Path) -> None:
+    calib = write_synthetic_dataset(tmp_path / "calib", n_images=10, height=96, width=128, seed=1)
+    frames, held = calibration_sets(calib, IMGSZ, 1, max_images=4, held_back=3)
+    assert np.array_equal(held.frames, calibration_inputs(calib, IMGSZ, 1, max_images=4, held_back=3)[1])
+    raw = json.loads(Path(calib).read_text())
+    rest = [i for i in range(10) if i not in set(spread(10, 4))]
+    ids = [raw["images"][rest[j]]["id"] for j in spread(len(rest), 3)]
+    names = {c["id"]: c["name"] for c in raw["categories"]}
+    for image_id, boxes, box_names, meta in zip(ids, held.boxes, held.names, held.metas):
+        anns = [a for a in raw["annotations"] if a["image_id"] == image_id]
+        want = [[x, y, x + w, y + h] for x, y, w, h in (a["bbox"] for a in anns)]
+        assert np.allclose(boxes, np.asarray(want, np.float32).reshape(-1, 4)) and box_names == [names[a["category_id"]] for a in anns]
+        assert (meta.orig_h, meta.orig_w) == (96, 128)
+    assert held.defects == sum(len(b) for b in held.boxes) > 0

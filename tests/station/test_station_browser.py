@@ -77,7 +77,7 @@ def test_live_page_review_by_keyboard_missed_box_and_export(tmp_path: Path) -> N
             assert page.get_attribute("#frame", "data-calls") == "2"  # frame 1: its 0.9 call and the 0.1 one
             assert _coloured_pixels(page, "#frame") > 100
             assert "line 1 · frame 1" in page.inner_text("#frame-meta")
-            assert page.inner_text("#queue-link") == "3 calls waiting for review"
+            assert page.inner_text("#queue-link") == "3 calls on 2 frames waiting for review"
             _shot(page, tmp_path, "live")
 
             # review page: name once per session, three verdicts by keyboard, one missed box drawn

@@ -104,3 +104,24 @@ def test_review_export_cli_and_training_on_it(tmp_path: Path, tiny_config, capsy
     assert (Path(run_dir) / "weights" / "last.pt").is_file()
     assert main(["review", "export", "--db", str(tmp_path / "missing" / "x.db"), "--out", str(out)]) == 2
     assert "cannot open the station database" in capsys.readouterr().err
+
+
+def test_nothing_to_export_says_so_in_one_line_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "station.db"
+    with Recorder(str(db), conf=0.5, classes=DEEPPCB_CLASSES) as recorder:
+        for i in range(3):
+            recorder.record(board_record(i, calls=2))  # two calls to review per frame
+    out = tmp_path / "export"
+    assert main(["review", "export", "--db", str(db), "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert "train on it" not in captured.out and "wrote" not in captured.out
+    (line,) = captured.err.strip().splitlines()
+    assert "nothing to export, nothing written" in line and "(0 verdicts on 0 frames, 6 calls waiting for review" in line
+    assert not (out / "annotations.json").exists()
+    with Store(str(db)) as store, TestClient(create_app(store), base_url="http://localhost") as client:
+        call = client.get("/api/review/next").json()["call"]  # one call of a frame judged, its other still waiting
+        assert client.post(f"/api/calls/{call['id']}/verdict", json={"verdict": "defect", "reviewer": "ana"}).status_code == 200
+    assert main(["review", "export", "--db", str(db), "--out", str(out)]) == 2
+    line = capsys.readouterr().err.strip()
+    assert "(1 verdicts on 1 frames, 5 calls waiting for review; left out: not fully reviewed x1)" in line
+    assert not (out / "annotations.json").exists()

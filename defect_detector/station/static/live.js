@@ -74,7 +74,8 @@
     }));
     document.getElementById("shift").textContent = `shift since ${fmtTime(data.shift_start)}`;
     const q = document.getElementById("queue-link");
-    q.textContent = data.queue ? `${data.queue} call${data.queue === 1 ? "" : "s"} waiting for review` : "no calls waiting";
+    const on = `${data.queue_frames} frame${data.queue_frames === 1 ? "" : "s"}`;
+    q.textContent = data.queue ? `${data.queue} call${data.queue === 1 ? "" : "s"} on ${on} waiting for review` : "no calls waiting";
   }
 
   function svg(tag, attrs) {
