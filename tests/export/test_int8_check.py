@@ -13,10 +13,11 @@ from small_checkpoint import write_small_checkpoint
 
 from defect_detector.core.constants import DEEPPCB_CLASSES
 from defect_detector.core.types import LetterboxMeta
+from defect_detector.data.dataset import evenly_spaced
 from defect_detector.data.letterbox import letterbox
 from defect_detector.data.synth import generate_board, write_synthetic_dataset
 from defect_detector.export import export_onnx
-from defect_detector.export.calibration_data import HeldBack, calibration_inputs, calibration_sets, spread
+from defect_detector.export.calibration_data import HeldBack, calibration_inputs, calibration_sets
 from defect_detector.export.deploy_model import ExportError
 from defect_detector.export.int8_check import (
     MAX_MAP_LOSS,
@@ -187,8 +188,8 @@ def test_held_back_images_carry_their_ground_truth(tmp_path: Path) -> None:
     frames, held = calibration_sets(calib, IMGSZ, 1, max_images=4, held_back=3)
     assert np.array_equal(held.frames, calibration_inputs(calib, IMGSZ, 1, max_images=4, held_back=3)[1])
     raw = json.loads(Path(calib).read_text())
-    rest = [i for i in range(10) if i not in set(spread(10, 4))]
-    ids = [raw["images"][rest[j]]["id"] for j in spread(len(rest), 3)]
+    rest = [i for i in range(10) if i not in set(evenly_spaced(10, 4))]
+    ids = [raw["images"][rest[j]]["id"] for j in evenly_spaced(len(rest), 3)]
     names = {c["id"]: c["name"] for c in raw["categories"]}
     for image_id, boxes, box_names, meta in zip(ids, held.boxes, held.names, held.metas):
         anns = [a for a in raw["annotations"] if a["image_id"] == image_id]
