@@ -63,17 +63,6 @@ def test_the_queue_holds_each_call_at_or_above_the_operating_point_once(tmp_path
     assert len(queued) == 28 and len({c["id"] for c in queued}) == 28 and min(c["score"] for c in queued) >= CONF
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="station/recorder.py (owned elsewhere, issue 43) queues every call of a frame while drift is raised, "
-    "calls below the operating point included; the rule is calls at or above it: review = [c.score >= conf ...]",
-)
-def test_drift_raised_queues_no_call_below_the_operating_point(tmp_path: Path) -> None:
-    frames = [_frame(i, i % 5, drift="warning" if 10 <= i < 15 else "normal") for i in range(20)]
-    for client in _client(tmp_path / "q.db", frames):
-        assert client.get("/api/live").json()["queue"] == 28
-
-
 def _rows(runs: list[tuple[str, int]]) -> list[SimpleNamespace]:
     """``design_runs`` rows of one source for ``(design, frames)`` runs in a row."""
     out, first = [], 0
