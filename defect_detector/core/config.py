@@ -61,10 +61,10 @@ log = logging.getLogger("defect_detector.config")
 RETIRED = {
     "data.register_val": "issue 43: validation during training always registers, through the frame pipeline",
     "eval.tta": "v0.8.0: test-time augmentation is asked for per command (val --tta, predict --tta), never stored",
-    "monitor.min_layers": "v0.2.0: replaced by monitor.shrinkage",
+    "monitor": "issue 43: drift thresholds are not a training setting; give them to predict with --monitor-config FILE",
 }
-"""Dotted keys older versions had, and why they went. A checkpoint's stored config may still hold them: they are
-dropped when it is read (:func:`without_retired`); a YAML config or a ``key=value`` override that names one stops at
+"""Dotted keys (or whole sections) older versions had, and why they went. A checkpoint's stored config may still hold
+them: they are dropped when it is read (:func:`without_retired`); a YAML config or a ``key=value`` override that names one stops at
 start with that reason (:func:`config_from_dict`)."""
 
 
@@ -307,7 +307,6 @@ class Config(Section):
     model: ModelConfig = Field(default_factory=ModelConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
-    monitor: MonitorConfig = Field(default_factory=MonitorConfig)
     register: RegisterConfig = Field(default_factory=RegisterConfig)
 
     @model_validator(mode="after")
@@ -324,8 +323,8 @@ def _retired_in(raw: dict[str, Any]) -> list[str]:
     """The :data:`RETIRED` keys that the nested dict ``raw`` sets."""
     found = []
     for key in RETIRED:
-        section, name = key.split(".")
-        if isinstance(raw.get(section), dict) and name in raw[section]:
+        section, _, name = key.partition(".")
+        if (not name and section in raw) or (name and isinstance(raw.get(section), dict) and name in raw[section]):
             found.append(key)
     return found
 
@@ -335,8 +334,11 @@ def without_retired(raw: dict[str, Any], source: str) -> dict[str, Any]:
     each drop logged at debug level: what lets old checkpoints load."""
     out = dict(raw)
     for key in _retired_in(raw):
-        section, name = key.split(".")
-        out[section] = {k: v for k, v in out[section].items() if k != name}
+        section, _, name = key.partition(".")
+        if name:
+            out[section] = {k: v for k, v in out[section].items() if k != name}
+        else:
+            del out[section]
         log.debug("%s: dropped the retired config key %s (%s)", source, key, RETIRED[key])
     return out
 

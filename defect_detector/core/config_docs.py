@@ -9,7 +9,7 @@ from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
-from defect_detector.core.config import RETIRED, Config
+from defect_detector.core.config import RETIRED, Config, MonitorConfig
 from defect_detector.core.typed_yaml import plain
 
 
@@ -36,19 +36,24 @@ def config_reference_markdown() -> str:
     defaults = Config()
     for name in Config.model_fields:
         section = getattr(defaults, name)
-        if not isinstance(section, BaseModel):
-            continue
-        doc = " ".join((type(section).__doc__ or "").split())
-        lines += [f"### `{name}`", "", doc, "", "| key | type | default |", "| --- | --- | --- |"]
-        for key, field in type(section).model_fields.items():
-            lines.append(f"| `{name}.{key}` | `{_type_name(field.annotation)}` | `{plain(getattr(section, key))!r}` |")
-        lines.append("")
+        if isinstance(section, BaseModel):
+            lines += _section(f"`{name}`", name, section)
+    lines += _section("`monitor` (the file `predict --monitor-config` reads, not a training config)", "monitor", MonitorConfig())
     scalars = [name for name in Config.model_fields if not isinstance(getattr(defaults, name), BaseModel)]
     top = ", ".join(f"`{name}` (default `{getattr(defaults, name)!r}`)" for name in scalars)
     lines += ["### Retired keys", "", "A checkpoint's stored config may hold them (dropped when it loads); a config or an override that"]
     lines += ["names one stops at start, saying why.", "", "| key | why |", "| --- | --- |"]
     lines += [f"| `{key}` | {why} |" for key, why in RETIRED.items()]
     return "\n".join([f"Top-level keys: {top}.", ""] + lines).rstrip() + "\n"
+
+
+def _section(title: str, name: str, section: BaseModel) -> list[str]:
+    """The Markdown of one section: its docstring, then a row per key (type, default)."""
+    doc = " ".join((type(section).__doc__ or "").split())
+    lines = [f"### {title}", "", doc, "", "| key | type | default |", "| --- | --- | --- |"]
+    for key, field in type(section).model_fields.items():
+        lines.append(f"| `{name}.{key}` | `{_type_name(field.annotation)}` | `{plain(getattr(section, key))!r}` |")
+    return [*lines, ""]
 
 
 def _update_docs(path: Path) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from defect_detector.core.config import ConfigError, MonitorConfig, config_from_dict, read_yaml_mapping
+from defect_detector.core.config import ConfigError, MonitorConfig, read_yaml_mapping
 from defect_detector.monitor.alerts import AlertRouter, JsonlSink, LogSink, PrometheusSink, Sink, WebhookSink
 from defect_detector.monitor.baseline import Baseline, BaselineError
 from defect_detector.monitor.drift import DriftDetector
@@ -29,7 +29,7 @@ class MonitorSetupError(ValueError):
 
 
 def load_monitor_config(path: str | os.PathLike[str]) -> MonitorConfig:
-    """Read drift thresholds from YAML: a run config with a ``monitor`` section, or just that section's keys."""
+    """Read drift thresholds (:class:`MonitorConfig`) from YAML: a file with a ``monitor`` section, or just its keys."""
     path = Path(path)
     try:
         raw = read_yaml_mapping(path, "monitor config", allow_empty=True)  # a repeated key is refused, not the last kept
@@ -37,7 +37,7 @@ def load_monitor_config(path: str | os.PathLike[str]) -> MonitorConfig:
         raise MonitorSetupError(str(exc)) from exc
     section = raw["monitor"] if "monitor" in raw else raw
     try:
-        return config_from_dict({"monitor": section}).monitor
+        return MonitorConfig.from_raw(section)
     except ConfigError as exc:
         raise MonitorSetupError(f"{path}: {exc}") from exc
 

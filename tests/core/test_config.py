@@ -127,6 +127,9 @@ def test_a_repeated_key_in_a_monitor_config_is_refused(tmp_path: Path) -> None:
         load_monitor_config(tmp_path / "m.yaml")
     (tmp_path / "empty.yaml").write_text("")
     assert load_monitor_config(tmp_path / "empty.yaml").window > 0  # empty: the default thresholds, as before
+    (tmp_path / "bad.yaml").write_text("monitor:\n  z_warn: 9.0\n")
+    with pytest.raises(MonitorSetupError, match=r"bad\.yaml: monitor\.z_warn: must be > 0 and <= monitor\.z_alert, got 9\.0"):
+        load_monitor_config(tmp_path / "bad.yaml")
 
 
 @pytest.mark.parametrize(
@@ -149,7 +152,6 @@ def test_a_malformed_override_is_one_line(item: str, problem: str) -> None:
         ({"model": {"widths": [16, 32, 48]}}, "model.widths: has too few items, got [16, 32, 48]"),
         ({"data": {"class_names": "open"}}, "data.class_names: must be a list, got 'open'"),
         ({"train": 5}, "train: must be a mapping, got 5"),
-        ({"monitor": {"z_warn": 9.0}}, "monitor.z_warn: must be > 0 and <= monitor.z_alert, got 9.0"),
         ({"name": "a/b"}, "name: must be a non-empty name without '/', got 'a/b'"),
         (
             {"eval": {"tta2": "d8"}},
@@ -176,15 +178,20 @@ def test_a_retired_key_in_a_config_or_an_override_stops_at_start_saying_why(tmp_
         assert str(info.value) == why
     with pytest.raises(ConfigError, match=r"^eval\.tta: retired \(v0\.8\.0: test-time augmentation is asked for per command"):
         config_from_dict({"eval": {"tta": "d8"}})
+    with pytest.raises(ConfigError, match=r"^monitor: retired \(issue 43: drift thresholds are not a training setting"):
+        load_config(None, ["monitor.z_warn=4"])  # nothing read a training config's monitor section
 
 
 def test_a_checkpoint_config_drops_its_retired_keys(caplog: pytest.LogCaptureFixture) -> None:
     raw = Config().to_dict()
     raw["data"]["register_val"] = False
+    raw["monitor"] = {"z_warn": 5.5, "recover": 16}  # the bundled weights store a monitor section
     with caplog.at_level("DEBUG", logger="defect_detector.config"):
         kept = without_retired(raw, "old.pt")
     assert config_from_dict(kept) == Config() and "register_val" in raw["data"]  # the caller's dict is left alone
-    assert [r.levelname for r in caplog.records] == ["DEBUG"] and "old.pt: dropped the retired config key data.register_val" in caplog.text
+    assert [r.levelname for r in caplog.records] == ["DEBUG", "DEBUG"]
+    assert "old.pt: dropped the retired config key data.register_val" in caplog.text
+    assert "monitor" in raw and "old.pt: dropped the retired config key monitor (" in caplog.text
 
 
 def test_default_yaml_states_the_code_defaults() -> None:

@@ -152,12 +152,12 @@ def test_strip_fits_and_carries_a_design_domain(tmp_path: Path, capsys: pytest.C
 
 
 def test_strip_set_on_a_checkpoint_with_retired_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """An old checkpoint's retired keys (``eval.tta``, ``monitor.min_layers``, ``data.register_val``) are dropped, not
+    """An old checkpoint's retired keys (``eval.tta``, the ``monitor`` section, ``data.register_val``) are dropped, not
     refused, when ``strip --set`` re-validates its config (v0.8 failed with ``eval.tta: unknown key`` on both bundled
     checkpoints); an override that names one is refused, saying why."""
     cfg = config_from_dict({"model": TINY}).to_dict()
     cfg["eval"]["tta"] = "d8"
-    cfg["monitor"]["min_layers"] = 2
+    cfg["monitor"] = {"min_layers": 2, "z_warn": 5.5}
     cfg["data"]["register_val"] = False
     state = build_model(config_from_dict({"model": TINY}).model, len(DEEPPCB_CLASSES)).state_dict()
     src = tmp_path / "old.pt"
@@ -165,7 +165,7 @@ def test_strip_set_on_a_checkpoint_with_retired_keys(tmp_path: Path, capsys: pyt
     out = tmp_path / "new.pt"
     assert main(["strip", str(src), "--out", str(out), "--set", "eval.f1_conf=0.35"]) == 0, capsys.readouterr().err
     stored = torch.load(out, weights_only=True)["config"]
-    assert "tta" not in stored["eval"] and "min_layers" not in stored["monitor"] and stored["eval"]["f1_conf"] == 0.35
+    assert "tta" not in stored["eval"] and "monitor" not in stored and stored["eval"]["f1_conf"] == 0.35
     assert "register_val" not in stored["data"] and load_checkpoint(src).config == config_from_dict({"model": TINY})
     assert main(["strip", str(src), "--out", str(out), "--set", "data.register_val=true"]) == 2
     assert "data.register_val: retired (issue 43: validation during training always registers" in capsys.readouterr().err
