@@ -45,7 +45,7 @@ class References:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self._keys: OrderedDict[Path, tuple[tuple[int, int], str]] = OrderedDict()  # path -> ((mtime_ns, size), fingerprint)
+        self._keys: OrderedDict[Path, tuple[tuple[int, ...], str]] = OrderedDict()  # path -> (its _tag, fingerprint)
         self._last: tuple[Path, tuple[int, int], np.ndarray] | None = None  # the last file decoded, for image()
         self._by_name: dict[str, Path] = {}
         self._by_stem: dict[str, Path] = {}
@@ -86,8 +86,8 @@ class References:
     def key(self, file_name: str) -> str:
         """The design key of frame ``file_name``'s golden image: the fingerprint of its decoded pixels
         (:func:`~defect_detector.data.images.pixel_fingerprint`), never its file name, so two copies of one golden
-        image under two names are one design. Cached per file by path, modification time and size (one ``stat`` per
-        frame); a file rewritten with new pixels gets a new key. :class:`ReferenceError` as :meth:`lookup`, or when
+        image under two names are one design. Cached per file by path and its :meth:`_tag` (one ``stat`` per frame); a
+        file rewritten with new pixels gets a new key, even at the same size with its modification time put back. :class:`ReferenceError` as :meth:`lookup`, or when
         the file cannot be read."""
         path = self.lookup(file_name)
         tag = self._tag(path)
@@ -107,12 +107,14 @@ class References:
         return self._read(path)
 
     @staticmethod
-    def _tag(path: Path) -> tuple[int, int]:
+    def _tag(path: Path) -> tuple[int, ...]:
+        """What changes when the file at ``path`` does: modification and change times, size and inode (a rewrite whose
+        modification time is set back still moves the change time; a file renamed over it has another inode)."""
         try:
             stat = path.stat()
         except OSError as exc:
             raise ReferenceError(f"{path}: cannot read the golden image ({exc.strerror})", RefusalKind.UNREADABLE_REFERENCE) from exc
-        return stat.st_mtime_ns, stat.st_size
+        return stat.st_mtime_ns, stat.st_ctime_ns, stat.st_size, stat.st_ino
 
     def _read(self, path: Path) -> np.ndarray:
         """Decode the golden image at ``path`` and note its pixel fingerprint (:class:`ReferenceError` if unreadable;

@@ -48,3 +48,19 @@ def test_a_golden_image_is_keyed_by_its_pixels_not_its_file_name(tmp_path: Path)
     assert (design.key, name) == (pixel_fingerprint(other), "b.png")
     warped, _ = designs.register(design, other, "b.png")  # the registrar follows the new pixels too
     assert np.array_equal(warped, other)
+
+
+def test_a_golden_image_rewritten_at_its_size_with_its_time_put_back_is_read_again(tmp_path: Path) -> None:
+    """Issue 44: another design's pixels written over a golden image, same byte size and modification time, were never
+    re-read (the cache keyed on mtime and size): the frames were inspected against the old design."""
+    path = tmp_path / "golden.bmp"  # an uncompressed format: the same size for any pixels
+    first, second = np.full((32, 32), 200, np.uint8), np.eye(32, dtype=np.uint8) * 255
+    assert cv2.imwrite(str(path), first)
+    refs = References(path)
+    assert refs.key("board.png") == pixel_fingerprint(first)
+    stat = path.stat()
+    with path.open("r+b") as f:  # in place: the same inode
+        f.write(cv2.imencode(".bmp", second)[1].tobytes())
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert path.stat().st_size == stat.st_size and path.stat().st_mtime_ns == stat.st_mtime_ns
+    assert refs.key("board.png") == pixel_fingerprint(second)
