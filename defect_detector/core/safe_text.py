@@ -10,6 +10,9 @@ would run as formulas escaped.
   leading single quote (OWASP's advice against CSV injection): ``=1+2+cmd|calc!A0.jpg`` is written
   ``'=1+2+cmd|calc!A0.jpg``, which a spreadsheet shows as text. Numbers are left alone (a negative number is a
   number, not a formula).
+- :func:`show_controls` writes the bidirectional controls a file name may hide (a right-to-left override turns
+  ``board_gpj.exe`` into a name that reads ``board_exe.jpg``) as visible ``<U+202E>``: the station's pages and every CSV
+  show the name as it is.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 MASK = "***"
 _URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>()\[\]{},;]+")
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def _mask_query(query: str) -> str:
@@ -83,9 +87,17 @@ def install_masking(logger: logging.Logger | None = None) -> None:
             handler.addFilter(MaskingFilter())
 
 
+def show_controls(text: str) -> str:
+    """``text`` with each bidirectional control character (``U+202E`` right-to-left override ...) written as a visible
+    ``<U+202E>``, so a name cannot display as another."""
+    return _BIDI.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
+
+
 def csv_cell(value: Any) -> Any:
-    """``value`` as a CSV cell that no spreadsheet runs as a formula: a string starting with ``=``, ``+``, ``-``,
-    ``@``, tab or CR gets a leading ``'``; everything else (numbers included) is returned as it is."""
-    if isinstance(value, str) and value.startswith(_FORMULA_START):
-        return "'" + value
-    return value
+    """``value`` as a CSV cell that no spreadsheet runs as a formula or displays as other text: a string starting with
+    ``=``, ``+``, ``-``, ``@``, tab or CR gets a leading ``'``, bidirectional controls are made visible
+    (:func:`show_controls`); everything else (numbers included) is returned as it is."""
+    if not isinstance(value, str):
+        return value
+    value = show_controls(value)
+    return "'" + value if value.startswith(_FORMULA_START) else value

@@ -31,6 +31,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from defect_detector.core.safe_text import show_controls
 from defect_detector.station.db import describe, insert_ignore, make_engine, parse_time, parse_url, to_db_time, upsert_add
 from defect_detector.station.designs import DesignRuns, FrameDesign, design_of
 from defect_detector.station.images import new_names, write_png
@@ -261,14 +262,14 @@ class Recorder:
             raised = record.drift in RAISED
             height, width = record.image.shape if record.image is not None else (None, None)
             row = {
-                "source": record.source,
+                "source": show_controls(record.source),
                 "frame": record.frame,
-                "name": record.name,
+                "name": show_controls(record.name),
                 "time": to_db_time(record.time),
                 "model": record.model,
-                "reference": record.reference,
+                "reference": None if record.reference is None else show_controls(record.reference),
                 "verdict": record.verdict,
-                "reason": record.reason,
+                "reason": None if record.reason is None else show_controls(record.reason),
                 "reason_kind": record.kind,
                 "drift": record.drift[:16],
                 "score": record.score,

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from defect_detector.core.safe_text import MaskingFilter, csv_cell, mask_secrets, mask_url
+from defect_detector.core.safe_text import MaskingFilter, csv_cell, mask_secrets, mask_url, show_controls
 
 
 @pytest.mark.parametrize(
@@ -54,3 +54,11 @@ def test_csv_cell_escapes_what_a_spreadsheet_would_run(name: str) -> None:
     csv.writer(buffer).writerow([csv_cell(name), csv_cell(-3), csv_cell("board.jpg")])
     cells = next(csv.reader(io.StringIO(buffer.getvalue())))
     assert cells == ["'" + name, "-3", "board.jpg"]
+
+
+def test_bidirectional_controls_in_a_name_are_shown_not_obeyed() -> None:
+    """Issue 44: a right-to-left override in a file name reached the pages and the CSV (``board_\\u202egpj.exe`` reads as
+    ``board_exe.jpg``)."""
+    name = "board_\u202egpj.exe"
+    assert show_controls(name) == "board_<U+202E>gpj.exe" and csv_cell(name) == "board_<U+202E>gpj.exe"
+    assert csv_cell("=\u2066x") == "'=<U+2066>x" and show_controls("plain.png") == "plain.png" and csv_cell(3) == 3

@@ -4,6 +4,7 @@ in flight and leaves a consistent database the station opens."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -236,3 +237,11 @@ def test_a_suspect_pass_is_stored_with_its_reason(tmp_path: Path) -> None:
         assert recorder.record(record) and recorder.flush(60)
     (row,) = _rows(recorder, inspections)
     assert row.verdict == "pass_suspect" and row.reason == "drift critical: score 9.1" and row.drift == "critical"
+
+
+def test_a_name_with_a_right_to_left_override_is_recorded_as_it_reads(tmp_path: Path) -> None:
+    """Issue 44: the station's pages show names from the database; a bidirectional control is stored visibly."""
+    record = dataclasses.replace(board_record(0), name="board_\u202egpj.exe", reason=None)
+    with Recorder(str(tmp_path / "bidi.db"), conf=0.5) as recorder:
+        assert recorder.record(record) and recorder.flush(60)
+        assert [r.name for r in _rows(recorder, inspections)] == ["board_<U+202E>gpj.exe"]
