@@ -6,6 +6,7 @@ import io
 import json
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -15,15 +16,17 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temp file in the same folder, fsync and rename. On failure the temp file is
-    removed and ``path`` keeps its earlier content; an OSError (e.g. ENOSPC) names ``path``."""
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes | Iterable[bytes]) -> None:
+    """Write ``data`` (bytes, or chunks of bytes written as they come: a large output never held whole) to ``path`` via
+    a temp file in the same folder, fsync and rename. On failure the temp file is removed and ``path`` keeps its
+    earlier content; an OSError (e.g. ENOSPC) names ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            for chunk in [data] if isinstance(data, bytes) else data:
+                fh.write(chunk)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~_UMASK)

@@ -25,19 +25,21 @@ its temporary files are removed. A full disk under one output stops that output 
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import logging
 import os
+import textwrap
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 import cv2
 import numpy as np
 
-from defect_detector.core.io import atomic_write_bytes, atomic_write_json
+from defect_detector.core.io import atomic_write_bytes
 from defect_detector.core.safe_text import csv_cell
 from defect_detector.data.draw import draw_detections, stamp
 from defect_detector.inspect.record import Inspection, csv_header
@@ -123,7 +125,7 @@ class Outputs:
         self.save_dir = Path(save_dir) if save_dir else None
         self.report = Path(report) if report else None
         self.json_layout = json_layout
-        self.records: list[dict[str, Any]] = []
+        self.frames = 0  # records added (the JSON is written from the JSONL at the end: nothing held per frame)
         self.written: dict[str, str] = {}  # what close() wrote, by kind
         self.failed: dict[str, str] = {}  # outputs that stopped, by kind (json, jsonl, report, images): the line that said so
         self.closed = False
@@ -144,13 +146,13 @@ class Outputs:
     def add(self, inspection: Inspection) -> None:
         """Record one :class:`~defect_detector.inspect.inspector.Inspection` in every requested output still going."""
         record = inspection.to_json() | {"timestamp": inspection.frame.timestamp}
-        self.records.append(record)
+        self.frames += 1
         lines = {"jsonl": lambda: json.dumps(record) + "\n", "report": lambda: _csv_line(inspection.csv_row(self.class_names))}
         for kind, stream in list(self.streams.items()):
             try:
                 stream.write(lines[kind]())
             except OSError as exc:
-                self._lost(kind, exc, len(self.records) - 1)
+                self._lost(kind, exc, self.frames - 1)
         if self.save_dir is not None and "images" not in self.failed:
             annotated = self._annotated(inspection)
             try:
@@ -159,7 +161,7 @@ class Outputs:
                 else:
                     self._write_image(inspection.frame.file_name, annotated)
             except OSError as exc:
-                self._lost("images", exc, len(self.records) - 1)
+                self._lost("images", exc, self.frames - 1)
 
     def _lost(self, kind: str, exc: OSError, done: int | None = None) -> None:
         """Stop the output ``kind`` (a key of :data:`_FLAGS`) after ``exc``, when it held ``done`` frames (None: while
@@ -225,7 +227,7 @@ class Outputs:
         written: dict[str, str] = {}
         try:
             if self.save_json is not None:
-                self._finish("json", lambda: atomic_write_json(self.save_json, self._json()), self.save_json, written)
+                self._finish("json", lambda: atomic_write_bytes(self.save_json, self._json()), self.save_json, written)
             for kind, stream in list(self.streams.items()):
                 self._finish(kind, stream.finish, stream.path, written)
             if self.video is not None:
@@ -267,16 +269,27 @@ class Outputs:
         if self.video_tmp is not None:
             self.video_tmp.unlink(missing_ok=True)
 
-    def _json(self) -> list[dict[str, Any]]:
-        """What ``--save-json`` holds: the frame records, or (layout ``detections``) v0.8's flat list of calls."""
-        records = [{k: v for k, v in r.items() if k != "timestamp" or self.per_frame} for r in self.records]
+    def _json(self) -> Iterator[bytes]:
+        """What ``--save-json`` holds, as an indented JSON array written chunk by chunk from the run's JSONL (issue 44:
+        the records were held in memory, 2-4 KB a frame): the frame records, or (layout ``detections``) v0.8's flat
+        list of calls. ``OSError`` when the JSONL stopped (a full disk), so the JSON is not written either."""
+        stream = self.streams.get("jsonl")
+        if stream is None:
+            raise OSError(errno.EIO, "its JSONL stopped earlier, so the frames it holds are not complete", str(self.save_json))
+        first = True
+        with stream.tmp.open(encoding="utf-8") as lines:
+            for line in lines:
+                for item in self._json_items(json.loads(line)):
+                    yield (("[\n" if first else ",\n") + textwrap.indent(json.dumps(item, indent=2), "  ")).encode("utf-8")
+                    first = False
+        yield b"[]\n" if first else b"\n]\n"
+
+    def _json_items(self, record: dict[str, Any]) -> list[dict[str, Any]]:
+        """The ``--save-json`` items of one JSONL record: the record (its timestamp kept for a live source) or its calls."""
         if self.json_layout == "frames":
-            return records
-        flat = []
-        for r in records:
-            extra = {"frame": r["frame"]} if self.per_frame else {}
-            flat += [{"file_name": r["file_name"], **call, **extra} for call in r["calls"]]
-        return flat
+            return [{k: v for k, v in record.items() if k != "timestamp" or self.per_frame}]
+        extra = {"frame": record["frame"]} if self.per_frame else {}
+        return [{"file_name": record["file_name"], **call, **extra} for call in record["calls"]]
 
 
 _FLAGS = {"json": "--save-json", "jsonl": "--save-json", "report": "--report", "images": "--save-dir"}

@@ -87,8 +87,8 @@ class References:
         """The design key of frame ``file_name``'s golden image: the fingerprint of its decoded pixels
         (:func:`~defect_detector.data.images.pixel_fingerprint`), never its file name, so two copies of one golden
         image under two names are one design. Cached per file by path and its :meth:`_tag` (one ``stat`` per frame); a
-        file rewritten with new pixels gets a new key, even at the same size with its modification time put back. :class:`ReferenceError` as :meth:`lookup`, or when
-        the file cannot be read."""
+        file rewritten with new pixels gets a new key, even at the same size with its modification time put back.
+        :class:`ReferenceError` as :meth:`lookup`, or when the file cannot be read."""
         path = self.lookup(file_name)
         tag = self._tag(path)
         cached = self._keys.get(path)

@@ -359,10 +359,10 @@ def test_outputs_discard_keeps_earlier_files(tmp_path: Path) -> None:
 def test_an_output_that_fails_to_finish_leaves_no_half_result_the_others_finish(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     outputs, out = _video_outputs(tmp_path)
 
-    def disk_full(path: Path, obj: object) -> None:
+    def disk_full(path: Path, data: object) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
-    monkeypatch.setattr(outputs_module, "atomic_write_json", disk_full)
+    monkeypatch.setattr(outputs_module, "atomic_write_bytes", disk_full)  # the JSON's only writer here
     assert set(outputs.close()) == {"jsonl", "video"}  # the JSON's disk is full: it alone is lost (issue 36)
     assert outputs.failed == {"json": f"--save-json {out}: No space left on device: not written; the other outputs go on"}
     assert sorted(p.name for p in out.parent.iterdir()) == ["cam.mp4", "det.json", "det.jsonl"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import json
+import tracemalloc
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -132,3 +134,24 @@ def test_report_csv_escapes_file_names_a_spreadsheet_would_run(tmp_path: Path) -
     assert rows[0] == ["file_name", "frame", "verdict", "reason", "calls", "open", "short", "dropped", "drift"]
     assert rows[1][0] == "'=1+2+cmd|calc!A0.jpg" and rows[2][0] == "'@x.png" and rows[2][3] == "'-bad: unreadable"
     assert rows[2][8] == "'-" and rows[3][:6] == ["board.png", "7", "fail", "", "1", "1"]
+
+
+def test_save_json_holds_no_record_in_memory(tmp_path: Path) -> None:
+    """Issue 44: ``--save-json`` kept every record in memory (2-4 KB a frame: gigabytes for a week's stream); the JSON
+    is now written from the run's JSONL at the end, so memory stays flat however many frames go by."""
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    (folder / "a.png").write_bytes(b"")
+    outputs = Outputs(open_source(str(folder)), CLASSES, str(tmp_path / "det.json"), None)
+    record = Inspection.finish(_prepared(), _detections(0.9, 0.5), drift="normal")
+    outputs.add(record)  # the first line opens what stays open
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    for _ in range(2000):
+        outputs.add(record)
+    grown = sum(s.size_diff for s in tracemalloc.take_snapshot().compare_to(before, "filename"))
+    tracemalloc.stop()
+    outputs.close()
+    assert grown < 100_000, f"{grown} bytes held after 2,000 frames"
+    written = json.loads((tmp_path / "det.json").read_text())
+    assert len(written) == 2001 and written[0] == record.to_json() and "timestamp" not in written[0]
