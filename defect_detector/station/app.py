@@ -9,7 +9,7 @@ Pages: ``GET /`` the live page (it polls ``/api/live`` twice a second), ``GET /r
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
@@ -72,6 +72,23 @@ def _install_handlers(app: FastAPI) -> None:
         return JSONResponse({"detail": "internal error (logged by the station)"}, status_code=500)
 
 
+def writable(store: Store) -> Callable[[Request, Callable[[Request], Awaitable[Response]]], Awaitable[Response]]:
+    """The HTTP middleware that answers 503 (one line) while ``store`` cannot take writes (``Store.check``: its file was
+    deleted or replaced, or the disk is full), ``/healthz`` included: issue 44's station answered 201 to verdicts that
+    vanished, and said ok."""
+
+    async def middleware(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        if not request.url.path.startswith("/static/"):
+            try:
+                store.check()
+            except OSError as exc:
+                log.warning("station: %s", exc)
+                return JSONResponse({"detail": f"{exc}; restart the station on a database it can write"}, status_code=503)
+        return await call_next(request)
+
+    return middleware
+
+
 def create_app(
     store: Store,
     token: str | None = None,
@@ -83,6 +100,7 @@ def create_app(
     :mod:`~defect_detector.station.security`); ``shifts``: local hours shifts start at; ``clock``: aware UTC now;
     ``allowed_hosts``: the ``Host`` names it answers to (:mod:`~defect_detector.station.limits`; None: any)."""
     app = FastAPI(title="defect_detector station", docs_url=None, redoc_url=None, openapi_url=None)
+    app.middleware("http")(writable(store))
     app.middleware("http")(token_middleware(token))
     app.add_middleware(RequestGuard, hosts=allowed_hosts, max_body=MAX_BODY)  # outermost: before the token check
     _install_handlers(app)

@@ -53,6 +53,24 @@ def parse_url(url: str | os.PathLike[str]) -> URL:
     raise ValueError(f"--db: unsupported database {scheme}:// (a file path, sqlite:///PATH or postgresql://...)")
 
 
+def file_identity(url: URL) -> tuple[int, int] | None:
+    """``(device, inode)`` of a SQLite database's file (None for a server database, or a file not there)."""
+    if url.get_backend_name() != "sqlite":
+        return None
+    try:
+        stat = os.stat(url.database)
+    except FileNotFoundError:
+        return None
+    return stat.st_dev, stat.st_ino
+
+
+def check_file(url: URL, identity: tuple[int, int] | None) -> None:
+    """``OSError`` when the SQLite file opened as ``identity`` (:func:`file_identity`) was deleted or replaced since:
+    writes would go to a file no one can open again (issue 44: 30 records lost, exit 0). No check without an identity."""
+    if identity is not None and file_identity(url) != identity:
+        raise OSError(f"{url.database}: the station database file was deleted or replaced while it was open")
+
+
 def describe(url: URL) -> str:
     """``url`` for messages and logs, its user info (user and password) and query values hidden (``core/safe_text.py``)."""
     return mask_url(url.render_as_string(hide_password=True))

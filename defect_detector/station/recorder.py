@@ -32,7 +32,17 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from defect_detector.core.safe_text import show_controls
-from defect_detector.station.db import describe, insert_ignore, make_engine, parse_time, parse_url, to_db_time, upsert_add
+from defect_detector.station.db import (
+    check_file,
+    describe,
+    file_identity,
+    insert_ignore,
+    make_engine,
+    parse_time,
+    parse_url,
+    to_db_time,
+    upsert_add,
+)
 from defect_detector.station.designs import DesignRuns, FrameDesign, design_of
 from defect_detector.station.images import new_names, write_png
 from defect_detector.station.migrations import ensure_schema
@@ -118,6 +128,7 @@ class Recorder:
         self._last_live: float | None = None
         self._live_only: tuple[int, str] | None = None  # (inspection id, picture) of the live page's not-kept frame
         self._closed = False
+        self._identity: tuple[int, int] | None = None  # the SQLite file written to (station/db.py file_identity)
         self._thread = threading.Thread(target=self._run, name="station-recorder", daemon=True)
         self._thread.start()
 
@@ -239,9 +250,21 @@ class Recorder:
             self.images = images_root(conn, self.url, self._explicit_images, store=True)
             insert_ignore(conn, classes, [{"name": n} for n in self._classes], ["name"])
         self._known = set(self._classes)
+        self._identity = self._identity or file_identity(self.url)
         self._ready = True
 
+    def _check_file(self) -> None:
+        """``OSError`` when the SQLite file went away under the recorder: the frames recorded in it are counted as
+        unrecorded (once), and no new empty file is made in its place."""
+        try:
+            check_file(self.url, self._identity)
+        except OSError:
+            if self._recorded:
+                self._failed, self._recorded, self._not_inspected = self._failed + self._recorded, 0, 0
+            raise
+
     def _write(self, records: list[FrameRecord]) -> None:
+        self._check_file()
         if not self._ready:
             self._setup()
         if self._conn is None:

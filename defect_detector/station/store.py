@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import threading
 from pathlib import Path
 
@@ -9,7 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.exc import SQLAlchemyError
 
-from defect_detector.station.db import default_images_dir, describe, make_engine, parse_url
+from defect_detector.station.db import check_file, default_images_dir, describe, file_identity, make_engine, parse_url
 from defect_detector.station.migrations import ensure_schema
 from defect_detector.station.schema import classes, get_meta, set_meta
 
@@ -32,6 +33,10 @@ def images_root(conn: Connection, url: URL, explicit: Path | None, store: bool) 
     return default
 
 
+MIN_FREE = 1 << 20
+"""Bytes that must stay free under the database and its images for the station to call itself healthy."""
+
+
 class Store:
     """The station database at ``url`` (schema created or checked on open) and its images folder (``images``
     overrides the one the database names). Raises ``OSError`` with one line when the database cannot be opened and
@@ -51,6 +56,15 @@ class Store:
             raise OSError(f"{describe(self.url)}: cannot open the station database: {first}") from exc
         self._classes: list[str] | None = None
         self._lock = threading.Lock()
+        self._identity = file_identity(self.url)
+
+    def check(self) -> None:
+        """``OSError`` (one line) when the database cannot take writes: its SQLite file was deleted or replaced since
+        it was opened, or the disk under it or its images has less than :data:`MIN_FREE` bytes free."""
+        check_file(self.url, self._identity)
+        for folder in (Path(self.url.database).parent if self._identity else None, self.images):
+            if folder is not None and folder.exists() and shutil.disk_usage(folder).free < MIN_FREE:
+                raise OSError(f"{folder}: the disk under the station database is full")
 
     def classes(self, refresh: bool = False) -> list[str]:
         """The database's known class names, in the order they were first recorded (the model's order)."""

@@ -3,8 +3,10 @@ pagination, the review flow, validation (ids, classes, boxes) with one-line 4xx 
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -14,6 +16,7 @@ from sqlalchemy import func, select
 from station_data import frames_with_drift
 
 from defect_detector.core.constants import DEEPPCB_CLASSES
+from defect_detector.station import store as store_module
 from defect_detector.station.app import create_app
 from defect_detector.station.recorder import Recorder
 from defect_detector.station.schema import calls
@@ -191,3 +194,24 @@ def test_pages_render_and_load_only_local_assets(client: TestClient) -> None:
         assert "http://" not in page.text and "https://" not in page.text  # nothing from a CDN
         assert "default-src 'self'" in page.headers["content-security-policy"]
     assert client.get("/static/live.js").status_code == 200 and client.get("/static/station.css").status_code == 200
+
+
+def test_a_database_file_deleted_under_the_station_or_a_full_disk_is_unhealthy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 44: with its file deleted the station answered 201 to verdicts that vanished and /healthz said ok; with a
+    full disk writes got 503 but /healthz said ok. Both now answer 503, in one line, until it is restarted."""
+    path = tmp_path / "line.db"
+    with Recorder(str(path), conf=0.5, classes=DEEPPCB_CLASSES) as recorder:
+        for record in frames_with_drift(2):
+            recorder.record(record)
+    with Store(str(path)) as store, TestClient(create_app(store), base_url="http://localhost") as client:
+        assert client.get("/healthz").status_code == 200
+        monkeypatch.setattr(store_module.shutil, "disk_usage", lambda _: shutil._ntuple_diskusage(10**9, 10**9, 0))
+        assert "the disk under the station database is full" in _one_line_error(client.get("/healthz"), 503)
+        monkeypatch.undo()
+        call = client.get("/api/review/next").json()["call"]["id"]
+        path.unlink()
+        assert "deleted or replaced" in _one_line_error(client.get("/healthz"), 503)
+        answer = client.post(f"/api/calls/{call}/verdict", json={"verdict": "defect", "reviewer": "ana"})
+        assert "deleted or replaced" in _one_line_error(answer, 503)

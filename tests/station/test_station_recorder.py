@@ -245,3 +245,19 @@ def test_a_name_with_a_right_to_left_override_is_recorded_as_it_reads(tmp_path: 
     with Recorder(str(tmp_path / "bidi.db"), conf=0.5) as recorder:
         assert recorder.record(record) and recorder.flush(60)
         assert [r.name for r in _rows(recorder, inspections)] == ["board_<U+202E>gpj.exe"]
+
+
+def test_a_database_file_deleted_mid_run_counts_every_frame_it_held_as_unrecorded(tmp_path: Path) -> None:
+    """Issue 44: the SQLite file deleted mid-run gave exit 0 with 0 unrecorded, and the 30 records were gone; now the
+    frames it held and every later one are unrecorded, and no new empty file takes its place."""
+    path = tmp_path / "line.db"
+    with Recorder(str(path), conf=0.5) as recorder:
+        for i in range(5):
+            recorder.record(board_record(i))
+        assert recorder.flush(60) and recorder.recorded == 5
+        path.unlink()
+        for i in range(5, 8):
+            recorder.record(board_record(i))
+        assert recorder.flush(60)
+        assert (recorder.recorded, recorder.unrecorded) == (0, 8)
+    assert not path.exists()
