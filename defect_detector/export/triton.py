@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,22 @@ def triton_config(model_name: str, meta: dict[str, Any], max_batch_size: int = 8
         "",
     ]
     return "\n".join(lines)
+
+
+def check_triton_config(model_path: str | os.PathLike[str], meta: dict[str, Any]) -> None:
+    """When ``model_path`` is a Triton repository's ``<name>/<version>/model.pt``, check that ``<name>/config.pbtxt`` is
+    the one its ``meta`` (covered by the model's digest) gives (issue 44: the config was under no digest, and an edited
+    input type or dims would have Triton feed the model what it was not exported for). ``ValueError`` with one line."""
+    config = Path(model_path).parent.parent / "config.pbtxt"
+    if not config.is_file():
+        return
+    text = config.read_text(encoding="utf-8", errors="replace")
+    name, batch = re.search(r'^name: "([^"]*)"$', text, re.M), re.search(r"^max_batch_size: (\d+)$", text, re.M)
+    if name is None or batch is None or text != triton_config(name.group(1), meta, int(batch.group(1))):
+        raise ValueError(
+            f"{config}: not the Triton config {Path(model_path).name}'s meta.json gives (edited?): export the repository "
+            "again with defect-detector export --triton"
+        )
 
 
 _TRITON_README = """# Triton model repository: {name}

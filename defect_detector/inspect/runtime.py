@@ -31,6 +31,7 @@ from defect_detector.core.devices import resolve_device
 from defect_detector.export import DeployModel, ExportError, checkpoint_meta, trace_deploy_model
 from defect_detector.export.meta import check_outputs, parse_meta, register_settings
 from defect_detector.export.onednn import onednn_available
+from defect_detector.export.triton import check_triton_config
 from defect_detector.inspect.artifacts import (  # noqa: F401 - archive_meta re-exported
     archive_meta,
     artifact_kind,
@@ -203,6 +204,8 @@ class Runtime:
         check_outputs(runtime)  # a forged meta.json fails here, naming the key, not at the first frame
         if kind != "pt2":  # a meta that fits the graph (permuted class names, another pixel_scale) fails here
             verify_artifact(path, kind, meta)
+        if kind == "torchscript":
+            check_triton_config(path, meta)
         runtime.golden_graphs = load_golden_graphs(kind, path, model, meta, device)
         check_golden_graphs(runtime)
         return runtime

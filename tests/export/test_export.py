@@ -411,3 +411,15 @@ def test_the_golden_check_limits_travel_with_the_weights(artifact: tuple[Path, d
     old["register"] = {"max_slivers": 3}
     with pytest.raises(ValueError, match=r"meta.json: register\.max_slivers: must be in \[0, 1\]"):
         parse_meta(path, json.dumps(old))
+
+
+def test_an_edited_triton_config_is_refused_when_its_model_loads(checkpoint: Path, tmp_path: Path) -> None:
+    """Issue 44: Triton's ``config.pbtxt`` was under no digest; it must be the config the model's (digested) meta gives."""
+    export_triton(load_checkpoint(checkpoint), tmp_path / "repo", model_name="pcb")
+    served, config = tmp_path / "repo" / "pcb" / "1" / "model.pt", tmp_path / "repo" / "pcb" / "config.pbtxt"
+    Runtime.load(served, device="cpu")  # as exported: loads
+    config.write_text(config.read_text().replace("max_batch_size: 8", "max_batch_size: 4"))
+    Runtime.load(served, device="cpu")  # another batch limit is the server's choice
+    config.write_text(config.read_text().replace("TYPE_FP32, dims: [ 1,", "TYPE_FP16, dims: [ 1,"))
+    with pytest.raises(ValueError, match=r"config\.pbtxt: not the Triton config model\.pt's meta\.json gives \(edited\?\)"):
+        Runtime.load(served, device="cpu")
