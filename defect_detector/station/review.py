@@ -9,6 +9,8 @@ Two reviewers at once:
 - A call's ``version`` counts its verdicts. :func:`record_verdict` stores a verdict only when the version the reviewer
   saw is still the call's (a first verdict may omit it: it expects 0); otherwise :class:`Conflict`, and nothing is
   written. The check is part of the ``UPDATE`` itself, so of two reviewers posting at once exactly one wins.
+- A lease is kept: while a call is leased to one reviewer, a verdict by another is a :class:`Conflict` (issue 44: the
+  lease was advisory, and a second reviewer could post the first verdict on a leased call).
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ def record_verdict(
     """Store ``verdict`` on call ``call_id`` by ``reviewer`` at ``now``; a ``defect`` keeps the call's class unless
     ``class_name`` corrects it (other verdicts carry no class). ``version``: the call's version the reviewer saw (None:
     this is the call's first verdict). :class:`NotFound` for an unknown call, :class:`Conflict` when the call's version
-    is another (nothing written). Releases the call's lease."""
+    is another, or the call is leased to another reviewer until after ``now`` (nothing written). Releases the lease."""
     if verdict not in CALL_VERDICTS:
         raise ValueError(f"verdict must be one of {', '.join(CALL_VERDICTS)}, got {verdict!r}")
     call = conn.execute(select(calls.c.id, calls.c.inspection_id, calls.c.class_name).where(calls.c.id == call_id)).first()
@@ -92,13 +94,14 @@ def record_verdict(
     expected = 0 if version is None else version
     confirmed = (class_name or call.class_name) if verdict == "defect" else None
     when = to_db_time(now)
+    free = or_(calls.c.lease_until.is_(None), calls.c.lease_until <= when, calls.c.lease_reviewer == reviewer)
     done = conn.execute(
         calls.update()
-        .where(calls.c.id == call.id, calls.c.version == expected)
+        .where(calls.c.id == call.id, calls.c.version == expected, free)
         .values(pending=False, verdict=verdict, verdict_class=confirmed, version=calls.c.version + 1, lease_reviewer=None, lease_until=None)
     ).rowcount
     if not done:
-        raise Conflict(_conflict(conn, call.id, version))
+        raise Conflict(_conflict(conn, call.id, version, when))
     conn.execute(
         verdicts.insert().values(
             call_id=call.id, inspection_id=call.inspection_id, verdict=verdict, class_name=confirmed, reviewer=reviewer, time=when
@@ -115,9 +118,12 @@ def record_verdict(
     }
 
 
-def _conflict(conn: Connection, call_id: int, version: int | None) -> str:
-    """The one line of a :class:`Conflict`: what the call holds now, and what to send."""
-    now = conn.execute(select(calls.c.verdict, calls.c.version).where(calls.c.id == call_id)).first()
+def _conflict(conn: Connection, call_id: int, version: int | None, when: datetime) -> str:
+    """The one line of a :class:`Conflict`: who holds the call's lease, or what the call holds now, and what to send."""
+    columns = (calls.c.verdict, calls.c.version, calls.c.lease_reviewer, calls.c.lease_until)
+    now = conn.execute(select(*columns).where(calls.c.id == call_id)).first()
+    if now is not None and now.version == (version or 0) and now.lease_until is not None and now.lease_until > when:
+        return f"call {call_id} is leased to {now.lease_reviewer} until {iso(now.lease_until)}: take the next one from /api/review/next"
     last = conn.execute(
         select(verdicts.c.reviewer).where(verdicts.c.call_id == call_id).order_by(verdicts.c.id.desc()).limit(1)
     ).scalar()

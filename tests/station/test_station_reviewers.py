@@ -166,3 +166,20 @@ def test_two_reviewers_work_through_the_queue_without_sharing_a_call(store: Stor
         stmt = select(verdicts.c.call_id, func.count()).where(verdicts.c.call_id.is_not(None)).group_by(verdicts.c.call_id)
         per_call = conn.execute(stmt).all()
     assert len(per_call) == waiting and all(n == 1 for _, n in per_call)
+
+
+def test_a_leased_call_takes_a_verdict_only_from_its_reviewer_until_the_lease_runs_out(store: Store) -> None:
+    """Issue 44: the lease was advisory; another reviewer could post the first verdict on a call leased to someone."""
+    clock = Clock()
+    client = TestClient(create_app(store, clock=clock), base_url="http://localhost")
+    call = client.get("/api/review/next", params={"reviewer": "ana"}).json()["call"]["id"]
+    url = f"/api/calls/{call}/verdict"
+    assert "is leased to ana until" in _one_line(client.post(url, json={"verdict": "false_call", "reviewer": "ben"}), 409)
+    clock.now += timedelta(seconds=121)  # ana's lease ran out
+    assert client.post(url, json={"verdict": "false_call", "reviewer": "ben"}).status_code == 200
+    other = client.get("/api/review/next", params={"reviewer": "ana"}).json()["call"]["id"]
+    answer = client.post(f"/api/calls/{other}/verdict", json={"verdict": "defect", "reviewer": "ana"})
+    assert answer.status_code == 200 and answer.json()["version"] == 1  # the lease holder's verdict is taken at once
+    with store.engine.connect() as conn:
+        history = conn.execute(select(verdicts.c.reviewer).where(verdicts.c.call_id == call)).scalars().all()
+    assert history == ["ben"]  # the refused verdict wrote nothing
