@@ -17,6 +17,8 @@ class RefusalKind(StrEnum):
 
     UNREADABLE = "unreadable"
     """The frame could not be read or converted to gray (corrupt, huge, wrong channels)."""
+    TOO_SMALL = "too small"
+    """The frame, or its golden image, is under ``screens/frame.py`` ``MIN_SIDE`` pixels on a side."""
     BLANK = "blank frame"
     """Black, white, saturated or flat (``screens/blank.py``)."""
     NO_GOLDEN = "no golden image"

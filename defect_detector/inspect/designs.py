@@ -27,6 +27,7 @@ from defect_detector.core.config_register import RegisterConfig
 from defect_detector.core.refusal import RefusalKind
 from defect_detector.data.images import pixel_fingerprint
 from defect_detector.inspect.references import ReferenceError, References
+from defect_detector.screens.frame import too_small
 
 log = logging.getLogger("defect_detector.inspect")
 
@@ -88,7 +89,7 @@ class Designs:
         prepare stage, which counts it once)."""
         if given is not None:
             key = pixel_fingerprint(given)
-            return self._keep(key, lambda k: Design(k, k, GIVEN, given, Registrar(given, self.cfg))), key
+            return self._keep(key, lambda k: Design(k, k, GIVEN, given, self._registrar(given, file_name))), key
         if self.references is None:
             raise ReferenceError(f"{file_name}: no golden image (this is a golden-template model)", RefusalKind.NO_GOLDEN)
         path, key = self.references.lookup(file_name), self.references.key(file_name)
@@ -99,7 +100,12 @@ class Designs:
         already aligned, the golden check still runs): ``(warped uint8 [H, W], Registration)``. :class:`ReferenceError`
         (counted) when the golden check or the registration refuses it."""
         if align:
-            warped, reg = design.registrar(image)
+            try:
+                warped, reg = design.registrar(image)
+            except ValueError as exc:  # a frame too small for register.scale
+                error = ReferenceError(f"{file_name}: {exc}", RefusalKind.TOO_SMALL)
+                self._count(error)
+                raise error from exc
         else:
             if design.image.shape != image.shape:
                 exc = ReferenceError(
@@ -119,7 +125,18 @@ class Designs:
 
     def _from_file(self, key: str, file_name: str, name: str, path: str) -> Design:
         image = self.references.image(file_name)
-        return Design(key, name, path, image, Registrar(image, self.cfg))
+        return Design(key, name, path, image, self._registrar(image, file_name))
+
+    def _registrar(self, golden: np.ndarray, file_name: str) -> Registrar:
+        """The registration pyramid of a golden image (:class:`ReferenceError` when it is too small to inspect or to
+        register at ``register.scale``)."""
+        small = too_small(golden.shape, f"{file_name}: its golden image")
+        if small is not None:
+            raise ReferenceError(small.message, small.kind)
+        try:
+            return Registrar(golden, self.cfg)
+        except ValueError as exc:
+            raise ReferenceError(f"{file_name}: its golden image: {exc}", RefusalKind.TOO_SMALL) from exc
 
     def _keep(self, key: str, make: Any) -> Design:
         design = self._designs.get(key)

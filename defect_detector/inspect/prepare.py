@@ -38,7 +38,7 @@ from defect_detector.inspect.frame import Frame
 from defect_detector.inspect.pipeline import Pipeline, check_channels, gray_frame
 from defect_detector.inspect.references import ReferenceError
 from defect_detector.screens.blank import blank_reason, image_levels
-from defect_detector.screens.frame import mask_uncovered, screen_reason
+from defect_detector.screens.frame import mask_uncovered, screen_reason, too_small
 from defect_detector.screens.hidden import KINDS, HiddenArea, golden_cells, largest_region, level_cells
 
 EXPLAINED = 0.1
@@ -118,6 +118,9 @@ class Prepare:
         if frame.image is None:
             return Prepared(frame, refusal=Refusal(RefusalKind.UNREADABLE, frame.error or f"{frame.file_name}: unreadable"))
         check_channels(self.pipeline.runtime, given is not None, frame.file_name)
+        small = too_small(frame.image.shape, f"{frame.file_name}: the frame")
+        if small is not None:
+            return Prepared(frame, refusal=small)
         record = Prepared(frame, levels=image_levels(frame.image))
         blank = blank_reason(frame.image, record.levels)
         if blank is not None:

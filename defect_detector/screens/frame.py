@@ -20,6 +20,22 @@ from defect_detector.core.refusal import Refusal, RefusalKind
 from defect_detector.core.types import Detections
 from defect_detector.screens.exposure import ExposureRange, exposure_reason, histogram, tones
 
+MIN_SIDE = 32
+"""Fewest pixels on a side of a frame or golden image that is inspected: a defect the weights were validated on is at
+least 26 px (docs/looks.md), and registration's coarsest level needs 8 px at ``register.scale`` 0.25 (issue 44: a
+16x16 frame aborted a golden-template run, and a 16x16 checkerboard or a 65535x1 frame passed)."""
+
+
+def too_small(shape: tuple[int, ...], what: str) -> Refusal | None:
+    """The refusal of an image of ``shape`` under :data:`MIN_SIDE` px on a side (``what``: "frame", "golden image"), or
+    None."""
+    h, w = shape[:2]
+    if min(h, w) >= MIN_SIDE:
+        return None
+    message = f"{what} is {w}x{h} px: too small to inspect (at least {MIN_SIDE} px a side; a defect is at least 26 px)"
+    return Refusal(RefusalKind.TOO_SMALL, message, {"width": w, "height": h, "least": MIN_SIDE})
+
+
 MIN_COVERED = 0.9
 """Least share of the frame the registered golden image must cover (its 3 px edge off) for the frame to be inspected."""
 

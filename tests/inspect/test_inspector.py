@@ -14,6 +14,7 @@ from small_checkpoint import write_small_checkpoint
 
 from defect_detector.cli.main import main
 from defect_detector.core.constants import DEEPPCB_CLASSES
+from defect_detector.core.refusal import RefusalKind
 from defect_detector.data.synth import generate_board
 from defect_detector.inspect.inspector import Inspection, Inspector
 from defect_detector.inspect.pipeline import Pipeline
@@ -371,3 +372,23 @@ def test_the_summary_counts_undelivered_alerts(checkpoint: Path, boards: Path) -
     assert summary["alerts_undelivered"] == 0 and "not delivered" not in summary_line(summary)
     summary.update(drift_monitoring=True, alerts_undelivered=2)  # a webhook that failed or hung twice
     assert "drift alerts 0 (2 not delivered: see the webhook warnings)" in summary_line(summary)
+
+
+def test_a_frame_or_golden_image_too_small_to_inspect_is_refused_and_the_run_goes_on(tmp_path: Path) -> None:
+    """Issue 44: a 16x16 frame or golden image aborted a golden-template run (a registration traceback), and with the
+    single-image model a 16x16 checkerboard and a 65535x1 frame each passed."""
+    single = write_small_checkpoint(tmp_path / "single.pt", 64)
+    checker = ((np.indices((16, 16)).sum(0) % 2) * 255).astype(np.uint8)
+    with Inspector.load(single, device="cpu", threads=1, monitor=False) as inspector:
+        for frame in (checker, np.full((1, 4000), 128, np.uint8)):
+            record = inspector.inspect(frame, name="odd.png")
+            assert record.verdict == "not_inspected" and record.refusal.kind == RefusalKind.TOO_SMALL, record.reason
+    board = generate_board(96, 128, np.random.default_rng(3))[0]
+    assert cv2.imwrite(str(tmp_path / "golden.png"), board)
+    pair = write_small_checkpoint(tmp_path / "pair.pt", 64, in_channels=2)
+    with Inspector.load(pair, reference=tmp_path / "golden.png", device="cpu", threads=1, monitor=False) as inspector:
+        small = inspector.inspect(board[:16, :16], name="tiny.png", reference=board[:16, :16])
+        assert small.refusal.kind == RefusalKind.TOO_SMALL and "16x16 px: too small to inspect" in small.reason
+        tiny_golden = inspector.inspect(board, name="b.png", reference=board[:16, :16])
+        assert tiny_golden.refusal.kind == RefusalKind.TOO_SMALL and "its golden image is 16x16 px" in tiny_golden.reason
+        assert inspector.inspect(board, name="c.png", reference=board).verdict in ("pass", "fail")  # the run goes on
