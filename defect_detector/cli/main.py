@@ -19,6 +19,7 @@ from defect_detector.cli import (  # noqa: E402
     convert,
     demo,
     export,
+    golden,
     info,
     predict,
     review,
@@ -49,6 +50,7 @@ COMMANDS = {
     "station": station,
     "review": review,
     "teach": teach,
+    "golden": golden,
 }
 
 
