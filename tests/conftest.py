@@ -71,18 +71,19 @@ PT2_IMGSZ = 320
 
 @pytest.fixture(scope="session")
 def small_pt2(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """One AOTInductor ``.pt2`` of a small seeded 1-channel checkpoint at :data:`PT2_IMGSZ`, with a drift baseline embedded,
+    """One AOTInductor ``.pt2`` of a small seeded 1-channel checkpoint at :data:`PT2_IMGSZ` whose calls are far from ties
+    (``small_checkpoint.SPREAD``: the tests compare them across runtimes in order), with a drift baseline embedded,
     compiled once per session (AOTInductor builds a shared library: ~30-60 s on a loaded 2-core machine) and shared by
     the ``.pt2`` export, runtime, CLI and C++ tests. ``{"checkpoint", "path", "report"}``."""
     import numpy as np
-    from small_checkpoint import write_small_checkpoint
+    from small_checkpoint import SPREAD, SPREAD_BIAS, write_small_checkpoint
 
     from defect_detector.export import DeployModel, export_pt2
     from defect_detector.model.checkpoint import load_checkpoint
     from defect_detector.monitor.baseline import calibrate
 
     folder = tmp_path_factory.mktemp("pt2")
-    checkpoint = write_small_checkpoint(folder / "small.pt", PT2_IMGSZ, seed=1)
+    checkpoint = write_small_checkpoint(folder / "small.pt", PT2_IMGSZ, cls_bias=SPREAD_BIAS, seed=1, spread=SPREAD)
     loaded = load_checkpoint(checkpoint)
     layers = list(DeployModel(loaded.model, PT2_IMGSZ).layer_names)
     frames = np.abs(np.random.default_rng(0).normal(1.0, 0.1, (32, len(layers), 2)))
@@ -104,8 +105,9 @@ SIAMESE_PT2_IMGSZ = 64
 def small_siamese_pt2(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """One AOTInductor ``.pt2`` of a small seeded siamese golden-template checkpoint at :data:`SIAMESE_PT2_IMGSZ`: three
     compiled models (``forward``, ``golden``, ``frame``; 1-2 min on a loaded 2-core machine), shared by the cached-path
-    runtime and C++ tests. Skipped where ``.pt2`` cannot be built. ``{"checkpoint", "path", "report"}``."""
-    from small_checkpoint import write_small_checkpoint
+    runtime and C++ tests, which compare its calls across paths (its scores far from ties: ``small_checkpoint.SPREAD``).
+    Skipped where ``.pt2`` cannot be built. ``{"checkpoint", "path", "report"}``."""
+    from small_checkpoint import SPREAD, SPREAD_BIAS, write_small_checkpoint
 
     from defect_detector.export import export_pt2, pt2_unavailable_reason
     from defect_detector.model.checkpoint import load_checkpoint
@@ -114,7 +116,9 @@ def small_siamese_pt2(tmp_path_factory: pytest.TempPathFactory) -> dict:
         pytest.skip(reason)
     folder = tmp_path_factory.mktemp("siamese_pt2")
     model = {"fusion": "siamese"}
-    checkpoint = write_small_checkpoint(folder / "siamese.pt", SIAMESE_PT2_IMGSZ, randomize_bn=True, seed=3, in_channels=2, model=model)
+    checkpoint = write_small_checkpoint(
+        folder / "siamese.pt", SIAMESE_PT2_IMGSZ, SPREAD_BIAS, randomize_bn=True, seed=3, in_channels=2, model=model, spread=SPREAD
+    )
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

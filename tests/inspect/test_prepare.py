@@ -9,7 +9,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from small_checkpoint import write_small_checkpoint
+from small_checkpoint import SPREAD, SPREAD_BIAS, assert_apart, write_small_checkpoint
 from torchvision.ops import box_iou
 
 from defect_detector.core.refusal import RefusalKind
@@ -33,9 +33,11 @@ IMGSZ = 64
 
 @pytest.fixture(scope="module")
 def siamese(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A small siamese checkpoint and its TorchScript and ONNX exports (each with its golden and frame graphs)."""
+    """A small siamese checkpoint and its TorchScript and ONNX exports (each with its golden and frame graphs), its
+    calls far from ties (``small_checkpoint.SPREAD``: the tests compare them across paths in order)."""
     folder = tmp_path_factory.mktemp("prepare")
-    checkpoint = write_small_checkpoint(folder / "s.pt", IMGSZ, randomize_bn=True, seed=5, in_channels=2, model={"fusion": "siamese"})
+    siamese = {"in_channels": 2, "model": {"fusion": "siamese"}}
+    checkpoint = write_small_checkpoint(folder / "s.pt", IMGSZ, SPREAD_BIAS, randomize_bn=True, seed=5, spread=SPREAD, **siamese)
     loaded = load_checkpoint(checkpoint)
     export_torchscript(loaded, folder / "s.torchscript.pt", optimize=False)
     paths = {"checkpoint": checkpoint, "torchscript": folder / "s.torchscript.pt"}
@@ -78,7 +80,7 @@ def test_cached_and_uncached_golden_work_give_the_same_calls(kind: str, siamese:
     runtime = Runtime.load(path, device="cpu")
     assert runtime.caches_golden
     golden, boards = _boards()
-    pipeline = Pipeline(runtime, conf=0.05, golden_view=True)
+    pipeline = Pipeline(runtime, conf=0.1, golden_view=True)
     computed = []
     compute = pipeline.golden_features
     pipeline.golden_features = lambda *a: computed.append(1) or compute(*a)  # count the golden image's trunk passes
@@ -86,9 +88,10 @@ def test_cached_and_uncached_golden_work_give_the_same_calls(kind: str, siamese:
     cached = [_inspect(line, board, golden, i).detections for i, board in enumerate(boards)]
     assert len(computed) == 1  # one design: its features computed on the first frame, reused for the others
     for i, board in enumerate(boards):
-        uncached = Prepare(Pipeline(runtime, conf=0.05, golden_view=True), Designs(None))  # nothing kept from before
+        uncached = Prepare(Pipeline(runtime, conf=0.1, golden_view=True), Designs(None))  # nothing kept from before
         fresh = _inspect(uncached, board, golden, i).detections
         assert len(fresh) == len(cached[i]) > 0
+        assert_apart(cached[i].scores)  # so the calls' order is the model's in both paths
         assert np.allclose(fresh.boxes.numpy(), cached[i].boxes.numpy(), atol=1e-3)
         assert np.allclose(fresh.scores.numpy(), cached[i].scores.numpy(), atol=1e-5)
     assert len(computed) == 1

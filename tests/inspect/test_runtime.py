@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from pipeline_helpers import detect, plan, preprocess
-from small_checkpoint import write_small_checkpoint
+from small_checkpoint import SPREAD, assert_apart, write_small_checkpoint
 from torch import nn
 
 from defect_detector.core.constants import DEEPPCB_CLASSES
@@ -84,13 +84,17 @@ class FixedBoxModel(nn.Module):
         return pred, torch.zeros(x.shape[0], 0, 2)
 
 
-def test_loads_artifact_and_checkpoint_alike(runtime: Runtime, checkpoint: Path, board: np.ndarray) -> None:
+def test_loads_artifact_and_checkpoint_alike(board: np.ndarray, tmp_path: Path) -> None:
+    checkpoint = write_small_checkpoint(tmp_path / "spread.pt", IMGSZ, -3.0, spread=SPREAD)  # 14 calls, compared in order
+    runtime = _exported_runtime(checkpoint, tmp_path)
     assert runtime.kind == "torchscript" and runtime.imgsz == IMGSZ and runtime.class_names == DEEPPCB_CLASSES
     assert runtime.device.type == "cpu" and runtime.dtype == torch.float32
     eager = Runtime.load(checkpoint, device="cpu")
     assert eager.kind == "checkpoint" and eager.layer_names == runtime.layer_names
     a, b = detect(runtime, [board])[0], detect(eager, [board])[0]
     assert len(a) > 0 and len(a) == len(b)
+    assert_apart(b.scores)
+    assert a.labels.tolist() == b.labels.tolist()
     torch.testing.assert_close(a.boxes, b.boxes, atol=1e-2, rtol=0)
     assert a.names == b.names
     torch.testing.assert_close(a.stats, b.stats, atol=1e-4, rtol=0)

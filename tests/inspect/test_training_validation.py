@@ -10,6 +10,7 @@ import cv2
 import numpy as np
 import pytest
 import torch
+from small_checkpoint import SPREAD, assert_apart, write_small_checkpoint
 
 from defect_detector.core.config import Config
 from defect_detector.data.dataset import CocoDetectionDataset
@@ -23,9 +24,16 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def test_val_reproduces_the_calls_and_the_mAP_of_training_time_validation(
     synth_coco: Path, tmp_path: Path, tiny_config, siamese: bool
 ) -> None:
-    """Both model kinds; the siamese one is validated in the golden view, its golden features cached, as ``val`` runs it."""
+    """Both model kinds; the siamese one is validated in the golden view, its golden features cached, as ``val`` runs it.
+    The run starts from weights whose scores are far from ties (``small_checkpoint.SPREAD``; untrained, they tie within
+    1e-7): COCOeval ranks each class's calls over all images by score, tied ones in input order, so the mAP of tied
+    calls depends on the order they come in. At ``cls_bias`` -10 the 4 boards get 6 to 30 calls each above ``eval.conf``
+    (none cut by ``max_det``), each class's at least 1.6e-4 apart in logit (measured)."""
     data = _with_references(synth_coco, tmp_path) if siamese else synth_coco
-    cfg = tiny_config(data, tmp_path, epochs=1)
+    kind = {"in_channels": 2, "model": {"fusion": "siamese"}} if siamese else {}
+    init = write_small_checkpoint(tmp_path / "init.pt", 256, -10.0, spread=SPREAD, **kind)  # the tiny model, few calls
+    frozen = ("backbone", "neck", "head.cls_branches")  # the epoch trains the box branches: the scores stay apart
+    cfg = tiny_config(data, tmp_path, epochs=1, init_weights=str(init), freeze=frozen)
     if siamese:
         cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"in_channels": 2, "fusion": "siamese"})})
     seen: list[dict] = []
@@ -37,15 +45,17 @@ def test_val_reproduces_the_calls_and_the_mAP_of_training_time_validation(
 
     run = fit(cfg, recording, progress=False, threads=1)
     recorded = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
-    assert len(seen) == 1 and len(seen[0]) == 4  # the one validation went through the frame pipeline, every image
+    assert len(seen) == 2 and all(len(s) == 4 for s in seen)  # the start's and the epoch's validation: the pipeline's, every image
     measured = validate(run / "weights" / "last.pt", data, progress=False)
     assert measured.runtime.caches_golden is siamese
-    assert set(measured.predictions) == set(seen[0])
-    for image_id, ours in seen[0].items():
+    assert set(measured.predictions) == set(seen[-1])
+    for label in range(len(cfg.data.class_names)):  # COCOeval ranks each class's calls over all images by score
+        assert_apart(torch.cat([o["scores"][o["labels"] == label] for o in seen[-1].values()]))
+    for image_id, ours in seen[-1].items():
         theirs = measured.predictions[image_id]
         assert len(ours["scores"]) == len(theirs["scores"]) > 0
         assert torch.allclose(ours["scores"].sort().values, theirs["scores"].sort().values, atol=1e-4)
-        assert _unmatched(ours, theirs) == []  # as sets: an untrained model's tied calls come in any order
+        assert _unmatched(ours, theirs) == []
     assert measured.metrics["map50_95"] == pytest.approx(recorded["map50_95"], abs=1e-6)
 
 

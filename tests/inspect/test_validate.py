@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from small_checkpoint import write_small_checkpoint
+from small_checkpoint import SPREAD, assert_apart, write_small_checkpoint
 
 from defect_detector.cli.main import main
 from defect_detector.export import export_torchscript
@@ -18,8 +18,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_val_scores_an_artifact_as_its_checkpoint(synth_coco: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """v0.8 refused TorchScript ("already an exported TorchScript model"), so it never scored what is deployed."""
-    checkpoint = write_small_checkpoint(tmp_path / "small.pt", 128, cls_bias=1.0)
+    """v0.8 refused TorchScript ("already an exported TorchScript model"), so it never scored what is deployed. The calls
+    are compared in order: the model's scores are far from ties (``small_checkpoint.SPREAD``)."""
+    checkpoint = write_small_checkpoint(tmp_path / "small.pt", 128, -9.0, spread=SPREAD)  # 15-26 calls a board at conf 0.001
     artifact = tmp_path / "small.torchscript.pt"
     export_torchscript(load_checkpoint(checkpoint), artifact, optimize=False)
     eager, exported = validate(checkpoint, synth_coco, progress=False), validate(artifact, synth_coco, progress=False)
@@ -28,6 +29,8 @@ def test_val_scores_an_artifact_as_its_checkpoint(synth_coco: Path, tmp_path: Pa
     for image_id, want in eager.predictions.items():
         got = exported.predictions[image_id]
         assert len(got["scores"]) == len(want["scores"])
+        assert_apart(want["scores"])
+        assert got["labels"].tolist() == want["labels"].tolist()
         torch.testing.assert_close(got["boxes"], want["boxes"], atol=1e-2, rtol=0)
     assert abs(exported.metrics["map50"] - eager.metrics["map50"]) <= 0.002
     assert main(["val", "--weights", str(artifact), "--data", str(synth_coco)]) == 0
