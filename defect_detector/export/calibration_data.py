@@ -47,26 +47,6 @@ class HeldBack:
         return sum(len(b) for b in self.boxes)
 
 
-def calibration_inputs(
-    data: str | os.PathLike[str],
-    imgsz: int,
-    channels: int,
-    max_images: int = CALIBRATION_IMAGES,
-    images_root: str | None = None,
-    held_back: int = 0,
-) -> tuple[np.ndarray, np.ndarray]:
-    """uint8 ``[N, channels, imgsz, imgsz]`` letterboxed frames (channel 1: the registered golden image) of up to
-    ``max_images`` images of the COCO json ``data``, spread evenly over it, and ``[M, channels, imgsz, imgsz]`` frames of
-    up to ``held_back`` other images, spread evenly over those the calibration does not use (none when ``data`` has
-    no more images than ``max_images``): ``(calibration frames, held-back frames)``; :func:`calibration_sets` gives
-    the held-back images' ground truth too.
-
-    ``ValueError`` naming ``data`` when it lists no image, when a golden-template model (``channels`` 2) gets a json
-    without ``reference`` entries, or when no frame could be read (and registered)."""
-    calibration, held = calibration_sets(data, imgsz, channels, max_images, images_root, held_back)
-    return calibration, held.frames
-
-
 def calibration_sets(
     data: str | os.PathLike[str],
     imgsz: int,
@@ -75,7 +55,14 @@ def calibration_sets(
     images_root: str | None = None,
     held_back: int = 0,
 ) -> tuple[np.ndarray, HeldBack]:
-    """:func:`calibration_inputs`, with the held-back images as a :class:`HeldBack` (frames and ground truth)."""
+    """uint8 ``[N, channels, imgsz, imgsz]`` letterboxed frames (channel 1: the registered golden image) of up to
+    ``max_images`` images of the COCO json ``data``, spread evenly over it, and ``[M, channels, imgsz, imgsz]`` frames of
+    up to ``held_back`` other images, spread evenly over those the calibration does not use (none when ``data`` has
+    no more images than ``max_images``): ``(calibration frames, HeldBack)``, the held-back images with their ground
+    truth.
+
+    ``ValueError`` naming ``data`` when it lists no image, when a golden-template model (``channels`` 2) gets a json
+    without ``reference`` entries, or when no frame could be read (and registered)."""
     path = Path(data)
     raw = read_json(path)
     root = resolve_images_root(path, raw, images_root)
@@ -116,7 +103,7 @@ def _truth(raw: dict, entries: list[dict]) -> list[tuple[np.ndarray, list[str]]]
 
 def _frames(path: Path, root: Path, entries: list[dict], imgsz: int, channels: int) -> list[tuple[np.ndarray, LetterboxMeta, dict]]:
     """``(letterboxed frame, its letterbox meta, its entry)`` of each of ``entries`` that could be read (see
-    :func:`calibration_inputs`)."""
+    :func:`calibration_sets`)."""
     out, skipped = [], 0
     for entry in entries:
         try:

@@ -3,7 +3,7 @@
 Flow (:func:`export_int8`): the float32 ONNX export of :class:`DeployModel` (:mod:`.onnx`) -> ONNX Runtime's
 pre-processing (shape inference) -> ``quantize_static`` in QDQ format, per-channel int8 weights, uint8 activations
 (ONNX Runtime's advice for x86 CPUs with VNNI), ranges from MinMax calibration on
-:func:`~.calibration_data.calibration_inputs` -> the model with ``meta.json`` embedded. ``target="tensorrt"`` writes
+:func:`~.calibration_data.calibration_sets` -> the model with ``meta.json`` embedded. ``target="tensorrt"`` writes
 symmetric int8 activations instead (zero point 0), the form TensorRT's explicit quantization takes (deploy/JETSON.md).
 
 The drift statistics stay float: every node that feeds only the ``stats`` output (the reductions over the monitored
@@ -169,7 +169,7 @@ def _root_log_quiet() -> Iterator[None]:
         root.setLevel(level)
 
 
-def export_int8(  # noqa: PLR0913 - one keyword per export --int8 flag; data, max_images, images_root: calibration_inputs'
+def export_int8(  # noqa: PLR0913 - one keyword per export --int8 flag; data, max_images, images_root: calibration_sets'
     loaded: LoadedModel,
     out_path: str | os.PathLike[str],
     data: str | os.PathLike[str],

@@ -17,7 +17,7 @@ from defect_detector.data.dataset import evenly_spaced
 from defect_detector.data.letterbox import letterbox
 from defect_detector.data.synth import generate_board, write_synthetic_dataset
 from defect_detector.export import export_onnx
-from defect_detector.export.calibration_data import HeldBack, calibration_inputs, calibration_sets
+from defect_detector.export.calibration_data import HeldBack, calibration_sets
 from defect_detector.export.deploy_model import ExportError
 from defect_detector.export.int8_check import (
     MAX_MAP_LOSS,
@@ -40,14 +40,15 @@ LOOSE = {"conf": 0.01, "iou": 0.5}
 
 def test_held_back_frames_are_images_the_calibration_does_not_use(tmp_path: Path) -> None:
     calib = write_synthetic_dataset(tmp_path / "calib", n_images=10, height=96, width=128, seed=1)
-    frames, check = calibration_inputs(calib, IMGSZ, 1, max_images=4, held_back=3)
+    frames, held = calibration_sets(calib, IMGSZ, 1, max_images=4, held_back=3)
+    check = held.frames
     assert frames.shape == (4, 1, IMGSZ, IMGSZ) and check.shape == (3, 1, IMGSZ, IMGSZ)
     assert not any(np.array_equal(c, f) for c in check for f in frames)  # other boards (each synthetic board differs)
-    again = calibration_inputs(calib, IMGSZ, 1, max_images=4, held_back=3)
-    assert np.array_equal(again[0], frames) and np.array_equal(again[1], check)  # the same split every time
-    all_frames, none = calibration_inputs(calib, IMGSZ, 1, max_images=10, held_back=3)
-    assert len(all_frames) == 10 and none.shape[0] == 0  # nothing left to hold back: the calibration keeps every image
-    assert np.array_equal(calibration_inputs(calib, IMGSZ, 1, max_images=4)[0], frames)  # holding back moves no calibration frame
+    again = calibration_sets(calib, IMGSZ, 1, max_images=4, held_back=3)
+    assert np.array_equal(again[0], frames) and np.array_equal(again[1].frames, check)  # the same split every time
+    all_frames, none = calibration_sets(calib, IMGSZ, 1, max_images=10, held_back=3)
+    assert len(all_frames) == 10 and none.frames.shape[0] == 0  # nothing left to hold back: the calibration keeps every image
+    assert np.array_equal(calibration_sets(calib, IMGSZ, 1, max_images=4)[0], frames)  # holding back moves no calibration frame
 
 
 def test_agreement_and_refusal() -> None:
@@ -186,7 +187,6 @@ def test_export_int8_warns_and_records_an_accuracy_loss(
 def test_held_back_images_carry_their_ground_truth(tmp_path: Path) -> None:
     calib = write_synthetic_dataset(tmp_path / "calib", n_images=10, height=96, width=128, seed=1)
     frames, held = calibration_sets(calib, IMGSZ, 1, max_images=4, held_back=3)
-    assert np.array_equal(held.frames, calibration_inputs(calib, IMGSZ, 1, max_images=4, held_back=3)[1])
     raw = json.loads(Path(calib).read_text())
     rest = [i for i in range(10) if i not in set(evenly_spaced(10, 4))]
     ids = [raw["images"][rest[j]]["id"] for j in evenly_spaced(len(rest), 3)]
