@@ -45,9 +45,10 @@ from defect_detector.data.draw import draw_detections, stamp
 from defect_detector.inspect.record import Inspection, csv_header
 from defect_detector.inspect.run_guard import run_temp_name
 from defect_detector.inspect.sources import FrameSource
+from defect_detector.screens.frame import MIN_SIDE
 
 JSON_LAYOUTS = ("frames", "detections")
-_PLACEHOLDER = (240, 640)  # size of the stamped image that stands in for a frame that could not be read
+_PLACEHOLDER = (240, 640)  # size of the stamped image that stands in for a frame unread, or too small to stamp legibly
 
 log = logging.getLogger("defect_detector.inspect")
 
@@ -183,11 +184,12 @@ class Outputs:
 
     def _annotated(self, inspection: Inspection) -> np.ndarray:
         """The frame with its calls drawn, or stamped NOT INSPECTED with the reason (a stamped placeholder when the
-        frame could not be read at all)."""
+        frame could not be read at all, or is too small for the stamp to be read: under ``MIN_SIDE`` px)."""
         frame, result = inspection.frame, inspection.detections
         if result is not None:
             return draw_detections(frame.image, result.boxes, result.scores, result.labels, self.class_names)
-        canvas = cv2.cvtColor(frame.image, cv2.COLOR_GRAY2BGR) if frame.image is not None else np.full((*_PLACEHOLDER, 3), 90, np.uint8)
+        legible = frame.image is not None and min(frame.image.shape) >= MIN_SIDE
+        canvas = cv2.cvtColor(frame.image, cv2.COLOR_GRAY2BGR) if legible else np.full((*_PLACEHOLDER, 3), 90, np.uint8)
         return stamp(canvas, "NOT INSPECTED", inspection.reason or "")
 
     def _write_image(self, name: str, image: np.ndarray) -> None:

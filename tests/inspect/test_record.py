@@ -9,6 +9,7 @@ import tracemalloc
 from datetime import datetime, timezone
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
 import torch
@@ -155,3 +156,15 @@ def test_save_json_holds_no_record_in_memory(tmp_path: Path) -> None:
     assert grown < 100_000, f"{grown} bytes held after 2,000 frames"
     written = json.loads((tmp_path / "det.json").read_text())
     assert len(written) == 2001 and written[0] == record.to_json() and "timestamp" not in written[0]
+
+
+def test_a_frame_too_small_for_the_stamp_is_drawn_as_a_legible_placeholder(tmp_path: Path) -> None:
+    """A 16x16 frame stamped NOT INSPECTED at its own size showed one red blur; it gets the unread frame's placeholder."""
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    (folder / "a.png").write_bytes(b"")
+    outputs = Outputs(open_source(str(folder)), CLASSES, None, str(tmp_path / "ann"))
+    tiny = Prepared(Frame(0, np.zeros((16, 16), np.uint8), "cam0", "tiny.png", 0.0), refusal=Refusal(RefusalKind.TOO_SMALL, "too small"))
+    outputs.add(Inspection.finish(tiny))
+    outputs.close()
+    assert cv2.imread(str(tmp_path / "ann" / "tiny.png")).shape == (240, 640, 3)
