@@ -34,39 +34,7 @@ from defect_detector.core.io import atomic_write_json
 from defect_detector.data.coco_json import read_json, resolve_images_root
 from defect_detector.data.images import load_image_gray
 from defect_detector.inspect.inspector import Inspector
-from defect_detector.looks.line_capture import LineCapture
-
-SHIFT, DEGREES, SCALE = 25.0, 1.5, 0.005
-
-
-def _move(shape: tuple[int, int], rng: np.random.Generator) -> np.ndarray:
-    """float64 ``[2, 3]``: a random move of a frame of ``shape`` (old px -> new px)."""
-    h, w = shape
-    matrix = cv2.getRotationMatrix2D((w / 2, h / 2), float(rng.uniform(-DEGREES, DEGREES)), float(1 + rng.uniform(-SCALE, SCALE)))
-    matrix[:, 2] += rng.uniform(-SHIFT, SHIFT, size=2)
-    return matrix
-
-
-def moved_boxes(boxes: np.ndarray, matrix: np.ndarray, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-    """COCO xywh ``boxes`` ``[N, 4]`` moved by ``matrix``: the boxes around their moved corners, clipped to the frame,
-    and which were kept (at least half of each box still in the frame)."""
-    h, w = shape
-    out, keep = [], []
-    for x, y, bw, bh in boxes:
-        corners = np.array([[x, y, 1], [x + bw, y, 1], [x, y + bh, 1], [x + bw, y + bh, 1]]) @ matrix.T
-        x0, y0 = corners.min(0)
-        x1, y1 = corners.max(0)
-        cx0, cy0, cx1, cy1 = max(x0, 0), max(y0, 0), min(x1, w), min(y1, h)
-        inside = max(cx1 - cx0, 0) * max(cy1 - cy0, 0) / max((x1 - x0) * (y1 - y0), 1e-9)
-        keep.append(inside >= 0.5)
-        out.append([cx0, cy0, cx1 - cx0, cy1 - cy0])
-    return np.asarray(out, np.float64).reshape(-1, 4), np.asarray(keep, bool)
-
-
-def captured(image: np.ndarray, matrix: np.ndarray, line: LineCapture) -> np.ndarray:
-    """uint8 ``image`` moved by ``matrix`` (the edge reflected: the board goes on beyond the frame) and captured."""
-    h, w = image.shape
-    return line.capture(cv2.warpAffine(image, matrix, (w, h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REFLECT_101))
+from defect_detector.looks.line_capture import LineCapture, line_captured, line_move, moved_boxes
 
 
 def build(data: Path, out: Path, seed: int) -> Path:
@@ -85,8 +53,8 @@ def build(data: Path, out: Path, seed: int) -> Path:
         board, golden = load_image_gray(root / entry["file_name"]), load_image_gray(root / entry["reference"])
         reference = str(Path(str(root / entry["reference"])).resolve())
         stem = Path(entry["file_name"]).stem
-        matrix = _move(board.shape, rng)
-        cv2.imwrite(str(out / "boards" / f"{stem}.png"), captured(board, matrix, line))
+        matrix = line_move(board.shape, rng)
+        cv2.imwrite(str(out / "boards" / f"{stem}.png"), line_captured(board, matrix, line))
         image_id = len(images) + 1
         size = {"width": board.shape[1], "height": board.shape[0], "reference": reference}
         images.append({"id": image_id, "file_name": f"boards/{stem}.png", **size})
@@ -96,7 +64,7 @@ def build(data: Path, out: Path, seed: int) -> Path:
             if kept:
                 annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": a["category_id"],
                                     "bbox": [round(float(v), 2) for v in box], "area": float(box[2] * box[3]), "iscrowd": 0})
-        cv2.imwrite(str(out / "good" / f"{stem}.png"), captured(golden, _move(golden.shape, rng), line))
+        cv2.imwrite(str(out / "good" / f"{stem}.png"), line_captured(golden, line_move(golden.shape, rng), line))
         images.append({"id": image_id + 1, "file_name": f"good/{stem}.png", **size})
     path = out / "annotations.json"
     atomic_write_json(path, {"images": images, "annotations": annotations, "categories": raw["categories"],

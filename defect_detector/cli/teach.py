@@ -1,9 +1,8 @@
-"""``defect-detector teach``: learn a new board design from its golden images alone (``inspect/teach.py``)."""
+"""``defect-detector teach``: bring a new design in from its golden images alone (``inspect/teach.py``)."""
 
 from __future__ import annotations
 
 import argparse
-import math
 from typing import Any
 
 from defect_detector.cli.errors import CliError
@@ -13,34 +12,40 @@ def add_parser(sub: Any) -> None:
     """The ``teach`` subcommand."""
     p = sub.add_parser(
         "teach",
-        help="learn a new design from its golden images alone: fine-tune a golden-template model on defects painted on them",
+        help="bring a new design in from its golden images: calibrate its own operating point on line captures of it, "
+        "fine-tune on painted defects only when that pays",
     )
     p.add_argument("--golden", required=True, help="the design's golden image, or a folder of golden images")
     p.add_argument("--weights", help="golden-template weights to start from (default: photo_ref.pt, trained on photographs too)")
-    p.add_argument("--minutes", type=float, default=20.0, help="the whole command ends within this many minutes (default: 20)")
+    p.add_argument("--minutes", type=float, default=10.0, help="the whole command ends within this many minutes (default: 10)")
     p.add_argument("--out", required=True, help="the taught weights (.pt), which predict takes as they are")
-    p.add_argument("--held", type=int, default=8, help="painted boards per golden image held back to score before and after (default: 8)")
+    p.add_argument("--held", type=int, default=8, help="painted boards per golden image scored before and after (default: 8)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, help="torch CPU threads")
 
 
-def _line(name: str, m: dict[str, Any]) -> str:
-    return (
-        f"{name}: {m['caught']:.1%} of {m['defects']} defects caught, {m['false_calls_per_image']:.2f} false calls per board "
-        f"(score >= {m['conf']:g}), mAP@0.5 {m['map50']:.4f}"
-    )
+def _point(p: Any) -> str:
+    return f"{p.caught:.1%} of painted defects caught, {p.false_calls:.2f} false calls per defect-free board (score >= {p.conf:.3f})"
 
 
 def run(args: argparse.Namespace) -> None:
-    from defect_detector.inspect.teach import teach
+    from defect_detector.inspect.teach import check_minutes, teach
 
     if args.held < 1:
         raise CliError(f"--held must be >= 1, got {args.held}")
-    if not math.isfinite(args.minutes) or args.minutes <= 0:
-        raise CliError(f"--minutes must be a finite number > 0, got {args.minutes}")
+    try:
+        check_minutes(args.minutes)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
     report = teach(args.golden, args.out, args.weights, args.minutes, args.held, args.seed, threads=args.threads)
-    held = report.before["images"]
-    print(f"taught {len(report.designs)} golden image(s) in {report.minutes:.1f} min; scored on {held} held-back painted boards:")
-    print("  " + _line("before", report.before))
-    print("  " + _line("after ", report.after))
-    print(f"wrote {report.weights} (the painted boards and the run: {report.work})")
+    print(f"teach: {len(report.designs)} golden image(s) in {report.minutes:.1f} min, on {report.boards['clean']} defect-free and "
+          f"{report.boards['held']} painted line captures:")
+    for d in report.designs:
+        print(f"  {d.name}: {'taught' if d.taught else 'NOT taught (its frames keep their design warning)'}")
+        print(f"    before (the weights' own point): {_point(d.before)}")
+        print(f"    after  (its own point):          {_point(d.after)}")
+    print(f"  {report.tuning}")
+    if report.rehearsal is not None:
+        print(f"  rehearsal boards (real DeepPCB defects): mAP@0.5 {report.rehearsal[0]:.3f} -> {report.rehearsal[1]:.3f}")
+    print(f"  {report.baseline}")
+    print(f"wrote {report.weights} (the boards and any run: {report.work})")

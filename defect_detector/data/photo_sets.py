@@ -90,6 +90,30 @@ def write_pairs(out: Path, items: Iterable[_Pair], description: str) -> Path:
     return write_generated(out, images, annotations, {"images_root": ".", "description": description})
 
 
+def rendered_pairs(  # noqa: PLR0913 - each a rendering option, named by callers
+    ann_file: str | os.PathLike[str],
+    family: str = "holdout",
+    paint: int = 0,
+    scale: float = 1.0,
+    seed: int = 0,
+    shift: float = 3.0,
+    degrees: float = 0.3,
+) -> Iterator[_Pair]:
+    """Every (board, golden) pair of a DeepPCB-like COCO json (binarized, each image with a ``reference``) rendered as
+    photographs of ``family`` looks, ``scale`` times larger, with ``paint`` more defects painted on each board in its
+    rendered levels; the golden image a moved second capture (``(stem, board, golden, boxes xyxy, labels)``)."""
+    for k, (stem, board, golden, boxes, labels) in enumerate(_layout_pairs(Path(ann_file), DEEPPCB_CLASSES)):
+        rng = np.random.default_rng([seed, k])
+        golden = _aligned(board, golden)
+        board, golden = _upscaled(board, scale), _upscaled(golden, scale)
+        boxes = boxes * scale
+        photo, golden_photo = render_pair(board, golden, sample_look(rng, family), rng, scale=scale)
+        if paint:
+            photo, new_boxes, new_labels = paint_defects(photo, paint, rng, avoid=boxes, size=scale)
+            boxes, labels = np.concatenate([boxes, new_boxes]), np.concatenate([labels, new_labels])
+        yield stem, photo, moved(golden_photo, rng, shift * scale, degrees), boxes, labels
+
+
 def write_rendered_set(  # noqa: PLR0913 - each a rendering option, named by callers
     ann_file: str | os.PathLike[str],
     out_dir: str | os.PathLike[str],
@@ -100,25 +124,10 @@ def write_rendered_set(  # noqa: PLR0913 - each a rendering option, named by cal
     shift: float = 3.0,
     degrees: float = 0.3,
 ) -> Path:
-    """Render every (board, golden) pair of a DeepPCB-like COCO json (binarized, each image with a ``reference``) as
-    photographs of ``family`` looks, ``scale`` times larger, with ``paint`` more defects painted on each board in its
-    rendered levels; the golden image a moved second capture. Returns the annotations path."""
-    out = Path(out_dir)
-
-    def pairs() -> Iterator[_Pair]:
-        for k, (stem, board, golden, boxes, labels) in enumerate(_layout_pairs(Path(ann_file), DEEPPCB_CLASSES)):
-            rng = np.random.default_rng([seed, k])
-            golden = _aligned(board, golden)
-            board, golden = _upscaled(board, scale), _upscaled(golden, scale)
-            boxes = boxes * scale
-            photo, golden_photo = render_pair(board, golden, sample_look(rng, family), rng, scale=scale)
-            if paint:
-                photo, new_boxes, new_labels = paint_defects(photo, paint, rng, avoid=boxes, size=scale)
-                boxes, labels = np.concatenate([boxes, new_boxes]), np.concatenate([labels, new_labels])
-            yield stem, photo, moved(golden_photo, rng, shift * scale, degrees), boxes, labels
-
+    """Write :func:`rendered_pairs` of ``ann_file`` under ``out_dir``. Returns the annotations path."""
+    pairs = rendered_pairs(ann_file, family, paint, scale, seed, shift, degrees)
     description = f"{Path(ann_file).name} rendered: family {family}, scale {scale}, seed {seed}"
-    return write_pairs(out, tqdm(pairs(), desc=f"render {family}", unit="pair"), description)
+    return write_pairs(Path(out_dir), tqdm(pairs, desc=f"render {family}", unit="pair"), description)
 
 
 def painted_pairs(golden: np.ndarray, stem: str, n: int, defects: int, rng: np.random.Generator) -> Iterator[_Pair]:

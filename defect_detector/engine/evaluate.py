@@ -218,7 +218,7 @@ def operating_points(
     at ``conf`` (without one: the most reached, at the lowest score), ``false_calls`` (at ``conf``, or
     at the lowest score), ``false_calls_per_image`` and ``images``.
     """
-    score, hit, num_gt = _ranked_hits(coco_gt, predictions, cat_id_to_label, iou_threshold)
+    score, hit, num_gt = ranked_hits(coco_gt, predictions, cat_id_to_label, iou_threshold)
     images = len(predictions)
     tp = np.cumsum(hit)  # caught defects with the detections ranked 0..i
     fp = np.cumsum(~hit)
@@ -256,7 +256,7 @@ def f_optimal_conf(
     that interval (at least ``floor``, the postprocess threshold; rounded to 4 decimals when that stays inside it), so a
     score that moves a little keeps its side.
     Of equal F-scores the highest threshold wins (fewest calls)."""
-    score, hit, num_gt = _ranked_hits(coco_gt, predictions, cat_id_to_label, iou_threshold, same_class=True)
+    score, hit, num_gt = ranked_hits(coco_gt, predictions, cat_id_to_label, iou_threshold, same_class=True)
     if not num_gt or not len(score):
         return None
     ends = np.flatnonzero(np.append(score[1:] != score[:-1], True))
@@ -271,7 +271,7 @@ def f_optimal_conf(
     return {"conf": conf, "f1": float(f1[best]), "precision": precision, "recall": recall}
 
 
-def _ranked_hits(
+def ranked_hits(
     coco_gt: COCO, predictions: Predictions, cat_id_to_label: Mapping[int, int], iou_threshold: float, same_class: bool = False
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """All detections' scores (float64, descending, stable) with whether each caught a defect (greedy matching per
@@ -295,7 +295,7 @@ def calls_at(coco_gt: COCO, predictions: Predictions, cat_id_to_label: Mapping[i
     """What an inspector sees at score threshold ``conf``: ``caught`` (share of the defects matched by a call of any
     class with IoU > ``iou_threshold``, as :func:`operating_points` matches), ``false_calls_per_image`` and the counts
     ``defects``, ``missed``, ``false_calls``, ``images``."""
-    score, hit, num_gt = _ranked_hits(coco_gt, predictions, cat_id_to_label, iou_threshold)
+    score, hit, num_gt = ranked_hits(coco_gt, predictions, cat_id_to_label, iou_threshold)
     kept = score >= conf
     caught, false_calls, images = int((hit & kept).sum()), int((~hit & kept).sum()), len(predictions)
     return {

@@ -47,12 +47,14 @@ class _GoldenCheck(BaseModel):
 
 
 class _Taught(BaseModel):
-    """One design ``teach`` taught the weights: its golden image's file name and pixel fingerprint."""
+    """One design ``teach`` taught the weights: its golden image's file name and pixel fingerprint, and the score
+    threshold ``teach`` calibrated for it (``conf``; absent before v0.16: the weights' own operating point)."""
 
     model_config = ConfigDict(extra="forbid")
 
     name: Str
     key: Str
+    conf: _Unit | None = None
 
 
 _WHAT = {
@@ -67,7 +69,7 @@ _WHAT = {
     "golden_check": 'null or {"min_zncc": t, ...} with t in [-1, 1]',
     "baseline": "null or a drift baseline object",
     "domain": "null or a design-domain object",
-    "taught": 'null or a list of {"name": n, "key": k} with both strings',
+    "taught": 'null or a list of {"name": n, "key": k, "conf": c} with n and k strings and c null or in [0, 1]',
 }
 
 

@@ -142,9 +142,11 @@ class Pipeline:
         self.align = align
         self.register_cfg = runtime.register_config  # the golden check the weights were validated with
         self.conf = point["conf"] if conf is None else float(conf)
+        self.design_conf = runtime.design_points if conf is None else {}  # a taught design's own threshold (conf_for)
+        self.floor = min([self.conf, *self.design_conf.values()])  # calls kept before each frame's own threshold
         self.iou = point["iou"] if iou is None else float(iou)
         self.cross_class = (point["cross_class_iou"], point["cross_class_factor"])  # the weights' setting (v0.10)
-        self.merge = (point["merge_ios"], self.conf)  # one call per defect among the calls kept (v0.14; merge_at)
+        self.merge = (point["merge_ios"], self.floor)  # one call per defect among the calls kept (v0.14; merge_at)
         self.exposure = point["exposure"]  # the exposure range the weights were validated at (screens/frame.py)
         self.hidden_max_area = point["hidden_max_area"]  # the largest hidden region allowed (screens/hidden.py)
         self.max_det = int(max_det)
@@ -157,6 +159,11 @@ class Pipeline:
         self._features: OrderedDict[str, tuple[TileRecord | None, tuple[torch.Tensor, ...]]] = OrderedDict()  # design_features
         self._shrink_warned = False
         self._cap_warned = False  # calls cut by max_det are logged once at debug level
+
+    def conf_for(self, design: str | None) -> float:
+        """The score threshold of a frame of the design whose golden image has fingerprint ``design`` (None: no golden
+        image): the one ``teach`` calibrated for it, else :attr:`conf`. An explicit ``conf`` applies to every design."""
+        return self.design_conf.get(design, self.conf) if design is not None else self.conf
 
     @property
     def caches_golden(self) -> bool:
@@ -322,7 +329,8 @@ class Pipeline:
         for is_tile, cross_iou in ((False, self.cross_class[0]), (True, None)):
             index = [i for i, t in enumerate(tile_rows) if t == is_tile]
             if index:
-                out = postprocess(pred[index], [metas[i] for i in index], self.conf, self.iou, PRE_NMS_TOPK, cross_iou, self.cross_class[1])
+                metas_in = [metas[i] for i in index]
+                out = postprocess(pred[index], metas_in, self.floor, self.iou, PRE_NMS_TOPK, cross_iou, self.cross_class[1])
                 for i, row in zip(index, out):
                     rows[i] = {k: v.cpu() for k, v in row.items()}
         return rows
@@ -347,7 +355,7 @@ class Pipeline:
             capped = [_cap(row, self.max_det) for row in rows[tiles]]
             calls = merge_tile_detections([r for r, _ in capped], record, self.iou, PRE_NMS_TOPK, margin)
             if self.cross_class[0] is not None:  # across tiles as within one input: one defect on a seam, one call
-                calls = demote_and_drop(calls, self.conf, *self.cross_class)
+                calls = demote_and_drop(calls, self.floor, *self.cross_class)
             calls, merged = self._merge(calls)
             calls, dropped = _cap(calls, self.max_det * len(record))
             out.append((calls, pool_tile_stats(stats[tiles]), metas[first], dropped + sum(d for _, d in capped), merged))

@@ -237,7 +237,8 @@ def reframed(record: Prepared, image: np.ndarray) -> Prepared:
 def detect(pipeline: Pipeline, records: Sequence[Prepared]) -> list[Detections | None]:
     """The model on every record the prepare stage accepted, in one pipeline call (its plan, its registered golden
     image): per record, in order, its detections in frame pixels, without calls where the golden image has no data
-    (``screens/frame.py`` ``mask_uncovered``), or None for a refused record."""
+    (``screens/frame.py`` ``mask_uncovered``) or below its design's threshold (``Pipeline.conf_for``), or None for a
+    refused record."""
     out: list[Detections | None] = [None] * len(records)
     framed = [i for i, r in enumerate(records) if not r.refused and r.view is None]
     viewed = [i for i, r in enumerate(records) if not r.refused and r.view is not None]
@@ -254,6 +255,10 @@ def detect(pipeline: Pipeline, records: Sequence[Prepared]) -> list[Detections |
         results = pipeline.detect([r.view.board for r in chosen], golden, [r.plan for r in chosen], features)
         for i, result in zip(viewed, results):
             out[i] = _in_frame(result, records[i].view)
+    if pipeline.design_conf:  # a taught design's own threshold (the pipeline kept calls down to the lowest)
+        for i, result in enumerate(out):
+            if result is not None:
+                out[i] = result.keep(result.scores >= pipeline.conf_for(records[i].golden_key))
     return out
 
 

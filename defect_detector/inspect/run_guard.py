@@ -116,10 +116,11 @@ def _probe_database(url: Any) -> None:
         engine.dispose()
 
 
-class _Lock:
-    """An exclusive ``flock`` on ``lock_path``, guarding ``target`` (what the error message names)."""
+class OutputLock:
+    """An exclusive ``flock`` on ``lock_path``, guarding ``target`` (what the error message names, with the
+    ``command`` that holds it); released by :meth:`release` or when the process ends, however it ends."""
 
-    def __init__(self, lock_path: Path, target: Path, what: str) -> None:
+    def __init__(self, lock_path: Path, target: Path, what: str, command: str = "predict") -> None:
         self.path = lock_path
         self.fd: int | None = None
         if fcntl is None:
@@ -132,7 +133,7 @@ class _Lock:
                 owner = os.read(fd, 200).decode("utf-8", "replace").strip() or "unknown"
                 os.close(fd)
                 raise OutputBusyError(
-                    f"{target}: another predict run ({_describe(owner)}) is writing {what}; stop it or choose another path"
+                    f"{target}: another {command} run ({_describe(owner)}) is writing {what}; stop it or choose another path"
                 ) from None
             if _same_file(fd, lock_path):
                 os.ftruncate(fd, 0)
@@ -180,7 +181,7 @@ class RunGuard:
         save_dir: str | os.PathLike[str] | None = None,
         report: str | os.PathLike[str] | None = None,
     ) -> None:
-        self.locks: list[_Lock] = []
+        self.locks: list[OutputLock] = []
         self.recovered: list[str] = []
         json_path = Path(save_json) if save_json else None
         dir_path = Path(save_dir) if save_dir else None
@@ -193,13 +194,13 @@ class RunGuard:
             check_writable_folder(dir_path, "--save-dir")
         try:
             if json_path is not None:
-                self.locks.append(_Lock(json_path.with_name(f".{json_path.name}.lock"), json_path, "its --save-json"))
+                self.locks.append(OutputLock(json_path.with_name(f".{json_path.name}.lock"), json_path, "its --save-json"))
                 self._recover(leftover_temps(json_path.with_suffix(".jsonl")))
             if report_path is not None:
-                self.locks.append(_Lock(report_path.with_name(f".{report_path.name}.lock"), report_path, "its --report"))
+                self.locks.append(OutputLock(report_path.with_name(f".{report_path.name}.lock"), report_path, "its --report"))
                 self._recover(leftover_temps(report_path))
             if dir_path is not None:
-                self.locks.append(_Lock(dir_path / DIR_LOCK_NAME, dir_path, "into this --save-dir"))
+                self.locks.append(OutputLock(dir_path / DIR_LOCK_NAME, dir_path, "into this --save-dir"))
                 self._recover([p for p in dir_path.glob(".*tmp.mp4") if p.is_file() and RUN_TOKEN not in p.name])
         except BaseException:
             self.release()

@@ -120,6 +120,12 @@ class Runtime:
         }
 
     @property
+    def design_points(self) -> dict[str, float]:
+        """The score threshold ``teach`` calibrated for each design it taught the weights (meta ``taught`` ``conf``), by
+        the fingerprint of the design's golden image; {} when none (every design at :attr:`operating_point`)."""
+        return {d["key"]: float(d["conf"]) for d in self.meta.get("taught") or [] if d.get("conf") is not None}
+
+    @property
     def register_config(self) -> RegisterConfig:
         """How golden images are registered and checked for this model: the ``register`` settings its training config
         gave (meta ``register``; weights before v0.15: the defaults), so ``predict`` applies the golden check the

@@ -1,25 +1,29 @@
-"""``teach``: learn a new board design from its golden images alone.
+"""``teach``: bring a new board design in from its golden images alone, calibration first.
 
-No annotated defect is needed. Per golden image (any look, any size) ``teach`` writes, under ``<out>_teach/``:
+No annotated defect is needed. Within ``minutes`` (the whole command, set writing included), ``teach``:
 
-- ``train/``: clean second captures of the golden image (gain, noise, defocus, JPEG, a small move), each paired with
-  the golden image; training paints 1-4 defects on 80% of them, new ones each epoch (``augment.paint_p``,
-  ``looks/paint.py``, sizes from the design's track width);
-- ``select/``: boards with painted defects that choose ``best.pt``;
-- ``held/``: other painted boards, never trained on nor chosen on, scored before and after.
+1. reads each golden image once and refuses, before any work, one it cannot read or too small to teach
+   (``inspect/teach_sets.py``); a large one is taught on crops;
+2. writes defect-free line captures of each design and captures with defects painted on it
+   (``inspect/teach_sets.py``), and inspects both with the starting weights;
+3. **calibrates** each design's operating point on them (``inspect/teach_point.py``: at most 0.1 false calls per
+   defect-free board, the weights' own point unless painted recall needs lower);
+4. **fine-tunes** only when time is left and a design's point still misses painted defects, with a rehearsal of
+   real defects, and keeps the result only when it paid (``inspect/teach_tune.py``);
+5. writes ``out``: the weights kept, each design taught listed with its own point (``taught``: name, pixel key,
+   ``conf``; ``predict`` applies it to that design's frames only), the design domain extended by its look, and a
+   drift baseline (the starting weights' own when they are kept; else calibrated on the defect-free captures).
 
-It fine-tunes a golden-template model on them (:data:`RECIPE`) within ``minutes`` (``train.max_minutes``, which also
-keeps time for the drift baseline, calibrated on the captures), and writes the best weights to ``out``: a checkpoint
-that ``predict``, ``Inspector`` and the station take as they are. ``meta``/checkpoint ``taught`` lists the designs
-taught (golden image name and pixel fingerprint).
+A design whose calibrated point catches fewer than :data:`MIN_CAUGHT` of its painted defects is not taught (its
+frames keep their design warning); when no design is taught nothing is written and :class:`TeachError` says why.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import shutil
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,168 +31,236 @@ from typing import Any
 import numpy as np
 import torch
 
-from defect_detector.core.config import Config, config_from_dict, without_retired
 from defect_detector.core.io import atomic_torch_save
-from defect_detector.data.dataset import evenly_spaced
-from defect_detector.data.images import load_image_gray, pixel_fingerprint
-from defect_detector.data.photo_sets import golden_files, moved, painted_pairs, write_pairs
-from defect_detector.engine.budget import Budget
+from defect_detector.data.photo_sets import golden_files
+from defect_detector.engine.budget import MIN_BASELINE_FRAMES, Budget
 from defect_detector.engine.domain import extend_domain
 from defect_detector.engine.trainer import fit
-from defect_detector.inspect.calibrate import calibrate_run
+from defect_detector.inspect.calibrate import run_calibrate
+from defect_detector.inspect.run_guard import OutputLock
+from defect_detector.inspect.teach_point import DesignPoint, design_point, scores_by_design
+from defect_detector.inspect.teach_sets import (
+    REHEARSED,
+    TeachDesign,
+    clean_pairs,
+    painted_pairs,
+    read_designs,
+    rehearsal_pairs,
+    set_size,
+    spread,
+    training_pairs,
+    write_set,
+)
+from defect_detector.inspect.teach_tune import TuneScores, keep_tuned, tune_config, wants_tuning
 from defect_detector.inspect.validate import TrainingValidation, validate
-from defect_detector.looks.render import capture
-from defect_detector.model.checkpoint import PHOTO_REFERENCE_WEIGHTS, load_checkpoint, strip_checkpoint
+from defect_detector.looks.line_capture import LineCapture
+from defect_detector.model.checkpoint import PHOTO_REFERENCE_WEIGHTS, attach_baseline, load_checkpoint, strip_checkpoint
 
 log = logging.getLogger("defect_detector.inspect")
 
-RECIPE: dict[str, dict[str, Any]] = {
-    "augment": {
-        "crop_size": 320, "crop_focus": 0.8, "hflip": 0.5, "vflip": 0.5, "transpose": 0.5, "rotate_deg": 3.0, "rotate_p": 0.2,
-        "scale": 0.15, "translate": 0.0, "affine_p": 0.5, "brightness": 0.1, "contrast": 0.1, "photometric_p": 0.3,
-        "blur_p": 0.05, "noise_p": 0.05, "glare_p": 0.0, "invert_negatives": 0.0, "ref_shift": 1.0, "ref_rotate": 0.2,
-        "ref_p": 1.0, "render_p": 0.0, "paint_p": 0.8, "paint_max": 4, "paint_scale": None,
-    },
-    "train": {
-        "freeze": ["backbone.stem", "backbone.stage1", "backbone.stage2", "backbone.stage3"], "epochs": 12, "batch_size": 16,
-        "lr": 1e-4, "warmup_epochs": 1.0,
-        "min_lr_ratio": 0.1, "ema_decay": 0.99, "val_every": 2,
-    },
-}  # fmt: skip
-"""The fine-tune ``teach`` runs (on top of the starting weights' own config): the augmentation of
-``configs/finetune_ref.yaml`` with defects painted on the fly, and its recipe: the shared trunk (stem to stage 3) kept,
-the rest at 1/40 of the from-scratch learning rate. Painted defects are not the line's defects: a model that learns
-them too freely forgets the real ones (see the README's measurements)."""
-
-CAPTURES = 256
-"""Training pairs (clean captures that training paints on), spread over the golden images."""
-
-EPOCHS_PER_MINUTE = 2.0
-"""Epochs of :data:`CAPTURES` pairs the schedule spans per minute of training time (at least 3; fewer for more pairs,
-e.g. 4 captures each of 161 golden images): on 2 CPU cores such an epoch took 20-25 s, its validation every second
-epoch 10 s (644 pairs of 640 px: 50 s), so the schedule ends within the time; ``train.max_minutes`` still caps it."""
+MIN_MINUTES = 1.5
+CLEAN_TOTAL = 48
+"""Defect-free captures over all designs (6 to 24 per design): at 0.1 false calls per board, 48 boards allow 4."""
+SETS_SHARE = 0.3
+"""Share of ``minutes`` the clean and painted sets may take to write (a deadline cuts them evenly over designs)."""
+TUNE_MIN_MINUTES = 2.0
+"""Training time a fine-tune needs at least (after what scoring it afterwards will take)."""
+MIN_CAUGHT = 0.5
+"""A design is taught only when its calibrated point catches at least this share of its painted defects."""
 
 
-SELECT_MAX = 24
-"""Painted boards that choose ``best.pt`` at most (each validation scores them all)."""
-
-HELD_MAX = 64
-"""Held-back painted boards at most (scored before and after)."""
+class TeachError(ValueError):
+    """``teach`` could not teach any design (nothing is written); the message says what it measured."""
 
 
-@dataclass
+@dataclass(frozen=True)
+class DesignOutcome:
+    """One design: ``before`` at the starting weights' own point, ``after`` at its calibrated point with the weights
+    kept; ``taught`` when ``after`` catches at least :data:`MIN_CAUGHT` of the painted defects."""
+
+    name: str
+    key: str
+    before: DesignPoint
+    after: DesignPoint
+    taught: bool
+
+
+@dataclass(frozen=True)
 class TeachReport:
-    """What ``teach`` measured: ``before`` / ``after`` (``engine.evaluate.calls_at`` at each weights' operating point,
-    plus ``map50``) on the held-back painted boards, ``minutes`` spent, the designs taught and the weights written."""
+    """What ``teach`` did: per design its :class:`DesignOutcome`; ``tuning`` (the fine-tune line: kept, not kept and
+    why, or not run and why); ``rehearsal`` (mAP@0.5 before and after on the rehearsal boards, None when not scored:
+    the weights are unchanged); ``baseline`` (its line); ``boards`` (defect-free and painted captures scored);
+    ``minutes`` spent; ``weights`` written; ``work`` (the boards and the run)."""
 
-    before: dict[str, Any]
-    after: dict[str, Any]
+    designs: list[DesignOutcome]
+    tuning: str
+    rehearsal: tuple[float, float] | None
+    baseline: str
+    boards: dict[str, int]
     minutes: float
-    designs: list[dict[str, str]]
     weights: Path
     work: Path
 
 
-def _captures(golden: np.ndarray, stem: str, n: int, rng: np.random.Generator) -> Iterator[tuple]:
-    for k in range(n):
-        board = capture(golden.astype(np.float32), rng, strength=0.6)
-        yield f"{stem}_c{k:03d}", moved(board, rng, 3.0, 0.3), golden, np.zeros((0, 4), np.float32), np.zeros(0, np.int64)
+def _measure(weights: Path, sets: dict[str, Path], designs: list[TeachDesign]) -> tuple[list[DesignPoint], list[DesignPoint]]:
+    """``weights`` on the ``clean`` and ``held`` sets: each design at the weights' own point, and at its calibrated
+    point (``inspect/teach_point.py``)."""
+    clean, held = validate(weights, sets["clean"], progress=False), validate(weights, sets["held"], progress=False)
+    own = clean.runtime.operating_point["conf"]
+    inverse = {v: k for k, v in held.dataset.label_to_cat_id.items()}
+    scores = scores_by_design((clean.dataset.coco, clean.predictions), (held.dataset.coco, held.predictions), inverse, len(designs))
+    at_own = [DesignPoint(own, s.caught(own), s.false_calls(own, d.area_factor)) for s, d in zip(scores, designs)]
+    return at_own, [design_point(s, own, d.area_factor) for s, d in zip(scores, designs)]
 
 
-def _painted(images: list[tuple[str, np.ndarray]], tag: str, total: int, rng: np.random.Generator) -> Iterator[tuple]:
-    """``total`` painted boards spread evenly over the golden ``images`` (whole rounds first, the rest evenly spaced)."""
-    rounds, rest = divmod(total, len(images))
-    extra = set(evenly_spaced(len(images), rest)) if rest else set()
-    for k, (stem, golden) in enumerate(images):
-        yield from painted_pairs(golden, f"{stem}_{tag}", rounds + (k in extra), 4, rng)
+def _rehearsal_map(weights: Path, data: Path) -> float:
+    return float(validate(weights, data, progress=False).metrics["map50"])
 
 
-def write_teach_sets(goldens: list[Path], work: Path, held: int, seed: int, captures: int = CAPTURES) -> dict[str, Path]:
-    """The ``train`` (``captures`` clean captures, at least 4 per golden image), ``select`` (4 painted boards per golden
-    image, at most :data:`SELECT_MAX`) and ``held`` (``held`` per golden image, at most :data:`HELD_MAX`) COCO sets of
-    ``goldens`` under ``work``."""
-    images = [(p.stem, load_image_gray(p)) for p in goldens]
-    per_design = max(4, captures // len(images))
-    rng = np.random.default_rng(seed)
-    sets = {
-        "train": (pair for stem, g in images for pair in _captures(g, stem, per_design, rng)),
-        "select": _painted(images, "s", min(4 * len(images), SELECT_MAX), rng),
-        "held": _painted(images, "h", min(held * len(images), HELD_MAX), rng),
-    }
-    return {name: write_pairs(work / name, pairs, f"teach {name}: {len(images)} golden images") for name, pairs in sets.items()}
+def _tune_sets(designs: list[TeachDesign], sets: dict[str, Path], work: Path, seed: int) -> tuple[dict[str, Path], int]:
+    """The fine-tune's ``train`` (clean captures and the rehearsal boards), ``select`` and ``rehearsal`` sets; and the
+    number of training pairs."""
+    rng, n, line = np.random.default_rng([seed, 1]), len(designs), LineCapture(1.0)
+    line.set_random_state(np.random.default_rng([seed, 2]))
+    train = list(training_pairs(designs, spread(128, n, 8, 64) * n, rng)) + list(rehearsal_pairs(work, "train", seed))
+    select = painted_pairs(designs, spread(24, n, 2, 4), line, "select")
+    never = math.inf
+    return sets | {
+        "train": write_set(work / "train", train, never, len(train), "teach train: clean captures and rehearsal boards"),
+        "select": write_set(work / "select", select, never, 0, "teach select: painted captures"),
+        "rehearsal": write_set(work / "rehearsal", rehearsal_pairs(work, "score", seed + 1), never, 0, "teach rehearsal: real defects"),
+    }, len(train)
 
 
-def teach_config(weights: Path, start: dict[str, Any], sets: dict[str, Path], work: Path, minutes: float, pairs: int = CAPTURES) -> Config:
-    """The fine-tune of ``weights`` (its checkpoint ``start``, as ``torch.load`` reads it) on the teach ``sets`` (``pairs``
-    training pairs) within ``minutes``: the weights' own config with :data:`RECIPE` over it."""
-    raw = without_retired(start["config"], str(weights))
-    raw["augment"] = RECIPE["augment"]
-    raw["train"] = {k: v for k, v in raw.get("train", {}).items() if k in ("amp", "device", "weight_decay")} | RECIPE["train"]
-    epochs = max(3, round(minutes * EPOCHS_PER_MINUTE * CAPTURES / pairs))
-    raw["train"] |= {"init_weights": str(weights), "max_minutes": float(minutes), "epochs": epochs}
-    raw["data"] = raw.get("data", {}) | {
-        "train": str(sets["train"]), "val": str(sets["select"]), "train_images": None, "val_images": None,
-        "register_train": True, "workers": 1, "max_images": None, "pixel_scale": None,
-    }  # fmt: skip
-    raw |= {"name": "run", "out_dir": str(work)}
-    return config_from_dict(raw)
+def _tune(  # noqa: PLR0913 - the fine-tune's inputs, each named
+    weights: Path, start: dict[str, Any], designs: list[TeachDesign], sets: dict[str, Path], calibrated: list[DesignPoint],
+    clock: tuple[float, float], seed: int, threads: int | None,
+) -> tuple[Path | None, list[DesignPoint], str, tuple[float, float] | None]:
+    """Fine-tune within the ``clock``'s deadline and judge it against the ``calibrated`` starting weights (``clock``:
+    the deadline, and the seconds scoring the clean and held sets took; ``inspect/teach_tune.py``): ``(tuned weights
+    when kept else None, the points of the weights kept, the line, rehearsal mAP before and after)``."""
+    deadline, scoring = clock
+    work = sets["clean"].parent.parent
+    started = time.perf_counter()
+    early = (deadline - started - 2 * scoring) / 60  # training time left if the sets and the rehearsal cost nothing
+    if early < TUNE_MIN_MINUTES:
+        return None, calibrated, f"fine-tune not run: {_short_of(early)}", None
+    sets, pairs = _tune_sets(designs, sets, work, seed)
+    scored = time.perf_counter()
+    before_map = _rehearsal_map(weights, sets["rehearsal"])
+    per_board = (time.perf_counter() - scored) / set_size(sets["rehearsal"])
+    reserve = per_board * (set_size(sets["clean"]) + set_size(sets["held"]) + set_size(sets["rehearsal"])) * 1.5 + 10
+    minutes = (deadline - time.perf_counter() - reserve) / 60
+    if minutes < TUNE_MIN_MINUTES:
+        return None, calibrated, f"fine-tune not run: {_short_of(minutes)}", None
+    cfg = tune_config(weights, start, sets, work, minutes, pairs)
+    run_dir = fit(cfg, threads=threads, budget=Budget.start(minutes, time.perf_counter(), 30, True), validator=TrainingValidation())
+    tuned = work / "tuned.pt"
+    atomic_torch_save(strip_checkpoint(torch.load(run_dir / "weights" / "best.pt", map_location="cpu", weights_only=True)), tuned)
+    points = _measure(tuned, sets, designs)[1]
+    after_map = _rehearsal_map(tuned, sets["rehearsal"])
+    keep, line = keep_tuned(TuneScores(calibrated, before_map), TuneScores(points, after_map))
+    log.info("teach: fine-tune took %.1f min in all", (time.perf_counter() - started) / 60)
+    return (tuned if keep else None), (points if keep else calibrated), line, (before_map, after_map)
 
 
-def _score(weights: Path, data: Path) -> dict[str, Any]:
-    result = validate(weights, data, progress=False)
-    return result.metrics["at_conf"] | {"map50": result.metrics["map50"]}
+def _short_of(minutes: float) -> str:
+    return f"{max(minutes, 0):.1f} min of training would be left (needs {TUNE_MIN_MINUTES:g}; give teach more --minutes)"
 
 
-def _taught(weights_out: Path, run_weights: Path, goldens: list[Path], start: dict[str, Any]) -> list[dict[str, str]]:
-    """Write the inference copy of ``run_weights`` (``strip_checkpoint``) to ``weights_out`` with ``taught``: the designs
-    the starting checkpoint ``start`` was taught before and ``goldens``, one entry per golden image fingerprint; and
-    the starting design domain extended by the goldens' looks (``engine/domain.py``), so they raise no warning.
-    Returns the new entries."""
-    images = [load_image_gray(p) for p in goldens]
-    designs = [{"name": p.name, "key": pixel_fingerprint(image)} for p, image in zip(goldens, images)]
-    out = strip_checkpoint(torch.load(run_weights, map_location="cpu", weights_only=True))
-    known = {d["key"] for d in designs}
-    out["taught"] = [d for d in start.get("taught", []) if d["key"] not in known] + designs
-    domain = extend_domain(start.get("domain"), images)
+def _baseline(out: Path, start: dict[str, Any], tuned: bool, clean: Path) -> str:
+    """The drift baseline ``out`` carries: the starting weights' own when they are kept, else one calibrated on the
+    defect-free captures ``clean`` (when there are :data:`MIN_BASELINE_FRAMES` of them)."""
+    if not tuned and start.get("baseline") is not None:
+        return "drift baseline: the starting weights' own (the weights are unchanged; it reads frames against their golden image)"
+    frames = set_size(clean)
+    if frames < MIN_BASELINE_FRAMES:
+        return f"drift baseline: not embedded: {frames} defect-free captures fitted in the time, fewer than {MIN_BASELINE_FRAMES}"
+    baseline = run_calibrate(out, clean, None, out.with_name(out.stem + "_baseline.json"), progress=False, fault_frames=8)
+    attach_baseline(out, baseline.to_dict())
+    return f"drift baseline: calibrated on {baseline.count} defect-free captures"
+
+
+def _write(out: Path, source: dict[str, Any], start: dict[str, Any], outcomes: list[DesignOutcome], designs: list[TeachDesign]) -> None:
+    """Write ``source`` (inference form) to ``out`` with the taught designs (name, key, ``conf``) after those the
+    starting checkpoint ``start`` was taught before, and the domain extended by their looks."""
+    ckpt = strip_checkpoint(source)
+    entries = [{"name": o.name, "key": o.key, "conf": float(o.after.conf)} for o in outcomes if o.taught]
+    known = {e["key"] for e in entries}
+    ckpt["taught"] = [d for d in start.get("taught", []) if d["key"] not in known] + entries
+    domain = extend_domain(start.get("domain"), [d.image for d, o in zip(designs, outcomes) if o.taught])
     if domain is not None:
-        out["domain"] = domain
-    atomic_torch_save(out, weights_out)
-    return designs
+        ckpt["domain"] = domain
+    atomic_torch_save(ckpt, out)
+
+
+def check_minutes(minutes: float) -> None:
+    """``ValueError`` in one line unless ``minutes`` is a finite number of at least :data:`MIN_MINUTES`."""
+    if not isinstance(minutes, (int, float)) or not math.isfinite(minutes) or minutes < MIN_MINUTES:
+        raise ValueError(f"--minutes must be a finite number of at least {MIN_MINUTES:g} (sets, scoring, calibration), got {minutes}")
 
 
 def teach(  # noqa: PLR0913 - the Python twin of the teach command's flags
     golden: str | Path,
     out: str | Path,
     weights: str | Path | None = None,
-    minutes: float = 20.0,
+    minutes: float = 10.0,
     held: int = 8,
     seed: int = 0,
-    captures: int = CAPTURES,
     threads: int | None = None,
 ) -> TeachReport:
     """Teach the design(s) of ``golden`` (a folder of golden images or one image) to ``weights`` (None: the bundled
-    golden-template model for photographs, ``photo_ref.pt``) in at most ``minutes``, writing the taught checkpoint to
-    ``out``; ``held`` painted boards per golden image are scored before and after. Raises ``ValueError`` naming the
-    problem (no golden image, a blank one, a single-image model, too little time). ``threads``: torch CPU threads (None: the default)."""
+    ``photo_ref.pt``) within ``minutes``, writing ``out`` (module docstring); ``held`` painted boards per design are
+    scored. Raises ``ValueError`` naming the problem before any work (no or unreadable golden image, one too small, a
+    single-image model, bad minutes, ``out`` taken by another teach), :class:`TeachError` when no design is taught."""
     started = time.perf_counter()
-    if minutes < 1.5:
-        raise ValueError(f"--minutes must be at least 1.5 (painting, scoring before and after, a few epochs), got {minutes:g}")
-    weights = Path(weights) if weights else PHOTO_REFERENCE_WEIGHTS
-    out = Path(out)
-    goldens = golden_files(golden)
+    check_minutes(minutes)
+    deadline = started + 60 * minutes
+    weights, out = Path(weights) if weights else PHOTO_REFERENCE_WEIGHTS, Path(out)
+    designs = read_designs(golden_files(golden))
     if load_checkpoint(weights).config.model.in_channels != 2:  # also checks the weights load into their model
         raise ValueError(f"{weights}: teach needs a golden-template model (model.in_channels 2); this one inspects single images")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    lock = OutputLock(out.with_name(f".{out.name}.lock"), out, "it", command="teach")
+    try:
+        if threads:
+            torch.set_num_threads(threads)
+        return _teach(designs, out, weights, held, seed, threads, (started, deadline))
+    finally:
+        lock.release()
+
+
+def _teach(  # noqa: PLR0913 - teach()'s checked inputs
+    designs: list[TeachDesign], out: Path, weights: Path, held: int, seed: int, threads: int | None, clock: tuple[float, float]
+) -> TeachReport:
+    started, deadline = clock
     work = out.with_name(out.stem + "_teach")
-    if work.exists():
-        shutil.rmtree(work)
+    shutil.rmtree(work, ignore_errors=True)
+    line, n = LineCapture(1.0), len(designs)
+    line.set_random_state(np.random.default_rng(seed))
+    cut = started + SETS_SHARE * (deadline - started)
+    clean = clean_pairs(designs, spread(CLEAN_TOTAL, n, 6, 24), line)
+    sets = {"clean": write_set(work / "clean", clean, cut, 2 * n, "teach clean: defect-free line captures")}
+    sets["held"] = write_set(work / "held", painted_pairs(designs, held, line, "held"), cut, n, "teach held: painted line captures")
+    measuring = time.perf_counter()
+    at_own, calibrated = _measure(weights, sets, designs)
+    scoring = time.perf_counter() - measuring
     start = torch.load(weights, map_location="cpu", weights_only=True)
-    sets = write_teach_sets(goldens, work, held, seed, captures)
-    before = _score(weights, sets["held"])
-    left = max(0.3, minutes - (time.perf_counter() - started) / 60 - 0.5 - 0.02 * min(held * len(goldens), HELD_MAX))
-    cfg = teach_config(weights, start, sets, work, left, max(4, captures // len(goldens)) * len(goldens))
-    budget = Budget.start(cfg.train.max_minutes, time.perf_counter(), 30, True)
-    run_dir = fit(cfg, threads=threads, budget=budget, validator=TrainingValidation())
-    log.info("%s", calibrate_run(run_dir, str(sets["train"]), None, progress=False, budget=budget))
-    designs = _taught(out, run_dir / "weights" / "best.pt", goldens, start)
-    after = _score(out, sets["held"])
-    return TeachReport(before, after, (time.perf_counter() - started) / 60, designs, out, work)
+    tuning = "fine-tune not needed: every design's point catches 99% of its painted defects"
+    tuned, points, rehearsal = None, calibrated, None
+    if wants_tuning(calibrated):
+        tuned, points, tuning, rehearsal = _tune(weights, start, designs, sets, calibrated, (deadline, scoring), seed, threads)
+    outcomes = [DesignOutcome(d.name, d.key, b, a, a.caught >= MIN_CAUGHT) for d, b, a in zip(designs, at_own, points)]
+    boards = {"clean": set_size(sets["clean"]), "held": set_size(sets["held"])}
+    if not any(o.taught for o in outcomes):
+        raise TeachError(
+            f"no design taught: at the calibrated points the weights catch {', '.join(f'{o.after.caught:.0%}' for o in outcomes)} of the "
+            f"painted defects (needs {MIN_CAUGHT:.0%}; {boards['held']} painted boards, {tuning}); {out} not written"
+        )
+    source = torch.load(tuned, map_location="cpu", weights_only=True) if tuned else start
+    _write(out, source, start, outcomes, designs)
+    baseline = _baseline(out, start, tuned is not None, sets["clean"])
+    return TeachReport(outcomes, tuning, rehearsal, baseline, boards, (time.perf_counter() - started) / 60, out, work)
+
+
+__all__ = ["REHEARSED", "TeachError", "TeachReport", "check_minutes", "teach"]

@@ -46,6 +46,41 @@ CLEARANCE = 12
 """Pixels kept between a box and a seam band or hidden spot."""
 
 
+MOVE_SHIFT, MOVE_DEGREES, MOVE_SCALE = 25.0, 1.5, 0.005
+"""A line's moves: up to 25 px, 1.5 degrees and 0.5% of scale (issue 42)."""
+
+
+def line_move(shape: tuple[int, int], rng: np.random.Generator, shift: float = MOVE_SHIFT) -> np.ndarray:
+    """float64 ``[2, 3]``: a random move of a frame of ``shape`` (old px -> new px), up to ``shift`` px."""
+    h, w = shape
+    angle, scale = float(rng.uniform(-MOVE_DEGREES, MOVE_DEGREES)), float(1 + rng.uniform(-MOVE_SCALE, MOVE_SCALE))
+    matrix = cv2.getRotationMatrix2D((w / 2, h / 2), angle, scale)
+    matrix[:, 2] += rng.uniform(-shift, shift, size=2)
+    return matrix
+
+
+def moved_boxes(boxes: np.ndarray, matrix: np.ndarray, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """COCO xywh ``boxes`` ``[N, 4]`` moved by ``matrix``: the boxes around their moved corners, clipped to the frame,
+    and which were kept (at least half of each box still in the frame)."""
+    h, w = shape
+    out, keep = [], []
+    for x, y, bw, bh in boxes:
+        corners = np.array([[x, y, 1], [x + bw, y, 1], [x, y + bh, 1], [x + bw, y + bh, 1]]) @ matrix.T
+        x0, y0 = corners.min(0)
+        x1, y1 = corners.max(0)
+        cx0, cy0, cx1, cy1 = max(x0, 0), max(y0, 0), min(x1, w), min(y1, h)
+        inside = max(cx1 - cx0, 0) * max(cy1 - cy0, 0) / max((x1 - x0) * (y1 - y0), 1e-9)
+        keep.append(inside >= 0.5)
+        out.append([cx0, cy0, cx1 - cx0, cy1 - cy0])
+    return np.asarray(out, np.float64).reshape(-1, 4), np.asarray(keep, bool)
+
+
+def line_captured(image: np.ndarray, matrix: np.ndarray, line: LineCapture) -> np.ndarray:
+    """uint8 ``image`` moved by ``matrix`` (the edge reflected: the board goes on beyond the frame) and captured."""
+    h, w = image.shape
+    return line.capture(cv2.warpAffine(image, matrix, (w, h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REFLECT_101))
+
+
 def _light(shape: tuple[int, int], amplitude: float, angle: float, gain: float) -> np.ndarray:
     """float32 ``[H, W]``: ``gain * (1 + amplitude * t)``, ``t`` in [-1, 1] along direction ``angle`` (radians)."""
     h, w = shape

@@ -35,9 +35,10 @@ class LoadedModel:
     """The drift baseline the checkpoint carries (``Baseline.to_dict()`` form, see monitor/baseline.py), or None."""
     domain: dict[str, Any] | None = None
     """The design domain the checkpoint carries (``DomainModel.to_dict()`` form, see monitor/domain.py), or None."""
-    taught: list[dict[str, str]] = field(default_factory=list)
+    taught: list[dict[str, Any]] = field(default_factory=list)
     """The designs ``teach`` taught these weights: ``[{"name": golden file name, "key": pixel fingerprint of the gray
-    golden image (data/images.py pixel_fingerprint)}]``, [] when none."""
+    golden image (data/images.py pixel_fingerprint), "conf": its score threshold (absent: the weights' own)}]``, []
+    when none."""
 
 
 def is_torchscript_archive(path: str | os.PathLike[str]) -> bool:
@@ -78,16 +79,26 @@ def _refusal(path: Path, message: str) -> str:
     return f"{path}: not a readable checkpoint (corrupt, or no torch file: {_first_line(reason, 120)})"
 
 
-def _taught_entry(path: Path, raw: Any) -> list[dict[str, str]]:
-    """The checked ``taught`` entry of the checkpoint at ``path`` (None: []), each item only its ``name`` and ``key``;
-    a one-line ``ValueError`` naming ``path`` and ``taught`` when it is not a list of ``{"name": str, "key": str}``."""
+def _taught_entry(path: Path, raw: Any) -> list[dict[str, Any]]:
+    """The checked ``taught`` entry of the checkpoint at ``path`` (None: []), each item its ``name`` and ``key`` and,
+    when ``teach`` calibrated one, its ``conf`` (the design's score threshold, in [0, 1]); a one-line ``ValueError``
+    naming ``path`` and ``taught`` when it is not a list of such dicts."""
     if raw is None:
         return []
-    if not isinstance(raw, list) or not all(isinstance(d, dict) and all(isinstance(d.get(k), str) for k in ("name", "key")) for d in raw):
+
+    def good(d: Any) -> bool:
+        conf = d.get("conf") if isinstance(d, dict) else None
+        point = conf is None or (isinstance(conf, float) and 0.0 <= conf <= 1.0)
+        return isinstance(d, dict) and all(isinstance(d.get(k), str) for k in ("name", "key")) and point
+
+    if not isinstance(raw, list) or not all(good(d) for d in raw):
         shown = repr(raw)
         shown = shown if len(shown) <= 80 else shown[:77] + "..."
-        raise ValueError(f"{path}: 'taught' entry must be a list of {{'name': str, 'key': str}} (what teach writes), got {shown}")
-    return [{"name": d["name"], "key": d["key"]} for d in raw]
+        raise ValueError(
+            f"{path}: 'taught' entry must be a list of {{'name': str, 'key': str, 'conf': float in [0, 1] or absent}} "
+            f"(what teach writes), got {shown}"
+        )
+    return [{k: d[k] for k in ("name", "key", "conf") if d.get(k) is not None} for d in raw]
 
 
 def read_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> dict[str, Any]:

@@ -68,8 +68,11 @@ def test_the_taught_designs_are_checked_and_optional() -> None:
     assert "taught" not in _meta() and parse_meta("m.pt", json.dumps(_meta()))  # artifacts before v0.11: none taught
     assert parse_meta("m.pt", json.dumps(_meta(taught=taught)))["taught"] == taught
     assert parse_meta("m.pt", json.dumps(_meta(taught=[])))["taught"] == []
-    what = r'taught must be null or a list of \{"name": n, "key": k\} with both strings, got '
-    for bad in ("photo.png", [{"name": "photo.png"}], [{"name": "photo.png", "key": 3}], [{**taught[0], "score": 1}]):
+    pointed = [{**taught[0], "conf": 0.35}]  # the design's own score threshold (teach, v0.16)
+    assert parse_meta("m.pt", json.dumps(_meta(taught=pointed)))["taught"] == pointed
+    what = r'taught must be null or a list of \{"name": n, "key": k, "conf": c\} with n and k strings and c null or in \[0, 1\], got '
+    bad_points = [[{**taught[0], "conf": 1.5}], [{**taught[0], "conf": "0.3"}]]
+    for bad in ("photo.png", [{"name": "photo.png"}], [{"name": "photo.png", "key": 3}], [{**taught[0], "score": 1}], *bad_points):
         with pytest.raises(ValueError, match=rf"^m\.pt: meta\.json {what}") as caught:
             parse_meta("m.pt", json.dumps(_meta(taught=bad)))
         assert "\n" not in str(caught.value)

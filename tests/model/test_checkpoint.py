@@ -241,6 +241,8 @@ def test_strip_keeps_what_teach_taught_and_every_meta_carries_it(tmp_path: Path,
         [{"name": "photo.png", "key": 3}],
         [["photo.png", "image:0"]],
         [TAUGHT[0], None],
+        [{"name": "photo.png", "key": "image:0", "conf": 1.5}],
+        [{"name": "photo.png", "key": "image:0", "conf": "0.3"}],
     ],
 )
 def test_a_bad_taught_entry_is_one_line(tmp_path: Path, bad: object) -> None:
@@ -249,7 +251,7 @@ def test_a_bad_taught_entry_is_one_line(tmp_path: Path, bad: object) -> None:
     with pytest.raises(ValueError) as caught:
         load_checkpoint(path)
     message = str(caught.value)
-    assert message.startswith(f"{path}: 'taught' entry must be a list of {{'name': str, 'key': str}}") and "\n" not in message
+    assert message.startswith(f"{path}: 'taught' entry must be a list of {{'name': str, 'key': str, 'conf': float in [0, 1]") and "\n" not in message
     assert len(message) < 300
 
 
