@@ -148,8 +148,8 @@ def _tune(  # noqa: PLR0913 - the fine-tune's inputs, each named
     sets, pairs = _tune_sets(designs, sets, work, seed)
     scored = time.perf_counter()
     before_map = _rehearsal_map(weights, sets["rehearsal"])
-    per_board = (time.perf_counter() - scored) / set_size(sets["rehearsal"])
-    reserve = per_board * (set_size(sets["clean"]) + set_size(sets["held"]) + set_size(sets["rehearsal"])) * 1.5 + 10
+    rehearsal = time.perf_counter() - scored
+    reserve = 2.3 * scoring + 1.2 * rehearsal + 10  # scoring the tuned weights again, and a drift baseline if kept
     minutes = (deadline - time.perf_counter() - reserve) / 60
     if minutes < TUNE_MIN_MINUTES:
         return None, calibrated, f"fine-tune not run: {_short_of(minutes)}", None

@@ -379,5 +379,6 @@ def test_an_output_that_fails_to_finish_leaves_no_half_result_the_others_finish(
 def test_teach_refuses_non_finite_minutes(minutes: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     golden = Path(__file__).resolve().parents[2] / "data" / "samples" / "golden"
     assert main(["teach", "--golden", str(golden), "--minutes", minutes, "--out", str(tmp_path / "t.pt")]) == 2
-    assert capsys.readouterr().err.strip() == f"defect-detector teach: error: --minutes must be a finite number > 0, got {float(minutes)}"
+    expected = f"--minutes must be a finite number of at least 1.5 (sets, scoring, calibration), got {float(minutes)}"
+    assert capsys.readouterr().err.strip() == f"defect-detector teach: error: {expected}"
     assert not (tmp_path / "t.pt").exists()
