@@ -78,7 +78,7 @@ class Inspection(Prepared):
 
     def to_json(self) -> dict[str, Any]:
         """The ``--save-json`` record (``inspect/outputs.py`` module docstring): file name, frame, verdict, reason, drift,
-        design note, registration, calls (``bbox`` COCO xywh in the frame's original pixels), dropped, merged, weights."""
+        design note, registration, working scale, calls (``bbox`` COCO xywh in the frame's original pixels), dropped, merged, weights."""
         result = self.detections
         return {
             "file_name": self.frame.file_name,
@@ -89,6 +89,7 @@ class Inspection(Prepared):
             "design_warning": self.design_warning,
             "registration": registration_json(self.registration),
             "design_taught": bool(self.design_taught),
+            "working_scale": round(float(self.working_scale), 4),
             "calls": call_json(result),
             "dropped": result.dropped if result is not None else 0,
             "merged": result.merged if result is not None else 0,
