@@ -23,9 +23,9 @@ result is kept on its :class:`~defect_detector.inspect.designs.Design`):
 
 A single-image model has no golden image: a frame is read itself, and only a frame its plan shrinks below
 ``pixel_scale`` or tiles (larger than the model input at the training scale: the frames a working scale can change),
-every such frame (about 10-20 ms on a 1024 px crop, against 150+ ms of model time for the four tiles of a 1280 px
-frame on the CPU; ``docs/golden.md`` "Scale"). Weights without a recorded ``pixel_scale`` or scale range read nothing:
-every frame is inspected as before.
+every such frame (15-25 ms on its central 640 px crop, where inspecting a 1280 px frame takes 116 ms letterboxed whole,
+575 ms as nine tiles, on a shared 2-core CPU; ``docs/golden.md`` "Scale"). Weights without a recorded
+``pixel_scale`` or scale range read nothing: every frame is inspected as before.
 """
 
 from __future__ import annotations

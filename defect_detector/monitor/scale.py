@@ -9,7 +9,7 @@ original resolution (no resampling):
   edges barely move. ``detail`` is the largest factor of :data:`FACTORS` whose round trip moves the pixels on the
   image's edges by at most :data:`ROUND_TRIP` of its contrast on average; 1.0 when even the smallest moves them more.
   DeepPCB's golden images read 1.0 (their edges are one pixel wide), all 996 of them; the same images upscaled 2x
-  read 2.0 (linear; cubic: 2.0, 1.5 for a fifth), 3x 2.5-4, 1.5x 1.25, and downscaled 0.5x 1.0. A capture really
+  read 2.0 (linear: 959 of 961; cubic: 80%, the rest 1.25-1.5), 3x 2.5-4, 1.5x 1.25, and downscaled 0.5x 1.0. A capture really
   sharp at a finer pixel (a camera with twice the resolution and sharp optics, a nearest-neighbour upscale) reads
   1.0: its detail is in its pixels, and no reading of one image tells it from a coarser design.
 - ``fine_width``: its narrowest tracks and gaps, px: the :data:`FINE_PERCENTILE` th percentile of the ridge widths
@@ -17,8 +17,8 @@ original resolution (no resampling):
   :data:`MIN_RIDGE` px (one-pixel specks and steps of the scan) left out.
 
 Why the detail, not the widths, sets the working scale: DeepPCB's designs differ more than a factor of 2. Their
-finest widths at 1x span 4-110 px (1st-99th percentile over the 997 training and held-out golden images; group 92000's
-median 40 px, group 00041's 8 px), so a board upscaled 2x has the widths of another design the model was validated on
+finest widths at 1x span 4-111 px (1st-99th percentile over the 996 training and held-out golden images with two
+phases; group 92000's median 41 px, group 00041's 8 px), so a board upscaled 2x has the widths of another design the model was validated on
 (the measurements: ``docs/golden.md``, "Scale"). The widths say what they can say: features narrower, at the model
 input, than the narrowest the weights were validated on.
 
@@ -103,8 +103,8 @@ def _detail(crop: np.ndarray, contrast: float) -> float:
 
 def image_scale(image: np.ndarray) -> ImageScale:
     """The :class:`ImageScale` of a uint8 gray ``[H, W]`` image (a golden image, or a frame; at least 8x8 px), read on
-    its central crop of at most :data:`CROP_SIDE` px. A few ms at 640x640 (about 10 for a sharp image, more for a
-    coarse one: one round trip per factor it survives). ``ValueError`` for anything else."""
+    its central crop of at most :data:`CROP_SIDE` px: 15-25 ms on a shared 2-core CPU (one round trip per factor tried:
+    two for a sharp image, up to seven for a coarse one). ``ValueError`` for anything else."""
     if not isinstance(image, np.ndarray) or image.ndim != 2 or image.dtype != np.uint8 or min(image.shape) < 8:
         raise ValueError(f"expected a uint8 gray [H, W] image of at least 8x8 px, got {getattr(image, 'shape', type(image).__name__)}")
     crop = _crop(image)
