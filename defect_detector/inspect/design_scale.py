@@ -117,7 +117,7 @@ class ScaleCheck:
         if scale.factor > 1.0:
             log.info(
                 "%s: its finest detail spans %.2gx the pixels the weights were validated at: inspected downscaled, at %.3g "
-                "model px per px (frame and golden image together; calls in its own pixels)",
+                "model px per px (its frames shrunk to it, with their golden image; calls in their own pixels)",
                 name,
                 scale.factor,
                 self.pixel_scale / scale.factor,

@@ -65,7 +65,8 @@ class Prepared:
     record are then the golden view's), else None. ``plan``: its tile plan (None: letterboxed whole). ``hidden``: its
     largest hidden region (``screens/hidden.py``), None when none or not screened. ``working_scale``: its design shows
     this many times coarser than the weights were validated at, so it is planned at ``pixel_scale / working_scale``
-    (``inspect/design_scale.py``; 1.0: as given)."""
+    (``inspect/design_scale.py``; 1.0: as given); ``scale_warning``: its design's features are finer than validated
+    (one line, also joined into ``design_warning``, which carries it to the station), else None."""
 
     frame: Frame
     levels: np.ndarray | None = field(default=None, repr=False)
@@ -81,6 +82,7 @@ class Prepared:
     plan: TileRecord | None = None
     hidden: HiddenArea | None = None
     working_scale: float = 1.0
+    scale_warning: str | None = None
 
     @property
     def refused(self) -> bool:
@@ -246,7 +248,9 @@ class Prepare:
 def _scaled(record: Prepared, scale: WorkingScale) -> Prepared:
     """``record`` at its working ``scale``: its factor, and its warning joined to the design note's."""
     warnings = [w for w in (record.design_warning, scale.warning) if w is not None]
-    return dataclasses.replace(record, working_scale=scale.factor, design_warning="; ".join(warnings) or None)
+    return dataclasses.replace(
+        record, working_scale=scale.factor, scale_warning=scale.warning, design_warning="; ".join(warnings) or None
+    )
 
 
 def reframed(record: Prepared, image: np.ndarray) -> Prepared:

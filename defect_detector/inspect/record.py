@@ -66,15 +66,18 @@ class Inspection(Prepared):
             score = f"score {self.score:.1f}" if self.score is not None else "alert raised"
             return f"drift critical: {score}; no call, but the camera may not show the board as validated: check the camera and the light"
         if self.verdict == Verdict.PASS_SUSPECT:
-            return f"untaught look: no call, but {self.design_warning}"
+            return f"{self.suspect_kind}: no call, but {self.design_warning}"
         return None
 
     @property
     def suspect_kind(self) -> str | None:
-        """Why a ``pass_suspect`` is suspect, for counting (``drift critical`` or ``untaught look``); None otherwise."""
+        """Why a ``pass_suspect`` is suspect, for counting (``drift critical``, ``untaught look`` or, when the design
+        note is only that its features are finer than validated, ``finer than validated``); None otherwise."""
         if self.verdict != Verdict.PASS_SUSPECT:
             return None
-        return "drift critical" if self.drift == "critical" else "untaught look"
+        if self.drift == "critical":
+            return "drift critical"
+        return "finer than validated" if self.design_warning == self.scale_warning else "untaught look"
 
     def to_json(self) -> dict[str, Any]:
         """The ``--save-json`` record (``inspect/outputs.py`` module docstring): file name, frame, verdict, reason, drift,

@@ -74,10 +74,13 @@ def test_a_design_finer_than_the_weights_were_validated_at_is_named_in_its_recor
     weights = _weights(tmp_path, DEFAULT_REFERENCE_WEIGHTS, {"detail": 1.0, "fine_width": 24.0, "fitted_on": 2})
     with Inspector.load(weights, reference=SAMPLES / "golden", device="cpu", threads=1, monitor=False) as inspector:
         record = inspector.inspect(_pair()[0], name="fine", reference=_pair()[1])
+        clean = inspector.inspect(_pair()[1], name="clean", reference=_pair()[1])  # the golden image itself: no call
     warning = record.design_warning
     assert warning is not None and "narrowest tracks and gaps are 10.0 px, 10.0 px at the model input: 0.42x" in warning
     assert "validated on (24.0 px)" in warning and record.working_scale == 1.0
     assert record.to_json()["design_warning"] == warning
+    assert clean.verdict.value == "pass_suspect" and clean.suspect_kind == "finer than validated"  # counted so in the summary
+    assert clean.reason == f"finer than validated: no call, but {warning}"
     assert record.to_station(datetime.now(timezone.utc)).design_warning == warning
 
 
