@@ -3,7 +3,9 @@
 ``strip WEIGHTS --domain SOURCE [--domain SOURCE2 ...] --out W2`` calls :func:`fit_domain` on the :func:`golden_paths`
 of every ``SOURCE`` together (a COCO json's ``reference`` entries, a folder of golden images, an image) and stores
 the result in the checkpoint (entry ``domain``), from which every export carries it in ``meta.json``. :func:`fit_domain`
-takes any iterable of gray golden images, so a training set of rendered looks (no files) is fitted the same way.
+takes any iterable of gray golden images, so a training set of rendered looks (no files) is fitted the same way. The
+domain carries the scale the weights were validated at (``monitor/scale.py`` ``ScaleRange``, key ``scale_range``), read
+from the same golden images.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from defect_detector.core.errors import DatasetError
 from defect_detector.data.coco_json import read_json, resolve_images_root
 from defect_detector.data.images import IMAGE_SUFFIXES, load_image_gray
 from defect_detector.monitor.domain import DomainModel, design_stats
+from defect_detector.monitor.scale import ScaleRange, image_scale
 
 log = logging.getLogger("defect_detector.engine")
 
@@ -51,9 +54,15 @@ def read_gray(path: str | os.PathLike[str]) -> np.ndarray:
 
 
 def fit_domain(images: Iterable[np.ndarray]) -> DomainModel:
-    """A :class:`DomainModel` of gray uint8 ``[H, W]`` golden images (any iterable: files read lazily, or rendered looks).
-    ``ValueError`` when fewer than 2 have two grey-level phases."""
-    return DomainModel.fit(design_stats(image) for image in images)
+    """A :class:`DomainModel` of gray uint8 ``[H, W]`` golden images (any iterable: files read lazily, or rendered looks),
+    with the :class:`ScaleRange` of the same images. ``ValueError`` when fewer than 2 have two grey-level phases."""
+    stats, scales = [], []
+    for image in images:
+        stats.append(design_stats(image))
+        scales.append(image_scale(image))
+    model = DomainModel.fit(stats)
+    model.scale_range = ScaleRange.fit(scales)
+    return model
 
 
 def fit_domain_files(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> DomainModel:
@@ -80,9 +89,13 @@ def fit_domain_files(sources: str | os.PathLike[str] | Sequence[str | os.PathLik
 def extend_domain(domain: dict[str, Any] | None, images: Iterable[np.ndarray]) -> dict[str, Any] | None:
     """A checkpoint's ``domain`` entry (``DomainModel.to_dict()`` form, None: the weights carry none) with the looks of
     the taught golden images ``images`` (gray uint8 ``[H, W]``) added as references (:meth:`DomainModel.extend`), for
-    ``teach`` to store in the weights it writes: those designs are then known. None stays None (no domain, no warning)."""
+    ``teach`` to store in the weights it writes: those designs are then known, and validated at their scale (the
+    domain's ``scale_range`` widened). None stays None (no domain, no warning)."""
     if domain is None:
         return None
     model = DomainModel.from_dict(domain, where="domain")
+    images = list(images)
     model.extend([design_stats(image) for image in images])
+    if model.scale_range is not None:
+        model.scale_range = model.scale_range.widen([image_scale(image) for image in images])
     return model.to_dict()

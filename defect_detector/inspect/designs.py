@@ -4,7 +4,8 @@ A :class:`Design` holds what every frame of one golden image shares, computed on
 
 - its registration pyramid (the :class:`~defect_detector.align.register.Registrar`, which also keeps the last good
   matrix of a fixed fixture and the golden check's reference levels);
-- its design-domain note (``inspect/design_check.py``), set by the prepare stage;
+- its design-domain note (``inspect/design_check.py``) and its working scale (``inspect/design_scale.py``), set by the
+  prepare stage;
 - its drift statistics (``monitor/golden.py`` :class:`Golden`), set by ``inspect/drift_inputs.py``;
 - its trunk features for a siamese model, kept by the frame pipeline under the design's key (``Pipeline.design_features``).
 
@@ -46,9 +47,10 @@ class Design:
     ``pixel_fingerprint``); ``name``: what a line engineer calls it (its file name; the key for pixels given);
     ``file``: its path, or :data:`GIVEN`; ``image``: uint8 ``[H, W]`` as given (not registered); ``registrar``: its
     registration pyramid. The other fields are filled by the stages that need them, once per design: ``note`` (the
-    design check's ``DesignNote``), ``drift`` (its ``Golden`` statistics) and ``binarized`` (``align/photometric.py``
-    ``is_binarized``: a scan of two levels has no light to match). Its siamese trunk features are kept by the
-    frame pipeline that computed them (``Pipeline.design_features``: they belong to that pipeline's model)."""
+    design check's ``DesignNote``), ``scale`` (its ``WorkingScale``), ``drift`` (its ``Golden`` statistics) and
+    ``binarized`` (``align/photometric.py`` ``is_binarized``: a scan of two levels has no light to match). Its siamese
+    trunk features are kept by the frame pipeline that computed them (``Pipeline.design_features``: they belong to
+    that pipeline's model)."""
 
     key: str
     name: str
@@ -56,6 +58,7 @@ class Design:
     image: np.ndarray = field(repr=False)
     registrar: Registrar = field(repr=False)
     note: Any = None
+    scale: Any = None
     drift: Any = None
     binarized: bool | None = None
 

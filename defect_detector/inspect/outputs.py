@@ -3,7 +3,7 @@ source: a folder run killed with -9 leaves its frames too), ``--report`` (a CSV 
 ``--save-dir`` (annotated images, or one annotated ``.mp4``).
 
 Every frame of the source has its record, whatever happened to it: ``{"file_name", "frame", "verdict", "reason",
-"drift", "design_warning", "design_taught", "registration", "calls": [{"category_name", "bbox": [x, y, w, h], "score"}],
+"drift", "design_warning", "design_taught", "registration", "working_scale", "calls": [{"category_name", "bbox": [x, y, w, h], "score"}],
 "dropped", "merged", "weights"}``
 with ``verdict`` ``pass``, ``pass_suspect`` (no call, under a critical drift alert or with an untaught look), ``fail`` or ``not_inspected``
 (``reason`` says why), ``bbox`` in the frame's original pixels and ``dropped`` the calls the ``max_det`` cap cut
@@ -13,7 +13,9 @@ with ``verdict`` ``pass``, ``pass_suspect`` (no call, under a critical drift ale
 unlike the model's training images (``inspect/design_check.py``: a warning, the frame is inspected as before), else
 null; ``design_taught``: whether the weights were taught the frame's golden image (``teach``; never warned about);
 ``registration``: how its golden image sat in the frame (``shift`` px, ``angle`` degrees, ``score``, the golden check's
-``difference`` and ``spread``, ``reused``: the fixture's cached matrix), null without one.
+``difference`` and ``spread``, ``reused``: the fixture's cached matrix), null without one; ``working_scale``: the
+frame's design showed this many times coarser than the weights were validated at and was inspected downscaled to it
+(``inspect/design_scale.py``; 1.0: as given; a design finer than validated is named in ``design_warning``).
 ``json_layout="detections"`` writes v0.8's flat list of calls instead (for scripts that read it). A frame that was
 not inspected is stamped NOT INSPECTED with its reason in ``--save-dir``.
 

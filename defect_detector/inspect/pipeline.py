@@ -171,15 +171,21 @@ class Pipeline:
         a siamese model whose artifact holds the golden-features graph), one pass (no test-time augmentation)."""
         return bool(getattr(self.runtime, "caches_golden", False)) and self.runtime.tta == "none"
 
-    def plan(self, height: int, width: int) -> TileRecord | None:
+    def plan(self, height: int, width: int, factor: float = 1.0) -> TileRecord | None:
         """How a ``height x width`` frame is placed on the model input: its :class:`TileRecord`, or None to letterbox it whole.
 
         Auto (``tile`` None): tile when the model records its training ``pixel_scale`` and the letterbox scale
         ``min(imgsz / height, imgsz / width)`` is below ``pixel_scale / TILE_WHEN_SHRUNK``. Tiles are
         ``round(imgsz / pixel_scale)`` original pixels square (``imgsz`` when no scale is recorded), overlapping by at
         least ``round(TILE_OVERLAP / pixel_scale)`` pixels (at most half a tile).
+
+        ``factor``: the frame's working scale (``inspect/design_scale.py``): its design shows ``factor`` times coarser
+        than the weights were validated at, so it is planned at ``pixel_scale / factor`` (fewer, larger tiles, or the
+        frame letterboxed whole, each shrunk to the validated scale; frame and golden image alike). The letterbox and
+        tile records of its detections say so, and map its calls back to its pixels. Ignored without a ``pixel_scale``.
         """
         imgsz, scale, tile = self.runtime.imgsz, self.runtime.pixel_scale, self.tile
+        scale = scale / factor if scale else scale
         if tile is None:
             tile = scale is not None and min(imgsz / height, imgsz / width) < scale / TILE_WHEN_SHRUNK
         if not tile:
@@ -187,6 +193,12 @@ class Pipeline:
         side = max(1, round(imgsz / scale)) if scale else imgsz
         overlap = round(TILE_OVERLAP / scale) if scale else TILE_OVERLAP
         return plan_tiles(height, width, side, min(overlap, side // 2))
+
+    def input_scale(self, height: int, width: int, factor: float = 1.0) -> float:
+        """Model-input pixels per pixel of a ``height x width`` frame planned at ``factor`` (:meth:`plan`): its tiles'
+        letterbox scale, or its own when letterboxed whole."""
+        record = self.plan(height, width, factor)
+        return self.runtime.imgsz / (record.tile if record is not None else max(height, width))
 
     def inputs(
         self,

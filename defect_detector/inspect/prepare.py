@@ -4,6 +4,8 @@
       -> levels and the blank check                      (screens/blank.py)
       -> its design: the golden image, keyed by pixels    (inspect/designs.py; golden-template models)
       -> the design check's note                          (inspect/design_check.py, once per design)
+      -> its working scale                                (inspect/design_scale.py, once per design; a single-image
+                                                           model's large frames, each)
       -> registration and the golden check                (the design's Registrar: align/register.py)
       -> the photometric fit: golden levels to the board's (align/photometric.py)
       -> coverage and exposure screen                     (screens/frame.py)
@@ -33,6 +35,7 @@ from defect_detector.align.register import Registration
 from defect_detector.core.refusal import Refusal, RefusalKind
 from defect_detector.core.types import Detections, TileRecord
 from defect_detector.inspect.design_check import NO_NOTE, DesignCheck
+from defect_detector.inspect.design_scale import AS_GIVEN, ScaleCheck, WorkingScale
 from defect_detector.inspect.designs import Design, Designs
 from defect_detector.inspect.frame import Frame
 from defect_detector.inspect.pipeline import Pipeline, check_channels, gray_frame
@@ -60,7 +63,10 @@ class Prepared:
     frame's pixels at the frame's levels, ``covered`` bool ``[H, W]`` where that has data. ``view``: the frame in its
     golden image's pixels when the model sees it there (``align/golden_view.py``; ``plan`` and the detections' letterbox
     record are then the golden view's), else None. ``plan``: its tile plan (None: letterboxed whole). ``hidden``: its
-    largest hidden region (``screens/hidden.py``), None when none or not screened."""
+    largest hidden region (``screens/hidden.py``), None when none or not screened. ``working_scale``: its design shows
+    this many times coarser than the weights were validated at, so it is planned at ``pixel_scale / working_scale``
+    (``inspect/design_scale.py``; 1.0: as given); ``scale_warning``: its design's features are finer than validated
+    (one line, also joined into ``design_warning``, which carries it to the station), else None."""
 
     frame: Frame
     levels: np.ndarray | None = field(default=None, repr=False)
@@ -75,6 +81,8 @@ class Prepared:
     view: GoldenView | None = field(default=None, repr=False)
     plan: TileRecord | None = None
     hidden: HiddenArea | None = None
+    working_scale: float = 1.0
+    scale_warning: str | None = None
 
     @property
     def refused(self) -> bool:
@@ -96,7 +104,8 @@ class Prepare:
     ``designs`` (the golden images; None for a single-image model), ``design_check`` (None: no design notes),
     ``calibration``: the calibration frames' levels a single-image model's exposure is read against
     (``screens/frame.py`` ``calibration_levels``; None: absolute limits only). ``screen_hidden``: refuse frames with
-    hidden area (``screens/hidden.py``; False: the largest hidden region is still measured and kept, for a ROC)."""
+    hidden area (``screens/hidden.py``; False: the largest hidden region is still measured and kept, for a ROC).
+    ``scale_check``: the working-scale rule of the weights (``inspect/design_scale.py``; None when they record none)."""
 
     def __init__(
         self,
@@ -110,6 +119,7 @@ class Prepare:
         self.pipeline, self.designs, self.design_check, self.calibration = pipeline, designs, design_check, calibration
         self.photometric_range = PhotometricRange()
         self.screen_hidden = True
+        self.scale_check = ScaleCheck.of(pipeline)
 
     def __call__(self, frame: Frame, given: Any = None) -> Prepared:
         """The record of ``frame`` (gray uint8 ``[H, W]``, or an unreadable frame): refused or ready for the model.
@@ -156,8 +166,10 @@ class Prepare:
         if self.pipeline.golden_view and record.design is not None:
             reg = record.registration
             record = dataclasses.replace(record, view=warp_into_golden(image, record.design.image, reg.matrix, reg.photometric))
+        if record.design is None and self.scale_check is not None:  # a single-image model's frame
+            record = _scaled(record, self.scale_check.frame(image, record.frame.file_name))
         board = record.view.board if record.view is not None else image
-        return dataclasses.replace(record, plan=self.pipeline.plan(*board.shape))
+        return dataclasses.replace(record, plan=self.pipeline.plan(*board.shape, record.working_scale))
 
     def _hidden(self, record: Prepared, captured: np.ndarray | None) -> Prepared:
         """``record`` with its largest hidden region (``screens/hidden.py``), refused when it hides too much: against the
@@ -215,13 +227,30 @@ class Prepare:
         frame = record.frame
         design, golden_name = self.designs.of(frame.file_name, given)
         note = self.design_check.note(design, frame.file_name) if self.design_check is not None else NO_NOTE
-        return dataclasses.replace(record, design=design, golden_name=golden_name, design_warning=note.warning, design_taught=note.taught)
+        record = dataclasses.replace(record, design=design, golden_name=golden_name, design_warning=note.warning, design_taught=note.taught)
+        return _scaled(record, self._scale(design))
+
+    def _scale(self, design: Design) -> WorkingScale:
+        """``design``'s working scale, read on its first frame (logged then) and kept on it."""
+        if design.scale is None:
+            design.scale = AS_GIVEN if self.scale_check is None else self.scale_check.read(design.image, design.name)
+            if self.scale_check is not None:
+                self.scale_check.log(design.scale, design.name)
+        return design.scale
 
     def _register(self, record: Prepared) -> Prepared:
         """``record`` with its design's golden image registered into the frame (``ReferenceError`` if none fits)."""
         frame = record.frame
         golden, registration = self.designs.register(record.design, frame.image, frame.file_name, self.pipeline.align)
         return dataclasses.replace(record, golden=golden, registration=registration, covered=registration.covered(frame.image.shape))
+
+
+def _scaled(record: Prepared, scale: WorkingScale) -> Prepared:
+    """``record`` at its working ``scale``: its factor, and its warning joined to the design note's."""
+    warnings = [w for w in (record.design_warning, scale.warning) if w is not None]
+    return dataclasses.replace(
+        record, working_scale=scale.factor, scale_warning=scale.warning, design_warning="; ".join(warnings) or None
+    )
 
 
 def reframed(record: Prepared, image: np.ndarray) -> Prepared:

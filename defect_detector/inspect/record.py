@@ -66,19 +66,22 @@ class Inspection(Prepared):
             score = f"score {self.score:.1f}" if self.score is not None else "alert raised"
             return f"drift critical: {score}; no call, but the camera may not show the board as validated: check the camera and the light"
         if self.verdict == Verdict.PASS_SUSPECT:
-            return f"untaught look: no call, but {self.design_warning}"
+            return f"{self.suspect_kind}: no call, but {self.design_warning}"
         return None
 
     @property
     def suspect_kind(self) -> str | None:
-        """Why a ``pass_suspect`` is suspect, for counting (``drift critical`` or ``untaught look``); None otherwise."""
+        """Why a ``pass_suspect`` is suspect, for counting (``drift critical``, ``untaught look`` or, when the design
+        note is only that its features are finer than validated, ``finer than validated``); None otherwise."""
         if self.verdict != Verdict.PASS_SUSPECT:
             return None
-        return "drift critical" if self.drift == "critical" else "untaught look"
+        if self.drift == "critical":
+            return "drift critical"
+        return "finer than validated" if self.design_warning == self.scale_warning else "untaught look"
 
     def to_json(self) -> dict[str, Any]:
         """The ``--save-json`` record (``inspect/outputs.py`` module docstring): file name, frame, verdict, reason, drift,
-        design note, registration, calls (``bbox`` COCO xywh in the frame's original pixels), dropped, merged, weights."""
+        design note, registration, working scale, calls (``bbox`` COCO xywh in the frame's original pixels), dropped, merged, weights."""
         result = self.detections
         return {
             "file_name": self.frame.file_name,
@@ -89,6 +92,7 @@ class Inspection(Prepared):
             "design_warning": self.design_warning,
             "registration": registration_json(self.registration),
             "design_taught": bool(self.design_taught),
+            "working_scale": round(float(self.working_scale), 4),
             "calls": call_json(result),
             "dropped": result.dropped if result is not None else 0,
             "merged": result.merged if result is not None else 0,

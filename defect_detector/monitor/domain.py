@@ -27,6 +27,8 @@ import cv2
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from defect_detector.monitor.scale import ScaleRange
+
 WORK_SIDE = 1024
 """Histogram and track-width features are read on the image downscaled (INTER_AREA) to at most this side; edge width
 and texture on its central crop of at most this side at the original resolution (no resampling)."""
@@ -186,6 +188,7 @@ class _DomainFile(BaseModel):
     taught: list[_Vector] = []
     threshold: Annotated[float, Field(gt=0, allow_inf_nan=False)]
     fitted_on: int = 0
+    scale_range: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> _DomainFile:
@@ -194,6 +197,8 @@ class _DomainFile(BaseModel):
         rows = (self.centre, self.scale, self.low, self.high, *self.references, *self.taught)
         if min(self.scale) <= 0 or not all(math.isfinite(v) for row in rows for v in row):
             raise ValueError("scale must be positive and every number finite")
+        if self.scale_range is not None:
+            ScaleRange.from_dict(self.scale_range)
         return self
 
 
@@ -204,7 +209,8 @@ class DomainModel:
     ``centre`` / ``scale``: float64 ``[F]`` per feature (model units, :meth:`DesignStats.vector`); ``low`` / ``high``:
     float64 ``[F]`` the least and greatest raw value seen (the words of :meth:`explain`); ``references``: float64
     ``[R, F]`` standardised training vectors (R <= :data:`MAX_REFERENCES`); ``taught``: float64 ``[T, F]`` those added by
-    :meth:`extend`; ``threshold``: the distance above which a golden image is unlike them; ``fitted_on``: goldens read."""
+    :meth:`extend`; ``threshold``: the distance above which a golden image is unlike them; ``fitted_on``: goldens read;
+    ``scale_range``: the scale the weights were validated at (``monitor/scale.py``; None: not recorded, no scale check)."""
 
     centre: np.ndarray
     scale: np.ndarray
@@ -214,6 +220,7 @@ class DomainModel:
     threshold: float
     taught: np.ndarray
     fitted_on: int = 0
+    scale_range: ScaleRange | None = None
 
     @classmethod
     def fit(cls, stats: Iterable[DesignStats]) -> DomainModel:
@@ -278,12 +285,13 @@ class DomainModel:
         return len(rows)
 
     def to_dict(self) -> dict[str, Any]:
-        """A small JSON-ready dict (numbers rounded to 4 decimals); :meth:`from_dict` reads it back."""
+        """A small JSON-ready dict (numbers rounded to 4 decimals; ``scale_range`` only when recorded); :meth:`from_dict`
+        reads it back."""
 
         def rows(a: np.ndarray) -> list[Any]:
             return np.round(a, 4).tolist()
 
-        return {
+        out = {
             "version": 1,
             "features": list(FEATURES),
             "centre": rows(self.centre),
@@ -295,6 +303,7 @@ class DomainModel:
             "threshold": round(float(self.threshold), 4),
             "fitted_on": int(self.fitted_on),
         }
+        return out if self.scale_range is None else out | {"scale_range": self.scale_range.to_dict()}
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "domain") -> DomainModel:
@@ -307,7 +316,8 @@ class DomainModel:
             raise ValueError(f"{where}: {key}: {first['msg']}") from None
         arrays = {k: np.asarray(getattr(parsed, k), dtype=np.float64) for k in ("centre", "scale", "low", "high", "references")}
         taught = np.asarray(parsed.taught, dtype=np.float64).reshape(-1, len(FEATURES))
-        return cls(**arrays, threshold=parsed.threshold, taught=taught, fitted_on=parsed.fitted_on)
+        scale_range = ScaleRange.from_dict(parsed.scale_range) if parsed.scale_range is not None else None
+        return cls(**arrays, threshold=parsed.threshold, taught=taught, fitted_on=parsed.fitted_on, scale_range=scale_range)
 
 
 def _farthest_points(z: np.ndarray, count: int) -> np.ndarray:
