@@ -33,6 +33,7 @@ from defect_detector.align.golden_check import (
     Structure,
     compare,
     covered_area,
+    differing,
     golden_side,
     structure,
     unlike_region,
@@ -180,14 +181,21 @@ def _refusal(found: Structure, region: float, cfg: RegisterConfig) -> str:
     )
 
 
-def _checked(
-    reg: Registration, warped: np.ndarray, image: np.ndarray, reference: np.ndarray, cfg: RegisterConfig, side: GoldenSide | None = None
+def _checked(  # noqa: PLR0913 - the pair, the config, and the golden side to reuse or keep
+    reg: Registration,
+    warped: np.ndarray,
+    image: np.ndarray,
+    reference: np.ndarray,
+    cfg: RegisterConfig,
+    side: GoldenSide | None = None,
+    keep: bool = False,
 ) -> tuple[Registration, GoldenSide | None]:
     """``reg`` with the golden check's measures and the golden image's shape, refused (``ok`` False, ``reason``) when
     the golden image (``reference``, unwarped; ``warped`` uint8 ``[H, W]`` registered into the frame ``image``) does not
     show the frame's design at its scale; and the check's golden side (``golden_check.GoldenSide`` of ``warped`` within
-    ``reg``'s covered area; None when the sizes refuse it). ``side``: the golden side prepared for ``warped`` and
-    ``reg.covered_mask`` on an earlier frame (reused when it is that mask's; else prepared here)."""
+    ``reg``'s covered area), None when none was used. ``side``: the golden side prepared for ``warped`` and
+    ``reg.covered_mask`` on an earlier frame (used when it is that mask's); ``keep``: else prepare one (for the frames
+    after), where without it the check of this one frame keeps nothing (``golden_check.differing``)."""
     reg = replace(reg, reference_shape=(int(reference.shape[0]), int(reference.shape[1])))
     if not reg.ok:
         return reg, side
@@ -197,8 +205,8 @@ def _checked(
         if reg.covered_mask is None or reg.covered_mask.shape != image.shape:  # a mask is always its own matrix's
             reg = replace(reg, covered_mask=covered_area(reg.matrix, reference.shape, image.shape))
         if side is None or side.valid is not reg.covered_mask:
-            side = golden_side(warped, reg.covered_mask)
-        difference = compare(side, image)
+            side = golden_side(warped, reg.covered_mask) if keep else None
+        difference = compare(side, image) if side is not None else differing(warped, image, reg.covered_mask)
         differs, valid = difference.differs, difference.valid
         found = structure(*difference)
         refused = found.another_design(cfg.max_spread, cfg.max_tracks, cfg.max_slivers, cfg.max_missing)
@@ -234,7 +242,7 @@ def _check_given(
     blank_reason = " and ".join(f"{'golden image' if b == 'reference' else 'frame'} is blank (one grey level)" for b in blank)
     covered = side.valid if side is not None and side.valid.shape == image.shape else None  # the identity's covered area
     reg = Registration(identity, 1.0, not blank, 0.0, 0.0, 1.0, reason=blank_reason, covered_mask=covered)
-    return _checked(reg, reference, image, reference, cfg, side)
+    return _checked(reg, reference, image, reference, cfg, side, keep=True)
 
 
 def _register(
@@ -289,7 +297,9 @@ class Registrar:
     The golden check runs on every frame, but its golden side (``golden_check.GoldenSide``: the warped golden image at
     its two levels, their dilation and erosion, the covered cells, the golden image's whole features) depends only on
     the golden image and the matrix: it is kept with the cached matrix and reused while that matrix is (and, for
-    :meth:`as_given`, once per frame shape). ``prepared`` counts the golden sides prepared."""
+    :meth:`as_given`, once per frame shape). It is prepared on the matrix's first reuse, not with the matrix: a frame
+    of a design met once (a new golden image every frame) is checked as before, keeping nothing. ``prepared`` counts the
+    golden sides prepared."""
 
     def __init__(self, reference: np.ndarray | None = None, cfg: RegisterConfig | None = None) -> None:
         self.cfg = cfg or RegisterConfig()
@@ -328,12 +338,14 @@ class Registrar:
             init = reg.matrix
             score = self._reuse_score(frame, reg, scored) if self.cfg.reuse else None
             if score is not None:
-                checked, used = _checked(replace(reg, score=score, reused=True), warped, frame.image, self._ref.image, self.cfg, side)
-                self.prepared += used is not side
+                reused = replace(reg, score=score, reused=True)
+                checked, used = _checked(reused, warped, frame.image, self._ref.image, self.cfg, side, keep=True)
+                if used is not side:  # the matrix's first reuse: its golden side, kept with it
+                    self.prepared += 1
+                    self._cache = (warped, reg, used, scored)
                 if checked.ok:  # the golden check runs on every frame: a cached matrix is no licence
                     return warped.copy(), checked
-        warped, reg, side, scored = _register(frame, self.cfg, init)
-        self.prepared += side is not None
+        warped, reg, side, scored = _register(frame, self.cfg, init)  # a new matrix: no golden side kept yet
         if reg.ok:
             self._cache = (warped, reg, side, scored)
         return warped.copy(), reg

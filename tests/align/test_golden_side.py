@@ -101,9 +101,10 @@ def test_a_registrar_reusing_its_golden_side_decides_as_a_fresh_check(board: str
     for name, image in frames.items():
         if name == "golden image 6 px off":
             shifted = _moved(warped, 6.0, -4.0)  # what a reused matrix 6 px off would warp: a side prepared for it
-            kept, side = _checked(dataclasses.replace(cached, reused=True), shifted, image, golden, registrar.cfg)
-            again, _ = _checked(dataclasses.replace(cached, reused=True), shifted, image, golden, registrar.cfg, side)
-            fresh, _ = _checked(dataclasses.replace(cached, reused=True), shifted, image, golden, registrar.cfg)
+            kept, side = _checked(dataclasses.replace(cached, reused=True), shifted, image, golden, registrar.cfg, keep=True)
+            again, used = _checked(dataclasses.replace(cached, reused=True), shifted, image, golden, registrar.cfg, side)
+            fresh, none = _checked(dataclasses.replace(cached, reused=True), shifted, image, golden, registrar.cfg)
+            assert side is not None and used is side and none is None
             assert _fields(again) == _fields(fresh) == _fields(kept) and not again.ok
             continue
         _, reg = registrar(image)
@@ -115,7 +116,7 @@ def test_a_registrar_reusing_its_golden_side_decides_as_a_fresh_check(board: str
 
 def test_a_fixed_fixture_prepares_its_golden_side_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Eight frames of one board in a fixture (moved 0-0.5 px): registration is reused and the golden side is prepared
-    once (calls counted), where the check prepared it for every frame before issue 46."""
+    once, on the first reuse (calls counted), where the check prepared it for every frame before issue 46."""
     calls = []
     prepare = register_module.golden_side
     monkeypatch.setattr(register_module, "golden_side", lambda *a, **k: calls.append(1) or prepare(*a, **k))
