@@ -147,14 +147,47 @@ class Structure:
         return self.spread > max_spread or self.tracks > max_tracks or self.slivers > max_slivers or self.missing > max_missing
 
 
+class Features(NamedTuple):
+    """The golden image's whole features (:func:`missing_features`), labelled once at a :data:`_FEATURE_STEP` px step:
+    per level (dark, bright) ``labels`` int32 ``[ceil(H / 4), ceil(W / 4)]`` (0: not that level or not covered) and
+    ``area`` int64 ``[count]`` each label's pixel count (at that step), ``whole`` bool ``[count]`` the labels of
+    :data:`FEATURE_PX` px or more not cut by the covered area's edge (label 0 False); ``size`` ``(w, h)`` of the grid."""
+
+    labels: tuple[np.ndarray, ...]
+    area: tuple[np.ndarray, ...]
+    whole: tuple[np.ndarray, ...]
+    size: tuple[int, int]
+
+
+class GoldenSide(NamedTuple):
+    """The golden check's work on the golden side of a pair: what depends only on the registered golden image and the
+    covered area (so on the golden image and the matrix), done once and reused for every frame they fit (a fixed
+    fixture's reused matrix: ``align/register.py`` :class:`~defect_detector.align.register.Registrar`). ``valid`` bool
+    ``[H, W]`` the covered area (frame pixels), ``covered`` its pixel count; ``golden`` float32 ``[H, W]`` the golden
+    image at its two levels (:func:`_normalised`: 0 dark, 1 bright, 0.5 outside ``valid``), ``upper`` / ``lower`` float32
+    ``[H, W]`` its :data:`TOLERANCE_PX` dilation plus :data:`CONTRAST` and erosion minus it, ``cells`` bool the
+    covered :data:`CELL_PX` cells, ``features`` its whole features; ``golden``, ``upper``, ``lower`` and ``features``
+    are None when too little is covered or the golden image is blank there (the pair is blank: :data:`BLANK`)."""
+
+    valid: np.ndarray
+    covered: int
+    golden: np.ndarray | None
+    upper: np.ndarray | None
+    lower: np.ndarray | None
+    cells: np.ndarray
+    features: Features | None
+
+
 class Difference(NamedTuple):
     """What :func:`differing` found: ``differs`` bool ``[H, W]`` (None: too little covered, or a blank image),
     ``valid`` bool ``[H, W]`` the covered area used, ``golden`` float32 ``[H, W]`` the registered golden image at its
-    two levels (0 dark, 1 bright, 0.5 outside ``valid``; None with ``differs``)."""
+    two levels (0 dark, 1 bright, 0.5 outside ``valid``; None with ``differs``), ``side`` the :class:`GoldenSide` it was
+    measured with (None: none was prepared)."""
 
     differs: np.ndarray | None
     valid: np.ndarray
     golden: np.ndarray | None = None
+    side: GoldenSide | None = None
 
 
 BLANK = Structure(1.0, 1.0, 0.0, 0.0, 1.0, 0.0)
@@ -195,10 +228,49 @@ def _normalised(image: np.ndarray, mask: np.ndarray, outside: np.ndarray) -> np.
     return out
 
 
+def golden_side(golden: np.ndarray, valid: np.ndarray | None = None) -> GoldenSide:
+    """The :class:`GoldenSide` of the registered golden image (uint8 ``[H, W]``, frame pixels) within the covered area
+    ``valid`` (bool ``[H, W]``; None: all of it), for :func:`compare` with every frame of that shape it is registered to."""
+    valid = np.ones(golden.shape, bool) if valid is None else np.ascontiguousarray(valid, dtype=bool)
+    if valid.shape != golden.shape:
+        raise ValueError(f"golden image {golden.shape} and covered area {valid.shape} must have one shape")
+    mask = valid.view(np.uint8)
+    covered = cv2.countNonZero(mask)
+    grid = (-(-golden.shape[1] // CELL_PX), -(-golden.shape[0] // CELL_PX))
+    cells = cv2.resize(mask, grid, interpolation=cv2.INTER_AREA) > 0
+    if covered < 16 or cv2.meanStdDev(golden, mask=mask)[1][0, 0] < 1e-3:
+        return GoldenSide(valid, covered, None, None, None, cells, None)
+    planes = np.empty((3, *golden.shape), np.float32)  # one block, kept whole: fewer fresh pages to fault in per frame
+    b, upper, lower = planes
+    np.copyto(b, _normalised(golden, mask, ~valid))
+    kernel = np.ones((2 * TOLERANCE_PX + 1,) * 2, np.uint8)
+    c = np.float32(CONTRAST)
+    cv2.dilate(b, kernel, dst=upper)
+    cv2.erode(b, kernel, dst=lower)
+    upper += c
+    lower -= c
+    return GoldenSide(valid, covered, b, upper, lower, cells, _features(b, valid))
+
+
+def compare(side: GoldenSide, image: np.ndarray) -> Difference:
+    """The :class:`Difference` of the frame (uint8 ``[H, W]``, the shape of ``side``) and a golden image prepared as
+    ``side`` (:func:`golden_side`): where they disagree beyond tolerance, slivers removed (module docstring); what
+    :func:`differing` finds, without its golden-side work."""
+    valid = side.valid
+    if image.shape != valid.shape:
+        raise ValueError(f"frame {image.shape} and golden side {valid.shape} must have one shape")
+    mask = valid.view(np.uint8)
+    if side.golden is None or cv2.meanStdDev(image, mask=mask)[1][0, 0] < 1e-3:
+        return Difference(None, valid, side=side)
+    a = _normalised(image, mask, ~valid)
+    return _differs((a > side.upper) | (a < side.lower), a, side.golden, valid, side)
+
+
 def differing(golden: np.ndarray, image: np.ndarray, valid: np.ndarray | None = None) -> Difference:
     """The :class:`Difference` of the registered golden image (uint8 ``[H, W]``) and the frame (uint8 ``[H, W]``)
     within the covered area ``valid`` (bool ``[H, W]``; None: all of the frame): where they disagree beyond tolerance,
-    slivers removed (module docstring)."""
+    slivers removed (module docstring). For one frame: nothing of the golden side is kept (a kept
+    :class:`GoldenSide` costs the first frame more, measured 1.3x, in fresh memory: :func:`compare` for many)."""
     valid = np.ones(image.shape, bool) if valid is None else np.ascontiguousarray(valid, dtype=bool)
     if golden.shape != image.shape or valid.shape != image.shape:
         raise ValueError(f"golden image {golden.shape}, frame {image.shape} and covered area {valid.shape} must have one shape")
@@ -209,31 +281,52 @@ def differing(golden: np.ndarray, image: np.ndarray, valid: np.ndarray | None = 
     a, b = _normalised(image, mask, outside), _normalised(golden, mask, outside)
     kernel = np.ones((2 * TOLERANCE_PX + 1,) * 2, np.uint8)
     c = np.float32(CONTRAST)
-    differs = (a > cv2.dilate(b, kernel) + c) | (a < cv2.erode(b, kernel) - c)
+    return _differs((a > cv2.dilate(b, kernel) + c) | (a < cv2.erode(b, kernel) - c), a, b, valid, None)
+
+
+def _differs(frame_out: np.ndarray, a: np.ndarray, b: np.ndarray, valid: np.ndarray, side: GoldenSide | None) -> Difference:
+    """The :class:`Difference` given ``frame_out`` (bool ``[H, W]``: where the frame ``a`` lies outside what the golden
+    image ``b`` shows nearby; both float32 ``[H, W]`` at their two levels) and the other way round, measured here."""
+    kernel = np.ones((2 * TOLERANCE_PX + 1,) * 2, np.uint8)
+    c = np.float32(CONTRAST)
+    differs = frame_out
     differs |= (b > cv2.dilate(a, kernel) + c) | (b < cv2.erode(a, kernel) - c)
     differs &= valid
     differs = cv2.morphologyEx(differs.view(np.uint8), cv2.MORPH_OPEN, np.ones((SLIVER_PX, SLIVER_PX), np.uint8))
-    return Difference(differs.view(bool), valid, b)
+    return Difference(differs.view(bool), valid, b, side)
 
 
-def missing_features(differs: np.ndarray, valid: np.ndarray, golden: np.ndarray) -> int:
-    """How many whole features of the golden image are missing from the frame: connected regions of either of its two
-    levels (``golden``, float32 ``[H, W]`` of :class:`Difference`) of :data:`FEATURE_PX` px or more, not touching the
-    edge of the covered area ``valid`` (a feature cut there is not whole), of which :data:`FEATURE_GONE` or more of the
-    pixels differ (``differs``, bool ``[H, W]``). Labelled at a :data:`_FEATURE_STEP` px step."""
+def _features(golden: np.ndarray, valid: np.ndarray) -> Features:
+    """The :class:`Features` of the golden image at its two levels (float32 ``[H, W]``, :func:`_normalised`) within the
+    covered area ``valid`` (bool ``[H, W]``)."""
     size = (-(-golden.shape[1] // _FEATURE_STEP), -(-golden.shape[0] // _FEATURE_STEP))
     small = cv2.resize(golden, size, interpolation=cv2.INTER_LINEAR)  # INTER_AREA costs 5x as much
-    gone = cv2.resize(differs.view(np.uint8) * np.uint8(255), size, interpolation=cv2.INTER_LINEAR) > 127
     covered = cv2.resize(valid.view(np.uint8), size, interpolation=cv2.INTER_NEAREST)
     rim = covered > cv2.erode(covered, np.ones((3, 3), np.uint8), borderType=cv2.BORDER_CONSTANT, borderValue=0)
-    count = 0
+    labelled, areas, kept = [], [], []
     for level in (small < 0.5, small > 0.5):
         n, labels = cv2.connectedComponents((level & (covered > 0)).view(np.uint8), connectivity=8)  # stats cost 20x more
         area = np.bincount(labels.ravel(), minlength=n)
-        whole = (area * _FEATURE_STEP**2 >= FEATURE_PX) & (np.bincount(labels[gone], minlength=n) >= FEATURE_GONE * area)
+        whole = area * _FEATURE_STEP**2 >= FEATURE_PX
         whole[np.unique(labels[rim])] = False  # cut by the covered area's edge: not a whole feature
         whole[0] = False
-        count += int(whole.sum())
+        labelled.append(labels)
+        areas.append(area)
+        kept.append(whole)
+    return Features(tuple(labelled), tuple(areas), tuple(kept), size)
+
+
+def missing_features(differs: np.ndarray, valid: np.ndarray, golden: np.ndarray, features: Features | None = None) -> int:
+    """How many whole features of the golden image are missing from the frame: connected regions of either of its two
+    levels (``golden``, float32 ``[H, W]`` of :class:`Difference`) of :data:`FEATURE_PX` px or more, not touching the
+    edge of the covered area ``valid`` (a feature cut there is not whole), of which :data:`FEATURE_GONE` or more of the
+    pixels differ (``differs``, bool ``[H, W]``). Labelled at a :data:`_FEATURE_STEP` px step, once per golden side
+    (``features``: :attr:`GoldenSide.features`; None: labelled here)."""
+    features = features if features is not None else _features(golden, valid)
+    gone = cv2.resize(differs.view(np.uint8) * np.uint8(255), features.size, interpolation=cv2.INTER_LINEAR) > 127
+    count = 0
+    for labels, area, whole in zip(features.labels, features.area, features.whole):
+        count += int((whole & (np.bincount(labels[gone], minlength=len(whole)) >= FEATURE_GONE * area)).sum())
     return count
 
 
@@ -251,21 +344,25 @@ def _longest_sides(labels: np.ndarray, count: int) -> np.ndarray:
     return np.maximum(width, height) + 1
 
 
-def structure(differs: np.ndarray | None, valid: np.ndarray, golden: np.ndarray | None = None) -> Structure:
+def structure(
+    differs: np.ndarray | None, valid: np.ndarray, golden: np.ndarray | None = None, side: GoldenSide | None = None
+) -> Structure:
     """The :class:`Structure` of bool ``differs`` ``[H, W]`` (from :func:`differing`; None: blank) within the covered
     area ``valid`` (bool ``[H, W]``), at the frame's resolution: thick differences (an opening with a
     :data:`THICK_PX` square) counted in :data:`CELL_PX` cells; whole features of the registered ``golden`` image
-    (float32 ``[H, W]`` of :class:`Difference`; None: not counted) missing from the frame."""
+    (float32 ``[H, W]`` of :class:`Difference`; None: not counted) missing from the frame. ``side``: the
+    :class:`GoldenSide` of ``valid`` and ``golden`` (its covered cells and features reused; None: computed here)."""
     if differs is None:
         return BLANK
+    side = side if side is not None and side.valid is valid else None
     mask = valid.view(np.uint8)
-    covered = cv2.countNonZero(mask)
+    covered = side.covered if side is not None else cv2.countNonZero(mask)
     if covered == 0:
         return BLANK
     d8 = differs.view(np.uint8)
     thick = cv2.morphologyEx(d8, cv2.MORPH_OPEN, np.ones((THICK_PX, THICK_PX), np.uint8))
     grid = (-(-differs.shape[1] // CELL_PX), -(-differs.shape[0] // CELL_PX))
-    cells = cv2.resize(mask, grid, interpolation=cv2.INTER_AREA) > 0
+    cells = side.cells if side is not None else cv2.resize(mask, grid, interpolation=cv2.INTER_AREA) > 0
     touched = (cv2.resize(thick * np.uint8(255), grid, interpolation=cv2.INTER_AREA) > 0) & cells
     thin = (cv2.resize(d8 * np.uint8(255), grid, interpolation=cv2.INTER_AREA) > 0) & cells & ~touched
     coarse = cv2.resize(thick * np.uint8(255), (-(-d8.shape[1] // _STEP_PX), -(-d8.shape[0] // _STEP_PX)), interpolation=cv2.INTER_AREA)
@@ -278,8 +375,13 @@ def structure(differs: np.ndarray | None, valid: np.ndarray, golden: np.ndarray 
         regions=(count - 1) * per_area,
         tracks=float((sides >= TRACK_PX).sum()) * per_area,
         slivers=float(thin.sum()) / max(float(cells.sum()), MIN_CELLS),
-        missing=0.0 if golden is None else missing_features(differs, valid, golden) * per_area,
+        missing=0.0 if golden is None else missing_features(differs, valid, golden, _features_of(side, golden)) * per_area,
     )
+
+
+def _features_of(side: GoldenSide | None, golden: np.ndarray) -> Features | None:
+    """``side``'s features when it was prepared from ``golden`` (the same array), else None."""
+    return side.features if side is not None and side.golden is golden else None
 
 
 def unlike_region(differs: np.ndarray, valid: np.ndarray) -> float:

@@ -29,9 +29,12 @@ import numpy as np
 from defect_detector.align.golden_check import (
     BLANK,
     OCCLUDED_REGION,
+    GoldenSide,
     Structure,
+    compare,
     covered_area,
     differing,
+    golden_side,
     structure,
     unlike_region,
 )
@@ -178,33 +181,54 @@ def _refusal(found: Structure, region: float, cfg: RegisterConfig) -> str:
     )
 
 
-def _checked(reg: Registration, warped: np.ndarray, image: np.ndarray, reference: np.ndarray, cfg: RegisterConfig) -> Registration:
+def _checked(  # noqa: PLR0913 - the pair, the config, and the golden side to reuse or keep
+    reg: Registration,
+    warped: np.ndarray,
+    image: np.ndarray,
+    reference: np.ndarray,
+    cfg: RegisterConfig,
+    side: GoldenSide | None = None,
+    keep: bool = False,
+) -> tuple[Registration, GoldenSide | None]:
     """``reg`` with the golden check's measures and the golden image's shape, refused (``ok`` False, ``reason``) when
-    the golden image (``reference``, unwarped) does not show the frame's design at its scale."""
+    the golden image (``reference``, unwarped; ``warped`` uint8 ``[H, W]`` registered into the frame ``image``) does not
+    show the frame's design at its scale; and the check's golden side (``golden_check.GoldenSide`` of ``warped`` within
+    ``reg``'s covered area), None when none was used. ``side``: the golden side prepared for ``warped`` and
+    ``reg.covered_mask`` on an earlier frame (used when it is that mask's); ``keep``: else prepare one (for the frames
+    after), where without it the check of this one frame keeps nothing (``golden_check.differing``)."""
     reg = replace(reg, reference_shape=(int(reference.shape[0]), int(reference.shape[1])))
     if not reg.ok:
-        return reg
-    reference_shape = reference.shape
-    reason = _size_reason(reference_shape, image.shape, cfg)
+        return reg, side
+    reason = _size_reason(reference.shape, image.shape, cfg)
     found, region = BLANK, 0.0
     if not reason:
-        if not (reg.reused and reg.covered_mask is not None and reg.covered_mask.shape == image.shape):  # a reused matrix: its mask
-            reg = replace(reg, covered_mask=covered_area(reg.matrix, reference_shape, image.shape))
-        difference = differing(warped, image, reg.covered_mask)
+        if reg.covered_mask is None or reg.covered_mask.shape != image.shape:  # a mask is always its own matrix's
+            reg = replace(reg, covered_mask=covered_area(reg.matrix, reference.shape, image.shape))
+        if side is None or side.valid is not reg.covered_mask:
+            side = golden_side(warped, reg.covered_mask) if keep else None
+        difference = compare(side, image) if side is not None else differing(warped, image, reg.covered_mask)
         differs, valid = difference.differs, difference.valid
         found = structure(*difference)
         refused = found.another_design(cfg.max_spread, cfg.max_tracks, cfg.max_slivers, cfg.max_missing)
         region = unlike_region(differs, valid) if differs is not None and refused else 0.0
         reason = _refusal(found, region, cfg) if differs is not None else "golden image or frame is blank over the covered area"
         reason = _with_blur(reason, image, reference)
-    return replace(reg, **dataclasses.asdict(found), ok=not reason, reason=reason, occluded=bool(reason) and region >= OCCLUDED_REGION)
+    checked = replace(reg, **dataclasses.asdict(found), ok=not reason, reason=reason, occluded=bool(reason) and region >= OCCLUDED_REGION)
+    return checked, side
 
 
 def check_pair(reference: np.ndarray, image: np.ndarray, cfg: RegisterConfig | None = None) -> Registration:
     """The golden check of a pair used as given (already aligned, no registration: ``--no-register``, training pairs
     taken as aligned): the identity :class:`Registration` with its ``difference``, ``ok`` False with a ``reason`` when
     the golden image is blank, of another size or shows another design."""
-    cfg = cfg or RegisterConfig()
+    return _check_given(reference, image, cfg or RegisterConfig(), None)[0]
+
+
+def _check_given(
+    reference: np.ndarray, image: np.ndarray, cfg: RegisterConfig, side: GoldenSide | None
+) -> tuple[Registration, GoldenSide | None]:
+    """:func:`check_pair`, reusing ``side`` (the golden side of ``reference`` as given, from an earlier frame of its
+    shape); also returns the golden side it used."""
     reference, image = _check_gray("reference", reference), _check_gray("image", image)
     identity = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
     identity.setflags(write=False)
@@ -213,15 +237,19 @@ def check_pair(reference: np.ndarray, image: np.ndarray, cfg: RegisterConfig | N
             f"golden image is {reference.shape[1]}x{reference.shape[0]} px, the frame {image.shape[1]}x{image.shape[0]} px: "
             "not aligned as given (register it)"
         )
-        return Registration(identity, 0.0, False, 0.0, 0.0, 0.0, reason=reason, difference=1.0, spread=1.0, slivers=1.0)
+        return Registration(identity, 0.0, False, 0.0, 0.0, 0.0, reason=reason, difference=1.0, spread=1.0, slivers=1.0), side
     blank = [name for name, im in (("reference", reference), ("image", image)) if float(im.std()) < 1e-3]
     blank_reason = " and ".join(f"{'golden image' if b == 'reference' else 'frame'} is blank (one grey level)" for b in blank)
-    reg = Registration(identity, 1.0, not blank, 0.0, 0.0, 1.0, reason=blank_reason)
-    return _checked(reg, reference, image, reference, cfg)
+    covered = side.valid if side is not None and side.valid.shape == image.shape else None  # the identity's covered area
+    reg = Registration(identity, 1.0, not blank, 0.0, 0.0, 1.0, reason=blank_reason, covered_mask=covered)
+    return _checked(reg, reference, image, reference, cfg, side, keep=True)
 
 
-def _register(frame: FramePyramid, cfg: RegisterConfig, init: np.ndarray | None) -> tuple[np.ndarray, Registration, Scored]:
-    """:func:`register` on a prepared frame; also returns the finest level's :class:`Scored` (for reuse)."""
+def _register(
+    frame: FramePyramid, cfg: RegisterConfig, init: np.ndarray | None
+) -> tuple[np.ndarray, Registration, GoldenSide | None, Scored]:
+    """:func:`register` on a prepared frame; also returns the golden check's golden side and the finest level's
+    :class:`Scored` (for reuse)."""
     ref, shape = frame.ref, frame.shape
     if init is None:
         m3 = np.array([[1, 0, (shape[1] - ref.image.shape[1]) / 2], [0, 1, (shape[0] - ref.image.shape[0]) / 2], [0, 0, 1]])
@@ -240,7 +268,7 @@ def _register(frame: FramePyramid, cfg: RegisterConfig, init: np.ndarray | None)
     reason = reason if blank else _with_blur(reason, frame.image, ref.image)
     reg = Registration(matrix, scored.score, not reason, shift, angle, scored.overlap, reason=reason)
     warped = cv2.convertScaleAbs(cv2.warpAffine(ref.image_f, matrix, (shape[1], shape[0]), flags=cv2.INTER_LINEAR, borderValue=FILL_VALUE))
-    return warped, _checked(reg, warped, frame.image, ref.image, cfg), scored
+    return (warped, *_checked(reg, warped, frame.image, ref.image, cfg), scored)
 
 
 def register(
@@ -253,7 +281,7 @@ def register(
     reference, image = _check_gray("reference", reference), _check_gray("image", image)
     if init is not None and np.shape(init) not in ((2, 3), (3, 3)):
         raise ValueError(f"init: expected a 2x3 (or 3x3) matrix, got shape {np.shape(init)}")
-    warped, reg, _ = _register(FramePyramid(PreparedReference(reference, cfg), image, cfg), cfg, init)
+    warped, reg, _, _ = _register(FramePyramid(PreparedReference(reference, cfg), image, cfg), cfg, init)
     return warped, reg
 
 
@@ -264,12 +292,21 @@ class Registrar:
     reference cached: a downscale and three dot products) must be >= ``max(min_score, cached - reuse_margin)``
     and one coarse Gauss-Newton step must move no reference corner over ``reuse_shift`` px; then the cached result
     returns with ``reused=True``. Else the frame is registered fully, seeded with the cached matrix. Only ``ok``
-    results are cached."""
+    results are cached.
+
+    The golden check runs on every frame, but its golden side (``golden_check.GoldenSide``: the warped golden image at
+    its two levels, their dilation and erosion, the covered cells, the golden image's whole features) depends only on
+    the golden image and the matrix: it is kept with the cached matrix and reused while that matrix is (and, for
+    :meth:`as_given`, once per frame shape). It is prepared on the matrix's first reuse, not with the matrix: a frame
+    of a design met once (a new golden image every frame) is checked as before, keeping nothing. ``prepared`` counts the
+    golden sides prepared."""
 
     def __init__(self, reference: np.ndarray | None = None, cfg: RegisterConfig | None = None) -> None:
         self.cfg = cfg or RegisterConfig()
         self._ref: PreparedReference | None = None
-        self._cache: tuple[np.ndarray, Registration, Scored] | None = None
+        self._cache: tuple[np.ndarray, Registration, GoldenSide | None, Scored] | None = None
+        self._given: GoldenSide | None = None
+        self.prepared = 0
         if reference is not None:
             self._set_reference(reference)
 
@@ -277,7 +314,7 @@ class Registrar:
         reference = _check_gray("reference", reference)
         held = self._ref
         if held is None or not (reference is held.image or (reference.shape == held.image.shape and np.array_equal(reference, held.image))):
-            self._ref, self._cache = PreparedReference(reference.copy(), self.cfg), None
+            self._ref, self._cache, self._given = PreparedReference(reference.copy(), self.cfg), None, None
 
     @property
     def reference(self) -> np.ndarray | None:
@@ -297,17 +334,32 @@ class Registrar:
         frame = FramePyramid(self._ref, _check_gray("image", image), self.cfg)
         init = None
         if self._cache is not None and self._cache[0].shape == frame.shape:
-            warped, reg, scored = self._cache
+            warped, reg, side, scored = self._cache
             init = reg.matrix
             score = self._reuse_score(frame, reg, scored) if self.cfg.reuse else None
             if score is not None:
-                checked = _checked(replace(reg, score=score, reused=True), warped, frame.image, self._ref.image, self.cfg)
+                reused = replace(reg, score=score, reused=True)
+                checked, used = _checked(reused, warped, frame.image, self._ref.image, self.cfg, side, keep=True)
+                if used is not side:  # the matrix's first reuse: its golden side, kept with it
+                    self.prepared += 1
+                    self._cache = (warped, reg, used, scored)
                 if checked.ok:  # the golden check runs on every frame: a cached matrix is no licence
                     return warped.copy(), checked
-        warped, reg, scored = _register(frame, self.cfg, init)
+        warped, reg, side, scored = _register(frame, self.cfg, init)  # a new matrix: no golden side kept yet
         if reg.ok:
-            self._cache = (warped, reg, scored)
+            self._cache = (warped, reg, side, scored)
         return warped.copy(), reg
+
+    def as_given(self, image: np.ndarray) -> Registration:
+        """:func:`check_pair` of the reference and ``image`` (uint8 ``[H, W]``, taken as aligned: no registration), the
+        reference's golden side prepared once per frame shape. ``ValueError`` before a reference was given."""
+        if self._ref is None:
+            raise ValueError("Registrar: no reference (pass one to Registrar(...) or to __call__)")
+        held = self._given
+        reg, side = _check_given(self._ref.image, image, self.cfg, held)
+        if side is not held:
+            self._given, self.prepared = side, self.prepared + (side is not None)
+        return reg
 
     def _reuse_score(self, frame: FramePyramid, reg: Registration, scored: Scored) -> float | None:
         """The frame's score under the cached matrix if that matrix still holds (see the class docstring), else None."""

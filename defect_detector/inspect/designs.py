@@ -3,7 +3,8 @@
 A :class:`Design` holds what every frame of one golden image shares, computed on its first frame and reused after:
 
 - its registration pyramid (the :class:`~defect_detector.align.register.Registrar`, which also keeps the last good
-  matrix of a fixed fixture and the golden check's reference levels);
+  matrix of a fixed fixture and, with it, the golden check's golden side: the warped golden image at its two levels,
+  their dilation and erosion, its covered cells and whole features, prepared once per design and matrix);
 - its design-domain note (``inspect/design_check.py``) and its working scale (``inspect/design_scale.py``), set by the
   prepare stage;
 - its drift statistics (``monitor/golden.py`` :class:`Golden`), set by ``inspect/drift_inputs.py``;
@@ -23,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from defect_detector.align.register import Registrar, Registration, check_pair
+from defect_detector.align.register import Registrar, Registration
 from defect_detector.core.config_register import RegisterConfig
 from defect_detector.core.refusal import RefusalKind
 from defect_detector.data.images import pixel_fingerprint
@@ -118,7 +119,7 @@ class Designs:
                 )
                 self._count(exc)
                 raise exc
-            warped, reg = design.image, check_pair(design.image, image, self.cfg)
+            warped, reg = design.image, design.registrar.as_given(image)  # its golden side prepared once
         if not reg.ok:
             kind = RefusalKind.OCCLUDED_BOARD if reg.occluded else RefusalKind.REFERENCE_MISMATCH
             exc = ReferenceError(f"{file_name} against golden image {design.name}: {reg.reason}", kind, (warped, reg))
