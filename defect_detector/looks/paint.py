@@ -26,63 +26,14 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-DEEPPCB_TRACK_PX = 10.0
-"""DeepPCB's median :func:`track_width` (px at 640x640, over 100 of its golden images: 5th-95th percentile 5.7-125,
-as some designs are all pours); painted sizes scale with a design's width over this, at most :data:`MAX_SIZE`."""
-MAX_SIZE = 4.0
+from defect_detector.looks.levels import DEEPPCB_TRACK_PX, MAX_SIZE, Levels, read_levels, track_width
+
+__all__ = ["DEEPPCB_TRACK_PX", "MAX_SIZE", "MIN_BOX_PX", "PAINTERS", "Levels", "paint_defects", "read_levels", "track_width"]
+
 MIN_BOX_PX = 26.0
 """Smallest box side at DeepPCB's scale (DeepPCB's boxes: 5th percentile 26 px, median 35 px)."""
 _PAD_PX = 7.0
 _TRIES = 60
-
-
-@dataclass(frozen=True)
-class Levels:
-    """How a golden image reads: ``substrate`` and ``copper`` grey levels (float), ``copper_mask`` bool ``[H, W]``,
-    ``size`` (painted sizes over DeepPCB's) and ``edge_sigma`` (px, the Gaussian softness of its edges)."""
-
-    substrate: float
-    copper: float
-    copper_mask: np.ndarray
-    size: float
-    edge_sigma: float
-
-
-def _modes(image: np.ndarray) -> tuple[float, float]:
-    """The most common grey level and the most common one well away from it (uint8 ``[H, W]``)."""
-    hist = np.bincount(cv2.GaussianBlur(image, (5, 5), 0).ravel(), minlength=256).astype(np.float64)
-    hist = np.convolve(hist, np.ones(5) / 5, mode="same")
-    first = int(hist.argmax())
-    away = hist.copy()
-    away[max(0, first - 12) : first + 13] = 0
-    return float(first), float(away.argmax())
-
-
-def track_width(copper_mask: np.ndarray) -> float:
-    """The width (px) of the copper's thin structures (bool ``[H, W]``): twice the 10th percentile of the distance
-    transform along its ridges (:data:`DEEPPCB_TRACK_PX` when there is no copper)."""
-    dist = cv2.distanceTransform(copper_mask.astype(np.uint8), cv2.DIST_L2, 3)
-    values = dist[(dist >= cv2.dilate(dist, np.ones((3, 3), np.uint8))) & (dist >= 1.0)]
-    return float(2.0 * np.percentile(values, 10)) if values.size else DEEPPCB_TRACK_PX
-
-
-def read_levels(golden: np.ndarray, size: float | None = None) -> Levels:
-    """Read a golden image (uint8 ``[H, W]``) as substrate and copper; ``size`` (None: from :func:`track_width`) the
-    painted sizes over DeepPCB's. Raises ValueError for a blank image."""
-    if golden.ndim != 2 or golden.dtype != np.uint8:
-        raise ValueError(f"a golden image must be uint8 gray [H, W], got {golden.dtype} {golden.shape}")
-    substrate, copper = _modes(golden)
-    if abs(copper - substrate) < 6 or golden.std() < 3:
-        raise ValueError("the golden image shows no copper against its substrate (one flat grey level)")
-    smooth = cv2.GaussianBlur(golden, (0, 0), 1.0).astype(np.float32)
-    mask = np.abs(smooth - substrate) > abs(copper - substrate) / 2
-    mask = cv2.morphologyEx(mask.astype(np.uint8), cv2.MORPH_OPEN, np.ones((3, 3), np.uint8)) > 0
-    grad = np.hypot(cv2.Sobel(smooth, cv2.CV_32F, 1, 0), cv2.Sobel(smooth, cv2.CV_32F, 0, 1)) / 8.0
-    peak = float(np.percentile(grad, 99.5))
-    sigma = float(np.clip(abs(copper - substrate) / max(peak * math.sqrt(2 * math.pi), 1e-3), 0.3, 4.0))
-    if size is None:
-        size = float(np.clip(track_width(mask) / DEEPPCB_TRACK_PX, 0.5, MAX_SIZE))
-    return Levels(substrate, copper, mask, float(size), sigma)
 
 
 def _local_level(image: np.ndarray, mask: np.ndarray, x: float, y: float, radius: int) -> float | None:
