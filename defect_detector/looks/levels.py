@@ -108,13 +108,21 @@ def _stands_out(smooth: np.ndarray, substrate: float, below: float | None, above
     return keep[labels]
 
 
+def _blurred(image: np.ndarray, sigma: float) -> np.ndarray:
+    """float32 ``image`` blurred by a Gaussian of ``sigma`` px, computed at an eighth of its size (a light field)."""
+    h, w = image.shape
+    small = cv2.resize(image, (max(1, w // 8), max(1, h // 8)), interpolation=cv2.INTER_AREA)
+    return cv2.resize(cv2.GaussianBlur(small, (0, 0), sigma / 8.0), (w, h), interpolation=cv2.INTER_LINEAR)
+
+
 def _flattened(smooth: np.ndarray, substrate: float, copper_mask: np.ndarray) -> np.ndarray:
     """float32 ``smooth`` with its light field taken out: the substrate's level, averaged over an eighth of the image
     where ``copper_mask`` is False, brought to ``substrate`` everywhere (a no-op on an evenly lit image)."""
     weight = (~copper_mask).astype(np.float32)
     sigma = max(smooth.shape) / 8.0
-    local = cv2.GaussianBlur(smooth * weight, (0, 0), sigma) / np.maximum(cv2.GaussianBlur(weight, (0, 0), sigma), 1e-3)
-    return smooth - np.where(cv2.GaussianBlur(weight, (0, 0), sigma) > 0.05, local - substrate, 0.0).astype(np.float32)
+    cover = _blurred(weight, sigma)
+    local = _blurred(smooth * weight, sigma) / np.maximum(cover, 1e-3)
+    return smooth - np.where(cover > 0.05, local - substrate, 0.0).astype(np.float32)
 
 
 def _reading(smooth: np.ndarray, levels: tuple[float, ...]) -> tuple[float, float, np.ndarray]:
