@@ -126,7 +126,8 @@ def _goldens(kind: str, n: int, deeppcb: str, rng: np.random.Generator) -> list[
             layout = cv2.imread(path, cv2.IMREAD_GRAYSCALE)
             scale = 1.0 if kind == "deeppcb" else float(rng.uniform(1.0, 2.5))
             if scale != 1.0:
-                layout = np.where(cv2.resize(layout, None, fx=scale, fy=scale, interpolation=cv2.INTER_LINEAR) < 128, 0, 255).astype(np.uint8)
+                big = cv2.resize(layout, None, fx=scale, fy=scale, interpolation=cv2.INTER_LINEAR)
+                layout = np.where(big < 128, 0, 255).astype(np.uint8)
                 layout = layout[: 2 * _SIDE, : 2 * _SIDE]
             image = layout
             if kind == "rendered":
@@ -193,9 +194,11 @@ def main() -> None:
             ratios.append(read_levels(golden).size / scale)
             for r in m["rows"]:
                 r["rel"] = r["side"] / (MIN_BOX_PX * scale)
-        per = {DEEPPCB_CLASSES[c]: f"{np.mean([r['placed'] for r in rows if r['label'] == c]):.0%}" for c in range(6) if any(r["label"] == c for r in rows)}
+        kinds = sorted({r["label"] for r in rows})
+        per = {DEEPPCB_CLASSES[c]: f"{np.mean([r['placed'] for r in rows if r['label'] == c]):.0%}" for c in kinds}
         sides = np.array([r["side"] for r in rows])
-        print(f"{kind} | {np.mean([r['placed'] for r in rows]):.1%} {per} | {len(rows)}/{asked} | {sides.min():.0f} / {np.median(sides):.0f} "
+        print(f"{kind} | {np.mean([r['placed'] for r in rows]):.1%} {per} | {len(rows)}/{asked} | "
+              f"{sides.min():.0f} / {np.median(sides):.0f} "
               f"({min(r['rel'] for r in rows):.2f}) | {np.median([r['share'] for r in rows]):.1%} | "
               f"{np.median([r['contrast'] for r in rows]):.2f} | {outside} | {np.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})")
         rows_out.append(_crop_row(kind, samples))
