@@ -26,63 +26,17 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-DEEPPCB_TRACK_PX = 10.0
-"""DeepPCB's median :func:`track_width` (px at 640x640, over 100 of its golden images: 5th-95th percentile 5.7-125,
-as some designs are all pours); painted sizes scale with a design's width over this, at most :data:`MAX_SIZE`."""
-MAX_SIZE = 4.0
+from defect_detector.looks.levels import DEEPPCB_TRACK_PX, MAX_SIZE, Levels, read_levels, track_width
+
+__all__ = ["DEEPPCB_TRACK_PX", "MAX_SIZE", "MIN_BOX_PX", "PAINTERS", "Levels", "paint_defects", "read_levels", "track_width"]
+
 MIN_BOX_PX = 26.0
 """Smallest box side at DeepPCB's scale (DeepPCB's boxes: 5th percentile 26 px, median 35 px)."""
 _PAD_PX = 7.0
 _TRIES = 60
-
-
-@dataclass(frozen=True)
-class Levels:
-    """How a golden image reads: ``substrate`` and ``copper`` grey levels (float), ``copper_mask`` bool ``[H, W]``,
-    ``size`` (painted sizes over DeepPCB's) and ``edge_sigma`` (px, the Gaussian softness of its edges)."""
-
-    substrate: float
-    copper: float
-    copper_mask: np.ndarray
-    size: float
-    edge_sigma: float
-
-
-def _modes(image: np.ndarray) -> tuple[float, float]:
-    """The most common grey level and the most common one well away from it (uint8 ``[H, W]``)."""
-    hist = np.bincount(cv2.GaussianBlur(image, (5, 5), 0).ravel(), minlength=256).astype(np.float64)
-    hist = np.convolve(hist, np.ones(5) / 5, mode="same")
-    first = int(hist.argmax())
-    away = hist.copy()
-    away[max(0, first - 12) : first + 13] = 0
-    return float(first), float(away.argmax())
-
-
-def track_width(copper_mask: np.ndarray) -> float:
-    """The width (px) of the copper's thin structures (bool ``[H, W]``): twice the 10th percentile of the distance
-    transform along its ridges (:data:`DEEPPCB_TRACK_PX` when there is no copper)."""
-    dist = cv2.distanceTransform(copper_mask.astype(np.uint8), cv2.DIST_L2, 3)
-    values = dist[(dist >= cv2.dilate(dist, np.ones((3, 3), np.uint8))) & (dist >= 1.0)]
-    return float(2.0 * np.percentile(values, 10)) if values.size else DEEPPCB_TRACK_PX
-
-
-def read_levels(golden: np.ndarray, size: float | None = None) -> Levels:
-    """Read a golden image (uint8 ``[H, W]``) as substrate and copper; ``size`` (None: from :func:`track_width`) the
-    painted sizes over DeepPCB's. Raises ValueError for a blank image."""
-    if golden.ndim != 2 or golden.dtype != np.uint8:
-        raise ValueError(f"a golden image must be uint8 gray [H, W], got {golden.dtype} {golden.shape}")
-    substrate, copper = _modes(golden)
-    if abs(copper - substrate) < 6 or golden.std() < 3:
-        raise ValueError("the golden image shows no copper against its substrate (one flat grey level)")
-    smooth = cv2.GaussianBlur(golden, (0, 0), 1.0).astype(np.float32)
-    mask = np.abs(smooth - substrate) > abs(copper - substrate) / 2
-    mask = cv2.morphologyEx(mask.astype(np.uint8), cv2.MORPH_OPEN, np.ones((3, 3), np.uint8)) > 0
-    grad = np.hypot(cv2.Sobel(smooth, cv2.CV_32F, 1, 0), cv2.Sobel(smooth, cv2.CV_32F, 0, 1)) / 8.0
-    peak = float(np.percentile(grad, 99.5))
-    sigma = float(np.clip(abs(copper - substrate) / max(peak * math.sqrt(2 * math.pi), 1e-3), 0.3, 4.0))
-    if size is None:
-        size = float(np.clip(track_width(mask) / DEEPPCB_TRACK_PX, 0.5, MAX_SIZE))
-    return Levels(substrate, copper, mask, float(size), sigma)
+_ALPHA_FLOOR = 0.02
+_LEAST_PX = 2
+"""The least side (px) of any painted stroke or gap, so a defect on a 2 px track is no 1 px speck."""
 
 
 def _local_level(image: np.ndarray, mask: np.ndarray, x: float, y: float, radius: int) -> float | None:
@@ -93,18 +47,47 @@ def _local_level(image: np.ndarray, mask: np.ndarray, x: float, y: float, radius
     return float(np.median(values)) if values.size >= 8 else None
 
 
-def _blend(image: np.ndarray, shape: np.ndarray, level: float, sigma: float, rng: np.random.Generator) -> np.ndarray:
-    """``image`` (float32) with the uint8 mask ``shape`` filled at ``level`` (plus the image's fine texture kept),
-    through a mask blurred to ``sigma``."""
+def _alpha(shape: np.ndarray, sigma: float) -> np.ndarray:
+    """float32 ``[H, W]``: the uint8 mask ``shape`` blurred to the image's edge softness ``sigma``, 0 below
+    :data:`_ALPHA_FLOOR` (so every pixel a defect changes lies in its box)."""
     alpha = cv2.GaussianBlur(shape.astype(np.float32), (0, 0), max(sigma, 0.3))
+    alpha[alpha < _ALPHA_FLOOR] = 0.0
+    return alpha
+
+
+def _blend(image: np.ndarray, alpha: np.ndarray, level: float) -> np.ndarray:
+    """``image`` (float32 ``[H, W]``) filled at ``level`` (plus the image's fine texture kept) through ``alpha``."""
     detail = image - cv2.GaussianBlur(image, (0, 0), 2.0)
     return image * (1 - alpha) + (level + 0.5 * detail) * alpha
 
 
-def _direction(mask: np.ndarray, x: int, y: int) -> tuple[float, float]:
+@dataclass(frozen=True)
+class _Maps:
+    """Per golden image, computed once: copper and substrate distance transforms ``dc``, ``ds`` (float32 ``[H, W]``,
+    px), copper regions ``labels`` (int32 ``[H, W]``, 0 substrate) and their ``count``, and the smoothed copper mask's
+    gradient ``gx``, ``gy`` (float32 ``[H, W]``)."""
+
+    dc: np.ndarray
+    ds: np.ndarray
+    labels: np.ndarray
+    count: int
+    gx: np.ndarray
+    gy: np.ndarray
+
+    @classmethod
+    def of(cls, copper_mask: np.ndarray) -> _Maps:
+        copper = copper_mask.astype(np.uint8)
+        count, labels = cv2.connectedComponents(copper, connectivity=8)
+        smooth = cv2.GaussianBlur(copper.astype(np.float32), (0, 0), 3.0)
+        return cls(
+            cv2.distanceTransform(copper, cv2.DIST_L2, 3), cv2.distanceTransform(1 - copper, cv2.DIST_L2, 3), labels, count,
+            cv2.Sobel(smooth, cv2.CV_32F, 1, 0), cv2.Sobel(smooth, cv2.CV_32F, 0, 1),
+        )
+
+
+def _direction(maps: _Maps, x: int, y: int) -> tuple[float, float]:
     """Unit vector (dx, dy) pointing from the copper outwards at (x, y): the gradient of the smoothed mask, reversed."""
-    smooth = cv2.GaussianBlur(mask.astype(np.float32), (0, 0), 3.0)
-    gx, gy = cv2.Sobel(smooth, cv2.CV_32F, 1, 0)[y, x], cv2.Sobel(smooth, cv2.CV_32F, 0, 1)[y, x]
+    gx, gy = float(maps.gx[y, x]), float(maps.gy[y, x])
     norm = math.hypot(gx, gy)
     return (-gx / norm, -gy / norm) if norm > 1e-6 else (1.0, 0.0)
 
@@ -117,8 +100,8 @@ def _pick(candidates: np.ndarray, rng: np.random.Generator) -> tuple[int, int] |
     return int(xs[k]), int(ys[k])
 
 
-# A painter: (levels, copper distance, substrate distance, rng) -> (uint8 shape mask [H, W], paints copper?) or None.
-_Painter = Callable[[Levels, np.ndarray, np.ndarray, np.random.Generator], "tuple[np.ndarray, bool] | None"]
+# A painter: (levels, maps, rng) -> (uint8 shape mask [H, W], paints copper?) or None.
+_Painter = Callable[[Levels, _Maps, np.random.Generator], "tuple[np.ndarray, bool] | None"]
 
 
 def _across(mask: np.ndarray, x: int, y: int, reach: int) -> tuple[float, float, float]:
@@ -141,25 +124,41 @@ def _across(mask: np.ndarray, x: int, y: int, reach: int) -> tuple[float, float,
     return best
 
 
-def _open(lv: Levels, dc: np.ndarray, ds: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, bool] | None:
+def _splits(copper: np.ndarray, cut: np.ndarray) -> bool:
+    """Whether taking uint8 ``cut`` out of bool ``copper`` (both ``[H, W]``) splits a copper region around it: both
+    sides of an open stay copper."""
+    ys, xs = np.nonzero(cut)
+    if xs.size == 0:
+        return False
+    margin = 3
+    window = (slice(max(0, ys.min() - margin), ys.max() + margin + 1), slice(max(0, xs.min() - margin), xs.max() + margin + 1))
+    before = copper[window].astype(np.uint8)
+    after = before & (1 - cut[window])
+    return cv2.connectedComponents(after, connectivity=8)[0] > cv2.connectedComponents(before, connectivity=8)[0]
+
+
+def _open(lv: Levels, maps: _Maps, rng: np.random.Generator) -> tuple[np.ndarray, bool] | None:
+    dc = maps.dc
     s = lv.size
     spot = _pick((dc >= 2.0 * s) & (dc <= 7.0 * s) & (dc >= cv2.dilate(dc, np.ones((3, 3), np.uint8))), rng)
     if spot is None:
         return None
     x, y = spot
     nx, ny, half = _across(lv.copper_mask, x, y, int(16 * s) + 2)
-    half_len, half_gap = half + 2.0 * s, rng.uniform(1.5, 4.0) * s
+    half_len, half_gap = half + 2.0 * s, max(rng.uniform(1.5, 4.0) * s, _LEAST_PX / 2)
     tx, ty = -ny, nx
     signs = ((-1, -1), (1, -1), (1, 1), (-1, 1))
     corners = np.array([[x + a * half_len * nx + b * half_gap * tx, y + a * half_len * ny + b * half_gap * ty] for a, b in signs])
-    shape = np.zeros(dc.shape, np.uint8)
+    shape = np.zeros(lv.copper_mask.shape, np.uint8)
     cv2.fillPoly(shape, [np.round(corners).astype(np.int32)], 1)
-    return shape & lv.copper_mask.astype(np.uint8) if rng.random() < 0.5 else shape, False
+    shape &= lv.copper_mask.astype(np.uint8)
+    return (shape, False) if _splits(lv.copper_mask, shape) else None
 
 
-def _short(lv: Levels, dc: np.ndarray, ds: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, bool] | None:
+def _short(lv: Levels, maps: _Maps, rng: np.random.Generator) -> tuple[np.ndarray, bool] | None:
+    ds = maps.ds
     s = lv.size
-    count, labels = cv2.connectedComponents(lv.copper_mask.astype(np.uint8), connectivity=8)
+    count, labels = maps.count, maps.labels
     spot = _pick((ds >= 2.0 * s) & (ds <= 10.0 * s), rng)
     if spot is None or count < 3:
         return None
@@ -177,8 +176,8 @@ def _short(lv: Levels, dc: np.ndarray, ds: np.ndarray, rng: np.random.Generator)
     p0, p1 = (int(xs[order[0]]), int(ys[order[0]])), (int(xs[other[0]]), int(ys[other[0]]))
     if math.dist(p0, p1) > 24.0 * s:
         return None
-    shape = np.zeros(dc.shape, np.uint8)
-    cv2.line(shape, p0, p1, 1, max(2, round(rng.uniform(2.0, 5.0) * s)))
+    shape = np.zeros(lv.copper_mask.shape, np.uint8)
+    cv2.line(shape, p0, p1, 1, max(_LEAST_PX, round(rng.uniform(2.0, 5.0) * s)))
     return shape, True
 
 
@@ -188,34 +187,38 @@ def _nearby_max(dist: np.ndarray, radius: float) -> np.ndarray:
     return cv2.dilate(dist, np.ones((side, side), np.uint8))
 
 
-def _mousebite(lv: Levels, dc: np.ndarray, ds: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, bool] | None:
+def _mousebite(lv: Levels, maps: _Maps, rng: np.random.Generator) -> tuple[np.ndarray, bool] | None:
+    dc = maps.dc
     s = lv.size
-    spot = _pick((dc > 0) & (dc <= 1.5) & (_nearby_max(dc, 4.0 * s) > 3.0 * s), rng)
+    radius = max(_LEAST_PX, round(rng.uniform(2.5, 5.5) * s))
+    spot = _pick((dc > 0) & (dc <= 1.5) & (_nearby_max(dc, 4.0 * s) > max(3.0 * s, 0.6 * radius + 1)), rng)
     if spot is None:
         return None
-    shape = np.zeros(dc.shape, np.uint8)
-    cv2.circle(shape, spot, max(2, round(rng.uniform(2.5, 5.5) * s)), 1, -1)
-    return shape, False
+    shape = np.zeros(lv.copper_mask.shape, np.uint8)
+    cv2.circle(shape, spot, radius, 1, -1)
+    shape &= lv.copper_mask.astype(np.uint8)
+    return None if _splits(lv.copper_mask, shape) else (shape, False)
 
 
-def _spur(lv: Levels, dc: np.ndarray, ds: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, bool] | None:
+def _spur(lv: Levels, maps: _Maps, rng: np.random.Generator) -> tuple[np.ndarray, bool] | None:
+    ds = maps.ds
     s = lv.size
     spot = _pick((ds > 0) & (ds <= 1.5) & (_nearby_max(ds, 8.0 * s) > 7.0 * s), rng)
     if spot is None:
         return None
     x, y = spot
-    dx, dy = _direction(lv.copper_mask, x, y)
+    dx, dy = _direction(maps, x, y)
     angle = math.atan2(dy, dx) + rng.uniform(-0.5, 0.5)
     length = rng.uniform(6.0, 14.0) * s
     end = (round(x + length * math.cos(angle)), round(y + length * math.sin(angle)))
-    shape = np.zeros(dc.shape, np.uint8)
-    cv2.line(shape, (x, y), end, 1, max(2, round(rng.uniform(1.5, 3.5) * s)))
+    shape = np.zeros(lv.copper_mask.shape, np.uint8)
+    cv2.line(shape, (x, y), end, 1, max(_LEAST_PX, round(rng.uniform(1.5, 3.5) * s)))
     return shape, True
 
 
 def _blob(mask_dist: np.ndarray, s: float, radius_range: tuple[float, float], rng: np.random.Generator) -> np.ndarray | None:
-    radius = rng.uniform(*radius_range) * s
-    spot = _pick(mask_dist > radius + 3.0 * s, rng)
+    radius = max(rng.uniform(*radius_range) * s, float(_LEAST_PX))
+    spot = _pick(mask_dist > radius + max(3.0 * s, 2.0), rng)
     if spot is None:
         return None
     angles = np.linspace(0, 2 * math.pi, 16, endpoint=False)
@@ -226,12 +229,14 @@ def _blob(mask_dist: np.ndarray, s: float, radius_range: tuple[float, float], rn
     return shape
 
 
-def _copper(lv: Levels, dc: np.ndarray, ds: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, bool] | None:
+def _copper(lv: Levels, maps: _Maps, rng: np.random.Generator) -> tuple[np.ndarray, bool] | None:
+    ds = maps.ds
     shape = _blob(ds, lv.size, (3.0, 9.0), rng)
     return None if shape is None else (shape, True)
 
 
-def _pin_hole(lv: Levels, dc: np.ndarray, ds: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, bool] | None:
+def _pin_hole(lv: Levels, maps: _Maps, rng: np.random.Generator) -> tuple[np.ndarray, bool] | None:
+    dc = maps.dc
     shape = _blob(dc, lv.size, (2.5, 5.5), rng)
     return None if shape is None else (shape, False)
 
@@ -240,14 +245,18 @@ PAINTERS: tuple[_Painter, ...] = (_open, _short, _mousebite, _spur, _copper, _pi
 """One painter per DeepPCB class, in ``DEEPPCB_CLASSES`` order."""
 
 
-def _box(shape: np.ndarray, size: float, image_shape: tuple[int, int]) -> np.ndarray:
-    ys, xs = np.nonzero(shape)
-    h, w = image_shape
-    pad, least = _PAD_PX * size, MIN_BOX_PX * size
+def _box(alpha: np.ndarray, size: float) -> np.ndarray:
+    """float32 ``[4]`` xyxy px: the extent of the pixels ``alpha`` (float32 ``[H, W]``) paints, padded by
+    :data:`_PAD_PX` times ``size`` (at least the blur's reach), grown to :data:`MIN_BOX_PX` times ``size`` a side
+    and moved (not cut) to lie inside the image when it fits."""
+    ys, xs = np.nonzero(alpha)
+    h, w = alpha.shape
+    pad, least = max(_PAD_PX * size, 1.0), MIN_BOX_PX * size
     x0, y0, x1, y1 = xs.min() - pad, ys.min() - pad, xs.max() + 1 + pad, ys.max() + 1 + pad
     cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
-    bw, bh = max(x1 - x0, least), max(y1 - y0, least)
-    return np.array([max(0.0, cx - bw / 2), max(0.0, cy - bh / 2), min(float(w), cx + bw / 2), min(float(h), cy + bh / 2)], np.float32)
+    bw, bh = min(max(x1 - x0, least), float(w)), min(max(y1 - y0, least), float(h))
+    cx, cy = float(np.clip(cx, bw / 2, w - bw / 2)), float(np.clip(cy, bh / 2, h - bh / 2))
+    return np.array([cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2], np.float32)
 
 
 def _overlaps(box: np.ndarray, boxes: list[np.ndarray]) -> bool:
@@ -268,9 +277,7 @@ def paint_defects(  # noqa: PLR0913 - each a paint option, named by callers
     labels int64 [N])``; N < ``count`` when the design has no room for more (for example no track thin enough to cut).
     Raises ValueError for a blank golden image."""
     levels = read_levels(golden, size)
-    copper = levels.copper_mask.astype(np.uint8)
-    dc = cv2.distanceTransform(copper, cv2.DIST_L2, 3)
-    ds = cv2.distanceTransform(1 - copper, cv2.DIST_L2, 3)
+    maps = _Maps.of(levels.copper_mask)
     board = golden.astype(np.float32)
     taken: list[np.ndarray] = [b for b in (avoid if avoid is not None else np.zeros((0, 4), np.float32))]
     boxes, labels = [], []
@@ -278,17 +285,18 @@ def paint_defects(  # noqa: PLR0913 - each a paint option, named by callers
         if len(boxes) == count:
             break
         label = int(classes[int(rng.integers(len(classes)))])
-        painted = PAINTERS[label](levels, dc, ds, rng)
+        painted = PAINTERS[label](levels, maps, rng)
         if painted is None or not painted[0].any():
             continue
         shape, to_copper = painted
-        box = _box(shape, levels.size, golden.shape)
+        alpha = _alpha(shape, levels.edge_sigma)
+        box = _box(alpha, levels.size)
         if _overlaps(box, taken):
             continue
         x, y = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
         near = levels.copper_mask if to_copper else ~levels.copper_mask
         level = _local_level(golden, near, x, y, int(24 * levels.size)) or (levels.copper if to_copper else levels.substrate)
-        board = _blend(board, shape, level, levels.edge_sigma, rng)
+        board = _blend(board, alpha, level)
         taken.append(box)
         boxes.append(box)
         labels.append(label)
