@@ -251,7 +251,8 @@ def test_a_bad_taught_entry_is_one_line(tmp_path: Path, bad: object) -> None:
     with pytest.raises(ValueError) as caught:
         load_checkpoint(path)
     message = str(caught.value)
-    assert message.startswith(f"{path}: 'taught' entry must be a list of {{'name': str, 'key': str, 'conf': float in [0, 1]") and "\n" not in message
+    assert message.startswith(f"{path}: 'taught' entry must be a list of {{'name': str, 'key': str, 'conf': float in [0, 1]")
+    assert "\n" not in message
     assert len(message) < 300
 
 
