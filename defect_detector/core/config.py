@@ -121,7 +121,7 @@ STEMS = ("conv3", "patch4")
 
 class ModelConfig(Section):
     """TinyDetector size. ``widths`` are the channels at strides 4, 8, 16, 32;
-    ``depths`` the number of depthwise-separable blocks per stage. ``head_convs``: blocks in each class branch
+    ``depths`` the number of blocks per stage (``blocks``). ``head_convs``: blocks in each class branch
     of the head, and in each box branch unless ``head_box_convs`` says otherwise (null: the same).
     ``in_channels``: 1 for the single-image model; 2 for golden-template inspection (channel 0 the
     image, channel 1 its registered reference).
