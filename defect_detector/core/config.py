@@ -112,10 +112,16 @@ FUSIONS = ("early", "diff", "siamese")
 BOX_HEADS = ("distance", "dfl")
 """``model.box_head`` values: direct edge distances, or distributions over bins (distribution focal loss)."""
 
+BLOCKS = ("depthwise", "rep")
+"""``model.blocks`` values (one per backbone stage): depthwise-separable, or re-parameterisable dense 3x3."""
+
+STEMS = ("conv3", "patch4")
+"""``model.stem`` values: a 3x3 stride-2 convolution, or a 4x4 stride-4 one."""
+
 
 class ModelConfig(Section):
     """TinyDetector size. ``widths`` are the channels at strides 4, 8, 16, 32;
-    ``depths`` the number of depthwise-separable blocks per stage. ``head_convs``: blocks in each class branch
+    ``depths`` the number of blocks per stage (``blocks``). ``head_convs``: blocks in each class branch
     of the head, and in each box branch unless ``head_box_convs`` says otherwise (null: the same).
     ``in_channels``: 1 for the single-image model; 2 for golden-template inspection (channel 0 the
     image, channel 1 its registered reference).
@@ -126,7 +132,12 @@ class ModelConfig(Section):
     reference's trunk features can be computed once per golden image and reused.
     ``box_head``: ``distance`` regresses each edge distance directly (softplus); ``dfl`` predicts a distribution
     over ``reg_max`` bins per edge (in units of the level's stride), read as its expectation, and trains it with
-    distribution focal loss (GFL)."""
+    distribution focal loss (GFL).
+    ``stem``: ``conv3`` (a 3x3 stride-2 convolution to ``stem_channels``, then stage 1 halves to stride 4) or
+    ``patch4`` (a 4x4 stride-4 convolution over non-overlapping patches: nothing runs at stride 2).
+    ``blocks``: the block of each of the four stages, ``depthwise`` (depthwise 3x3 + pointwise 1x1) or ``rep``
+    (3x3 + 1x1 + identity branches while training, one dense 3x3 convolution once re-parameterised for
+    inference: ``model/rep.py``). The defaults are the architecture every bundled checkpoint was trained with."""
 
     section: ClassVar[str] = "model"
 
@@ -140,6 +151,9 @@ class ModelConfig(Section):
     head_convs: AtLeastOne = 2
     head_box_convs: AtLeastOne | None = None
     strides: tuple[Int, ...] = (8, 16, 32)
+    stem: Str = "conv3"
+    stem_channels: Int = 32
+    blocks: tuple[Str, Str, Str, Str] = ("depthwise", "depthwise", "depthwise", "depthwise")
 
     @model_validator(mode="after")
     def _check_values(self) -> ModelConfig:
@@ -166,6 +180,10 @@ class ModelConfig(Section):
             self.neck_channels,
         )
         check(tuple(self.strides) == (8, 16, 32), "strides", "must be [8, 16, 32]", self.strides)
+        check(self.stem in STEMS, "stem", f"must be one of {', '.join(STEMS)}", self.stem)
+        stem_ok = self.stem_channels > 0 and self.stem_channels % 8 == 0
+        check(stem_ok, "stem_channels", "must be a positive multiple of 8", self.stem_channels)
+        check(all(b in BLOCKS for b in self.blocks), "blocks", f"must be 4 of {', '.join(BLOCKS)} (one per stage)", self.blocks)
         return self
 
 

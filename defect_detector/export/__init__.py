@@ -22,8 +22,10 @@ the methods ``golden`` and ``frame``, a ``.pt2`` as the AOTInductor models ``gol
 ONNX as the files ``<name>.golden.onnx`` and ``<name>.frame.onnx`` beside the model (their SHA-256 in the meta).
 
 Conv + BatchNorm: :func:`fuse_conv_bn` folds every BatchNorm into its convolution in :class:`DeployModel`
-(so the eager runtime path is fused too). ``torch.jit.freeze`` would fold them as well (checked on torch
-2.14: the traced graph's 44 ``batch_norm`` nodes are gone after freezing), so the artifact is the same either way.
+(so the eager runtime path is fused too), after ``model.rep.reparameterize`` has turned each re-parameterisable
+block (``model.blocks: rep``) into one convolution; every exporter traces that deploy form. ``torch.jit.freeze``
+would fold the BatchNorms as well (checked on torch 2.14: the traced graph's 44 ``batch_norm`` nodes are gone after
+freezing), so the artifact is the same either way.
 
 The model runs in ``channels_last`` memory format: on CPU (oneDNN) the depthwise convolutions of this
 model are about twice as fast that way. Numerics do not change beyond float rounding.

@@ -20,6 +20,7 @@ from defect_detector.core.constants import DEFAULT_LAYERS, PAD_VALUE
 from defect_detector.export.onednn import fuse_conv_silu
 from defect_detector.model.layers import ConvBNAct
 from defect_detector.model.postprocess import decode, make_anchor_points
+from defect_detector.model.rep import reparameterize
 from defect_detector.monitor.hooks import ActivationMonitor
 from defect_detector.screens.exposure import EXPOSURE_KEYS
 
@@ -77,7 +78,8 @@ def fuse_conv_bn(model: nn.Module) -> int:
 class DeployModel(nn.Module):
     """The deployed computation: detector + decode + layer statistics for a fixed ``imgsz``.
 
-    Wraps a copy of ``model`` (the caller's model is not modified), with BatchNorm folded (``fuse``) and
+    Wraps a copy of ``model`` (the caller's model is not modified), with re-parameterisable blocks fused into one
+    convolution each (``model/rep.py``: ``model.blocks: rep``) and BatchNorm folded (both ``fuse``), and
     weights in channels_last memory format (``channels_last``). ``cpu_fusion`` (needs ``fuse``) also runs
     every conv + SiLU as one oneDNN kernel (:mod:`defect_detector.export.onednn`): faster, but the model
     then runs only on the CPU in float32. Anchor points are float32 buffers for ``imgsz x imgsz`` inputs.
@@ -103,6 +105,7 @@ class DeployModel(nn.Module):
             raise ValueError("cpu_fusion needs fuse=True (the oneDNN kernel takes the BatchNorm-folded convolution)")
         detector = copy.deepcopy(model).eval()
         if fuse:
+            reparameterize(detector)
             fuse_conv_bn(detector)
         if channels_last:
             detector = detector.to(memory_format=torch.channels_last)

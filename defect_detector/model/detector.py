@@ -35,10 +35,11 @@ class TinyDetector(nn.Module):
         self.in_channels = cfg.in_channels
         self.fusion = cfg.fusion
         self.box_bins = cfg.reg_max if cfg.box_head == "dfl" else 0
+        trunk = {"stem_channels": cfg.stem_channels, "stem": cfg.stem, "blocks": cfg.blocks}
         if cfg.fusion == "siamese":
-            self.backbone: nn.Module = SiameseBackbone(cfg.widths, cfg.depths)
+            self.backbone: nn.Module = SiameseBackbone(cfg.widths, cfg.depths, **trunk)
         else:
-            self.backbone = TinyBackbone(cfg.widths, cfg.depths, in_channels=cfg.in_channels, diff_channel=cfg.fusion == "diff")
+            self.backbone = TinyBackbone(cfg.widths, cfg.depths, in_channels=cfg.in_channels, diff_channel=cfg.fusion == "diff", **trunk)
         self.neck = TinyPAN(self.backbone.out_channels, cfg.neck_channels)
         self.head = DecoupledHead(
             cfg.neck_channels, num_classes, len(self.strides), cfg.head_convs, cfg.head_box_convs, box_bins=self.box_bins

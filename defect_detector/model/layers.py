@@ -8,11 +8,11 @@ from torchvision.ops import Conv2dNormActivation
 
 
 class ConvBNAct(Conv2dNormActivation):
-    """torchvision's ``Conv2d(k, stride, groups, padding k // 2, no bias) -> BatchNorm2d -> SiLU``, children ``0, 1, 2``;
-    ``[B, Cin, H, W] -> [B, Cout, H/s, W/s]``."""
+    """torchvision's ``Conv2d(k, stride, groups, padding (k - 1) // 2 unless given, no bias) -> BatchNorm2d -> SiLU``,
+    children ``0, 1, 2``; ``[B, Cin, H, W] -> [B, Cout, H/s, W/s]``."""
 
-    def __init__(self, c_in: int, c_out: int, kernel: int = 3, stride: int = 1, groups: int = 1) -> None:
-        super().__init__(c_in, c_out, kernel, stride, groups=groups, activation_layer=nn.SiLU)
+    def __init__(self, c_in: int, c_out: int, kernel: int = 3, stride: int = 1, groups: int = 1, padding: int | None = None) -> None:
+        super().__init__(c_in, c_out, kernel, stride, padding, groups=groups, activation_layer=nn.SiLU)
 
 
 class DWSeparable(nn.Module):

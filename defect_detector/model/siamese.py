@@ -15,10 +15,12 @@ hooks, so the statistics describe the camera's frame as in the early-fusion mode
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 
-from defect_detector.model.backbone import make_stage
+from defect_detector.model.backbone import STEM_STRIDES, make_stage, make_stem
 from defect_detector.model.layers import ConvBNAct
 
 
@@ -40,19 +42,27 @@ class SiameseBackbone(nn.Module):
     """``[B, 2, H, W]`` (image, registered reference) float in [0, 1] -> features at strides 8, 16, 32.
 
     Returns ``(c3 [B, widths[1], H/8, W/8], c4 [B, widths[2], H/16, W/16], c5 [B, widths[3], H/32, W/32])``,
-    ``c3`` and ``c4`` fused with the reference's trunk features, ``c5`` = ``stage4(c4)``.
+    ``c3`` and ``c4`` fused with the reference's trunk features, ``c5`` = ``stage4(c4)``. ``stem`` and ``blocks``
+    as in :class:`~defect_detector.model.backbone.TinyBackbone` (``model.stem``, ``model.blocks``).
     """
 
-    def __init__(self, widths: tuple[int, int, int, int], depths: tuple[int, int, int, int], stem_channels: int = 32) -> None:
+    def __init__(
+        self,
+        widths: tuple[int, int, int, int],
+        depths: tuple[int, int, int, int],
+        stem_channels: int = 32,
+        stem: str = "conv3",
+        blocks: Sequence[str] = ("depthwise",) * 4,
+    ) -> None:
         super().__init__()
         self.in_channels = 2
-        self.stem = ConvBNAct(1, stem_channels, 3, stride=2)
-        self.stage1 = make_stage(stem_channels, widths[0], depths[0])
-        self.stage2 = make_stage(widths[0], widths[1], depths[1])
-        self.stage3 = make_stage(widths[1], widths[2], depths[2])
+        self.stem = make_stem(stem, 1, stem_channels)
+        self.stage1 = make_stage(stem_channels, widths[0], depths[0], blocks[0], stride=4 // STEM_STRIDES[stem])
+        self.stage2 = make_stage(widths[0], widths[1], depths[1], blocks[1])
+        self.stage3 = make_stage(widths[1], widths[2], depths[2], blocks[2])
         self.fuse3 = DiffFusion(widths[1])
         self.fuse4 = DiffFusion(widths[2])
-        self.stage4 = make_stage(widths[2], widths[3], depths[3])
+        self.stage4 = make_stage(widths[2], widths[3], depths[3], blocks[3])
         self.out_channels = (widths[1], widths[2], widths[3])
 
     def _trunk(self, x: torch.Tensor, hooks: bool) -> tuple[torch.Tensor, torch.Tensor]:

@@ -209,7 +209,7 @@ def test_a_section_built_from_keywords_names_its_section() -> None:
 
     with pytest.raises(ConfigError, match=r"^train\.lr: must be finite and > 0, got -1\.0$"):
         TrainConfig(lr=-1.0)
-    with pytest.raises(ConfigError, match=r"^model\.widht: unknown key \(known: box_head, depths, "):
+    with pytest.raises(ConfigError, match=r"^model\.widht: unknown key \(known: blocks, box_head, depths, "):
         ModelConfig(widht=(32, 64, 128, 192))
     assert TrainConfig(lr=1).lr == 1.0 and isinstance(TrainConfig(lr=1).lr, float)  # an integer where a number is asked for
     assert TrainConfig(lr="1e-3").lr == pytest.approx(1e-3)  # YAML 1.1 reads 1e-3 (no dot) as a string
