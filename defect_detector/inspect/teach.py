@@ -40,7 +40,6 @@ from defect_detector.inspect.calibrate import run_calibrate
 from defect_detector.inspect.run_guard import OutputLock
 from defect_detector.inspect.teach_point import DesignPoint, design_point, scores_by_design
 from defect_detector.inspect.teach_sets import (
-    REHEARSED,
     TeachDesign,
     clean_pairs,
     painted_pairs,
@@ -263,4 +262,4 @@ def _teach(  # noqa: PLR0913 - teach()'s checked inputs
     return TeachReport(outcomes, tuning, rehearsal, baseline, boards, (time.perf_counter() - started) / 60, out, work)
 
 
-__all__ = ["REHEARSED", "TeachError", "TeachReport", "check_minutes", "teach"]
+__all__ = ["TeachError", "TeachReport", "check_minutes", "teach"]

@@ -8,6 +8,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from golden_pairs import gray, paint_blobs
 
 from defect_detector.align.golden_check import MAX_MISSING, MAX_SPREAD, _longest_sides, differing, levels, structure
 from defect_detector.align.register import register
@@ -17,32 +18,15 @@ CALIB = Path(__file__).resolve().parents[2] / "data" / "samples" / "calib"
 SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
 
 
-def _gray(path: Path) -> np.ndarray:
-    image = cv2.imread(str(path), cv2.IMREAD_GRAYSCALE)
-    assert image is not None, f"missing sample {path}"
-    return image
-
-
-def _painted(board: np.ndarray, seed: int = 0, blobs: int = 8, side: int = 60) -> np.ndarray:
-    """``board`` with ``blobs`` irregular discs of about ``side`` px: copper (0) on substrate, substrate (255) on copper."""
-    rng = np.random.default_rng(seed)
-    out = board.copy()
-    for _ in range(blobs):
-        cx, cy = rng.integers(side, board.shape[1] - side), rng.integers(side, board.shape[0] - side)
-        angles, radii = np.sort(rng.uniform(0, 2 * np.pi, 16)), side / 2 * rng.uniform(0.6, 1.3, 16)
-        points = np.stack([cx + radii * np.cos(angles), cy + radii * np.sin(angles)], axis=1).astype(np.int32)
-        blob = cv2.fillPoly(np.zeros_like(board), [points], 1) > 0
-        out[blob] = 0 if board[blob].mean() > 127 else 255
-    return out
 
 
 @pytest.mark.parametrize("board", ["00041014", "20085112", "77000037", "92000030"])
 def test_a_board_with_eight_large_painted_defects_is_inspected(board: str) -> None:
     """Issue 35: 8 defects of about 60 px differ in 3-6% of the board, far over the old 1.6% limit; they are a few
     compact places, so the golden image is accepted and the board is inspected (and fails there)."""
-    golden = _gray(SAMPLES / "golden" / f"{board}_test.jpg") if board.startswith("92") else _gray(CALIB / f"{board}_temp.jpg")
-    frame = _gray(SAMPLES / "deeppcb" / f"{board}_test.jpg") if board.startswith("92") else _gray(CALIB / f"{board}_test.jpg")
-    _, reg = register(golden, _painted(frame))
+    golden = gray(SAMPLES / "golden" / f"{board}_test.jpg") if board.startswith("92") else gray(CALIB / f"{board}_temp.jpg")
+    frame = gray(SAMPLES / "deeppcb" / f"{board}_test.jpg") if board.startswith("92") else gray(CALIB / f"{board}_test.jpg")
+    _, reg = register(golden, paint_blobs(frame))
     assert reg.ok, reg.reason
     assert reg.difference > 0.03 and reg.spread <= MAX_SPREAD and reg.regions > 0
 
@@ -50,7 +34,7 @@ def test_a_board_with_eight_large_painted_defects_is_inspected(board: str) -> No
 def test_the_golden_image_of_a_neighbouring_board_is_refused() -> None:
     """Another region of the same design: registration accepts it (ZNCC 0.34), the check sees differences along its
     tracks and pads all over the frame."""
-    golden, frame = _gray(SAMPLES / "golden" / "92000030_test.jpg"), _gray(SAMPLES / "deeppcb" / "92000000_test.jpg")
+    golden, frame = gray(SAMPLES / "golden" / "92000030_test.jpg"), gray(SAMPLES / "deeppcb" / "92000000_test.jpg")
     _, reg = register(golden, frame)
     assert not reg.ok and reg.score >= 0.3
     assert reg.reason.startswith("golden image shows another design, another board or another scale: it differs from the frame along")
@@ -61,7 +45,7 @@ def test_the_golden_image_of_a_neighbouring_board_is_refused() -> None:
 def test_an_occluder_still_reads_as_an_occluder(kind: str) -> None:
     """A flat grey patch, or a textured one (blurred noise from 60 to 220, as ``benchmarks/exposure_roc.py``), over 40%
     of the frame: one region unlike the golden image (the textured one read as another design before issue 35)."""
-    golden, frame = _gray(CALIB / "00041014_temp.jpg"), _gray(CALIB / "00041014_test.jpg")
+    golden, frame = gray(CALIB / "00041014_temp.jpg"), gray(CALIB / "00041014_test.jpg")
     hand = frame.copy()
     texture = cv2.GaussianBlur(np.random.default_rng(1).uniform(0, 255, (405, 405)).astype(np.float32), (0, 0), 3.0)
     hand[100:505, 100:505] = cv2.normalize(texture, None, 60, 220, cv2.NORM_MINMAX).astype(np.uint8) if kind == "textured" else 160
@@ -72,19 +56,19 @@ def test_an_occluder_still_reads_as_an_occluder(kind: str) -> None:
 
 def test_levels_do_not_move_with_large_defects() -> None:
     """The two grey levels a pair is compared at: a mean and a spread move when 8 blobs change how much is copper."""
-    frame = _gray(CALIB / "77000037_test.jpg")
+    frame = gray(CALIB / "77000037_test.jpg")
     mask = np.full(frame.shape, 1, np.uint8)
     dark, bright = levels(frame, mask)
-    painted = levels(_painted(frame), mask)
+    painted = levels(paint_blobs(frame), mask)
     assert painted == pytest.approx((dark, bright), abs=3.0) and bright - dark > 200
 
 
 def test_the_structure_is_per_area_so_a_larger_frame_reads_the_same() -> None:
     """A 2x2 mosaic of a pair (1280x1280, as a frame of several boards at the same pixel scale): the same spread and
     the same counts per 640x640 px, not four times as many regions."""
-    golden, frame = _gray(CALIB / "00041014_temp.jpg"), _gray(CALIB / "00041014_test.jpg")
+    golden, frame = gray(CALIB / "00041014_temp.jpg"), gray(CALIB / "00041014_test.jpg")
     warped, _ = register(golden, frame)
-    painted = _painted(frame)
+    painted = paint_blobs(frame)
     one = structure(*differing(warped, painted))
     four = structure(*differing(np.tile(warped, (2, 2)), np.tile(painted, (2, 2))))
     assert one.regions > 0 and four.regions == pytest.approx(one.regions, rel=0.05)
@@ -110,7 +94,7 @@ def test_pads_of_the_golden_image_missing_from_the_board_mean_another_board() ->
     20085018's golden image: 5 per 640x640 px; 13000167 against 13000166's: 3), a few compact places that spread and
     tracks let through. A defect adds copper or cuts it, but does not remove whole features: the same pads in the
     board (copper blobs) are defects, inspected."""
-    golden, frame = _gray(CALIB / "20085000_temp.jpg"), _gray(CALIB / "20085000_test.jpg")
+    golden, frame = gray(CALIB / "20085000_temp.jpg"), gray(CALIB / "20085000_test.jpg")
     _, own = register(golden, frame)
     assert own.ok and own.missing == 0.0, own.reason
     _, wrong = register(_pads(golden, 4), frame)
@@ -124,9 +108,9 @@ def test_pads_of_the_golden_image_missing_from_the_board_mean_another_board() ->
 def test_a_board_with_large_painted_defects_is_inspected_and_fails() -> None:
     """End to end (issue 35): 8 painted defects of about 60 px, through the ``Inspector`` with the bundled
     golden-template model: the golden image is accepted and the board fails with calls."""
-    golden, frame = _gray(CALIB / "77000037_temp.jpg"), _gray(CALIB / "77000037_test.jpg")
+    golden, frame = gray(CALIB / "77000037_temp.jpg"), gray(CALIB / "77000037_test.jpg")
     with Inspector.load(reference=CALIB / "77000037_temp.jpg", device="cpu", threads=1, monitor=False) as inspector:
-        inspection = inspector.inspect(_painted(frame), name="77000037_test.jpg", reference=golden)
+        inspection = inspector.inspect(paint_blobs(frame), name="77000037_test.jpg", reference=golden)
     assert inspection.registration is not None and inspection.registration.ok, inspection.reason
     assert inspection.verdict == "fail" and len(inspection.detections) >= 3
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from golden_pairs import gray, paint_blobs
 
 from defect_detector.align import register as register_module
 from defect_detector.align.golden_check import compare, differing, golden_side, structure
@@ -21,33 +22,15 @@ SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
 BOARDS = ("50600000", "92000030")
 
 
-def _gray(path: Path) -> np.ndarray:
-    image = cv2.imread(str(path), cv2.IMREAD_GRAYSCALE)
-    assert image is not None, f"missing sample {path}"
-    return image
-
 
 def _pair(board: str) -> tuple[np.ndarray, np.ndarray]:
     """``(frame, golden image)`` uint8 ``[640, 640]`` of a bundled DeepPCB sample."""
-    return _gray(SAMPLES / "deeppcb" / f"{board}_test.jpg"), _gray(SAMPLES / "golden" / f"{board}_test.jpg")
+    return gray(SAMPLES / "deeppcb" / f"{board}_test.jpg"), gray(SAMPLES / "golden" / f"{board}_test.jpg")
 
 
 def _moved(image: np.ndarray, dx: float, dy: float) -> np.ndarray:
     return cv2.warpAffine(image, np.float64([[1, 0, dx], [0, 1, dy]]), image.shape[::-1], borderMode=cv2.BORDER_REPLICATE)
 
-
-def _painted(board: np.ndarray, seed: int = 0, blobs: int = 8, side: int = 60) -> np.ndarray:
-    """``board`` with ``blobs`` irregular discs of about ``side`` px, copper on substrate and substrate on copper (as
-    ``tests/align/test_golden_check.py``)."""
-    rng = np.random.default_rng(seed)
-    out = board.copy()
-    for _ in range(blobs):
-        cx, cy = rng.integers(side, board.shape[1] - side), rng.integers(side, board.shape[0] - side)
-        angles, radii = np.sort(rng.uniform(0, 2 * np.pi, 16)), side / 2 * rng.uniform(0.6, 1.3, 16)
-        points = np.stack([cx + radii * np.cos(angles), cy + radii * np.sin(angles)], axis=1).astype(np.int32)
-        blob = cv2.fillPoly(np.zeros_like(board), [points], 1) > 0
-        out[blob] = 0 if board[blob].mean() > 127 else 255
-    return out
 
 
 def _frames(board: str) -> dict[str, np.ndarray]:
@@ -55,7 +38,7 @@ def _frames(board: str) -> dict[str, np.ndarray]:
     board of another design (the other sample)."""
     frame, _ = _pair(board)
     other, _ = _pair(next(b for b in BOARDS if b != board))
-    return {"true": frame, "moved": _moved(frame, 0.5, 0.5), "painted": _painted(frame), "another design": other}
+    return {"true": frame, "moved": _moved(frame, 0.5, 0.5), "painted": paint_blobs(frame), "another design": other}
 
 
 def _fields(reg: register_module.Registration) -> dict[str, object]:
