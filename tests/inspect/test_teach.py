@@ -2,7 +2,6 @@
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import cv2
@@ -92,11 +91,11 @@ def test_teach_refuses_what_it_cannot_teach_before_any_work(tmp_path: Path, caps
         (["--golden", str(tmp_path / "tiny.png")], "32x32 px golden image is too small to teach"),
     ] + [(["--golden", str(tmp_path / "g.png"), "--minutes", m], "--minutes must be a finite number") for m in ("0.5", "nan", "inf")]
     for args, words in cases:
-        started = time.perf_counter()
         assert main(["teach", *args, *out]) == 2
         err = capsys.readouterr().err
-        assert words in err and len(err.strip().splitlines()) == 1 and time.perf_counter() - started < 30
-    assert not (tmp_path / "t.pt").exists() and not (tmp_path / "t_teach").exists()
+        assert words in err and len(err.strip().splitlines()) == 1
+        assert not (tmp_path / "t_teach").exists()  # refused before any board was written
+    assert not (tmp_path / "t.pt").exists()
 
 
 def test_two_teach_runs_on_one_out_the_second_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
