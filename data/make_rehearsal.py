@@ -42,8 +42,10 @@ def main() -> None:
         for folder, name in (("boards", img["file_name"]), ("golden", img["reference"])):
             gray = cv2.imread(str(root / name), cv2.IMREAD_GRAYSCALE)
             (args.out / folder).mkdir(parents=True, exist_ok=True)
-            cv2.imwrite(str(args.out / folder / f"{stem}.png"), np.where(gray < 128, 0, 255).astype(np.uint8), [cv2.IMWRITE_PNG_COMPRESSION, 9])
-        out_images.append({"id": new_id, "file_name": f"boards/{stem}.png", "reference": f"golden/{stem}.png", "width": img["width"], "height": img["height"]})
+            binary = np.where(gray < 128, 0, 255).astype(np.uint8)
+            cv2.imwrite(str(args.out / folder / f"{stem}.png"), binary, [cv2.IMWRITE_PNG_COMPRESSION, 9])
+        size = {"width": img["width"], "height": img["height"]}
+        out_images.append({"id": new_id, "file_name": f"boards/{stem}.png", "reference": f"golden/{stem}.png", **size})
         for a in raw["annotations"]:
             if a["image_id"] == img["id"]:
                 out_annotations.append({**a, "id": len(out_annotations) + 1, "image_id": new_id})
