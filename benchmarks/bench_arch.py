@@ -88,7 +88,7 @@ def build_candidate(cfg: ModelConfig, imgsz: int) -> tuple[Callable[[], Any], di
     if not siamese:
         return (lambda: traced(x)), facts
     with torch.no_grad():
-        c3, c4 = traced.golden(x[:, 1:2])
+        c3, c4 = traced.golden(x[:, 1:2])[:2]
     board = x[:, :1].contiguous(memory_format=torch.channels_last)
     return (lambda: traced.frame(board, c3, c4)), facts
 

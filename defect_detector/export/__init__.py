@@ -16,7 +16,9 @@ monitored layers, for one fixed square input size. NMS and un-letterboxing stay 
 
 A siamese golden-template model (``model.fusion: siamese``) is exported with two more graphs beside that ``forward``
 (meta ``graphs``, :func:`graphs_meta`): ``golden`` (the letterboxed golden image ``[B, 1, S, S]`` -> its trunk features
-``c3``, ``c4``, once per golden image) and ``frame`` (the letterboxed image ``[B, 1, S, S]`` and those features ->
+``c3``, ``c4`` and ``stats``, the drift statistics ``forward`` gives for the golden image paired with itself, NaN when
+a monitored layer lies outside the trunk; once per golden image; artifacts exported before v0.17 return the features
+only) and ``frame`` (the letterboxed image ``[B, 1, S, S]`` and those features ->
 ``pred``, ``stats`` as ``forward`` gives them for the pair): a frame then costs one trunk pass. TorchScript keeps them as
 the methods ``golden`` and ``frame``, a ``.pt2`` as the AOTInductor models ``golden`` and ``frame`` of the package,
 ONNX as the files ``<name>.golden.onnx`` and ``<name>.frame.onnx`` beside the model (their SHA-256 in the meta).
@@ -39,6 +41,7 @@ from defect_detector.export.baseline import BaselineArg, check_baseline, export_
 from defect_detector.export.deploy_model import (
     FORMAT_VERSION,
     GOLDEN_CHECK,
+    GOLDEN_FEATURES,
     GOLDEN_GRAPHS,
     META_FILE,
     OUTPUTS,
@@ -85,6 +88,7 @@ __all__ = [
     "FP16_TOLERANCE",
     "FP32_TOLERANCE",
     "GOLDEN_CHECK",
+    "GOLDEN_FEATURES",
     "GOLDEN_GRAPHS",
     "META_FILE",
     "ONNX_OPSET",

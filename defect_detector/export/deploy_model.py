@@ -21,6 +21,7 @@ from defect_detector.export.onednn import fuse_conv_silu
 from defect_detector.model.layers import ConvBNAct
 from defect_detector.model.postprocess import decode, make_anchor_points
 from defect_detector.model.rep import reparameterize
+from defect_detector.model.siamese import TRUNK
 from defect_detector.monitor.hooks import ActivationMonitor
 from defect_detector.screens.exposure import EXPOSURE_KEYS
 
@@ -150,14 +151,30 @@ class DeployModel(nn.Module):
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self._outputs(self.model(x))
 
-    def golden(self, reference: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Siamese models only: the golden image's trunk features, to compute once per golden image. ``reference``
-        float ``[B, 1, S, S]`` in [0, 1], letterboxed exactly like the frames it will be compared with ->
-        ``(c3 [B, widths[1], S/8, S/8], c4 [B, widths[2], S/16, S/16])`` (:meth:`golden_shapes`), the model's dtype.
-        No monitored layer sees this pass."""
+    @property
+    def golden_stats(self) -> bool:
+        """Whether :meth:`golden` can report the golden image's drift statistics: every monitored layer lies in the
+        shared trunk (``backbone.stem``..``backbone.stage3``, the default layers), which the golden image's pass runs
+        through exactly as the frame's does when the pair is the golden image with itself."""
+        trunk = tuple(f"backbone.{name}" for name in TRUNK)
+        return self.caches_golden and all(".".join(n.split(".")[:2]) in trunk for n in self.layer_names)
+
+    def golden(self, reference: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Siamese models only: the golden image's trunk features and drift statistics, to compute once per golden
+        image. ``reference`` float ``[B, 1, S, S]`` in [0, 1], letterboxed exactly like the frames it will be compared
+        with -> ``(c3 [B, widths[1], S/8, S/8], c4 [B, widths[2], S/16, S/16])`` (:meth:`golden_shapes`), the model's
+        dtype, and ``stats`` float32 ``[B, L, 2]``: what :meth:`forward` reports for the golden image paired with
+        itself (the monitored layers' statistics of its trunk pass), NaN throughout when a monitored layer lies
+        outside the trunk (:attr:`golden_stats` False: the runtime then pairs the golden image with itself once)."""
         self.golden_shapes()  # ValueError for a model without a siamese trunk
-        c3, c4 = self.model.golden_features(reference)
-        return c3, c4
+        c3, c4 = self.model.golden_features(reference, hooks=self.golden_stats)
+        if self.monitor is None:
+            stats = torch.zeros(reference.shape[0], 0, 2, dtype=torch.float32, device=reference.device)
+        elif self.golden_stats:
+            stats = self.monitor.stats()
+        else:
+            stats = torch.full((reference.shape[0], len(self.layer_names), 2), float("nan"), device=reference.device)
+        return c3, c4, stats
 
     def frame(self, image: torch.Tensor, c3: torch.Tensor, c4: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Siamese models only: one pass over the frames against cached :meth:`golden` features. ``image`` float
@@ -181,7 +198,7 @@ class GoldenGraph(nn.Module):
         super().__init__()
         self.deploy = deploy
 
-    def forward(self, reference: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, reference: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return self.deploy.golden(reference)
 
 
@@ -197,6 +214,9 @@ class FrameGraph(nn.Module):
         return self.deploy.frame(image, c3, c4)
 
 
+GOLDEN_FEATURES = ("c3", "c4")
+"""The golden features the ``golden`` graph returns (before its ``stats``) and the ``frame`` graph takes after the image."""
+
 GOLDEN_GRAPHS = ("golden", "frame")
 """The graphs besides ``forward`` that an artifact of a siamese model carries (meta ``graphs``)."""
 
@@ -205,7 +225,7 @@ def graphs_meta(deploy: DeployModel, golden_batch: str = "1 or B") -> dict[str, 
     """meta ``graphs``: the computations an artifact of ``deploy`` holds, each ``{"inputs": {name: shape}, "outputs":
     {name: shape}}`` in call order (shapes with ``"B"`` for the batch). ``forward`` always (the image, and for a
     reference model its registered golden image, as channels); for a siamese model also ``golden`` (the golden image
-    -> its trunk features ``c3``, ``c4``, once per golden image) and ``frame`` (the image and those features ->
+    -> its trunk features ``c3``, ``c4`` and its drift ``stats``, once per golden image) and ``frame`` (the image and those features ->
     ``forward``'s outputs; ``golden_batch``: the batch the features may have, ``"1 or B"`` (broadcast) or ``"B"``).
     Each exporter adds where its artifact keeps the graph (``method``, ``model_name`` or ``file``)."""
     size = deploy.imgsz
@@ -214,7 +234,8 @@ def graphs_meta(deploy: DeployModel, golden_batch: str = "1 or B") -> dict[str, 
     graphs: dict[str, Any] = {"forward": {"inputs": {"images": ["B", deploy.in_channels, size, size]}, "outputs": dict(outputs)}}
     if deploy.caches_golden:
         c3, c4 = (list(shape) for shape in deploy.golden_shapes())
-        graphs["golden"] = {"inputs": {"reference": ["B", 1, size, size]}, "outputs": {"c3": ["B", *c3], "c4": ["B", *c4]}}
+        golden_outputs = {"c3": ["B", *c3], "c4": ["B", *c4], "stats": list(outputs["stats"])}
+        graphs["golden"] = {"inputs": {"reference": ["B", 1, size, size]}, "outputs": golden_outputs}
         frame_inputs = {"image": ["B", 1, size, size], "c3": [golden_batch, *c3], "c4": [golden_batch, *c4]}
         graphs["frame"] = {"inputs": frame_inputs, "outputs": dict(outputs)}
     return graphs

@@ -50,7 +50,7 @@ def export_onnx(
     message otherwise). Float32 only: use TensorRT's ``--fp16`` on the ONNX model for half precision.
 
     A siamese model's ``golden`` and ``frame`` graphs (meta ``graphs``, :func:`~.deploy_model.graphs_meta`) go beside
-    the model as ``<out stem>.golden.onnx`` (input ``reference``, outputs ``c3``, ``c4``) and ``<out stem>.frame.onnx``
+    the model as ``<out stem>.golden.onnx`` (input ``reference``, outputs ``c3``, ``c4``, ``stats``) and ``<out stem>.frame.onnx``
     (inputs ``image``, ``c3``, ``c4``, the features of batch 1 or B; outputs ``pred``, ``stats``), plain ONNX models
     without meta: the model's meta names each file (``graphs.<name>.file``, relative to the model) with its SHA-256
     (``graphs.<name>.sha256``), which the meta's digest covers. Their parity is checked with the model's.
@@ -102,8 +102,8 @@ def _golden_graphs(deploy: DeployModel, out_path: Path) -> dict[str, bytes]:
     if not deploy.caches_golden:
         return {}
     with torch.no_grad():
-        c3, c4 = (f.contiguous() for f in deploy.golden(_example(deploy, 1, 1)))
-    golden = _onnx_bytes(GoldenGraph(deploy), (_example(deploy, 1),), ["reference"], ["c3", "c4"])
+        c3, c4 = (f.contiguous() for f in deploy.golden(_example(deploy, 1, 1))[:2])
+    golden = _onnx_bytes(GoldenGraph(deploy), (_example(deploy, 1),), ["reference"], ["c3", "c4", "stats"])
     frame = _onnx_bytes(FrameGraph(deploy), (_example(deploy, 1), c3, c4), ["image", "c3", "c4"], golden_batch=("c3", "c4"))
     return {"golden": golden, "frame": frame}
 

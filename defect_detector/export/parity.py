@@ -11,7 +11,7 @@ from defect_detector.core.constants import PAD_VALUE
 from defect_detector.data.images import to_gray_uint8
 from defect_detector.data.letterbox import letterbox
 from defect_detector.data.synth import generate_board, generate_board_pair
-from defect_detector.export.deploy_model import DeployModel, ExportError
+from defect_detector.export.deploy_model import GOLDEN_FEATURES, DeployModel, ExportError
 from defect_detector.model.checkpoint import LoadedModel
 
 FP32_TOLERANCE = 1e-3
@@ -100,6 +100,7 @@ def cached_outputs(
     its ``forward`` gives them for ``x``. ``golden`` and ``frame``: an artifact's graphs (tensors in, tensors out, on
     ``x``'s device and dtype). ``broadcast`` False: features passed contiguous (a ``.pt2`` frame graph's layout)."""
     with torch.no_grad():
-        features = [f if broadcast else f.contiguous() for f in golden(x[:, 1:2].contiguous())]
+        outputs = golden(x[:, 1:2].contiguous())[: len(GOLDEN_FEATURES)]  # the features; stats are checked apart
+        features = [f if broadcast else f.contiguous() for f in outputs]
         pred, stats = frame(x[:, :1].contiguous(), *features)
     return pred, stats

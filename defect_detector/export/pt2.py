@@ -114,7 +114,7 @@ def export_program(deploy: DeployModel, device: torch.device | str = "cpu", grap
         module, example, dynamic = GoldenGraph(deploy), (torch.rand(TRACE_BATCH, 1, size, size, device=device),), {"reference": {0: batch}}
     else:
         with torch.no_grad():
-            features = tuple(f.contiguous() for f in deploy.golden(torch.rand(TRACE_BATCH, 1, size, size, device=device)))
+            features = tuple(f.contiguous() for f in deploy.golden(torch.rand(TRACE_BATCH, 1, size, size, device=device))[:2])
         module = FrameGraph(deploy)
         example = (torch.rand(TRACE_BATCH, 1, size, size, device=device), *features)
         dynamic = {"image": {0: batch}, "c3": {0: batch}, "c4": {0: batch}}

@@ -66,7 +66,7 @@ def trace_deploy_model(
         methods: dict[str, tuple[torch.Tensor, ...]] = {"forward": (rand(TRACE_BATCH),)}
         if deploy.caches_golden:
             methods["golden"] = (rand(TRACE_BATCH, 1),)
-            methods["frame"] = (rand(TRACE_BATCH, 1), *deploy.golden(rand(1, 1)))
+            methods["frame"] = (rand(TRACE_BATCH, 1), *deploy.golden(rand(1, 1))[:2])
         traced = torch.jit.trace_module(deploy, methods, check_trace=False)
         frozen = torch.jit.freeze(traced.eval(), preserved_attrs=[m for m in methods if m != "forward"])
         for batch in (1, 3):
@@ -74,7 +74,7 @@ def trace_deploy_model(
             _check_traced(frozen(x), deploy(x), f"batch {batch}")
         for golden_batch in (1, 3) if deploy.caches_golden else ():
             pair = torch.cat((x[:, :1], x[:golden_batch, 1:2].expand(3, -1, -1, -1)), 1)
-            got = frozen.frame(x[:, :1], *frozen.golden(x[:golden_batch, 1:2]))
+            got = frozen.frame(x[:, :1], *frozen.golden(x[:golden_batch, 1:2])[:2])
             _check_traced(got, deploy(pair), f"batch 3 (methods golden and frame, golden features of batch {golden_batch})")
     return frozen
 

@@ -20,16 +20,13 @@ from typing import Any
 
 import torch
 
-from defect_detector.export import GOLDEN_GRAPHS, DeployModel, ExportError
+from defect_detector.export import GOLDEN_FEATURES, GOLDEN_GRAPHS, DeployModel, ExportError
 from defect_detector.export.onnx import OnnxGraph
 from defect_detector.export.parity import check_parity, max_diffs
 from defect_detector.export.pt2 import load_pt2_model
 from defect_detector.inspect.artifacts import onnx_session
 
 log = logging.getLogger("defect_detector.inspect")
-
-GOLDEN_FEATURES = ("c3", "c4")
-"""The golden features the ``golden`` graph returns and the ``frame`` graph takes after the image, in order."""
 
 LOCATION_KEYS = {"torchscript": "method", "pt2": "model_name", "onnx": "file"}
 """The meta ``graphs.<name>`` key that says where an artifact of each kind keeps a graph."""
@@ -38,9 +35,10 @@ LOCATION_KEYS = {"torchscript": "method", "pt2": "model_name", "onnx": "file"}
 class GoldenGraphs:
     """A model's two cached-path graphs as callables on tensors of the runtime's device and dtype.
 
-    ``golden(reference [B, 1, S, S]) -> tuple of feature tensors``; ``frame(image [B, 1, S, S], features) ->
-    (pred [B, A, 4 + C], stats [B, L, 2])``, the features of batch 1 (broadcast) or B. ``same_batch``: the frame graph
-    takes features at the frames' batch only (``.pt2``), so batch-1 features are expanded (contiguous) before the call.
+    ``golden(reference [B, 1, S, S]) -> tuple of feature tensors``; :meth:`golden_pass` also gives the golden image's
+    drift statistics when its graph returns them; ``frame(image [B, 1, S, S], features) -> (pred [B, A, 4 + C],
+    stats [B, L, 2])``, the features of batch 1 (broadcast) or B. ``same_batch``: the frame graph takes features at the
+    frames' batch only (``.pt2``), so batch-1 features are expanded (contiguous) before the call.
     """
 
     def __init__(
@@ -51,8 +49,19 @@ class GoldenGraphs:
         self.same_batch = same_batch
 
     def golden(self, reference: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        features = self._golden(reference)
-        return tuple(f.contiguous() for f in features) if self.same_batch else tuple(features)
+        return self.golden_pass(reference)[0]
+
+    def golden_pass(self, reference: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None]:
+        """``(features, stats)``: the :data:`GOLDEN_FEATURES` tensors and float32 ``[B, L, 2]``, the drift statistics of
+        the golden image paired with itself, or None when the graph gives none (exported before v0.17) or cannot (NaN:
+        a monitored layer outside the trunk, ``DeployModel.golden``)."""
+        outputs = tuple(self._golden(reference))
+        features = outputs[: len(GOLDEN_FEATURES)]
+        features = tuple(f.contiguous() for f in features) if self.same_batch else features
+        stats = outputs[len(GOLDEN_FEATURES)] if len(outputs) > len(GOLDEN_FEATURES) else None
+        if stats is not None and not bool(torch.isfinite(stats).all()):
+            stats = None
+        return features, stats
 
     def frame(self, image: torch.Tensor, features: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         if self.same_batch:

@@ -156,7 +156,7 @@ class Pipeline:
             raise ValueError(f"{runtime.path.name}: the golden view needs a siamese model with its golden-features graph, one pass")
         if not 0.0 <= self.conf <= 1.0 or not 0.0 <= self.iou <= 1.0 or self.max_det < 1:
             raise ValueError(f"need 0 <= conf <= 1, 0 <= iou <= 1 and max_det >= 1, got conf={conf}, iou={iou}, max_det={max_det}")
-        self._features: OrderedDict[str, tuple[TileRecord | None, tuple[torch.Tensor, ...]]] = OrderedDict()  # design_features
+        self._features: OrderedDict[str, tuple[TileRecord | None, tuple[torch.Tensor, ...], torch.Tensor | None]] = OrderedDict()
         self._shrink_warned = False
         self._cap_warned = False  # calls cut by max_det are logged once at debug level
 
@@ -213,7 +213,7 @@ class Pipeline:
         and one tile record (None: letterboxed whole) per frame. ``ValueError`` naming the frame for a missing,
         unexpected or mis-sized reference, or an image that did not pass :func:`gray_frame`. ``plans``: each frame's
         :meth:`plan` when the prepare stage made it already (None: planned here). ``cached``: the golden images' features
-        come cached (:meth:`golden_features`): the input holds the image channel alone, ``[N, 1, imgsz, imgsz]``."""
+        come cached (:meth:`golden_pass`): the input holds the image channel alone, ``[N, 1, imgsz, imgsz]``."""
         if len(images) == 0:
             raise ValueError("no frames to inspect")
         pairs = self._pairs(images, None if cached else references, cached)
@@ -263,7 +263,7 @@ class Pipeline:
         """Detect defects in gray uint8 ``images`` (one call; see :meth:`inputs` for ``references`` and ``plans``): one
         :class:`Detections` per frame, boxes in the frame's pixels, tiles merged, statistics pooled. All inputs of
         the call run through the model together, in chunks of :data:`MAX_BATCH` (:data:`MAX_BATCH_CPU` on the CPU).
-        ``features``: per frame, its golden image's cached features for its plan (:meth:`golden_features`): the model
+        ``features``: per frame, its golden image's cached features for its plan (:meth:`golden_pass`): the model
         then runs once per input on the image alone (``Runtime.infer_cached``), and ``references`` (the golden images
         in the images' pixels, or None) serve the tiled frames' difference gate only."""
         start = time.perf_counter()
@@ -309,26 +309,40 @@ class Pipeline:
         return self.runtime.infer_cached(batch[start:end], tuple(g[start:end] for g in golden))
 
     def design_features(self, key: str, golden: np.ndarray, plan: TileRecord | None) -> tuple[torch.Tensor, ...]:
-        """:meth:`golden_features` of the design ``key`` (its golden image ``golden``, cut by ``plan``), computed on its
-        first frame and kept for the :data:`FEATURES_KEPT` most recent designs of this pipeline (of its runtime)."""
+        """:meth:`golden_pass` features of the design ``key`` (its golden image ``golden``, cut by ``plan``), computed on
+        its first frame and kept for the :data:`FEATURES_KEPT` most recent designs of this pipeline (of its runtime)."""
+        return self._design_pass(key, golden, plan)[0]
+
+    def design_stats(self, key: str, golden: np.ndarray, plan: TileRecord | None) -> torch.Tensor | None:
+        """The design's golden image's drift statistics, float32 ``[L, 2]``, from the pass that computed (or will
+        compute) its :meth:`design_features`: what :meth:`detect` reports for the golden image paired with itself, at
+        no extra model call; None when the runtime's golden graph gives none (``Runtime.golden_pass``)."""
+        return self._design_pass(key, golden, plan)[1]
+
+    def _design_pass(self, key: str, golden: np.ndarray, plan: TileRecord | None) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None]:
         kept = self._features.get(key)
         if kept is None or kept[0] != plan:
-            kept = self._features[key] = (plan, self.golden_features(golden, plan))
+            kept = self._features[key] = (plan, *self.golden_pass(golden, plan))
         self._features.move_to_end(key)
         while len(self._features) > FEATURES_KEPT:
             self._features.popitem(last=False)
-        return kept[1]
+        return kept[1], kept[2]
 
-    def golden_features(self, golden: np.ndarray, plan: TileRecord | None) -> tuple[torch.Tensor, ...]:
-        """A golden image's cached model features (``Runtime.golden_features``): uint8 ``[H, W]`` letterboxed whole
+    def golden_pass(self, golden: np.ndarray, plan: TileRecord | None) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None]:
+        """A golden image's cached model features (``Runtime.golden_pass``): uint8 ``[H, W]`` letterboxed whole
         (``plan`` None) or cut by ``plan`` as its frames are -> one tensor per trunk output, ``[V, C, h, w]`` with one row
-        per model input (``V`` tiles, or 1)."""
+        per model input (``V`` tiles, or 1), and its drift statistics float32 ``[L, 2]`` pooled over the tiles as
+        :meth:`detect` pools a frame's (None when the graph gives none)."""
         views = crop_tiles(golden, plan) if plan is not None else [golden]
         canvas = torch.from_numpy(np.stack([letterbox(view, self.runtime.imgsz)[0] for view in views])[:, None])
         canvas = canvas.to(self.runtime.device).to(self.runtime.dtype).div_(255.0)
         chunk = MAX_BATCH_CPU if self.runtime.device.type == "cpu" else MAX_BATCH
-        parts = [self.runtime.golden_features(canvas[i : i + chunk]) for i in range(0, canvas.shape[0], chunk)]
-        return tuple(torch.cat(p) for p in zip(*parts))
+        parts = [self.runtime.golden_pass(canvas[i : i + chunk]) for i in range(0, canvas.shape[0], chunk)]
+        features = tuple(torch.cat(p) for p in zip(*(f for f, _ in parts)))
+        if any(stats is None for _, stats in parts):
+            return features, None
+        stats = torch.cat([stats for _, stats in parts]).float().cpu()  # [V, L, 2]
+        return features, pool_tile_stats(stats) if plan is not None else stats[0]
 
     def _postprocess(
         self, pred: torch.Tensor, metas: list[LetterboxMeta], records: list[TileRecord | None]

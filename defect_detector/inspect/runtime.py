@@ -28,7 +28,7 @@ from defect_detector.core.config import EvalConfig
 from defect_detector.core.config_register import RegisterConfig
 from defect_detector.core.constants import DEFAULT_LAYERS
 from defect_detector.core.devices import resolve_device
-from defect_detector.export import DeployModel, ExportError, checkpoint_meta, trace_deploy_model
+from defect_detector.export import GOLDEN_FEATURES, DeployModel, ExportError, checkpoint_meta, trace_deploy_model
 from defect_detector.export.meta import check_outputs, parse_meta, register_settings
 from defect_detector.export.onednn import onednn_available
 from defect_detector.export.triton import check_triton_config
@@ -40,7 +40,7 @@ from defect_detector.inspect.artifacts import (  # noqa: F401 - archive_meta re-
     read_torchscript,
     verify_artifact,
 )
-from defect_detector.inspect.golden_graphs import GOLDEN_FEATURES, GoldenGraphs, check_golden_graphs, load_golden_graphs
+from defect_detector.inspect.golden_graphs import GoldenGraphs, check_golden_graphs, load_golden_graphs
 from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, LoadedModel, load_checkpoint
 from defect_detector.model.tta import orientations, tta_forward
 from defect_detector.screens.exposure import ExposureRange
@@ -306,10 +306,17 @@ class Runtime:
         image registered into the frame) -> a tuple of tensors on ``self.device`` in ``self.dtype`` (``c3``, ``c4``:
         meta ``graphs.golden.outputs``) for :meth:`infer_cached`. ``ValueError`` when :attr:`caches_golden` is False
         or for another shape."""
+        return self.golden_pass(reference)[0]
+
+    def golden_pass(self, reference: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None]:
+        """:meth:`golden_features` and, from the same pass, float32 ``[B, L, 2]``: the drift statistics :meth:`infer`
+        reports for the golden image paired with itself, or None when the artifact's golden graph gives none (exported
+        before v0.17, or a monitored layer outside the trunk): see ``GoldenGraphs.golden_pass``."""
         graphs = self._graphs("golden_features")
         x = self._planes(reference, "golden_features: reference")
         with torch.inference_mode():
-            return graphs.golden(x)
+            features, stats = graphs.golden_pass(x)
+        return features, None if stats is None else stats.float()
 
     def infer_cached(self, images: torch.Tensor, golden: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`infer` for frames against cached golden features, one model pass: ``images`` float ``[B, 1, S, S]`` (the

@@ -48,12 +48,13 @@ class TinyDetector(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.neck(self.backbone(x)))
 
-    def golden_features(self, reference: torch.Tensor) -> list[torch.Tensor]:
+    def golden_features(self, reference: torch.Tensor, hooks: bool = False) -> list[torch.Tensor]:
         """Siamese models only: the golden reference's trunk features, ``reference`` float ``[B, 1, H, W]`` in
-        [0, 1] -> a list of tensors to pass to :meth:`forward_cached` for every frame of that golden image."""
+        [0, 1] -> a list of tensors to pass to :meth:`forward_cached` for every frame of that golden image.
+        ``hooks``: forward hooks on the trunk's layers see this pass (by default they do not)."""
         if not isinstance(self.backbone, SiameseBackbone):
             raise TypeError(f"golden_features needs model.fusion: siamese, this model uses {self.fusion!r}")
-        return self.backbone.golden_features(reference)
+        return self.backbone.golden_features(reference, hooks=hooks)
 
     def forward_cached(self, image: torch.Tensor, golden: list[torch.Tensor]) -> torch.Tensor:
         """Siamese models only: ``image`` float ``[B, 1, H, W]`` and cached :meth:`golden_features` -> the raw

@@ -38,6 +38,10 @@ class DiffFusion(nn.Module):
         return self.proj(torch.cat((image, image - reference), dim=1))
 
 
+TRUNK = ("stem", "stage1", "stage2", "stage3")
+"""The shared trunk's modules (under ``backbone.``): the only ones the golden image's own pass runs through."""
+
+
 class SiameseBackbone(nn.Module):
     """``[B, 2, H, W]`` (image, registered reference) float in [0, 1] -> features at strides 8, 16, 32.
 
@@ -74,11 +78,13 @@ class SiameseBackbone(nn.Module):
         c4 = self.stage3(x4) if hooks else self.stage3.forward(x4)
         return x4, c4
 
-    def golden_features(self, reference: torch.Tensor) -> list[torch.Tensor]:
+    def golden_features(self, reference: torch.Tensor, hooks: bool = False) -> list[torch.Tensor]:
         """The reference's trunk features, to compute once per golden image: ``reference`` float ``[B, 1, H, W]``
         in [0, 1] (registered into the image's frame, letterboxed like it) -> ``[c3 [B, widths[1], H/8, W/8],
-        c4 [B, widths[2], H/16, W/16]]``. Depends on the training mode only through BatchNorm (cache in eval mode)."""
-        return list(self._trunk(reference, hooks=False))
+        c4 [B, widths[2], H/16, W/16]]``. Depends on the training mode only through BatchNorm (cache in eval mode).
+        ``hooks``: forward hooks on ``stem``..``stage3`` see this pass (the drift monitor reading the golden image's
+        own statistics, ``export/deploy_model.py`` ``DeployModel.golden``); by default they do not."""
+        return list(self._trunk(reference, hooks=hooks))
 
     def forward_cached(self, image: torch.Tensor, golden: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One frame against cached :meth:`golden_features`: ``image`` float ``[B, 1, H, W]`` -> ``(c3, c4, c5)``.

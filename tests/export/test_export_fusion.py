@@ -121,11 +121,14 @@ def test_deploy_model_golden_and_frame_give_forwards_outputs(variant: tuple[str,
         return
     assert deploy.caches_golden
     with torch.no_grad():
-        c3, c4 = deploy.golden(x[:, 1:2])
+        c3, c4, stats = deploy.golden(x[:, 1:2])
         assert [tuple(c3.shape[1:]), tuple(c4.shape[1:])] == [tuple(s) for s in deploy.golden_shapes()]
         for got, want in zip(deploy.frame(x[:, :1], c3, c4), _eager(checkpoint, x)):
             torch.testing.assert_close(got, want, atol=1e-3, rtol=0)
+        itself = _eager(checkpoint, torch.cat((x[:, 1:2], x[:, 1:2]), 1))[1]  # the golden image paired with itself
+        assert deploy.golden_stats and stats.shape == itself.shape == (3, len(deploy.layer_names), 2)
+        torch.testing.assert_close(stats, itself, atol=1e-3, rtol=0)
         shared = torch.cat((x[:, :1], x[:1, 1:2].expand(3, -1, -1, -1)), 1)
-        one_golden = deploy.golden(x[:1, 1:2])
+        one_golden = deploy.golden(x[:1, 1:2])[:2]
         for got, want in zip(deploy.frame(x[:, :1], *one_golden), _eager(checkpoint, shared)):
             torch.testing.assert_close(got, want, atol=1e-3, rtol=0)

@@ -17,6 +17,7 @@ from defect_detector.data.letterbox import letterbox
 from defect_detector.data.synth import generate_board_pair
 from defect_detector.export import DeployModel, artifact_bytes, checkpoint_meta, export_onnx, export_torchscript, quiet_jit, shifted_copy
 from defect_detector.export.onnx import golden_graph_path
+from defect_detector.inspect.golden_graphs import GoldenGraphs, module_graphs
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.model.checkpoint import load_checkpoint
 
@@ -86,6 +87,11 @@ def _check_cached_path(runtime: Runtime) -> None:
     pred, stats = runtime.infer_cached(images, one)
     assert float((other_pred - pred).abs().max()) > 1e-3
     torch.testing.assert_close(other_stats, stats, atol=1e-5, rtol=1e-5)
+    # the golden pass also gives the golden image's drift statistics: those of the golden image paired with itself
+    features, golden_stats = runtime.golden_pass(goldens)
+    assert golden_stats is not None and golden_stats.dtype == torch.float32
+    torch.testing.assert_close(golden_stats, runtime.infer(torch.cat((goldens, goldens), 1))[1], atol=1e-4, rtol=1e-4)
+    assert all(torch.equal(a, b) for a, b in zip(features, per_frame))
 
 
 def test_pt2_package_holds_the_golden_and_frame_models(small_siamese_pt2: dict) -> None:
@@ -115,7 +121,8 @@ def test_artifact_meta_says_which_inputs_each_graph_takes(artifacts: dict[str, P
     c3, c4 = [1, 32, IMGSZ // 8, IMGSZ // 8], [1, 48, IMGSZ // 16, IMGSZ // 16]  # SMALL_MODEL widths 16, 32, 48, 64
     assert graphs["forward"]["inputs"] == {"images": ["B", 2, IMGSZ, IMGSZ]} and graphs["forward"]["method"] == "forward"
     assert graphs["golden"]["inputs"] == {"reference": ["B", 1, IMGSZ, IMGSZ]} and graphs["golden"]["method"] == "golden"
-    assert graphs["golden"]["outputs"] == {"c3": ["B", *c3[1:]], "c4": ["B", *c4[1:]]}
+    stats = graphs["forward"]["outputs"]["stats"]
+    assert graphs["golden"]["outputs"] == {"c3": ["B", *c3[1:]], "c4": ["B", *c4[1:]], "stats": stats} and stats[1] == 4
     assert graphs["frame"]["inputs"] == {"image": ["B", 1, IMGSZ, IMGSZ], "c3": ["1 or B", *c3[1:]], "c4": ["1 or B", *c4[1:]]}
     assert graphs["frame"]["outputs"] == graphs["forward"]["outputs"]
     features = Runtime.load(artifacts["torchscript"], device="cpu").golden_features(_inputs(1)[1])
@@ -199,3 +206,18 @@ def test_an_onnx_meta_with_forward_only_has_no_cached_path(artifacts: dict[str, 
     assert load_golden_graphs("onnx", artifacts["onnx"], None, meta, torch.device("cpu")) is not None
     int8_like = {**meta, "graphs": {"forward": meta["graphs"]["forward"]}}
     assert load_golden_graphs("onnx", artifacts["onnx"], None, int8_like, torch.device("cpu")) is None
+
+
+def test_a_golden_graph_without_statistics_gives_none(tmp_path: Path) -> None:
+    """Graphs exported before v0.17 return the features only, and a model monitoring a layer past the trunk (where the
+    golden image's own pass does not go) returns NaN: either way the runtime pairs the golden image with itself."""
+    x = _inputs(2)[1]
+    model = load_checkpoint(write_small_checkpoint(tmp_path / "siamese.pt", IMGSZ, in_channels=2, model=SIAMESE)).model
+    deploy = DeployModel(model, IMGSZ)
+    old = GoldenGraphs(lambda r: deploy.golden(r)[:2], deploy.frame, same_batch=False)
+    features, stats = old.golden_pass(x)
+    assert stats is None and len(features) == 2
+    past_trunk = DeployModel(model, IMGSZ, layers=("backbone.stage2", "neck.*"))
+    assert not past_trunk.golden_stats and torch.isnan(past_trunk.golden(x)[2]).all()
+    assert module_graphs(past_trunk).golden_pass(x)[1] is None
+    assert module_graphs(deploy).golden_pass(x)[1].shape == (2, len(deploy.layer_names), 2)

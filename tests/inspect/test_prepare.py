@@ -82,8 +82,8 @@ def test_cached_and_uncached_golden_work_give_the_same_calls(kind: str, siamese:
     golden, boards = _boards()
     pipeline = Pipeline(runtime, conf=0.1, golden_view=True)
     computed = []
-    compute = pipeline.golden_features
-    pipeline.golden_features = lambda *a: computed.append(1) or compute(*a)  # count the golden image's trunk passes
+    compute = pipeline.golden_pass
+    pipeline.golden_pass = lambda *a: computed.append(1) or compute(*a)  # count the golden image's trunk passes
     line = Prepare(pipeline, Designs(None))
     cached = [_inspect(line, board, golden, i).detections for i, board in enumerate(boards)]
     assert len(computed) == 1  # one design: its features computed on the first frame, reused for the others
@@ -133,8 +133,8 @@ def test_stream_yields_one_typed_record_per_frame(siamese: dict, tmp_path: Path)
 def test_a_pipeline_keeps_the_golden_features_of_its_most_recent_designs_only(siamese: dict) -> None:
     pipeline = Pipeline(Runtime.load(siamese["checkpoint"], device="cpu"), golden_view=True)
     computed: list[int] = []
-    compute = pipeline.golden_features
-    pipeline.golden_features = lambda *a: computed.append(1) or compute(*a)
+    compute = pipeline.golden_pass
+    pipeline.golden_pass = lambda *a: computed.append(1) or compute(*a)
     golden, _ = _boards()
     for key in range(FEATURES_KEPT + 2):
         pipeline.design_features(f"design-{key}", golden, None)
