@@ -19,6 +19,14 @@ their golden images; default: the bundled samples, ``data/samples/deeppcb`` and 
   of the two-channel input (``benchmarks/bench_cached.py``).
 
 Ratios are paired (median over rounds of candidate / YOLOv8n). Target: ``line_golden_view`` <= 0.25.
+
+``--photographs`` times photograph-sized frames instead (``benchmarks/photo_frames.py``: the pairs enlarged
+``--photo-scale`` times and rendered as photographs): ``line_golden_view`` and ``new_golden_golden_view`` at the working
+scale the weights read from the golden image (``inspect/design_scale.py``), against ``yolov8n_tiled``, YOLOv8n over the
+frame at its native resolution in 640 px tiles with the pipeline's overlap; per frame and per megapixel. Target:
+``line_golden_view`` <= 0.30 of ``yolov8n_tiled``::
+
+    python -m benchmarks.bench_frame_cost --photographs --boards 4 --iters 8
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ import torch
 
 from benchmarks.bench import build_yolov8n
 from benchmarks.bench_cached import runtime_calls
+from benchmarks.photo_frames import PHOTO_SCALE, photo_pairs, yolo_tiled
 from benchmarks.timing import measure_interleaved, paired_ratio
 from defect_detector.core.io import atomic_write_json
 from defect_detector.data.dataset import CocoDetectionDataset
@@ -50,6 +59,7 @@ from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples"
 TARGET = 0.25
+PHOTO_TARGET = 0.30
 
 
 def load_pairs(data: str | None, boards: int, class_names: Sequence[str]) -> list[tuple[str, Any, Any]]:
@@ -61,9 +71,12 @@ def load_pairs(data: str | None, boards: int, class_names: Sequence[str]) -> lis
     return [(Path(p).name, load_image_gray(p), load_image_gray(g)) for _, p, g in dataset.files()[:boards]]
 
 
-def frame_candidates(runtime: Runtime, pairs: Sequence[tuple[str, Any, Any]]) -> dict[str, Callable[[], Any]]:
-    """The inspection candidates (module docstring), each inspecting the next board per call."""
+def frame_candidates(runtime: Runtime, pairs: Sequence[tuple[str, Any, Any]], frame_views: bool = True) -> dict[str, Callable[[], Any]]:
+    """The inspection candidates (module docstring), each inspecting the next board per call (``frame_views`` False:
+    the golden view only, where the model has one)."""
     views = {"golden_view": True, "frame_view": False} if runtime.caches_golden else {"frame_view": False}
+    if not frame_views and runtime.caches_golden:
+        views = {"golden_view": True}
     out: dict[str, Callable[[], Any]] = {}
     fixture = line_frames(pairs[0])
     for label, golden_view in views.items():
@@ -102,8 +115,9 @@ def _cycling(fn: Callable[[int], Any], n: int) -> Callable[[], Any]:
     return call
 
 
-def run(weights: str | None, data: str | None, boards: int, threads: int, iters: int) -> dict[str, Any]:
-    """Time every candidate interleaved; ``{"timings", "ratios_vs_yolov8n", ...}``."""
+def run(weights: str | None, data: str | None, boards: int, threads: int, iters: int, photo_scale: float | None = None) -> dict[str, Any]:
+    """Time every candidate interleaved; ``{"timings", "ratios_vs_yolov8n", ...}``. ``photo_scale``: time photograph
+    frames instead (``benchmarks/photo_frames.py``: the pairs enlarged and rendered), against YOLOv8n tiled over them."""
     torch.set_num_threads(threads)
     runtime = Runtime.load(weights or DEFAULT_REFERENCE_WEIGHTS, device="cpu")
     if runtime.channels != 2:
@@ -111,6 +125,8 @@ def run(weights: str | None, data: str | None, boards: int, threads: int, iters:
     pairs = load_pairs(data, boards, runtime.class_names)
     if not pairs:
         raise ValueError(f"{data}: no board with a golden image to time")
+    if photo_scale is not None:
+        return _photographs(runtime, photo_pairs(pairs, photo_scale), threads, iters) | {"photo_scale": photo_scale}
     candidates = {**frame_candidates(runtime, pairs), **(runtime_calls(runtime, "model") if runtime.caches_golden else {})}
     yolo = build_yolov8n(runtime.imgsz)
     if yolo is not None:
@@ -131,6 +147,40 @@ def run(weights: str | None, data: str | None, boards: int, threads: int, iters:
     }
 
 
+def _photographs(runtime: Runtime, pairs: Sequence[tuple[str, Any, Any]], threads: int, iters: int) -> dict[str, Any]:
+    """The photograph frames' candidates (the golden view's line and new-golden cases) and YOLOv8n tiled over the
+    first frame at its native resolution, interleaved: ms per frame and per megapixel, paired ratios."""
+    board = pairs[0][1]
+    record = Prepare(Pipeline(runtime), Designs(None))(Frame(0, board, "bench", pairs[0][0], 0.0), pairs[0][2])
+    if record.refused:
+        raise ValueError(f"{pairs[0][0]}: the photograph was refused by the prepare stage: {record.refusal.message}")
+    candidates = frame_candidates(runtime, pairs, frame_views=False)
+    yolo = build_yolov8n(runtime.imgsz)
+    tiles_yolo = 0
+    if yolo is not None:
+        candidates["yolov8n_tiled"], tiles_yolo = yolo_tiled(yolo[0], board, runtime.imgsz)
+    raw: dict[str, list[float]] = {}
+    with torch.inference_mode():
+        timings = measure_interleaved(candidates, iters, raw=raw)
+    megapixels = board.shape[0] * board.shape[1] / 1e6
+    per_mp = {k: round(v["median_ms"] / megapixels, 1) for k, v in timings.items()}
+    ratios = {k: round(paired_ratio(raw[k], raw["yolov8n_tiled"]), 3) for k in raw if k != "yolov8n_tiled"} if yolo is not None else {}
+    return {
+        "weights": str(runtime.path),
+        "threads": threads,
+        "frames": len(pairs),
+        "frame_px": [int(board.shape[1]), int(board.shape[0])],
+        "megapixels": round(megapixels, 2),
+        "working_scale": record.working_scale,
+        "model_inputs": len(record.plan) if record.plan is not None else 1,
+        "yolov8n_tiles": tiles_yolo,
+        "timings": timings,
+        "ms_per_megapixel": per_mp,
+        "ratios_vs_yolov8n_tiled": ratios,
+        "target_photo_ratio": PHOTO_TARGET,
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--weights", help="golden-template checkpoint or artifact (default: the bundled deeppcb_ref.pt)")
@@ -139,10 +189,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--iters", type=int, default=30)
     parser.add_argument("--out", help="write the result as JSON here")
+    parser.add_argument("--photographs", action="store_true", help="time photograph-sized frames (benchmarks/photo_frames.py)")
+    parser.add_argument("--photo-scale", type=float, default=PHOTO_SCALE, help=f"their enlargement (default {PHOTO_SCALE})")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     try:
-        result = run(args.weights, args.data, args.boards, args.threads, args.iters)
+        result = run(args.weights, args.data, args.boards, args.threads, args.iters, args.photo_scale if args.photographs else None)
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
