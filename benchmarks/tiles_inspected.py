@@ -1,0 +1,120 @@
+"""Tiles through the whole inspection path (issue 46 item 3): every defect that board-by-board inspection calls gets a
+call in the tiled production frame too?
+
+    python -m benchmarks.tiles_inspected --weights defect_detector/weights/deeppcb_ref.pt \\
+        --data data/deeppcb/deeppcb_tpl_val.json --substrate 128 --register-golden --threads 2
+
+``benchmarks/evaluate_tiles.py`` scores the model on composed frames with the golden images as given; here each
+board and each composed 2048x1536 frame (six boards on bare substrate, ``evaluate_tiles.compose_frames``) goes
+through ``Inspector.inspect``, as ``predict`` runs it: registration, the golden check, the screens, the golden view,
+tiles, merge. Both are scored at ``--conf`` (pycocotools mAP@0.5, ``engine/evaluate.py``) on the boards both
+inspected, and every ground-truth defect that a board-by-board call catches (IoU > 0.33, any class) but no tiled call
+does is listed: the defects tiling loses.
+
+``--register-golden`` composes each golden image registered into its board first, so the golden panel is one
+consistent capture as on a line. Without it, DeepPCB's golden images sit 0.6 px (median) to 4.3 px off their boards,
+each its own way, which one registration of the whole panel cannot undo while the boards one by one are registered
+each alone: an artefact of composing pairs, not of tiling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torchvision.ops import box_iou
+
+from benchmarks.evaluate_tiles import compose_frames, load_boards, to_boards
+from defect_detector.core.constants import DEEPPCB_CLASSES
+from defect_detector.core.io import atomic_write_json
+from defect_detector.data.dataset import CocoDetectionDataset
+from defect_detector.engine.evaluate import evaluate_predictions
+from defect_detector.inspect.inspector import Inspector
+from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
+
+CAUGHT_IOU = 0.33
+
+
+def _calls(record: Any) -> dict[str, torch.Tensor] | None:
+    d = record.detections
+    return None if d is None else {"boxes": d.boxes, "scores": d.scores, "labels": d.labels}
+
+
+def _caught(truth: torch.Tensor, calls: dict[str, torch.Tensor]) -> torch.Tensor:
+    if len(calls["boxes"]) == 0:
+        return torch.zeros(len(truth), dtype=torch.bool)
+    return (box_iou(truth, calls["boxes"].float()) > CAUGHT_IOU).any(1)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Inspect the boards one by one and composed into frames; ``{"map50_one_by_one", "map50_tiled", "lost", ...}``."""
+    torch.set_num_threads(args.threads)
+    weights = args.weights or str(DEFAULT_REFERENCE_WEIGHTS)
+    dataset = CocoDetectionDataset(args.data, None, DEEPPCB_CLASSES, 640, None, "skip", reference=True)
+    boards = load_boards(dataset, True, args.max_boards, args.register_golden)
+    frames = compose_frames(boards, args.seed, args.substrate)
+    one, tiled, refused = {}, {}, []
+    first_golden = dataset.files()[0][2]  # the Inspector wants golden images at load; every frame below gives its own
+    with Inspector.load(weights, reference=first_golden, device="cpu", threads=args.threads, conf=args.conf, monitor=False) as inspector:
+        for board in boards:
+            one[board.image_id] = _calls(inspector.inspect(board.image, name=f"{board.image_id}.png", reference=board.reference))
+        for k, frame in enumerate(frames):
+            record = inspector.inspect(frame.image, name=f"frame{k}.png", reference=frame.reference)
+            if record.detections is None:
+                refused.append(f"frame{k}: {record.refusal.message}")
+                continue
+            tiled.update(to_boards(_calls(record), frame, 10_000)[0])
+    both = [i for i in one if one[i] is not None and i in tiled]
+    lost = []
+    for image_id in both:
+        anns = dataset.coco.loadAnns(dataset.coco.getAnnIds(imgIds=[image_id]))
+        if not anns:
+            continue
+        truth = torch.tensor([[a["bbox"][0], a["bbox"][1], a["bbox"][0] + a["bbox"][2], a["bbox"][1] + a["bbox"][3]] for a in anns])
+        for i in torch.nonzero(_caught(truth, one[image_id]) & ~_caught(truth, tiled[image_id])).flatten().tolist():
+            lost.append({"image_id": image_id, "class": dataset.coco.cats[anns[i]["category_id"]]["name"], "bbox": anns[i]["bbox"]})
+    score = lambda preds: evaluate_predictions(dataset.coco, preds, dataset.label_to_cat_id, dataset.class_names, args.conf)["map50"]  # noqa: E731
+    return {
+        "weights": weights,
+        "boards": len(both),
+        "frames": len(frames),
+        "refused": refused,
+        "register_golden": args.register_golden,
+        "substrate": args.substrate,
+        "map50_one_by_one": round(score({i: one[i] for i in both}), 4),
+        "map50_tiled": round(score({i: tiled[i] for i in both}), 4),
+        "lost": lost,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--weights", help="golden-template weights (default: the bundled deeppcb_ref.pt)")
+    parser.add_argument("--data", default="data/deeppcb/deeppcb_tpl_val.json", help="COCO json of held-out boards with golden images")
+    parser.add_argument("--max-boards", type=int, help="at most this many boards (default: all)")
+    parser.add_argument("--conf", type=float, default=0.001)
+    parser.add_argument("--substrate", type=int, default=128, help="grey level of the bare substrate (default 128)")
+    parser.add_argument("--register-golden", action="store_true", help="register each golden image into its board before composing")
+    parser.add_argument("--seed", type=int, default=0, help="board layout seed")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", help="write the result as JSON here")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.ERROR)
+    try:
+        result = run(args)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, indent=2))
+    if args.out:
+        atomic_write_json(args.out, result)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

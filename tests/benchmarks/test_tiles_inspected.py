@@ -1,0 +1,27 @@
+"""Smoke test of benchmarks/tiles_inspected.py: the bundled golden-template model on three bundled sample boards,
+one by one and composed into a tiled frame, through the Inspector."""
+
+import json
+from pathlib import Path
+
+from benchmarks.tiles_inspected import main
+
+SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
+
+
+def test_boards_and_their_frame_are_inspected_and_scored(tmp_path: Path, one_thread: None) -> None:
+    names = sorted(p.name for p in (SAMPLES / "deeppcb").glob("*.jpg"))[:3]
+    images = [{"id": i + 1, "file_name": f"deeppcb/{n}", "reference": f"golden/{n}", "width": 640, "height": 640} for i, n in enumerate(names)]
+    coco = {
+        "info": {"images_root": str(SAMPLES)},
+        "images": images,
+        "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [10, 10, 20, 20], "area": 400, "iscrowd": 0}],
+        "categories": [{"id": i + 1, "name": n} for i, n in enumerate(("open", "short", "mousebite", "spur", "copper", "pin-hole"))],
+    }
+    (tmp_path / "val.json").write_text(json.dumps(coco))
+    out = tmp_path / "r.json"
+    assert main(["--data", str(tmp_path / "val.json"), "--threads", "1", "--register-golden", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["frames"] == 1 and result["boards"] == 3 and result["refused"] == []
+    assert 0.0 <= result["map50_tiled"] <= 1.0 and 0.0 <= result["map50_one_by_one"] <= 1.0
+    assert all(set(row) == {"image_id", "class", "bbox"} for row in result["lost"])
