@@ -11,7 +11,9 @@ SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
 
 def test_boards_and_their_frame_are_inspected_and_scored(tmp_path: Path, one_thread: None) -> None:
     names = sorted(p.name for p in (SAMPLES / "deeppcb").glob("*.jpg"))[:3]
-    images = [{"id": i + 1, "file_name": f"deeppcb/{n}", "reference": f"golden/{n}", "width": 640, "height": 640} for i, n in enumerate(names)]
+    images = [
+        {"id": i + 1, "file_name": f"deeppcb/{n}", "reference": f"golden/{n}", "width": 640, "height": 640} for i, n in enumerate(names)
+    ]
     coco = {
         "info": {"images_root": str(SAMPLES)},
         "images": images,
