@@ -21,6 +21,13 @@ def add_parser(sub: Any) -> None:
         help="fit the design domain (which golden images look like the training ones) on these golden images and carry it: "
         "a COCO json's reference entries (the training set), a folder or an image; repeat it to fit one domain on all of them",
     )
+    p.add_argument(
+        "--scale",
+        action="append",
+        metavar="GOLDEN",
+        help="fit only the scale the weights were validated at (domain.scale_range: coarser golden images are inspected "
+        "downscaled to it) on these golden images, the rest of the domain kept or fitted by --domain (repeatable)",
+    )
 
 
 def run(args: argparse.Namespace) -> None:
@@ -44,7 +51,10 @@ def run(args: argparse.Namespace) -> None:
 
         domain = fit_domain_files(args.domain)
     ckpt = torch.load(args.weights, map_location="cpu", weights_only=True)
-    atomic_torch_save(strip_checkpoint(ckpt, args.set or [], baseline, domain.to_dict() if domain else None), args.out)
+    fitted = domain.to_dict() if domain else None
+    if args.scale:
+        fitted = _with_scale(fitted or ckpt.get("domain"), args.scale, args.weights)
+    atomic_torch_save(strip_checkpoint(ckpt, args.set or [], baseline, fitted), args.out)
     stripped = load_checkpoint(args.out)
     print(f"wrote {args.out} ({Path(args.out).stat().st_size / 1e6:.2f} MB): EMA weights, config, class names, metrics")
     if args.set:
@@ -58,5 +68,20 @@ def run(args: argparse.Namespace) -> None:
         )
     else:
         print(f"design domain: {'kept from the input' if stripped.domain else 'none'}")
+    if args.scale:
+        scale = stripped.domain["scale_range"]
+        print(
+            f"validated scale: fitted on {scale['fitted_on']} golden images of {', '.join(args.scale)} (detail {scale['detail']:g}, "
+            f"narrowest tracks and gaps {scale['fine_width']:g} px); coarser designs are inspected downscaled to it"
+        )
     if stripped.taught:
         print(f"taught designs: {len(stripped.taught)} kept from the input ({', '.join(d['name'] for d in stripped.taught)})")
+
+
+def _with_scale(domain: dict[str, Any] | None, sources: list[str], weights: str) -> dict[str, Any]:
+    """``domain`` (``DomainModel.to_dict()`` form) with its ``scale_range`` fitted on ``sources`` alone."""
+    from defect_detector.engine.domain import fit_scale_files
+
+    if domain is None:
+        raise ValueError(f"{weights}: no design domain to carry a scale range; fit one with --domain")
+    return {**domain, "scale_range": fit_scale_files(sources).to_dict()}

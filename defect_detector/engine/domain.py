@@ -69,6 +69,23 @@ def fit_domain_files(sources: str | os.PathLike[str] | Sequence[str | os.PathLik
     """One :func:`fit_domain` on the :func:`golden_paths` of every source of ``sources`` (one source, or several fitted
     together; a golden image two sources name is counted once); an unreadable golden image is skipped, counted and
     logged (all unreadable: ``DatasetError``). ``FileNotFoundError`` / ``DatasetError`` naming a source without any."""
+    return _fitted_files(sources, fit_domain, "design domain")
+
+
+def fit_scale_files(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> ScaleRange:
+    """The :class:`ScaleRange` of the golden images of ``sources`` alone (as :func:`fit_domain_files` reads them): the
+    scale weights were validated at, when their look domain was fitted on other images too (``strip --scale``: a model
+    trained on zoomed renders is validated down to its finest training scale). ``DatasetError`` when fewer than 2 have
+    two grey-level phases."""
+    fitted = _fitted_files(sources, lambda images: ScaleRange.fit(image_scale(image) for image in images), "scale range")
+    if fitted is None:
+        named = ", ".join(map(str, [sources] if isinstance(sources, (str, os.PathLike)) else sources))
+        raise DatasetError(f"{named}: fewer than 2 golden images with two grey levels to read a scale range on")
+    return fitted
+
+
+def _fitted_files(sources: Any, fit: Any, what: str) -> Any:
+    """``fit`` of the readable golden images of ``sources`` (read lazily; the unreadable skipped, counted and logged)."""
     sources = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
     paths = list(dict.fromkeys(p for source in sources for p in golden_paths(source)))
     skipped: list[str] = []
@@ -80,10 +97,10 @@ def fit_domain_files(sources: str | os.PathLike[str] | Sequence[str | os.PathLik
             except DatasetError as exc:
                 skipped.append(str(exc))
 
-    model = fit_domain(readable())
+    fitted = fit(readable())
     if skipped:
-        log.warning("design domain: %d of %d golden images unreadable and skipped (first: %s)", len(skipped), len(paths), skipped[0])
-    return model
+        log.warning("%s: %d of %d golden images unreadable and skipped (first: %s)", what, len(skipped), len(paths), skipped[0])
+    return fitted
 
 
 def extend_domain(domain: dict[str, Any] | None, images: Iterable[np.ndarray]) -> dict[str, Any] | None:

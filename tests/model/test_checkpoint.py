@@ -1,6 +1,7 @@
 import json
 from pathlib import Path
 
+import cv2
 import pytest
 import torch
 
@@ -272,3 +273,26 @@ def test_strip_fits_one_design_domain_on_several_sources(tmp_path: Path, capsys:
         assert load_checkpoint(tmp_path / "one.pt").domain["fitted_on"] == count
     assert main(["strip", str(source), "--domain", str(calib), "--domain", str(tmp_path / "none"), "--out", str(tmp_path / "bad.pt")]) == 2
     assert "golden images not found" in capsys.readouterr().err and not (tmp_path / "bad.pt").exists()
+
+
+def test_strip_scale_fits_the_validated_scale_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``strip --scale GOLDEN`` reads the scale the weights were validated at on those golden images alone and keeps
+    the rest of the look domain (``photo_ref.pt``: looks of zoomed renders, validated down to DeepPCB's scale); weights
+    without a domain are refused in one line."""
+    samples = Path(__file__).resolve().parents[2] / "data" / "samples"
+    source = _small_checkpoint(tmp_path / "a.pt", 1)
+    assert main(["strip", str(source), "--scale", str(samples / "golden"), "--out", str(tmp_path / "bad.pt")]) == 2
+    assert "no design domain to carry a scale range" in capsys.readouterr().err and not (tmp_path / "bad.pt").exists()
+    looks = tmp_path / "looks.pt"
+    assert main(["strip", str(source), "--domain", str(samples / "calib" / "calib.json"), "--out", str(looks)]) == 0
+    coarse = tmp_path / "coarse"
+    coarse.mkdir()
+    for path in sorted((samples / "golden").glob("*.jpg"))[:3]:
+        image = cv2.imread(str(path), cv2.IMREAD_GRAYSCALE)
+        assert cv2.imwrite(str(coarse / f"{path.stem}.png"), cv2.resize(image, None, fx=2, fy=2, interpolation=cv2.INTER_LINEAR))
+    out = tmp_path / "scaled.pt"
+    assert main(["strip", str(looks), "--scale", str(coarse), "--out", str(out)]) == 0
+    assert "validated scale: fitted on 3 golden images" in capsys.readouterr().out
+    before, after = load_checkpoint(looks).domain, load_checkpoint(out).domain
+    assert after["scale_range"]["fitted_on"] == 3 and after["scale_range"]["detail"] == 2.0 != before["scale_range"]["detail"]
+    assert {k: v for k, v in after.items() if k != "scale_range"} == {k: v for k, v in before.items() if k != "scale_range"}
