@@ -115,11 +115,20 @@ def _cycling(fn: Callable[[int], Any], n: int) -> Callable[[], Any]:
     return call
 
 
-def run(weights: str | None, data: str | None, boards: int, threads: int, iters: int, photo_scale: float | None = None) -> dict[str, Any]:
+def run(  # noqa: PLR0913 - the command line's options
+    weights: str | None,
+    data: str | None,
+    boards: int,
+    threads: int,
+    iters: int,
+    photo_scale: float | None = None,
+    half: bool | str = "auto",
+) -> dict[str, Any]:
     """Time every candidate interleaved; ``{"timings", "ratios_vs_yolov8n", ...}``. ``photo_scale``: time photograph
-    frames instead (``benchmarks/photo_frames.py``: the pairs enlarged and rendered), against YOLOv8n tiled over them."""
+    frames instead (``benchmarks/photo_frames.py``: the pairs enlarged and rendered), against YOLOv8n tiled over them.
+    ``half``: the checkpoint's precision (``Runtime.load``: ``auto``, ``False`` float32, ``"bf16"``)."""
     torch.set_num_threads(threads)
-    runtime = Runtime.load(weights or DEFAULT_REFERENCE_WEIGHTS, device="cpu")
+    runtime = Runtime.load(weights or DEFAULT_REFERENCE_WEIGHTS, device="cpu", half=half)
     if runtime.channels != 2:
         raise ValueError(f"{runtime.path}: a single-image model; this benchmark times a golden-template model's frames")
     pairs = load_pairs(data, boards, runtime.class_names)
@@ -138,6 +147,7 @@ def run(weights: str | None, data: str | None, boards: int, threads: int, iters:
     ratios = {k: round(paired_ratio(raw[k], raw["yolov8n"]), 3) for k in raw if k != "yolov8n"} if yolo is not None else {}
     return {
         "weights": str(runtime.path),
+        "dtype": str(runtime.dtype).removeprefix("torch."),
         "threads": threads,
         "boards": len(pairs),
         "caches_golden": runtime.caches_golden,
@@ -167,6 +177,7 @@ def _photographs(runtime: Runtime, pairs: Sequence[tuple[str, Any, Any]], thread
     ratios = {k: round(paired_ratio(raw[k], raw["yolov8n_tiled"]), 3) for k in raw if k != "yolov8n_tiled"} if yolo is not None else {}
     return {
         "weights": str(runtime.path),
+        "dtype": str(runtime.dtype).removeprefix("torch."),
         "threads": threads,
         "frames": len(pairs),
         "frame_px": [int(board.shape[1]), int(board.shape[0])],
@@ -189,12 +200,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--iters", type=int, default=30)
     parser.add_argument("--out", help="write the result as JSON here")
+    parser.add_argument(
+        "--precision", choices=["auto", "float32", "bf16"], default="auto", help="the checkpoint's precision (Runtime.load half)"
+    )
     parser.add_argument("--photographs", action="store_true", help="time photograph-sized frames (benchmarks/photo_frames.py)")
     parser.add_argument("--photo-scale", type=float, default=PHOTO_SCALE, help=f"their enlargement (default {PHOTO_SCALE})")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     try:
-        result = run(args.weights, args.data, args.boards, args.threads, args.iters, args.photo_scale if args.photographs else None)
+        half = {"auto": "auto", "float32": False, "bf16": "bf16"}[args.precision]
+        result = run(args.weights, args.data, args.boards, args.threads, args.iters, args.photo_scale if args.photographs else None, half)
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+PRECISION_CHOICES = ("auto", "float32", "bf16")
+PRECISION_HELP = (
+    "a checkpoint's precision: auto (float32 on the CPU, float16 on CUDA), float32, or bf16 (bfloat16 on a CPU with "
+    "native bfloat16, AVX512-BF16 or AMX: the same accuracy on the held-out groups at 0.4-0.5x the model time)"
+)
 TTA_HELP = (
     "test-time augmentation: none (default), flip2, flip4 or d8: 1, 2, 4 or 8 orientations per image, averaged; "
     "each costs one model pass (d8: 8x the model time per frame)"

@@ -7,7 +7,7 @@ import signal
 from typing import TYPE_CHECKING, Any
 
 from defect_detector.cli.errors import CliError, NotInspected
-from defect_detector.cli.options import TTA_HELP, add_monitor_arguments
+from defect_detector.cli.options import PRECISION_CHOICES, PRECISION_HELP, TTA_HELP, add_monitor_arguments
 
 if TYPE_CHECKING:
     from defect_detector.inspect.stop_signals import StopSignals
@@ -59,6 +59,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--latest-only", action="store_true", help="live streams: drop stale frames, always process the newest")
     p.add_argument("--max-frames", type=int, help="stop after N frames")
     p.add_argument("--tta", help=TTA_HELP)
+    p.add_argument("--precision", choices=PRECISION_CHOICES, default="auto", help=PRECISION_HELP)
     tile = p.add_mutually_exclusive_group()
     tile.add_argument(
         "--tile",
@@ -93,6 +94,7 @@ def _predict(args: argparse.Namespace, stop: StopSignals) -> None:
         device=args.device,
         threads=args.threads,
         tta=args.tta,
+        precision=args.precision,
         conf=args.conf,
         iou=args.iou,
         max_det=args.max_det,

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from defect_detector.cli.errors import CliError, check_imgsz
-from defect_detector.cli.options import TTA_HELP
+from defect_detector.cli.options import PRECISION_CHOICES, PRECISION_HELP, TTA_HELP
 
 
 def add_parser(sub: Any) -> None:
@@ -19,6 +19,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--conf", type=float, help="score threshold for the DeepPCB F-score (default: the operating point the weights store)")
     p.add_argument("--threads", type=int, help="torch CPU threads")
     p.add_argument("--tta", help=TTA_HELP)
+    p.add_argument("--precision", choices=PRECISION_CHOICES, default="auto", help=PRECISION_HELP)
     p.add_argument(
         "--no-register",
         action="store_true",
@@ -46,7 +47,9 @@ def run(args: argparse.Namespace) -> None:
         raise CliError(f"--gallery-n must be >= 1, got {args.gallery_n}")
     if args.threads:
         torch.set_num_threads(args.threads)
-    result = validate(args.weights, args.data, args.images, args.conf, args.tta, align=not args.no_register, imgsz=args.imgsz)
+    result = validate(
+        args.weights, args.data, args.images, args.conf, args.tta, align=not args.no_register, imgsz=args.imgsz, precision=args.precision
+    )
     metrics, runtime = result.metrics, result.runtime
     keys = ("map50", "map50_95", "per_class", "absent_classes", "f1_iou033", "precision", "recall", "at_conf")
     keys += ("operating_points", "per_group", "box_fit")

@@ -32,6 +32,20 @@ def resolve_device(device: str | torch.device) -> torch.device:
     return resolved
 
 
+def cpu_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether this CPU multiplies bfloat16 natively (``avx512_bf16`` or ``amx_bf16`` among its flags) and torch's
+    oneDNN can use it: bfloat16 then runs the model's convolutions 2-2.5x faster than float32 (measured on the
+    project's AMD EPYC); emulated elsewhere, it is slower. False where the flags cannot be read."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def available_cores() -> list[int]:
     """The CPUs this process may run on (``os.sched_getaffinity``; every CPU where that is missing)."""
     try:

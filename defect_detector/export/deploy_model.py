@@ -130,9 +130,10 @@ class DeployModel(nn.Module):
     def num_classes(self) -> int:
         return int(self.model.num_classes)
 
-    def half_(self) -> DeployModel:
-        """Convert the detector (not the anchor buffers, which must stay exact) to float16, in place."""
-        self.model.half()
+    def half_(self, dtype: torch.dtype = torch.float16) -> DeployModel:
+        """Convert the detector (not the anchor buffers, which must stay exact) to ``dtype`` (float16, or bfloat16 for
+        a CPU that runs it natively: ``core/devices.py`` ``cpu_bf16``), in place."""
+        self.model.to(dtype)
         return self
 
     @property

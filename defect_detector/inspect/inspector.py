@@ -50,7 +50,7 @@ from defect_detector.inspect.record import Inspection
 from defect_detector.inspect.references import ReferenceError, References
 from defect_detector.inspect.run_guard import RunGuard, check_database
 from defect_detector.inspect.run_summary import Tally
-from defect_detector.inspect.runtime import Runtime
+from defect_detector.inspect.runtime import PRECISIONS, Runtime
 from defect_detector.inspect.sources import FrameSource, batches, open_source
 from defect_detector.inspect.stop_signals import StopSignals, until_stopped
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
@@ -125,6 +125,7 @@ class Inspector:
         metrics_port: int | None = None,
         metrics_addr: str = "0.0.0.0",
         db: str | None = None,
+        precision: str = "auto",
     ) -> Inspector:
         """Load weights (None: the bundled model; with ``reference``, the bundled golden-template model) and set
         up registration and monitoring. ``reference``: one golden image for every frame, or a folder of them (by
@@ -135,12 +136,16 @@ class Inspector:
         ``conf`` / ``iou``: None takes the operating point the weights store. ``tile``: None chooses from the model's
         recorded pixel scale, True / False force tiling / letterboxing. Monitoring: see :func:`build_monitoring`;
         ``baseline`` overrides the one the weights carry. ``db``: record every frame into this station database (a file
-        path, ``sqlite:///...`` or ``postgresql://...``; see ``defect_detector.station``). Raises ``FileNotFoundError`` /
-        ``ValueError`` with one clear line."""
+        path, ``sqlite:///...`` or ``postgresql://...``; see ``defect_detector.station``). ``precision``: a checkpoint's
+        (``auto``: float32 on the CPU, float16 on CUDA; ``float32``; ``bf16``: bfloat16 on a CPU that runs it natively,
+        :func:`~defect_detector.inspect.runtime.checkpoint_dtype`). Raises ``FileNotFoundError`` / ``ValueError`` with
+        one clear line."""
         chosen = weights is None and baseline is None
         weights = weights or (DEFAULT_REFERENCE_WEIGHTS if reference else None)
         adaptive, threads = threads is None, default_threads() if threads is None else threads
-        runtime = Runtime.load(weights, device=device, threads=threads, tta=tta)
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        runtime = Runtime.load(weights, device=device, half=PRECISIONS[precision], threads=threads, tta=tta)
         references = References(reference) if reference else None
         pipeline = Pipeline(runtime, references, conf, iou, max_det, tile)
         router = build_monitoring(

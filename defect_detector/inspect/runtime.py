@@ -27,7 +27,7 @@ import torch
 from defect_detector.core.config import EvalConfig
 from defect_detector.core.config_register import RegisterConfig
 from defect_detector.core.constants import DEFAULT_LAYERS
-from defect_detector.core.devices import resolve_device
+from defect_detector.core.devices import cpu_bf16, resolve_device
 from defect_detector.export import GOLDEN_FEATURES, DeployModel, ExportError, checkpoint_meta, trace_deploy_model
 from defect_detector.export.meta import check_outputs, parse_meta, register_settings
 from defect_detector.export.onednn import onednn_available
@@ -151,7 +151,8 @@ class Runtime:
         the CPU, a ``cpu_only`` TorchScript, ONNX) runs there under ``auto`` and is refused for an explicit other
         device. ``half``: ``auto`` runs float16 on CUDA (a checkpoint is converted; a TorchScript artifact must have
         been exported with ``--half``; the other kinds are float32) and float32 on the CPU; ``True`` forces float16,
-        ``False`` float32. ``threads`` sets ``torch.set_num_threads`` (and ONNX Runtime's threads; None: leaves it as it is;
+        ``False`` float32; ``"bf16"`` runs a checkpoint in bfloat16 on a CPU that has it natively
+        (:func:`checkpoint_dtype`). ``threads`` sets ``torch.set_num_threads`` (and ONNX Runtime's threads; None: leaves it as it is;
         ``Inspector.load`` and ``predict`` choose the cores actually free). ``monitor_layers``,
         ``imgsz`` and ``trace`` apply to checkpoints only (an artifact fixes them at export). With ``trace``, a
         checkpoint run in float32 on the CPU is traced and frozen at load, as ``export`` does (checked against
@@ -199,6 +200,8 @@ class Runtime:
         meta = parse_meta(path, text)
         if kind == "pt2":  # a compiled model run on another input size than its own crashes the process: check first
             verify_artifact(path, kind, meta)
+        if half == "bf16":
+            raise ValueError(f"{path}: --precision bf16 runs a checkpoint; this {kind} artifact runs as it was exported")
         exported_half = bool(meta.get("half", False))
         if half is True and not exported_half:
             raise ValueError(f"{path}: exported in float32; re-export as TorchScript with --half for float16")
@@ -236,23 +239,25 @@ class Runtime:
         validation), as :meth:`load` builds it for a checkpoint: ``half``, ``layers``, ``imgsz`` and ``trace`` as there;
         ``path`` is ``loaded.path``."""
         path = Path(loaded.path)
-        use_half = device.type == "cuda" if half == "auto" else bool(half)
+        dtype = checkpoint_dtype(device, half)
         size = int(imgsz or loaded.config.data.imgsz)
         model = DeployModel(loaded.model, size, layers).to(device)
-        if use_half:
-            model.half_()
+        if dtype != torch.float32:
+            model.half_(dtype)
         module: torch.nn.Module = model
         cpu_fusion = False
-        if trace and device.type == "cpu" and not use_half:
+        if trace and device.type == "cpu" and dtype != torch.float16:
             try:
-                cpu_fusion = onednn_available()
-                module = trace_deploy_model(DeployModel(loaded.model, size, layers, cpu_fusion=cpu_fusion), device)
+                cpu_fusion = onednn_available() and dtype == torch.float32  # the fused kernels are float32's
+                deploy = DeployModel(loaded.model, size, layers, cpu_fusion=cpu_fusion)
+                module = trace_deploy_model(deploy if dtype == torch.float32 else deploy.half_(dtype), device, dtype)
             except (ExportError, RuntimeError) as exc:
                 cpu_fusion = False
                 log.warning("%s: tracing failed, running the eager model: %s", path, exc)
-        meta = checkpoint_meta(loaded, model, _carried_baseline(loaded, model.layer_names, size), use_half, cpu_only=cpu_fusion)
+        baseline = _carried_baseline(loaded, model.layer_names, size)
+        meta = checkpoint_meta(loaded, model, baseline, dtype == torch.float16, cpu_only=cpu_fusion)
         graphs = load_golden_graphs("checkpoint", path, module, meta, device)
-        return cls(module, meta, device, torch.float16 if use_half else torch.float32, "checkpoint", path, graphs)
+        return cls(module, meta, device, dtype, "checkpoint", path, graphs)
 
     def warmup(self, iterations: int = 2, batch: int = 1) -> None:
         """Run the model on blank ``[batch, channels, S, S]`` input so first-frame latency excludes one-time setup."""
@@ -275,8 +280,9 @@ class Runtime:
         """
         with torch.inference_mode():
             one_batch = self.device.type == "cuda"
-            pred, (stats,) = tta_forward(self.model, batch, self._orientations, self.meta["strides"], self.imgsz, one_batch)
-        return pred, stats
+            x = batch.to(dtype=self.dtype)  # a float32 batch into a bfloat16 or float16 model
+            pred, (stats,) = tta_forward(self.model, x, self._orientations, self.meta["strides"], self.imgsz, one_batch)
+        return pred.float(), stats.float()
 
     @property
     def caches_golden(self) -> bool:
@@ -341,6 +347,26 @@ class Runtime:
         """Wait for the device (CUDA) so timings cover the work."""
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+
+PRECISIONS = {"auto": "auto", "float32": False, "bf16": "bf16"}
+"""``--precision`` -> :meth:`Runtime.load`'s ``half``."""
+
+
+def checkpoint_dtype(device: torch.device, half: bool | str) -> torch.dtype:
+    """The dtype a checkpoint runs in on ``device``: ``half`` ``auto`` float16 on CUDA, float32 on the CPU (what the
+    exported artifacts and training-time validation run); ``True`` float16; ``False`` float32; ``"bf16"`` bfloat16 on
+    a CPU whose oneDNN runs it natively (``core/devices.py`` ``cpu_bf16``; the bundled golden-template model scores the
+    same there at 0.4-0.5x float32's model time: ``docs/inspection.md``), ``ValueError`` elsewhere (emulated, it is
+    slower than float32)."""
+    if half == "bf16":
+        if device.type != "cpu" or not cpu_bf16():
+            raise ValueError(f"bfloat16 needs a CPU with native bfloat16 (AVX512-BF16 or AMX); {device} has none: leave half at auto")
+        return torch.bfloat16
+    if half not in ("auto", True, False):
+        raise ValueError(f"half must be auto, True, False or 'bf16', got {half!r}")
+    use_half = device.type == "cuda" if half == "auto" else bool(half)
+    return torch.float16 if use_half else torch.float32
 
 
 def _carried_baseline(loaded: Any, layers: Sequence[str], imgsz: int) -> dict[str, Any] | None:

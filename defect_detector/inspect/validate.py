@@ -27,7 +27,7 @@ from defect_detector.inspect.designs import Designs
 from defect_detector.inspect.frame import Frame
 from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.inspect.prepare import Prepare, Prepared, detect
-from defect_detector.inspect.runtime import Runtime
+from defect_detector.inspect.runtime import PRECISIONS, Runtime
 from defect_detector.model.checkpoint import LoadedModel
 from defect_detector.screens.frame import calibration_levels
 
@@ -99,7 +99,7 @@ def predict_frames(
     return predictions, skipped
 
 
-def validate(
+def validate(  # noqa: PLR0913 - val's flags, one keyword each
     weights: str | os.PathLike[str] | None,
     data: str | os.PathLike[str],
     images: str | os.PathLike[str] | None = None,
@@ -108,14 +108,18 @@ def validate(
     align: bool = True,
     imgsz: int | None = None,
     progress: bool = True,
+    precision: str = "auto",
 ) -> Validation:
     """Score ``weights`` (checkpoint or artifact; None: the bundled model) on the COCO json ``data``.
 
     ``f1_conf``: score threshold of the DeepPCB F-score (None: the weights' operating point). ``tta``: test-time
     augmentation (None: one pass). ``align``: register each json golden image to its image (False: use it as given).
-    ``imgsz``: a checkpoint's input size (an artifact fixes its own). Raises ``FileNotFoundError`` / ``ValueError``
+    ``imgsz``: a checkpoint's input size (an artifact fixes its own). ``precision``: a checkpoint's (``Inspector.load``).
+    Raises ``FileNotFoundError`` / ``ValueError``
     naming the file and the problem."""
-    runtime = Runtime.load(weights, device="cpu", imgsz=imgsz, tta=tta)
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    runtime = Runtime.load(weights, device="cpu", half=PRECISIONS[precision], imgsz=imgsz, tta=tta)
     if imgsz is not None and imgsz != runtime.imgsz:
         raise ValueError(f"{runtime.path}: an exported artifact has a fixed input size ({runtime.imgsz}); drop --imgsz {imgsz}")
     point = runtime.operating_point

@@ -158,3 +158,13 @@ def test_inspector_rechooses_threads_unless_they_are_given(tmp_path: Path, monke
             assert torch.get_num_threads() == cores
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(
+    ("flags", "native"), [("fpu avx512f avx512_bf16 avx512_vnni", True), ("fpu amx_bf16 amx_tile", True), ("fpu avx2 avx512f", False)]
+)
+def test_cpu_bf16_reads_the_cpu_flags(tmp_path: Path, flags: str, native: bool) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nmodel name\t: test\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t\t: {flags}\n")
+    assert devices.cpu_bf16(str(cpuinfo)) is (native and torch.backends.mkldnn.is_available())
+    assert devices.cpu_bf16(str(tmp_path / "missing")) is False
