@@ -32,9 +32,7 @@ frame at its native resolution in 640 px tiles with the pipeline's overlap; per 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -46,15 +44,15 @@ import torch
 from benchmarks.bench import build_yolov8n
 from benchmarks.bench_cached import runtime_calls
 from benchmarks.photo_frames import PHOTO_SCALE, photo_pairs, yolo_tiled
+from benchmarks.report import json_command
 from benchmarks.timing import measure_interleaved, paired_ratio
-from defect_detector.core.io import atomic_write_json
 from defect_detector.data.dataset import CocoDetectionDataset
 from defect_detector.data.images import load_image_gray
 from defect_detector.inspect.designs import Designs
 from defect_detector.inspect.frame import Frame
 from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.inspect.prepare import Prepare, detect
-from defect_detector.inspect.runtime import Runtime
+from defect_detector.inspect.runtime import PRECISIONS, Runtime
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples"
@@ -201,22 +199,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--iters", type=int, default=30)
     parser.add_argument("--out", help="write the result as JSON here")
     parser.add_argument(
-        "--precision", choices=["auto", "float32", "bf16"], default="auto", help="the checkpoint's precision (Runtime.load half)"
+        "--precision", choices=list(PRECISIONS), default="auto", help="the checkpoint's precision (Runtime.load half)"
     )
     parser.add_argument("--photographs", action="store_true", help="time photograph-sized frames (benchmarks/photo_frames.py)")
     parser.add_argument("--photo-scale", type=float, default=PHOTO_SCALE, help=f"their enlargement (default {PHOTO_SCALE})")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    try:
-        half = {"auto": "auto", "float32": False, "bf16": "bf16"}[args.precision]
-        result = run(args.weights, args.data, args.boards, args.threads, args.iters, args.photo_scale if args.photographs else None, half)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps(result, indent=2))
-    if args.out:
-        atomic_write_json(args.out, result)
-    return 0
+    photo_scale = args.photo_scale if args.photographs else None
+    half = PRECISIONS[args.precision]
+    return json_command(lambda: run(args.weights, args.data, args.boards, args.threads, args.iters, photo_scale, half), args.out)
 
 
 if __name__ == "__main__":

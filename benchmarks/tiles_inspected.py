@@ -20,9 +20,7 @@ each alone: an artefact of composing pairs, not of tiling.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,8 +28,8 @@ import torch
 from torchvision.ops import box_iou
 
 from benchmarks.evaluate_tiles import compose_frames, load_boards, to_boards
+from benchmarks.report import json_command
 from defect_detector.core.constants import DEEPPCB_CLASSES
-from defect_detector.core.io import atomic_write_json
 from defect_detector.data.dataset import CocoDetectionDataset
 from defect_detector.engine.evaluate import evaluate_predictions
 from defect_detector.inspect.inspector import Inspector
@@ -105,15 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", help="write the result as JSON here")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
-    try:
-        result = run(args)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps(result, indent=2))
-    if args.out:
-        atomic_write_json(args.out, result)
-    return 0
+    return json_command(lambda: run(args), args.out)
 
 
 if __name__ == "__main__":
