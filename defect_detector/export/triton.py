@@ -87,7 +87,7 @@ _TRITON_INPUT_TEXT = {
 
 _TRITON_GRAPHS_TEXT = """
 Triton runs `forward` only (the pair above, both trunk passes per frame). `model.pt` also holds a golden-template
-model's cached path, the TorchScript methods `golden` (`reference` [B, 1, {size}, {size}] -> `c3`, `c4`) and `frame`
+model's cached path, the TorchScript methods `golden` (`reference` [B, 1, {size}, {size}] -> `c3`, `c4`, `stats`) and `frame`
 (`image` [B, 1, {size}, {size}], `c3`, `c4` -> the two outputs above), for libtorch clients (meta.json "graphs").
 """
 

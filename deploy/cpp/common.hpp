@@ -363,6 +363,10 @@ inline std::string first_line(const std::string& text) {
   return text.substr(start, text.find_first_of("\r\n", start) - start);
 }
 
+// The golden graph's outputs the frame graph takes, in order: c3 and c4. Since v0.17 it also returns the golden image's
+// drift statistics (meta.json graphs.golden.outputs "stats"), which this example does not read.
+constexpr size_t kGoldenFeatures = 2;
+
 // A loaded model: its meta.json text, the device it runs on, its forward ([1, C, S, S] -> pred [1, A, 4 + C]) and, for a
 // siamese golden-template artifact with the graphs golden and frame, those two (empty otherwise): golden([1, 1, S, S]
 // letterboxed reference) -> its trunk features; frame([1, 1, S, S] board, features) -> pred [1, A, 4 + C].

@@ -5,7 +5,7 @@
 //
 // The steps (meta.json, letterbox, correlation check, NMS, output) are common.hpp's; this file loads the TorchScript
 // archive (meta.json is its extra file) and runs its forward: outputs (pred [1, A, 4 + C], stats [1, L, 2]). A siamese
-// golden-template artifact also has the methods golden (reference [B, 1, S, S] -> (c3, c4)) and frame (image [B, 1, S, S],
+// golden-template artifact also has the methods golden (reference [B, 1, S, S] -> (c3, c4, stats)) and frame (image [B, 1, S, S],
 // c3, c4 -> (pred, stats)): the golden features are then computed once for IMAGE and every --board.
 // main_pt2.cpp does the same for the AOTInductor .pt2 package.
 
@@ -26,7 +26,8 @@ int main(int argc, char** argv) {
       loaded.golden = [module](const at::Tensor& reference) {
         const c10::IValue out = module->get_method("golden")({reference});  // kept alive while its elements are read
         std::vector<at::Tensor> features;
-        for (const auto& value : out.toTupleRef().elements()) features.push_back(value.toTensor());
+        const auto& outputs = out.toTupleRef().elements();
+        for (size_t i = 0; i < dd::kGoldenFeatures && i < outputs.size(); ++i) features.push_back(outputs[i].toTensor());
         return features;
       };
       loaded.frame = [module](const at::Tensor& image, const std::vector<at::Tensor>& golden) {
