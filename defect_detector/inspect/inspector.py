@@ -50,7 +50,7 @@ from defect_detector.inspect.record import Inspection
 from defect_detector.inspect.references import ReferenceError, References
 from defect_detector.inspect.run_guard import RunGuard, check_database
 from defect_detector.inspect.run_summary import Tally
-from defect_detector.inspect.runtime import PRECISIONS, Runtime
+from defect_detector.inspect.runtime import Runtime, precision_half
 from defect_detector.inspect.sources import FrameSource, batches, open_source
 from defect_detector.inspect.stop_signals import StopSignals, until_stopped
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
@@ -143,9 +143,7 @@ class Inspector:
         chosen = weights is None and baseline is None
         weights = weights or (DEFAULT_REFERENCE_WEIGHTS if reference else None)
         adaptive, threads = threads is None, default_threads() if threads is None else threads
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-        runtime = Runtime.load(weights, device=device, half=PRECISIONS[precision], threads=threads, tta=tta)
+        runtime = Runtime.load(weights, device=device, half=precision_half(precision), threads=threads, tta=tta)
         references = References(reference) if reference else None
         pipeline = Pipeline(runtime, references, conf, iou, max_det, tile)
         router = build_monitoring(

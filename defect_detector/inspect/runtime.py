@@ -353,6 +353,13 @@ PRECISIONS = {"auto": "auto", "float32": False, "bf16": "bf16"}
 """``--precision`` -> :meth:`Runtime.load`'s ``half``."""
 
 
+def precision_half(precision: str) -> bool | str:
+    """:meth:`Runtime.load`'s ``half`` for a ``--precision`` (:data:`PRECISIONS`); ``ValueError`` naming the choices."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    return PRECISIONS[precision]
+
+
 def checkpoint_dtype(device: torch.device, half: bool | str) -> torch.dtype:
     """The dtype a checkpoint runs in on ``device``: ``half`` ``auto`` float16 on CUDA, float32 on the CPU (what the
     exported artifacts and training-time validation run); ``True`` float16; ``False`` float32; ``"bf16"`` bfloat16 on

@@ -27,7 +27,7 @@ from defect_detector.inspect.designs import Designs
 from defect_detector.inspect.frame import Frame
 from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.inspect.prepare import Prepare, Prepared, detect
-from defect_detector.inspect.runtime import PRECISIONS, Runtime
+from defect_detector.inspect.runtime import Runtime, precision_half
 from defect_detector.model.checkpoint import LoadedModel
 from defect_detector.screens.frame import calibration_levels
 
@@ -117,9 +117,7 @@ def validate(  # noqa: PLR0913 - val's flags, one keyword each
     ``imgsz``: a checkpoint's input size (an artifact fixes its own). ``precision``: a checkpoint's (``Inspector.load``).
     Raises ``FileNotFoundError`` / ``ValueError``
     naming the file and the problem."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    runtime = Runtime.load(weights, device="cpu", half=PRECISIONS[precision], imgsz=imgsz, tta=tta)
+    runtime = Runtime.load(weights, device="cpu", half=precision_half(precision), imgsz=imgsz, tta=tta)
     if imgsz is not None and imgsz != runtime.imgsz:
         raise ValueError(f"{runtime.path}: an exported artifact has a fixed input size ({runtime.imgsz}); drop --imgsz {imgsz}")
     point = runtime.operating_point
