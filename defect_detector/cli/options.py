@@ -7,7 +7,7 @@ import argparse
 PRECISION_CHOICES = ("auto", "float32", "bf16")
 PRECISION_HELP = (
     "a checkpoint's precision: auto (float32 on the CPU, float16 on CUDA), float32, or bf16 (bfloat16 on a CPU with "
-    "native bfloat16, AVX512-BF16 or AMX: the same accuracy on the held-out groups at 0.4-0.5x the model time)"
+    "native bfloat16, AVX512-BF16 or AMX: the same accuracy on the held-out groups at 0.75-0.8x the model time)"
 )
 TTA_HELP = (
     "test-time augmentation: none (default), flip2, flip4 or d8: 1, 2, 4 or 8 orientations per image, averaged; "

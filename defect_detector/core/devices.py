@@ -34,7 +34,7 @@ def resolve_device(device: str | torch.device) -> torch.device:
 
 def cpu_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     """Whether this CPU multiplies bfloat16 natively (``avx512_bf16`` or ``amx_bf16`` among its flags) and torch's
-    oneDNN can use it: bfloat16 then runs the model's convolutions 2-2.5x faster than float32 (measured on the
+    oneDNN can use it: bfloat16 then runs the model 1.2-1.3x faster than float32 (measured on the
     project's AMD EPYC); emulated elsewhere, it is slower. False where the flags cannot be read."""
     if not torch.backends.mkldnn.is_available():
         return False

@@ -364,7 +364,7 @@ def checkpoint_dtype(device: torch.device, half: bool | str) -> torch.dtype:
     """The dtype a checkpoint runs in on ``device``: ``half`` ``auto`` float16 on CUDA, float32 on the CPU (what the
     exported artifacts and training-time validation run); ``True`` float16; ``False`` float32; ``"bf16"`` bfloat16 on
     a CPU whose oneDNN runs it natively (``core/devices.py`` ``cpu_bf16``; the bundled golden-template model scores the
-    same there at 0.4-0.5x float32's model time: ``docs/inspection.md``), ``ValueError`` elsewhere (emulated, it is
+    same there at 0.75-0.8x float32's model time: ``docs/inspection.md``), ``ValueError`` elsewhere (emulated, it is
     slower than float32)."""
     if half == "bf16":
         if device.type != "cpu" or not cpu_bf16():
