@@ -139,10 +139,7 @@ def run(  # noqa: PLR0913 - the command line's options
     if yolo is not None:
         x = torch.rand(1, 3, runtime.imgsz, runtime.imgsz)
         candidates["yolov8n"] = lambda: yolo[0](x)
-    raw: dict[str, list[float]] = {}
-    with torch.inference_mode():
-        timings = measure_interleaved(candidates, iters, raw=raw)
-    ratios = {k: round(paired_ratio(raw[k], raw["yolov8n"]), 3) for k in raw if k != "yolov8n"} if yolo is not None else {}
+    timings, ratios = _interleaved(candidates, iters, "yolov8n")
     return {
         "weights": str(runtime.path),
         "dtype": str(runtime.dtype).removeprefix("torch."),
@@ -153,6 +150,17 @@ def run(  # noqa: PLR0913 - the command line's options
         "ratios_vs_yolov8n": ratios,
         "target_line_ratio": TARGET,
     }
+
+
+def _interleaved(candidates: dict[str, Callable[[], Any]], iters: int, reference: str) -> tuple[dict[str, Any], dict[str, float]]:
+    """``(timings, ratios)``: every candidate timed in the same rounds, and each one's paired ratio to ``reference``'s
+    (``{}`` when ``reference`` is not among them: YOLOv8n needs ultralytics)."""
+    raw: dict[str, list[float]] = {}
+    with torch.inference_mode():
+        timings = measure_interleaved(candidates, iters, raw=raw)
+    if reference not in raw:
+        return timings, {}
+    return timings, {k: round(paired_ratio(raw[k], raw[reference]), 3) for k in raw if k != reference}
 
 
 def _photographs(runtime: Runtime, pairs: Sequence[tuple[str, Any, Any]], threads: int, iters: int) -> dict[str, Any]:
@@ -167,12 +175,9 @@ def _photographs(runtime: Runtime, pairs: Sequence[tuple[str, Any, Any]], thread
     tiles_yolo = 0
     if yolo is not None:
         candidates["yolov8n_tiled"], tiles_yolo = yolo_tiled(yolo[0], board, runtime.imgsz)
-    raw: dict[str, list[float]] = {}
-    with torch.inference_mode():
-        timings = measure_interleaved(candidates, iters, raw=raw)
+    timings, ratios = _interleaved(candidates, iters, "yolov8n_tiled")
     megapixels = board.shape[0] * board.shape[1] / 1e6
     per_mp = {k: round(v["median_ms"] / megapixels, 1) for k, v in timings.items()}
-    ratios = {k: round(paired_ratio(raw[k], raw["yolov8n_tiled"]), 3) for k in raw if k != "yolov8n_tiled"} if yolo is not None else {}
     return {
         "weights": str(runtime.path),
         "dtype": str(runtime.dtype).removeprefix("torch."),

@@ -55,6 +55,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     weights = args.weights or str(DEFAULT_REFERENCE_WEIGHTS)
     dataset = CocoDetectionDataset(args.data, None, DEEPPCB_CLASSES, 640, None, "skip", reference=True)
     boards = load_boards(dataset, True, args.max_boards, args.register_golden)
+    if not boards:
+        raise ValueError(f"{args.data}: no boards with golden images to compose")
     frames = compose_frames(boards, args.seed, args.substrate)
     one, tiled, refused = {}, {}, []
     first_golden = dataset.files()[0][2]  # the Inspector wants golden images at load; every frame below gives its own

@@ -27,3 +27,9 @@ def test_boards_and_their_frame_are_inspected_and_scored(tmp_path: Path, one_thr
     assert result["frames"] == 1 and result["boards"] == 3 and result["refused"] == []
     assert 0.0 <= result["map50_tiled"] <= 1.0 and 0.0 <= result["map50_one_by_one"] <= 1.0
     assert all(set(row) == {"image_id", "class", "bbox"} for row in result["lost"])
+
+
+def test_a_json_without_boards_is_one_line(tmp_path: Path, capsys) -> None:
+    (tmp_path / "empty.json").write_text(json.dumps({"images": [], "annotations": [], "categories": []}))
+    assert main(["--data", str(tmp_path / "empty.json"), "--out", str(tmp_path / "r.json")]) == 2
+    assert "no boards with golden images to compose" in capsys.readouterr().err and not (tmp_path / "r.json").exists()

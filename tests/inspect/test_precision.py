@@ -11,12 +11,13 @@ import pytest
 import torch
 from torchvision.ops import box_iou
 
+from defect_detector.cli.options import PRECISION_CHOICES
 from defect_detector.core.devices import cpu_bf16
 from defect_detector.data.images import load_image_gray
 from defect_detector.export import export_torchscript
 from defect_detector.inspect import runtime as runtime_module
 from defect_detector.inspect.inspector import Inspector
-from defect_detector.inspect.runtime import checkpoint_dtype
+from defect_detector.inspect.runtime import PRECISIONS, checkpoint_dtype, precision_half
 from defect_detector.inspect.validate import validate
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, load_checkpoint
 
@@ -38,6 +39,10 @@ def test_the_default_and_the_explicit_precisions(monkeypatch: pytest.MonkeyPatch
         checkpoint_dtype(CPU, "bf16")
     with pytest.raises(ValueError, match="half must be auto, True, False or 'bf16'"):
         checkpoint_dtype(CPU, "fp8")
+
+
+def test_the_command_line_offers_the_precisions_the_runtime_knows() -> None:
+    assert PRECISION_CHOICES == tuple(PRECISIONS) and precision_half("float32") is False and precision_half("bf16") == "bf16"
 
 
 def test_bf16_makes_the_calls_float32_makes_where_the_cpu_has_it() -> None:
