@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from defect_detector.align.golden_check import levels
+from defect_detector.core.types import TileRecord
 
 TOLERANCE_PX = 2
 """A pixel differs only from what the other image shows nowhere within this many pixels (a 5x5 neighbourhood)."""
@@ -115,13 +116,46 @@ def box_counts(differs: np.ndarray, boxes: torch.Tensor, grow: float = GROW_PX) 
 
 
 def keep_differing(
-    detections: dict[str, torch.Tensor], image: np.ndarray, golden: np.ndarray, min_pixels: int = MIN_PIXELS, grow: float = GROW_PX
+    detections: dict[str, torch.Tensor],
+    image: np.ndarray,
+    golden: np.ndarray,
+    min_pixels: int = MIN_PIXELS,
+    grow: float = GROW_PX,
+    scale: float = 1.0,
 ) -> dict[str, torch.Tensor]:
     """The calls of one frame whose box (grown by ``grow`` px) holds at least ``min_pixels`` pixels where uint8 ``[H, W]``
     ``image`` and its registered ``golden`` image differ (:func:`difference_map`). ``detections``: ``boxes`` float
-    ``[K, 4]`` xyxy frame pixels, ``scores`` ``[K]``, ``labels`` ``[K]`` (and any other per-call tensors), order kept."""
+    ``[K, 4]`` xyxy frame pixels, ``scores`` ``[K]``, ``labels`` ``[K]`` (and any other per-call tensors), order kept.
+    ``scale``: model-input pixels per frame pixel (the tiles' letterbox scale, below 1 for a frame at a working scale):
+    the images and boxes are measured at it (:func:`at_scale`), where the gate's pixel sizes hold, as the model saw them."""
     if len(detections["boxes"]) == 0:
         return detections
-    keep = box_counts(difference_map(golden, image), detections["boxes"], grow) >= min_pixels
+    image, golden, boxes = at_scale(image, golden, detections["boxes"], scale)
+    keep = box_counts(difference_map(golden, image), boxes, grow) >= min_pixels
     keep = keep.to(detections["boxes"].device)
     return {k: v[keep] for k, v in detections.items()}
+
+
+def gate_tiled(
+    detections: dict[str, torch.Tensor], image: np.ndarray, golden: np.ndarray | None, record: TileRecord | None, imgsz: int
+) -> dict[str, torch.Tensor]:
+    """A frame's calls (:func:`keep_differing`'s ``detections``, frame pixels) through the gate when it was tiled
+    (``record``) and has its registered ``golden`` image, measured at its tiles' letterbox scale ``imgsz / tile``;
+    as they are for a frame letterboxed whole (``record`` None) or without a golden image."""
+    if record is None or golden is None:
+        return detections
+    return keep_differing(detections, image, golden, scale=imgsz / record.tile)
+
+
+def at_scale(image: np.ndarray, golden: np.ndarray, boxes: torch.Tensor, scale: float) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
+    """uint8 ``image`` and ``golden`` ``[H, W]`` resized by ``scale`` as the letterbox resizes a model input
+    (``round(W * scale) x round(H * scale)``, INTER_AREA shrinking, INTER_LINEAR enlarging) and xyxy ``boxes`` ``[K, 4]``
+    (frame pixels) into the resized pixels; all three unchanged at ``scale`` 1."""
+    if scale == 1.0:
+        return image, golden, boxes
+    height, width = image.shape
+    size = (max(1, round(width * scale)), max(1, round(height * scale)))
+    interpolation = cv2.INTER_AREA if scale < 1.0 else cv2.INTER_LINEAR
+    image, golden = (cv2.resize(a, size, interpolation=interpolation) for a in (image, golden))
+    factors = torch.tensor([size[0] / width, size[1] / height] * 2, dtype=boxes.dtype, device=boxes.device)
+    return image, golden, boxes * factors

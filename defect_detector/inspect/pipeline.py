@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from defect_detector.align.tile_gate import keep_differing
+from defect_detector.align.tile_gate import gate_tiled
 from defect_detector.core.errors import DatasetError
 from defect_detector.core.types import Detections, LetterboxMeta, TileRecord
 from defect_detector.data.images import ConversionNotice, to_gray_uint8
@@ -282,7 +282,7 @@ class Pipeline:
             frames = self._per_frame(rows, stats.float().cpu(), metas, records)
             refs = [None] * len(images) if references is None else references  # a tiled frame's calls need a difference
             pairs = zip(frames, images, refs, records)
-            gated = [keep_differing(f[0], im, g) if r is not None and g is not None else f[0] for f, im, g, r in pairs]
+            gated = [gate_tiled(f[0], im, g, r, self.runtime.imgsz) for f, im, g, r in pairs]
             frames = [(d, *f[1:]) for d, f in zip(gated, frames)]
         t_post = time.perf_counter()
         n = len(images)

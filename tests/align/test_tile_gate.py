@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import cv2
 import numpy as np
 import pytest
 import torch
 
-from defect_detector.align.tile_gate import box_counts, difference_map, keep_differing
+from defect_detector.align.tile_gate import at_scale, box_counts, difference_map, gate_tiled, keep_differing
+from defect_detector.data.tiles import plan_tiles
 
 
 def _panel() -> np.ndarray:
@@ -61,6 +63,29 @@ def test_gate_keeps_calls_on_defects_and_drops_calls_where_both_images_agree() -
     assert keep_differing(calls, golden, golden)["boxes"].shape == (0, 4)  # a flawless board: no call stands
     empty = _dets()
     assert keep_differing(empty, image, golden) is empty
+
+
+
+def test_the_gate_measures_a_frame_at_its_tiles_scale() -> None:
+    """A panel shown at 2x (a working scale of 2: 1280 px tiles into 640 px inputs) keeps the calls the panel keeps at
+    1x, boxes twice as large; measured in the 2x pixels instead, the gate's 2 px tolerance and 8 px minimum are half
+    as large on the board and a 1 px step the 1x gate ignores (a thin sliver) counts, so a call on it would stand."""
+    golden = _panel()
+    image = golden.copy()
+    image[100:112, 220:232] = 0  # the one defect
+    image[300, 100:200] = 255  # a 1 px line across a track: below the gate's sliver at 1x
+    calls = _dets((218.0, 98.0, 234.0, 114.0, 0.8, 4), (95.0, 296.0, 125.0, 304.0, 0.7, 0))
+    big_image, big_golden = (cv2.resize(a, None, fx=2.0, fy=2.0, interpolation=cv2.INTER_NEAREST) for a in (image, golden))
+    big_calls = {**calls, "boxes": calls["boxes"] * 2.0}
+    at_1x = keep_differing(calls, image, golden)
+    assert at_1x["scores"].tolist() == pytest.approx([0.8])
+    record = plan_tiles(*big_image.shape, 1280, 192)
+    at_2x = gate_tiled(big_calls, big_image, big_golden, record, imgsz=640)
+    assert at_2x["scores"].tolist() == pytest.approx([0.8]) and at_2x["boxes"].tolist() == [[436.0, 196.0, 468.0, 228.0]]
+    assert keep_differing(big_calls, big_image, big_golden)["scores"].tolist() == pytest.approx([0.8, 0.7])  # at 2x px
+    assert gate_tiled(big_calls, big_image, None, record, 640) is big_calls and gate_tiled(calls, image, golden, None, 640) is calls
+    shrunk, _, boxes = at_scale(big_image, big_golden, big_calls["boxes"], 0.5)
+    assert np.array_equal(shrunk, image) and torch.equal(boxes, calls["boxes"])
 
 
 def test_bad_images_raise() -> None:

@@ -17,6 +17,8 @@ from defect_detector.core.io import atomic_torch_save
 from defect_detector.data.images import load_image_gray
 from defect_detector.inspect import design_scale
 from defect_detector.inspect.inspector import Inspector
+from defect_detector.inspect.pipeline import Pipeline
+from defect_detector.inspect.runtime import Runtime
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, DEFAULT_WEIGHTS, strip_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -94,3 +96,28 @@ def test_a_single_image_frame_at_2x_is_read_and_inspected_downscaled_and_a_1x_fr
         two = inspector.inspect(_pair(2.0)[0], name="2x")
     assert reads == [(1280, 1280)]
     assert one.working_scale == 1.0 and two.working_scale == 2.0 and two.plan is None and two.detections.letterbox.scale == 0.5
+
+
+
+@pytest.fixture(scope="module")
+def pipeline() -> Pipeline:
+    return Pipeline(Runtime.load(DEFAULT_REFERENCE_WEIGHTS, device="cpu"), tile=None, conf=0.05)
+
+
+@pytest.mark.parametrize("boards", [1, 2])
+def test_the_working_scale_maps_calls_back_exactly(pipeline: Pipeline, boards: int) -> None:
+    """A 2x pair planned at factor 2: one board is letterboxed whole at scale 0.5, two side by side are tiled in 1280 px
+    tiles (the tile gate measured at the tiles' scale too). Its calls are, to float rounding, twice those of the same
+    pair shrunk by the letterbox's own resize (an exact 2x2 area mean) and inspected at 1x, score for score."""
+    board, golden = _pair(2.0)
+    big = [np.hstack([im, np.fliplr(im)][:boards]) for im in (board, golden)]
+    small = [cv2.resize(im, (im.shape[1] // 2, im.shape[0] // 2), interpolation=cv2.INTER_AREA) for im in big]
+    plans = pipeline.plan(*big[0].shape, 2.0), pipeline.plan(*small[0].shape)
+    assert (plans[0] is None) == (boards == 1) and pipeline.input_scale(*big[0].shape, 2.0) == 0.5
+    if boards == 2:
+        assert plans[0].tile == 1280 and plans[1].tile == 640 and plans[0].xs == tuple(2 * x for x in plans[1].xs)
+    at_2x = pipeline.detect([big[0]], [big[1]], [plans[0]])[0]
+    at_1x = pipeline.detect([small[0]], [small[1]], [plans[1]])[0]
+    assert len(at_2x) == len(at_1x) >= 3 * boards
+    assert torch.equal(at_2x.scores, at_1x.scores) and at_2x.names == at_1x.names
+    torch.testing.assert_close(at_2x.boxes, at_1x.boxes * 2.0, rtol=0.0, atol=1e-3)
