@@ -15,6 +15,11 @@ does is listed: the defects tiling loses.
 consistent capture as on a line. Without it, DeepPCB's golden images sit 0.6 px (median) to 4.3 px off their boards,
 each its own way, which one registration of the whole panel cannot undo while the boards one by one are registered
 each alone: an artefact of composing pairs, not of tiling.
+
+``--zoom 2`` enlarges every board, golden image and composed frame twice (linear) before inspection, as a camera
+closer to the boards would show them (4096x3072 frames): the bundled weights read the designs' scale and inspect them
+at a working scale of 2 (``inspect/design_scale.py``), the frames in 1280 px tiles; calls are scored at 1/zoom in the
+boards' own pixels.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+import cv2
+import numpy as np
 import torch
 from torchvision.ops import box_iou
 
@@ -38,9 +45,17 @@ from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
 CAUGHT_IOU = 0.33
 
 
-def _calls(record: Any) -> dict[str, torch.Tensor] | None:
+def _calls(record: Any, zoom: float = 1.0) -> dict[str, torch.Tensor] | None:
+    """The record's calls, boxes divided by ``zoom`` (the pixels of the boards as the json gives them)."""
     d = record.detections
-    return None if d is None else {"boxes": d.boxes, "scores": d.scores, "labels": d.labels}
+    return None if d is None else {"boxes": d.boxes / zoom, "scores": d.scores, "labels": d.labels}
+
+
+def _zoomed(image: np.ndarray | None, zoom: float) -> np.ndarray | None:
+    """uint8 ``image`` enlarged ``zoom`` times (linear), as given at 1."""
+    if image is None or zoom == 1.0:
+        return image
+    return cv2.resize(image, None, fx=zoom, fy=zoom, interpolation=cv2.INTER_LINEAR)
 
 
 def _caught(truth: torch.Tensor, calls: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -58,17 +73,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if not boards:
         raise ValueError(f"{args.data}: no boards with golden images to compose")
     frames = compose_frames(boards, args.seed, args.substrate)
-    one, tiled, refused = {}, {}, []
+    one, tiled, refused, scales, zoom = {}, {}, [], [], float(args.zoom)
     first_golden = dataset.files()[0][2]  # the Inspector wants golden images at load; every frame below gives its own
     with Inspector.load(weights, reference=first_golden, device="cpu", threads=args.threads, conf=args.conf, monitor=False) as inspector:
         for board in boards:
-            one[board.image_id] = _calls(inspector.inspect(board.image, name=f"{board.image_id}.png", reference=board.reference))
+            record = inspector.inspect(_zoomed(board.image, zoom), name=f"{board.image_id}.png", reference=_zoomed(board.reference, zoom))
+            one[board.image_id] = _calls(record, zoom)
         for k, frame in enumerate(frames):
-            record = inspector.inspect(frame.image, name=f"frame{k}.png", reference=frame.reference)
+            record = inspector.inspect(_zoomed(frame.image, zoom), name=f"frame{k}.png", reference=_zoomed(frame.reference, zoom))
+            scales.append(record.working_scale)
             if record.detections is None:
                 refused.append(f"frame{k}: {record.refusal.message}")
                 continue
-            tiled.update(to_boards(_calls(record), frame, 10_000)[0])
+            tiled.update(to_boards(_calls(record, zoom), frame, 10_000)[0])
     both = [i for i in one if one[i] is not None and i in tiled]
     lost = []
     for image_id in both:
@@ -86,6 +103,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "refused": refused,
         "register_golden": args.register_golden,
         "substrate": args.substrate,
+        "zoom": zoom,
+        "frame_working_scales": sorted(set(scales)),
         "map50_one_by_one": round(score({i: one[i] for i in both}), 4),
         "map50_tiled": round(score({i: tiled[i] for i in both}), 4),
         "lost": lost,
@@ -101,9 +120,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--substrate", type=int, default=128, help="grey level of the bare substrate (default 128)")
     parser.add_argument("--register-golden", action="store_true", help="register each golden image into its board before composing")
     parser.add_argument("--seed", type=int, default=0, help="board layout seed")
+    parser.add_argument("--zoom", type=float, default=1.0, help="enlarge boards, golden images and frames this many times (default 1)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", help="write the result as JSON here")
     args = parser.parse_args(argv)
+    if not 1.0 <= args.zoom <= 4.0:
+        parser.error(f"--zoom {args.zoom}: give 1 to 4")
     logging.basicConfig(level=logging.ERROR)
     return json_command(lambda: run(args), args.out)
 

@@ -98,7 +98,6 @@ def test_a_single_image_frame_at_2x_is_read_and_inspected_downscaled_and_a_1x_fr
     assert one.working_scale == 1.0 and two.working_scale == 2.0 and two.plan is None and two.detections.letterbox.scale == 0.5
 
 
-
 @pytest.fixture(scope="module")
 def pipeline() -> Pipeline:
     return Pipeline(Runtime.load(DEFAULT_REFERENCE_WEIGHTS, device="cpu"), tile=None, conf=0.05)
