@@ -81,7 +81,7 @@ def frame_candidates(runtime: Runtime, pairs: Sequence[tuple[str, Any, Any]], fr
         pipeline = Pipeline(runtime, golden_view=golden_view)
         line = Prepare(pipeline, Designs(None))  # one design all along: pairs[0]'s golden image
         out[f"line_{label}"] = _cycling(lambda i, p=line, q=pipeline: _inspect(p, q, fixture[i], pairs[0][2]), len(fixture))
-        fresh = _cycling(lambda i, q=pipeline: _inspect(Prepare(q, Designs(None)), q, pairs[i], pairs[i][2]), len(pairs))
+        fresh = _cycling(lambda i, v=golden_view: _new_design(runtime, v, pairs[i]), len(pairs))
         out[f"new_golden_{label}"] = fresh  # a new design every frame: nothing cached
     return out
 
@@ -101,6 +101,13 @@ def _inspect(prepare: Prepare, pipeline: Pipeline, pair: tuple[str, Any, Any], g
     if record.refused:
         raise RuntimeError(f"{name}: refused by the prepare stage: {record.refusal.message}")
     detect(pipeline, [record])
+
+
+def _new_design(runtime: Runtime, golden_view: bool, pair: tuple[str, Any, Any]) -> None:
+    """``pair`` inspected as a design never met: a pipeline of its own, so that no golden features are kept from an
+    earlier round (a pipeline keeps the last ``FEATURES_KEPT`` designs' and the boards cycle)."""
+    pipeline = Pipeline(runtime, golden_view=golden_view)
+    _inspect(Prepare(pipeline, Designs(None)), pipeline, pair, pair[2])
 
 
 def _cycling(fn: Callable[[int], Any], n: int) -> Callable[[], Any]:

@@ -37,7 +37,7 @@ import numpy as np
 
 from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.monitor.domain import DomainModel
-from defect_detector.monitor.scale import ImageScale, ScaleRange, image_scale
+from defect_detector.monitor.scale import MIN_RIDGE, ImageScale, ScaleRange, image_scale
 
 log = logging.getLogger("defect_detector.inspect")
 
@@ -79,6 +79,15 @@ class ScaleCheck:
             return None
         validated = DomainModel.from_dict(raw, where=f"{pipeline.runtime.path}: domain").scale_range
         return cls(validated, pipeline) if validated is not None else None
+
+    def needless(self, *shapes: tuple[int, ...]) -> bool:
+        """Whether no reading could change how images of these ``(H, W)`` shapes (a golden image's, its frame's) are
+        inspected, so none is taken: none is tiled at the weights' ``pixel_scale`` (a factor only plans larger tiles, and
+        a frame letterboxed whole stays so, at its own letterbox scale), and a design's narrowest features, read at
+        :data:`~defect_detector.monitor.scale.MIN_RIDGE` px or more, reach the model input more than 1/:data:`FINER` as
+        wide as the validated ones, so none is named finer. A 640 px design for the bundled weights: 3 px x 1.5 > 4 px."""
+        least, plan, at_input = self.validated.fine_width * self.pixel_scale, self.pipeline.plan, self.pipeline.input_scale
+        return all(plan(*shape[:2]) is None and MIN_RIDGE * at_input(*shape[:2]) * FINER > least for shape in shapes)
 
     def read(self, image: np.ndarray, name: str) -> WorkingScale:
         """The :class:`WorkingScale` of a design whose golden image (or a frame) is uint8 ``[H, W]`` ``image``,

@@ -228,11 +228,14 @@ class Prepare:
         design, golden_name = self.designs.of(frame.file_name, given)
         note = self.design_check.note(design, frame.file_name) if self.design_check is not None else NO_NOTE
         record = dataclasses.replace(record, design=design, golden_name=golden_name, design_warning=note.warning, design_taught=note.taught)
-        return _scaled(record, self._scale(design))
+        return _scaled(record, self._scale(design, frame.image.shape))
 
-    def _scale(self, design: Design) -> WorkingScale:
-        """``design``'s working scale, read on its first frame (logged then) and kept on it."""
+    def _scale(self, design: Design, shape: tuple[int, ...]) -> WorkingScale:
+        """``design``'s working scale for a frame of ``shape``: read on its first frame that a reading could change
+        (``ScaleCheck.needless``; logged then) and kept on it; as given, unread, before such a frame."""
         if design.scale is None:
+            if self.scale_check is not None and self.scale_check.needless(design.image.shape, shape):
+                return AS_GIVEN
             design.scale = AS_GIVEN if self.scale_check is None else self.scale_check.read(design.image, design.name)
             if self.scale_check is not None:
                 self.scale_check.log(design.scale, design.name)

@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 from small_checkpoint import write_small_checkpoint
 
-from benchmarks.bench_frame_cost import run
+from benchmarks.bench_frame_cost import frame_candidates, load_pairs, run
 from benchmarks.photo_frames import photo_pairs, yolo_tiled
+from defect_detector.inspect.pipeline import Pipeline
+from defect_detector.inspect.runtime import Runtime
 
 
 def test_every_frame_candidate_is_timed(tmp_path: Path, one_thread: None) -> None:
@@ -17,6 +19,22 @@ def test_every_frame_candidate_is_timed(tmp_path: Path, one_thread: None) -> Non
     expected = {"line_golden_view", "line_frame_view", "new_golden_golden_view", "new_golden_frame_view", "model_infer", "model_cached"}
     assert expected <= set(result["timings"])
     assert all(row["n"] == 2 and row["median_ms"] > 0 for name, row in result["timings"].items() if name in expected)
+
+
+def test_a_new_golden_image_costs_its_golden_pass_every_frame(tmp_path: Path, one_thread: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    siamese = write_small_checkpoint(tmp_path / "siamese.pt", 64, in_channels=2, model={"fusion": "siamese"})
+    runtime = Runtime.load(siamese, device="cpu")
+    passes: list[int] = []
+    golden_pass = Pipeline.golden_pass
+    monkeypatch.setattr(Pipeline, "golden_pass", lambda self, *a: passes.append(1) or golden_pass(self, *a))
+    candidates = frame_candidates(runtime, load_pairs(None, 2, runtime.class_names), frame_views=False)
+    for _ in range(4):  # the two boards twice: a design met again is still timed as new
+        candidates["new_golden_golden_view"]()
+    assert len(passes) == 4
+    passes.clear()
+    for _ in range(4):
+        candidates["line_golden_view"]()
+    assert len(passes) <= 1  # the line's one design: its features kept
 
 
 def test_photograph_frames_are_timed_at_their_working_scale(tmp_path: Path, one_thread: None) -> None:

@@ -98,6 +98,24 @@ def test_a_single_image_frame_at_2x_is_read_and_inspected_downscaled_and_a_1x_fr
     assert one.working_scale == 1.0 and two.working_scale == 2.0 and two.plan is None and two.detections.letterbox.scale == 0.5
 
 
+def test_a_design_no_reading_could_change_is_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 640 px design fits the model input: no factor changes its plan and no narrowest feature (3 px or more) is
+    finer than validated (4 px), so none is read, even one whose detail would read 2x; a 2x board's design is read once."""
+    reads: list[tuple[int, int]] = []
+    measure = design_scale.image_scale
+    monkeypatch.setattr(design_scale, "image_scale", lambda image: reads.append(image.shape) or measure(image))
+    board, golden = _pair()
+    coarse = [cv2.resize(im[:320, :320], (640, 640), interpolation=cv2.INTER_LINEAR) for im in (board, golden)]
+    with Inspector.load(DEFAULT_REFERENCE_WEIGHTS, reference=SAMPLES / "golden", device="cpu", threads=1, monitor=False) as inspector:
+        one = inspector.inspect(board, name="1x", reference=golden)
+        two = inspector.inspect(coarse[0], name="coarse", reference=coarse[1])
+        assert reads == []
+        big = [inspector.inspect(_pair(2.0)[0], name=f"2x {i}", reference=_pair(2.0)[1]) for i in range(2)]
+    assert reads == [(1280, 1280)] and [r.working_scale for r in big] == [2.0, 2.0]
+    assert measure(coarse[1]).detail == 2.0  # what a reading would have said, changing nothing:
+    assert one.working_scale == two.working_scale == 1.0 and two.plan is None and two.detections.letterbox.scale == 1.0
+
+
 @pytest.fixture(scope="module")
 def pipeline() -> Pipeline:
     return Pipeline(Runtime.load(DEFAULT_REFERENCE_WEIGHTS, device="cpu"), tile=None, conf=0.05)
