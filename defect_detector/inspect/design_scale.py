@@ -4,8 +4,9 @@ trained size: recall 97% -> 80%, without a word).
 
 The weights record their training ``pixel_scale`` (model-input pixels per original pixel) and, with their design
 domain, the scale of their training golden images (``meta.json`` ``domain.scale_range``: ``monitor/scale.py``
-``ScaleRange``). A golden image is read once per design (``monitor/scale.py`` ``image_scale``, on its first frame; the
-result is kept on its :class:`~defect_detector.inspect.designs.Design`):
+``ScaleRange``). A golden image is read once per design (``monitor/scale.py`` ``image_scale``, on its first frame that
+a reading could change, :meth:`ScaleCheck.needless`; the result is kept on its
+:class:`~defect_detector.inspect.designs.Design`):
 
 - **coarser**: its ``detail`` is at least :data:`WORK_DOWN` times the validated one (it spends that many more pixels
   on its finest detail: an upscaled board). The design is inspected downscaled by ``factor`` = its detail over the
