@@ -37,7 +37,7 @@ from benchmarks.bench import build_yolov8n
 from benchmarks.timing import measure_interleaved, paired_ratio
 from defect_detector.core.config import ModelConfig, load_config
 from defect_detector.core.constants import DEEPPCB_CLASSES, DEFAULT_LAYERS
-from defect_detector.export import DeployModel, trace_deploy_model
+from defect_detector.export import GOLDEN_FEATURES, DeployModel, trace_deploy_model
 from defect_detector.export.onednn import onednn_available
 from defect_detector.model.detector import build_model
 from defect_detector.model.summary import count_flops, count_flops_cached_frame, count_parameters
@@ -88,7 +88,7 @@ def build_candidate(cfg: ModelConfig, imgsz: int) -> tuple[Callable[[], Any], di
     if not siamese:
         return (lambda: traced(x)), facts
     with torch.no_grad():
-        c3, c4 = traced.golden(x[:, 1:2])[:2]
+        c3, c4 = traced.golden(x[:, 1:2])[: len(GOLDEN_FEATURES)]
     board = x[:, :1].contiguous(memory_format=torch.channels_last)
     return (lambda: traced.frame(board, c3, c4)), facts
 

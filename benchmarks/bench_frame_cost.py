@@ -52,7 +52,7 @@ from defect_detector.inspect.designs import Designs
 from defect_detector.inspect.frame import Frame
 from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.inspect.prepare import Prepare, detect
-from defect_detector.inspect.runtime import PRECISIONS, Runtime
+from defect_detector.inspect.runtime import PRECISIONS, Runtime, precision_half
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples"
@@ -218,7 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     photo_scale = args.photo_scale if args.photographs else None
-    half = PRECISIONS[args.precision]
+    half = precision_half(args.precision)
     return json_command(lambda: run(args.weights, args.data, args.boards, args.threads, args.iters, photo_scale, half), args.out)
 
 

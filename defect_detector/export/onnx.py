@@ -19,7 +19,15 @@ import torch
 from defect_detector.core.constants import DEFAULT_LAYERS
 from defect_detector.core.io import atomic_write_bytes, atomic_write_json
 from defect_detector.export.baseline import BaselineArg, export_baseline
-from defect_detector.export.deploy_model import META_FILE, DeployModel, ExportError, FrameGraph, GoldenGraph, checkpoint_meta
+from defect_detector.export.deploy_model import (
+    GOLDEN_FEATURES,
+    META_FILE,
+    DeployModel,
+    ExportError,
+    FrameGraph,
+    GoldenGraph,
+    checkpoint_meta,
+)
 from defect_detector.export.digest import ONNX_COVERS, onnx_digest, signed
 from defect_detector.export.parity import cached_outputs, check_parity, max_diffs, parity_inputs, reference_outputs
 from defect_detector.export.torchscript import TRACE_BATCH
@@ -102,7 +110,7 @@ def _golden_graphs(deploy: DeployModel, out_path: Path) -> dict[str, bytes]:
     if not deploy.caches_golden:
         return {}
     with torch.no_grad():
-        c3, c4 = (f.contiguous() for f in deploy.golden(_example(deploy, 1, 1))[:2])
+        c3, c4 = (f.contiguous() for f in deploy.golden(_example(deploy, 1, 1))[: len(GOLDEN_FEATURES)])
     golden = _onnx_bytes(GoldenGraph(deploy), (_example(deploy, 1),), ["reference"], ["c3", "c4", "stats"])
     frame = _onnx_bytes(FrameGraph(deploy), (_example(deploy, 1), c3, c4), ["image", "c3", "c4"], golden_batch=("c3", "c4"))
     return {"golden": golden, "frame": frame}

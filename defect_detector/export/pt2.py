@@ -44,7 +44,16 @@ import torch
 from defect_detector.core.constants import DEFAULT_LAYERS
 from defect_detector.core.io import atomic_write_bytes
 from defect_detector.export.baseline import BaselineArg, export_baseline
-from defect_detector.export.deploy_model import META_FILE, DeployModel, ExportError, FrameGraph, GoldenGraph, checkpoint_meta, graphs_meta
+from defect_detector.export.deploy_model import (
+    GOLDEN_FEATURES,
+    META_FILE,
+    DeployModel,
+    ExportError,
+    FrameGraph,
+    GoldenGraph,
+    checkpoint_meta,
+    graphs_meta,
+)
 from defect_detector.export.digest import PT2_COVERS, check_recorded, is_aoti_metadata, pt2_digest, signed
 from defect_detector.export.parity import cached_outputs, check_parity, max_diffs, parity_inputs, reference_outputs
 from defect_detector.export.torchscript import TRACE_BATCH
@@ -114,7 +123,8 @@ def export_program(deploy: DeployModel, device: torch.device | str = "cpu", grap
         module, example, dynamic = GoldenGraph(deploy), (torch.rand(TRACE_BATCH, 1, size, size, device=device),), {"reference": {0: batch}}
     else:
         with torch.no_grad():
-            features = tuple(f.contiguous() for f in deploy.golden(torch.rand(TRACE_BATCH, 1, size, size, device=device))[:2])
+            golden = deploy.golden(torch.rand(TRACE_BATCH, 1, size, size, device=device))
+            features = tuple(f.contiguous() for f in golden[: len(GOLDEN_FEATURES)])
         module = FrameGraph(deploy)
         example = (torch.rand(TRACE_BATCH, 1, size, size, device=device), *features)
         dynamic = {"image": {0: batch}, "c3": {0: batch}, "c4": {0: batch}}

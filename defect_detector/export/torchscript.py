@@ -21,7 +21,7 @@ from torch import nn
 from defect_detector.core.constants import DEFAULT_LAYERS
 from defect_detector.core.io import atomic_write_bytes
 from defect_detector.export.baseline import BaselineArg, export_baseline
-from defect_detector.export.deploy_model import GOLDEN_GRAPHS, META_FILE, DeployModel, ExportError, checkpoint_meta
+from defect_detector.export.deploy_model import GOLDEN_FEATURES, GOLDEN_GRAPHS, META_FILE, DeployModel, ExportError, checkpoint_meta
 from defect_detector.export.digest import DIGEST_KEY, with_digest
 from defect_detector.export.onednn import onednn_available
 from defect_detector.export.parity import FP32_TOLERANCE, cached_outputs, check_parity, max_diffs, parity_inputs, reference_outputs
@@ -66,7 +66,7 @@ def trace_deploy_model(
         methods: dict[str, tuple[torch.Tensor, ...]] = {"forward": (rand(TRACE_BATCH),)}
         if deploy.caches_golden:
             methods["golden"] = (rand(TRACE_BATCH, 1),)
-            methods["frame"] = (rand(TRACE_BATCH, 1), *deploy.golden(rand(1, 1))[:2])
+            methods["frame"] = (rand(TRACE_BATCH, 1), *deploy.golden(rand(1, 1))[: len(GOLDEN_FEATURES)])
         traced = torch.jit.trace_module(deploy, methods, check_trace=False)
         frozen = torch.jit.freeze(traced.eval(), preserved_attrs=[m for m in methods if m != "forward"])
         for batch in (1, 3):
@@ -74,7 +74,7 @@ def trace_deploy_model(
             _check_traced(frozen(x), deploy(x), f"batch {batch}")
         for golden_batch in (1, 3) if deploy.caches_golden else ():
             pair = torch.cat((x[:, :1], x[:golden_batch, 1:2].expand(3, -1, -1, -1)), 1)
-            got = frozen.frame(x[:, :1], *frozen.golden(x[:golden_batch, 1:2])[:2])
+            got = frozen.frame(x[:, :1], *frozen.golden(x[:golden_batch, 1:2])[: len(GOLDEN_FEATURES)])
             _check_traced(got, deploy(pair), f"batch 3 (methods golden and frame, golden features of batch {golden_batch})")
     return frozen
 

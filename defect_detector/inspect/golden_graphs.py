@@ -35,10 +35,10 @@ LOCATION_KEYS = {"torchscript": "method", "pt2": "model_name", "onnx": "file"}
 class GoldenGraphs:
     """A model's two cached-path graphs as callables on tensors of the runtime's device and dtype.
 
-    ``golden(reference [B, 1, S, S]) -> tuple of feature tensors``; :meth:`golden_pass` also gives the golden image's
-    drift statistics when its graph returns them; ``frame(image [B, 1, S, S], features) -> (pred [B, A, 4 + C],
-    stats [B, L, 2])``, the features of batch 1 (broadcast) or B. ``same_batch``: the frame graph takes features at the
-    frames' batch only (``.pt2``), so batch-1 features are expanded (contiguous) before the call.
+    :meth:`golden_pass` ``(reference [B, 1, S, S]) -> (feature tensors, the golden image's drift statistics when its
+    graph returns them)``; ``frame(image [B, 1, S, S], features) -> (pred [B, A, 4 + C], stats [B, L, 2])``, the
+    features of batch 1 (broadcast) or B. ``same_batch``: the frame graph takes features at the frames' batch only
+    (``.pt2``), so batch-1 features are expanded (contiguous) before the call.
     """
 
     def __init__(
@@ -47,9 +47,6 @@ class GoldenGraphs:
         self._golden = golden
         self._frame = frame
         self.same_batch = same_batch
-
-    def golden(self, reference: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return self.golden_pass(reference)[0]
 
     def golden_pass(self, reference: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None]:
         """``(features, stats)``: the :data:`GOLDEN_FEATURES` tensors and float32 ``[B, L, 2]``, the drift statistics of
