@@ -59,6 +59,7 @@ from typing import NamedTuple
 import cv2
 import numpy as np
 
+from defect_detector.align.mapping import Mapping
 from defect_detector.core.config_register import MAX_MISSING, MAX_SLIVERS, MAX_SPREAD, MAX_TRACKS
 
 TOLERANCE_PX = 2
@@ -194,11 +195,11 @@ BLANK = Structure(1.0, 1.0, 0.0, 0.0, 1.0, 0.0)
 """The structure recorded for a pair with nothing covered, a blank image or a golden image of another size (refused)."""
 
 
-def covered_area(matrix: np.ndarray, golden_shape: tuple[int, int], frame_shape: tuple[int, int]) -> np.ndarray:
-    """bool ``[H, W]`` of the frame: where the golden image (``golden_shape``), moved by the 2x3 ``matrix`` (golden ->
-    frame pixels), lies, less a :data:`_EDGE_PX` border."""
-    ones = np.ones(golden_shape, np.uint8)
-    warped = cv2.warpAffine(ones, np.asarray(matrix, np.float64), (frame_shape[1], frame_shape[0]), flags=cv2.INTER_NEAREST)
+def covered_area(mapping: Mapping, frame_shape: tuple[int, int]) -> np.ndarray:
+    """bool ``[H, W]`` of the frame: where the golden image, moved by ``mapping`` (golden -> frame pixels,
+    ``align/mapping.py``), lies, less a :data:`_EDGE_PX` border."""
+    ones = np.ones(mapping.golden_shape, np.uint8)
+    warped = mapping.golden_into_frame(ones, frame_shape[:2], cv2.INTER_NEAREST, 0)
     side = 2 * _EDGE_PX + 1
     return cv2.erode(warped, np.ones((side, side), np.uint8)) > 0
 

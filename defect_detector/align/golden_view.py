@@ -1,7 +1,7 @@
 """The golden view: a frame seen in its golden image's pixels, so that the golden image's own model features (computed
 once per design) pair with every frame of that design, and the calls mapped back into the frame.
 
-A registration gives ``matrix`` (float64 ``[2, 3]``): golden-image pixels -> frame pixels (``align/register.py``). The
+A registration gives a ``mapping``: golden-image pixels -> frame pixels (``align/mapping.py``, ``align/register.py``). The
 frame view warps the golden image into each frame; the golden view warps each frame into the golden image instead
 (:func:`warp_into_golden`), where the golden image's letterbox, tiles and features never change, and maps the calls
 back (:func:`boxes_to_frame`). Where the frame has no data (the board moved off the camera's view), the golden view
@@ -18,6 +18,7 @@ import cv2
 import numpy as np
 import torch
 
+from defect_detector.align.mapping import Mapping
 from defect_detector.align.photometric import Photometric
 from defect_detector.core.boxes import centres_inside
 
@@ -33,12 +34,12 @@ the frame's own edge (:data:`_EDGE_PX` plus 2: a board that did not move off) ge
 class GoldenView:
     """A frame in golden-image pixels. ``board``: uint8 ``[gh, gw]`` (the golden image's size), the frame warped by the
     inverse of ``matrix`` and the golden image's own pixels where the frame has none; ``valid``: bool ``[gh, gw]``,
-    where the frame has data; ``matrix``: float64 ``[2, 3]`` golden -> frame pixels; ``frame_shape``: ``(H, W)``;
+    where the frame has data; ``mapping``: golden -> frame pixels (``align/mapping.py``); ``frame_shape``: ``(H, W)``;
     ``callable``: bool ``[gh, gw]``, where a call's centre may lie (``valid`` less the seam margin)."""
 
     board: np.ndarray
     valid: np.ndarray
-    matrix: np.ndarray
+    mapping: Mapping
     frame_shape: tuple[int, int]
     callable: np.ndarray | None = None
 
@@ -54,38 +55,33 @@ def _callable(valid: np.ndarray) -> np.ndarray:
     return valid & (cv2.dilate(deep, np.ones((reach, reach), np.uint8)) == 0)
 
 
-def warp_into_golden(frame: np.ndarray, golden: np.ndarray, matrix: np.ndarray, photometric: Photometric | None = None) -> GoldenView:
-    """The :class:`GoldenView` of uint8 ``frame`` ``[H, W]`` against uint8 ``golden`` ``[gh, gw]`` registered by ``matrix``
+def warp_into_golden(frame: np.ndarray, golden: np.ndarray, mapping: Mapping, photometric: Photometric | None = None) -> GoldenView:
+    """The :class:`GoldenView` of uint8 ``frame`` ``[H, W]`` against uint8 ``golden`` ``[gh, gw]`` registered by ``mapping``
     (golden -> frame pixels), bilinear as the frame view warps the golden image; ``photometric``: the golden image's
     levels fitted to the frame's, whose inverse brings the warped board to the golden image's levels (None: as read)."""
-    matrix = np.asarray(matrix, np.float64)
-    size = (golden.shape[1], golden.shape[0])
-    flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
-    board = cv2.warpAffine(frame, matrix, size, flags=flags, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
-    ones = cv2.warpAffine(np.ones(frame.shape[:2], np.uint8), matrix, size, flags=cv2.INTER_NEAREST | cv2.WARP_INVERSE_MAP)
+    board = mapping.frame_into_golden(frame, cv2.INTER_LINEAR, 0)
+    ones = mapping.frame_into_golden(np.ones(frame.shape[:2], np.uint8), cv2.INTER_NEAREST, 0)
     side = 2 * _EDGE_PX + 1
     valid = cv2.erode(ones, np.ones((side, side), np.uint8), borderType=cv2.BORDER_REPLICATE) > 0
     if photometric is not None and not photometric.is_identity:
-        board = photometric.to_golden(board, matrix)
+        board = photometric.to_golden(board, mapping)
     board = np.where(valid, board, golden)
-    return GoldenView(board, valid, matrix, (int(frame.shape[0]), int(frame.shape[1])), _callable(valid))
+    return GoldenView(board, valid, mapping, (int(frame.shape[0]), int(frame.shape[1])), _callable(valid))
 
 
 def boxes_to_frame(boxes: torch.Tensor, view: GoldenView) -> torch.Tensor:
-    """float32 ``[K, 4]`` xyxy boxes in golden-image pixels -> the axis-aligned boxes around their corners mapped into
-    the frame (``view.matrix``), clipped to the frame: float32 ``[K, 4]``."""
+    """float32 ``[K, 4]`` xyxy boxes in golden-image pixels -> the axis-aligned boxes around their outlines mapped into
+    the frame (``view.mapping``: each side sampled at its ends and midpoint), clipped to the frame: float32 ``[K, 4]``."""
     if len(boxes) == 0:
         return boxes
-    m = torch.tensor(np.array(view.matrix, np.float64))
-    x1, y1, x2, y2 = boxes.double().unbind(1)
-    corners = torch.stack([torch.stack(c, 1) for c in ((x1, y1), (x2, y1), (x1, y2), (x2, y2))], 1)  # [K, 4, 2]
-    mapped = corners @ m[:, :2].T + m[:, 2]  # [K, 4, 2] frame pixels
+    x1, y1, x2, y2 = boxes.double().numpy().T
+    xm, ym = (x1 + x2) / 2, (y1 + y2) / 2
+    xs = np.stack([x1, xm, x2, x2, x2, xm, x1, x1], 1)
+    ys = np.stack([y1, y1, y1, ym, y2, y2, y2, ym], 1)
+    qx, qy = view.mapping.to_frame(xs, ys)
     h, w = view.frame_shape
-    lo, hi = mapped.amin(1), mapped.amax(1)
-    out = torch.cat([lo, hi], 1)
-    out[:, 0::2] = out[:, 0::2].clamp(0, w)
-    out[:, 1::2] = out[:, 1::2].clamp(0, h)
-    return out.float()
+    out = np.stack([qx.min(1).clip(0, w), qy.min(1).clip(0, h), qx.max(1).clip(0, w), qy.max(1).clip(0, h)], 1)
+    return torch.from_numpy(out).float()
 
 
 def centres_valid(boxes: torch.Tensor, view: GoldenView) -> torch.Tensor:

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
+from defect_detector.align.mapping import Mapping
+
 FIT_SIDE = 48
 """Longest side, in samples, of the area-averaged images the fit reads."""
 
@@ -86,35 +88,34 @@ class Photometric:
         u, v = _normalised(xs, ys, self.shape)
         return (_basis(u, v) @ self.coeffs).astype(np.float32)
 
-    def light_map(self, shape: tuple[int, int], matrix: np.ndarray | None = None) -> np.ndarray:
-        """float32 ``[H, W]`` light field over an image of ``shape``: the frame itself, or (``matrix``: float64
-        ``[2, 3]``, image px -> frame px) the golden image, whose pixels the matrix maps into the frame's."""
+    def light_map(self, shape: tuple[int, int], mapping: Mapping | None = None) -> np.ndarray:
+        """float32 ``[H, W]`` light field over an image of ``shape``: the frame itself, or (``mapping``: golden image px
+        -> frame px, ``align/mapping.py``) the golden image, whose pixels the mapping carries into the frame's."""
         h, w = shape
         step = _FIELD_STEP
         ny, nx = -(-h // step) + 2, -(-w // step) + 2  # one coarse point beyond each edge
         gy, gx = (np.mgrid[0:ny, 0:nx].astype(np.float64) - 1 + 0.5) * step - 0.5  # centres, as cv2.resize reads them
-        if matrix is not None:
-            m = np.asarray(matrix, np.float64)
-            gx, gy = m[0, 0] * gx + m[0, 1] * gy + m[0, 2], m[1, 0] * gx + m[1, 1] * gy + m[1, 2]
+        if mapping is not None:
+            gx, gy = mapping.to_frame(gx, gy)
         full = cv2.resize(self.light(gx, gy), (nx * step, ny * step), interpolation=cv2.INTER_LINEAR)
         return np.ascontiguousarray(full[step : step + h, step : step + w])
 
-    def to_board(self, golden: np.ndarray, matrix: np.ndarray | None = None) -> np.ndarray:
-        """uint8 ``golden`` ``[H, W]`` (registered into the frame; or, with ``matrix``, in its own pixels) at the board's
+    def to_board(self, golden: np.ndarray, mapping: Mapping | None = None) -> np.ndarray:
+        """uint8 ``golden`` ``[H, W]`` (registered into the frame; or, with ``mapping``, in its own pixels) at the board's
         levels: uint8 ``[H, W]``."""
         if self.is_identity:
             return golden
         tone = (255.0 * (np.arange(256) / 255.0) ** self.gamma).astype(np.float32)
         out = cv2.LUT(golden, tone.reshape(1, 256)) if golden.flags.c_contiguous else tone[golden]
-        out = out * self.light_map(golden.shape, matrix) + np.float32(self.offset)
+        out = out * self.light_map(golden.shape, mapping) + np.float32(self.offset)
         return np.clip(out + 0.5, 0, 255).astype(np.uint8)
 
-    def to_golden(self, board: np.ndarray, matrix: np.ndarray | None = None) -> np.ndarray:
-        """uint8 ``board`` ``[H, W]`` (the frame; or, with ``matrix``, warped into the golden image's pixels) at the
+    def to_golden(self, board: np.ndarray, mapping: Mapping | None = None) -> np.ndarray:
+        """uint8 ``board`` ``[H, W]`` (the frame; or, with ``mapping``, warped into the golden image's pixels) at the
         golden image's levels: uint8 ``[H, W]``, the inverse of :meth:`to_board` (clipped)."""
         if self.is_identity:
             return board
-        light = np.maximum(self.light_map(board.shape, matrix), np.float32(1e-3))
+        light = np.maximum(self.light_map(board.shape, mapping), np.float32(1e-3))
         level = np.clip((board.astype(np.float32) - np.float32(self.offset)) / light + 0.5, 0, 255).astype(np.uint8)
         tone = np.clip(255.0 * (np.arange(256) / 255.0) ** (1.0 / self.gamma) + 0.5, 0, 255).astype(np.uint8)
         return cv2.LUT(level, tone.reshape(1, 256))

@@ -22,6 +22,7 @@ import dataclasses
 import logging
 import math
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import cv2
 import numpy as np
@@ -38,10 +39,14 @@ from defect_detector.align.golden_check import (
     structure,
     unlike_region,
 )
+from defect_detector.align.local_grid import LevelPair, fit_local, local_place, needs_local, refine_local
+from defect_detector.align.mapping import Mapping, identity_mapping
 from defect_detector.align.photometric import Photometric
-from defect_detector.align.register_fit import FramePyramid, PreparedReference, Scored, estimate, residual_motion
+from defect_detector.align.register_fit import FramePyramid, PreparedReference, Scored, blurred, estimate, residual_motion
 from defect_detector.core.config_register import RegisterConfig
 from defect_detector.core.constants import PAD_VALUE
+from defect_detector.core.devices import one_blas_thread
+from defect_detector.core.refusal import RefusalKind
 from defect_detector.screens.sharpness import blur_words
 
 FILL_VALUE = PAD_VALUE  # the letterbox pad value: "no data"
@@ -50,8 +55,9 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, eq=False)
 class Registration:
-    """How a reference sits in an image's frame. ``matrix``: float64 ``[2, 3]`` (read-only), reference px -> image
-    px. ``score``: ZNCC in [-1, 1] over the overlap. ``ok``: score, motion and overlap within the config, else
+    """How a reference sits in an image's frame. ``mapping``: reference px -> image px (``align/mapping.py``: a
+    homography, a lens term and a local grid; :attr:`matrix` its affine part, what a person reads). ``score``: ZNCC in
+    [-1, 1] over the overlap. ``ok``: score, motion, overlap and local residual within the config, else
     ``reason`` says why not. ``shift_px``: image px from the image centre to the mapped reference centre.
     ``angle_deg``: ``atan2(m10, m00)``, y down (``cv2.getRotationMatrix2D(c, a, 1)`` gives ``-a``). ``overlap``:
     fraction of the image covered. ``reused``: :class:`Registrar`'s cached matrix (nothing was estimated).
@@ -62,7 +68,7 @@ class Registration:
     ``align/golden_check.py``: spread, tracks, slivers and missing decide).
     ``reference_shape``: ``(H, W)`` of the reference (None when unknown), for :meth:`covered`."""
 
-    matrix: np.ndarray
+    mapping: Mapping
     score: float
     ok: bool
     shift_px: float
@@ -77,14 +83,33 @@ class Registration:
     slivers: float = 0.0
     missing: float = 0.0
     reference_shape: tuple[int, int] | None = None
-    occluded: bool = False
-    """The golden check refused it for one region unlike the golden image (a hand, a cloth, a label), not for another
-    design spread over the board."""
+    kind: RefusalKind | None = None
+    """Why it was refused (None when ``ok``): ``OCCLUDED_BOARD`` when the golden check found one region unlike the golden
+    image (a hand, a cloth, a label), not another design spread over the board; ``OUT_OF_FIXTURE`` for a move beyond the
+    fixture's limits; ``BENT`` for a local residual beyond ``register.max_local``; else ``REFERENCE_MISMATCH``."""
     photometric: Photometric | None = None
     """The golden image's levels fitted to the frame's (``align/photometric.py``), set by the prepare stage; None before."""
     covered_mask: np.ndarray | None = field(default=None, repr=False, compare=False)
     """bool ``[H, W]``: :meth:`covered` of the frame the golden check ran on, kept so that it is computed once per frame
     (a warp and an erosion of the frame's size: 1.7 ms at 640x640, 6.8 ms at 2048x1536); None when not computed."""
+
+    @property
+    def matrix(self) -> np.ndarray:
+        """float64 ``[2, 3]``: the mapping's affine part at the golden image's centre (``Mapping.affine``; exact for an
+        affine mapping)."""
+        return self.mapping.affine
+
+    def geometry(self) -> dict[str, Any]:
+        """The record's geometric fields: ``model`` (``Mapping.model``), ``scale``, ``perspective`` (frame px the
+        homography moves the golden image's corners from its affine part) and ``local`` (``largest`` and ``median`` frame
+        px of the local grid)."""
+        largest, median = self.mapping.local_px()
+        return {
+            "model": self.mapping.model,
+            "scale": round(self.mapping.scale, 5),
+            "perspective": round(self.mapping.perspective_px, 2),
+            "local": {"largest": round(largest, 2), "median": round(median, 2)},
+        }
 
     def covered(self, frame_shape: tuple[int, int]) -> np.ndarray:
         """bool ``[H, W]`` of a ``frame_shape`` frame: where the registered reference has data (a 3 px border off its
@@ -93,13 +118,14 @@ class Registration:
             return np.ones(frame_shape[:2], bool)
         if self.covered_mask is not None and self.covered_mask.shape == tuple(frame_shape[:2]):
             return self.covered_mask
-        return covered_area(self.matrix, self.reference_shape, frame_shape[:2])
+        return covered_area(self.mapping, frame_shape[:2])
 
 
 def matrix_to_shift_angle(matrix: np.ndarray, reference_shape: tuple[int, int], image_shape: tuple[int, int]) -> tuple[float, float]:
-    """``(shift_px, angle_deg)`` of a 2x3 reference -> image matrix: the distance from the image centre to the
-    mapped reference centre, and ``atan2(m10, m00)`` in degrees (image axes, y down). Shapes are ``(H, W)``."""
-    m = np.asarray(matrix, dtype=np.float64).reshape(2, 3)
+    """``(shift_px, angle_deg)`` of a 2x3 (or a 3x3 homography's affine part) reference -> image matrix: the distance from
+    the image centre to the mapped reference centre, and ``atan2(m10, m00)`` in degrees (image axes, y down). Shapes are
+    ``(H, W)``."""
+    m = Mapping(np.asarray(matrix, dtype=np.float64), reference_shape).affine
     centre = m @ np.array([(reference_shape[1] - 1) / 2, (reference_shape[0] - 1) / 2, 1.0])
     shift = math.hypot(centre[0] - (image_shape[1] - 1) / 2, centre[1] - (image_shape[0] - 1) / 2)
     return shift, math.degrees(math.atan2(m[1, 0], m[0, 0]))
@@ -112,42 +138,59 @@ def _check_gray(name: str, array: object) -> np.ndarray:
     return np.ascontiguousarray(array)
 
 
-def _reason(blank: list[str], scored: Scored, shift: float, angle: float, cfg: RegisterConfig) -> str:
-    """Why a registration does not fit ("" when it does), what was measured first and the key second; the golden check
-    comes after (:func:`_checked`)."""
+def _reason(
+    blank: list[str], scored: Scored, reg: Registration, shape: tuple[int, ...], cfg: RegisterConfig
+) -> tuple[str, RefusalKind | None]:
+    """Why a registration into a frame of ``shape`` does not fit (``("", None)`` when it does) and the refusal's kind, what
+    was measured first and the key second; the golden check comes after (:func:`_checked`)."""
+    shift, angle = reg.shift_px, reg.angle_deg
+    largest, x, y = local_place(reg.mapping)
+    limit = cfg.shift_limit(shape)
+    mismatch, fixture = RefusalKind.REFERENCE_MISMATCH, RefusalKind.OUT_OF_FIXTURE
     checks = (
-        (not blank, " and ".join(f"{'golden image' if b == 'reference' else 'frame'} is blank (one grey level)" for b in blank)),
+        (not blank, " and ".join(f"{'golden image' if b == 'reference' else 'frame'} is blank (one grey level)" for b in blank), mismatch),
         (
             scored.score >= cfg.min_score,
             "golden image does not match this board: registration score (ZNCC) "
             f"{scored.score:.2f} (needs {cfg.min_score:.2f}; register.min_score)",
+            mismatch,
         ),
         (
-            shift <= cfg.max_shift,
-            f"board is {shift:.0f} px off the golden image's position (at most {cfg.max_shift:g} px; register.max_shift): "
+            shift <= limit,
+            f"board is {shift:.0f} px off the golden image's position (at most {limit:.0f} px; register.max_shift): "
             "check how the board sits in the fixture",
+            fixture,
         ),
         (
             abs(angle) <= cfg.max_angle,
             f"board is turned {abs(angle):.1f} degrees against the golden image (at most {cfg.max_angle:g}; register.max_angle): "
             "check how the board sits in the fixture",
+            fixture,
         ),
         (
             scored.overlap >= cfg.min_overlap,
             f"golden image covers only {scored.overlap:.0%} of the frame (needs {cfg.min_overlap:.0%}; register.min_overlap): "
             "board partly out of view, or a cropped golden image",
+            mismatch,
+        ),
+        (
+            largest <= cfg.max_local,
+            f"the board is bent or moved against the golden image: {largest:.0f} px unexplained near x {x:.0f}, y {y:.0f} "
+            f"(at most {cfg.max_local:g} px; register.max_local): check that the board lies flat and still",
+            RefusalKind.BENT,
         ),
     )
-    return next((why for ok, why in checks if not ok), "")
+    return next(((why, kind) for ok, why, kind in checks if not ok), ("", None))
 
 
 def _size_reason(reference_shape: tuple[int, ...], image_shape: tuple[int, ...], cfg: RegisterConfig) -> str:
     """Why a golden image of ``reference_shape`` cannot be the frame's at its scale ("" when it can)."""
-    if max(abs(a - b) for a, b in zip(reference_shape, image_shape)) <= 2 * cfg.max_shift:
+    limit = 2 * cfg.shift_limit(image_shape)
+    if max(abs(a - b) for a, b in zip(reference_shape, image_shape)) <= limit:
         return ""
     return (
         f"golden image is {reference_shape[1]}x{reference_shape[0]} px, the frame {image_shape[1]}x{image_shape[0]} px: not captured at "
-        f"the frame's scale (sides may differ by {2 * cfg.max_shift:g} px, 2 x register.max_shift)"
+        f"the frame's scale (sides may differ by {limit:.0f} px, 2 x register.max_shift)"
     )
 
 
@@ -203,7 +246,7 @@ def _checked(  # noqa: PLR0913 - the pair, the config, and the golden side to re
     found, region = BLANK, 0.0
     if not reason:
         if reg.covered_mask is None or reg.covered_mask.shape != image.shape:  # a mask is always its own matrix's
-            reg = replace(reg, covered_mask=covered_area(reg.matrix, reference.shape, image.shape))
+            reg = replace(reg, covered_mask=covered_area(reg.mapping, image.shape))
         if side is None or side.valid is not reg.covered_mask:
             side = golden_side(warped, reg.covered_mask) if keep else None
         difference = compare(side, image) if side is not None else differing(warped, image, reg.covered_mask)
@@ -213,7 +256,8 @@ def _checked(  # noqa: PLR0913 - the pair, the config, and the golden side to re
         region = unlike_region(differs, valid) if differs is not None and refused else 0.0
         reason = _refusal(found, region, cfg) if differs is not None else "golden image or frame is blank over the covered area"
         reason = _with_blur(reason, image, reference)
-    checked = replace(reg, **dataclasses.asdict(found), ok=not reason, reason=reason, occluded=bool(reason) and region >= OCCLUDED_REGION)
+    kind = (RefusalKind.OCCLUDED_BOARD if region >= OCCLUDED_REGION else RefusalKind.REFERENCE_MISMATCH) if reason else None
+    checked = replace(reg, **dataclasses.asdict(found), ok=not reason, reason=reason, kind=kind)
     return checked, side
 
 
@@ -230,44 +274,79 @@ def _check_given(
     """:func:`check_pair`, reusing ``side`` (the golden side of ``reference`` as given, from an earlier frame of its
     shape); also returns the golden side it used."""
     reference, image = _check_gray("reference", reference), _check_gray("image", image)
-    identity = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
-    identity.setflags(write=False)
+    identity = identity_mapping(reference.shape)
     if reference.shape != image.shape:
         reason = (
             f"golden image is {reference.shape[1]}x{reference.shape[0]} px, the frame {image.shape[1]}x{image.shape[0]} px: "
             "not aligned as given (register it)"
         )
-        return Registration(identity, 0.0, False, 0.0, 0.0, 0.0, reason=reason, difference=1.0, spread=1.0, slivers=1.0), side
+        refused = Registration(identity, 0.0, False, 0.0, 0.0, 0.0, reason=reason, difference=1.0, spread=1.0, slivers=1.0)
+        return replace(refused, kind=RefusalKind.REFERENCE_MISMATCH), side
     blank = [name for name, im in (("reference", reference), ("image", image)) if float(im.std()) < 1e-3]
     blank_reason = " and ".join(f"{'golden image' if b == 'reference' else 'frame'} is blank (one grey level)" for b in blank)
     covered = side.valid if side is not None and side.valid.shape == image.shape else None  # the identity's covered area
-    reg = Registration(identity, 1.0, not blank, 0.0, 0.0, 1.0, reason=blank_reason, covered_mask=covered)
+    kind = RefusalKind.REFERENCE_MISMATCH if blank else None
+    reg = Registration(identity, 1.0, not blank, 0.0, 0.0, 1.0, reason=blank_reason, covered_mask=covered, kind=kind)
     return _checked(reg, reference, image, reference, cfg, side, keep=True)
 
 
+def _seed(frame: FramePyramid, init: np.ndarray | Mapping | None) -> np.ndarray:
+    """float64 3x3 seed: ``init``'s homography, or the golden image's centre on the frame's."""
+    if isinstance(init, Mapping):
+        return np.array(init.homography)
+    if init is not None:
+        init = np.asarray(init, dtype=np.float64)
+        return init.copy() if init.shape == (3, 3) else np.vstack([init[:2], [0, 0, 1]])
+    (h, w), (rh, rw) = frame.shape, frame.ref.image.shape
+    return np.array([[1, 0, (w - rw) / 2], [0, 1, (h - rh) / 2], [0, 0, 1]], dtype=np.float64)
+
+
+def _local(frame: FramePyramid, mapping: Mapping, scored: Scored, cfg: RegisterConfig) -> tuple[Mapping, Scored]:
+    """``mapping`` (scoring ``scored`` on the finest level) with the lens term and the local grid of
+    ``align/local_grid.py`` where the board needs them: a residual move over ``register.grid_min`` px somewhere, and the
+    finest level's ZNCC raised by ``register.model_gain`` (the lens term alone where the grid adds less than that); the
+    homography alone elsewhere. Also returns the chosen mapping's :class:`Scored`."""
+    if not cfg.local:
+        return mapping, scored
+    k = len(frame.levels) - 1
+    level = frame.level_mapping(mapping, k)
+    pair = LevelPair(frame.ref.templates[k].t, blurred(frame.levels[k], cfg.blur))
+    factor = frame.ref.levels[k].shape[1] / frame.ref.image.shape[1]
+    step, least = cfg.grid_step * factor, cfg.grid_min * factor
+    if level.is_homography and not needs_local(pair, level, step, least):
+        return mapping, scored
+    bound = 2 * cfg.max_local * factor
+    fitted = fit_local(pair, level, step, cfg.grid_rounds, cfg.eps * factor, bound)
+    fitted = refine_local(pair, fitted, cfg.iterations, cfg.eps * factor, bound)
+    chosen = (level, scored)
+    for candidate in (fitted.with_local(fitted.lens, None, None), fitted):
+        score = Scored(frame.ref.levels_f[k], candidate, frame.levels[k])
+        if cfg.better(score.score, chosen[1].score):
+            chosen = (candidate, score)
+    return frame.full_mapping(chosen[0], k), chosen[1]
+
+
 def _register(
-    frame: FramePyramid, cfg: RegisterConfig, init: np.ndarray | None
+    frame: FramePyramid, cfg: RegisterConfig, init: np.ndarray | Mapping | None
 ) -> tuple[np.ndarray, Registration, GoldenSide | None, Scored]:
     """:func:`register` on a prepared frame; also returns the golden check's golden side and the finest level's
     :class:`Scored` (for reuse)."""
     ref, shape = frame.ref, frame.shape
-    if init is None:
-        m3 = np.array([[1, 0, (shape[1] - ref.image.shape[1]) / 2], [0, 1, (shape[0] - ref.image.shape[0]) / 2], [0, 0, 1]])
-    else:
-        m3 = np.vstack([np.asarray(init, dtype=np.float64)[:2], [0, 0, 1]])
+    m3 = _seed(frame, init)
     blank = [name for name, level in (("reference", ref.levels[0]), ("image", frame.levels[0])) if cv2.meanStdDev(level)[1][0, 0] < 1e-3]
     fine = len(frame.levels) - 1
     candidates = [m3] if blank else estimate(frame, m3, cfg)
     scores = [Scored(ref.levels_f[fine], frame.down(m, fine), frame.levels[fine]) for m in candidates]
     scored = max(scores, key=lambda c: c.score)  # measure, then choose (a large defect on a sparse board can mislead)
-    m3 = candidates[scores.index(scored)]
-    matrix = m3[:2].copy()
-    matrix.setflags(write=False)
-    shift, angle = matrix_to_shift_angle(matrix, ref.image.shape, shape)
-    reason = _reason(blank, scored, shift, angle, cfg)
+    mapping = Mapping(candidates[scores.index(scored)], ref.image.shape)
+    if not blank and scored.score >= cfg.min_score:
+        mapping, scored = _local(frame, mapping, scored, cfg)
+    shift, angle = matrix_to_shift_angle(mapping.affine, ref.image.shape, shape)
+    reg = Registration(mapping, scored.score, True, shift, angle, scored.overlap, reference_shape=ref.image.shape)
+    reason, kind = _reason(blank, scored, reg, shape, cfg)
     reason = reason if blank else _with_blur(reason, frame.image, ref.image)
-    reg = Registration(matrix, scored.score, not reason, shift, angle, scored.overlap, reason=reason)
-    warped = cv2.convertScaleAbs(cv2.warpAffine(ref.image_f, matrix, (shape[1], shape[0]), flags=cv2.INTER_LINEAR, borderValue=FILL_VALUE))
+    reg = replace(reg, ok=not reason, reason=reason, kind=kind)
+    warped = cv2.convertScaleAbs(mapping.golden_into_frame(ref.image_f, shape, cv2.INTER_LINEAR, FILL_VALUE))
     return (warped, *_checked(reg, warped, frame.image, ref.image, cfg), scored)
 
 
@@ -281,7 +360,8 @@ def register(
     reference, image = _check_gray("reference", reference), _check_gray("image", image)
     if init is not None and np.shape(init) not in ((2, 3), (3, 3)):
         raise ValueError(f"init: expected a 2x3 (or 3x3) matrix, got shape {np.shape(init)}")
-    warped, reg, _, _ = _register(FramePyramid(PreparedReference(reference, cfg), image, cfg), cfg, init)
+    with one_blas_thread():
+        warped, reg, _, _ = _register(FramePyramid(PreparedReference(reference, cfg), image, cfg), cfg, init)
     return warped, reg
 
 
@@ -327,6 +407,10 @@ class Registrar:
 
     def __call__(self, image: np.ndarray, reference: np.ndarray | None = None) -> tuple[np.ndarray, Registration]:
         """``(warped reference uint8 [H, W], Registration)`` for ``image`` (uint8 [H, W]); see :func:`register`."""
+        with one_blas_thread():
+            return self._registered(image, reference)
+
+    def _registered(self, image: np.ndarray, reference: np.ndarray | None) -> tuple[np.ndarray, Registration]:
         if reference is not None:
             self._set_reference(reference)
         if self._ref is None:
@@ -335,7 +419,7 @@ class Registrar:
         init = None
         if self._cache is not None and self._cache[0].shape == frame.shape:
             warped, reg, side, scored = self._cache
-            init = reg.matrix
+            init = reg.mapping
             score = self._reuse_score(frame, reg, scored) if self.cfg.reuse else None
             if score is not None:
                 reused = replace(reg, score=score, reused=True)
@@ -366,5 +450,5 @@ class Registrar:
         score, _ = scored.against(frame.levels[-1])
         if score < max(self.cfg.min_score, reg.score - self.cfg.reuse_margin):
             return None
-        motion = residual_motion(frame, np.vstack([reg.matrix, [0, 0, 1]]), self.cfg)
+        motion = residual_motion(frame, reg.mapping, self.cfg)
         return score if motion <= self.cfg.reuse_shift else None

@@ -13,6 +13,7 @@ import math
 import cv2
 import numpy as np
 
+from defect_detector.align.mapping import Mapping
 from defect_detector.core.config_register import RegisterConfig
 
 _MIN_SIDE = 8  # smallest side (px) of the coarsest pyramid level
@@ -45,10 +46,30 @@ def blurred(level: np.ndarray, blur: float) -> np.ndarray:
     return cv2.GaussianBlur(f, (0, 0), blur) if blur > 0 else f
 
 
+MODELS = ("rigid", "similarity", "affine", "homography")
+"""The global models the fit climbs through, each a subspace of the homography's 8 parameters (:data:`_BASES`)."""
+
+
+def _bases() -> dict[str, np.ndarray]:
+    """float64 ``[8, k]`` per model: its parameters as columns of the homography's ``p`` (module ``Template``): rigid
+    (rotation, x, y), similarity (+ scale), affine (``p0``-``p5``), homography (all 8)."""
+    rigid = np.zeros((8, 3))
+    rigid[1, 0], rigid[2, 0], rigid[4, 1], rigid[5, 2] = 1.0, -1.0, 1.0, 1.0
+    scale = np.zeros((8, 1))
+    scale[0, 0] = scale[3, 0] = 1.0
+    eye = np.eye(8)
+    return {"rigid": rigid, "similarity": np.hstack([rigid, scale]), "affine": eye[:, :6], "homography": eye}
+
+
+_BASES = _bases()
+
+
 class Template:
     """A reference level for inverse-compositional Gauss-Newton: blurred, zero-mean unit-variance ``t`` (float32
-    [h, w]; ``flat``, ``flat2``: it and its square, flat), steepest-descent images ``sd`` (float32 [3, h*w]:
-    rotation about the centre, x, y) and the inverse Hessian ``hinv`` (float64 [3, 3])."""
+    [h, w]; ``flat``, ``flat2``: it and its square, flat), its gradients ``gx``, ``gy`` (float32 [h, w], level px), the
+    steepest-descent images ``sd`` (float32 [8, h*w]) of the homography about the level's centre in coordinates
+    normalised by ``radius`` (``p``: ``[[1 + p0, p2, p4], [p1, 1 + p3, p5], [p6, p7, 1]]``), and their Gauss-Newton
+    Hessian ``hessian`` (float64 [8, 8]); :meth:`hinv` is a model's inverse Hessian (:data:`MODELS`)."""
 
     def __init__(self, level: np.ndarray, blur: float) -> None:
         t = blurred(level, blur)
@@ -59,30 +80,67 @@ class Template:
         h, w = level.shape
         self.centre = ((w - 1) / 2, (h - 1) / 2)
         self.radius = math.hypot(w, h) / 2
-        gx = cv2.Sobel(self.t, cv2.CV_32F, 1, 0, ksize=3, scale=1 / 8)
-        gy = cv2.Sobel(self.t, cv2.CV_32F, 0, 1, ksize=3, scale=1 / 8)
-        xs = np.arange(w, dtype=np.float32) - np.float32(self.centre[0])
-        ys = np.arange(h, dtype=np.float32) - np.float32(self.centre[1])
-        self.sd = np.empty((3, h * w), np.float32)
-        self.sd[0] = (gy * xs[None, :] - gx * ys[:, None]).ravel()
-        self.sd[1], self.sd[2] = gx.ravel(), gy.ravel()
-        hessian = np.array([[float(self.sd[i] @ self.sd[j]) for j in range(3)] for i in range(3)])  # 9 dots beat a BLAS gemm here
-        self.hinv = np.linalg.pinv(hessian)
+        self.gx = cv2.Sobel(self.t, cv2.CV_32F, 1, 0, ksize=3, scale=1 / 8)
+        self.gy = cv2.Sobel(self.t, cv2.CV_32F, 0, 1, ksize=3, scale=1 / 8)
+        r = np.float32(self.radius)
+        xs = ((np.arange(w, dtype=np.float32) - np.float32(self.centre[0])) / r)[None, :]
+        ys = ((np.arange(h, dtype=np.float32) - np.float32(self.centre[1])) / r)[:, None]
+        gx, gy = self.gx * r, self.gy * r  # gradients per normalised unit
+        radial = gx * xs + gy * ys
+        self.sd = np.empty((8, h * w), np.float32)
+        for k, image in enumerate((gx * xs, gy * xs, gx * ys, gy * ys, gx, gy, -radial * xs, -radial * ys)):
+            self.sd[k] = np.broadcast_to(image, (h, w)).ravel()
+        self.hessian = (self.sd @ self.sd.T).astype(np.float64)
+        self._hinv: dict[str, np.ndarray] = {}
+
+    def hinv(self, model: str) -> np.ndarray:
+        """float64 ``[k, k]``: the inverse Gauss-Newton Hessian of ``model``'s parameters (computed once per model)."""
+        if model not in self._hinv:
+            basis = _BASES[model]
+            self._hinv[model] = np.linalg.pinv(basis.T @ self.hessian @ basis)
+        return self._hinv[model]
 
     def inverse_step(self, dp: np.ndarray) -> np.ndarray:
-        """3x3 inverse of the incremental warp ``x -> R(dp[0]) (x - centre) + centre + dp[1:]`` (level px)."""
-        c, s = math.cos(dp[0]), math.sin(dp[0])
-        cx, cy = self.centre
-        return np.linalg.inv(np.array([[c, -s, cx - c * cx + s * cy + dp[1]], [s, c, cy - s * cx - c * cy + dp[2]], [0, 0, 1]]))
+        """3x3 inverse of the incremental homography ``p = dp`` (normalised coordinates, module docstring) in level px."""
+        c, r = self.centre, self.radius
+        norm = np.array([[1 / r, 0, -c[0] / r], [0, 1 / r, -c[1] / r], [0, 0, 1]])
+        step = np.array([[1 + dp[0], dp[2], dp[4]], [dp[1], 1 + dp[3], dp[5]], [dp[6], dp[7], 1.0]])
+        return np.linalg.inv(np.linalg.inv(norm) @ step @ norm)
 
 
-def refine(tpl: Template, image: np.ndarray, m3: np.ndarray, iterations: int, eps: float) -> np.ndarray:
-    """``m3`` (3x3, reference level px -> image level px) refined so that ``image`` (float32 level) pulled into the
-    reference frame matches ``tpl`` up to gain and offset over the overlap. Stops once an update moves no pixel by
-    ``eps`` or more, or is not finite, or the overlap collapses (keeping the last estimate)."""
+def pull(image: np.ndarray, m3: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """float32 ``image`` read at ``m3`` (3x3, reference level px -> image level px) of every pixel of a ``size`` ``(w, h)``
+    reference level: ``[h, w]``, NaN where it falls outside the image."""
+    flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
+    if np.array_equal(m3[2], [0.0, 0.0, 1.0]):
+        return cv2.warpAffine(image, m3[:2], size, flags=flags, borderValue=float("nan"))
+    return cv2.warpPerspective(image, m3, size, flags=flags, borderValue=float("nan"))
+
+
+def place(level: np.ndarray, m3: np.ndarray, size: tuple[int, int], border: float) -> np.ndarray:
+    """float32 reference ``level`` moved by ``m3`` (3x3, reference level px -> image level px) into an image level of
+    ``size`` ``(w, h)``, ``border`` where it has no data."""
+    if np.array_equal(m3[2], [0.0, 0.0, 1.0]):
+        return cv2.warpAffine(level, m3[:2], size, flags=cv2.INTER_LINEAR, borderValue=border)
+    return cv2.warpPerspective(level, m3, size, flags=cv2.INTER_LINEAR, borderValue=border)
+
+
+def refine(  # noqa: PLR0913 - the level pair, the start, the stop, the model and the local part kept
+    tpl: Template, image: np.ndarray, m3: np.ndarray, iterations: int, eps: float, model: str = "rigid", local: Mapping | None = None
+) -> np.ndarray:
+    """``m3`` (3x3, reference level px -> image level px) refined within ``model`` (:data:`MODELS`) so that ``image``
+    (float32 level) pulled into the reference frame matches ``tpl`` up to gain and offset over the overlap; ``local``: a
+    level mapping whose lens term and grid are kept with each ``m3`` (None: the homography alone). Stops once an update
+    moves no pixel by ``eps`` or more, or is not finite, or the overlap collapses (keeping the last estimate)."""
     h, w = tpl.t.shape
+    basis, hinv = _BASES[model], tpl.hinv(model)
+    sd = tpl.sd if model == "homography" else (basis.T @ tpl.sd.astype(np.float64)).astype(np.float32)
     for _ in range(iterations):
-        pulled = cv2.warpAffine(image, m3[:2], (w, h), flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP, borderValue=float("nan")).ravel()
+        if local is None or local.is_homography:
+            pulled = pull(image, m3, (w, h)).ravel()
+        else:
+            map_x, map_y = Mapping(m3, (h, w), local.grid, local.nodes, local.lens).golden_map()
+            pulled = cv2.remap(image, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=float("nan")).ravel()
         valid = (pulled == pulled).astype(np.float32)  # NaN != NaN: outside the image
         n = float(valid.sum())
         if n < _MIN_VALID * valid.size:
@@ -94,23 +152,29 @@ def refine(tpl: Template, image: np.ndarray, m3: np.ndarray, iterations: int, ep
         err = (pulled - np.float32(mean_p)) * np.float32(gain) - (tpl.flat - np.float32(mean_t))
         np.clip(err, -_HUBER, _HUBER, out=err)  # Huber's influence function
         err *= valid
-        dp = tpl.hinv @ (tpl.sd @ err).astype(np.float64)
+        dp = basis @ (hinv @ (sd @ err).astype(np.float64))
         if not np.all(np.isfinite(dp)):
             break
         m3 = m3 @ tpl.inverse_step(dp)
-        if abs(dp[0]) * tpl.radius + math.hypot(dp[1], dp[2]) < eps:
+        m3 = m3 / m3[2, 2]
+        moved = (abs(dp[0]) + abs(dp[1]) + abs(dp[2]) + abs(dp[3]) + 2 * (abs(dp[6]) + abs(dp[7]))) * tpl.radius
+        if moved + math.hypot(dp[4], dp[5]) * tpl.radius < eps:
             break
     return m3
 
 
 class Scored:
-    """A matrix's quality on one level: the float32 reference level warped into the image level's frame (flat,
+    """A matrix's (3x3, or a level :class:`~defect_detector.align.mapping.Mapping`) quality on one level: the float32
+    reference level warped into the image level's frame (flat,
     minus 128, 0 outside), the 0/1 mask it covers, its mean/std there, ``score``/``overlap`` against one image
     level; :meth:`against` scores another image level (uint8) with three dot products."""
 
-    def __init__(self, ref_level: np.ndarray, m3: np.ndarray, image_level: np.ndarray) -> None:
+    def __init__(self, ref_level: np.ndarray, m3: np.ndarray | Mapping, image_level: np.ndarray) -> None:
         h, w = image_level.shape
-        warped = cv2.warpAffine(ref_level, m3[:2], (w, h), flags=cv2.INTER_LINEAR, borderValue=float("nan")).ravel()
+        if isinstance(m3, Mapping):  # a level mapping with its local grid
+            warped = m3.golden_into_frame(ref_level, (h, w), cv2.INTER_LINEAR, float("nan")).ravel()
+        else:
+            warped = place(ref_level, m3, (w, h), float("nan")).ravel()
         self.valid = np.isfinite(warped).astype(np.float32)
         self.count = float(self.valid.sum())
         cv2.patchNaNs(warped, 128.0)
@@ -160,30 +224,73 @@ class FramePyramid:
         to_img, to_ref = self._maps[k]
         return np.linalg.inv(to_img) @ m3 @ to_ref
 
+    def level_mapping(self, mapping: Mapping, k: int) -> Mapping:
+        """``mapping`` (full resolution) between the reference's and the image's level ``k``: its homography scaled down,
+        its lens term and its grid's nodes and displacements with it."""
+        to_img, to_ref = self._maps[k]
+        lens = mapping.lens.rescaled(to_img[0, 0], to_img[1, 1]) if mapping.lens is not None else None
+        grid, nodes = mapping.grid, mapping.nodes
+        if grid is not None:
+            grid, nodes = grid * np.array([to_img[0, 0], to_img[1, 1]], np.float32), nodes.rescaled(to_ref[0, 0], to_ref[1, 1])
+        return Mapping(self.down(mapping.homography, k), self.ref.levels[k].shape, grid, nodes, lens)
+
+    def full_mapping(self, level: Mapping, k: int) -> Mapping:
+        """The full-resolution :class:`Mapping` of a level-``k`` mapping (:meth:`level_mapping`'s inverse)."""
+        to_img, to_ref = self._maps[k]
+        lens = level.lens.rescaled(1 / to_img[0, 0], 1 / to_img[1, 1]) if level.lens is not None else None
+        grid, nodes = level.grid, level.nodes
+        if grid is not None:
+            grid, nodes = grid / np.array([to_img[0, 0], to_img[1, 1]], np.float32), nodes.rescaled(1 / to_ref[0, 0], 1 / to_ref[1, 1])
+        return Mapping(self.up(level.homography, k), self.ref.image.shape, grid, nodes, lens)
+
+
+def _climb(tpl: Template, image: np.ndarray, m3: np.ndarray, frame: FramePyramid, cfg: RegisterConfig) -> np.ndarray:
+    """``m3`` (3x3, finest level px) refined rigidly, then through each richer model up to ``cfg.model``; a richer model is
+    kept only where it fits the finest level better than the last one kept (``RegisterConfig.better``: a sparse board
+    leaves directions that a richer model wanders along without fitting better)."""
+    k = len(frame.levels) - 1
+    ref_level, img_level = frame.ref.levels_f[k], frame.levels[k]
+    best = refine(tpl, image, m3, cfg.iterations, cfg.eps, "rigid")
+    best_score = Scored(ref_level, best, img_level).score
+    for model in MODELS[1 : MODELS.index(cfg.model) + 1]:
+        richer = refine(tpl, image, best, cfg.iterations, cfg.eps, model)
+        score = Scored(ref_level, richer, img_level).score
+        if cfg.better(score, best_score):
+            best, best_score = richer, score
+    return best
+
 
 def estimate(frame: FramePyramid, seed: np.ndarray, cfg: RegisterConfig) -> list[np.ndarray]:
     """Full-resolution 3x3 candidates: ``start`` (the better scoring of ``seed`` and ``seed`` corrected by phase
-    correlation, at the coarsest level) refined level by level, then ``start`` if refining lowered the score."""
+    correlation, at the coarsest level) refined rigidly level by level and through the richer models at the finest
+    (:func:`_climb`), then ``start`` if refining lowered the score."""
     ref_level, img_level = frame.ref.levels_f[0], frame.levels[0]
     m3 = frame.down(seed, 0)
     h, w = img_level.shape
-    placed = cv2.warpAffine(ref_level, m3[:2], (w, h), flags=cv2.INTER_LINEAR, borderValue=float(ref_level.mean()))
+    placed = place(ref_level, m3, (w, h), float(ref_level.mean()))
     (dx, dy), _ = cv2.phaseCorrelate(placed, img_level.astype(np.float32), cv2.createHanningWindow((w, h), cv2.CV_32F))
     moved = np.array([[1, 0, dx], [0, 1, dy], [0, 0, 1]]) @ m3 if math.isfinite(dx) and math.isfinite(dy) else m3
     scores = [Scored(ref_level, m, img_level).score for m in (m3, moved)]
     start_score = max(scores)
     start = m3 = moved if scores[1] > scores[0] else m3
+    finest = len(frame.levels) - 1
     for k, (tpl, level) in enumerate(zip(frame.ref.templates, frame.levels)):
         if k > 0:
             m3 = frame.down(frame.up(m3, k - 1), k)
-        m3 = refine(tpl, blurred(level, cfg.blur), m3, cfg.iterations, cfg.eps)
-    refined = frame.up(m3, len(frame.levels) - 1)
+        image = blurred(level, cfg.blur)
+        m3 = _climb(tpl, image, m3, frame, cfg) if k == finest else refine(tpl, image, m3, cfg.iterations, cfg.eps)
+    refined = frame.up(m3, finest)
     return [refined] if Scored(ref_level, frame.down(refined, 0), img_level).score >= start_score else [refined, frame.up(start, 0)]
 
 
-def residual_motion(frame: FramePyramid, m3: np.ndarray, cfg: RegisterConfig) -> float:
-    """Image px by which one Gauss-Newton step at the coarsest level moves the reference's farthest corner from ``m3``."""
-    stepped = frame.up(refine(frame.ref.templates[0], blurred(frame.levels[0], cfg.blur), frame.down(m3, 0), 1, 0.0), 0)
+def residual_motion(frame: FramePyramid, mapping: Mapping, cfg: RegisterConfig) -> float:
+    """Image px by which one Gauss-Newton step of ``cfg.model`` at the coarsest level moves the reference's farthest
+    corner from ``mapping``'s homography (its lens term and grid kept)."""
+    m3 = mapping.homography
+    level = frame.level_mapping(mapping, 0)
+    image = blurred(frame.levels[0], cfg.blur)
+    stepped = frame.up(refine(frame.ref.templates[0], image, level.homography, 1, 0.0, cfg.model, level), 0)
     h, w = frame.ref.image.shape
     corners = np.array([[0, w - 1, 0, w - 1], [0, 0, h - 1, h - 1], [1, 1, 1, 1]], dtype=np.float64)
-    return float(np.hypot(*((stepped - m3)[:2] @ corners)).max())
+    a, b = stepped @ corners, m3 @ corners
+    return float(np.hypot(*(a[:2] / a[2] - b[:2] / b[2])).max())

@@ -8,7 +8,7 @@ so the golden check a model was validated with is the one ``predict`` applies. T
 from __future__ import annotations
 
 import warnings
-from typing import Annotated, ClassVar
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -38,10 +38,23 @@ but rarely removes a whole isolated feature; a golden image of another board sho
 by the covered area's edge do not count: 3 true pairs miss 2 half pads there."""
 
 
+MAX_SHIFT_SHARE = 0.1
+"""Without ``register.max_shift``, a board may sit this share of the frame's longer side off its golden image's place:
+a board placed by hand or on a conveyor without a fixture."""
+
+
 class RegisterConfig(Section):
     """Registration settings (config section ``register``). ``min_score``: lowest acceptable registration score (the ZNCC
     of the registered golden image and the frame, ``registration.score``; not the golden check). ``max_shift``
     (image px, reference centre from image centre) / ``max_angle`` (degrees): the motion the fixture allows.
+    ``max_shift`` None: :data:`MAX_SHIFT_SHARE` of the frame's longer side (:meth:`shift_limit`). ``model``: the richest
+    global model fitted (rigid, similarity, affine, homography; ``align/register_fit.py``), each richer one (and the local
+    part) kept only where it raises the registration score by ``model_gain``, or takes ``model_share`` off what is left
+    of it (``1 - score``: a photograph's large plain areas keep its score near 1 however misregistered its detail is).
+    ``local``: add a radial lens term and a smooth grid of local displacements where the homography leaves more than
+    ``grid_min`` px somewhere (lens distortion, a bowed board: ``align/local_grid.py``), nodes ``grid_step`` golden-image
+    px apart, ``grid_rounds`` rounds at most; ``max_local``: the largest local displacement (frame px) a board may
+    need, more is refused as bent or moved.
     ``min_overlap``: least fraction of the image the warped reference must cover. ``scale``: coarsest working
     scale; ``levels``: each twice the previous (the finest scores). ``iterations``/``eps`` (level px): Gauss-Newton
     stop. ``blur``: Gaussian sigma (level px). ``reuse``: :class:`Registrar` keeps its matrix while the score stays
@@ -56,8 +69,16 @@ class RegisterConfig(Section):
     section: ClassVar[str] = "register"
 
     min_score: Annotated[Float, Field(ge=-1, le=1)] = 0.3
-    max_shift: Annotated[Float, Field(gt=0, description="pixels")] = 64.0
+    max_shift: Annotated[Float, Field(gt=0, description="pixels; null: 10% of the frame's longer side")] | None = None
     max_angle: Annotated[Float, Field(gt=0, le=180, description="degrees")] = 5.0
+    model: Literal["rigid", "similarity", "affine", "homography"] = "homography"
+    model_gain: Annotated[Float, Field(ge=0, le=1)] = 0.001
+    model_share: Share = 0.1
+    local: Bool = True
+    grid_step: Annotated[Float, Field(ge=16, description="golden-image pixels")] = 96.0
+    grid_min: Annotated[Float, Field(gt=0, description="pixels")] = 0.75
+    grid_rounds: Annotated[Int, Field(ge=1)] = 6
+    max_local: Annotated[Float, Field(gt=0, description="pixels")] = 8.0
     min_overlap: Annotated[Float, Field(gt=0, le=1)] = 0.85
     scale: Annotated[Float, Field(gt=0, le=1)] = 0.25
     levels: Annotated[Int, Field(ge=1)] = 2
@@ -71,6 +92,15 @@ class RegisterConfig(Section):
     max_tracks: Annotated[Float, Field(ge=0, description="per 640x640 px")] = MAX_TRACKS
     max_slivers: Share = MAX_SLIVERS
     max_missing: Annotated[Float, Field(ge=0, description="per 640x640 px")] = MAX_MISSING
+
+    def better(self, score: float, than: float) -> bool:
+        """Whether a richer model's registration ``score`` is worth keeping over ``than`` (``model_gain``, ``model_share``)."""
+        return score >= than + self.model_gain or (score > than and 1 - score <= (1 - than) * (1 - self.model_share))
+
+    def shift_limit(self, frame_shape: tuple[int, ...]) -> float:
+        """The largest move (px) of a frame of ``frame_shape`` ``(H, W)``: ``max_shift``, or :data:`MAX_SHIFT_SHARE` of
+        its longer side."""
+        return self.max_shift if self.max_shift is not None else MAX_SHIFT_SHARE * float(max(frame_shape[:2], default=0))
 
     @model_validator(mode="after")
     def _check_values(self) -> RegisterConfig:

@@ -177,3 +177,18 @@ class AdaptiveThreads:
             torch.set_num_threads(threads)
             self.changes += 1
         return threads
+
+
+_BLAS: Any = None
+
+
+def one_blas_thread() -> Any:
+    """A context in which NumPy's BLAS (OpenBLAS) runs on one thread: registration's small solves and products take
+    3-5 ms there, 100 ms or more when OpenBLAS spreads them over cores that torch or another program keeps busy
+    (measured on the 2-core machine under load). ``threadpoolctl`` finds the library once per process."""
+    global _BLAS
+    if _BLAS is None:
+        from threadpoolctl import ThreadpoolController
+
+        _BLAS = ThreadpoolController()
+    return _BLAS.limit(limits=1, user_api="blas")

@@ -31,6 +31,11 @@ class RefusalKind(StrEnum):
     """The golden check: the golden image shows another design or another board (``align/register.py``)."""
     OCCLUDED_BOARD = "occluded or not this board"
     """The golden check found one region unlike the golden image."""
+    OUT_OF_FIXTURE = "board out of place"
+    """The board is moved or turned beyond the fixture's limits (``register.max_shift``, ``register.max_angle``)."""
+    BENT = "board bent or moved"
+    """The golden image's mapping leaves a local residual beyond ``register.max_local``: a bent board, or one that moved
+    during the capture (``align/local_grid.py``)."""
     COVERS_LITTLE = "golden image covers too little"
     """The board moved so far that its golden image covers too little of the frame (``screens/frame.py``)."""
     UNDEREXPOSED = "underexposed"

@@ -61,8 +61,7 @@ def _aligned(board: np.ndarray, golden: np.ndarray) -> np.ndarray:
     """The golden layout registered into the board's pixels (``align/register.py``), borders replicated, binarized
     again, so that the look's texture and light fall on the same places of both (DeepPCB's pairs are 2-7 px off)."""
     _, reg = register(golden, board)
-    h, w = board.shape
-    warped = cv2.warpAffine(golden, np.asarray(reg.matrix, np.float64)[:2], (w, h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    warped = reg.mapping.golden_into_frame(golden, board.shape, cv2.INTER_LINEAR, 0, cv2.BORDER_REPLICATE)
     return np.where(warped < 128, 0, 255).astype(np.uint8)
 
 

@@ -58,7 +58,7 @@ class Prepared:
     the model. ``design``: its golden image (``inspect/designs.py``: key, name), None without one; ``golden_name``: the
     file name of its golden image (the key for pixels given). ``design_warning``: the golden image looks unlike the
     model's training images (a warning, never a refusal), else None; ``design_taught``: the weights were taught it.
-    ``registration``: how its golden image sat in the frame (matrix, score, golden check, photometric fit), None for a
+    ``registration``: how its golden image sat in the frame (mapping, score, golden check, photometric fit), None for a
     single-image model or a frame refused before. ``golden``: uint8 ``[H, W]`` its golden image registered into the
     frame's pixels at the frame's levels, ``covered`` bool ``[H, W]`` where that has data. ``view``: the frame in its
     golden image's pixels when the model sees it there (``align/golden_view.py``; ``plan`` and the detections' letterbox
@@ -165,7 +165,7 @@ class Prepare:
             return record
         if self.pipeline.golden_view and record.design is not None:
             reg = record.registration
-            record = dataclasses.replace(record, view=warp_into_golden(image, record.design.image, reg.matrix, reg.photometric))
+            record = dataclasses.replace(record, view=warp_into_golden(image, record.design.image, reg.mapping, reg.photometric))
         if record.design is None and self.scale_check is not None:  # a single-image model's frame
             record = _scaled(record, self.scale_check.frame(image, record.frame.file_name))
         board = record.view.board if record.view is not None else image
@@ -262,7 +262,7 @@ def reframed(record: Prepared, image: np.ndarray) -> Prepared:
     frame = dataclasses.replace(record.frame, image=image)
     view = None
     if record.view is not None:
-        view = warp_into_golden(image, record.design.image, record.registration.matrix, record.registration.photometric)
+        view = warp_into_golden(image, record.design.image, record.registration.mapping, record.registration.photometric)
     return dataclasses.replace(record, frame=frame, view=view)
 
 

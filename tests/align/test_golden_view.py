@@ -7,6 +7,7 @@ import numpy as np
 import torch
 
 from defect_detector.align.golden_view import boxes_to_frame, centres_valid, warp_into_golden
+from defect_detector.align.mapping import Mapping, identity_mapping
 from defect_detector.align.photometric import Photometric
 
 
@@ -22,7 +23,7 @@ def test_a_shifted_frame_lands_on_its_golden_image_and_its_boxes_land_back() -> 
     golden = _scene(np.random.default_rng(0))
     matrix = np.array([[1.0, 0.0, 7.0], [0.0, 1.0, -5.0]])  # golden -> frame: 7 px right, 5 px up
     frame = cv2.warpAffine(golden, matrix, (240, 200), borderValue=255)
-    view = warp_into_golden(frame, golden, matrix)
+    view = warp_into_golden(frame, golden, Mapping(matrix, golden.shape))
     inner = view.valid.copy()
     assert not view.valid[:5, :].any() and not view.valid[:, -7:].any()  # the frame holds no data there
     assert view.valid[10:-10, 10:-12].all()
@@ -37,7 +38,7 @@ def test_a_shifted_frame_lands_on_its_golden_image_and_its_boxes_land_back() -> 
 def test_a_turned_frame_maps_a_box_to_the_box_around_its_corners() -> None:
     golden = _scene(np.random.default_rng(1))
     matrix = cv2.getRotationMatrix2D((120.0, 100.0), 30.0, 1.0)
-    view = warp_into_golden(cv2.warpAffine(golden, matrix, (240, 200)), golden, matrix)
+    view = warp_into_golden(cv2.warpAffine(golden, matrix, (240, 200)), golden, Mapping(matrix, golden.shape))
     mapped = boxes_to_frame(torch.tensor([[110.0, 90.0, 130.0, 110.0]]), view)  # 20 px square on the centre
     side = float(20 * (np.cos(np.pi / 6) + np.sin(np.pi / 6)))
     assert torch.allclose(mapped, torch.tensor([[120 - side / 2, 100 - side / 2, 120 + side / 2, 100 + side / 2]]), atol=1e-3)
@@ -53,11 +54,12 @@ def test_a_moved_board_with_a_gain_change_meets_its_fill_without_a_seam_and_no_c
     moved = cv2.warpAffine(golden, matrix, (320, 320), borderMode=cv2.BORDER_REPLICATE)
     board = np.clip(1.15 * moved.astype(np.float32) + 6, 0, 255).astype(np.uint8)
     fit = Photometric(np.array([1.15, 0, 0, 0, 0, 0]), 1.0, 6.0, (320, 320), 1.15)
-    plain, matched = warp_into_golden(board, golden, matrix), warp_into_golden(board, golden, matrix, fit)
+    mapping = Mapping(matrix, golden.shape)
+    plain, matched = warp_into_golden(board, golden, mapping), warp_into_golden(board, golden, mapping, fit)
     inside = plain.valid & (np.arange(320)[None, :] < 280)
     assert np.abs(plain.board.astype(int) - golden)[inside].mean() > 10  # at the board's levels: unlike its fill
     assert np.abs(matched.board.astype(int) - golden)[inside].mean() < 2  # at the golden image's levels
     seam = torch.tensor([[280.0, 100, 300, 120], [230.0, 100, 250, 120]])  # centres 6 and 56 px from the unseen band
     assert centres_valid(seam, matched).tolist() == [False, True]
-    unmoved = warp_into_golden(golden, golden, np.float64([[1, 0, 0], [0, 1, 0]]))
+    unmoved = warp_into_golden(golden, golden, identity_mapping(golden.shape))
     assert centres_valid(torch.tensor([[2.0, 100, 12, 110]]), unmoved).tolist() == [True]  # the frame's own edge: no margin

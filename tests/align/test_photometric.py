@@ -6,6 +6,7 @@ import cv2
 import numpy as np
 import pytest
 
+from defect_detector.align.mapping import Mapping
 from defect_detector.align.photometric import Photometric, PhotometricRange, fit_photometric
 
 H, W = 480, 640
@@ -69,9 +70,9 @@ def test_a_binarized_pair_is_the_identity_and_gamma_stays_at_one() -> None:
 
 
 def test_the_light_map_of_the_golden_view_follows_the_registration() -> None:
-    """In golden-image pixels (``matrix``: golden -> frame), the field is the frame's, read where each pixel lands."""
+    """In golden-image pixels (a mapping: golden -> frame), the field is the frame's, read where each pixel lands."""
     fit = Photometric(np.array([1.0, 0.2, 0, 0, 0, 0]), 1.0, 0.0, (H, W))
-    shift = np.array([[1.0, 0, 64.0], [0, 1.0, 0]])
+    shift = Mapping(np.array([[1.0, 0, 64.0], [0, 1.0, 0]]), (H, W))
     in_frame, in_golden = fit.light_map((H, W)), fit.light_map((H, W), shift)
     np.testing.assert_allclose(in_golden[:, : W - 64], in_frame[:, 64:], atol=1e-3)
 

@@ -8,7 +8,7 @@ import cv2
 import numpy as np
 import pytest
 
-from defect_detector.align.register import FILL_VALUE, Registrar, matrix_to_shift_angle, register
+from defect_detector.align.register import FILL_VALUE, Registrar, check_pair, matrix_to_shift_angle, register
 from defect_detector.core.config_register import RegisterConfig
 from defect_detector.core.typed_yaml import ConfigError
 
@@ -78,27 +78,47 @@ def test_recovers_known_rigid_motion(template: np.ndarray, angle: float, dx: flo
     assert reg.matrix.dtype == np.float64 and reg.matrix.shape == (2, 3) and not reg.matrix.flags.writeable
 
 
+def _structure(image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """float64 ``(xs, ys)``: every 5th edge pixel (Canny) of ``image`` 20 px or more inside it: where a misregistration
+    shows (a DeepPCB board's empty corners constrain nothing, and a difference there shows nowhere)."""
+    ys, xs = np.nonzero(cv2.Canny(image, 50, 150)[20:-20, 20:-20])
+    return xs[::5] + 20.0, ys[::5] + 20.0
+
+
 @pytest.mark.parametrize("angle,dx,dy", [(1.5, -12.0, 17.0), (-1.0, -15.0, -3.0)])
 def test_moved_defective_frame_is_consistent_with_its_pair(
     template: np.ndarray, inspected: np.ndarray, angle: float, dx: float, dy: float
 ) -> None:
-    """The defective board, moved by a known motion, registers to that motion composed with the pair's own alignment
-    (residuals are Huber-clipped: with plain least squares the defects pull the second case 0.57 px off)."""
-    pair = np.vstack([register(template, inspected)[1].matrix, [0, 0, 1]])
+    """The defective board, moved by a known motion, registers to that motion composed with the pair's own mapping, at
+    the board's structure (DeepPCB's scans differ from their templates by more than a rigid move: a scale, a shear and
+    local warps of 1-2 px, which the mapping follows; the moved board is resampled, so the two fits agree to within
+    reading noise, not exactly)."""
+    pair = register(template, inspected)[1].mapping
     motion = _rigid(inspected.shape, angle, dx, dy)
     _, reg = register(template, _move(inspected, motion))
     assert reg.ok
-    assert _probe_error(reg.matrix, motion @ pair, template.shape) < TOL_PX
+    xs, ys = _structure(template)
+    px, py = pair.to_frame(xs, ys)
+    qx, qy = reg.mapping.to_frame(xs, ys)
+    moved = motion[:, :2] @ np.stack([px, py]) + motion[:, 2:]
+    error = np.hypot(qx - moved[0], qy - moved[1])
+    assert np.median(error) < 0.1 and np.percentile(error, 95) < 1.0
 
 
 @pytest.mark.parametrize("board", ["50600000", "92000000"])
-def test_aligned_real_pair_registers_near_identity(board: str) -> None:
+def test_aligned_real_pair_registers_better_than_as_given(board: str) -> None:
+    """A DeepPCB pair (aligned by its makers to a few pixels) is registered at least as well as it is given: fewer
+    differing pixels and slivers than the pair as given (``check_pair``), the golden image hardly moved."""
     reference, image = _read(f"{board}_temp.jpg"), _read(f"{board}_test.jpg")
     warped, reg = register(reference, image)
-    assert reg.ok and reg.score > 0.95
-    assert _probe_error(reg.matrix, np.eye(2, 3), image.shape) < 1.5  # DeepPCB pairs are aligned to about a pixel
-    assert abs(reg.angle_deg) < 0.1
-    assert np.abs(warped[1:-1, 1:-1].astype(int) - reference[1:-1, 1:-1]).mean() < 10  # hardly moved
+    given = check_pair(reference, image)
+    assert reg.ok and reg.score > 0.95 and abs(reg.angle_deg) < 0.1
+    assert reg.slivers <= given.slivers
+    inner = (slice(20, -20), slice(20, -20))
+    assert np.abs(warped[inner].astype(int) - image[inner]).mean() < np.abs(reference[inner].astype(int) - image[inner]).mean()
+    xs, ys = _structure(reference)
+    qx, qy = reg.mapping.to_frame(xs, ys)
+    assert np.median(np.hypot(qx - xs, qy - ys)) < 1.5  # hardly moved
 
 
 def test_seed_is_used_and_a_wrong_seed_is_corrected(template: np.ndarray) -> None:
@@ -285,7 +305,7 @@ def test_bad_seed_raises(template: np.ndarray) -> None:
     "field,value,match",
     [
         ("min_score", 1.5, r"register.min_score: must be in \[-1, 1\], got 1.5"),
-        ("max_shift", 0.0, r"register.max_shift: must be > 0 \(pixels\), got 0.0"),
+        ("max_shift", 0.0, r"register.max_shift: must be > 0 or null, got 0.0"),
         ("max_angle", 200.0, r"register.max_angle: must be in \(0, 180\]"),
         ("min_overlap", 0.0, r"register.min_overlap: must be in \(0, 1\], got 0.0"),
         ("scale", 1.5, r"register.scale: must be in \(0, 1\], got 1.5"),
@@ -325,7 +345,8 @@ def test_covered_area_of_a_moved_golden_image(template: np.ndarray, inspected: n
     _, reg = register(moved, inspected)
     covered = reg.covered(inspected.shape)
     assert reg.ok and reg.reference_shape == template.shape
-    assert not covered[:, -40:].any() and covered[:, :590].all()  # the strip the golden image left has no data
+    assert not covered[:, -40:].any()  # the strip the golden image left has no data
+    assert covered[20:-20, 20:590].all()  # within the pair's own local warp (1-2 px) of the frame's edges, all covered
 
 
 def test_the_old_area_limit_is_refused_by_name() -> None:

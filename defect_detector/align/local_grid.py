@@ -1,0 +1,331 @@
+"""The local refinement of a registration: a smooth grid of displacements for what the homography leaves (lens
+distortion, a bowed board).
+
+On one level of the registration pyramid (the finest), with the golden image's level as the template and the frame's
+level pulled into it through the mapping so far, each grid node reads the move that is left by phase correlation of the
+two on a window around it (:func:`_round`): a gain, an offset or a light gradient do not move it, and its range is a
+quarter of the window. What each node says is weighted by its window's gradient structure (a blank window says
+nothing; parallel tracks say nothing along them) and the correlation's response; the field is then the smooth one
+nearest those readings, by a robust thin-plate fit over the nodes (:func:`robust_fit`), so that a defect, glare or a
+hand, which moves a few nodes' readings, pulls little. Rounds of read, fit and pull again run until no node moves by
+``eps``; the displacements are bounded by ``bound``.
+
+The grid is only added where a design needs it: :func:`needs_grid` reads one round first, and a board whose largest
+residual move is under ``threshold`` keeps the homography alone.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+from defect_detector.align.mapping import GridNodes, Lens, Mapping, apply_homography
+
+_SMOOTHNESS = 0.1
+"""Weight of the grid's bending energy against a node of median information (:func:`robust_fit`)."""
+
+_PRIOR = 0.01
+"""Weight, against a node of upper-quartile information, that pulls an unmeasured node's displacement to zero (the
+homography alone): a blank area is not extrapolated into a bend."""
+
+_HUBER = 0.5
+"""Residuals (in the golden level's standard deviations) are clipped to this in :func:`refine_local`."""
+
+_LEAST = 0.5
+"""Least scale (level px) of the robust fit's residuals: readings this close to the fit are never taken as outliers."""
+
+_IRLS = 3
+"""Reweighting rounds of :func:`robust_fit`."""
+
+
+@dataclass(frozen=True)
+class LevelPair:
+    """A golden-image level and a frame level to refine a level mapping on: ``template`` float32 ``[h, w]`` (the golden
+    level, blurred as the registration reads it), ``image`` float32 ``[H, W]`` (the frame level, likewise)."""
+
+    template: np.ndarray
+    image: np.ndarray
+
+
+def _patch(image: np.ndarray, x: float, y: float, half: int) -> tuple[slice, slice]:
+    """The ``2 * half`` px square of ``image`` centred nearest ``(x, y)``, moved inside the image (it must fit)."""
+    h, w = image.shape
+    x0 = int(min(max(round(x) - half, 0), w - 2 * half))
+    y0 = int(min(max(round(y) - half, 0), h - 2 * half))
+    return slice(y0, y0 + 2 * half), slice(x0, x0 + 2 * half)
+
+
+def _half(shape: tuple[int, int], step: float) -> int:
+    """Half the side of a node's window (level px): the node spacing, at least 8, at most half the image's side."""
+    return int(min(max(8, round(step)), shape[0] // 2, shape[1] // 2))
+
+
+def _tensor(template: np.ndarray, window: tuple[slice, slice]) -> tuple[float, float, float]:
+    """The structure tensor ``(xx, xy, yy)`` of ``template``'s gradients over ``window``, per pixel."""
+    t = template[window]
+    gx = cv2.Sobel(t, cv2.CV_32F, 1, 0, ksize=3, scale=1 / 8)
+    gy = cv2.Sobel(t, cv2.CV_32F, 0, 1, ksize=3, scale=1 / 8)
+    n = float(t.size)
+    return float((gx * gx).sum()) / n, float((gx * gy).sum()) / n, float((gy * gy).sum()) / n
+
+
+def _round(pair: LevelPair, level: Mapping, nodes: GridNodes) -> tuple[np.ndarray, np.ndarray]:
+    """One round: ``(move [ny, nx, 2] in golden level px, tensor [ny, nx, 3])`` left at each of ``nodes`` by the level
+    mapping ``level``. The move is read by phase correlation (``cv2.phaseCorrelate``, Hanning window, so a
+    gain, an offset or a light gradient do not move it) of the golden level and the frame pulled through the mapping, on
+    a window twice the node spacing around the node; the tensor ``(xx, xy, yy)`` is the window's gradient structure per
+    pixel times the correlation's response, zero where the frame does not cover most of the window: what the move says.
+    The window is applied here, not by ``phaseCorrelate``'s ``window`` argument: OpenCV 5.0 multiplies its inputs by it in
+    place."""
+    map_x, map_y = level.golden_map()
+    pulled = cv2.remap(pair.image, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=float("nan"))
+    valid = pulled == pulled
+    pulled = np.where(valid, pulled, pair.template)
+    half = _half(pair.template.shape, min(nodes.dx, nodes.dy))
+    hanning = cv2.createHanningWindow((2 * half, 2 * half), cv2.CV_32F)
+    xs, ys = nodes.positions()
+    move = np.zeros((*nodes.shape, 2), np.float32)
+    tensor = np.zeros((*nodes.shape, 3))
+    for (i, j), x in np.ndenumerate(xs):
+        window = _patch(pair.template, x, ys[i, j], half)
+        if valid[window].mean() < 0.5:
+            continue
+        (dx, dy), response = cv2.phaseCorrelate(pair.template[window] * hanning, pulled[window] * hanning)
+        if not (math.isfinite(dx) and math.isfinite(dy)) or max(abs(dx), abs(dy)) >= half / 2:
+            continue
+        move[i, j] = (dx, dy)
+        tensor[i, j] = np.array(_tensor(pair.template, window)) * max(float(response), 0.0)
+    return move, tensor
+
+
+def _to_frame(mapping: Mapping, nodes: GridNodes, move: np.ndarray) -> np.ndarray:
+    """float32 ``[ny, nx, 2]``: ``move`` (golden level px at ``nodes``) through the homography's local linear part."""
+    xs, ys = nodes.positions()
+    h = mapping.homography
+    w = h[2, 0] * xs + h[2, 1] * ys + h[2, 2]
+    qx, qy = (h[0, 0] * xs + h[0, 1] * ys + h[0, 2]) / w, (h[1, 0] * xs + h[1, 1] * ys + h[1, 2]) / w
+    jxx, jxy = (h[0, 0] - qx * h[2, 0]) / w, (h[0, 1] - qx * h[2, 1]) / w
+    jyx, jyy = (h[1, 0] - qy * h[2, 0]) / w, (h[1, 1] - qy * h[2, 1]) / w
+    mx, my = move[..., 0], move[..., 1]
+    return np.stack([jxx * mx + jxy * my, jyx * mx + jyy * my], -1).astype(np.float32)
+
+
+def bending(shape: tuple[int, int]) -> np.ndarray:
+    """float64 ``[N, N]`` (``N = ny * nx``): the thin-plate bending energy of a field over a ``shape`` ``(ny, nx)`` node grid,
+    from its second differences along x and y and its mixed difference (``d^T B d``)."""
+    ny, nx = shape
+    index = np.arange(ny * nx).reshape(ny, nx)
+    rows = []
+    for i, j, coeffs in (
+        *((i, j, ((0, 0, 1), (0, 1, -2), (0, 2, 1))) for i in range(ny) for j in range(nx - 2)),
+        *((i, j, ((0, 0, 1), (1, 0, -2), (2, 0, 1))) for i in range(ny - 2) for j in range(nx)),
+        *((i, j, ((0, 0, 2**0.5), (0, 1, -(2**0.5)), (1, 0, -(2**0.5)), (1, 1, 2**0.5))) for i in range(ny - 1) for j in range(nx - 1)),
+    ):
+        row = np.zeros(ny * nx)
+        for di, dj, c in coeffs:
+            row[index[i + di, j + dj]] = c
+        rows.append(row)
+    d = np.array(rows).reshape(-1, ny * nx)
+    return d.T @ d
+
+
+def _tukey(residual: np.ndarray, scale: float) -> np.ndarray:
+    r = residual / (4.685 * scale)
+    return np.where(np.abs(r) < 1, (1 - r * r) ** 2, 0.0)
+
+
+def robust_fit(observed: np.ndarray, tensor: np.ndarray, energy: np.ndarray, lens: np.ndarray) -> tuple[float, np.ndarray]:
+    """``(k1, grid)``: the lens term's ``k1`` and the smooth field (float32 ``[ny, nx, 2]``) whose sum (``k1 * lens +
+    grid``; ``lens``: float ``[ny, nx, 2]``, the lens term's basis at the nodes, ``Lens.basis``) is nearest ``observed``
+    (float ``[ny, nx, 2]``) where the nodes' ``tensor`` (``[ny, nx, 3]``: ``xx``, ``xy``, ``yy``) says they were measured,
+    the grid bending little (``energy``: :func:`bending`, times :data:`_SMOOTHNESS`) and staying near zero where nothing
+    was measured (:data:`_PRIOR`). Each axis's grid is solved on its own, weighted by its tensor's diagonal over the upper
+    quartile node's, and ``k1`` in closed form over both (its Schur complement); :data:`_IRLS` rounds of Tukey's biweight
+    on the distance to the fit (scale: 1.4826 MAD, at least :data:`_LEAST` px) let no few nodes (a defect, glare) pull
+    it."""
+    ny, nx = observed.shape[:2]
+    n = ny * nx
+    info = np.stack([tensor[..., 0], tensor[..., 2]], -1).reshape(n, 2)
+    info = info / max(float(np.percentile(info.sum(1), 75)), 1e-12)
+    obs, basis = observed.reshape(n, 2).astype(np.float64), lens.reshape(n, 2).astype(np.float64)
+    robust, k1, fit = np.ones(n), 0.0, np.zeros((n, 2))
+    measured = info.sum(1) > 0.05
+    for _ in range(_IRLS):
+        solved, num, den = [], 0.0, 0.0
+        for axis in range(2):
+            w = info[:, axis] * robust
+            both = np.linalg.solve(np.diag(w + _PRIOR) + _SMOOTHNESS * energy, np.stack([w * obs[:, axis], w * basis[:, axis]], 1))
+            rest_o, rest_b = w * (obs[:, axis] - both[:, 0]), w * (basis[:, axis] - both[:, 1])  # W - W M^-1 W applied
+            num, den = num + float(basis[:, axis] @ rest_o), den + float(basis[:, axis] @ rest_b)
+            solved.append(both)
+        k1 = num / den if den > 1e-12 else 0.0
+        fit = np.stack([both[:, 0] - k1 * both[:, 1] for both in solved], 1)
+        distance = np.hypot(*(obs - fit - k1 * basis).T)
+        spread = 1.4826 * float(np.median(distance[measured])) if measured.any() else _LEAST
+        robust = _tukey(distance, max(spread, _LEAST))
+    return k1, fit.reshape(ny, nx, 2).astype(np.float32)
+
+
+def _lens_basis(pair: LevelPair, mapping: Mapping, nodes: GridNodes) -> tuple[Lens, np.ndarray]:
+    """The lens term (``k1`` 0) about the frame level's centre, and its basis at the nodes' places in the frame level
+    (float ``[ny, nx, 2]``)."""
+    lens = Lens.centred(0.0, pair.image.shape)
+    xs, ys = nodes.positions()
+    qx, qy = apply_homography(mapping.homography, xs, ys)
+    return lens, np.stack(lens.basis(qx, qy), -1)
+
+
+def fit_local(  # noqa: PLR0913 - the pair, its mapping, the grid's spacing and the rounds' stop and bound
+    pair: LevelPair, mapping: Mapping, step: float, rounds: int, eps: float, bound: float
+) -> Mapping:
+    """The level ``mapping``'s homography with the lens term and the local grid (nodes ``step`` level px apart over the
+    golden level) that best register ``pair`` (module docstring), each grid displacement at most ``bound`` level px;
+    started from ``mapping``'s own where its grid has these nodes."""
+    nodes = GridNodes.over(mapping.golden_shape, step, _half(mapping.golden_shape, step))
+    energy = bending(nodes.shape)
+    lens, basis = _lens_basis(pair, mapping, nodes)
+    current = mapping if mapping.nodes == nodes else mapping.with_local(None, None, None)
+    for _ in range(rounds):
+        move, tensor = _round(pair, current, nodes)
+        dx, dy = current.local(*nodes.positions())
+        k1, grid = robust_fit(np.stack([dx, dy], -1) + _to_frame(current, nodes, move), tensor, energy, basis)
+        norms = np.hypot(grid[..., 0], grid[..., 1])
+        grid *= np.minimum(1.0, bound / np.maximum(norms, 1e-9))[..., None].astype(np.float32)
+        fitted = current.with_local(Lens(k1, lens.cx, lens.cy, lens.radius), grid, nodes)
+        fx, fy = fitted.local(*nodes.positions())
+        change = float(np.hypot(fx - dx, fy - dy).max())
+        current = fitted
+        if change < eps:
+            break
+    return current
+
+
+def needs_local(pair: LevelPair, mapping: Mapping, step: float, threshold: float) -> bool:
+    """Whether one round over nodes ``step`` level px apart, fitted robustly (:func:`robust_fit`), leaves a residual move
+    over ``threshold`` level px somewhere: the homography alone leaves the board misregistered there."""
+    return bool(_largest(fit_local(pair, mapping.with_local(None, None, None), step, 1, 0.0, math.inf)) > threshold)
+
+
+def _largest(level: Mapping) -> float:
+    """The largest displacement (level px) the lens term and the grid add at the grid's nodes."""
+    if level.nodes is None:
+        return 0.0
+    dx, dy = level.local(*level.nodes.positions())
+    return float(np.hypot(dx, dy).max())
+
+
+def local_place(mapping: Mapping) -> tuple[float, float, float]:
+    """``(largest displacement px, x, y)``: the local grid's largest displacement and where its node lands in the frame
+    (frame px); ``(0, nan, nan)`` without a grid."""
+    if mapping.grid is None:
+        return 0.0, math.nan, math.nan
+    norms = np.hypot(mapping.grid[..., 0], mapping.grid[..., 1])
+    i, j = np.unravel_index(int(np.argmax(norms)), norms.shape)
+    xs, ys = mapping.nodes.positions()
+    qx, qy = mapping.to_frame(np.array(xs[i, j]), np.array(ys[i, j]))
+    return float(norms[i, j]), float(qx), float(qy)
+
+
+def _cells(nodes: GridNodes, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each pixel of a golden level of ``shape``: its cell (flat index of the node at the cell's top left, ``[h*w]``),
+    and the flat indices ``[4, h*w]`` and bilinear weights ``[4, h*w]`` of the four nodes around it (as
+    :func:`~defect_detector.align.mapping.sample_grid` reads the grid)."""
+    ny, nx = nodes.shape
+    h, w = shape
+    u = np.clip((np.arange(w, dtype=np.float64) - nodes.x0) / nodes.dx, 0, nx - 1)
+    v = np.clip((np.arange(h, dtype=np.float64) - nodes.y0) / nodes.dy, 0, ny - 1)
+    j, i = np.minimum(u.astype(np.int64), nx - 2), np.minimum(v.astype(np.int64), ny - 2)
+    fu, fv = u - j, v - i
+    cell = (i[:, None] * nx + j[None, :]).ravel()
+    uu, vv = np.broadcast_to(fu[None, :], (h, w)).ravel(), np.broadcast_to(fv[:, None], (h, w)).ravel()
+    index = np.stack([cell, cell + 1, cell + nx, cell + nx + 1])
+    weight = np.stack([(1 - uu) * (1 - vv), uu * (1 - vv), (1 - uu) * vv, uu * vv])
+    return cell, index, weight
+
+
+def _normal(cell: np.ndarray, weight: np.ndarray, nodes: GridNodes, g: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The Gauss-Newton normal matrix ``[2n + 1, 2n + 1]`` and right-hand side ``[2n + 1]`` of the grid's ``n`` nodes
+    (x then y displacement each) and the lens term's ``k1`` (last), from the per-pixel frame gradients ``fx``, ``fy``,
+    the lens column ``fk`` and the residual ``err`` (``g``), summed cell by cell (``np.bincount``)."""
+    fx, fy, fk, err = g
+    ny, nx = nodes.shape
+    n = ny * nx
+    corners = np.array([0, 1, nx, nx + 1])
+    cells = (np.arange(ny - 1)[:, None] * nx + np.arange(nx - 1)[None, :]).ravel()  # each cell by its top left node
+    normal, rhs = np.zeros((2 * n + 1, 2 * n + 1)), np.zeros(2 * n + 1)
+    columns = (fx, fy)
+    products = {(0, 0): fx * fx, (0, 1): fx * fy, (1, 1): fy * fy}
+
+    def per_cell(values: np.ndarray) -> np.ndarray:
+        return np.bincount(cell, values, n)[cells]
+
+    for a in range(4):
+        ia = cells + corners[a]
+        for ca in range(2):
+            wa = weight[a] * columns[ca]
+            rhs[2 * ia + ca] += per_cell(wa * err)
+            normal[2 * n, 2 * ia + ca] += per_cell(wa * fk)
+        for b in range(a, 4):
+            ib = cells + corners[b]
+            both = weight[a] * weight[b]
+            for (ca, cb), product in products.items():
+                block = per_cell(both * product)
+                normal[2 * ia + ca, 2 * ib + cb] += block
+                if (a, ca) != (b, cb):
+                    normal[2 * ib + cb, 2 * ia + ca] += block
+                if ca != cb and a != b:
+                    normal[2 * ia + cb, 2 * ib + ca] += block
+                    normal[2 * ib + ca, 2 * ia + cb] += block
+    normal[: 2 * n, 2 * n] = normal[2 * n, : 2 * n]
+    normal[2 * n, 2 * n], rhs[2 * n] = float(fk @ fk), float(fk @ err)
+    return normal, rhs
+
+
+def refine_local(pair: LevelPair, level: Mapping, iterations: int, eps: float, bound: float) -> Mapping:
+    """``level``'s lens term and grid refined by Gauss-Newton on every pixel of the level (as ``register_fit.refine``
+    refines the homography): the frame pulled through the mapping matches the golden level up to gain and offset, the
+    residuals clipped (Huber), the grid's bending and size held by :data:`_SMOOTHNESS` and :data:`_PRIOR` relative to a
+    node's mean information. Stops once no node moves by ``eps`` level px."""
+    nodes = level.nodes
+    n = nodes.shape[0] * nodes.shape[1]
+    cell, _, weight = _cells(nodes, level.golden_shape)
+    energy = np.kron(bending(nodes.shape), np.eye(2))
+    lens = level.lens or Lens.centred(0.0, pair.image.shape)
+    t = pair.template.ravel()
+    tgx = cv2.Sobel(pair.template, cv2.CV_32F, 1, 0, ksize=3, scale=1 / 8).ravel()
+    tgy = cv2.Sobel(pair.template, cv2.CV_32F, 0, 1, ksize=3, scale=1 / 8).ravel()
+    jac = np.linalg.inv(level.affine[:, :2]).T  # golden gradients -> frame gradients
+    current = level
+    for _ in range(iterations):
+        map_x, map_y = current.golden_map()
+        pulled = cv2.remap(pair.image, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=float("nan"))
+        valid = (pulled == pulled).ravel()
+        if valid.mean() < 0.1:
+            break
+        cv2.patchNaNs(pulled, 0.0)
+        p = pulled.ravel()
+        gain = float(t[valid].std()) / max(float(p[valid].std()), 1e-6)
+        err = np.clip((p - float(p[valid].mean())) * gain - (t - float(t[valid].mean())), -_HUBER, _HUBER) * valid
+        pgx = cv2.Sobel(pulled, cv2.CV_32F, 1, 0, ksize=3, scale=1 / 8).ravel() * gain
+        pgy = cv2.Sobel(pulled, cv2.CV_32F, 0, 1, ksize=3, scale=1 / 8).ravel() * gain
+        gx, gy = 0.5 * (tgx + pgx) * valid, 0.5 * (tgy + pgy) * valid  # the symmetric (ESM) gradient
+        fx, fy = jac[0, 0] * gx + jac[0, 1] * gy, jac[1, 0] * gx + jac[1, 1] * gy
+        bx, by = lens.basis(map_x.ravel(), map_y.ravel())
+        normal, rhs = _normal(cell, weight, nodes, (fx, fy, fx * bx + fy * by, err))
+        scale = max(float(np.diag(normal)[: 2 * n].mean()), 1e-12)
+        grid = np.array(current.grid, np.float64).reshape(-1) if current.grid is not None else np.zeros(2 * n)
+        k1 = current.lens.k1 if current.lens is not None else 0.0
+        penalty = scale * (_SMOOTHNESS * energy + _PRIOR * np.eye(2 * n))
+        normal[: 2 * n, : 2 * n] += penalty
+        rhs[: 2 * n] += penalty @ grid
+        step = -np.linalg.solve(normal + 1e-9 * scale * np.eye(2 * n + 1), rhs)
+        grid = (grid + step[: 2 * n]).reshape(*nodes.shape, 2).astype(np.float32)
+        norms = np.hypot(grid[..., 0], grid[..., 1])
+        grid *= np.minimum(1.0, bound / np.maximum(norms, 1e-9))[..., None].astype(np.float32)
+        current = current.with_local(Lens(k1 + float(step[2 * n]), lens.cx, lens.cy, lens.radius), grid, nodes)
+        if float(np.abs(step[: 2 * n]).max()) < eps:
+            break
+    return current
