@@ -10,8 +10,9 @@ grows with the size) and optionally cut to a centred ``--crop``, is a golden ima
   such as ``scale``, or at a value, ``scale-1.005``; several, comma-separated, share the same painted boards;
   ``core/capture.py``);
 - ``--painted`` boards with ``--defects`` defects painted on it (``looks/paint.py``, as ``teach`` paints its golden
-  images; clear of the band along the edges a capture can move out of the frame), each then captured, its boxes
-  moved through the capture's geometry.
+  images: their size read from the design's thinnest tracks, or ``--paint-size`` times DeepPCB's; clear of the band
+  along the edges a capture can move out of the frame), each then captured, its boxes moved through the capture's
+  geometry.
 
 Every image is inspected as ``predict --reference`` does with the default weights (each design goes to the bundled
 weights that cover its look), at the weights' operating point, drift monitoring off (it changes no call), and
@@ -22,7 +23,7 @@ records' ``registration``::
 
     nice python -m benchmarks.photo_captures --capture line,gentle,scale-1.005 --good 4 --painted 4 --zoom 2.2 --out r.json
 
-Bad input (no photographs, an unknown capture, a zoom outside 0.25-4) is one line on stderr, exit status 2.
+Bad input (no photographs, an unknown capture, a zoom outside 0.25-4, a paint size outside 0.25-8) is one line on stderr, exit status 2.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ px of the area the moved board does not cover)."""
 class Plan:
     """What to measure (module docstring): ``captures`` (names, :func:`named_model`), boards per photograph, defects
     per painted board, ``zoom``, ``crop`` (side px after the zoom; 0: whole), ``seed``, ``weights`` (None: the
-    bundled, chosen per design), ``conf`` (None: the weights' operating point), torch ``threads``."""
+    bundled, chosen per design), ``conf`` (None: the weights' operating point), torch ``threads``, ``paint_size``
+    (DeepPCB's defect sizes times this; None: read from each design, as ``teach`` paints)."""
 
     captures: tuple[str, ...] = ("line",)
     good: int = 4
@@ -75,6 +77,7 @@ class Plan:
     weights: str | None = None
     conf: float | None = None
     threads: int = 1
+    paint_size: float | None = None
 
 
 def photos_folder(given: Path | None = None) -> Path:
@@ -125,7 +128,7 @@ def painted_boards(golden: np.ndarray, plan: Plan, rng: np.random.Generator, edg
     strips = np.array([[0, 0, edge, h], [w - edge, 0, w, h], [0, 0, w, edge], [0, h - edge, w, h]], np.float32)
     boards = []
     for _ in range(plan.painted):
-        board, boxes, _ = paint_defects(golden, plan.defects, rng, avoid=strips)
+        board, boxes, _ = paint_defects(golden, plan.defects, rng, avoid=strips, size=plan.paint_size)
         boards.append((board, boxes))
     return boards
 
@@ -233,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--good", type=int, default=4, help="defect-free captures per photograph")
     parser.add_argument("--painted", type=int, default=4, help="painted boards per photograph")
     parser.add_argument("--defects", type=int, default=4, help="defects painted per board")
+    parser.add_argument("--paint-size", type=float, default=None, help="DeepPCB's defect sizes times this (default: read from the design)")
     parser.add_argument("--zoom", type=float, default=1.0, help="enlarge each photograph this many times (2.2: the line's 2800 px)")
     parser.add_argument("--crop", type=int, default=0, help="a centred square of this side, px after the zoom (0: whole)")
     parser.add_argument("--seed", type=int, default=0)
@@ -242,10 +246,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="write the report and every frame's row here (JSON)")
     args = parser.parse_args(argv)
     plan = Plan(tuple(args.capture.split(",")), args.good, args.painted, args.defects, args.zoom, args.crop, args.seed, args.weights,
-                args.conf, args.threads)  # fmt: skip
+                args.conf, args.threads, args.paint_size)  # fmt: skip
     try:
         if not 0.25 <= plan.zoom <= 4:
             raise ValueError(f"--zoom {plan.zoom}: give 0.25 to 4")
+        if plan.paint_size is not None and not 0.25 <= plan.paint_size <= 8:
+            raise ValueError(f"--paint-size {plan.paint_size}: give 0.25 to 8")
         for name in plan.captures:
             named_model(name)
         photos = [p for p in list_photos(photos_folder(args.photos)) if args.only is None or args.only in p.name]
