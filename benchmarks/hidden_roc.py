@@ -5,8 +5,9 @@ For each board of a COCO json with golden images (``reference`` entries; DeepPCB
 such as ``synth --render ... --family holdout``), every condition is drawn over one of its defects, at 1-40% of the
 frame: ``glare`` (a saturated spot with a soft edge), ``hand`` (a dark, flat, elongated blob at grey 30-80),
 ``shadow`` (the board darkened by up to 55% under a soft disk), and ``motion blur`` (the whole frame, 9-15 px).
-``board`` is the board as it is and ``good`` its golden image captured again (``--capture``: gain, gamma, gradient,
-defocus, noise and JPEG, ``looks/line_capture.py``); neither may be refused for hidden area. Each frame goes through
+``board`` is the board as it is and ``good`` its golden image captured again (``--capture``: as a line's day delivers
+it, every factor of ``core/capture.py`` together; ``--capture NAME``: another capture model, ``gentle``, a factor
+alone, ``scale-1.005``); neither may be refused for hidden area. Each frame goes through
 the inspector with the hidden-area refusal off, so the model's own calls and the largest hidden region are read
 apart; for each limit (``eval.hidden_max_area``) it prints the share of faulted frames whose covered defect escapes
 (inspected, and no call on it) and the share of board and good frames refused for hidden area::
@@ -28,13 +29,13 @@ import cv2
 import numpy as np
 from tqdm import tqdm
 
+from defect_detector.core.capture import CaptureModel, draw_capture, named_model
 from defect_detector.core.io import atomic_write_json
 from defect_detector.data.coco_json import read_json, resolve_images_root
 from defect_detector.data.dataset import evenly_spaced
 from defect_detector.data.images import load_image_gray
 from defect_detector.inspect.inspector import Inspector
 from defect_detector.inspect.runtime import Runtime
-from defect_detector.looks.line_capture import LineCapture
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
 from defect_detector.screens.hidden import HiddenArea
 
@@ -114,8 +115,9 @@ def refused(row: dict[str, Any], limit: float) -> bool:
     return _hidden(row, limit)
 
 
-def measure(data: Path, weights: str | None, max_images: int, capture: bool, seed: int) -> dict[str, list[dict[str, Any]]]:
-    """``{condition: [row per frame]}`` (module docstring)."""
+def measure(data: Path, weights: str | None, max_images: int, capture: CaptureModel | None, seed: int) -> dict[str, list[dict[str, Any]]]:
+    """``{condition: [row per frame]}`` (module docstring); ``capture``: the model the good frames are captured with
+    (None: the golden image as it is)."""
     raw = read_json(data)
     root = resolve_images_root(data, raw, None)
     images = [e for e in raw["images"] if e.get("reference")]
@@ -124,8 +126,7 @@ def measure(data: Path, weights: str | None, max_images: int, capture: bool, see
         boxes[a["image_id"]].append(a["bbox"])
     images = [images[i] for i in evenly_spaced(len(images), max_images) if boxes[images[i]["id"]]]
     rng, rows = np.random.default_rng(seed), defaultdict(list)
-    line = LineCapture(1.0)
-    line.set_random_state(np.random.default_rng(seed + 1))
+    captures = np.random.default_rng(seed + 1)
     weights = weights or str(DEFAULT_REFERENCE_WEIGHTS)
     single = Runtime.load(weights, device="cpu").channels == 1
     first = None if single else root / images[0]["reference"]  # the golden image until each frame gives its own
@@ -136,7 +137,7 @@ def measure(data: Path, weights: str | None, max_images: int, capture: bool, see
             if board.shape != golden.shape:
                 continue
             rows["board"].append(_row(inspector, board, golden, entry["file_name"]))
-            good = line.capture(golden) if capture else golden
+            good = draw_capture(golden.shape, captures, capture).apply(golden) if capture is not None else golden
             rows["good"].append(_row(inspector, good, golden, entry["reference"]))
             target = boxes[entry["id"]][int(rng.integers(len(boxes[entry["id"]])))]
             x, y, w, h = target
@@ -165,11 +166,16 @@ def main(argv: list[str] | None = None) -> None:
         "--weights", default=None, help="weights (default: the bundled golden-template model; a single-image model reads no golden image)"
     )
     parser.add_argument("--max-images", type=int, default=40)
-    parser.add_argument("--capture", action="store_true", help="capture the good frames again (line variation)")
+    parser.add_argument("--capture", nargs="?", const="line", default=None,
+                        help="capture the good frames again, as a line's day (or NAME: gentle, a factor, scale-1.005)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="write the rows and the ROC here (JSON)")
     args = parser.parse_args(argv)
-    rows = measure(args.data, args.weights, args.max_images, args.capture, args.seed)
+    try:
+        capture = named_model(args.capture) if args.capture is not None else None
+    except ValueError as exc:
+        parser.error(str(exc))
+    rows = measure(args.data, args.weights, args.max_images, capture, args.seed)
     table = roc(rows)
     print("share of covered defects escaping (faults) or of frames refused for hidden area (board, good), by eval.hidden_max_area:")
     print(f"{'condition':<14}" + "".join(f"{limit:>8g}" for limit in LIMITS))

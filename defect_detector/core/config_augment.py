@@ -30,10 +30,12 @@ class AugmentConfig(Section):
     each, since the golden image was captured under other light. With probability ``ref_p`` the
     reference alone is then moved by a random rigid residual of up to ``ref_shift`` pixels and
     ``ref_rotate`` degrees, the error left after registration. With probability ``capture_p`` the board is first
-    captured as a line's day delivers it (gain, gamma, offset, light gradient, defocus, noise, JPEG) and matched back
-    to the golden image's levels by the photometric registration (``looks/line_capture.py``), as inspection does; of
-    those captures, ``capture_seam_p`` show the golden image in the band a move leaves uncovered, and
-    ``capture_hidden_p`` carry an unlabelled glare spot or dark occluder clear of the boxes.
+    captured as a line's day delivers it, every factor of the capture model together (``core/capture.py``: move,
+    scale, perspective, lens distortion, bow, gain, gamma, offset, light gradient, defocus, noise, JPEG), seen back in
+    the pair's frame through the capture's exact inverse and matched to the golden image's levels by the photometric
+    registration (``data/line_capture.py``), as inspection does; boxes stay where they are. Of those captures,
+    ``capture_seam_p`` show the golden image in the band the moved board leaves uncovered (when clear of the boxes),
+    and ``capture_hidden_p`` carry an unlabelled glare spot or dark occluder clear of the boxes.
 
     Looks (pairs only, ``looks/looks.py``): with probability ``render_p`` a binarized pair becomes a photograph of
     one random look of ``render_family`` (``train`` or ``holdout``, ``looks/render.py``), first zoomed by a factor

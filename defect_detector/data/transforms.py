@@ -20,7 +20,7 @@ from torchvision.ops import clip_boxes_to_image, remove_small_boxes
 
 from defect_detector.core.config import AugmentConfig
 from defect_detector.core.constants import PAD_VALUE
-from defect_detector.looks.line_capture import LineCapture
+from defect_detector.data.line_capture import LineCapture
 from defect_detector.looks.looks import LookTransform
 
 _BORDER = cv2.BORDER_CONSTANT
@@ -245,9 +245,9 @@ class PairTransform:
     the boxes identically; ``photometric`` runs once on the image and once, with its own draw, on the
     reference; ``residual`` then moves the reference alone by a small random rigid transform (the
     error registration leaves). Each part is an ``A.Compose`` or None; ``set_random_seed`` seeds all. ``look``
-    (``looks/looks.py``, or None) runs before them all: scale, paint, render. ``capture`` (``looks/line_capture.py``, or
-    None) runs after the photometric steps, before the residual: the board as a line delivers it, matched back to the
-    golden image's levels.
+    (``looks/looks.py``, or None) runs before them all: scale, paint, render. ``capture`` (``data/line_capture.py``, or
+    None) runs after the photometric steps, before the residual: the board as a line delivers it (every factor of
+    ``core/capture.py``), seen back in the pair's frame and matched to the golden image's levels.
     """
 
     def __init__(  # noqa: PLR0913 - one argument per part

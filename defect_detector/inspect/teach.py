@@ -52,7 +52,6 @@ from defect_detector.inspect.teach_sets import (
 )
 from defect_detector.inspect.teach_tune import TuneScores, keep_tuned, tune_config, wants_tuning
 from defect_detector.inspect.validate import TrainingValidation, validate
-from defect_detector.looks.line_capture import LineCapture
 from defect_detector.model.checkpoint import PHOTO_REFERENCE_WEIGHTS, attach_baseline, load_checkpoint, strip_checkpoint
 
 log = logging.getLogger("defect_detector.inspect")
@@ -119,10 +118,9 @@ def _rehearsal_map(weights: Path, data: Path) -> float:
 def _tune_sets(designs: list[TeachDesign], sets: dict[str, Path], work: Path, seed: int) -> tuple[dict[str, Path], int]:
     """The fine-tune's ``train`` (clean captures and the rehearsal boards), ``select`` and ``rehearsal`` sets; and the
     number of training pairs."""
-    rng, n, line = np.random.default_rng([seed, 1]), len(designs), LineCapture(1.0)
-    line.set_random_state(np.random.default_rng([seed, 2]))
+    rng, n, captures = np.random.default_rng([seed, 1]), len(designs), np.random.default_rng([seed, 2])
     train = list(training_pairs(designs, spread(128, n, 8, 64) * n, rng)) + list(rehearsal_pairs(work, "train", seed))
-    select = painted_pairs(designs, spread(24, n, 2, 4), line, "select")
+    select = painted_pairs(designs, spread(24, n, 2, 4), captures, "select")
     never = math.inf
     return sets | {
         "train": write_set(work / "train", train, never, len(train), "teach train: clean captures and rehearsal boards"),
@@ -235,12 +233,11 @@ def _teach(  # noqa: PLR0913 - teach()'s checked inputs
     started, deadline = clock
     work = out.with_name(out.stem + "_teach")
     shutil.rmtree(work, ignore_errors=True)
-    line, n = LineCapture(1.0), len(designs)
-    line.set_random_state(np.random.default_rng(seed))
+    captures, n = np.random.default_rng(seed), len(designs)
     cut = started + SETS_SHARE * (deadline - started)
-    clean = clean_pairs(designs, spread(CLEAN_TOTAL, n, 6, 24), line)
+    clean = clean_pairs(designs, spread(CLEAN_TOTAL, n, 6, 24), captures)
     sets = {"clean": write_set(work / "clean", clean, cut, 2 * n, "teach clean: defect-free line captures")}
-    sets["held"] = write_set(work / "held", painted_pairs(designs, held, line, "held"), cut, n, "teach held: painted line captures")
+    sets["held"] = write_set(work / "held", painted_pairs(designs, held, captures, "held"), cut, n, "teach held: painted line captures")
     measuring = time.perf_counter()
     at_own, calibrated = _measure(weights, sets, designs)
     scoring = time.perf_counter() - measuring

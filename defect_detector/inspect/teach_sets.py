@@ -1,8 +1,9 @@
 """The boards ``teach`` makes from a design's golden image, each set written as PNG pairs and a COCO json.
 
-Every board is a *line capture* (``looks/line_capture.py``): the golden image as a line's day delivers it, moved by
-up to 25 px and 1.5 degrees, with gain, gamma, offset, a light gradient, defocus, noise and JPEG; its ``reference``
-is the golden image as given. Sets, under ``<out>_teach/``:
+Every board is a *line capture*: the golden image as a line's day delivers it, every factor of the capture model
+(``core/capture.py``: moved by up to 25 px and 1.5 degrees, scaled within 0.5%, perspective, lens distortion, a bowed
+board, gain, gamma, offset, a light gradient, defocus, noise and JPEG) together; its ``reference`` is the golden image
+as given. Sets, under ``<out>_teach/``:
 
 - ``clean/``: defect-free captures (every call on them is a false call): the design's operating point and, for
   weights without one, the drift baseline;
@@ -23,14 +24,14 @@ import json
 import math
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
+from defect_detector.core.capture import CAPTURE, Capture, CaptureModel, draw_capture
 from defect_detector.data.images import load_image_gray, pixel_fingerprint
 from defect_detector.data.photo_sets import moved, rendered_pairs, write_pairs
-from defect_detector.looks.line_capture import MOVE_SHIFT, LineCapture, line_captured, line_move, moved_boxes
 from defect_detector.looks.paint import paint_defects
 from defect_detector.looks.render import capture
 
@@ -95,10 +96,11 @@ def read_designs(goldens: list[Path]) -> list[TeachDesign]:
     return designs
 
 
-def _move(shape: tuple[int, int], rng: np.random.Generator) -> np.ndarray:
-    """A line's move of a view of ``shape``: up to 25 px, and at most 1.5% of its shorter side (a small golden image is
-    a crop of a larger frame, moved by as many of its own pixels)."""
-    return line_move(shape, rng, min(MOVE_SHIFT, 0.015 * min(shape)))
+def _capture(shape: tuple[int, int], rng: np.random.Generator, model: CaptureModel) -> Capture:
+    """A capture of ``model`` for a view of ``shape``, its moves at most 1.5% of the shorter side (a small golden image
+    is a crop of a larger frame, moved by as many of its own pixels)."""
+    reach = min(max(abs(v) for v in model.shift), 0.015 * min(shape))
+    return draw_capture(shape, rng, replace(model, shift=(-reach, reach)))
 
 
 def until(items: Iterable[_Pair], deadline: float, least: int) -> Iterator[_Pair]:
@@ -109,25 +111,27 @@ def until(items: Iterable[_Pair], deadline: float, least: int) -> Iterator[_Pair
         yield item
 
 
-def clean_pairs(designs: list[TeachDesign], per_design: int, line: LineCapture, tag: str = "clean") -> Iterator[_Pair]:
+def clean_pairs(
+    designs: list[TeachDesign], per_design: int, rng: np.random.Generator, tag: str = "clean", model: CaptureModel = CAPTURE
+) -> Iterator[_Pair]:
     """``per_design`` defect-free line captures of each design, round-robin over designs (a deadline cuts evenly)."""
     for n in range(per_design):
         for d in designs:
             view = d.views[n % len(d.views)]
-            yield f"d{d.index:02d}_{tag}{n:03d}", line_captured(view, _move(view.shape, line.rng), line), view, *_NONE
+            yield f"d{d.index:02d}_{tag}{n:03d}", _capture(view.shape, rng, model).apply(view), view, *_NONE
 
 
-def painted_pairs(designs: list[TeachDesign], per_design: int, line: LineCapture, tag: str) -> Iterator[_Pair]:
+def painted_pairs(
+    designs: list[TeachDesign], per_design: int, rng: np.random.Generator, tag: str, model: CaptureModel = CAPTURE
+) -> Iterator[_Pair]:
     """``per_design`` line captures of each design with 1-4 defects painted first, their boxes moved with the board."""
     for n in range(per_design):
         for d in designs:
             view = d.views[n % len(d.views)]
-            board, boxes, labels = paint_defects(view, int(line.rng.integers(1, 5)), line.rng)
-            matrix = _move(view.shape, line.rng)
-            xywh = np.concatenate([boxes[:, :2], boxes[:, 2:] - boxes[:, :2]], axis=1)
-            kept, keep = moved_boxes(xywh, matrix, view.shape)
-            xyxy = np.concatenate([kept[:, :2], kept[:, :2] + kept[:, 2:]], axis=1).astype(np.float32)
-            yield f"d{d.index:02d}_{tag}{n:03d}", line_captured(board, matrix, line), view, xyxy[keep], labels[keep]
+            board, boxes, labels = paint_defects(view, int(rng.integers(1, 5)), rng)
+            capture = _capture(view.shape, rng, model)
+            moved, keep = capture.geometry.boxes(boxes)
+            yield f"d{d.index:02d}_{tag}{n:03d}", capture.apply(board), view, moved[keep].astype(np.float32), labels[keep]
 
 
 def training_pairs(designs: list[TeachDesign], total: int, rng: np.random.Generator) -> Iterator[_Pair]:

@@ -16,7 +16,6 @@ from defect_detector.inspect.teach_sets import (
     read_designs,
     until,
 )
-from defect_detector.looks.line_capture import LineCapture
 
 SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
 
@@ -49,8 +48,7 @@ def test_a_writer_stops_at_its_deadline_keeping_the_least_it_must() -> None:
 def test_captures_go_round_the_designs_and_painted_boxes_stay_on_the_board(tmp_path: Path) -> None:
     golden = SAMPLES / "golden"
     designs = read_designs(sorted(golden.glob("*.jpg"))[:2])
-    line = LineCapture(1.0)
-    line.set_random_state(np.random.default_rng(0))
+    line = np.random.default_rng(0)
     clean = list(clean_pairs(designs, 2, line))
     assert [c[0] for c in clean] == ["d00_clean000", "d01_clean000", "d00_clean001", "d01_clean001"]
     assert all(len(c[3]) == 0 and c[1].shape == c[2].shape for c in clean)

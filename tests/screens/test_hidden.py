@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from benchmarks.hidden_roc import faulted
+from defect_detector.core.capture import draw_light
 from defect_detector.core.refusal import RefusalKind
 from defect_detector.data.images import load_image_gray
 from defect_detector.inspect.inspector import Inspector
-from defect_detector.looks.line_capture import LineCapture
 from defect_detector.looks.render import render_pair, sample_look
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, PHOTO_REFERENCE_WEIGHTS
 from defect_detector.screens.hidden import (
@@ -64,9 +64,8 @@ def test_cells_are_a_twentieth_of_the_shorter_side_and_words_say_where() -> None
 
 def test_a_board_with_its_defects_and_a_capture_of_its_golden_image_show_no_hidden_area() -> None:
     board, golden, _ = _photograph_pair()
-    capture = LineCapture(1.0)
-    capture.set_random_state(np.random.default_rng(4))
-    for image in (board, capture.capture(golden)):
+    light = draw_light(np.random.default_rng(4))  # a line's light: registration is not this test's
+    for image in (board, light.apply(golden)):
         from defect_detector.align.photometric import fit_photometric
 
         matched = fit_photometric(golden, image).to_board(golden)
