@@ -18,6 +18,7 @@ search prefers 1 (a small pull towards it). :class:`Photometric` maps golden lev
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -49,8 +50,10 @@ class Photometric:
     ``shape`` ``(H, W)`` (frame pixels); ``gamma``: the tone exponent; ``offset``: grey levels. ``gain``: the field's
     mean over the frame; ``light_range``: its half range over the frame as a fraction of ``gain`` (0.12: +-12%).
     ``inliers``: the share of fitted samples with non-zero weight. ``span``: the golden image's 5th and 95th
-    percentile levels among the fitted samples, the levels the range check reads the map at. ``identity``: no fit
-    (levels as given)."""
+    percentile levels among the fitted samples, the levels the range check reads the map at. ``blur``: the relative
+    defocus (:func:`relative_blur`): > 0, the board is blurrier and the golden image is blurred by this Gaussian sigma (px)
+    to match it (:meth:`to_board`, :func:`blur_golden`); < 0, the golden image is blurrier and the board is blurred by
+    ``-blur`` (:meth:`to_golden`). ``identity``: no fit (levels as given)."""
 
     coeffs: np.ndarray
     gamma: float
@@ -60,6 +63,7 @@ class Photometric:
     light_range: float = 0.0
     inliers: float = 1.0
     span: tuple[float, float] = (0.0, 255.0)
+    blur: float = 0.0
 
     @classmethod
     def identity(cls, shape: tuple[int, int]) -> Photometric:
@@ -67,7 +71,7 @@ class Photometric:
 
     @property
     def is_identity(self) -> bool:
-        return self.gamma == 1.0 and self.offset == 0.0 and bool(np.array_equal(self.coeffs, [1.0, 0, 0, 0, 0, 0]))
+        return self.gamma == 1.0 and self.offset == 0.0 and self.blur == 0.0 and bool(np.array_equal(self.coeffs, [1.0, 0, 0, 0, 0, 0]))
 
     @property
     def negligible(self) -> bool:
@@ -77,6 +81,7 @@ class Photometric:
             and abs(self.gamma - 1) < NEGLIGIBLE["gamma"]
             and self.light_range < NEGLIGIBLE["light_range"]
             and abs(self.offset) < NEGLIGIBLE["offset"]
+            and self.blur == 0.0
         )
 
     def curve(self, levels: np.ndarray) -> np.ndarray:
@@ -105,6 +110,7 @@ class Photometric:
         levels: uint8 ``[H, W]``."""
         if self.is_identity:
             return golden
+        golden = blur_golden(golden, self.blur)
         tone = (255.0 * (np.arange(256) / 255.0) ** self.gamma).astype(np.float32)
         out = cv2.LUT(golden, tone.reshape(1, 256)) if golden.flags.c_contiguous else tone[golden]
         out = out * self.light_map(golden.shape, mapping) + np.float32(self.offset)
@@ -115,18 +121,22 @@ class Photometric:
         golden image's levels: uint8 ``[H, W]``, the inverse of :meth:`to_board` (clipped)."""
         if self.is_identity:
             return board
+        if self.blur < 0:
+            board = cv2.GaussianBlur(board, (0, 0), -self.blur)
         light = np.maximum(self.light_map(board.shape, mapping), np.float32(1e-3))
         level = np.clip((board.astype(np.float32) - np.float32(self.offset)) / light + 0.5, 0, 255).astype(np.uint8)
         tone = np.clip(255.0 * (np.arange(256) / 255.0) ** (1.0 / self.gamma) + 0.5, 0, 255).astype(np.uint8)
         return cv2.LUT(level, tone.reshape(1, 256))
 
     def as_dict(self) -> dict[str, float]:
-        """The record's ``registration.photometric``: gain, offset (levels), gamma, light_range (+- fraction)."""
+        """The record's ``registration.photometric``: gain, offset (levels), gamma, light_range (+- fraction), blur (the
+        relative defocus, Gaussian sigma px; > 0: the board is the blurrier)."""
         return {
             "gain": round(self.gain, 4),
             "offset": round(self.offset, 2),
             "gamma": round(self.gamma, 4),
             "light_range": round(self.light_range, 4),
+            "blur": round(self.blur, 2),
         }
 
 
@@ -274,6 +284,60 @@ def _best_gamma(g: np.ndarray, b: np.ndarray, basis: np.ndarray, weights: np.nda
     return float(np.exp(np.clip(best, x[0], x[2])))
 
 
+BLUR_STEP = 0.25
+"""The relative blur is read and applied in steps of this sigma (px), so that a line's steady focus keeps one blurred
+golden image (and its model features) per design."""
+
+BLURS = np.arange(0.0, 2.0 + BLUR_STEP / 2, BLUR_STEP)
+"""The extra Gaussian sigmas (px) searched on either side."""
+
+_BASE_BLUR = 0.8
+"""Both sides are read under this common blur (px), so that sensor noise, which blurring the noisier side would hide,
+does not pass for defocus."""
+
+_BLUR_CROPS, _BLUR_CROP = 4, 160
+"""The relative blur is read on this many crops of this side (px), where the golden image has the most edges."""
+
+
+def blur_golden(golden: np.ndarray, blur: float) -> np.ndarray:
+    """uint8 ``golden`` blurred by a relative defocus ``blur`` > 0 (Gaussian sigma px); unchanged for ``blur`` <= 0."""
+    return cv2.GaussianBlur(golden, (0, 0), blur) if blur > 0 else golden
+
+
+def _crops(golden: np.ndarray, valid: np.ndarray | None) -> list[tuple[slice, slice]]:
+    """Up to :data:`_BLUR_CROPS` windows of :data:`_BLUR_CROP` px where ``golden`` has the most edges (within ``valid``)."""
+    side = _BLUR_CROP
+    h, w = golden.shape
+    if h < side or w < side:
+        return [(slice(0, h), slice(0, w))]
+    edges = cv2.Laplacian(golden, cv2.CV_32F, ksize=3) ** 2
+    if valid is not None:
+        edges *= valid
+    energy = cv2.resize(edges, (w // side, h // side), interpolation=cv2.INTER_AREA)
+    order = np.argsort(energy.ravel())[::-1][:_BLUR_CROPS]
+    return [(slice(i * side, (i + 1) * side), slice(j * side, (j + 1) * side)) for i, j in zip(*np.unravel_index(order, energy.shape))]
+
+
+def relative_blur(golden: np.ndarray, board: np.ndarray, valid: np.ndarray | None = None) -> float:
+    """The relative defocus of uint8 ``board`` against uint8 ``golden`` (``[H, W]`` each, the golden image registered and
+    at the board's levels): the sigma (px, in :data:`BLUR_STEP` steps) that blurs the sharper one to the other, > 0 when
+    the board is the blurrier. Read on the golden image's busiest crops (:func:`_crops`), both under a common
+    :data:`_BASE_BLUR`, as the extra blur on either side that leaves the least squared difference."""
+    windows = _crops(golden, valid)
+    g = [golden[c].astype(np.float32) for c in windows]
+    b = [board[c].astype(np.float32) for c in windows]
+    base_g = [cv2.GaussianBlur(x, (0, 0), _BASE_BLUR) for x in g]
+    base_b = [cv2.GaussianBlur(x, (0, 0), _BASE_BLUR) for x in b]
+    best, best_error = 0.0, math.inf
+    for extra in BLURS:
+        sigma = math.hypot(_BASE_BLUR, extra)
+        for sign, sharp, other in ((1.0, g, base_b), (-1.0, b, base_g)):
+            error = sum(float(((cv2.GaussianBlur(x, (0, 0), sigma) - y)[4:-4, 4:-4] ** 2).mean()) for x, y in zip(sharp, other))
+            if error < best_error - 1e-9:
+                best, best_error = sign * float(extra), error
+    return best
+
+
 def fit_photometric(golden: np.ndarray, board: np.ndarray, valid: np.ndarray | None = None) -> Photometric:
     """The :class:`Photometric` that maps uint8 ``golden`` ``[H, W]`` (registered into the board's pixels) to uint8
     ``board`` ``[H, W]``, over bool ``valid`` ``[H, W]`` (where the golden image has data; None: everywhere). A pair
@@ -299,4 +363,5 @@ def fit_photometric(golden: np.ndarray, board: np.ndarray, valid: np.ndarray | N
     light_range = float((field.max() - field.min()) / (2 * gain))
     span = tuple(float(x) for x in np.percentile(g, (5, 95)))
     shape = (int(board.shape[0]), int(board.shape[1]))
-    return Photometric(coeffs, gamma, offset, shape, gain, light_range, float((weights > 0).mean()), span)
+    fit = Photometric(coeffs, gamma, offset, shape, gain, light_range, float((weights > 0).mean()), span)
+    return dataclasses.replace(fit, blur=relative_blur(fit.to_board(golden), board, valid))

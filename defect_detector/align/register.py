@@ -101,13 +101,14 @@ class Registration:
 
     def geometry(self) -> dict[str, Any]:
         """The record's geometric fields: ``model`` (``Mapping.model``), ``scale``, ``perspective`` (frame px the
-        homography moves the golden image's corners from its affine part) and ``local`` (``largest`` and ``median`` frame
-        px of the local grid)."""
+        homography moves the golden image's corners from its affine part), ``lens`` (the radial term's ``k1``, 0 without
+        one) and ``local`` (``largest`` and ``median`` frame px of the local grid)."""
         largest, median = self.mapping.local_px()
         return {
             "model": self.mapping.model,
             "scale": round(self.mapping.scale, 5),
             "perspective": round(self.mapping.perspective_px, 2),
+            "lens": round(self.mapping.lens.k1, 5) if self.mapping.lens is not None else 0.0,
             "local": {"largest": round(largest, 2), "median": round(median, 2)},
         }
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from defect_detector.align.photometric import blur_golden
 from defect_detector.align.register import Registrar, Registration
 from defect_detector.core.config_register import RegisterConfig
 from defect_detector.core.refusal import RefusalKind
@@ -62,6 +63,17 @@ class Design:
     scale: Any = None
     drift: Any = None
     binarized: bool | None = None
+    _blurred: dict[float, np.ndarray] = field(default_factory=dict, repr=False)
+
+    def blurred(self, blur: float) -> tuple[str, np.ndarray]:
+        """The design's golden image blurred by a relative defocus ``blur`` (``align/photometric.py`` ``blur_golden``;
+        sigma px, read in steps, so a line's steady focus keeps one) and the key of its model features: the design's own
+        key and image for ``blur`` <= 0."""
+        if blur <= 0:
+            return self.key, self.image
+        if blur not in self._blurred:
+            self._blurred[blur] = blur_golden(self.image, blur)
+        return f"{self.key}~blur{blur:g}", self._blurred[blur]
 
 
 class Designs:

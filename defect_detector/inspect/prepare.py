@@ -282,8 +282,9 @@ def detect(pipeline: Pipeline, records: Sequence[Prepared]) -> list[Detections |
             out[i] = mask_uncovered(result, records[i].covered)
     if viewed:
         chosen = [records[i] for i in viewed]
-        features = [pipeline.design_features(r.design.key, r.design.image, r.plan) for r in chosen]
-        golden = [r.design.image for r in chosen]  # the golden view's golden image: for the tiled frames' difference gate
+        keyed = [r.design.blurred(_view_blur(r)) for r in chosen]  # the golden image at the board's focus
+        features = [pipeline.design_features(key, image, r.plan) for (key, image), r in zip(keyed, chosen)]
+        golden = [image for _, image in keyed]  # the golden view's golden image: for the tiled frames' difference gate
         results = pipeline.detect([r.view.board for r in chosen], golden, [r.plan for r in chosen], features)
         for i, result in zip(viewed, results):
             out[i] = _in_frame(result, records[i].view)
@@ -292,6 +293,12 @@ def detect(pipeline: Pipeline, records: Sequence[Prepared]) -> list[Detections |
             if result is not None:
                 out[i] = result.keep(result.scores >= pipeline.conf_for(records[i].golden_key))
     return out
+
+
+def _view_blur(record: Prepared) -> float:
+    """The sigma (px) the golden view's golden image is blurred by to the board's focus (``Photometric.blur`` > 0), else 0."""
+    fit = record.registration.photometric if record.registration is not None else None
+    return max(fit.blur, 0.0) if fit is not None else 0.0
 
 
 def _in_frame(result: Detections, view: GoldenView) -> Detections:

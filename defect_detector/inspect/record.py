@@ -171,9 +171,11 @@ def registration_values(reg: Registration | None) -> dict[str, float] | None:
 
 def registration_json(reg: Registration | None) -> dict[str, Any] | None:
     """The JSON form of a frame's registration (None: no golden image): :func:`registration_values`, its golden check's
-    ``spread``, whether the fixture's matrix was ``reused``, and its ``photometric`` fit (gain, offset, gamma,
-    light_range; None before one)."""
+    ``spread``, whether the fixture's mapping was ``reused``, the mapping's ``model``, ``scale``, ``perspective`` (px),
+    ``lens`` (k1) and ``local`` residual (``largest``, ``median`` px; ``Registration.geometry``), and its ``photometric``
+    fit (gain, offset, gamma, light_range, blur; None before one)."""
     if reg is None:
         return None
     photometric = reg.photometric.as_dict() if reg.photometric is not None else None
-    return registration_values(reg) | {"spread": round(float(reg.spread), 4), "reused": bool(reg.reused), "photometric": photometric}
+    extra = {"spread": round(float(reg.spread), 4), "reused": bool(reg.reused)}
+    return registration_values(reg) | extra | reg.geometry() | {"photometric": photometric}

@@ -99,17 +99,22 @@ def test_cached_and_uncached_golden_work_give_the_same_calls(kind: str, siamese:
 
 def test_the_golden_view_agrees_with_the_frame_view_on_the_bundled_model() -> None:
     """The golden view (board warped into the golden image, its features cached) and the frame view (golden image
-    warped into the board) call the same defects on the sample boards, boxes in the frame's pixels."""
+    warped into the board) call the same defects on the sample boards, boxes in the frame's pixels. Each view resamples
+    another image through a mapping that is no longer a rigid move, so a call within 0.1 of the operating point may
+    fall on either side of it (50600000's short scores 0.39 and 0.46); every call above that margin is called by both."""
     runtime = Runtime.load(DEFAULT_REFERENCE_WEIGHTS, device="cpu")
     views = {v: Prepare(Pipeline(runtime, golden_view=v)) for v in (True, False)}
+    conf = views[True].pipeline.conf
     for path in sorted((SAMPLES / "deeppcb").glob("*.jpg"))[:4]:
         board, golden = load_image_gray(path), load_image_gray(SAMPLES / "golden" / path.name)
         seen, framed = (_inspect(views[v], board, golden).detections for v in (True, False))
-        assert seen.boxes.shape == framed.boxes.shape and len(seen) > 0
-        iou = box_iou(seen.boxes, framed.boxes)
-        best = iou.max(dim=1)
-        assert (best.values > 0.8).all() and (seen.labels == framed.labels[best.indices]).all()
-        assert np.allclose(seen.scores.numpy(), framed.scores[best.indices].numpy(), atol=0.1)
+        assert len(seen) > 0 and len(framed) > 0
+        for one, other in ((seen, framed), (framed, seen)):
+            sure = one.scores >= conf + 0.1
+            iou = box_iou(one.boxes[sure], other.boxes)
+            best = iou.max(dim=1)
+            assert (best.values > 0.8).all() and (one.labels[sure] == other.labels[best.indices]).all()
+            assert np.allclose(one.scores[sure].numpy(), other.scores[best.indices].numpy(), atol=0.1)
 
 
 def test_stream_yields_one_typed_record_per_frame(siamese: dict, tmp_path: Path) -> None:
