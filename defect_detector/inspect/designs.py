@@ -133,7 +133,7 @@ class Designs:
                 raise exc
             warped, reg = design.image, design.registrar.as_given(image)  # its golden side prepared once
         if not reg.ok:
-            kind = RefusalKind.OCCLUDED_BOARD if reg.occluded else RefusalKind.REFERENCE_MISMATCH
+            kind = reg.kind or RefusalKind.REFERENCE_MISMATCH
             exc = ReferenceError(f"{file_name} against golden image {design.name}: {reg.reason}", kind, (warped, reg))
             self._count(exc)
             raise exc
