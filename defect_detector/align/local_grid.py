@@ -34,6 +34,13 @@ homography alone): a blank area is not extrapolated into a bend."""
 _HUBER = 0.5
 """Residuals (in the golden level's standard deviations) are clipped to this in :func:`refine_local`."""
 
+_FLAT = 1e-4
+"""Pixels whose squared gradient (of the unit-variance golden level, per px) is under this are left out of
+:func:`refine_local`'s sums: they add nothing to them."""
+
+_STRIDE = 2
+""":func:`refine_local` sums every this-many-th pixel of each row and column (a node's cell holds thousands)."""
+
 _LEAST = 0.5
 """Least scale (level px) of the robust fit's residuals: readings this close to the fit are never taken as outliers."""
 
@@ -137,7 +144,9 @@ def _tukey(residual: np.ndarray, scale: float) -> np.ndarray:
     return np.where(np.abs(r) < 1, (1 - r * r) ** 2, 0.0)
 
 
-def robust_fit(observed: np.ndarray, tensor: np.ndarray, energy: np.ndarray, lens: np.ndarray) -> tuple[float, np.ndarray]:
+def robust_fit(
+    observed: np.ndarray, tensor: np.ndarray, energy: np.ndarray, lens: np.ndarray, grid: bool = True
+) -> tuple[float, np.ndarray]:
     """``(k1, grid)``: the lens term's ``k1`` and the smooth field (float32 ``[ny, nx, 2]``) whose sum (``k1 * lens +
     grid``; ``lens``: float ``[ny, nx, 2]``, the lens term's basis at the nodes, ``Lens.basis``) is nearest ``observed``
     (float ``[ny, nx, 2]``) where the nodes' ``tensor`` (``[ny, nx, 3]``: ``xx``, ``xy``, ``yy``) says they were measured,
@@ -145,7 +154,7 @@ def robust_fit(observed: np.ndarray, tensor: np.ndarray, energy: np.ndarray, len
     was measured (:data:`_PRIOR`). Each axis's grid is solved on its own, weighted by its tensor's diagonal over the upper
     quartile node's, and ``k1`` in closed form over both (its Schur complement); :data:`_IRLS` rounds of Tukey's biweight
     on the distance to the fit (scale: 1.4826 MAD, at least :data:`_LEAST` px) let no few nodes (a defect, glare) pull
-    it."""
+    it. ``grid`` False: the lens term alone (the grid stays zero)."""
     ny, nx = observed.shape[:2]
     n = ny * nx
     info = np.stack([tensor[..., 0], tensor[..., 2]], -1).reshape(n, 2)
@@ -157,6 +166,10 @@ def robust_fit(observed: np.ndarray, tensor: np.ndarray, energy: np.ndarray, len
         solved, num, den = [], 0.0, 0.0
         for axis in range(2):
             w = info[:, axis] * robust
+            if not grid:
+                solved.append(np.zeros((n, 2)))
+                num, den = num + float((w * basis[:, axis]) @ obs[:, axis]), den + float((w * basis[:, axis]) @ basis[:, axis])
+                continue
             both = np.linalg.solve(np.diag(w + _PRIOR) + _SMOOTHNESS * energy, np.stack([w * obs[:, axis], w * basis[:, axis]], 1))
             rest_o, rest_b = w * (obs[:, axis] - both[:, 0]), w * (basis[:, axis] - both[:, 1])  # W - W M^-1 W applied
             num, den = num + float(basis[:, axis] @ rest_o), den + float(basis[:, axis] @ rest_b)
@@ -183,22 +196,24 @@ def fit_local(  # noqa: PLR0913 - the pair, its mapping, the grid's spacing and 
 ) -> Mapping:
     """The level ``mapping``'s homography with the lens term and the local grid (nodes ``step`` level px apart over the
     golden level) that best register ``pair`` (module docstring), each grid displacement at most ``bound`` level px;
-    started from ``mapping``'s own where its grid has these nodes."""
+    started from ``mapping``'s own where its grid has these nodes. The first half of the ``rounds`` fit the lens term
+    alone, the rest both."""
     nodes = GridNodes.over(mapping.golden_shape, step, _half(mapping.golden_shape, step))
     energy = bending(nodes.shape)
     lens, basis = _lens_basis(pair, mapping, nodes)
     current = mapping if mapping.nodes == nodes else mapping.with_local(None, None, None)
-    for _ in range(rounds):
+    for round_ in range(rounds):
         move, tensor = _round(pair, current, nodes)
         dx, dy = current.local(*nodes.positions())
-        k1, grid = robust_fit(np.stack([dx, dy], -1) + _to_frame(current, nodes, move), tensor, energy, basis)
+        lens_only = round_ < rounds // 2  # the lens term first: the grid would take up its smooth field as well
+        k1, grid = robust_fit(np.stack([dx, dy], -1) + _to_frame(current, nodes, move), tensor, energy, basis, not lens_only)
         norms = np.hypot(grid[..., 0], grid[..., 1])
         grid *= np.minimum(1.0, bound / np.maximum(norms, 1e-9))[..., None].astype(np.float32)
         fitted = current.with_local(Lens(k1, lens.cx, lens.cy, lens.radius), grid, nodes)
         fx, fy = fitted.local(*nodes.positions())
         change = float(np.hypot(fx - dx, fy - dy).max())
         current = fitted
-        if change < eps:
+        if change < eps and not lens_only:
             break
     return current
 
@@ -292,6 +307,8 @@ def refine_local(pair: LevelPair, level: Mapping, iterations: int, eps: float, b
     nodes = level.nodes
     n = nodes.shape[0] * nodes.shape[1]
     cell, _, weight = _cells(nodes, level.golden_shape)
+    h, w = level.golden_shape
+    sampled = ((np.arange(h)[:, None] % _STRIDE == 0) & (np.arange(w)[None, :] % _STRIDE == 0)).ravel()
     energy = np.kron(bending(nodes.shape), np.eye(2))
     lens = level.lens or Lens.centred(0.0, pair.image.shape)
     t = pair.template.ravel()
@@ -313,8 +330,10 @@ def refine_local(pair: LevelPair, level: Mapping, iterations: int, eps: float, b
         pgy = cv2.Sobel(pulled, cv2.CV_32F, 0, 1, ksize=3, scale=1 / 8).ravel() * gain
         gx, gy = 0.5 * (tgx + pgx) * valid, 0.5 * (tgy + pgy) * valid  # the symmetric (ESM) gradient
         fx, fy = jac[0, 0] * gx + jac[0, 1] * gy, jac[1, 0] * gx + jac[1, 1] * gy
-        bx, by = lens.basis(map_x.ravel(), map_y.ravel())
-        normal, rhs = _normal(cell, weight, nodes, (fx, fy, fx * bx + fy * by, err))
+        used = np.flatnonzero(sampled & (fx * fx + fy * fy > _FLAT))  # plain pixels add nothing to the sums
+        fx, fy, err = fx[used], fy[used], err[used]
+        bx, by = lens.basis(map_x.ravel()[used], map_y.ravel()[used])
+        normal, rhs = _normal(cell[used], weight[:, used], nodes, (fx, fy, fx * bx + fy * by, err))
         scale = max(float(np.diag(normal)[: 2 * n].mean()), 1e-12)
         grid = np.array(current.grid, np.float64).reshape(-1) if current.grid is not None else np.zeros(2 * n)
         k1 = current.lens.k1 if current.lens is not None else 0.0

@@ -307,7 +307,7 @@ def _local(frame: FramePyramid, mapping: Mapping, scored: Scored, cfg: RegisterC
     ``align/local_grid.py`` where the board needs them: a residual move over ``register.grid_min`` px somewhere, and the
     finest level's ZNCC raised by ``register.model_gain`` (the lens term alone where the grid adds less than that); the
     homography alone elsewhere. Also returns the chosen mapping's :class:`Scored`."""
-    if not cfg.local:
+    if not cfg.local or scored.score < cfg.local_min_score:
         return mapping, scored
     k = len(frame.levels) - 1
     level = frame.level_mapping(mapping, k)
@@ -318,7 +318,7 @@ def _local(frame: FramePyramid, mapping: Mapping, scored: Scored, cfg: RegisterC
         return mapping, scored
     bound = 2 * cfg.max_local * factor
     fitted = fit_local(pair, level, step, cfg.grid_rounds, cfg.eps * factor, bound)
-    fitted = refine_local(pair, fitted, cfg.iterations, cfg.eps * factor, bound)
+    fitted = refine_local(pair, fitted, cfg.grid_rounds, cfg.eps * factor, bound)
     chosen = (level, scored)
     for candidate in (fitted.with_local(fitted.lens, None, None), fitted):
         score = Scored(frame.ref.levels_f[k], candidate, frame.levels[k])

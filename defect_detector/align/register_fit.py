@@ -244,10 +244,27 @@ class FramePyramid:
         return Mapping(self.up(level.homography, k), self.ref.image.shape, grid, nodes, lens)
 
 
+PLAUSIBLE = {"scale": 0.1, "anisotropy": 1.05, "perspective": 0.02}
+"""What a richer model may do beyond a rigid move, at most: change the scale by 10% (a board placed by hand: 2.6% seen),
+stretch one axis 5% over the other (a line-scan's speed), and move a corner 2% of the side out of the affine's plane
+(the capture model's perspective is 0.3%). Beyond them it fits a golden image of another board, not a camera."""
+
+
+def _plausible(m3: np.ndarray, shape: tuple[int, int]) -> bool:
+    """Whether the 3x3 level matrix ``m3`` over a level of ``shape`` stays within :data:`PLAUSIBLE`."""
+    singular = np.linalg.svd(m3[:2, :2] / m3[2, 2], compute_uv=False)
+    h, w = shape
+    return bool(
+        abs(math.sqrt(singular[0] * singular[1]) - 1) <= PLAUSIBLE["scale"]
+        and singular[0] <= PLAUSIBLE["anisotropy"] * singular[1]
+        and (abs(m3[2, 0]) * w + abs(m3[2, 1]) * h) / abs(m3[2, 2]) <= PLAUSIBLE["perspective"]
+    )
+
+
 def _climb(tpl: Template, image: np.ndarray, m3: np.ndarray, frame: FramePyramid, cfg: RegisterConfig) -> np.ndarray:
     """``m3`` (3x3, finest level px) refined rigidly, then through each richer model up to ``cfg.model``; a richer model is
     kept only where it fits the finest level better than the last one kept (``RegisterConfig.better``: a sparse board
-    leaves directions that a richer model wanders along without fitting better)."""
+    leaves directions that a richer model wanders along without fitting better) and stays :func:`_plausible`."""
     k = len(frame.levels) - 1
     ref_level, img_level = frame.ref.levels_f[k], frame.levels[k]
     best = refine(tpl, image, m3, cfg.iterations, cfg.eps, "rigid")
@@ -255,7 +272,7 @@ def _climb(tpl: Template, image: np.ndarray, m3: np.ndarray, frame: FramePyramid
     for model in MODELS[1 : MODELS.index(cfg.model) + 1]:
         richer = refine(tpl, image, best, cfg.iterations, cfg.eps, model)
         score = Scored(ref_level, richer, img_level).score
-        if cfg.better(score, best_score):
+        if _plausible(richer, tpl.t.shape) and cfg.better(score, best_score):
             best, best_score = richer, score
     return best
 

@@ -52,7 +52,8 @@ class RegisterConfig(Section):
     part) kept only where it raises the registration score by ``model_gain``, or takes ``model_share`` off what is left
     of it (``1 - score``: a photograph's large plain areas keep its score near 1 however misregistered its detail is).
     ``local``: add a radial lens term and a smooth grid of local displacements where the homography leaves more than
-    ``grid_min`` px somewhere (lens distortion, a bowed board: ``align/local_grid.py``), nodes ``grid_step`` golden-image
+    ``grid_min`` px somewhere (lens distortion, a bowed board: ``align/local_grid.py``) and the global fit scores
+    ``local_min_score`` or more (a golden image of another board fits its grid to what it is not), nodes ``grid_step`` golden-image
     px apart, ``grid_rounds`` rounds at most; ``max_local``: the largest local displacement (frame px) a board may
     need, more is refused as bent or moved.
     ``min_overlap``: least fraction of the image the warped reference must cover. ``scale``: coarsest working
@@ -75,6 +76,7 @@ class RegisterConfig(Section):
     model_gain: Annotated[Float, Field(ge=0, le=1)] = 0.001
     model_share: Share = 0.1
     local: Bool = True
+    local_min_score: Annotated[Float, Field(ge=-1, le=1)] = 0.6
     grid_step: Annotated[Float, Field(ge=16, description="golden-image pixels")] = 96.0
     grid_min: Annotated[Float, Field(gt=0, description="pixels")] = 0.75
     grid_rounds: Annotated[Int, Field(ge=1)] = 6

@@ -68,8 +68,10 @@ def screen_reason(
     golden image (uint8 ``[H, W]``) and ``covered`` (bool ``[H, W]``) where that has data; None for a single-image
     model, which is read against ``calibration`` (:func:`calibration_levels`; None: only the absolute limits).
     ``matched``: the registered golden image at the frame's levels (``Photometric.to_board``): the frame's mid-tones
-    are read against its own, so a gain and tone change is not taken for an occluder; light, contrast and clipping
-    stay read against the golden image as captured."""
+    and its clipped area are read against its own, so a gain and tone change is not taken for an occluder, and the
+    saturation a brighter light within the validated range predicts (a white background at gain 1.15) is not taken for
+    clipping (the light's own range is judged by ``PhotometricRange`` after); light and contrast stay read against the
+    golden image as captured."""
     if golden is not None and covered is not None:
         share = float(covered.mean())
         if share < MIN_COVERED:
@@ -80,7 +82,8 @@ def screen_reason(
             return Refusal(RefusalKind.COVERS_LITTLE, message, {"covered": share, "least": MIN_COVERED})
         frame, reference, what = tones(histogram(gray, covered)), tones(histogram(golden, covered)), "the golden image"
         if matched is not None and matched is not golden:
-            reference["midtones"] = tones(histogram(matched, covered))["midtones"]
+            predicted = tones(histogram(matched, covered))
+            reference.update({k: predicted[k] for k in ("midtones", "saturated", "crushed")})
     else:
         frame, reference, what = tones(histogram(gray)), calibration, "the calibration frames"
     return exposure_reason(frame, reference, limits, what)
