@@ -34,6 +34,11 @@ homography alone): a blank area is not extrapolated into a bend."""
 _HUBER = 0.5
 """Residuals (in the golden level's standard deviations) are clipped to this in :func:`refine_local`."""
 
+_MIN_RESPONSE = 0.25
+"""Phase correlation responses under this read no move: a window whose content the frame does not show (measured on
+DeepPCB's calibration boards: a hand gives 0.05-0.22 and reads moves of 3-40 px; a good board 0.3-0.9; a line capture
+of a real photograph 0.3-0.8)."""
+
 _FLAT = 1e-4
 """Pixels whose squared gradient (of the unit-variance golden level, per px) is under this are left out of
 :func:`refine_local`'s sums: they add nothing to them."""
@@ -84,7 +89,8 @@ def _round(pair: LevelPair, level: Mapping, nodes: GridNodes) -> tuple[np.ndarra
     mapping ``level``. The move is read by phase correlation (``cv2.phaseCorrelate``, Hanning window, so a
     gain, an offset or a light gradient do not move it) of the golden level and the frame pulled through the mapping, on
     a window twice the node spacing around the node; the tensor ``(xx, xy, yy)`` is the window's gradient structure per
-    pixel times the correlation's response, zero where the frame does not cover most of the window: what the move says.
+    pixel times the correlation's response, zero where the frame does not cover most of the window or the response is
+    under :data:`_MIN_RESPONSE` (a hand, glare or another board there: nothing of the window matches): what the move says.
     The window is applied here, not by ``phaseCorrelate``'s ``window`` argument: OpenCV 5.0 multiplies its inputs by it in
     place."""
     map_x, map_y = level.golden_map()
@@ -101,7 +107,7 @@ def _round(pair: LevelPair, level: Mapping, nodes: GridNodes) -> tuple[np.ndarra
         if valid[window].mean() < 0.5:
             continue
         (dx, dy), response = cv2.phaseCorrelate(pair.template[window] * hanning, pulled[window] * hanning)
-        if not (math.isfinite(dx) and math.isfinite(dy)) or max(abs(dx), abs(dy)) >= half / 2:
+        if not (math.isfinite(dx) and math.isfinite(dy)) or max(abs(dx), abs(dy)) >= half / 2 or response < _MIN_RESPONSE:
             continue
         move[i, j] = (dx, dy)
         tensor[i, j] = np.array(_tensor(pair.template, window)) * max(float(response), 0.0)
@@ -218,10 +224,40 @@ def fit_local(  # noqa: PLR0913 - the pair, its mapping, the grid's spacing and 
     return current
 
 
-def needs_local(pair: LevelPair, mapping: Mapping, step: float, threshold: float) -> bool:
-    """Whether one round over nodes ``step`` level px apart, fitted robustly (:func:`robust_fit`), leaves a residual move
-    over ``threshold`` level px somewhere: the homography alone leaves the board misregistered there."""
-    return bool(_largest(fit_local(pair, mapping.with_local(None, None, None), step, 1, 0.0, math.inf)) > threshold)
+@dataclass(frozen=True)
+class Residual:
+    """What a mapping leaves unexplained, read by one round of :func:`_round` over the nodes that say something (a tensor
+    of a twentieth of the upper quartile node's or more): ``largest`` and ``median`` move (px) and where the largest is
+    (``x``, ``y``, golden px); ``coherent``: the largest move its neighbouring nodes also read (the second largest of its
+    3x3 nodes): a bend or a move spans windows, a defect moves one window's reading. All in the level's px until
+    :meth:`scaled`."""
+
+    largest: float = 0.0
+    median: float = 0.0
+    coherent: float = 0.0
+    x: float = math.nan
+    y: float = math.nan
+
+    def scaled(self, factor: float, at: tuple[float, float]) -> Residual:
+        """This residual's moves times ``factor`` and its place ``at``."""
+        return Residual(self.largest * factor, self.median * factor, self.coherent * factor, *at)
+
+
+def residual(pair: LevelPair, level: Mapping, step: float) -> Residual:
+    """The :class:`Residual` the level mapping ``level`` leaves on ``pair``, over nodes ``step`` level px apart."""
+    nodes = GridNodes.over(level.golden_shape, step, _half(level.golden_shape, step))
+    move, tensor = _round(pair, level, nodes)
+    info = tensor[..., 0] + tensor[..., 2]
+    sure = info >= 0.05 * max(float(np.percentile(info, 75)), 1e-12)
+    if not sure.any():
+        return Residual()
+    moved = np.where(sure, np.hypot(move[..., 0], move[..., 1]), -1.0)
+    i, j = np.unravel_index(int(np.argmax(moved)), moved.shape)
+    xs, ys = nodes.positions()
+    around = np.sort(moved[max(i - 1, 0) : i + 2, max(j - 1, 0) : j + 2].ravel())[::-1]
+    coherent = float(max(around[1], 0.0)) if around.size > 1 else 0.0
+    values = moved[sure]
+    return Residual(float(values.max()), float(np.median(values)), coherent, float(xs[i, j]), float(ys[i, j]))
 
 
 def _largest(level: Mapping) -> float:
@@ -230,18 +266,6 @@ def _largest(level: Mapping) -> float:
         return 0.0
     dx, dy = level.local(*level.nodes.positions())
     return float(np.hypot(dx, dy).max())
-
-
-def local_place(mapping: Mapping) -> tuple[float, float, float]:
-    """``(largest displacement px, x, y)``: the local grid's largest displacement and where its node lands in the frame
-    (frame px); ``(0, nan, nan)`` without a grid."""
-    if mapping.grid is None:
-        return 0.0, math.nan, math.nan
-    norms = np.hypot(mapping.grid[..., 0], mapping.grid[..., 1])
-    i, j = np.unravel_index(int(np.argmax(norms)), norms.shape)
-    xs, ys = mapping.nodes.positions()
-    qx, qy = mapping.to_frame(np.array(xs[i, j]), np.array(ys[i, j]))
-    return float(norms[i, j]), float(qx), float(qy)
 
 
 def _cells(nodes: GridNodes, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

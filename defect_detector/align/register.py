@@ -39,7 +39,7 @@ from defect_detector.align.golden_check import (
     structure,
     unlike_region,
 )
-from defect_detector.align.local_grid import LevelPair, fit_local, local_place, needs_local, refine_local
+from defect_detector.align.local_grid import LevelPair, Residual, fit_local, refine_local, residual
 from defect_detector.align.mapping import Mapping, identity_mapping
 from defect_detector.align.photometric import Photometric
 from defect_detector.align.register_fit import FramePyramid, PreparedReference, Scored, blurred, estimate, residual_motion
@@ -87,6 +87,9 @@ class Registration:
     """Why it was refused (None when ``ok``): ``OCCLUDED_BOARD`` when the golden check found one region unlike the golden
     image (a hand, a cloth, a label), not another design spread over the board; ``OUT_OF_FIXTURE`` for a move beyond the
     fixture's limits; ``BENT`` for a local residual beyond ``register.max_local``; else ``REFERENCE_MISMATCH``."""
+    residual: Residual = Residual()
+    """What the mapping leaves unexplained (``align/local_grid.py``), frame px, place in frame px; zero when not read
+    (a mapping reused, a pair taken as given)."""
     photometric: Photometric | None = None
     """The golden image's levels fitted to the frame's (``align/photometric.py``), set by the prepare stage; None before."""
     covered_mask: np.ndarray | None = field(default=None, repr=False, compare=False)
@@ -102,14 +105,15 @@ class Registration:
     def geometry(self) -> dict[str, Any]:
         """The record's geometric fields: ``model`` (``Mapping.model``), ``scale``, ``perspective`` (frame px the
         homography moves the golden image's corners from its affine part), ``lens`` (the radial term's ``k1``, 0 without
-        one) and ``local`` (``largest`` and ``median`` frame px of the local grid)."""
-        largest, median = self.mapping.local_px()
+        one), ``grid`` (the largest local displacement the grid adds, frame px) and ``local`` (the residual the mapping
+        leaves unexplained: ``largest`` and ``median`` frame px)."""
         return {
             "model": self.mapping.model,
             "scale": round(self.mapping.scale, 5),
             "perspective": round(self.mapping.perspective_px, 2),
             "lens": round(self.mapping.lens.k1, 5) if self.mapping.lens is not None else 0.0,
-            "local": {"largest": round(largest, 2), "median": round(median, 2)},
+            "grid": round(self.mapping.local_px()[0], 2),
+            "local": {"largest": round(self.residual.largest, 2), "median": round(self.residual.median, 2)},
         }
 
     def covered(self, frame_shape: tuple[int, int]) -> np.ndarray:
@@ -145,7 +149,7 @@ def _reason(
     """Why a registration into a frame of ``shape`` does not fit (``("", None)`` when it does) and the refusal's kind, what
     was measured first and the key second; the golden check comes after (:func:`_checked`)."""
     shift, angle = reg.shift_px, reg.angle_deg
-    largest, x, y = local_place(reg.mapping)
+    unexplained, (bend, bend_x, bend_y) = reg.residual, _bend(reg.mapping)
     limit = cfg.shift_limit(shape)
     mismatch, fixture = RefusalKind.REFERENCE_MISMATCH, RefusalKind.OUT_OF_FIXTURE
     checks = (
@@ -175,13 +179,32 @@ def _reason(
             mismatch,
         ),
         (
-            largest <= cfg.max_local,
-            f"the board is bent or moved against the golden image: {largest:.0f} px unexplained near x {x:.0f}, y {y:.0f} "
-            f"(at most {cfg.max_local:g} px; register.max_local): check that the board lies flat and still",
+            bend <= cfg.max_local,
+            f"the board is bent against the golden image: {bend:.0f} px off its plane near x {bend_x:.0f}, y {bend_y:.0f} "
+            f"(at most {cfg.max_local:g} px; register.max_local): check that the board lies flat",
+            RefusalKind.BENT,
+        ),
+        (
+            unexplained.coherent <= cfg.max_residual,
+            f"the board is bent or moved against the golden image: {unexplained.largest:.0f} px unexplained near x "
+            f"{unexplained.x:.0f}, y {unexplained.y:.0f} (at most {cfg.max_residual:g} px; register.max_residual): "
+            "check that the board lies flat and still",
             RefusalKind.BENT,
         ),
     )
     return next(((why, kind) for ok, why, kind in checks if not ok), ("", None))
+
+
+def _bend(mapping: Mapping) -> tuple[float, float, float]:
+    """``(px, x, y)``: the local grid's largest displacement and where its node lands in the frame (frame px); ``(0, nan,
+    nan)`` without a grid."""
+    if mapping.grid is None:
+        return 0.0, math.nan, math.nan
+    norms = np.hypot(mapping.grid[..., 0], mapping.grid[..., 1])
+    i, j = np.unravel_index(int(np.argmax(norms)), norms.shape)
+    xs, ys = mapping.nodes.positions()
+    qx, qy = mapping.to_frame(np.array(xs[i, j]), np.array(ys[i, j]))
+    return float(norms[i, j]), float(qx), float(qy)
 
 
 def _size_reason(reference_shape: tuple[int, ...], image_shape: tuple[int, ...], cfg: RegisterConfig) -> str:
@@ -302,29 +325,35 @@ def _seed(frame: FramePyramid, init: np.ndarray | Mapping | None) -> np.ndarray:
     return np.array([[1, 0, (w - rw) / 2], [0, 1, (h - rh) / 2], [0, 0, 1]], dtype=np.float64)
 
 
-def _local(frame: FramePyramid, mapping: Mapping, scored: Scored, cfg: RegisterConfig) -> tuple[Mapping, Scored]:
+def _local(frame: FramePyramid, mapping: Mapping, scored: Scored, cfg: RegisterConfig) -> tuple[Mapping, Scored, Residual]:
     """``mapping`` (scoring ``scored`` on the finest level) with the lens term and the local grid of
-    ``align/local_grid.py`` where the board needs them: a residual move over ``register.grid_min`` px somewhere, and the
-    finest level's ZNCC raised by ``register.model_gain`` (the lens term alone where the grid adds less than that); the
-    homography alone elsewhere. Also returns the chosen mapping's :class:`Scored`."""
+    ``align/local_grid.py`` where the board needs them: neighbouring nodes read over ``register.grid_min`` px off, and a
+    better fit of the finest level (``RegisterConfig.better``; the lens term alone where the grid adds less); the
+    homography alone elsewhere. Also returns the chosen mapping's :class:`Scored` and the :class:`Residual` it leaves
+    (frame px; zero when nothing was read)."""
     if not cfg.local or scored.score < cfg.local_min_score:
-        return mapping, scored
+        return mapping, scored, Residual()
     k = len(frame.levels) - 1
     level = frame.level_mapping(mapping, k)
     pair = LevelPair(frame.ref.templates[k].t, blurred(frame.levels[k], cfg.blur))
     factor = frame.ref.levels[k].shape[1] / frame.ref.image.shape[1]
-    step, least = cfg.grid_step * factor, cfg.grid_min * factor
-    if level.is_homography and not needs_local(pair, level, step, least):
-        return mapping, scored
-    bound = 2 * cfg.max_local * factor
-    fitted = fit_local(pair, level, step, cfg.grid_rounds, cfg.eps * factor, bound)
-    fitted = refine_local(pair, fitted, cfg.grid_rounds, cfg.eps * factor, bound)
+    step = cfg.grid_step * factor
+    left = residual(pair, level, step)
     chosen = (level, scored)
-    for candidate in (fitted.with_local(fitted.lens, None, None), fitted):
-        score = Scored(frame.ref.levels_f[k], candidate, frame.levels[k])
-        if cfg.better(score.score, chosen[1].score):
-            chosen = (candidate, score)
-    return frame.full_mapping(chosen[0], k), chosen[1]
+    if level.is_homography and left.coherent > cfg.grid_min * factor:
+        bound = 2 * cfg.max_local * factor
+        fitted = fit_local(pair, level, step, cfg.grid_rounds, cfg.eps * factor, bound)
+        fitted = refine_local(pair, fitted, cfg.grid_rounds, cfg.eps * factor, bound)
+        for candidate in (fitted.with_local(fitted.lens, None, None), fitted):
+            score = Scored(frame.ref.levels_f[k], candidate, frame.levels[k])
+            if cfg.better(score.score, chosen[1].score):
+                chosen = (candidate, score)
+        if chosen[0] is not level:
+            left = residual(pair, chosen[0], step)
+    full = frame.full_mapping(chosen[0], k)
+    gx, gy = frame.golden_full(left.x, left.y, k)
+    x, y = full.to_frame(np.array(gx), np.array(gy))
+    return full, chosen[1], left.scaled(1 / factor, (float(x), float(y)))
 
 
 def _register(
@@ -340,10 +369,11 @@ def _register(
     scores = [Scored(ref.levels_f[fine], frame.down(m, fine), frame.levels[fine]) for m in candidates]
     scored = max(scores, key=lambda c: c.score)  # measure, then choose (a large defect on a sparse board can mislead)
     mapping = Mapping(candidates[scores.index(scored)], ref.image.shape)
+    left = Residual()
     if not blank and scored.score >= cfg.min_score:
-        mapping, scored = _local(frame, mapping, scored, cfg)
+        mapping, scored, left = _local(frame, mapping, scored, cfg)
     shift, angle = matrix_to_shift_angle(mapping.affine, ref.image.shape, shape)
-    reg = Registration(mapping, scored.score, True, shift, angle, scored.overlap, reference_shape=ref.image.shape)
+    reg = Registration(mapping, scored.score, True, shift, angle, scored.overlap, reference_shape=ref.image.shape, residual=left)
     reason, kind = _reason(blank, scored, reg, shape, cfg)
     reason = reason if blank else _with_blur(reason, frame.image, ref.image)
     reg = replace(reg, ok=not reason, reason=reason, kind=kind)

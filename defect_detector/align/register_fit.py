@@ -224,6 +224,11 @@ class FramePyramid:
         to_img, to_ref = self._maps[k]
         return np.linalg.inv(to_img) @ m3 @ to_ref
 
+    def golden_full(self, x: float, y: float, k: int) -> tuple[float, float]:
+        """Reference level-``k`` px ``(x, y)`` in full-resolution reference px."""
+        to_ref = self._maps[k][1]
+        return (x - to_ref[0, 2]) / to_ref[0, 0], (y - to_ref[1, 2]) / to_ref[1, 1]
+
     def level_mapping(self, mapping: Mapping, k: int) -> Mapping:
         """``mapping`` (full resolution) between the reference's and the image's level ``k``: its homography scaled down,
         its lens term and its grid's nodes and displacements with it."""

@@ -54,8 +54,9 @@ class RegisterConfig(Section):
     ``local``: add a radial lens term and a smooth grid of local displacements where the homography leaves more than
     ``grid_min`` px somewhere (lens distortion, a bowed board: ``align/local_grid.py``) and the global fit scores
     ``local_min_score`` or more (a golden image of another board fits its grid to what it is not), nodes ``grid_step`` golden-image
-    px apart, ``grid_rounds`` rounds at most; ``max_local``: the largest local displacement (frame px) a board may
-    need, more is refused as bent or moved.
+    px apart, ``grid_rounds`` rounds at most; ``max_local``: the largest local displacement (frame px) the grid may add,
+    more is refused as bent; ``max_residual``: the most the whole mapping may leave unexplained (frame px, read where
+    neighbouring nodes agree), more is refused as bent or moved.
     ``min_overlap``: least fraction of the image the warped reference must cover. ``scale``: coarsest working
     scale; ``levels``: each twice the previous (the finest scores). ``iterations``/``eps`` (level px): Gauss-Newton
     stop. ``blur``: Gaussian sigma (level px). ``reuse``: :class:`Registrar` keeps its matrix while the score stays
@@ -78,9 +79,10 @@ class RegisterConfig(Section):
     local: Bool = True
     local_min_score: Annotated[Float, Field(ge=-1, le=1)] = 0.6
     grid_step: Annotated[Float, Field(ge=16, description="golden-image pixels")] = 96.0
-    grid_min: Annotated[Float, Field(gt=0, description="pixels")] = 0.75
+    grid_min: Annotated[Float, Field(gt=0, description="pixels")] = 0.4
     grid_rounds: Annotated[Int, Field(ge=1)] = 6
     max_local: Annotated[Float, Field(gt=0, description="pixels")] = 8.0
+    max_residual: Annotated[Float, Field(gt=0, description="pixels")] = 8.0
     min_overlap: Annotated[Float, Field(gt=0, le=1)] = 0.85
     scale: Annotated[Float, Field(gt=0, le=1)] = 0.25
     levels: Annotated[Int, Field(ge=1)] = 2

@@ -1,0 +1,98 @@
+"""A real camera's geometry recovered (issue 55): scale, perspective, lens distortion and a bowed board, each alone and
+all together, by the registration's global model, lens term and local grid; a bent board beyond the limit refused
+with its place."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+
+from defect_detector.align.register import register
+from defect_detector.core.capture import CaptureGeometry
+from defect_detector.core.config_register import RegisterConfig
+from defect_detector.core.refusal import RefusalKind
+
+SHAPE = (480, 640)
+TOL_PX = 0.5
+
+
+def textured(shape: tuple[int, int], seed: int) -> np.ndarray:
+    """uint8 ``[H, W]``: a board-like texture with structure in every direction everywhere (pads, tracks at any angle,
+    fine grain), so that a misregistration shows wherever it is measured."""
+    rng = np.random.default_rng(seed)
+    h, w = shape
+    image = cv2.GaussianBlur(rng.normal(128, 40, shape).astype(np.float32), (0, 0), 1.5)
+    for _ in range(120):
+        x, y = int(rng.integers(0, w)), int(rng.integers(0, h))
+        if rng.random() < 0.5:
+            cv2.circle(image, (x, y), int(rng.integers(3, 14)), float(rng.integers(0, 255)), -1)
+        else:
+            end = (x + int(rng.integers(-60, 60)), y + int(rng.integers(-60, 60)))
+            cv2.line(image, (x, y), end, float(rng.integers(0, 255)), int(rng.integers(2, 6)))
+    return np.clip(image, 0, 255).astype(np.uint8)
+
+
+def _error(geometry: CaptureGeometry, golden_shape: tuple[int, int], mapping) -> float:
+    """Largest distance (px) between where ``geometry`` and the registration's mapping put the golden image's pixels,
+    over its inner 80% (the outer band may leave the frame)."""
+    h, w = golden_shape
+    ys, xs = np.mgrid[int(0.1 * h) : int(0.9 * h) : 9, int(0.1 * w) : int(0.9 * w) : 9].astype(np.float64)
+    truth = geometry.points(np.stack([xs.ravel(), ys.ravel()], 1))
+    qx, qy = mapping.to_frame(xs.ravel(), ys.ravel())
+    return float(np.hypot(qx - truth[:, 0], qy - truth[:, 1]).max())
+
+
+CORNERS = np.array([[1.9, -1.5], [-1.2, 1.9], [1.6, 1.4], [-1.9, -0.9]])  # 0.3% of the side
+BOW = np.array([[320.0, 240.0, 160.0, 1.6, -1.2], [120.0, 380.0, 140.0, -0.9, 0.8]])  # two bumps, 2 px at most
+
+CASES = {
+    "scale 1.005": {"scale": 1.005},
+    "scale 0.995": {"scale": 0.995},
+    "perspective": {"corners": CORNERS},
+    "lens +0.02": {"k1": 0.02},
+    "lens -0.02": {"k1": -0.02},
+    "bow": {"bow": BOW},
+    "all together": {"shift": (18.0, -11.0), "degrees": 1.2, "scale": 1.004, "corners": CORNERS, "k1": 0.015, "bow": BOW},
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_known_camera_geometry_is_recovered_within_half_a_pixel(case: str) -> None:
+    golden = textured(SHAPE, 1)
+    geometry = CaptureGeometry.make(SHAPE, **CASES[case])
+    _, reg = register(golden, geometry.warp(golden))
+    assert reg.ok, reg.reason
+    assert _error(geometry, SHAPE, reg.mapping) < TOL_PX
+    if "k1" not in CASES[case]:  # with a lens term, the homography takes the lens's mean stretch into its scale
+        assert reg.geometry()["scale"] == pytest.approx(CASES[case].get("scale", 1.0), abs=0.002)
+
+
+def test_a_rigid_move_needs_no_local_part_and_is_kept_rigid() -> None:
+    golden = textured(SHAPE, 2)
+    _, reg = register(golden, CaptureGeometry.make(SHAPE, shift=(12.0, -7.0), degrees=0.8).warp(golden))
+    assert reg.ok and reg.mapping.model == "rigid" and reg.mapping.grid is None and reg.mapping.lens is None
+
+
+def test_a_board_bent_beyond_the_limit_is_refused_with_its_place() -> None:
+    """A board lifted 23 px at one place (a bump of sigma 100 px near (480, 150), far over the capture model's 2 px
+    bow) needs more of the local grid than ``register.max_local``: refused as bent, the message naming where; with the
+    limit raised it is registered, the grid's displacement recorded."""
+    golden = textured(SHAPE, 3)
+    bent = CaptureGeometry.make(SHAPE, bow=np.array([[480.0, 150.0, 100.0, 16.0, 16.0]]))
+    _, reg = register(golden, bent.warp(golden))
+    assert not reg.ok and reg.kind == RefusalKind.BENT
+    assert reg.reason.startswith("the board is bent against the golden image:")
+    x, y = (float(v) for v in reg.reason.split("near x ")[1].split(" (")[0].split(", y "))
+    assert abs(x - 480) < 100 and abs(y - 150) < 100
+    _, within = register(golden, bent.warp(golden), RegisterConfig(max_local=30.0))
+    assert within.ok and within.geometry()["grid"] > 8.0
+    flat = CaptureGeometry.make(SHAPE, bow=np.array([[480.0, 150.0, 120.0, 1.2, 1.2]]))  # within the capture model
+    assert register(golden, flat.warp(golden))[1].ok
+
+
+def test_the_local_part_is_held_out_of_a_golden_image_of_another_board() -> None:
+    """A golden image that does not show the board (another texture) scores under ``register.local_min_score``: no
+    lens term or grid is fitted to it."""
+    _, reg = register(textured(SHAPE, 4), textured(SHAPE, 5))
+    assert reg.mapping.grid is None and reg.mapping.lens is None and not reg.ok
