@@ -16,7 +16,7 @@ from benchmarks import station_bench  # noqa: E402
 def test_station_bench_runs_on_tiny_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "bench.json"
     result = station_bench.main(
-        ["--frames", "6", "--fps", "200", "--size", "96", "--queued", "0.5", "--history", "300", "--iters", "2", "--out", str(out)]
+        ["--frames", "6", "--fps", "200", "--size", "96", "--queued", "0.5", "--history", "300", "--iters", "2", "--serials", "--out", str(out)]
     )
     rec = result["recording"]
     assert rec["recorded"] == 6 and rec["unrecorded"] == 0
