@@ -121,6 +121,10 @@ def test_predict_video_writes_frames_jsonl_and_mp4(checkpoint: Path, tmp_path: P
     assert lines == records
     capture = cv2.VideoCapture(str(out_dir / "line.mp4"))
     assert capture.isOpened() and int(capture.get(cv2.CAP_PROP_FRAME_COUNT)) == 4
+    ok, first = capture.read()
+    stamp = {"pass": (0, 140, 0), "fail": (0, 0, 200)}[records[0]["verdict"]]  # each video frame stamped with its verdict
+    corners = [first[y : y + 16, x : x + 30].astype(int) for y in (4, 240 - 20) for x in (4, 320 - 34)]
+    assert ok and max((np.abs(c - np.array(stamp)).max(axis=2) < 60).mean() for c in corners) > 0.5
 
 
 def test_on_result_and_max_frames(checkpoint: Path, boards: Path) -> None:
