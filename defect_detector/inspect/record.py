@@ -65,7 +65,7 @@ class Inspection(Prepared):
         object.__setattr__(self, "verdict", verdict_of(inspected, len(self.detections) if inspected else 0, suspect))
         on: tuple[str | None, ...] = ()
         if inspected and self.outlines:
-            boxes = self.detections.boxes.double().reshape(-1, 4).numpy()
+            boxes = self.detections.boxes.detach().cpu().double().reshape(-1, 4).numpy()
             on = tuple(boards_holding(to_outline_pixels(boxes, self.registration), self.outlines))
         object.__setattr__(self, "call_boards", on)
         object.__setattr__(self, "boards", board_verdicts(inspected, suspect, on, self.outlines))
