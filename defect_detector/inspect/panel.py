@@ -9,9 +9,10 @@ given with ``predict --boards FILE`` (``Inspector.load(boards=...)``): a JSON or
 
 Each call belongs to the board whose outline holds its centre (:func:`boards_holding`; outlines may not overlap, so
 there is at most one), mapped into the outlines' pixels with the frame's registration (:func:`to_outline_pixels`, the
-one place that maps frame -> golden pixels). A call outside every outline belongs to no board: it still fails the
-frame. Each board's verdict (:func:`board_verdicts`) is the frame's rule on its own calls: ``not_inspected`` when the
-frame was not inspected, ``fail`` with a call of its own, else ``pass`` (``pass_suspect`` when the frame is suspect).
+one place that maps frame -> golden pixels, through the registration's general mapping). A call outside every outline
+belongs to no board: it still fails the frame. Each board's verdict (:func:`board_verdicts`) is the frame's rule on its
+own calls: ``not_inspected`` when the frame was not inspected, ``fail`` with a call of its own, else ``pass``
+(``pass_suspect`` when the frame is suspect).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
 
 from defect_detector.align.register import Registration
@@ -110,13 +110,13 @@ def check_inside(outlines: Sequence[BoardOutline], shape: tuple[int, int], what:
 
 def to_outline_pixels(boxes: np.ndarray, registration: Registration | None) -> np.ndarray:
     """float64 ``[N, 4]`` xyxy boxes in frame pixels -> the same boxes' centre points in the outlines' pixels, float64
-    ``[N, 2]``: through the inverse of ``registration.matrix`` (golden -> frame) when there is one, else as they are
-    (a single-image model's outlines are in frame pixels). The one place a call is mapped frame -> golden."""
-    centres = np.stack([(boxes[:, 0] + boxes[:, 2]) / 2, (boxes[:, 1] + boxes[:, 3]) / 2], 1).astype(np.float64).reshape(-1, 2)
-    if registration is None or len(centres) == 0:
-        return centres
-    inverse = cv2.invertAffineTransform(np.asarray(registration.matrix, np.float64))
-    return cv2.transform(centres.reshape(-1, 1, 2), inverse).reshape(-1, 2)
+    ``[N, 2]``: through the registration's mapping (``align/mapping.py`` ``Mapping.to_golden``: its homography, lens
+    term and local grid inverted) when there is one, else as they are (a single-image model's outlines are in frame
+    pixels). The one place a call is mapped frame -> golden."""
+    xs, ys = (boxes[:, 0] + boxes[:, 2]) / 2, (boxes[:, 1] + boxes[:, 3]) / 2
+    if registration is not None and len(xs):
+        xs, ys = registration.mapping.to_golden(xs, ys)
+    return np.stack([xs, ys], 1).astype(np.float64).reshape(-1, 2)
 
 
 def boards_holding(points: np.ndarray, outlines: Sequence[BoardOutline]) -> list[str | None]:

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from defect_detector.align.mapping import Mapping
 from defect_detector.align.register import Registration
 from defect_detector.inspect.panel import BoardOutline, board_verdicts, boards_holding, load_outlines, outlines_of, to_outline_pixels
 
@@ -49,7 +50,8 @@ def test_a_missing_or_malformed_file_is_one_line(tmp_path: Path) -> None:
 def test_each_call_lies_on_the_board_holding_its_centre_in_the_golden_images_pixels() -> None:
     boxes = np.array([[40.0, 30.0, 60.0, 50.0], [150.0, 30.0, 170.0, 50.0], [300.0, 300.0, 310.0, 310.0]])
     assert boards_holding(to_outline_pixels(boxes, None), OUTLINES) == ["A", "B", None]
-    shifted = Registration(np.array([[1.0, 0.0, 30.0], [0.0, 1.0, 0.0]]), 0.9, True, 30.0, 0.0, 1.0)  # golden -> frame: +30 px in x
+    shift = Mapping(np.array([[1.0, 0.0, 30.0], [0.0, 1.0, 0.0]]), (80, 200))  # golden -> frame: +30 px in x
+    shifted = Registration(shift, 0.9, True, 30.0, 0.0, 1.0)
     near_seam = np.array([[105.0, 30.0, 115.0, 50.0]])  # centre x 110 in the frame: x 80 in the golden image, board A
     assert boards_holding(to_outline_pixels(near_seam, None), OUTLINES) == ["B"]
     assert boards_holding(to_outline_pixels(near_seam, shifted), OUTLINES) == ["A"]
@@ -60,3 +62,17 @@ def test_each_board_gets_the_frames_rule_on_its_own_calls() -> None:
     assert verdicts == {"A": ("pass", 0), "B": ("fail", 2)}
     assert [b.verdict for b in board_verdicts(True, True, ["B"], OUTLINES)] == ["pass_suspect", "fail"]
     assert [b.verdict for b in board_verdicts(False, False, [], OUTLINES)] == ["not_inspected", "not_inspected"]
+
+
+def test_a_call_is_mapped_through_a_perspective_mapping_not_only_its_affine_part() -> None:
+    """The registration's mapping is general (a homography, a lens term, a local grid): a call lies on the board the
+    whole mapping puts it on. Its affine part (``Registration.matrix``, exact at the golden image's centre) would put
+    this call, far from the centre, 12 px off: on the other board."""
+    tilt = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.002, 0.0, 1.0]])  # golden -> frame: x' = x / (1 + 0.002 x)
+    registration = Registration(Mapping(tilt, (80, 200)), 0.9, True, 0.0, 0.0, 1.0)
+    narrow = (BoardOutline("C", (0.0, 0.0, 15.0, 80.0)), BoardOutline("D", (15.0, 0.0, 200.0, 80.0)))
+    box = np.array([[17.0, 30.0, 23.0, 40.0]])  # centre x 20 in the frame: x 20.8 in the golden image, on board D
+    golden = to_outline_pixels(box, registration)
+    assert abs(golden[0, 0] - 20.0 / (1 - 0.002 * 20.0)) < 1e-6 and boards_holding(golden, narrow) == ["D"]
+    affine = np.linalg.solve(np.vstack([registration.matrix, [0.0, 0.0, 1.0]]), [20.0, 35.0, 1.0])
+    assert boards_holding(affine[None, :2], narrow) == ["C"]  # what the affine part alone would have said
