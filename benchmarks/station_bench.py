@@ -2,7 +2,8 @@
 
 1. Recording (SQLite): ``--frames`` gray frames handed to a :class:`~defect_detector.station.recorder.Recorder` at
    ``--fps`` (synthetic boards with camera blur and noise), a ``--queued`` fraction of them with a call at the
-   operating point (so their PNG is written). Reported:
+   operating point (so their PNG is written), with board serials with ``--serials`` (each board shot twice: every
+   batch asks the database which serials it has seen, for first-pass yield). Reported:
    the time ``record()`` takes the inspection thread (``caller_fraction``: its share of the frame period), and the CPU
    the whole recording costs, the writer thread's PNG encoding and inserts included (``cpu_fraction``: process CPU
    time over the run, less that of the same loop without a recorder, / the frames' total period). Target: <= 5% of
@@ -11,13 +12,14 @@
    median and p90 response time of the live page's HTML and its ``/api/live`` poll, ``/api/inspections``, the review
    page and ``/api/review/next``, over HTTP to uvicorn on localhost. Target: < 200 ms.
 
-Run: ``python -m benchmarks.station_bench [--db postgresql://...] [--out results.json]`` (SQLite in a temp folder by
+Run: ``python -m benchmarks.station_bench [--serials] [--db postgresql://...] [--out results.json]`` (SQLite in a temp folder by
 default; a PostgreSQL URL is used for part 2 only, on a fresh set of tables it creates, so give an empty database).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import glob
 import json
 import statistics
@@ -45,10 +47,12 @@ TARGETS = {"recording_fraction_max": 0.05, "page_ms_max": 200.0}
 PAGES = ("/", "/api/live", "/api/inspections?limit=50", "/review", "/api/review/next")
 
 
-def _frame_record(i: int, image: np.ndarray, queued: bool, now: datetime) -> FrameRecord:
+def _frame_record(i: int, image: np.ndarray, queued: bool, now: datetime, serials: bool = False) -> FrameRecord:
     top = 0.9 if queued else 0.3
     found = tuple(CallRecord(CLASSES[(i + k) % 6], top - 0.1 * k, (10.0 + k, 20.0, 40.0 + k, 60.0)) for k in range(3))
-    return FrameRecord("bench", i, f"f{i}.png", now, "bench.pt", "fail", drift="normal", score=0.5, calls=found, image=image)
+    serial = f"SN{i // 2:08d}" if serials else None  # each board shot twice: every batch asks which serials were seen
+    record = FrameRecord("bench", i, f"f{i}.png", now, "bench.pt", "fail", drift="normal", score=0.5, calls=found, image=image)
+    return dataclasses.replace(record, serial=serial, lot="L1" if serials else None)
 
 
 def camera_frame(size: int, seed: int) -> np.ndarray:
@@ -67,15 +71,18 @@ class _NoRecorder:
         return True
 
 
-def _paced(recorder: Any, images: list[np.ndarray], frames: int, period: float, every: int) -> tuple[list[float], float, float]:
-    """Hand ``frames`` records to ``recorder`` one per ``period``; (record() seconds each, process CPU s, wall s)."""
+def _paced(
+    recorder: Any, images: list[np.ndarray], frames: int, period: float, every: int, serials: bool = False
+) -> tuple[list[float], float, float]:
+    """Hand ``frames`` records to ``recorder`` one per ``period`` (with board serials: ``serials``); (record() seconds
+    each, process CPU s, wall s)."""
     caller: list[float] = []
     cpu0, wall0 = time.process_time(), time.perf_counter()
     for i in range(frames):
         delay = wall0 + i * period - time.perf_counter()
         if delay > 0:
             time.sleep(delay)
-        record = _frame_record(i, images[i % len(images)], bool(every) and i % every == 0, datetime.now(timezone.utc))
+        record = _frame_record(i, images[i % len(images)], bool(every) and i % every == 0, datetime.now(timezone.utc), serials)
         t0 = time.perf_counter()
         recorder.record(record)
         caller.append(time.perf_counter() - t0)
@@ -84,10 +91,12 @@ def _paced(recorder: Any, images: list[np.ndarray], frames: int, period: float, 
     return caller, time.process_time() - cpu0, time.perf_counter() - wall0
 
 
-def bench_recording(frames: int, fps: float, size: int, queued: float, folder: Path, pattern: str | None = None) -> dict[str, Any]:
+def bench_recording(  # noqa: PLR0913 - the benchmark's knobs, one keyword each
+    frames: int, fps: float, size: int, queued: float, folder: Path, pattern: str | None = None, serials: bool = False
+) -> dict[str, Any]:
     """Part 1 (module docstring) into a SQLite file in ``folder``. The CPU of the same paced loop without a recorder
     (making the records, sleeping) is measured first and subtracted. ``pattern``: a glob of image files to record
-    instead of the synthetic camera frames."""
+    instead of the synthetic camera frames; ``serials``: each frame with a board serial (each board shot twice)."""
     if pattern:
         files = sorted(glob.glob(pattern))[:8]
         if not files:
@@ -97,11 +106,11 @@ def bench_recording(frames: int, fps: float, size: int, queued: float, folder: P
         images = [camera_frame(size, i) for i in range(4)]
     period = 1.0 / fps
     every = max(1, round(1 / queued)) if queued > 0 else 0
-    _, base_cpu, _ = _paced(_NoRecorder(), images, frames, period, every)
+    _, base_cpu, _ = _paced(_NoRecorder(), images, frames, period, every, serials)
     recorder = Recorder(str(folder / "record.db"), conf=0.5, classes=CLASSES)
     recorder.record(_frame_record(-1, images[0], False, datetime.now(timezone.utc)))  # schema and first connection
     recorder.flush(60)
-    caller, cpu, wall = _paced(recorder, images, frames, period, every)
+    caller, cpu, wall = _paced(recorder, images, frames, period, every, serials)
     recorder.close()
     cost = max(cpu - base_cpu, 0.0)
     return {
@@ -109,6 +118,7 @@ def bench_recording(frames: int, fps: float, size: int, queued: float, folder: P
         "fps": fps,
         "frame": f"{images[0].shape[1]}x{images[0].shape[0]}",
         "images": pattern or "synthetic camera frames (noise sigma 3)",
+        "serials": serials,
         "queued_fraction": queued,
         "recorded": recorder.recorded - 1,
         "unrecorded": recorder.unrecorded,
@@ -198,12 +208,20 @@ def bench_pages(url: str, history: int, iters: int, folder: Path) -> dict[str, A
     return {"history": history, "fill_s": round(fill_s, 1), "pages": pages}
 
 
-def run(
-    frames: int, fps: float, size: int, queued: float, history: int, iters: int, db: str | None, pattern: str | None = None
+def run(  # noqa: PLR0913 - the benchmark's knobs, one keyword each
+    frames: int,
+    fps: float,
+    size: int,
+    queued: float,
+    history: int,
+    iters: int,
+    db: str | None,
+    pattern: str | None = None,
+    serials: bool = False,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="station_bench_") as tmp:
         folder = Path(tmp)
-        recording = bench_recording(frames, fps, size, queued, folder, pattern)
+        recording = bench_recording(frames, fps, size, queued, folder, pattern, serials)
         pages = bench_pages(db or str(folder / "history.db"), history, iters, folder)
     slowest = max(p["median_ms"] for p in pages["pages"].values())
     return {
@@ -227,9 +245,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--history", type=int, default=100_000, help="recorded frames for the page timings")
     parser.add_argument("--iters", type=int, default=30, help="timed requests per page")
     parser.add_argument("--db", help="database for the page timings (default: SQLite in a temp folder)")
+    parser.add_argument("--serials", action="store_true", help="give each frame a board serial (each board shot twice)")
     parser.add_argument("--out", help="write the results JSON here")
     args = parser.parse_args(argv)
-    result = run(args.frames, args.fps, args.size, args.queued, args.history, args.iters, args.db, args.images)
+    result = run(args.frames, args.fps, args.size, args.queued, args.history, args.iters, args.db, args.images, args.serials)
     rec = result["recording"]
     print(
         f"recording {rec['frames']} frames of {rec['frame']} ({rec['images']}) at {rec['fps']:g} frames/s "

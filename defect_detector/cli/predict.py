@@ -72,7 +72,24 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--db", metavar="URL", help="record every frame into this station database (file path, sqlite:///... or postgresql://...)"
     )
+    _add_line_arguments(p)
     add_monitor_arguments(p)
+
+
+def _add_line_arguments(p: argparse.ArgumentParser) -> None:
+    """What a line tells ``predict`` beside its frames: where the board's serial is, and a panel's board outlines."""
+    p.add_argument(
+        "--trace-pattern",
+        metavar="REGEX",
+        help="read each frame's board serial, lot and work order from its file name: a regular expression with named groups "
+        "serial, lot, order, e.g. '(?P<serial>SN\\d+)_(?P<lot>L\\d+)' (the serial identifies a board for first-pass yield)",
+    )
+    p.add_argument(
+        "--boards",
+        metavar="FILE",
+        help="a panel's board outlines: JSON or YAML {name: [x1, y1, x2, y2]} in the golden image's pixels (a single-image "
+        "model: the frame's); each board gets its own verdict",
+    )
 
 
 def run(args: argparse.Namespace) -> None:
@@ -107,6 +124,8 @@ def _predict(args: argparse.Namespace, stop: StopSignals) -> None:
         metrics_port=args.metrics_port,
         metrics_addr=args.metrics_addr,
         db=args.db,
+        trace_pattern=args.trace_pattern,
+        boards=args.boards,
     )
     with inspector:
         _print_setup(inspector, args)

@@ -17,6 +17,10 @@ PRED_COLOR_BGR = (0, 0, 255)
 CLASS_COLORS_BGR = ((0, 0, 230), (230, 110, 0), (0, 160, 240), (200, 60, 200), (0, 200, 200), (150, 120, 0), (60, 60, 160), (90, 90, 90))
 """One colour per class (by label, cycling): red, blue, orange, purple, yellow, teal, brown, grey; distinct on gray boards."""
 STAMP_COLOR_BGR = (0, 0, 200)
+VERDICT_COLORS_BGR = {"PASS": (0, 140, 0), "FAIL": (0, 0, 200), "PASS SUSPECT": (0, 120, 230), "NOT INSPECTED": STAMP_COLOR_BGR}
+"""The badge colour of each verdict stamp: green, red, orange, red."""
+HIDDEN_COLOR_BGR = (230, 0, 230)
+"""Magenta: the outline of a hidden area (glare, a shadow, a hand), a colour no board and no class shows."""
 
 
 def to_numpy(x: Any) -> np.ndarray:
@@ -173,10 +177,12 @@ def _wrap(text: str, font: int, scale: float, thickness: int, width: int) -> lis
     return lines
 
 
-def stamp(canvas: np.ndarray, title: str, detail: str = "") -> np.ndarray:
+def stamp(canvas: np.ndarray, title: str, detail: str = "", avoid: tuple[int, int, int, int] | None = None) -> np.ndarray:
     """Write ``title`` (e.g. ``NOT INSPECTED``) and ``detail`` (the reason) across BGR ``canvas`` in place, on a band
     across its middle, so a frame that was not inspected can never pass for a clean one. Both are wrapped at word
-    boundaries to fit inside the frame's width (the font shrinks until the band fits its height). Returns ``canvas``."""
+    boundaries to fit inside the frame's width (the font shrinks until the band fits its height). ``avoid``: a box
+    ``(x1, y1, x2, y2)`` the band must leave visible (the hidden area it names): the band then goes to the top or the
+    bottom edge, whichever is farther from the box. Returns ``canvas``."""
     height, width = canvas.shape[:2]
     font, scale = cv2.FONT_HERSHEY_SIMPLEX, max(0.6, min(height, width) / 400.0)
     room = max(1, width - 2 * _STAMP_MARGIN)
@@ -190,12 +196,73 @@ def stamp(canvas: np.ndarray, title: str, detail: str = "") -> np.ndarray:
             break
         scale *= 0.8
     top = max(0, (height - band) // 2)
+    if avoid is not None:
+        top = max(0, height - band) if (avoid[1] + avoid[3]) / 2 < height / 2 else 0
     cv2.rectangle(canvas, (0, top), (width - 1, min(height - 1, top + band)), STAMP_COLOR_BGR, thickness=-1)
     y = top
     for (text, s, th), (tw, h) in zip(lines, sizes):
         y += gap + h
         cv2.putText(canvas, text, (max(_STAMP_MARGIN, (width - tw) // 2), y), font, s, (255, 255, 255), th, lineType=cv2.LINE_AA)
     return canvas
+
+
+def _corners(width: int, height: int, w: int, h: int) -> list[tuple[int, int, int, int]]:
+    """The four corner places (top-left, top-right, bottom-left, bottom-right) of a ``w`` x ``h`` badge in the frame."""
+    right, bottom = max(0, width - w), max(0, height - h)
+    return [(x, y, x + w, y + h) for y in (0, bottom) for x in (0, right)]
+
+
+def badge(canvas: np.ndarray, title: str, detail: str = "", avoid: Sequence[Sequence[float]] = ()) -> tuple[int, int, int, int]:
+    """Write the verdict ``title`` (a key of :data:`VERDICT_COLORS_BGR`) large on a filled badge in its colour, with
+    ``detail`` (one line, cut to the frame's width) below it, at the first corner of BGR ``canvas`` that overlaps no
+    box of ``avoid`` (xyxy: the calls, so the stamp never hides one; the top-left when none is free). In place; returns
+    the badge's ``(x1, y1, x2, y2)``."""
+    height, width = canvas.shape[:2]
+    font, scale = cv2.FONT_HERSHEY_SIMPLEX, _font_scale(height, width)
+    lines = [(title, scale * 1.4, max(2, round(scale * 2.5)))] + ([(detail, scale * 0.8, max(1, round(scale * 1.5)))] if detail else [])
+    room = max(1, width - 2 * _STAMP_MARGIN)
+    lines = [(_cut(text, font, s, th, room), s, th) for text, s, th in lines]
+    sizes = [cv2.getTextSize(text, font, s, th)[0] for text, s, th in lines]
+    gap = max(3, round(6 * scale))
+    w = min(width, max(tw for tw, _ in sizes) + 2 * _STAMP_MARGIN)
+    h = min(height, sum(th for _, th in sizes) + gap * (len(lines) + 1))
+    places = _corners(width, height, w, h)
+    boxes = [tuple(float(v) for v in b) for b in avoid]
+    free = [p for p in places if all(b[2] <= p[0] or b[0] >= p[2] or b[3] <= p[1] or b[1] >= p[3] for b in boxes)]
+    x1, y1, x2, y2 = (free or places)[0]
+    color = VERDICT_COLORS_BGR.get(title, STAMP_COLOR_BGR)
+    cv2.rectangle(canvas, (x1, y1), (x2 - 1, y2 - 1), color, thickness=-1)
+    y = y1
+    for (text, s, th), (_, h_text) in zip(lines, sizes):
+        y += gap + h_text
+        cv2.putText(canvas, text, (x1 + _STAMP_MARGIN, y), font, s, _text_color(color), th, lineType=cv2.LINE_AA)
+    return x1, y1, x2, y2
+
+
+def _cut(text: str, font: int, scale: float, thickness: int, width: int) -> str:
+    """``text`` cut (with "...") to at most ``width`` px in this font."""
+    if cv2.getTextSize(text, font, scale, thickness)[0][0] <= width:
+        return text
+    while len(text) > 1 and cv2.getTextSize(text + "...", font, scale, thickness)[0][0] > width:
+        text = text[:-1]
+    return text + "..."
+
+
+def outline(canvas: np.ndarray, box: Sequence[float], label: str, color: tuple[int, int, int] = HIDDEN_COLOR_BGR) -> None:
+    """Draw ``box`` (xyxy in the canvas's pixels) as a thick frame in ``color`` with ``label`` on a tag at its top-left
+    corner (inside the image), on BGR ``canvas`` in place: where a hidden area lies."""
+    height, width = canvas.shape[:2]
+    thickness = 2 * _line_thickness(height, width)
+    x1, y1, x2, y2 = (int(round(v)) for v in box)
+    x1, x2 = min(max(x1, 0), width - 1), min(max(x2, 0), width - 1)
+    y1, y2 = min(max(y1, 0), height - 1), min(max(y2, 0), height - 1)
+    cv2.rectangle(canvas, (x1, y1), (x2, y2), color, thickness, lineType=cv2.LINE_AA)
+    font, scale = cv2.FONT_HERSHEY_SIMPLEX, _font_scale(height, width)
+    (tw, th), baseline = cv2.getTextSize(label, font, scale, max(1, thickness // 4))
+    ty = y1 - th - baseline - 2 if y1 - th - baseline - 2 >= 0 else min(y2 + 1, height - th - baseline - 2)
+    tx = min(x1, max(width - tw - 2, 0))
+    cv2.rectangle(canvas, (tx, ty), (tx + tw + 2, ty + th + baseline + 2), color, thickness=-1)
+    cv2.putText(canvas, label, (tx + 1, ty + th + 1), font, scale, _text_color(color), max(1, thickness // 4), lineType=cv2.LINE_AA)
 
 
 def draw_detections(

@@ -10,6 +10,7 @@
             stop_the_board(result.reason)          # never count it as clean
         result.detections.boxes                    # float32 [K, 4] xyxy in the frame's pixels
         result.drift                               # "normal", "warning", "critical" or "off"
+        inspector.inspect(frame, serial="SN0042", lot="L7")   # traceability: on the record and at the station
         summary = inspector.run("frames/", save_json="det.json")   # a whole source
 
 Defaults are what the deployed artifact does: one model pass per frame (test-time augmentation only
@@ -37,6 +38,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from defect_detector.core.board_yield import BoardYield
 from defect_detector.core.devices import AdaptiveThreads, default_threads
 from defect_detector.core.types import Detections
 from defect_detector.data.images import ConversionNotice
@@ -44,6 +46,7 @@ from defect_detector.inspect.design_check import DesignCheck
 from defect_detector.inspect.drift_inputs import golden_of
 from defect_detector.inspect.frame import Frame
 from defect_detector.inspect.outputs import Outputs
+from defect_detector.inspect.panel import BoardOutline, check_inside, load_outlines, outlines_of
 from defect_detector.inspect.pipeline import Pipeline, gray_frame
 from defect_detector.inspect.prepare import Prepare, Prepared, detect
 from defect_detector.inspect.record import Inspection
@@ -53,6 +56,7 @@ from defect_detector.inspect.run_summary import Tally
 from defect_detector.inspect.runtime import Runtime, precision_half
 from defect_detector.inspect.sources import FrameSource, batches, open_source
 from defect_detector.inspect.stop_signals import StopSignals, until_stopped
+from defect_detector.inspect.trace import NO_TRACE, Trace, TracePattern
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
 from defect_detector.monitor.alerts import AlertRouter
 from defect_detector.monitor.drift import DriftEvent
@@ -64,6 +68,19 @@ from defect_detector.station.records import utc_now
 log = logging.getLogger("defect_detector.inspect")
 
 
+def line_options(
+    trace_pattern: str | None = None, boards: str | Path | dict[str, Any] | None = None
+) -> tuple[TracePattern | None, tuple[BoardOutline, ...]]:
+    """What a line tells the inspector beside its frames, checked (``ValueError`` in one line): ``trace_pattern``, a
+    regular expression with named groups ``serial`` / ``lot`` / ``order`` read from each frame's file name
+    (``inspect/trace.py``), and ``boards``, the board outlines of a panel design: a ``--boards`` file or its mapping
+    (``inspect/panel.py``)."""
+    pattern = TracePattern(trace_pattern) if trace_pattern is not None else None
+    if boards is None:
+        return pattern, ()
+    return pattern, load_outlines(boards) if isinstance(boards, (str, Path)) else outlines_of(boards)
+
+
 class Inspector:
     """Composes the frame :class:`Pipeline` (runtime, golden images, operating point, tiling) and an optional
     :class:`AlertRouter` (drift detector + sinks). Build it with :meth:`load`; use it as a context manager, or call
@@ -73,6 +90,7 @@ class Inspector:
     undelivered_at_close = 0  # alerts the sinks had not delivered when close() stopped them
     unrecorded_at_close = 0  # frames the station recorder could not record (counted when close() stopped it)
     autothreads: AdaptiveThreads | None = None  # load(threads=None) on a CPU: the thread count re-chosen as the run goes
+    unmatched = False  # a frame name the trace pattern did not match was logged
 
     def __init__(self, pipeline: Pipeline, router: AlertRouter | None = None) -> None:
         runtime = pipeline.runtime
@@ -91,6 +109,9 @@ class Inspector:
         self._next_index, self._closed = 0, False
         self.choices: dict[str, Any] | None = None  # load(): the options of a sibling on other bundled weights
         self.siblings: dict[Path, Inspector] = {}  # the bundled weights chosen for some designs, loaded on first use
+        self.trace_pattern: TracePattern | None = None  # load(trace_pattern=): serial, lot, order from each frame's name
+        self.outlines: tuple[BoardOutline, ...] = ()  # load(boards=): the board outlines of a panel design
+        self.yields = BoardYield()  # boards by verdict and first-pass yield of every frame handed over (Prometheus)
 
     @property
     def runtime(self) -> Runtime:
@@ -126,6 +147,8 @@ class Inspector:
         metrics_addr: str = "0.0.0.0",
         db: str | None = None,
         precision: str = "auto",
+        trace_pattern: str | None = None,
+        boards: str | Path | dict[str, Any] | None = None,
     ) -> Inspector:
         """Load weights (None: the bundled model; with ``reference``, the bundled golden-template model) and set
         up registration and monitoring. ``reference``: one golden image for every frame, or a folder of them (by
@@ -138,8 +161,9 @@ class Inspector:
         ``baseline`` overrides the one the weights carry. ``db``: record every frame into this station database (a file
         path, ``sqlite:///...`` or ``postgresql://...``; see ``defect_detector.station``). ``precision``: a checkpoint's
         (``auto``: float32 on the CPU, float16 on CUDA; ``float32``; ``bf16``: bfloat16 on a CPU that runs it natively,
-        :func:`~defect_detector.inspect.runtime.checkpoint_dtype`). Raises ``FileNotFoundError`` / ``ValueError`` with
-        one clear line."""
+        :func:`~defect_detector.inspect.runtime.checkpoint_dtype`). ``trace_pattern`` / ``boards``: :func:`line_options`.
+        Raises ``FileNotFoundError`` / ``ValueError`` with one clear line."""
+        pattern, outlines = line_options(trace_pattern, boards)  # checked before anything loads
         chosen = weights is None and baseline is None
         weights = weights or (DEFAULT_REFERENCE_WEIGHTS if reference else None)
         adaptive, threads = threads is None, default_threads() if threads is None else threads
@@ -157,19 +181,37 @@ class Inspector:
             metrics_addr=metrics_addr,
             monitor_config=monitor_config,
         )
-        try:
-            inspector = cls(pipeline, router)
-        except ValueError:
-            if router is not None:
-                router.close()
-            raise
+        inspector = cls._composed(pipeline, router)
         inspector.autothreads = AdaptiveThreads.for_device(runtime.device) if adaptive else None  # follows the machine
+        inspector._set_line(pattern, outlines)
         if chosen and reference:  # the bundled weights, chosen per design from its look
             inspector.choices = {"reference": reference, "device": device, "threads": threads, "tta": tta, "conf": conf,
                                  "iou": iou, "max_det": max_det, "tile": tile, "monitor": monitor, "monitor_config": monitor_config}
         if db is not None:
             inspector._record_into(db)
         return inspector
+
+    @classmethod
+    def _composed(cls, pipeline: Pipeline, router: AlertRouter | None) -> Inspector:
+        """The inspector of ``pipeline`` and ``router``; the router closed again when it cannot be built."""
+        try:
+            return cls(pipeline, router)
+        except ValueError:
+            if router is not None:
+                router.close()
+            raise
+
+    def _set_line(self, pattern: TracePattern | None, outlines: tuple[BoardOutline, ...]) -> None:
+        """Read traces by ``pattern`` and inspect panels of ``outlines`` (:func:`line_options`); with one golden image,
+        each outline must lie inside it (else ``ValueError`` in one line, the inspector closed)."""
+        try:
+            if outlines and self.references is not None and self.references.single:
+                golden = self.references.image(self.references.path.name)
+                check_inside(outlines, golden.shape[:2], f"the golden image {self.references.path.name}")
+        except ValueError:
+            self.close()
+            raise
+        self.trace_pattern, self.outlines = pattern, outlines
 
     def _record_into(self, db: str) -> None:
         """Station recording: every frame from now on goes to a :class:`~defect_detector.station.recorder.Recorder` on
@@ -188,38 +230,76 @@ class Inspector:
         """Whether drift is monitored (the weights or ``baseline=`` gave a baseline)."""
         return self.router is not None and self.router.detector is not None
 
-    def inspect(self, image: np.ndarray, name: str = "frame", reference: np.ndarray | None = None, source: str = "api") -> Inspection:
+    def inspect(  # noqa: PLR0913 - the frame, its golden image and its trace, one keyword each
+        self,
+        image: np.ndarray,
+        name: str = "frame",
+        reference: np.ndarray | None = None,
+        source: str = "api",
+        serial: str | None = None,
+        lot: str | None = None,
+        order: str | None = None,
+    ) -> Inspection:
         """Inspect one frame (uint8 / uint16 ``[H, W]``, ``[H, W, 1|3|4]``: converted to gray here, the pipeline's
         entry); frames are numbered in call order. ``reference``: this frame's golden image, registered here
-        (default: from ``References`` by ``name``). ``source`` names the camera or line in drift events.
-        ``ValueError`` for anything that is not an image (``None`` included)."""
+        (default: from ``References`` by ``name``). ``source`` names the camera or line in drift events. ``serial``,
+        ``lot``, ``order``: the board's serial, lot and work order (``inspect/trace.py``; None: read from ``name`` by
+        the trace pattern, if any). ``ValueError`` for anything that is not an image (``None`` included) or a trace
+        value that is not one printable line."""
+        given = Trace(serial, lot, order) if (serial, lot, order) != (None, None, None) else None
         gray = gray_frame(image, name, self.notice)
         frame = Frame(self._next_index, gray, source, name, time.time())
         self._next_index += 1
-        return self.inspect_frames([frame], [reference] if reference is not None else None)[0]
+        return self.inspect_frames([frame], [reference] if reference is not None else None, [given] if given is not None else None)[0]
 
-    def inspect_frames(self, frames: Sequence[Frame], references: Sequence[np.ndarray | None] | None = None) -> list[Inspection]:
+    def inspect_frames(
+        self, frames: Sequence[Frame], references: Sequence[np.ndarray | None] | None = None, traces: Sequence[Trace | None] | None = None
+    ) -> list[Inspection]:
         """Inspect gray frames (from a source, or :meth:`inspect`) in one model call; one :class:`Inspection` per
-        frame, in order, drift updated per frame. ``references``: one golden image (or None) per frame.
-        ``RuntimeError`` after :meth:`close`."""
+        frame, in order, drift updated per frame. ``references``: one golden image (or None) per frame; ``traces``: one
+        :class:`~defect_detector.inspect.trace.Trace` (or None: read from the frame's name by the trace pattern) per
+        frame. ``RuntimeError`` after :meth:`close`."""
         self._check_open()
-        if references is not None and len(references) != len(frames):
-            raise ValueError(f"got {len(references)} golden images for {len(frames)} frames; pass one per frame")
+        for given, what in ((references, "golden images"), (traces, "traces")):
+            if given is not None and len(given) != len(frames):
+                raise ValueError(f"got {len(given)} {what} for {len(frames)} frames; pass one per frame")
         if self.autothreads is not None:
             self.autothreads.tick()
         given = list(references) if references is not None else [None] * len(frames)
+        traced = [self._trace(f, t) for f, t in zip(frames, traces if traces is not None else [None] * len(frames))]
         owners = [self._owner(frame, golden) for frame, golden in zip(frames, given)]
         records: list[Inspection | None] = [None] * len(frames)
         for owner in dict.fromkeys(owners):
             mine = [i for i, o in enumerate(owners) if o is owner]
-            for i, record in zip(mine, owner._inspect([frames[i] for i in mine], [given[i] for i in mine])):
+            found = owner._inspect([frames[i] for i in mine], [given[i] for i in mine], [traced[i] for i in mine], self.outlines)
+            for i, record in zip(mine, found):
                 records[i] = record
         for record in records:
             self._hand_over(record)
         return records
 
-    def _inspect(self, frames: Sequence[Frame], references: Sequence[np.ndarray | None]) -> list[Inspection]:
-        """Prepare, detect and monitor ``frames`` with this inspector's own weights; each record finished here, once."""
+    def _trace(self, frame: Frame, given: Trace | None) -> Trace:
+        """A frame's trace: the one given, else the one the trace pattern reads from its name (a WARNING, once, for the
+        first name it does not match), else none."""
+        if given is not None or self.trace_pattern is None:
+            return given or NO_TRACE
+        found = self.trace_pattern.trace(frame.file_name)
+        if found is NO_TRACE and not self.unmatched:
+            self.unmatched = True
+            words = "such frames have no serial: each is a board of its own"
+            log.warning("--trace-pattern '%s' does not match %s: %s", self.trace_pattern.pattern, frame.file_name, words)
+        return found
+
+    def _inspect(
+        self,
+        frames: Sequence[Frame],
+        references: Sequence[np.ndarray | None],
+        traces: Sequence[Trace],
+        outlines: tuple[BoardOutline, ...] = (),
+    ) -> list[Inspection]:
+        """Prepare, detect and monitor ``frames`` with this inspector's own weights; each record finished here, once,
+        with the threshold that decided it (its design's, ``Pipeline.conf_for``, at these weights' operating point),
+        its ``traces`` and the panel's ``outlines``."""
         prepared = [self.prepare(f, golden) for f, golden in zip(frames, references)]
         found = detect(self.pipeline, prepared)
         goldens: dict[int, Golden | None] = {}
@@ -227,13 +307,19 @@ class Inspector:
             inspected = [p for p, d in zip(prepared, found) if d is not None]
             goldens = dict(zip(map(id, inspected), golden_of(self.pipeline, inspected)))
         records = []
-        for record, detections in zip(prepared, found):
+        for record, detections, trace in zip(prepared, found, traces):
             events, drift, score = self._monitor(record, detections, goldens.get(id(record)))
-            records.append(Inspection.finish(record, detections, events=events, drift=drift, score=score, weights=self.runtime.path.name))
+            conf = None if detections is None else self.pipeline.conf_for(record.golden_key)
+            outcome = {"events": events, "drift": drift, "score": score, "weights": self.runtime.path.name, "conf": conf}
+            records.append(Inspection.finish(record, detections, trace=trace, outlines=outlines, **outcome))
         return records
 
     def _hand_over(self, record: Inspection) -> None:
-        """The inspector's own consumer of every finished record: the station recorder (``db=``), which never blocks."""
+        """The inspector's own consumers of every finished record: its yield (to the metrics sink, if any) and the
+        station recorder (``db=``), which never blocks."""
+        first = self.yields.add(record.verdict.value, record.trace.serial)
+        if self.router is not None:
+            self.router.on_verdict(record.verdict.value, first)
         if self.recorder is not None:
             self.recorder.record(record.to_station(utc_now()))
 

@@ -17,7 +17,8 @@ null; ``design_taught``: whether the weights were taught the frame's golden imag
 frame's design showed this many times coarser than the weights were validated at and was inspected downscaled to it
 (``inspect/design_scale.py``; 1.0: as given; a design finer than validated is named in ``design_warning``).
 ``json_layout="detections"`` writes v0.8's flat list of calls instead (for scripts that read it). A frame that was
-not inspected is stamped NOT INSPECTED with its reason in ``--save-dir``.
+not inspected is stamped NOT INSPECTED with its reason in ``--save-dir``, an inspected one PASS, FAIL or PASS SUSPECT
+(``inspect/annotated_image.py``).
 
 Every file is written to a temporary name and renamed into place when complete, so an interrupted run never leaves
 a half-written output, and a run that fails (:meth:`Outputs.discard`) never replaces the results of an earlier one:
@@ -43,14 +44,12 @@ import numpy as np
 
 from defect_detector.core.io import atomic_write_bytes
 from defect_detector.core.safe_text import csv_cell
-from defect_detector.data.draw import draw_detections, stamp
+from defect_detector.inspect.annotated_image import annotated_image
 from defect_detector.inspect.record import Inspection, csv_header
 from defect_detector.inspect.run_guard import run_temp_name
 from defect_detector.inspect.sources import FrameSource
-from defect_detector.screens.frame import MIN_SIDE
 
 JSON_LAYOUTS = ("frames", "detections")
-_PLACEHOLDER = (240, 640)  # size of the stamped image that stands in for a frame unread, or too small to stamp legibly
 
 log = logging.getLogger("defect_detector.inspect")
 
@@ -157,7 +156,7 @@ class Outputs:
             except OSError as exc:
                 self._lost(kind, exc, self.frames - 1)
         if self.save_dir is not None and "images" not in self.failed:
-            annotated = self._annotated(inspection)
+            annotated = annotated_image(inspection, self.class_names)
             try:
                 if self.per_frame:
                     self._write_video_frame(annotated)
@@ -183,16 +182,6 @@ class Outputs:
         what = "not written" if done is None else f"this output stopped after {done} frames"
         self.failed[kind] = f"{flag} {where}: {why}: {what}; the other outputs go on"
         log.warning("%s", self.failed[kind])
-
-    def _annotated(self, inspection: Inspection) -> np.ndarray:
-        """The frame with its calls drawn, or stamped NOT INSPECTED with the reason (a stamped placeholder when the
-        frame could not be read at all, or is too small for the stamp to be read: under ``MIN_SIDE`` px)."""
-        frame, result = inspection.frame, inspection.detections
-        if result is not None:
-            return draw_detections(frame.image, result.boxes, result.scores, result.labels, self.class_names)
-        legible = frame.image is not None and min(frame.image.shape) >= MIN_SIDE
-        canvas = cv2.cvtColor(frame.image, cv2.COLOR_GRAY2BGR) if legible else np.full((*_PLACEHOLDER, 3), 90, np.uint8)
-        return stamp(canvas, "NOT INSPECTED", inspection.reason or "")
 
     def _write_image(self, name: str, image: np.ndarray) -> None:
         path = self.save_dir / name

@@ -19,9 +19,11 @@ from torchvision.ops import box_convert
 from defect_detector.align.register import Registration
 from defect_detector.core.types import Detections
 from defect_detector.core.verdict import Verdict, verdict_of
+from defect_detector.inspect.panel import BoardOutline, BoardVerdict, board_verdicts, boards_holding, to_outline_pixels
 from defect_detector.inspect.prepare import Prepared
+from defect_detector.inspect.trace import NO_TRACE, Trace
 from defect_detector.monitor.drift import DriftEvent
-from defect_detector.station.records import REGISTRATION_KEYS, CallRecord, FrameRecord
+from defect_detector.station.records import REGISTRATION_KEYS, BoardRecord, CallRecord, FrameRecord
 
 
 @dataclass(frozen=True)
@@ -30,31 +32,48 @@ class Inspection(Prepared):
     its frame, design, registration, refusal ...), the model's ``detections`` (boxes in the frame's original pixels;
     None when not inspected), the drift ``events`` it raised, the monitor's ``drift`` flag after it
     (``DriftDetector.flag``; ``"off"`` without monitoring) and ``score`` (None without monitoring), and the file name of
-    the ``weights`` that inspected it (with the bundled weights chosen per design, not always the same). Build it with
-    :meth:`finish`.
+    the ``weights`` that inspected it (with the bundled weights chosen per design, not always the same), ``conf``: the
+    score threshold that decided it (its design's taught point, ``Pipeline.conf_for``, of the weights that inspected
+    it; None when not known: a record built by hand), ``trace``: its board's serial, lot and work order
+    (``inspect/trace.py``), ``outlines``: the board outlines of a panel design (``inspect/panel.py``; empty: one board).
+    Build it with :meth:`finish`.
 
     ``verdict`` (set when built, :func:`~defect_detector.core.verdict.verdict_of`): ``fail`` (at least one call at the
     operating point), ``pass`` (none), ``pass_suspect`` (none, but a critical drift alert is raised, or its golden image
     draws the untaught-look warning; ``reason`` says which), or ``not_inspected`` (``refusal`` says why): never count
-    such a board as clean."""
+    such a board as clean.
+
+    ``call_boards`` (set when built): the panel board each call lies on (None: on none), one per call of an inspected
+    frame with outlines, else empty; ``boards``: each outline's verdict by the same rule on its own calls."""
 
     detections: Detections | None = None
     events: tuple[DriftEvent, ...] = ()
     drift: str = "off"
     score: float | None = None
     weights: str | None = None
+    conf: float | None = None
+    trace: Trace = NO_TRACE
+    outlines: tuple[BoardOutline, ...] = ()
     verdict: Verdict = field(init=False)
+    call_boards: tuple[str | None, ...] = field(init=False)
+    boards: tuple[BoardVerdict, ...] = field(init=False)
 
     def __post_init__(self) -> None:
         inspected = self.detections is not None and not self.refused
         suspect = self.drift == "critical" or self.design_warning is not None
         object.__setattr__(self, "events", tuple(self.events))
         object.__setattr__(self, "verdict", verdict_of(inspected, len(self.detections) if inspected else 0, suspect))
+        on: tuple[str | None, ...] = ()
+        if inspected and self.outlines:
+            boxes = self.detections.boxes.detach().cpu().double().reshape(-1, 4).numpy()
+            on = tuple(boards_holding(to_outline_pixels(boxes, self.registration), self.outlines))
+        object.__setattr__(self, "call_boards", on)
+        object.__setattr__(self, "boards", board_verdicts(inspected, suspect, on, self.outlines))
 
     @classmethod
     def finish(cls, prepared: Prepared, detections: Detections | None = None, **outcome: Any) -> Inspection:
         """The record of ``prepared`` with its ``detections`` and the rest of its outcome (``events``, ``drift``,
-        ``score``, ``weights``)."""
+        ``score``, ``weights``, ``conf``, ``trace``, ``outlines``)."""
         return cls(**{f.name: getattr(prepared, f.name) for f in fields(Prepared)}, detections=detections, **outcome)
 
     @property
@@ -80,20 +99,27 @@ class Inspection(Prepared):
         return "finer than validated" if self.design_warning == self.scale_warning else "untaught look"
 
     def to_json(self) -> dict[str, Any]:
-        """The ``--save-json`` record (``inspect/outputs.py`` module docstring): file name, frame, verdict, reason, drift,
-        design note, registration, working scale, calls (``bbox`` COCO xywh in the frame's original pixels), dropped, merged, weights."""
+        """The ``--save-json`` record (``inspect/outputs.py`` module docstring): file name, frame, serial, lot, order,
+        verdict, reason, the threshold that decided it, drift, design note, registration, working scale, calls
+        (``bbox`` COCO xywh in the frame's original pixels; ``board`` with outlines), boards, dropped, merged, weights."""
         result = self.detections
+        calls = call_json(result)
+        for call, board in zip(calls, self.call_boards):
+            call["board"] = board
         return {
             "file_name": self.frame.file_name,
             "frame": self.frame.index,
+            **self.trace.as_dict(),
             "verdict": self.verdict.value,
             "reason": self.reason,
+            "conf": None if self.conf is None else round(float(self.conf), 5),
             "drift": self.drift,
             "design_warning": self.design_warning,
             "registration": registration_json(self.registration),
             "design_taught": bool(self.design_taught),
             "working_scale": round(float(self.working_scale), 4),
-            "calls": call_json(result),
+            "calls": calls,
+            "boards": [b.as_dict() for b in self.boards],
             "dropped": result.dropped if result is not None else 0,
             "merged": result.merged if result is not None else 0,
             "weights": self.weights,
@@ -101,11 +127,16 @@ class Inspection(Prepared):
 
     def csv_row(self, class_names: Sequence[str]) -> list[Any]:
         """The ``--report`` CSV row (:func:`csv_header`): file name, frame, verdict, reason, calls, calls per class,
-        dropped, drift."""
+        dropped, drift, the threshold that decided it, serial, lot, order, and the boards of a panel
+        (``A:pass B:fail(2)``: each board's verdict, with its calls when it has any)."""
         names = list(self.detections.names) if self.detections is not None else []
         dropped = self.detections.dropped if self.detections is not None else 0
         per_class = [names.count(name) for name in class_names]
-        return [self.frame.file_name, self.frame.index, self.verdict.value, self.reason or "", len(names), *per_class, dropped, self.drift]
+        conf = "" if self.conf is None else round(float(self.conf), 5)
+        trace = [v or "" for v in self.trace.as_dict().values()]
+        boards = " ".join(f"{b.name}:{b.verdict}" + (f"({b.calls})" if b.calls else "") for b in self.boards)
+        row = [self.frame.file_name, self.frame.index, self.verdict.value, self.reason or "", len(names), *per_class, dropped, self.drift]
+        return [*row, conf, *trace, boards]
 
     def to_station(self, time: datetime) -> FrameRecord:
         """The station's record of this frame (``station/records.py``), inspected at ``time``: the golden image's name,
@@ -126,19 +157,26 @@ class Inspection(Prepared):
             drift=str(self.drift),
             score=None if self.score is None else float(self.score),
             events=tuple(e.to_dict() for e in self.events),
-            calls=station_calls(self.detections),
+            calls=station_calls(self.detections, self.call_boards),
             image=image,
             reference_image=golden,
             design_warning=self.design_warning,
             design_taught=self.design_taught,
             golden_key=self.golden_key if inspected else None,
             registration=registration_values(self.registration) if inspected else None,
+            conf=self.conf,
+            **self.trace.as_dict(),
+            boards=tuple(BoardRecord(b.name, b.verdict) for b in self.boards),
         )
 
 
 def csv_header(class_names: Sequence[str]) -> list[str]:
     """The ``--report`` CSV's header row."""
-    return ["file_name", "frame", "verdict", "reason", "calls", *class_names, "dropped", "drift"]
+    return ["file_name", "frame", "verdict", "reason", "calls", *class_names, "dropped", "drift", *CSV_TRACE]
+
+
+CSV_TRACE = ("conf", "serial", "lot", "order", "boards")
+"""The ``--report`` CSV's last columns: the threshold that decided the frame, its trace and its panel's boards."""
 
 
 def call_json(result: Detections | None) -> list[dict[str, Any]]:
@@ -153,12 +191,14 @@ def call_json(result: Detections | None) -> list[dict[str, Any]]:
     ]
 
 
-def station_calls(result: Detections | None) -> tuple[CallRecord, ...]:
-    """The calls of one frame as the station records them (boxes xyxy in the frame's pixels)."""
+def station_calls(result: Detections | None, boards: Sequence[str | None] = ()) -> tuple[CallRecord, ...]:
+    """The calls of one frame as the station records them (boxes xyxy in the frame's pixels), each with the panel board
+    ``boards`` names for it (none given: no board)."""
     if result is None:
         return ()
     boxes = result.boxes.double().reshape(-1, 4).tolist()
-    return tuple(CallRecord(str(n), float(s), tuple(b)) for n, s, b in zip(result.names, result.scores.double().tolist(), boxes))
+    on = list(boards) or [None] * len(boxes)
+    return tuple(CallRecord(str(n), float(s), tuple(b), o) for n, s, b, o in zip(result.names, result.scores.double().tolist(), boxes, on))
 
 
 def registration_values(reg: Registration | None) -> dict[str, float] | None:

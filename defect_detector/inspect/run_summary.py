@@ -1,5 +1,5 @@
-"""What a run of the inspector counts: frames by verdict (and why frames were not inspected), calls, drift events,
-per-stage latency; and the one line printed at its end."""
+"""What a run of the inspector counts: frames by verdict (and why frames were not inspected), boards and first-pass
+yield (``core/board_yield.py``), calls, drift events, per-stage latency; and the one line printed at its end."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import time
 from collections import Counter
 from typing import Any
 
+from defect_detector.core.board_yield import BoardYield
 from defect_detector.core.safe_text import mask_secrets
 from defect_detector.core.verdict import VERDICTS
 from defect_detector.inspect.record import Inspection
@@ -30,11 +31,13 @@ class Tally:
         self.suspects: Counter[str] = Counter()
         self.weights: Counter[str] = Counter()
         self.events: list[DriftEvent] = []
+        self.yields = BoardYield()
 
     def add(self, inspection: Inspection) -> None:
         """Count one frame record."""
         self.consumed += 1
         self.verdicts[inspection.verdict.value] += 1
+        self.yields.add(inspection.verdict.value, inspection.trace.serial)
         if inspection.weights:
             self.weights[inspection.weights] += 1
         if inspection.suspect_kind is not None:
@@ -70,6 +73,7 @@ class Tally:
             "processed": self.processed,
             "skipped": self.consumed - self.processed,
             "verdicts": {v: self.verdicts.get(v, 0) for v in VERDICTS},
+            "yield": self.yields.counts.as_dict(),
             "not_inspected": dict(self.reasons),
             "pass_suspect": dict(self.suspects),
             "weights_used": dict(self.weights),
@@ -115,8 +119,17 @@ def summary_line(summary: dict[str, Any]) -> str:
         + (f", PASS SUSPECT {v['pass_suspect']} ({suspect})" if v.get("pass_suspect") else "")
         + f", fail {v['fail']}, NOT INSPECTED {v['not_inspected']}"
         + (f" ({why})" if why else "")
-        + f"{stream}; calls {summary['detections']}{cut}{drift}{_weights(summary)}, {summary['fps']:.2f} fps; mean ms per frame: {latency}"
+        + f"{_yield(summary)}{stream}; calls {summary['detections']}{cut}{drift}{_weights(summary)}, {summary['fps']:.2f} fps; "
+        + f"mean ms per frame: {latency}"
     )
+
+
+def _yield(summary: dict[str, Any]) -> str:
+    """"; first-pass yield 80.0% (8 of 10 boards)" once a board was inspected (``core/board_yield.py``), else ""."""
+    counts = summary.get("yield") or {}
+    if not counts.get("boards"):
+        return ""
+    return f"; first-pass yield {counts['first_pass_yield']:.1%} ({counts['first_passed']} of {counts['boards']} boards)"
 
 
 def _weights(summary: dict[str, Any]) -> str:

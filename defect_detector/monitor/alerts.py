@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from defect_detector.core.safe_text import mask_secrets, mask_url
+from defect_detector.core.verdict import VERDICTS, Verdict
 from defect_detector.monitor.baseline import STATISTICS
 from defect_detector.monitor.drift import DriftDetector, DriftEvent
 from defect_detector.monitor.golden import Golden
@@ -53,6 +54,10 @@ class Sink:
     ) -> None:
         """Called once per frame: ``stats`` float64 ``[L, 2]`` (or None), ``timings`` seconds per stage,
         ``score`` the drift score (None without a detector)."""
+
+    def on_verdict(self, verdict: str, first: bool) -> None:
+        """Called once per frame record, inspected or not: its ``verdict`` (``core/verdict.py``) and whether it was its
+        board's first inspection (``core/board_yield.py``)."""
 
     def close(self) -> None:
         """Release files, threads and ports."""
@@ -251,7 +256,11 @@ class PrometheusSink(Sink):
     1 warning, 2 critical), counters ``defect_detector_frames_total``,
     ``defect_detector_alerts_total{severity}``, ``defect_detector_detections_total``, and the
     histogram ``defect_detector_stage_latency_seconds{stage}`` (decode, preprocess, model,
-    postprocess).
+    postprocess). Yield (``core/board_yield.py``): ``defect_detector_boards_total{verdict}`` (every frame record by
+    verdict, ``not_inspected`` included), ``defect_detector_first_inspections_total`` (boards inspected),
+    ``defect_detector_first_passes_total`` (of those, passed on their first inspection) and the gauge
+    ``defect_detector_first_pass_yield`` (their ratio since the process started; a window's is
+    ``increase(first_passes_total) / increase(first_inspections_total)``).
     """
 
     def __init__(self, port: int, registry: Any = None, addr: str = "0.0.0.0") -> None:
@@ -273,6 +282,13 @@ class PrometheusSink(Sink):
         self.frames = Counter("defect_detector_frames", "Frames processed.", registry=self.registry)
         self.alerts = Counter("defect_detector_alerts", "Drift alerts raised, by severity.", ["severity"], registry=self.registry)
         self.detections = Counter("defect_detector_detections", "Defects detected.", registry=self.registry)
+        self.boards = Counter("defect_detector_boards", "Frame records by verdict.", ["verdict"], registry=self.registry)
+        self.first_inspections = Counter("defect_detector_first_inspections", "Boards inspected.", registry=self.registry)
+        self.first_passes = Counter("defect_detector_first_passes", "Boards passed on their first inspection.", registry=self.registry)
+        self.first_pass_yield = Gauge(
+            "defect_detector_first_pass_yield", "First passes / boards inspected since the process started.", registry=self.registry
+        )
+        self._yield = [0, 0]  # first passes, first inspections
         self.latency = Histogram(
             "defect_detector_stage_latency_seconds",
             "Per-frame latency of a pipeline stage.",
@@ -284,6 +300,8 @@ class PrometheusSink(Sink):
             self.alerts.labels(severity=severity)
         for stage in STAGES:
             self.latency.labels(stage=stage)
+        for verdict in VERDICTS:
+            self.boards.labels(verdict=verdict)
         try:
             started = start_http_server(port, addr=addr, registry=self.registry)
         except OSError as exc:  # e.g. the port in use: name it
@@ -324,6 +342,15 @@ class PrometheusSink(Sink):
                     self.layer_activation.labels(layer=name, statistic=statistic).set(float(value))
         if score is not None:
             self.drift_score.set(score)
+
+    def on_verdict(self, verdict: str, first: bool) -> None:
+        self.boards.labels(verdict=verdict).inc()
+        if first:
+            passed = verdict == Verdict.PASS
+            self.first_inspections.inc()
+            self.first_passes.inc(passed)
+            self._yield = [self._yield[0] + passed, self._yield[1] + 1]
+            self.first_pass_yield.set(self._yield[0] / self._yield[1])
 
     def on_event(self, event: DriftEvent) -> None:
         if event.event == "drift":
@@ -396,6 +423,11 @@ class AlertRouter:
             for event in events:
                 self._call(sink, "on_event", event)
         return events
+
+    def on_verdict(self, verdict: str, first: bool) -> None:
+        """One frame record's verdict, and whether it was its board's first inspection, to every sink."""
+        for sink in self.sinks:
+            self._call(sink, "on_verdict", verdict, first)
 
     def on_blank(self, frame_index: int, source: str, reason: str) -> list[DriftEvent]:
         """A frame not inspected because it is blank (``screens/blank.py`` ``reason``): the detector alerts at once."""

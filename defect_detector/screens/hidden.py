@@ -76,13 +76,15 @@ def cell_size(shape: tuple[int, ...]) -> int:
 @dataclass(frozen=True)
 class HiddenArea:
     """The largest hidden region of a frame: ``kind`` (:data:`KINDS`, or ``"unlike the calibration frames"``),
-    ``share`` of the frame it covers, ``x``, ``y`` its centre in frame pixels, ``cells`` its cell count."""
+    ``share`` of the frame it covers, ``x``, ``y`` its centre in frame pixels, ``cells`` its cell count, ``box`` the
+    ``(x1, y1, x2, y2)`` frame pixels its cells span (None when not known), for drawing where it is."""
 
     kind: str
     share: float
     x: int
     y: int
     cells: int
+    box: tuple[int, int, int, int] | None = None
 
     def words(self) -> str:
         """ "glare over 3% of the board at x 1210, y 400"."""
@@ -242,4 +244,7 @@ def _region(kinds: np.ndarray, hidden: np.ndarray, shape: tuple[int, ...], name:
     label = 1 + int(np.argmax(stats[1:, cv2.CC_STAT_AREA]))
     cells = int(stats[label, cv2.CC_STAT_AREA])
     x, y = (int(c * cell + cell / 2) for c in centres[label])
-    return HiddenArea(name(kinds[labels == label]), cells * cell * cell / float(shape[0] * shape[1]), x, y, cells)
+    spans = (cv2.CC_STAT_LEFT, cv2.CC_STAT_TOP, cv2.CC_STAT_WIDTH, cv2.CC_STAT_HEIGHT)
+    left, top, width, height = (int(stats[label, k]) * cell for k in spans)
+    box = (left, top, min(left + width, int(shape[1])), min(top + height, int(shape[0])))
+    return HiddenArea(name(kinds[labels == label]), cells * cell * cell / float(shape[0] * shape[1]), x, y, cells, box)

@@ -5,6 +5,9 @@ classes, a missed box lies inside its frame (xyxy in frame pixels, at least :dat
 most :data:`MAX_MISSED_SHARE` of the frame's area), a reviewer's name is one printable line, times are ISO 8601 within
 the years :data:`~defect_detector.station.db.YEARS`.
 
+A whole board: ``POST /api/inspections/{id}/verdict`` gives every call of the inspection still waiting for review one
+verdict (``station/review.py`` ``record_board_verdict``).
+
 Two reviewers: ``GET /api/review/next?reviewer=NAME`` leases the call it hands out to NAME for
 :data:`~defect_detector.station.review.LEASE_S` seconds (the next reviewer gets the next call); a verdict on a call
 that already has one must carry the call's current ``version`` (in the body, or ``If-Match: "N"``), else 409.
@@ -16,7 +19,8 @@ recorder stored, never through anything in the request.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, Literal
 
@@ -28,7 +32,7 @@ from defect_detector.station import queries
 from defect_detector.station.db import parse_time
 from defect_detector.station.images import resolve
 from defect_detector.station.report import shift_start
-from defect_detector.station.review import Conflict, NotFound, missed_of, record_missed, record_verdict
+from defect_detector.station.review import Conflict, NotFound, missed_of, record_board_verdict, record_missed, record_verdict
 from defect_detector.station.store import Store
 
 MAX_ID = 2**63 - 1
@@ -55,6 +59,17 @@ class VerdictIn(BaseModel):
     class_name: str | None = Field(default=None, alias="class", min_length=1, max_length=128)
     reviewer: str = Field(min_length=1, max_length=64)
     version: int | None = Field(default=None, ge=0, le=MAX_VERSION)
+
+    _check_reviewer = field_validator("reviewer")(_reviewer)
+
+
+class BoardVerdictIn(BaseModel):
+    """``POST /api/inspections/{id}/verdict``: ``{"verdict": "defect" | "false_call", "reviewer"}`` for every call of the
+    inspection still waiting for review."""
+
+    model_config = ConfigDict(extra="forbid")
+    verdict: Literal["defect", "false_call"]
+    reviewer: str = Field(min_length=1, max_length=64)
 
     _check_reviewer = field_validator("reviewer")(_reviewer)
 
@@ -111,6 +126,17 @@ def _check_missed_box(box: tuple[float, float, float, float], width: int, height
     if (x2 - x1) * (y2 - y1) > MAX_MISSED_SHARE * width * height:
         share = f"{MAX_MISSED_SHARE:.0%}"
         raise HTTPException(422, f"box: {list(box)} covers more than {share} of the {width}x{height} frame; draw the defect itself")
+
+
+@contextmanager
+def _review_answers() -> Iterator[None]:
+    """A verdict's refusals as answers: 404 for an unknown call or inspection, 409 for a conflict (one line each)."""
+    try:
+        yield
+    except NotFound as exc:
+        raise HTTPException(404, str(exc)) from None
+    except Conflict as exc:
+        raise HTTPException(409, str(exc)) from None
 
 
 def _since(text: str | None, default: datetime) -> datetime:
@@ -194,13 +220,13 @@ def _review_routes(router: APIRouter, store: Store, clock: Callable[[], datetime
             raise HTTPException(422, "class: only a defect verdict takes a class")
         if body.class_name is not None:
             _check_class(store, body.class_name)
-        try:
-            with store.engine.begin() as conn:
-                return record_verdict(conn, call_id, body.verdict, body.class_name, body.reviewer, clock(), version)
-        except NotFound as exc:
-            raise HTTPException(404, str(exc)) from None
-        except Conflict as exc:
-            raise HTTPException(409, str(exc)) from None
+        with _review_answers(), store.engine.begin() as conn:
+            return record_verdict(conn, call_id, body.verdict, body.class_name, body.reviewer, clock(), version)
+
+    @router.post("/api/inspections/{inspection_id}/verdict")
+    def board_verdict(inspection_id: Id, body: BoardVerdictIn) -> dict[str, Any]:
+        with _review_answers(), store.engine.begin() as conn:
+            return record_board_verdict(conn, inspection_id, body.verdict, body.reviewer, clock())
 
     @router.post("/api/inspections/{inspection_id}/missed", status_code=201)
     def missed(inspection_id: Id, body: MissedIn) -> JSONResponse:

@@ -6,7 +6,8 @@ and an unlabelled defect would teach the model to miss it); a frame that was not
 become annotations under the class the reviewer confirmed; false calls are absent; missed defects the reviewer drew
 are added. Layout of ``DIR``::
 
-    annotations.json          COCO; info.images_root ".", image entries carry "reference" where there is one
+    annotations.json          COCO; info.images_root ".", image entries carry "reference" where there is one, and the
+                              board's "serial", "lot" and "order" where known
     images/<id>.png           the stored frame (id: the inspection's id)
     references/<id>.png       its golden image, registered into the frame's pixels
 
@@ -126,6 +127,7 @@ def _build(conn: Connection, store: Store, out: Path) -> tuple[dict[str, Any], C
                 entry["reference"] = f"references/{row.id}.png"
                 _copy(golden, out / entry["reference"])
             entry.update(source=row.source, frame=int(row.frame), name=row.name, time=iso(row.time), model=row.model)
+            entry.update({k: v for k, v in (("serial", row.serial), ("lot", row.lot), ("order", row.work_order)) if v is not None})
             images_out.append(entry)
             for class_name, (x1, y1, x2, y2) in _annotations(call_rows[row.id], missed[row.id]):
                 if class_name not in names:

@@ -10,6 +10,11 @@ transaction (new tables are already created by then).
 - 3 -> 4: designs unlike the model's training images, and taught ones (issue 34). Adds ``inspections.design_warning``,
   ``design_runs.design_warning``, ``inspections.design_taught`` and ``design_runs.design_taught`` (null for the frames
   recorded before: they were not checked).
+- 4 -> 5: the golden image's fingerprint and registration (``inspections.golden_key``, ``reg_*``; null before).
+- 5 -> 6: yield and traceability (issue 58). Adds ``inspections.serial``, ``lot``, ``work_order``, ``conf``,
+  ``first_inspection``, ``boards`` and the index on ``inspections(serial, id)``, ``calls.board`` and the ``tallies``
+  yield columns; the frames already recorded had no serial, so each inspected one is its board's first inspection, and
+  the tallies' yield is filled in from their verdicts (one pass over the inspections, streamed).
 """
 
 from __future__ import annotations
@@ -21,10 +26,21 @@ from datetime import datetime
 from sqlalchemy import bindparam, select, text
 from sqlalchemy.engine import Connection, Engine
 
+from defect_detector.core.board_yield import BoardCounts
 from defect_detector.station.db import upsert_add
 from defect_detector.station.designs import DesignRuns, FrameDesign
 from defect_detector.station.records import KIND_CHARS
-from defect_detector.station.schema import SCHEMA_VERSION, calls, inspections, metadata, refusal_tallies, station_meta, tallies
+from defect_detector.station.schema import (
+    SCHEMA_VERSION,
+    YIELD_COLUMNS,
+    calls,
+    inspections,
+    metadata,
+    refusal_tallies,
+    station_meta,
+    tallies,
+    yield_values,
+)
 
 _BATCH = 1000
 
@@ -65,11 +81,15 @@ def _add_column(conn: Connection, table: str, column: str, ddl: str) -> None:
         conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {ddl}"))
 
 
+def _create_index(conn: Connection, name: str) -> None:
+    """Create the ``inspections`` index ``name`` unless it is there (its columns must be)."""
+    next(index for index in inspections.indexes if index.name == name).create(conn, checkfirst=True)
+
+
 def _to_2(conn: Connection) -> None:
     _add_column(conn, "inspections", "reason_kind", "TEXT")
     _add_column(conn, "tallies", "not_inspected", "INTEGER NOT NULL DEFAULT 0")
-    for index in inspections.indexes:
-        index.create(conn, checkfirst=True)
+    _create_index(conn, "ix_inspections_verdict")
     cols = (inspections.c.id, inspections.c.source, inspections.c.frame, inspections.c.time)
     cols += (inspections.c.reference, inspections.c.verdict, inspections.c.reason)
     runs = DesignRuns()
@@ -118,5 +138,30 @@ def _to_5(conn: Connection) -> None:
         _add_column(conn, "inspections", column, "FLOAT" if conn.dialect.name == "sqlite" else "DOUBLE PRECISION")
 
 
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5}
+def _to_6(conn: Connection) -> None:
+    for column in ("serial", "lot", "work_order", "boards"):
+        _add_column(conn, "inspections", column, "TEXT")
+    _add_column(conn, "inspections", "conf", "FLOAT" if conn.dialect.name == "sqlite" else "DOUBLE PRECISION")
+    _add_column(conn, "inspections", "first_inspection", "BOOLEAN")
+    _add_column(conn, "calls", "board", "TEXT")
+    for column in YIELD_COLUMNS:
+        _add_column(conn, "tallies", column, "INTEGER NOT NULL DEFAULT 0")
+    _create_index(conn, "ix_inspections_serial")
+    conn.execute(inspections.update().values(first_inspection=inspections.c.verdict != "not_inspected"))
+    minutes: dict[datetime, BoardCounts] = {}
+    last = 0
+    while True:
+        cols = (inspections.c.id, inspections.c.time, inspections.c.verdict)
+        page = conn.execute(select(*cols).where(inspections.c.id > last).order_by(inspections.c.id).limit(_BATCH)).all()
+        if not page:
+            break
+        last = page[-1].id
+        for row in page:
+            if row.verdict != "not_inspected":
+                minutes.setdefault(row.time.replace(second=0, microsecond=0), BoardCounts()).add(row.verdict, True)
+    rows = [{"minute": m, "boards": 0, "calls": 0, "not_inspected": 0, **yield_values(c)} for m, c in minutes.items()]
+    upsert_add(conn, tallies, rows, ["minute"], list(YIELD_COLUMNS))
+
+
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5, 5: _to_6}
 """``version -> step`` bringing a database at ``version`` to ``version + 1``."""

@@ -22,7 +22,16 @@ from sqlalchemy.engine import Connection, Row
 from defect_detector.station.db import iso
 from defect_detector.station.designs import recent_runs
 from defect_detector.station.review import LEASE_S, lease_next
-from defect_detector.station.schema import calls, class_tallies, drift_events, get_meta, inspections, refusal_tallies, tallies
+from defect_detector.station.schema import (
+    YIELD_COLUMNS,
+    calls,
+    class_tallies,
+    drift_events,
+    get_meta,
+    inspections,
+    refusal_tallies,
+    tallies,
+)
 
 MAX_LIMIT = 500
 """Most inspections one ``/api/inspections`` page returns."""
@@ -38,8 +47,9 @@ MAX_EVENTS = 2000
 
 def call_dict(row: Row[Any]) -> dict[str, Any]:
     """A ``calls`` row as the API gives it: ``{"id", "class", "score", "box": [x1, y1, x2, y2]}`` (+ review state: the
-    latest ``verdict`` and ``verdict_class``, and ``version``, the number of verdicts so far, which a verdict on a call
-    that has one must send)."""
+    latest ``verdict`` and ``verdict_class``, ``version``, the number of verdicts so far, which a verdict on a call
+    that has one must send, and ``waiting``: in the review queue without a verdict; + ``board``: the panel board it
+    lies on, None without one)."""
     return {
         "id": row.id,
         "class": row.class_name,
@@ -48,6 +58,8 @@ def call_dict(row: Row[Any]) -> dict[str, Any]:
         "verdict": row.verdict,
         "verdict_class": row.verdict_class,
         "version": row.version,
+        "waiting": bool(row.pending),
+        "board": row.board,
     }
 
 
@@ -74,6 +86,12 @@ def inspection_dict(row: Row[Any], call_rows: list[Row[Any]]) -> dict[str, Any]:
         "design_taught": row.design_taught,
         "golden_key": row.golden_key,
         "registration": None if row.reg_score is None else {k: row._mapping[f"reg_{k}"] for k in ("shift", "angle", "score", "difference")},
+        "serial": row.serial,
+        "lot": row.lot,
+        "order": row.work_order,
+        "conf": None if row.conf is None else round(float(row.conf), 5),
+        "first_inspection": row.first_inspection,
+        "boards": json.loads(row.boards) if row.boards else [],
         "calls": [call_dict(c) for c in call_rows],
     }
 
@@ -166,33 +184,38 @@ def events_since(conn: Connection, since: datetime, limit: int = MAX_EVENTS) -> 
     return [event_dict(r) for r in sorted(rows, key=lambda r: (r.time, r.id))]
 
 
-def counts_since(conn: Connection, since: datetime) -> dict[str, Any]:
-    """Frames, inspected boards, not-inspected frames (and per reason kind), calls, calls per (inspected) board and
-    calls per class in the minutes from ``since`` (naive UTC) on."""
-    minute = since.replace(second=0, microsecond=0)
-    sums = (func.coalesce(func.sum(tallies.c.boards), 0), func.coalesce(func.sum(tallies.c.calls), 0))
-    boards, total, refused = conn.execute(
-        select(*sums, func.coalesce(func.sum(tallies.c.not_inspected), 0)).where(tallies.c.minute >= minute)
-    ).one()
-    per_kind = conn.execute(
-        select(refusal_tallies.c.reason_kind, func.sum(refusal_tallies.c.frames))
-        .where(refusal_tallies.c.minute >= minute)
-        .group_by(refusal_tallies.c.reason_kind)
-    ).all()
-    per_class = conn.execute(
-        select(class_tallies.c.class_name, func.sum(class_tallies.c.calls))
-        .where(class_tallies.c.minute >= minute)
-        .group_by(class_tallies.c.class_name)
-    ).all()
-    boards, total = int(boards), int(total)
+def counts_since(conn: Connection, since: datetime, until: datetime | None = None) -> dict[str, Any]:
+    """Frames, inspected boards, not-inspected frames (and per reason kind), calls, calls per (inspected) board, calls
+    per class and yield (``passed``, ``pass_suspect``, ``failed`` frames, ``first_inspected`` boards, ``first_passed``,
+    ``first_pass_yield``: ``core/board_yield.py``) in the minutes from ``since`` (naive UTC) on, up to ``until``
+    (exclusive; None: no end)."""
+    start = since.replace(second=0, microsecond=0)
+
+    def window(minute: Any) -> list[Any]:
+        return [minute >= start] + ([minute < until] if until is not None else [])
+
+    columns = ("boards", "calls", "not_inspected", *YIELD_COLUMNS)
+    sums = conn.execute(select(*(func.coalesce(func.sum(tallies.c[c]), 0) for c in columns)).where(*window(tallies.c.minute))).one()
+    total = dict(zip(columns, (int(v) for v in sums)))
+    kind, frames = refusal_tallies.c.reason_kind, func.sum(refusal_tallies.c.frames)
+    per_kind = conn.execute(select(kind, frames).where(*window(refusal_tallies.c.minute)).group_by(kind)).all()
+    name, n_calls = class_tallies.c.class_name, func.sum(class_tallies.c.calls)
+    per_class = conn.execute(select(name, n_calls).where(*window(class_tallies.c.minute)).group_by(name)).all()
+    boards, calls_total, first = total["boards"], total["calls"], total["first_boards"]
     return {
-        "frames": boards + int(refused),
+        "frames": boards + total["not_inspected"],
         "boards": boards,
-        "not_inspected": int(refused),
+        "not_inspected": total["not_inspected"],
         "reasons": {kind: int(n) for kind, n in sorted(per_kind, key=lambda kn: (-int(kn[1]), kn[0]))},
-        "calls": total,
-        "calls_per_board": round(total / boards, 3) if boards else None,
+        "calls": calls_total,
+        "calls_per_board": round(calls_total / boards, 3) if boards else None,
         "per_class": {name: int(n) for name, n in per_class},
+        "passed": total["passed"],
+        "pass_suspect": total["suspect"],
+        "failed": total["failed"],
+        "first_inspected": first,
+        "first_passed": total["first_passed"],
+        "first_pass_yield": round(total["first_passed"] / first, 4) if first else None,
     }
 
 

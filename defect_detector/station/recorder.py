@@ -8,8 +8,12 @@ written), and the database only ever refers to complete files. When the database
 in :attr:`Recorder.unrecorded`, a WARNING is logged at most once per ``warn_every`` seconds, and the next batch tries
 again; what was committed stays.
 
-A frame is queued for review when it has a call scoring at least ``conf`` (the operating point) or its drift state is
-``warning`` / ``critical``; its calls at or above ``conf`` (all of them while drift is raised) wait in the review queue.
+A frame is queued for review when it has a call scoring at least its threshold (the record's ``conf``: the threshold
+that decided the frame, its design's taught point or the operating point of the weights that inspected it; else the
+recorder's ``conf``) or its drift state is ``warning`` / ``critical``; its calls at or above that threshold (all of
+them while drift is raised) wait in the review queue. Each inspected frame is marked as its board's first inspection
+or not (``core/board_yield.py``: by its serial, one indexed query per batch), and the per-minute tallies count frames
+by verdict and first passes, so the pages read first-pass yield from sums.
 A frame that was not inspected is recorded with its reason (and counted per reason kind in ``refusal_tallies``), and its
 picture is kept, so the station can list it. Frames against one golden image in a row fold into a design run
 (:mod:`~defect_detector.station.designs`).
@@ -29,8 +33,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
+from defect_detector.core.board_yield import BoardCounts, is_first_inspection
 from defect_detector.core.safe_text import show_controls
 from defect_detector.station.db import (
     check_file,
@@ -48,6 +54,7 @@ from defect_detector.station.images import new_names, write_png
 from defect_detector.station.migrations import ensure_schema
 from defect_detector.station.records import RAISED, REGISTRATION_KEYS, FrameRecord
 from defect_detector.station.schema import (
+    YIELD_COLUMNS,
     calls,
     class_tallies,
     classes,
@@ -56,6 +63,7 @@ from defect_detector.station.schema import (
     refusal_tallies,
     set_meta,
     tallies,
+    yield_values,
 )
 from defect_detector.station.store import images_root
 
@@ -281,33 +289,10 @@ class Recorder:
         """Rows for ``records``; the PNGs of queued frames (and of the live picture, when due) written."""
         out = []
         for record in records:
-            queued = record.queued(self.conf)
+            queued, conf = record.queued(self.conf), record.threshold(self.conf)
             raised = record.drift in RAISED
-            height, width = record.image.shape if record.image is not None else (None, None)
-            row = {
-                "source": show_controls(record.source),
-                "frame": record.frame,
-                "name": show_controls(record.name),
-                "time": to_db_time(record.time),
-                "model": record.model,
-                "reference": None if record.reference is None else show_controls(record.reference),
-                "verdict": record.verdict,
-                "reason": None if record.reason is None else show_controls(record.reason),
-                "reason_kind": record.kind,
-                "drift": record.drift[:16],
-                "score": record.score,
-                "width": width,
-                "height": height,
-                "image": None,
-                "reference_image": None,
-                "queued": queued,
-                "design_warning": record.design_warning,
-                "design_taught": record.design_taught,
-                "golden_key": record.golden_key,
-                **{f"reg_{k}": v for k, v in (record.registration or dict.fromkeys(REGISTRATION_KEYS)).items()},
-            }
-            review = [queued and (raised or c.score >= self.conf) for c in record.calls]
-            out.append(_Prepared(record, row, review=review))
+            review = [queued and (raised or c.score >= conf) for c in record.calls]
+            out.append(_Prepared(record, _row(record, queued, conf), review=review))
             if (queued or record.verdict == "not_inspected") and record.image is not None:
                 self._store(out[-1], live=False)
         newest = out[-1] if out else None
@@ -329,30 +314,20 @@ class Recorder:
             item.row["reference_image"] = reference_name
 
     def _insert(self, conn: Connection, prepared: list[_Prepared]) -> None:
+        _mark_first_inspections(conn, prepared)
         ids = conn.execute(_INSERT_RETURNING_ID, [p.row for p in prepared])
         for item, inspection_id in zip(prepared, ids.scalars().all()):
             item.id = int(inspection_id)
         call_rows, event_rows = [], []
-        boards: Counter[datetime] = Counter()
-        refused: Counter[datetime] = Counter()
-        minute_calls: Counter[datetime] = Counter()
-        per_class: Counter[tuple[datetime, str]] = Counter()
-        per_kind: Counter[tuple[datetime, str]] = Counter()
         for item in prepared:
             record, when = item.record, item.row["time"]
-            minute = when.replace(second=0, microsecond=0)
-            boards[minute] += record.verdict != "not_inspected"
-            refused[minute] += record.verdict == "not_inspected"
-            if record.kind is not None:
-                per_kind[(minute, record.kind)] += 1
-            minute_calls[minute] += len(record.calls)
             for call, review in zip(record.calls, item.review):
                 x1, y1, x2, y2 = (float(v) for v in call.box)
                 call_rows.append(
                     {"inspection_id": item.id, "class_name": call.class_name, "score": float(call.score), "x1": x1, "y1": y1, "x2": x2}
                     | {"y2": y2, "time": when, "review": review, "pending": review, "verdict": None, "verdict_class": None}
+                    | {"board": None if call.board is None else show_controls(call.board)}
                 )
-                per_class[(minute, call.class_name)] += 1
             event_rows += [_event_row(e, item.id, record) for e in record.events]
         if call_rows:
             conn.execute(_INSERT_CALLS, call_rows)
@@ -361,12 +336,7 @@ class Recorder:
         new = sorted({r["class_name"] for r in call_rows} - self._known)
         insert_ignore(conn, classes, [{"name": n} for n in new], ["name"])
         self._known.update(new)
-        minutes = [{"minute": m, "boards": boards[m], "calls": minute_calls[m], "not_inspected": refused[m]} for m in boards]
-        upsert_add(conn, tallies, minutes, ["minute"], ["boards", "calls", "not_inspected"])
-        rows = [{"minute": m, "class_name": c, "calls": n} for (m, c), n in per_class.items()]
-        upsert_add(conn, class_tallies, rows, ["minute", "class_name"], ["calls"])
-        kinds = [{"minute": m, "reason_kind": k, "frames": n} for (m, k), n in per_kind.items()]
-        upsert_add(conn, refusal_tallies, kinds, ["minute", "reason_kind"], ["frames"])
+        _add_tallies(conn, prepared)
         self._designs.add(conn, [_frame_design(p) for p in prepared])
 
     def _update_live(self, conn: Connection, prepared: list[_Prepared]) -> str | None:
@@ -382,6 +352,86 @@ class Recorder:
             return None
         conn.execute(inspections.update().where(inspections.c.id == previous[0]).values(image=None))
         return previous[1]
+
+
+def _row(record: FrameRecord, queued: bool, conf: float) -> dict[str, Any]:
+    """The ``inspections`` row of ``record`` (no picture yet; ``first_inspection`` set when it is inserted)."""
+    height, width = record.image.shape if record.image is not None else (None, None)
+    boards = [{"name": b.name, "verdict": b.verdict, "calls": sum(c.board == b.name for c in record.calls)} for b in record.boards]
+    return {
+        "source": show_controls(record.source),
+        "frame": record.frame,
+        "name": show_controls(record.name),
+        "time": to_db_time(record.time),
+        "model": record.model,
+        "reference": None if record.reference is None else show_controls(record.reference),
+        "verdict": record.verdict,
+        "reason": None if record.reason is None else show_controls(record.reason),
+        "reason_kind": record.kind,
+        "drift": record.drift[:16],
+        "score": record.score,
+        "width": width,
+        "height": height,
+        "image": None,
+        "reference_image": None,
+        "queued": queued,
+        "design_warning": record.design_warning,
+        "design_taught": record.design_taught,
+        "golden_key": record.golden_key,
+        **{f"reg_{k}": v for k, v in (record.registration or dict.fromkeys(REGISTRATION_KEYS)).items()},
+        **{column: None if value is None else show_controls(value) for column, value in _trace(record).items()},
+        "conf": float(conf),
+        "first_inspection": None,
+        "boards": json.dumps(boards) if boards else None,
+    }
+
+
+def _trace(record: FrameRecord) -> dict[str, str | None]:
+    """The trace columns of a record: ``serial``, ``lot``, ``work_order``."""
+    return {"serial": record.serial, "lot": record.lot, "work_order": record.order}
+
+
+def _mark_first_inspections(conn: Connection, prepared: list[_Prepared]) -> None:
+    """Set each row's ``first_inspection`` (``core/board_yield.py``): an inspected frame whose serial no inspected frame
+    before it has (in the database, or earlier in this batch); every inspected frame without a serial."""
+    serials = {p.row["serial"] for p in prepared if p.row["serial"] is not None and p.record.verdict != "not_inspected"}
+    seen: set[str] = set()
+    if serials:
+        earlier = select(inspections.c.serial).where(inspections.c.serial.in_(sorted(serials)), inspections.c.verdict != "not_inspected")
+        seen = set(conn.execute(earlier.distinct()).scalars())
+    for item in prepared:
+        serial, verdict = item.row["serial"], item.record.verdict
+        item.row["first_inspection"] = is_first_inspection(verdict, serial in seen)
+        if serial is not None and verdict != "not_inspected":
+            seen.add(serial)
+
+
+def _add_tallies(conn: Connection, prepared: list[_Prepared]) -> None:
+    """Add the written frames to the per-minute tallies: frames, calls, yield (``tallies``), calls per class and not
+    inspected frames per reason kind."""
+    minutes: dict[datetime, BoardCounts] = {}
+    minute_calls: Counter[datetime] = Counter()
+    per_class: Counter[tuple[datetime, str]] = Counter()
+    per_kind: Counter[tuple[datetime, str]] = Counter()
+    for item in prepared:
+        record = item.record
+        minute = item.row["time"].replace(second=0, microsecond=0)
+        minutes.setdefault(minute, BoardCounts()).add(record.verdict, bool(item.row["first_inspection"]))
+        if record.kind is not None:
+            per_kind[(minute, record.kind)] += 1
+        minute_calls[minute] += len(record.calls)
+        for call in record.calls:
+            per_class[(minute, call.class_name)] += 1
+    rows = []
+    for minute, counts in minutes.items():
+        inspected = counts.passed + counts.suspect + counts.failed
+        rows.append({"minute": minute, "boards": inspected, "calls": minute_calls[minute], "not_inspected": counts.not_inspected})
+        rows[-1].update(yield_values(counts))
+    upsert_add(conn, tallies, rows, ["minute"], ["boards", "calls", "not_inspected", *YIELD_COLUMNS])
+    by_class = [{"minute": m, "class_name": c, "calls": n} for (m, c), n in per_class.items()]
+    upsert_add(conn, class_tallies, by_class, ["minute", "class_name"], ["calls"])
+    kinds = [{"minute": m, "reason_kind": k, "frames": n} for (m, k), n in per_kind.items()]
+    upsert_add(conn, refusal_tallies, kinds, ["minute", "reason_kind"], ["frames"])
 
 
 def _frame_design(item: _Prepared) -> FrameDesign:

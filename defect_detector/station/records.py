@@ -25,13 +25,32 @@ REGISTRATION_KEYS = ("shift", "angle", "score", "difference")
 """What a frame record keeps of its golden image's registration (``inspections.reg_*`` columns, schema 5)."""
 
 
+TRACE_CHARS = 128
+"""Longest serial, lot or work order kept."""
+
+
 @dataclass(frozen=True)
 class CallRecord:
-    """One call of the model: its class name, score in [0, 1] and box ``(x1, y1, x2, y2)`` in frame pixels."""
+    """One call of the model: its class name, score in [0, 1], box ``(x1, y1, x2, y2)`` in frame pixels, and the
+    ``board`` of a panel it lies on (None: the frame has no board outlines, or the call lies on none)."""
 
     class_name: str
     score: float
     box: tuple[float, float, float, float]
+    board: str | None = None
+
+
+@dataclass(frozen=True)
+class BoardRecord:
+    """One board of a panel frame: its ``name`` and ``verdict`` (one of :data:`VERDICTS`); its calls are the frame's
+    calls whose ``board`` is ``name``."""
+
+    name: str
+    verdict: str
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"board {self.name!r}: verdict must be one of {', '.join(VERDICTS)}, got {self.verdict!r}")
 
 
 @dataclass(frozen=True)
@@ -51,8 +70,12 @@ class FrameRecord:
     whether the weights were taught its golden image (``teach``; None: not known, an older inspector); ``golden_key``: the
     fingerprint of its golden image's pixels; ``registration``: how that was registered into the frame
     (:data:`REGISTRATION_KEYS`: ``shift`` px, ``angle`` degrees, ZNCC ``score``, the golden check's ``difference``),
-    None without a golden image. The recorder keeps
-    references to the arrays until they are written: do not modify them afterwards.
+    None without a golden image. ``conf``: the score threshold that decided the frame (its design's taught point, or
+    the operating point of the weights that inspected it; None: the recorder's ``conf``): its calls at or above it are
+    queued for review. ``serial``, ``lot``, ``order``: the board's serial (its identity for first-pass yield,
+    ``core/board_yield.py``), lot and work order, None when unknown (at most :data:`TRACE_CHARS` characters each).
+    ``boards``: the verdict of each board of a panel frame (``inspect/panel.py``), empty for a frame of one board.
+    The recorder keeps references to the arrays until they are written: do not modify them afterwards.
     """
 
     source: str
@@ -74,10 +97,21 @@ class FrameRecord:
     design_taught: bool | None = None
     golden_key: str | None = None
     registration: dict[str, float] | None = None
+    conf: float | None = None
+    serial: str | None = None
+    lot: str | None = None
+    order: str | None = None
+    boards: tuple[BoardRecord, ...] = ()
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
             raise ValueError(f"verdict must be one of {', '.join(VERDICTS)}, got {self.verdict!r}")
+        for name in ("serial", "lot", "order"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or len(value) > TRACE_CHARS):
+                raise ValueError(f"{name} must be a string of at most {TRACE_CHARS} characters, got {str(value)[:40]!r}")
+        if self.conf is not None and not 0.0 <= self.conf <= 1.0:
+            raise ValueError(f"conf must lie in [0, 1], got {self.conf}")
         for name in ("image", "reference_image"):
             array = getattr(self, name)
             if array is not None and (not isinstance(array, np.ndarray) or array.ndim != 2 or array.dtype != np.uint8):
@@ -92,9 +126,14 @@ class FrameRecord:
             return None
         return (self.reason_kind or "").strip()[:KIND_CHARS] or "unknown"
 
+    def threshold(self, default: float) -> float:
+        """The score threshold that decided this frame: its own :attr:`conf`, else ``default`` (the recorder's)."""
+        return self.conf if self.conf is not None else default
+
     def queued(self, conf: float) -> bool:
-        """Whether this frame goes to the review queue: a call scoring at least ``conf``, or drift raised."""
-        return self.drift in RAISED or any(c.score >= conf for c in self.calls)
+        """Whether this frame goes to the review queue: a call scoring at least its threshold (:meth:`threshold` of
+        ``conf``), or drift raised."""
+        return self.drift in RAISED or any(c.score >= self.threshold(conf) for c in self.calls)
 
 
 def utc_now() -> datetime:

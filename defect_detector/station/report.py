@@ -1,6 +1,8 @@
-"""The shift report: per shift, frames (inspected boards and not-inspected frames, these per reason kind), calls,
-reviewed calls (confirmed, reclassified, false) and the false-call rate per class, drawn misses and drift alerts; and
-for the whole window the drift alerts, the design runs and the not-inspected frames (:func:`window_lists`).
+"""The shift report: per shift, frames (inspected boards and not-inspected frames, these per reason kind), yield
+(frames passed, passed as suspect and failed, boards inspected, passed on their first inspection and first-pass yield:
+``core/board_yield.py``), calls, reviewed calls (confirmed, reclassified, false) and the false-call rate per class,
+drawn misses and drift alerts; and for the whole window the drift alerts, the design runs and the not-inspected frames
+(:func:`window_lists`).
 
 Shifts start at whole hours of the station's local time (:data:`DEFAULT_SHIFTS`: 06:00, 14:00, 22:00); a shift is
 counted from its start up to the next one. A call belongs to the shift of its frame's inspection, whenever it was
@@ -17,20 +19,22 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from sqlalchemy import and_, func, select
+from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
 from defect_detector.core.safe_text import csv_cell
 from defect_detector.station.db import iso, to_db_time
 from defect_detector.station.designs import runs_between
-from defect_detector.station.queries import event_dict
-from defect_detector.station.schema import calls, class_tallies, drift_events, inspections, refusal_tallies, tallies, verdicts
+from defect_detector.station.queries import counts_since, event_dict
+from defect_detector.station.schema import calls, drift_events, inspections, verdicts
 
 DEFAULT_SHIFTS = (6, 14, 22)
 MAX_SHIFTS = 93
 """A report covers at most this many shifts (a month of three shifts a day)."""
 LISTED = 200
 """Most drift alerts and not-inspected frames the report page lists (the newest; the counts cover every one)."""
+YIELD_FIELDS = ("passed", "pass_suspect", "failed", "first_inspected", "first_passed", "first_pass_yield")
+"""The report's yield columns (the ``all`` row of each shift; ``/api/live``'s counts name them alike)."""
 CSV_FIELDS = (
     "shift_start",
     "shift_end",
@@ -46,6 +50,7 @@ CSV_FIELDS = (
     "false_call_rate",
     "missed",
     "drift_alerts",
+    *YIELD_FIELDS,
 )
 
 
@@ -108,7 +113,7 @@ class ClassRow:
 @dataclass
 class ShiftSummary:
     """One shift ``[start, end)`` (aware UTC): ``boards`` inspected, ``not_inspected`` frames (``reasons``: per reason
-    kind), ``calls``, ``drift_alerts`` and the per-class rows."""
+    kind), ``calls``, ``drift_alerts``, the per-class rows and ``yields`` (:data:`YIELD_FIELDS`)."""
 
     start: datetime
     end: datetime
@@ -118,6 +123,7 @@ class ShiftSummary:
     drift_alerts: int = 0
     classes: dict[str, ClassRow] = field(default_factory=dict)
     reasons: dict[str, int] = field(default_factory=dict)
+    yields: dict[str, Any] = field(default_factory=dict)
 
     @property
     def frames(self) -> int:
@@ -135,19 +141,11 @@ def summarize(conn: Connection, start: datetime, end: datetime) -> ShiftSummary:
     """The summary of one shift ``[start, end)`` (aware UTC)."""
     s, e = to_db_time(start), to_db_time(end)
     out = ShiftSummary(start, end)
-    sums = (func.coalesce(func.sum(tallies.c.boards), 0), func.coalesce(func.sum(tallies.c.calls), 0))
-    boards, total, refused = conn.execute(
-        select(*sums, func.coalesce(func.sum(tallies.c.not_inspected), 0)).where(tallies.c.minute >= s, tallies.c.minute < e)
-    ).one()
-    out.boards, out.calls, out.not_inspected = int(boards), int(total), int(refused)
-    kind, frames = refusal_tallies.c.reason_kind, func.sum(refusal_tallies.c.frames)
-    per_kind = select(kind, frames).where(refusal_tallies.c.minute >= s, refusal_tallies.c.minute < e).group_by(kind)
-    out.reasons = {k: int(n) for k, n in sorted(conn.execute(per_kind), key=lambda kn: (-int(kn[1]), kn[0]))}
-    window = and_(class_tallies.c.minute >= s, class_tallies.c.minute < e)
-    for name, n in conn.execute(
-        select(class_tallies.c.class_name, func.sum(class_tallies.c.calls)).where(window).group_by(class_tallies.c.class_name)
-    ):
-        out.classes.setdefault(name, ClassRow()).calls = int(n)
+    counts = counts_since(conn, s, e)
+    out.boards, out.calls, out.not_inspected, out.reasons = counts["boards"], counts["calls"], counts["not_inspected"], counts["reasons"]
+    out.yields = {name: counts[name] for name in YIELD_FIELDS}
+    for name, n in counts["per_class"].items():
+        out.classes.setdefault(name, ClassRow()).calls = n
     _add_reviewed(conn, out, s, e)
     missed = (
         select(verdicts.c.class_name, func.count())
@@ -239,7 +237,14 @@ def _row(summary: ShiftSummary, name: str, row: ClassRow) -> dict[str, Any]:
         "false_call_rate": "" if rate is None else rate,
         "missed": row.missed,
         "drift_alerts": summary.drift_alerts,
+        **(_yield_cells(summary) if name == "all" else {}),
     }
+
+
+def _yield_cells(summary: ShiftSummary) -> dict[str, Any]:
+    """The :data:`YIELD_FIELDS` of a shift's ``all`` row (``first_pass_yield`` empty before any board was inspected)."""
+    rate = summary.yields.get("first_pass_yield")
+    return {name: summary.yields.get(name, 0) for name in YIELD_FIELDS} | {"first_pass_yield": "" if rate is None else rate}
 
 
 def _reason_row(summary: ShiftSummary, kind: str, frames: int) -> dict[str, Any]:
@@ -254,7 +259,8 @@ def _reason_row(summary: ShiftSummary, kind: str, frames: int) -> dict[str, Any]
 
 def report_rows(summaries: list[ShiftSummary]) -> list[dict[str, Any]]:
     """Flat rows (:data:`CSV_FIELDS`): per shift one ``all`` row (every frame: ``frames`` = ``boards`` inspected +
-    ``not_inspected``), one per class by name, then one ``not_inspected`` row per reason kind, most frames first."""
+    ``not_inspected``; the shift's yield), one per class by name, then one ``not_inspected`` row per reason kind, most
+    frames first."""
     rows = []
     for s in summaries:
         rows.append(_row(s, "all", s.total()))

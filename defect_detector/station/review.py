@@ -11,6 +11,10 @@ Two reviewers at once:
   written. The check is part of the ``UPDATE`` itself, so of two reviewers posting at once exactly one wins.
 - A lease is kept: while a call is leased to one reviewer, a verdict by another is a :class:`Conflict` (issue 44: the
   lease was advisory, and a second reviewer could post the first verdict on a leased call).
+
+A whole board at once (:func:`record_board_verdict`, issue 58: 1,088 calls were queued one at a time): every call of
+one inspection still waiting for review gets one verdict, ``defect`` (each under its called class) or ``false_call``,
+in one conditional ``UPDATE``; calls another reviewer holds a lease on are left to them (and counted).
 """
 
 from __future__ import annotations
@@ -19,11 +23,11 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import or_, select, true
+from sqlalchemy import func, or_, select, true
 from sqlalchemy.engine import Connection
 
 from defect_detector.station.db import iso, to_db_time
-from defect_detector.station.schema import CALL_VERDICTS, calls, verdicts
+from defect_detector.station.schema import CALL_VERDICTS, calls, inspections, verdicts
 
 LEASE_S = 120.0
 """Seconds a call handed out by ``/api/review/next`` is held for its reviewer."""
@@ -115,6 +119,47 @@ def record_verdict(
         "reviewer": reviewer,
         "time": iso(when),
         "version": expected + 1,
+    }
+
+
+BOARD_VERDICTS = ("defect", "false_call")
+"""The verdicts a whole board may be given at once (a skip is a call's own)."""
+
+
+def record_board_verdict(conn: Connection, inspection_id: int, verdict: str, reviewer: str, now: datetime) -> dict[str, Any]:
+    """Give every call of inspection ``inspection_id`` still waiting for review ``verdict`` (:data:`BOARD_VERDICTS`; a
+    ``defect`` under each call's called class) by ``reviewer`` at ``now``, except the calls another reviewer holds a
+    lease on. Returns ``{"inspection", "verdict", "reviewer", "time", "calls": [{"call", "class", "version"}], "left"}``
+    (``left``: waiting calls leased to others). :class:`NotFound` for an unknown inspection, :class:`Conflict` when no
+    call of it is waiting, or every waiting one is leased to another reviewer (nothing written)."""
+    if verdict not in BOARD_VERDICTS:
+        raise ValueError(f"verdict must be one of {', '.join(BOARD_VERDICTS)}, got {verdict!r}")
+    if conn.execute(select(inspections.c.id).where(inspections.c.id == inspection_id)).first() is None:
+        raise NotFound(f"no inspection {inspection_id}")
+    when = to_db_time(now)
+    free = or_(calls.c.lease_until.is_(None), calls.c.lease_until <= when, calls.c.lease_reviewer == reviewer)
+    mine = (calls.c.inspection_id == inspection_id, calls.c.pending == true())
+    confirmed = calls.c.class_name if verdict == "defect" else None
+    done = conn.execute(
+        calls.update()
+        .where(*mine, free)
+        .values(pending=False, verdict=verdict, verdict_class=confirmed, version=calls.c.version + 1, lease_reviewer=None, lease_until=None)
+        .returning(calls.c.id, calls.c.verdict_class, calls.c.version)
+    ).all()
+    left = int(conn.execute(select(func.count()).select_from(calls).where(*mine)).scalar() or 0)
+    if not done:
+        if left:
+            raise Conflict(f"inspection {inspection_id}: its {left} waiting call(s) are leased to other reviewers; try again later")
+        raise Conflict(f"inspection {inspection_id} has no call waiting for review")
+    rows = [{"call_id": r.id, "inspection_id": inspection_id, "verdict": verdict, "class_name": r.verdict_class} for r in done]
+    conn.execute(verdicts.insert(), [r | {"reviewer": reviewer, "time": when} for r in rows])
+    return {
+        "inspection": inspection_id,
+        "verdict": verdict,
+        "reviewer": reviewer,
+        "time": iso(when),
+        "calls": [{"call": r.id, "class": r.verdict_class, "version": r.version} for r in sorted(done, key=lambda r: r.id)],
+        "left": left,
     }
 
 

@@ -22,6 +22,14 @@ the frame's golden image looks unlike the model's training images (``inspect/des
 ``inspections.golden_key`` (schema 5): the fingerprint of the golden image's pixels (``inspect/designs.py``), and
 ``reg_shift`` / ``reg_angle`` / ``reg_score`` / ``reg_difference``: how it was registered into the frame (shift px,
 angle degrees, ZNCC score, the golden check's differing share), null without a golden image or before schema 5.
+
+Schema 6 (yield and traceability, issue 58): ``inspections.serial`` / ``lot`` / ``work_order`` (null when unknown),
+``conf`` (the score threshold that decided the frame: its calls at or above it were queued for review; null before),
+``first_inspection`` (the frame is its board's first inspection, ``core/board_yield.py``: a board is its serial's frames,
+or the frame alone without one) and ``boards`` (a panel frame's boards as JSON ``[{"name", "verdict", "calls"}]``, null
+for a frame of one board); ``calls.board`` (the panel board a call lies on); ``tallies.passed`` / ``suspect`` /
+``failed`` (inspected frames by verdict) and ``first_boards`` / ``first_passed`` (boards inspected, and of those
+passed, on their first inspection), so first-pass yield over any window is two sums.
 """
 
 from __future__ import annotations
@@ -44,7 +52,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection
 
-SCHEMA_VERSION = 5
+from defect_detector.core.board_yield import BoardCounts
+
+SCHEMA_VERSION = 6
 ID = BigInteger().with_variant(Integer(), "sqlite")  # SQLite: INTEGER PRIMARY KEY, the rowid
 CALL_VERDICTS = ("defect", "false_call", "skip")
 
@@ -91,8 +101,15 @@ inspections = Table(
     Column("reg_angle", Float),  # ZNCC score, and the golden check's differing share of the covered area
     Column("reg_score", Float),
     Column("reg_difference", Float),
+    Column("serial", Text),  # the board's serial (schema 6), its lot and its work order; null when unknown
+    Column("lot", Text),
+    Column("work_order", Text),
+    Column("conf", Float),  # the score threshold that decided the frame (schema 6)
+    Column("first_inspection", Boolean),  # its board's first inspection (schema 6)
+    Column("boards", Text),  # a panel frame's boards, JSON [{"name", "verdict", "calls"}] (schema 6)
     Index("ix_inspections_time", "time"),
     Index("ix_inspections_verdict", "verdict", "id"),
+    Index("ix_inspections_serial", "serial", "id"),
 )
 
 calls = Table(
@@ -114,6 +131,7 @@ calls = Table(
     Column("version", Integer, nullable=False, server_default="0"),  # verdicts given so far (schema 3)
     Column("lease_reviewer", String(64)),  # who /api/review/next handed it to (schema 3)
     Column("lease_until", DateTime),  # ... until when (naive UTC)
+    Column("board", Text),  # the panel board it lies on (schema 6)
     Index("ix_calls_inspection", "inspection_id"),
     Index("ix_calls_pending", "pending", "id"),
     Index("ix_calls_verdict_time", "verdict", "time"),
@@ -162,7 +180,21 @@ tallies = Table(
     Column("boards", Integer, nullable=False),  # inspected frames
     Column("calls", Integer, nullable=False),
     Column("not_inspected", Integer, nullable=False, server_default="0"),  # schema 2
+    Column("passed", Integer, nullable=False, server_default="0"),  # inspected frames by verdict (schema 6)
+    Column("suspect", Integer, nullable=False, server_default="0"),
+    Column("failed", Integer, nullable=False, server_default="0"),
+    Column("first_boards", Integer, nullable=False, server_default="0"),  # boards inspected (first inspections)
+    Column("first_passed", Integer, nullable=False, server_default="0"),  # ... of those, passed
 )
+
+YIELD_COLUMNS = ("passed", "suspect", "failed", "first_boards", "first_passed")
+"""The ``tallies`` columns of yield (schema 6)."""
+
+
+def yield_values(counts: BoardCounts) -> dict[str, int]:
+    """The :data:`YIELD_COLUMNS` of ``counts`` (its ``boards`` are ``first_boards``)."""
+    named = {"first_boards": counts.boards}
+    return {column: named.get(column, getattr(counts, column, 0)) for column in YIELD_COLUMNS}
 
 refusal_tallies = Table(
     "refusal_tallies",

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from defect_detector.data.draw import _wrap, class_color, draw_detections, stamp
+from defect_detector.data.draw import VERDICT_COLORS_BGR, _wrap, badge, class_color, draw_detections, stamp
 
 CLASS_NAMES = ["missing_hole", "mouse_bite", "open_circuit", "short", "spur", "spurious_copper"]
 
@@ -79,3 +79,21 @@ def test_stamp_wraps_a_long_reason_inside_a_640_px_frame() -> None:
     assert not white[:, :4].any() and not white[:, -4:].any()  # nothing cut at either side
     pieces = _wrap("x" * 300, font, scale, 2, 100)  # one word wider than the frame: split, never cut
     assert "".join(pieces) == "x" * 300 and all(cv2.getTextSize(p, font, scale, 2)[0][0] <= 100 for p in pieces)
+
+
+def test_a_badge_takes_the_first_corner_clear_of_the_calls_and_cuts_its_detail_to_the_frame() -> None:
+    canvas = np.zeros((240, 320, 3), np.uint8)
+    boxes = [[0.0, 0.0, 100.0, 40.0], [250.0, 0.0, 320.0, 30.0]]  # both top corners hold a call
+    x1, y1, x2, y2 = badge(canvas, "FAIL", "2 calls at score >= 0.42; " + "boards: " + ", ".join(f"B{i} fail" for i in range(40)), boxes)
+    assert (x1, y2) == (0, 240) and x2 <= 320  # bottom-left, inside the frame
+    assert (canvas[y1:y2, x1:x2] == VERDICT_COLORS_BGR["FAIL"]).all(axis=2).mean() > 0.5 and not canvas[:40, :100].any()
+    everywhere = [[0.0, 0.0, 320.0, 240.0]]
+    assert badge(np.zeros((240, 320, 3), np.uint8), "PASS", "", everywhere)[:2] == (0, 0)  # no corner free: the top-left
+
+
+def test_a_stamp_leaves_the_box_it_avoids_visible() -> None:
+    middle = (100, 250, 540, 330)
+    for avoid in (middle, (100, 40, 540, 120), (100, 520, 540, 600)):
+        canvas = stamp(np.zeros((640, 640, 3), np.uint8), "NOT INSPECTED", "glare over 3% of the board", avoid=avoid)
+        assert not canvas[avoid[1] : avoid[3], avoid[0] : avoid[2]].any(), avoid
+    assert stamp(np.zeros((640, 640, 3), np.uint8), "NOT INSPECTED", "glare")[middle[1] : middle[3]].any()  # unavoided: the middle

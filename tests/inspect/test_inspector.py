@@ -4,6 +4,7 @@ outputs, video/JSONL, per-frame results, drift alerts by default."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import cv2
@@ -15,7 +16,7 @@ from small_checkpoint import write_small_checkpoint
 from defect_detector.cli.main import main
 from defect_detector.core.constants import DEEPPCB_CLASSES
 from defect_detector.core.refusal import RefusalKind
-from defect_detector.data.synth import generate_board
+from defect_detector.data.synth import generate_board, generate_board_pair
 from defect_detector.inspect.inspector import Inspection, Inspector
 from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.inspect.runtime import Runtime
@@ -120,6 +121,10 @@ def test_predict_video_writes_frames_jsonl_and_mp4(checkpoint: Path, tmp_path: P
     assert lines == records
     capture = cv2.VideoCapture(str(out_dir / "line.mp4"))
     assert capture.isOpened() and int(capture.get(cv2.CAP_PROP_FRAME_COUNT)) == 4
+    ok, first = capture.read()
+    stamp = {"pass": (0, 140, 0), "fail": (0, 0, 200)}[records[0]["verdict"]]  # each video frame stamped with its verdict
+    corners = [first[y : y + 16, x : x + 30].astype(int) for y in (4, 240 - 20) for x in (4, 320 - 34)]
+    assert ok and max((np.abs(c - np.array(stamp)).max(axis=2) < 60).mean() for c in corners) > 0.5
 
 
 def test_on_result_and_max_frames(checkpoint: Path, boards: Path) -> None:
@@ -392,3 +397,60 @@ def test_a_frame_or_golden_image_too_small_to_inspect_is_refused_and_the_run_goe
         tiny_golden = inspector.inspect(board, name="b.png", reference=board[:16, :16])
         assert tiny_golden.refusal.kind == RefusalKind.TOO_SMALL and "its golden image is 16x16 px" in tiny_golden.reason
         assert inspector.inspect(board, name="c.png", reference=board).verdict in ("pass", "fail")  # the run goes on
+
+
+def test_predict_reads_serials_by_pattern_and_counts_first_pass_yield(checkpoint: Path, tmp_path: Path, capsys, caplog) -> None:  # noqa: ANN001
+    """Issue 58 item 4: ``--trace-pattern`` reads each frame's serial and lot from its name; a board inspected again (SN1
+    twice) counts once in first-pass yield; the summary line, the JSON and the CSV say so."""
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    for i, name in enumerate(("SN1_L7_a.png", "SN1_L7_b.png", "SN2_L7_a.png", "board.png")):
+        assert cv2.imwrite(str(frames / name), generate_board(240, 320, np.random.default_rng(i))[0])
+    out_json, report = tmp_path / "det.json", tmp_path / "rep.csv"
+    argv = ["predict", str(frames), "--weights", str(checkpoint), "--conf", "0.99", "--threads", "1", "--device", "cpu"]
+    argv += ["--trace-pattern", r"(?P<serial>SN\d+)_(?P<lot>L\d+)", "--save-json", str(out_json), "--report", str(report)]
+    with caplog.at_level(logging.WARNING, logger="defect_detector.inspect"):
+        assert main(argv) == 0
+    assert "first-pass yield 100.0% (3 of 3 boards)" in capsys.readouterr().out  # SN1, SN2 and board.png (no serial)
+    assert caplog.text.count("does not match board.png: such frames have no serial") == 1
+    records = json.loads(out_json.read_text())
+    assert [(r["serial"], r["lot"]) for r in records] == [("SN1", "L7"), ("SN1", "L7"), ("SN2", "L7"), (None, None)]
+    assert all(r["conf"] == 0.99 for r in records)
+    lines = report.read_text().splitlines()
+    assert lines[0].endswith(",conf,serial,lot,order,boards") and lines[1].endswith(",0.99,SN1,L7,,")
+
+
+def test_the_inspector_serves_yield_metrics_and_takes_a_serial(checkpoint: Path) -> None:
+    """Issue 58 item 4: Prometheus counts boards by verdict and first passes (it counted calls and alerts only)."""
+    import urllib.request
+
+    from defect_detector.monitor.alerts import PrometheusSink
+
+    board = generate_board(240, 320, np.random.default_rng(0))[0]
+    with Inspector.load(checkpoint, device="cpu", threads=1, conf=0.99, metrics_port=0, metrics_addr="127.0.0.1") as inspector:
+        sink = next(s for s in inspector.router.sinks if isinstance(s, PrometheusSink))
+        first = inspector.inspect(board, serial="SN1", lot="L7")
+        inspector.inspect(board, serial="SN1")  # the same board again: no first inspection
+        inspector.inspect(np.zeros((240, 320), np.uint8), serial="SN2")  # blank: not inspected, never a pass
+        text = urllib.request.urlopen(f"http://127.0.0.1:{sink.port}/metrics", timeout=10).read().decode()
+        with pytest.raises(ValueError, match="serial must be one printable line"):
+            inspector.inspect(board, serial="SN\n1")
+    assert (first.trace.serial, first.trace.lot, first.verdict.value) == ("SN1", "L7", "pass")
+    assert 'defect_detector_boards_total{verdict="pass"} 2.0' in text
+    assert 'defect_detector_boards_total{verdict="not_inspected"} 1.0' in text
+    assert "defect_detector_first_inspections_total 1.0" in text and "defect_detector_first_passes_total 1.0" in text
+    assert "defect_detector_first_pass_yield 1.0" in text
+
+
+def test_board_outlines_give_each_board_its_verdict_and_must_lie_inside_the_golden_image(tmp_path: Path) -> None:
+    weights = write_small_checkpoint(tmp_path / "ref.pt", IMGSZ, in_channels=2)
+    board, golden = generate_board_pair(240, 320, np.random.default_rng(0), (3, 4))[:2]
+    assert cv2.imwrite(str(tmp_path / "golden.png"), golden)
+    outlines = {"left": [0, 0, 160, 240], "right": [160, 0, 320, 240]}
+    with Inspector.load(weights, reference=tmp_path / "golden.png", device="cpu", threads=1, conf=0.25, boards=outlines) as inspector:
+        record = inspector.inspect(board, name="panel.png")
+    assert [b.name for b in record.boards] == ["left", "right"] and len(record.call_boards) == len(record.detections)
+    assert record.detections and all(b.verdict == ("fail" if b.calls else "pass") for b in record.boards)
+    assert sum(b.calls for b in record.boards) == sum(name is not None for name in record.call_boards)
+    with pytest.raises(ValueError, match="board right .* reaches outside the golden image golden.png \\(320x240 px\\)"):
+        Inspector.load(weights, reference=tmp_path / "golden.png", device="cpu", threads=1, boards={"right": [160, 0, 400, 240]})

@@ -20,9 +20,11 @@ from defect_detector.core.types import Detections, LetterboxMeta
 from defect_detector.core.verdict import VERDICTS, verdict_of
 from defect_detector.inspect.frame import Frame
 from defect_detector.inspect.outputs import Outputs
+from defect_detector.inspect.panel import BoardOutline
 from defect_detector.inspect.prepare import Prepared
 from defect_detector.inspect.record import Inspection
 from defect_detector.inspect.sources import open_source
+from defect_detector.inspect.trace import Trace
 from defect_detector.monitor.drift import DriftEvent
 
 NOW = datetime(2026, 12, 5, tzinfo=timezone.utc)
@@ -132,7 +134,8 @@ def test_report_csv_escapes_file_names_a_spreadsheet_would_run(tmp_path: Path) -
         outputs.add(record)
     outputs.close()
     rows = list(csv.reader((tmp_path / "r.csv").open()))
-    assert rows[0] == ["file_name", "frame", "verdict", "reason", "calls", "open", "short", "dropped", "drift"]
+    header = ["file_name", "frame", "verdict", "reason", "calls", "open", "short", "dropped", "drift"]
+    assert rows[0] == [*header, "conf", "serial", "lot", "order", "boards"]
     assert rows[1][0] == "'=1+2+cmd|calc!A0.jpg" and rows[2][0] == "'@x.png" and rows[2][3] == "'-bad: unreadable"
     assert rows[2][8] == "'-" and rows[3][:6] == ["board.png", "7", "fail", "", "1", "1"]
 
@@ -168,3 +171,23 @@ def test_a_frame_too_small_for_the_stamp_is_drawn_as_a_legible_placeholder(tmp_p
     outputs.add(Inspection.finish(tiny))
     outputs.close()
     assert cv2.imread(str(tmp_path / "ann" / "tiny.png")).shape == (240, 640, 3)
+
+
+def test_the_record_carries_its_threshold_trace_and_panel_boards_into_every_output() -> None:
+    """Issue 58 item 4: the threshold that decided the frame, the board's serial, lot and work order, and a panel's
+    per-board verdicts are in the JSON record, the CSV row and the station's row alike."""
+    outlines = (BoardOutline("A", (0.0, 0.0, 4.0, 20.0)), BoardOutline("B", (4.0, 0.0, 30.0, 20.0)), BoardOutline("C", (0, 20, 30, 40)))
+    record = Inspection.finish(_prepared(), _detections(0.8, 0.3), conf=0.3, trace=Trace("SN1", "L2", "WO3"), outlines=outlines)
+    data, station, row = record.to_json(), record.to_station(NOW), record.csv_row(CLASSES)  # call centres (3, 4) and (6, 6)
+    assert (data["serial"], data["lot"], data["order"], data["conf"]) == ("SN1", "L2", "WO3", 0.3)
+    assert data["boards"] == [{"name": "A", "verdict": "fail", "calls": 1}, {"name": "B", "verdict": "fail", "calls": 1}] + [
+        {"name": "C", "verdict": "pass", "calls": 0}
+    ]
+    assert [c["board"] for c in data["calls"]] == ["A", "B"] and [c.board for c in station.calls] == ["A", "B"]
+    assert (station.serial, station.lot, station.order, station.conf) == ("SN1", "L2", "WO3", 0.3)
+    assert [(b.name, b.verdict) for b in station.boards] == [("A", "fail"), ("B", "fail"), ("C", "pass")]
+    assert row[-5:] == [0.3, "SN1", "L2", "WO3", "A:fail(1) B:fail(1) C:pass"]
+    refused = Inspection.finish(_records()["refused"], trace=Trace("SN1"), outlines=outlines)
+    assert [b["verdict"] for b in refused.to_json()["boards"]] == ["not_inspected"] * 3 and refused.to_json()["conf"] is None
+    plain = _records()["fail"].to_json()  # a frame of one board, no trace: the keys are there, empty; its calls on no board
+    assert (plain["serial"], plain["boards"], plain["conf"]) == (None, [], None) and all("board" not in c for c in plain["calls"])

@@ -80,6 +80,8 @@ def test_glare_on_a_photograph_is_found_where_it_is() -> None:
     assert found is not None and found.kind == "glare" and found.refused(None)
     assert abs(found.x - _centre(box)[0]) < 48 and abs(found.y - _centre(box)[1]) < 48
     assert 0.015 < found.share < 0.05
+    x1, y1, x2, y2 = found.box  # the frame pixels its cells span: around its centre, about its area (issue 58: outlined)
+    assert x1 < found.x < x2 and y1 < found.y < y2 and found.share * glared.size <= (x2 - x1) * (y2 - y1) <= 3 * found.share * glared.size
 
 
 def test_a_thin_line_the_golden_image_lacks_is_not_hidden_area() -> None:

@@ -11,6 +11,7 @@ import numpy as np
 from defect_detector.core.constants import DEEPPCB_CLASSES
 from defect_detector.data.synth import generate_board_pair
 from defect_detector.station.records import CallRecord, FrameRecord
+from defect_detector.station.schema import YIELD_COLUMNS
 
 
 def board_record(index: int, height: int = 240, width: int = 320, seed: int = 0, calls: int | None = None, **fields: Any) -> FrameRecord:
@@ -71,3 +72,15 @@ def frames_with_drift(n: int, start: datetime | None = None, step_s: float = 1.0
         score = (6.0 + (i % 3)) if raised else 0.5 + 0.1 * (i % 5)
         out.append(board_record(i, drift="warning" if raised else "normal", score=score, events=events, time=when, **kwargs))
     return out
+
+
+def back_to_schema_5(conn: Any) -> None:
+    """Drop what schema 6 added (yield and traceability), so a test can migrate a database recorded before it."""
+    from sqlalchemy import text
+
+    conn.execute(text("DROP INDEX ix_inspections_serial"))
+    for column in ("serial", "lot", "work_order", "conf", "first_inspection", "boards"):
+        conn.execute(text(f"ALTER TABLE inspections DROP COLUMN {column}"))
+    conn.execute(text("ALTER TABLE calls DROP COLUMN board"))
+    for column in YIELD_COLUMNS:
+        conn.execute(text(f"ALTER TABLE tallies DROP COLUMN {column}"))

@@ -177,7 +177,7 @@ def test_report_html_and_csv(client: TestClient) -> None:
     assert csv_text.headers["content-type"].startswith("text/csv")
     lines = csv_text.text.strip().splitlines()
     header = "shift_start,shift_end,class,reason,frames,boards,not_inspected,calls,confirmed,reclassified,false_calls,false_call_rate"
-    assert lines[0] == header + ",missed,drift_alerts"
+    assert lines[0] == header + ",missed,drift_alerts,passed,pass_suspect,failed,first_inspected,first_passed,first_pass_yield"
     rows = [dict(zip(lines[0].split(","), line.split(","))) for line in lines[1:]]
     total = [r for r in rows if r["class"] == "all" and r["boards"] != "0"]
     assert len(total) == 1 and total[0]["boards"] == total[0]["frames"] == str(N) and total[0]["drift_alerts"] == "1"

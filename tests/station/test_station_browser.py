@@ -1,7 +1,8 @@
 """End to end in headless Chromium (Debian's ``/usr/bin/chromium``, driven by Playwright; no browser is downloaded):
 the live page shows a frame with its boxes and updates itself, three calls are reviewed with the keyboard, one missed
 defect is drawn with the mouse, the export holds exactly that; a second reviewer is handed another call than the first
-(leases), and a frame that was not inspected shows on the live page with its reason, beside the design runs.
+(leases), and a frame that was not inspected shows on the live page with its reason, beside the design runs; one key
+confirms every waiting call of a board, and the live page shows first-pass yield and the board's serial.
 Screenshots of each page go to the test's tmp folder and to ``/tmp/station_shots/`` for a person to look at."""
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 from station_data import board_record
 
 from defect_detector.cli.main import main
 from defect_detector.core.constants import DEEPPCB_CLASSES
 from defect_detector.station.app import create_app
 from defect_detector.station.recorder import Recorder, RecorderTiming
+from defect_detector.station.schema import calls, verdicts
 from defect_detector.station.server import running
 from defect_detector.station.store import Store
 
@@ -173,3 +176,51 @@ def test_live_page_review_by_keyboard_missed_box_and_export(tmp_path: Path) -> N
     assert [c for c, _ in by_frame[1]] == ["mousebite"]  # the false call is absent, the drawn miss is there
     x, y, w, h = by_frame[1][0][1]
     assert abs(x - 100) <= 2 and abs(y - 120) <= 2 and abs(w - 60) <= 2 and abs(h - 50) <= 2
+
+
+def test_one_key_confirms_a_whole_board_and_the_live_page_shows_yield_and_serial(tmp_path: Path) -> None:
+    """Issue 58 item 4: Shift+D gives every waiting call of the frame shown the verdict defect (1,088 calls were queued
+    one at a time); the live page shows first-pass yield and the board's serial, lot and work order."""
+    db = tmp_path / "station.db"
+    recorder = Recorder(str(db), conf=0.05, classes=DEEPPCB_CLASSES, timing=RecorderTiming(live_every=0.0))
+    trace = {"lot": "L7", "order": "WO9"}
+    recorder.record(board_record(0, height=480, width=640, calls=3, serial="SN0042", **trace))  # every call waits (>= 0.05)
+    passed = dataclasses.replace(board_record(1, height=480, width=640, serial="SN0043", **trace), verdict="pass", calls=())
+    recorder.record(passed)
+    assert recorder.flush(60)
+    store = Store(str(db))
+    errors: list[str] = []
+    try:
+        with running(create_app(store)) as base, sync_api.sync_playwright() as p:
+            browser = p.chromium.launch(
+                executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+            )
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(TIMEOUT_MS)
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+            page.goto(f"{base}/")
+            page.wait_for_selector("#frame[data-inspection]")
+            assert "SN0043 (lot L7, order WO9)" in page.inner_text("#frame-meta")
+            assert "50.0% (1 of 2)" in page.inner_text("#counts-yield")  # SN0042 failed, SN0043 passed
+            _shot(page, tmp_path, "live_yield")
+
+            page.goto(f"{base}/review")
+            page.fill("#who-name", "ana")
+            page.press("#who-name", "Enter")
+            page.wait_for_selector("body[data-shown]")
+            waiting = int(page.inner_text("#board-waiting"))
+            assert waiting >= 3 and "SN0042" in page.inner_text("#call-frame")
+            _shot(page, tmp_path, "review_board")
+            page.keyboard.press("Shift+D")
+            page.wait_for_selector("body[data-queue='empty']")
+            page.wait_for_selector(f".toast.show:has-text('{waiting} calls defect')")
+            browser.close()
+        with store.engine.connect() as conn:
+            stored = conn.execute(select(calls.c.verdict, calls.c.verdict_class, calls.c.class_name)).all()
+            reviewers = set(conn.execute(select(verdicts.c.reviewer)).scalars())
+    finally:
+        recorder.close()
+        store.close()
+    assert errors == []
+    assert len(stored) == waiting and all(v == "defect" and confirmed == called for v, confirmed, called in stored) and reviewers == {"ana"}

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from conftest import StationDB
 from sqlalchemy import text
-from station_data import board_record
+from station_data import back_to_schema_5, board_record
 
 from defect_detector.core.constants import DEEPPCB_CLASSES
 from defect_detector.inspect.frame import Frame
@@ -81,12 +81,13 @@ def test_a_schema_3_database_is_migrated(station_db: StationDB) -> None:
         conn.execute(text("ALTER TABLE design_runs DROP COLUMN design_warning"))
         conn.execute(text("ALTER TABLE inspections DROP COLUMN design_taught"))
         conn.execute(text("ALTER TABLE design_runs DROP COLUMN design_taught"))
+        back_to_schema_5(conn)
         for column in ("golden_key", "reg_shift", "reg_angle", "reg_score", "reg_difference"):  # schema 5's
             conn.execute(text(f"ALTER TABLE inspections DROP COLUMN {column}"))
         conn.execute(text("UPDATE station_meta SET value = '3' WHERE key = 'schema_version'"))
     with Store(station_db.url, station_db.images) as store:
         with store.engine.connect() as conn:
-            assert conn.execute(text("SELECT value FROM station_meta WHERE key = 'schema_version'")).scalar() == str(SCHEMA_VERSION) == "5"
+            assert conn.execute(text("SELECT value FROM station_meta WHERE key = 'schema_version'")).scalar() == str(SCHEMA_VERSION) == "6"
         with TestClient(create_app(store), base_url="http://localhost") as client:
             items = client.get("/api/inspections", params={"limit": 100}).json()["items"]
             designs = client.get("/api/live").json()["designs"]

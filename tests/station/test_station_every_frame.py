@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from conftest import StationDB
 from sqlalchemy import text
-from station_data import board_record, drift_event
+from station_data import back_to_schema_5, board_record, drift_event
 
 from defect_detector.core.constants import DEEPPCB_CLASSES
 from defect_detector.station.app import create_app
@@ -165,6 +165,7 @@ def test_a_schema_1_database_is_migrated(station_db: StationDB) -> None:
     with Store(station_db.url, station_db.images) as store, store.engine.begin() as conn:  # back to what schema 1 had
         reviewed = conn.execute(text("SELECT min(id) FROM calls")).scalar()
         conn.execute(text(f"UPDATE calls SET verdict = 'defect', pending = false WHERE id = {int(reviewed)}"))
+        back_to_schema_5(conn)
         for column in ("version", "lease_reviewer", "lease_until"):
             conn.execute(text(f"ALTER TABLE calls DROP COLUMN {column}"))
         conn.execute(text("DROP INDEX ix_inspections_verdict"))
@@ -182,4 +183,6 @@ def test_a_schema_1_database_is_migrated(station_db: StationDB) -> None:
             live = client.get("/api/live").json()
     assert (live["shift"]["frames"], live["shift"]["not_inspected"]) == (N, len(REFUSED))
     assert live["shift"]["reasons"] == {"reference does not match": 3, "blank frame": 2}
+    inspected = N - len(REFUSED)  # schema 6's yield filled in: no serials before, so each inspected frame is a board
+    assert (live["shift"]["failed"], live["shift"]["first_inspected"], live["shift"]["first_pass_yield"]) == (inspected, inspected, 0.0)
     assert [d["line"] for d in live["designs"]][-1] == "design golden_a.png: frames 0-19 (20 boards, 3 not inspected)"

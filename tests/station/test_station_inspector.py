@@ -149,3 +149,45 @@ def test_the_station_and_the_json_agree_on_every_frames_verdict(boards: Path, tm
     assert {r["file_name"]: (r["verdict"], r["reason"]) for r in recorded} == stored
     assert {v for v, _ in stored.values()} == {"pass", "pass_suspect", "not_inspected"}
     assert stored["b1.png"][0] == "pass_suspect" and stored["b1.png"][1].startswith("untaught look")
+
+
+class _RoutedTo:
+    """A design check that routes every design to other bundled weights (``DesignNote.covering``)."""
+
+    def __init__(self, weights: Path) -> None:
+        self.weights = weights
+
+    def note(self, design: object, file_name: str) -> DesignNote:
+        return DesignNote(covering=self.weights)
+
+
+def _with_operating_point(weights: Path, conf: float) -> Path:
+    """``weights`` rewritten with ``eval.f1_conf`` (its operating point) at ``conf``."""
+    import torch
+
+    checkpoint = torch.load(weights, weights_only=True)
+    checkpoint["config"]["eval"]["f1_conf"] = conf
+    torch.save(checkpoint, weights)
+    return weights
+
+
+def test_a_call_between_the_routed_models_point_and_the_global_conf_is_queued_for_review(boards: Path, tmp_path: Path) -> None:
+    """Issue 56 item 6: a frame routed to other weights is decided at their own operating point (0.25), but the station
+    queued its calls at the first inspector's (0.5): the frame failed and none of its calls reached the review queue.
+    The record now carries the threshold that decided it, and every consumer reads that one."""
+    first = _with_operating_point(write_small_checkpoint(tmp_path / "first.pt", 128, in_channels=2), 0.5)
+    routed = write_small_checkpoint(tmp_path / "routed.pt", 128, in_channels=2)  # its calls score about 0.27
+    db = tmp_path / "line.db"
+    board = cv2.imread(str(boards / "frames" / "b0.png"), cv2.IMREAD_GRAYSCALE)
+    with Inspector.load(first, reference=boards / "golden", device="cpu", threads=1, db=str(db)) as inspector:
+        assert inspector.pipeline.conf == 0.5
+        inspector.choices = {"reference": boards / "golden", "device": "cpu", "threads": 1, "monitor": False}
+        inspector.prepare.design_check = _RoutedTo(routed)
+        record = inspector.inspect(board, name="b0.png")
+    scores = record.detections.scores.tolist()
+    assert record.weights == "routed.pt" and record.verdict == "fail" and record.conf == 0.25 == record.to_json()["conf"]
+    assert scores and all(0.25 <= s < 0.5 for s in scores)  # every call lies between the routed point and the global conf
+    with Store(str(db)) as store, store.engine.connect() as conn:
+        row = conn.execute(select(inspections)).one()
+        queued = conn.execute(select(func.count()).select_from(calls).where(calls.c.pending.is_(True))).scalar()
+    assert row.verdict == "fail" and row.queued and row.conf == 0.25 and queued == len(scores)

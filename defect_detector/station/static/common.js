@@ -84,8 +84,22 @@ const Station = (() => {
     for (const t of root.querySelectorAll("time[datetime]")) t.textContent = fmtTime(t.getAttribute("datetime"));
   }
 
+  // " · SN0042 (lot L7, order W12)" for a frame whose board's serial, lot or work order is known, else "".
+  function traceText(item) {
+    const more = [item.lot ? `lot ${item.lot}` : "", item.order ? `order ${item.order}` : ""].filter(Boolean).join(", ");
+    if (!item.serial && !more) return "";
+    return ` · ${item.serial || "no serial"}${more ? ` (${more})` : ""}`;
+  }
+
+  // " · boards: A pass, B fail (2 calls)" for a panel frame, else "".
+  function boardsText(boards) {
+    if (!boards || !boards.length) return "";
+    const one = (b) => `${b.name} ${b.verdict.replace("_", " ")}${b.calls ? ` (${b.calls} call${b.calls === 1 ? "" : "s"})` : ""}`;
+    return ` · boards: ${boards.map(one).join(", ")}`;
+  }
+
   const classes = JSON.parse(document.body.dataset.classes || "[]");
   setClassOrder(classes);
   document.addEventListener("DOMContentLoaded", () => localizeTimes());
-  return { api, classes, colour, setClassOrder, connectionLost, fmtTime, drawCalls, loadImage, el, localizeTimes };
+  return { api, classes, colour, setClassOrder, connectionLost, fmtTime, drawCalls, loadImage, el, localizeTimes, traceText, boardsText };
 })();

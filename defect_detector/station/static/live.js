@@ -27,8 +27,8 @@
     canvas.dataset.inspection = String(item.id);
     canvas.dataset.calls = String(item.calls.length);
     document.getElementById("no-frame").classList.add("hidden");
-    const meta = `${item.source} · frame ${item.frame} · ${item.name} · ${fmtTime(item.time)} · ${item.verdict}`;
-    document.getElementById("frame-meta").textContent = meta;
+    const meta = `${item.source} · frame ${item.frame} · ${item.name}${Station.traceText(item)} · ${fmtTime(item.time)} · ${item.verdict}`;
+    document.getElementById("frame-meta").textContent = meta + Station.boardsText(item.boards);
     const chips = document.getElementById("frame-calls");
     chips.replaceChildren(...item.calls.map((c) => {
       const chip = el("span", `${c.class} ${c.score.toFixed(2)}`, "chip");
@@ -55,6 +55,14 @@
       return tr;
     };
     document.getElementById("counts-summary").replaceChildren(...summary.map(row));
+    const fpy = (c) => (c.first_pass_yield === null ? "–" : `${(100 * c.first_pass_yield).toFixed(1)}% (${c.first_passed} of ${c.first_inspected})`);
+    const yields = [
+      ["passed", data.hour.passed, data.shift.passed],
+      ["passed as suspect", data.hour.pass_suspect, data.shift.pass_suspect],
+      ["failed", data.hour.failed, data.shift.failed],
+      ["first-pass yield", fpy(data.hour), fpy(data.shift)],
+    ];
+    document.getElementById("counts-yield").replaceChildren(...yields.map(row));
     document.getElementById("counts-calls").replaceChildren(...perBoard.map(row));
     const kinds = [...new Set([...Object.keys(data.shift.reasons), ...Object.keys(data.hour.reasons)])];
     document.getElementById("counts-reason").replaceChildren(...kinds.map((kind) => {

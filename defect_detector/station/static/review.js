@@ -1,4 +1,5 @@
-// The review page: the oldest waiting call, board crop beside golden crop; keys D / 1-9 / F / S / M; misses drawn with the mouse.
+// The review page: the oldest waiting call, board crop beside golden crop; keys D / 1-9 / F / S / M, Shift+D / Shift+F for
+// every waiting call of the frame at once; misses drawn with the mouse.
 "use strict";
 
 (() => {
@@ -93,7 +94,9 @@
     $("call-box").textContent = call.box.map((v) => v.toFixed(1)).join(", ");
     const warning = inspection.design_warning ? ` · warning: ${inspection.design_warning}` : "";
     const taught = inspection.design_taught ? " · taught design" : "";
-    $("call-frame").textContent = `${inspection.source} · frame ${inspection.frame} · ${inspection.name}${taught}${warning}`;
+    $("call-frame").textContent = `${inspection.source} · frame ${inspection.frame} · ${inspection.name}${Station.traceText(inspection)}${taught}${warning}`;
+    $("call-board").textContent = (call.board ? `${call.board}` : "–") + Station.boardsText(inspection.boards);
+    $("board-waiting").textContent = String(inspection.calls.filter((c) => c.waiting).length);
     $("call-time").textContent = fmtTime(inspection.time);
     $("call-drift").textContent = inspection.score === null ? inspection.drift : `${inspection.drift} (${inspection.score})`;
     const width = inspection.width || (state.frame ? state.frame.naturalWidth : 1);
@@ -150,6 +153,26 @@
     } catch (err) {
       toast(err.message, true);
       if (err.status === 409) await next(); // another reviewer's verdict came first: show the next call
+    } finally {
+      state.busy = false;
+    }
+  }
+
+  // --- the whole board at once: Shift+D / Shift+F give every waiting call of this frame one verdict ---
+  async function boardVerdict(kind) {
+    if (!state.item || state.busy) return;
+    if (!reviewer()) { askReviewer(); return; }
+    const id = state.item.inspection.id;
+    state.busy = true;
+    try {
+      const saved = await api(`/api/inspections/${id}/verdict`, { method: "POST", body: { verdict: kind, reviewer: reviewer() } });
+      const n = saved.calls.length;
+      const left = saved.left ? `; ${saved.left} held by other reviewers` : "";
+      toast(`inspection ${id}: ${n} call${n === 1 ? "" : "s"} ${kind.replace("_", " ")}${left}`);
+      await next();
+    } catch (err) {
+      toast(err.message, true);
+      if (err.status === 409) await next();
     } finally {
       state.busy = false;
     }
@@ -223,7 +246,9 @@
   for (const button of document.querySelectorAll("[data-action]")) {
     button.addEventListener("click", () => {
       const action = button.dataset.action;
-      if (action === "draw") startDrawing(); else verdict(action);
+      if (action === "draw") startDrawing();
+      else if (action.startsWith("board-")) boardVerdict(action.slice(6));
+      else verdict(action);
     });
   }
   $("missed-save").addEventListener("click", saveMissed);
@@ -241,7 +266,9 @@
       return;
     }
     if (event.target instanceof HTMLSelectElement) return;
-    if (key === "d") verdict("defect");
+    if (event.shiftKey && key === "d") boardVerdict("defect");
+    else if (event.shiftKey && key === "f") boardVerdict("false_call");
+    else if (key === "d") verdict("defect");
     else if (key === "f") verdict("false_call");
     else if (key === "s") verdict("skip");
     else if (key === "m") startDrawing();
