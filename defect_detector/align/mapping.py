@@ -157,6 +157,7 @@ class Mapping:
             grid = np.array(self.grid, np.float32)
             grid.setflags(write=False)
             object.__setattr__(self, "grid", grid)
+        object.__setattr__(self, "_maps", {})  # dense maps, computed once per mapping (a line's reused one: once)
 
     def __eq__(self, other: object) -> bool:
         """Equal values: homography, shapes, lens term and grid (arrays compared by value)."""
@@ -284,18 +285,23 @@ class Mapping:
         return px, py
 
     def golden_map(self) -> tuple[np.ndarray, np.ndarray]:
-        """float32 ``(map_x, map_y)`` ``[gh, gw]``: each golden-image pixel's place in the frame (``cv2.remap`` reads the
-        frame there: the golden view)."""
-        xs, ys = _map_nodes(self.golden_shape)
-        qx, qy = self.to_frame(xs, ys)
-        return _upsampled(qx, self.golden_shape), _upsampled(qy, self.golden_shape)
+        """float32 ``(map_x, map_y)`` ``[gh, gw]`` (read-only, kept with the mapping): each golden-image pixel's place in
+        the frame (``cv2.remap`` reads the frame there: the golden view)."""
+        if "golden" not in self._maps:
+            xs, ys = _map_nodes(self.golden_shape)
+            qx, qy = self.to_frame(xs, ys)
+            self._maps["golden"] = _frozen(_upsampled(qx, self.golden_shape), _upsampled(qy, self.golden_shape))
+        return self._maps["golden"]
 
     def frame_map(self, frame_shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-        """float32 ``(map_x, map_y)`` ``[H, W]``: each frame pixel's place in the golden image (``cv2.remap`` reads the
-        golden image there: the frame view)."""
-        xs, ys = _map_nodes(frame_shape)
-        px, py = self.to_golden(xs, ys)
-        return _upsampled(px, frame_shape), _upsampled(py, frame_shape)
+        """float32 ``(map_x, map_y)`` ``[H, W]`` (read-only, kept with the mapping per frame shape): each frame pixel's
+        place in the golden image (``cv2.remap`` reads the golden image there: the frame view)."""
+        key = ("frame", int(frame_shape[0]), int(frame_shape[1]))
+        if key not in self._maps:
+            xs, ys = _map_nodes(frame_shape)
+            px, py = self.to_golden(xs, ys)
+            self._maps[key] = _frozen(_upsampled(px, frame_shape), _upsampled(py, frame_shape))
+        return self._maps[key]
 
     def golden_into_frame(
         self,
@@ -327,6 +333,12 @@ class Mapping:
             return cv2.warpPerspective(frame, self.homography, size, flags=flags, borderValue=border_value)
         map_x, map_y = self.golden_map()
         return cv2.remap(frame, map_x, map_y, interpolation, borderMode=cv2.BORDER_CONSTANT, borderValue=border_value)
+
+
+def _frozen(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    for array in arrays:
+        array.setflags(write=False)
+    return arrays
 
 
 def identity_mapping(shape: tuple[int, int]) -> Mapping:

@@ -170,6 +170,9 @@ def test_every_record_carries_its_registration(tmp_path: Path) -> None:
             assert record["registration"] is None
             continue
         reg = record["registration"]
-        assert set(reg) == {"shift", "angle", "score", "difference", "spread", "reused", "photometric"}  # DESIGN.md's keys, and more
+        geometry = {"model", "scale", "perspective", "lens", "grid", "local"}  # issue 55: the mapping a person reads
+        assert set(reg) == {"shift", "angle", "score", "difference", "spread", "reused", "photometric"} | geometry  # DESIGN.md: and more
         assert reg["score"] > 0.5 and reg["shift"] < 20 and abs(reg["angle"]) < 1 and 0 <= reg["spread"] < 0.21
-        assert set(reg["photometric"]) == {"gain", "offset", "gamma", "light_range"} and 0.7 < reg["photometric"]["gain"] < 1.3
+        assert reg["model"].split("+")[0] in {"rigid", "similarity", "affine", "homography"} and abs(reg["scale"] - 1) < 0.02
+        assert set(reg["local"]) == {"largest", "median"} and reg["local"]["largest"] < 8
+        assert set(reg["photometric"]) == {"gain", "offset", "gamma", "light_range", "blur"} and 0.7 < reg["photometric"]["gain"] < 1.3
