@@ -37,7 +37,7 @@ def difference_calls(board: np.ndarray, golden: np.ndarray, threshold: float, bl
     """Boxes (float32 ``[N, 4]`` xyxy board px) of the blobs where the registered, blurred golden image and board differ
     by more than ``threshold`` grey levels."""
     warped, reg = register(golden, board)
-    valid = covered_area(reg.matrix, golden.shape, board.shape)
+    valid = covered_area(reg.mapping, board.shape)
     a = cv2.GaussianBlur(board.astype(np.float32), (0, 0), blur)
     b = cv2.GaussianBlur(warped.astype(np.float32), (0, 0), blur)
     mask = ((np.abs(a - b) > threshold) & valid).astype(np.uint8)

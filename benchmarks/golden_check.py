@@ -35,6 +35,7 @@ import numpy as np
 from tqdm import tqdm
 
 from defect_detector.align.golden_check import MAX_MISSING, MAX_SLIVERS, covered_area, differing, structure
+from defect_detector.align.mapping import Mapping
 from defect_detector.align.register import Registration, register
 from defect_detector.core.config_register import RegisterConfig
 from defect_detector.core.io import atomic_write_json
@@ -127,10 +128,10 @@ def _painted(golden: np.ndarray, board: np.ndarray, cfg: RegisterConfig, rng: np
     rows = {"painted, registered": _outcome(golden, painted, cfg)}
     if reg.ok:
         rows["painted"] = _checked(warped, painted, reg.covered(board.shape))
-        off = np.vstack([reg.matrix, [0, 0, 1]])
-        off[:2, 2] += MISREGISTRATION
-        moved = cv2.warpAffine(golden, off[:2], board.shape[::-1], flags=cv2.INTER_LINEAR, borderValue=114)
-        rows["misregistered 6 px"] = _checked(moved, board, covered_area(off[:2], golden.shape, board.shape))
+        move = np.array([[1, 0, MISREGISTRATION[0]], [0, 1, MISREGISTRATION[1]], [0, 0, 1]])
+        shifted = Mapping(move @ reg.mapping.homography, golden.shape)
+        moved = shifted.golden_into_frame(golden, board.shape, cv2.INTER_LINEAR, 114)
+        rows["misregistered 6 px"] = _checked(moved, board, covered_area(shifted, board.shape))
     return rows
 
 
