@@ -2,7 +2,7 @@
 
 Predictions are the postprocess output: one dict per image with ``boxes``
 (xyxy, original-image pixels), ``scores`` and ``labels`` (0..C-1). Ground truth
-comes from the dataset's pycocotools ``COCO`` object, in original pixels.
+is the ``COCO`` object of the json read (``coco_gt``), in original pixels.
 COCO xywh exists only inside :func:`to_coco_results`.
 
 Classes are matched to the json's categories by name (the dataset's ``label_to_cat_id``, whatever the ids). A

@@ -6,7 +6,7 @@ evenly spaced rows). They stay on the model's device as tensors; nothing is
 copied to the host per layer or frame.
 
 Hooks are Python code, so they also run while ``torch.jit.trace`` records the
-model: the export wrapper (``deploy/export.py``) attaches the same monitor
+model: the export wrapper (``export/deploy_model.py``) attaches the same monitor
 during tracing and returns ``stats()`` as a second output, which is how the
 deployed artifact reports numbers identical to the eager path.
 """
@@ -53,7 +53,7 @@ def layer_sums(output: torch.Tensor) -> tuple[torch.Tensor, int]:
 
     A layer taller than ``MAX_STAT_ROWS`` is read on every ``step``-th row (``step = ceil(H / MAX_STAT_ROWS)``),
     evenly spread over the image: at 640 px the stem (stride 2) and stages 1-3 are all read every 16 input
-    pixels. That caught the simulated camera faults as reading every 8 pixels did (``monitor/evaluate_drift.py``:
+    pixels. That caught the simulated camera faults as reading every 8 pixels did (``benchmarks/evaluate_drift.py``:
     the same 8 of 8 onsets per fault, median delays within half a frame, no false alert; every 50 pixels
     missed faults) for 20-25% less statistics time. The sums run along
     contiguous rows in either memory format: flattening a channels_last tensor would copy it (~10x the

@@ -2,7 +2,7 @@
 
 :func:`build_monitoring` turns a baseline and the requested sinks into an
 :class:`~defect_detector.monitor.alerts.AlertRouter` (or None); the inspector
-(``deploy/inspector.py``) calls it and feeds the router per frame.
+(``inspect/inspector.py``) calls it and feeds the router per frame.
 
 Errors a user can fix (missing or malformed files, a baseline for other layers) raise
 :class:`MonitorSetupError` (a ``ValueError``) with one clear line.
