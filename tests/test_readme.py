@@ -22,3 +22,16 @@ def test_readme_is_a_quick_start_with_links_that_resolve() -> None:
     assert len(text.splitlines()) <= 250
     for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text):
         assert (ROOT / target).exists(), f"README links to {target}, which does not exist"
+
+
+def test_what_is_where_lists_every_room_at_its_layer() -> None:
+    """Issue 57: the README's "What is where" named rooms that had moved; each room of the package is listed once, at the
+    layer ``tests/test_layering.py`` holds it to, and nothing else is listed as a room."""
+    from test_layering import LAYERS
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split("## What is where", 1)[1].split("```", 2)[1]
+    listed = dict(re.findall(r"^  (\w+)/\s+L(\d)\s", block, flags=re.M))
+    rooms = {p.name for p in (ROOT / "defect_detector").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert set(listed) == rooms == set(LAYERS)
+    assert {room: int(layer) for room, layer in listed.items()} == LAYERS
