@@ -179,9 +179,9 @@ def _reason(
             mismatch,
         ),
         (
-            bend <= cfg.max_local,
+            bend <= cfg.local_limit(shape),
             f"the board is bent against the golden image: {bend:.0f} px off its plane near x {bend_x:.0f}, y {bend_y:.0f} "
-            f"(at most {cfg.max_local:g} px; register.max_local): check that the board lies flat",
+            f"(at most {cfg.local_limit(shape):.0f} px; register.max_local): check that the board lies flat",
             RefusalKind.BENT,
         ),
         (
@@ -325,6 +325,11 @@ def _seed(frame: FramePyramid, init: np.ndarray | Mapping | None) -> np.ndarray:
     return np.array([[1, 0, (w - rw) / 2], [0, 1, (h - rh) / 2], [0, 0, 1]], dtype=np.float64)
 
 
+MAX_NODES = 400
+"""The local grid's nodes are at least ``register.grid_step`` apart and at most this many over a golden image: a
+4224x2816 px photograph gets 154 px between them (the dense solves stay under a second)."""
+
+
 def _local(frame: FramePyramid, mapping: Mapping, scored: Scored, cfg: RegisterConfig) -> tuple[Mapping, Scored, Residual]:
     """``mapping`` (scoring ``scored`` on the finest level) with the lens term and the local grid of
     ``align/local_grid.py`` where the board needs them: neighbouring nodes read over ``register.grid_min`` px off, and a
@@ -337,11 +342,12 @@ def _local(frame: FramePyramid, mapping: Mapping, scored: Scored, cfg: RegisterC
     level = frame.level_mapping(mapping, k)
     pair = LevelPair(frame.ref.templates[k].t, blurred(frame.levels[k], cfg.blur))
     factor = frame.ref.levels[k].shape[1] / frame.ref.image.shape[1]
-    step = cfg.grid_step * factor
+    h, w = frame.ref.image.shape
+    step = max(cfg.grid_step, math.sqrt(h * w / MAX_NODES)) * factor
     left = residual(pair, level, step)
     chosen = (level, scored)
     if level.is_homography and left.coherent > cfg.grid_min * factor:
-        bound = 2 * cfg.max_local * factor
+        bound = 2 * cfg.local_limit(frame.shape) * factor
         fitted = fit_local(pair, level, step, cfg.grid_rounds, cfg.eps * factor, bound)
         fitted = refine_local(pair, fitted, cfg.grid_rounds, cfg.eps * factor, bound)
         for candidate in (fitted.with_local(fitted.lens, None, None), fitted):

@@ -7,6 +7,7 @@ so the golden check a model was validated with is the one ``predict`` applies. T
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Annotated, ClassVar, Literal
 
@@ -37,6 +38,10 @@ but rarely removes a whole isolated feature; a golden image of another board sho
 (true and painted DeepPCB pairs: at most 1; 31 of 114 neighbouring boards: 3 to 6; module docstring). Features cut
 by the covered area's edge do not count: 3 true pairs miss 2 half pads there."""
 
+
+LOCAL_PX, LOCAL_SHARE = 8.0, 0.005
+"""Without ``register.max_local``: the grid may add the larger of 8 px and 0.5% of the frame's half-diagonal (measured
+under the capture model: up to 7.4 px on a 4224x2816 photograph with a lens k1 of 0.014, 6.3 px on 1920x1280)."""
 
 MAX_SHIFT_SHARE = 0.1
 """Without ``register.max_shift``, a board may sit this share of the frame's longer side off its golden image's place:
@@ -81,7 +86,7 @@ class RegisterConfig(Section):
     grid_step: Annotated[Float, Field(ge=16, description="golden-image pixels")] = 96.0
     grid_min: Annotated[Float, Field(gt=0, description="pixels")] = 0.4
     grid_rounds: Annotated[Int, Field(ge=1)] = 6
-    max_local: Annotated[Float, Field(gt=0, description="pixels")] = 8.0
+    max_local: Annotated[Float, Field(gt=0, description="pixels; null: the larger of 8 px and 0.5% of the half-diagonal")] | None = None
     max_residual: Annotated[Float, Field(gt=0, description="pixels")] = 8.0
     min_overlap: Annotated[Float, Field(gt=0, le=1)] = 0.85
     scale: Annotated[Float, Field(gt=0, le=1)] = 0.25
@@ -100,6 +105,14 @@ class RegisterConfig(Section):
     def better(self, score: float, than: float) -> bool:
         """Whether a richer model's registration ``score`` is worth keeping over ``than`` (``model_gain``, ``model_share``)."""
         return score >= than + self.model_gain or (score > than and 1 - score <= (1 - than) * (1 - self.model_share))
+
+    def local_limit(self, frame_shape: tuple[int, ...]) -> float:
+        """The largest local displacement (px) the grid may add in a frame of ``frame_shape`` ``(H, W)``: ``max_local``,
+        or the larger of :data:`LOCAL_PX` and :data:`LOCAL_SHARE` of its half-diagonal (a lens term the homography
+        shares leaves the grid more on a larger frame)."""
+        if self.max_local is not None:
+            return self.max_local
+        return max(LOCAL_PX, LOCAL_SHARE * math.hypot(*frame_shape[:2]) / 2)
 
     def shift_limit(self, frame_shape: tuple[int, ...]) -> float:
         """The largest move (px) of a frame of ``frame_shape`` ``(H, W)``: ``max_shift``, or :data:`MAX_SHIFT_SHARE` of
