@@ -49,3 +49,19 @@ def golden_pairs(board_id: str, other_id: str) -> tuple[np.ndarray, dict[str, np
     other, other_reg = register(gray(CALIB / f"{other_id}_temp.jpg"), board)
     assert not other_reg.ok
     return board, {"true": warped, "misregistered": moved, "other design": other}
+
+
+def textured(shape: tuple[int, int], seed: int) -> np.ndarray:
+    """uint8 ``[H, W]``: a board-like texture with structure in every direction everywhere (pads, tracks at any angle,
+    fine grain), so that a misregistration shows wherever it is measured."""
+    rng = np.random.default_rng(seed)
+    h, w = shape
+    image = cv2.GaussianBlur(rng.normal(128, 40, shape).astype(np.float32), (0, 0), 1.5)
+    for _ in range(120):
+        x, y = int(rng.integers(0, w)), int(rng.integers(0, h))
+        if rng.random() < 0.5:
+            cv2.circle(image, (x, y), int(rng.integers(3, 14)), float(rng.integers(0, 255)), -1)
+        else:
+            end = (x + int(rng.integers(-60, 60)), y + int(rng.integers(-60, 60)))
+            cv2.line(image, (x, y), end, float(rng.integers(0, 255)), int(rng.integers(2, 6)))
+    return np.clip(image, 0, 255).astype(np.uint8)

@@ -4,9 +4,9 @@ with its place."""
 
 from __future__ import annotations
 
-import cv2
 import numpy as np
 import pytest
+from golden_pairs import textured
 
 from defect_detector.align.register import register
 from defect_detector.core.capture import CaptureGeometry
@@ -15,22 +15,6 @@ from defect_detector.core.refusal import RefusalKind
 
 SHAPE = (480, 640)
 TOL_PX = 0.5
-
-
-def textured(shape: tuple[int, int], seed: int) -> np.ndarray:
-    """uint8 ``[H, W]``: a board-like texture with structure in every direction everywhere (pads, tracks at any angle,
-    fine grain), so that a misregistration shows wherever it is measured."""
-    rng = np.random.default_rng(seed)
-    h, w = shape
-    image = cv2.GaussianBlur(rng.normal(128, 40, shape).astype(np.float32), (0, 0), 1.5)
-    for _ in range(120):
-        x, y = int(rng.integers(0, w)), int(rng.integers(0, h))
-        if rng.random() < 0.5:
-            cv2.circle(image, (x, y), int(rng.integers(3, 14)), float(rng.integers(0, 255)), -1)
-        else:
-            end = (x + int(rng.integers(-60, 60)), y + int(rng.integers(-60, 60)))
-            cv2.line(image, (x, y), end, float(rng.integers(0, 255)), int(rng.integers(2, 6)))
-    return np.clip(image, 0, 255).astype(np.uint8)
 
 
 def _error(geometry: CaptureGeometry, golden_shape: tuple[int, int], mapping) -> float:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import cv2
 import numpy as np
 import pytest
+from golden_pairs import textured
 
 from defect_detector.align.mapping import Mapping
 from defect_detector.align.photometric import Photometric, PhotometricRange, fit_photometric
@@ -101,3 +104,22 @@ def test_the_range_judges_what_a_fit_does_on_the_golden_image_levels_not_its_par
         assert PhotometricRange().reason(fit(gain, gamma, offset, (30.0, 220.0))) == ""
     assert PhotometricRange().reason(fit(0.55, 1.0, 0.0, (30.0, 220.0))).startswith("light 45% darker than the golden image")
     assert PhotometricRange().reason(fit(1.0, 1.0, 60.0, (30.0, 220.0))).startswith("black level +60 grey levels")
+
+
+@pytest.mark.parametrize("sigma", [0.0, 0.5, 1.0, 1.5])
+def test_the_relative_blur_is_recovered_and_the_sharper_side_blurred(sigma: float) -> None:
+    """Issue 55 item 2: a board defocused by ``sigma`` (with sensor noise and a gain change) against its golden image reads
+    ``blur`` = ``sigma`` (0.25 px steps); the golden image at the board's levels is blurred by it (``to_board``), and a
+    golden image blurrier than the board reads the negative, the board then blurred (``to_golden``)."""
+    golden = textured((H, W), 5)
+    rng = np.random.default_rng(2)
+    board = cv2.GaussianBlur(golden, (0, 0), sigma) if sigma else golden.copy()
+    board = np.clip(1.1 * board.astype(np.float32) + rng.normal(0, 3, board.shape), 0, 255).astype(np.uint8)
+    fit = fit_photometric(golden, board)
+    assert fit.blur == pytest.approx(sigma, abs=0.25)
+    assert fit.as_dict()["blur"] == fit.blur
+    if sigma:
+        matched = fit.to_board(golden).astype(np.float32)
+        unblurred = dataclasses.replace(fit, blur=0.0).to_board(golden).astype(np.float32)
+        assert np.abs(matched - board).mean() < np.abs(unblurred - board).mean()
+        assert fit_photometric(board, golden).blur == pytest.approx(-sigma, abs=0.25)
