@@ -104,11 +104,34 @@ def intersection_over_smaller(boxes: torch.Tensor) -> torch.Tensor:
     return inter / torch.minimum(area[:, None], area[None, :]).clamp_min(1e-9)
 
 
+CHAIN_IOS, CHAIN_AREA = 0.3, 2.0
+"""Calls chain on one defect (:func:`merge_nested`) when their boxes overlap by more than this share of the smaller
+one and neither is more than this many times the other's area: pieces of one long or irregular defect, side by side.
+A box much larger than another never chains with it, so a large low box over two defects never joins them."""
+
+
+def _chains(boxes: torch.Tensor) -> list[list[int]]:
+    """The groups of ``boxes`` ``[K, 4]`` (sorted best first) that chain (:data:`CHAIN_IOS`, :data:`CHAIN_AREA`), each
+    group's indices ascending (its best first), groups in the order of their best."""
+    area = box_area(boxes.float()).clamp_min(1e-9)
+    ratio = torch.maximum(area[:, None] / area[None, :], area[None, :] / area[:, None])
+    linked = (intersection_over_smaller(boxes) > CHAIN_IOS) & (ratio <= CHAIN_AREA)
+    group = list(range(len(boxes)))
+    for i, j in linked.nonzero().tolist():
+        a, b = group[i], group[j]
+        if a != b:
+            low, high = min(a, b), max(a, b)
+            group = [low if g == high else g for g in group]
+    return [[i for i, g in enumerate(group) if g == root] for root in sorted(set(group))]
+
+
 def merge_nested(detections: dict[str, torch.Tensor], ios: float, floor: float = 0.0) -> tuple[dict[str, torch.Tensor], int]:
     """One call per defect: best score first, each kept call absorbs the lower-scored calls of any class whose
     intersection over the smaller box with it exceeds ``ios`` (a box mostly inside another, or boxes stacked along one
-    long defect over its best call), as NMS does with IoU. Only calls scoring at least ``floor`` take part (the
-    weights' operating point: below it the ranking mAP reads is left as it was, other classes' hypotheses included).
+    long defect over its best call), as NMS does with IoU; then the calls left that chain side by side on one defect
+    (:data:`CHAIN_IOS`, :data:`CHAIN_AREA`) become their best call, its box the one around them all. Only calls scoring
+    at least ``floor`` take part (the weights' operating point: below it the ranking mAP reads is left as it was, other
+    classes' hypotheses included).
 
     ``detections``: ``boxes`` float ``[K, 4]`` xyxy (any one pixel frame), ``scores`` ``[K]``, ``labels`` int64
     ``[K]``; returns the kept calls (same keys, sorted by score; equal scores keep their given order) and how many
@@ -119,11 +142,24 @@ def merge_nested(detections: dict[str, torch.Tensor], ios: float, floor: float =
     taking = int((calls["scores"] >= floor).sum())
     if taking < 2:
         return calls, 0
-    linked = intersection_over_smaller(calls["boxes"][:taking]) > ios  # [M, M]
     keep = torch.ones(len(order), dtype=torch.bool)
-    for i in range(taking):
-        if keep[i]:
-            keep[i + 1 : taking] &= ~linked[i, i + 1 :]
+    boxes = calls["boxes"].clone()
+    while True:  # a chain's grown box may hold calls it did not before: nest and chain again until nothing changes
+        before = int(keep.sum())
+        taken = keep[:taking].nonzero().flatten()
+        linked = intersection_over_smaller(boxes[taken]) > ios
+        for a in range(len(taken)):
+            if keep[taken[a]]:
+                keep[taken[a + 1 :][linked[a, a + 1 :]]] = False
+        taken = keep[:taking].nonzero().flatten()
+        for group in _chains(boxes[taken]):
+            members = taken[group]
+            boxes[members[0], :2] = boxes[members, :2].amin(0)
+            boxes[members[0], 2:] = boxes[members, 2:].amax(0)
+            keep[members[1:]] = False
+        if int(keep.sum()) == before:
+            break
+    calls["boxes"] = boxes
     return {k: v[keep] for k, v in calls.items()}, int((~keep).sum())
 
 

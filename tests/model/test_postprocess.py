@@ -127,6 +127,21 @@ def test_an_absorbed_call_joins_nothing_and_calls_below_the_floor_stay() -> None
     assert merge_nested(calls, 0.7)[0]["boxes"].tolist() == [[0, 0, 10, 10], [40, 0, 50, 10]]
 
 
+def test_calls_side_by_side_on_one_defect_chain_into_one_around_them() -> None:
+    """Issue 55 item 6: three calls of any class along one long defect, each overlapping the next by half, become the
+    best one with the box around all three; a call 60 px away stays, and so does a box five times larger that overlaps
+    one of them by half (no chain across scales)."""
+    from defect_detector.model.postprocess import merge_nested
+
+    boxes = torch.tensor([[0, 0, 20, 10], [10, 0, 30, 10], [20, 0, 40, 10], [100, 0, 120, 10]], dtype=torch.float32)
+    calls = {"boxes": boxes, "scores": torch.tensor([0.6, 0.9, 0.5, 0.8]), "labels": torch.tensor([0, 1, 2, 0])}
+    one, merged = merge_nested(calls, 0.7)
+    assert merged == 2 and one["scores"].tolist() == [0.8999999761581421, 0.800000011920929]
+    assert one["boxes"].tolist() == [[0, 0, 40, 10], [100, 0, 120, 10]] and one["labels"].tolist() == [1, 0]
+    apart = {"boxes": torch.tensor([[0, 0, 20, 10], [10, 0, 60, 20]], dtype=torch.float32), "scores": torch.tensor([0.9, 0.5])}
+    assert merge_nested(apart | {"labels": torch.tensor([0, 1])}, 0.7)[1] == 0
+
+
 def test_postprocess_merges_nested_calls_after_nms() -> None:
     decoded = torch.zeros(1, 2, 4 + 2)
     decoded[0, :, :4] = torch.tensor([[0, 0, 40, 40], [10, 10, 20, 20]], dtype=torch.float32)
