@@ -79,10 +79,6 @@ def test_busy_now_leaves_out_this_process() -> None:
     assert busy is not None and others is not None and busy < others + 0.6
 
 
-def test_default_threads_on_this_machine() -> None:
-    assert 1 <= default_threads(window_s=0.05) <= len(available_cores())
-
-
 def test_inspector_load_uses_the_default_threads_and_runtime_load_leaves_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from defect_detector.inspect import inspector
 
