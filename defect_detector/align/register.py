@@ -325,6 +325,12 @@ def _seed(frame: FramePyramid, init: np.ndarray | Mapping | None) -> np.ndarray:
     return np.array([[1, 0, (w - rw) / 2], [0, 1, (h - rh) / 2], [0, 0, 1]], dtype=np.float64)
 
 
+LOCAL_GAIN = 0.7
+"""A lens term or grid is kept where it fits the finest level better (``RegisterConfig.better``), or where it leaves the
+largest residual move that neighbouring nodes agree on (``Residual.coherent``) at most this share of what was left
+before it, the score no lower: the ZNCC alone misses it where a photograph's plain background keeps it near 1 however
+misregistered its board is."""
+
 MAX_NODES = 400
 """The local grid's nodes are at least ``register.grid_step`` apart and at most this many over a golden image: a
 4224x2816 px photograph gets 154 px between them (the dense solves stay under a second)."""
@@ -332,10 +338,10 @@ MAX_NODES = 400
 
 def _local(frame: FramePyramid, mapping: Mapping, scored: Scored, cfg: RegisterConfig) -> tuple[Mapping, Scored, Residual]:
     """``mapping`` (scoring ``scored`` on the finest level) with the lens term and the local grid of
-    ``align/local_grid.py`` where the board needs them: neighbouring nodes read over ``register.grid_min`` px off, and a
-    better fit of the finest level (``RegisterConfig.better``; the lens term alone where the grid adds less); the
-    homography alone elsewhere. Also returns the chosen mapping's :class:`Scored` and the :class:`Residual` it leaves
-    (frame px; zero when nothing was read)."""
+    ``align/local_grid.py`` where the board needs them: neighbouring nodes read over ``register.grid_min`` px off, and
+    the fitted part fits better or takes the residual down (:data:`LOCAL_GAIN`; the lens term alone, then with the
+    grid, each kept where it improves on the last kept); the homography alone elsewhere. Also returns the chosen
+    mapping's :class:`Scored` and the :class:`Residual` it leaves (frame px; zero when nothing was read)."""
     if not cfg.local or scored.score < cfg.local_min_score:
         return mapping, scored, Residual()
     k = len(frame.levels) - 1
@@ -351,11 +357,11 @@ def _local(frame: FramePyramid, mapping: Mapping, scored: Scored, cfg: RegisterC
         fitted = fit_local(pair, level, step, cfg.grid_rounds, cfg.eps * factor, bound)
         fitted = refine_local(pair, fitted, cfg.grid_rounds, cfg.eps * factor, bound)
         for candidate in (fitted.with_local(fitted.lens, None, None), fitted):
+            after = residual(pair, candidate, step)
             score = Scored(frame.ref.levels_f[k], candidate, frame.levels[k])
-            if cfg.better(score.score, chosen[1].score):
-                chosen = (candidate, score)
-        if chosen[0] is not level:
-            left = residual(pair, chosen[0], step)
+            gained = after.coherent <= LOCAL_GAIN * left.coherent and score.score >= chosen[1].score
+            if gained or cfg.better(score.score, chosen[1].score):
+                chosen, left = (candidate, score), after
     full = frame.full_mapping(chosen[0], k)
     gx, gy = frame.golden_full(left.x, left.y, k)
     x, y = full.to_frame(np.array(gx), np.array(gy))
