@@ -21,8 +21,9 @@ pixel scale the model was trained at, and drift monitoring on whenever the weigh
 With golden images and no weights named, the bundled golden-template weights are chosen per design (issue 42): a
 design whose look the default weights' domain does not cover, and that lies nearer another bundled model's domain
 (``photo_ref.pt`` for photographs; ``inspect/design_check.py`` ``covering_weights``), is inspected by a second
-inspector on those weights, loaded on first use with the same options (its drift alerts go to the log and the
-records, not to ``alerts`` / ``webhook``). Every record names the weights that inspected it (``Inspection.weights``).
+inspector on those weights, loaded on first use with the same options (its drift alerts go to the log, the
+records, and to the sinks the user named: ``alerts``, ``webhook``, the metrics port, through the first inspector's
+:class:`AlertRouter`). Every record names the weights that inspected it (``Inspection.weights``).
 """
 
 from __future__ import annotations
@@ -126,6 +127,7 @@ class Inspector:
         metrics_addr: str = "0.0.0.0",
         db: str | None = None,
         precision: str = "auto",
+        sinks_of: AlertRouter | None = None,
     ) -> Inspector:
         """Load weights (None: the bundled model; with ``reference``, the bundled golden-template model) and set
         up registration and monitoring. ``reference``: one golden image for every frame, or a folder of them (by
@@ -138,8 +140,9 @@ class Inspector:
         ``baseline`` overrides the one the weights carry. ``db``: record every frame into this station database (a file
         path, ``sqlite:///...`` or ``postgresql://...``; see ``defect_detector.station``). ``precision``: a checkpoint's
         (``auto``: float32 on the CPU, float16 on CUDA; ``float32``; ``bf16``: bfloat16 on a CPU that runs it natively,
-        :func:`~defect_detector.inspect.runtime.checkpoint_dtype`). Raises ``FileNotFoundError`` / ``ValueError`` with
-        one clear line."""
+        :func:`~defect_detector.inspect.runtime.checkpoint_dtype`). ``sinks_of``: the router whose sinks take this
+        inspector's drift events and frame metrics instead of sinks of its own (the inspector of designs routed to other
+        bundled weights: the first inspector's). Raises ``FileNotFoundError`` / ``ValueError`` with one clear line."""
         chosen = weights is None and baseline is None
         weights = weights or (DEFAULT_REFERENCE_WEIGHTS if reference else None)
         adaptive, threads = threads is None, default_threads() if threads is None else threads
@@ -156,6 +159,7 @@ class Inspector:
             metrics_port=metrics_port,
             metrics_addr=metrics_addr,
             monitor_config=monitor_config,
+            sinks_of=sinks_of,
         )
         try:
             inspector = cls(pipeline, router)
@@ -252,7 +256,7 @@ class Inspector:
             return self
         if covering not in self.siblings:
             log.info("designs unlike %s's training images but like %s's are inspected with it", self.runtime.path.name, covering.name)
-            self.siblings[covering] = Inspector.load(covering, **self.choices)
+            self.siblings[covering] = Inspector.load(covering, **self.choices, sinks_of=self.router)  # the sinks the user named
         return self.siblings[covering]
 
     def _monitor(

@@ -339,6 +339,28 @@ class PrometheusSink(Sink):
             self._server = None
 
 
+class _Forward(Sink):
+    """The sinks of ``router``, as one sink of another router (:meth:`AlertRouter.forwarding`)."""
+
+    def __init__(self, router: AlertRouter) -> None:
+        self.router = router
+
+    def on_event(self, event: DriftEvent) -> None:
+        self.router.emit(event)
+
+    def on_frame(
+        self,
+        frame_index: int,
+        source: str,
+        stats: np.ndarray | None,
+        timings: Mapping[str, float],
+        num_detections: int,
+        score: float | None,
+        layer_names: Sequence[str],
+    ) -> None:
+        self.router.publish(frame_index, source, stats, timings, num_detections, score, layer_names, [])
+
+
 class AlertRouter:
     """Feeds a :class:`DriftDetector` (optional) and fans frame metrics and events out to ``sinks``.
 
@@ -391,11 +413,31 @@ class AlertRouter:
         if self.detector is not None and values is not None:
             events = self.detector.update(values, frame_index, source, golden if self.detector.relative else None, levels)
             score = self.detector.score
+        self.publish(frame_index, source, values, timings or {}, num_detections, score, self.layer_names, events)
+        return events
+
+    def publish(  # noqa: PLR0913 - Sink.on_frame's arguments, and the events
+        self,
+        frame_index: int,
+        source: str,
+        stats: np.ndarray | None,
+        timings: Mapping[str, float],
+        num_detections: int,
+        score: float | None,
+        layer_names: Sequence[str],
+        events: Sequence[DriftEvent],
+    ) -> None:
+        """Send one frame's metrics (:meth:`Sink.on_frame`'s arguments) and then its ``events`` to every sink."""
         for sink in self.sinks:
-            self._call(sink, "on_frame", frame_index, source, values, timings or {}, num_detections, score, self.layer_names)
+            self._call(sink, "on_frame", frame_index, source, stats, timings, num_detections, score, layer_names)
             for event in events:
                 self._call(sink, "on_event", event)
-        return events
+
+    def forwarding(self) -> Sink:
+        """A sink that hands what it gets to this router's sinks: the one sink of another router (a second inspector's,
+        on other weights: ``Inspector``'s designs routed by their look) whose events and frame metrics must reach the
+        sinks the user named. A sink failing is counted here; closing it closes nothing (this router closes its sinks)."""
+        return _Forward(self)
 
     def on_blank(self, frame_index: int, source: str, reason: str) -> list[DriftEvent]:
         """A frame not inspected because it is blank (``screens/blank.py`` ``reason``): the detector alerts at once."""

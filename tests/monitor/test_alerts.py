@@ -199,6 +199,26 @@ def test_router_feeds_detector_and_survives_a_broken_sink(tmp_path: Path, caplog
         router.on_frame(9, "cam0", torch.zeros(2, 2))
 
 
+def test_a_router_on_anothers_sinks_sends_its_events_and_metrics_there_and_closes_none(tmp_path: Path) -> None:
+    """Issue 58 item 1: the inspector of a design routed to other bundled weights had sinks of its own (the log only),
+    so ``--alerts`` and ``--webhook`` never heard its alerts. Built with ``sinks_of``, its events and frame metrics go to
+    the first router's sinks, a failing one counted there; closing it closes none of them."""
+    recorder = _Recorder()
+    first = AlertRouter(None, [_Broken(), recorder, JsonlSink(tmp_path / "a.jsonl")], LAYERS)
+    cfg = MonitorConfig(window=2, reference=0, z_warn=3.0, z_alert=6.0, baseline_margin=0.0, debounce=2, recover=2)
+    second = build_monitoring(LAYERS, embedded=_baseline().to_dict(), monitor_config=cfg, sinks_of=first)
+    assert second is not None and second.detector is not None
+    high = torch.tensor(_baseline().mean + 8 * _baseline().std, dtype=torch.float32)
+    events = [e for t in range(4) for e in second.on_frame(t, "cam0", high, {"model": 0.01}, 2)]
+    second.close()
+    assert [e.event for e in events] == ["drift"] and [e.event for e in recorder.events] == ["drift"]
+    assert [f[0] for f in recorder.frames] == [0, 1, 2, 3] and recorder.frames[-1][5] >= 6.0 and not recorder.closed
+    assert [json.loads(line)["event"] for line in (tmp_path / "a.jsonl").read_text().splitlines()] == ["drift"]
+    assert first.event_errors == 1 and second.undelivered == 0 and first.undelivered == 1
+    first.close()
+    assert recorder.closed
+
+
 def test_build_monitoring_modes(tmp_path: Path) -> None:
     baseline = _baseline()
     path = tmp_path / "baseline.json"
