@@ -314,15 +314,17 @@ class Inspector:
         files at ``save_json`` stay as they were) and is raised. ``on_result`` is called per frame, in order.
         ``stop`` (``predict``): SIGTERM / SIGHUP / SIGINT stop the run as Ctrl-C does, after the current frame
         (``summary["signal"]`` names it; see ``inspect/stop_signals.py``). Before the first frame the outputs are
-        checked, locked against a second run and leftovers of a killed run recovered (``inspect/run_guard.py``)."""
+        checked (no two on one file, none the source would read back), locked against a second run and leftovers of a
+        killed run recovered (``inspect/run_guard.py``)."""
         self._check_open()  # before any output is touched
         if batch < 1:
             raise ValueError(f"--batch must be >= 1, got {batch}")
         if max_frames is not None and max_frames < 1:
             raise ValueError(f"--max-frames must be >= 1, got {max_frames}")
-        guard = RunGuard(save_json, save_dir, report)  # writable, one writer, leftovers of a killed run recovered
+        frames = open_source(source, latest_only=latest_only)  # its files listed, nothing read yet
+        alerts = self.router.files if self.router is not None else []
+        guard = RunGuard(save_json, save_dir, report, frames, alerts)  # apart, writable, one writer, a killed run's recovered
         try:
-            frames = open_source(source, latest_only=latest_only)
             self.runtime.warmup()
             outputs = Outputs(frames, self.runtime.class_names, save_json, save_dir, report, json_layout)
         except BaseException:

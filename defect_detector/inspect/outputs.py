@@ -44,6 +44,7 @@ import numpy as np
 from defect_detector.core.io import atomic_write_bytes
 from defect_detector.core.safe_text import csv_cell
 from defect_detector.data.draw import draw_detections, stamp
+from defect_detector.inspect.output_paths import jsonl_path, video_path
 from defect_detector.inspect.record import Inspection, csv_header
 from defect_detector.inspect.run_guard import run_temp_name
 from defect_detector.inspect.sources import FrameSource
@@ -139,7 +140,7 @@ class Outputs:
         self.streams: dict[str, _Stream] = {}
         try:
             if self.save_json:
-                self.streams["jsonl"] = _Stream(self.save_json.with_suffix(".jsonl"))
+                self.streams["jsonl"] = _Stream(jsonl_path(self.save_json))
             if self.report:
                 self.streams["report"] = _Stream(self.report, _csv_line(csv_header(self.class_names)))
         except BaseException:  # one that cannot be opened: no temp file of the others is left behind
@@ -207,9 +208,7 @@ class Outputs:
     def _write_video_frame(self, image: np.ndarray) -> None:
         height, width = image.shape[:2]
         if self.video is None:
-            name = self.source.source.strip()
-            stem = {"video": Path(name).stem, "camera": f"camera{name}"}.get(self.source.kind, "stream")
-            self.video_path = self.save_dir / f"{stem}.mp4"
+            self.video_path = video_path(self.save_dir, self.source.kind, self.source.source)
             self.video_tmp = run_temp_name(self.video_path)
             self.video_path.parent.mkdir(parents=True, exist_ok=True)
             fps = self.source.fps or _DEFAULT_VIDEO_FPS

@@ -3,6 +3,8 @@
 
 :class:`RunGuard` (taken at the start of :meth:`Inspector.run <defect_detector.inspect.inspector.Inspector.run>`):
 
+- refuses outputs that would write into each other or that the source would read back, or overwrite
+  (``inspect/output_paths.py``), before anything is read or written;
 - checks that every output folder can be written (creating it), so a read-only folder fails before the first
   frame with one line, not after 300 frames;
 - locks each output: ``.NAME.lock`` beside ``--save-json`` (it covers the ``.json`` and the ``.jsonl``) and beside
@@ -30,8 +32,12 @@ import secrets
 import socket
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from defect_detector.inspect.output_paths import check_output_paths, jsonl_path
+from defect_detector.inspect.sources import FrameSource
 
 try:
     import fcntl
@@ -172,20 +178,27 @@ def _describe(owner: str) -> str:
 
 class RunGuard:
     """Checks, locks and leftover recovery for one run's outputs (see the module docstring). ``release()`` (or use it
-    as a context manager) unlocks; the kernel unlocks anyway when the process ends. ``ValueError`` with one line for
-    an output that cannot be written, :class:`OutputBusyError` for one another run holds."""
+    as a context manager) unlocks; the kernel unlocks anyway when the process ends. ``source``: the run's (its paths
+    are checked against the outputs'); ``alerts``: the files the drift sinks write. ``ValueError`` with one line for
+    outputs on one file, one the source would read back, or one that cannot be written; :class:`OutputBusyError` for
+    one another run holds."""
 
     def __init__(
         self,
         save_json: str | os.PathLike[str] | None = None,
         save_dir: str | os.PathLike[str] | None = None,
         report: str | os.PathLike[str] | None = None,
+        source: FrameSource | None = None,
+        alerts: Sequence[Path] = (),
     ) -> None:
         self.locks: list[OutputLock] = []
         self.recovered: list[str] = []
         json_path = Path(save_json) if save_json else None
         dir_path = Path(save_dir) if save_dir else None
         report_path = Path(report) if report else None
+        if source is not None:  # the outputs' paths against each other (``alerts``: the drift sinks' files) and the source
+            files = [("--save-json", json_path), ("--report", report_path), *(("--alerts", path) for path in alerts)]
+            check_output_paths(source, [(flag, path) for flag, path in files if path is not None], dir_path)
         if json_path is not None:
             check_writable_file(json_path, "--save-json")
         if report_path is not None:
@@ -195,7 +208,7 @@ class RunGuard:
         try:
             if json_path is not None:
                 self.locks.append(OutputLock(json_path.with_name(f".{json_path.name}.lock"), json_path, "its --save-json"))
-                self._recover(leftover_temps(json_path.with_suffix(".jsonl")))
+                self._recover(leftover_temps(jsonl_path(json_path)))
             if report_path is not None:
                 self.locks.append(OutputLock(report_path.with_name(f".{report_path.name}.lock"), report_path, "its --report"))
                 self._recover(leftover_temps(report_path))

@@ -448,6 +448,11 @@ class AlertRouter:
         return events
 
     @property
+    def files(self) -> list[Path]:
+        """The files its sinks write (``--alerts``), for the run's check that no two outputs share one."""
+        return [sink.path for sink in self.sinks if isinstance(sink, JsonlSink)]
+
+    @property
     def relative(self) -> bool:
         """Whether the detector reads frames against their golden images (it then needs them)."""
         return self.detector is not None and self.detector.relative
