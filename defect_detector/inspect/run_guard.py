@@ -15,8 +15,9 @@
 - recovers what a killed run (kill -9, power loss) left: its hidden temp JSONL (``.det*.tmp.jsonl``) is renamed
   to ``det.recovered-<UTC time>.jsonl`` beside it (complete lines only: a partly written last line is dropped), its
   temp ``--report`` CSV (``.report*.tmp.csv``) to ``report.recovered-<UTC time>.csv`` (complete lines), its
-  unfinished video (``DIR/.NAME*.tmp.mp4``) to ``DIR/NAME.recovered-<UTC time>.mp4``; each is logged at WARNING and
-  listed in :attr:`RunGuard.recovered`. Nothing a run left is overwritten or deleted silently.
+  unfinished video (``DIR/.NAME*.tmp.mp4``) to ``DIR/NAME.recovered-<UTC time>.mp4``, the annotated images it listed in
+  ``DIR/annotated.unfinished.txt`` to ``DIR.recovered-<UTC time>/`` (``inspect/previous_run.py``); each is logged at
+  WARNING and listed in :attr:`RunGuard.recovered`. Nothing a run left is overwritten or deleted silently.
 
 Outputs write to per-run temp names (:func:`run_temp_name`), so even without a lock (a platform without
 ``fcntl``) two runs never write into one temp file.
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from defect_detector.inspect.output_paths import check_output_paths, jsonl_path
+from defect_detector.inspect.previous_run import recover_unfinished
 from defect_detector.inspect.sources import FrameSource
 
 try:
@@ -215,6 +217,8 @@ class RunGuard:
             if dir_path is not None:
                 self.locks.append(OutputLock(dir_path / DIR_LOCK_NAME, dir_path, "into this --save-dir"))
                 self._recover([p for p in dir_path.glob(".*tmp.mp4") if p.is_file() and RUN_TOKEN not in p.name])
+                images = recover_unfinished(dir_path, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+                self.recovered += [str(images)] if images is not None else []
         except BaseException:
             self.release()
             raise
