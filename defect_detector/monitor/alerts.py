@@ -76,14 +76,16 @@ class LogSink(Sink):
     def __init__(self, log: logging.Logger | None = None) -> None:
         self.log = log or logger
         self._last_changeover: int | None = None
-        self._folded: list[int] = []  # frames of changeovers not logged yet
+        self._folded = 0  # changeovers not logged yet, at frames _folded_span[0] to _folded_span[1]
+        self._folded_span = (0, 0)
 
     def on_event(self, event: DriftEvent) -> None:
         if event.event == "changeover":
             near = self._last_changeover is not None and event.frame - self._last_changeover < FOLD_CHANGEOVERS
             self._last_changeover = event.frame
             if near:
-                self._folded.append(event.frame)
+                self._folded_span = (self._folded_span[0] if self._folded else event.frame, event.frame)
+                self._folded += 1
                 return
             self._flush()
             self.log.info("changeover at frame %d of %s: %s", event.frame, event.source, event.reason)
@@ -107,12 +109,11 @@ class LogSink(Sink):
             self.log.info(
                 "%d more changeovers, frames %d-%d (a new golden image within %d frames of the last: each board with its own "
                 "golden image?); the alerts file lists each",
-                len(self._folded),
-                self._folded[0],
-                self._folded[-1],
+                self._folded,
+                *self._folded_span,
                 FOLD_CHANGEOVERS,
             )
-            self._folded = []
+            self._folded = 0
 
     def close(self) -> None:
         self._flush()

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import logging
 import socket
@@ -339,3 +340,26 @@ def test_changeovers_on_every_frame_fold_into_one_log_line_and_never_hide_a_drif
     assert lines[1].startswith("39 more changeovers, frames 1-39") and "the alerts file lists each" in lines[1]
     assert lines[2].startswith("warning drift at frame 40 of cam0")  # after the fold, never buried in it
     assert lines[3].startswith("changeover at frame 100 of cam0")
+
+
+def test_folding_changeovers_holds_nothing_per_changeover(caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 58 item 11: the log sink kept the frame of every folded changeover in a list until the next other event, so
+    a line whose every board has its own golden image grew by one entry a frame for the whole run. It keeps a count
+    and the first and last frame: the same line, and memory flat."""
+    import tracemalloc
+
+    sink = LogSink(logging.getLogger("test.changeovers"))
+    changeover = _event(0, "changeover")
+    tracemalloc.start()
+    try:
+        for frame in range(6000):
+            sink.on_event(dataclasses.replace(changeover, frame=frame))
+            if frame == 1000:
+                held = tracemalloc.get_traced_memory()[0]
+        grown = tracemalloc.get_traced_memory()[0] - held
+    finally:
+        tracemalloc.stop()
+    assert grown < 2000, grown  # a list of 5,000 more frames holds 40 KB
+    with caplog.at_level(logging.INFO, logger="test.changeovers"):
+        sink.on_event(_event(6000))
+    assert "5999 more changeovers, frames 1-5999" in caplog.text
