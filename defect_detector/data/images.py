@@ -148,8 +148,9 @@ _PAGE_NUMBER = 297
 @dataclass(frozen=True)
 class TiffPages:
     """What a classic TIFF's chain of page directories (IFDs) says about its pages: ``chained``, the directories that
-    can be read; ``declared``, the page count its first directory's PageNumber tag gives (None when absent or 0);
-    ``broken``, why the chain ends before a directory it points to (None when it ends as a TIFF ends)."""
+    can be read; ``declared``, the page count its first directory's PageNumber tag gives (None when absent or 0; used
+    only where the chain breaks); ``broken``, why the chain ends before a directory it points to (None when it ends as
+    a TIFF ends)."""
 
     chained: int
     declared: int | None
@@ -157,18 +158,17 @@ class TiffPages:
 
     @property
     def expected(self) -> int:
-        """The pages the file promises: its declared count, else its chained directories, and one more when the chain
-        breaks (at least one page is missing, how many unknown)."""
-        if self.declared is not None:
-            return max(self.declared, self.chained)
-        return self.chained + (self.broken is not None)
+        """The pages the file promises: its chained directories, and where the chain breaks its declared count (at
+        least one more page when it declares none: how many are missing is unknown)."""
+        if self.broken is None:
+            return self.chained
+        return max(self.declared, self.chained) if self.declared is not None else self.chained + 1
 
     def missing(self, page: int) -> str:
-        """Why page ``page`` (1-based), past the chained directories, cannot be read."""
-        why = self.broken or f"the file holds only {self.chained} page directories"
+        """Why page ``page`` (1-based), past the chained directories of a broken chain, cannot be read."""
         if self.declared is not None:
-            return f"page {page} of the {self.declared} the file declares cannot be read: {why}"
-        return f"the pages from {page} on cannot be read (how many is unknown: the file does not say): {why}"
+            return f"page {page} of the {self.declared} the file declares cannot be read: {self.broken}"
+        return f"the pages from {page} on cannot be read (how many is unknown: the file does not say): {self.broken}"
 
 
 def tiff_pages(data: np.ndarray) -> TiffPages:
