@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from defect_detector.inspect.source_kinds import reads_back
+from defect_detector.inspect.source_kinds import glob_root, reads_back
 from defect_detector.inspect.sources import FrameSource
 
 
@@ -75,14 +75,16 @@ def _check_save_dir(source: FrameSource, save_dir: Path, named: list[tuple[str, 
         if folder.is_relative_to(root):
             raise ValueError(f"--save-dir {save_dir} is inside the source folder {source.source}: the next run would read its annotated "
                              "images back as frames; choose a folder outside it")
-    annotated = _annotated(source, save_dir)
-    for name, path in annotated.items():
+    annotated = _annotated(source, folder)
+    root = Path(source.source).resolve() if source.kind == "folder" else glob_root(source.source).resolve()
+    listed = source.kind in ("folder", "glob")  # their files lie under root: a folder outside it holds none of them
+    for name, path in annotated.items() if not listed or folder.is_relative_to(root) else ():
         if reads_back(source.source, source.kind, path):
             if source.kind in ("image", "video"):
                 raise ValueError(f"--save-dir {save_dir}: its annotated {name} would overwrite the source {source.source}; choose another")
             raise ValueError(f"--save-dir {save_dir}: the source {source.source} would read its annotated images ({name}, ...) back as "
                              "frames; choose a folder outside it")
-    by_path = {path.resolve(): name for name, path in annotated.items()}
+    by_path = {path: name for name, path in annotated.items()}
     for what, path in named:
         if path.resolve() == folder:
             raise ValueError(f"{what} {path} is the --save-dir folder; choose another path")
@@ -92,7 +94,7 @@ def _check_save_dir(source: FrameSource, save_dir: Path, named: list[tuple[str, 
 
 
 def _annotated(source: FrameSource, save_dir: Path) -> dict[str, Path]:
-    """The annotated files ``--save-dir`` would hold for ``source``, by name: an image per file, or one video."""
+    """The annotated files ``save_dir`` (resolved) would hold for ``source``, by name: an image per file, or one video."""
     if source.kind in ("image", "folder", "glob"):
         return {name: save_dir / name for _, name in source.files}
     path = video_path(save_dir, source.kind, source.source)

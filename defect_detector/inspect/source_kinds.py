@@ -48,13 +48,13 @@ def list_images(source: str, kind: str) -> list[tuple[Path, str]]:
         root = Path(source)
         paths = [p for p in root.rglob("*") if p.is_file()]
     else:
-        root = _glob_root(source)
+        root = glob_root(source)
         paths = [Path(p) for p in glob.glob(source, recursive=True) if Path(p).is_file()]
     items = [(p, p.relative_to(root).as_posix()) for p in paths if p.suffix.lower() in IMAGE_SUFFIXES]
     return sorted(items, key=lambda item: item[1])
 
 
-def _glob_root(pattern: str) -> Path:
+def glob_root(pattern: str) -> Path:
     """The folder part of ``pattern`` before its first wildcard (``data/*/x*.png`` -> ``data``)."""
     parts = Path(pattern).parts
     fixed = []
@@ -74,7 +74,7 @@ def reads_back(source: str, kind: str, path: Path) -> bool:
         return target == Path(source).resolve()
     if kind not in ("folder", "glob") or target.suffix.lower() not in IMAGE_SUFFIXES:
         return False
-    root = Path(source) if kind == "folder" else _glob_root(source)
+    root = Path(source) if kind == "folder" else glob_root(source)
     if not target.is_relative_to(root.resolve()):
         return False
     return kind == "folder" or _matches(target.relative_to(root.resolve()).parts, Path(source).parts[len(root.parts) :])
