@@ -11,9 +11,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import struct
 import sys
 import tempfile
 import threading
+from dataclasses import dataclass
 
 import cv2
 import numpy as np
@@ -116,18 +118,110 @@ def read_image(path: str | os.PathLike[str]) -> np.ndarray:
     return _decoded(path, _file_bytes(path))
 
 
-def read_pages(path: str | os.PathLike[str]) -> list[np.ndarray]:
-    """Every page of an image file, as decoded: one for most formats, each page of a multi-page TIFF (a scanner's
-    stack of boards: every page is a board). The file is read once. Errors as :func:`read_image`."""
+def read_pages(path: str | os.PathLike[str]) -> list[np.ndarray | DatasetError]:
+    """Every page of an image file, in order: one for most formats, each page of a multi-page TIFF (a scanner's stack
+    of boards: every page is a board), as decoded. Each page a TIFF's directories promise but that cannot be decoded (a
+    file cut short, a corrupt page directory or page: :func:`tiff_pages`) is a :class:`DatasetError` in its place,
+    naming ``PATH#pageN`` and why, so no page is lost without a word. The file is read once. A file of one page that
+    cannot be read raises as :func:`read_image`."""
     data = _file_bytes(path)
-    if data[:4].tobytes() in (b"II*\x00", b"MM\x00*"):
-        try:
-            ok, pages = cv2.imdecodemulti(data, cv2.IMREAD_UNCHANGED)
-        except cv2.error:
-            ok, pages = False, []
-        if ok and len(pages) > 1:
-            return list(pages)
-    return [_decoded(path, data)]
+    if data[:4].tobytes() not in _TIFF_MAGIC:
+        return [_decoded(path, data)]
+    promised = tiff_pages(data)
+    if promised.expected <= 1:
+        return [_decoded(path, data)]
+    try:
+        ok, decoded = cv2.imdecodemulti(data, cv2.IMREAD_UNCHANGED)
+    except cv2.error:
+        ok, decoded = False, []
+    pages: list[np.ndarray | DatasetError] = list(decoded) if ok else []
+    for index in range(len(pages), promised.expected):  # what OpenCV stopped before: page by page, or why not
+        pages.append(_tiff_page(path, data, index, promised))
+    return pages
+
+
+_TIFF_MAGIC = (b"II*\x00", b"MM\x00*")
+_PAGE_NUMBER = 297
+"""The TIFF tag PageNumber: two SHORTs, this page's number and the pages in the document (0: unknown)."""
+
+
+@dataclass(frozen=True)
+class TiffPages:
+    """What a classic TIFF's chain of page directories (IFDs) says about its pages: ``chained``, the directories that
+    can be read; ``declared``, the page count its first directory's PageNumber tag gives (None when absent or 0; used
+    only where the chain breaks); ``broken``, why the chain ends before a directory it points to (None when it ends as
+    a TIFF ends)."""
+
+    chained: int
+    declared: int | None
+    broken: str | None
+
+    @property
+    def expected(self) -> int:
+        """The pages the file promises: its chained directories, and where the chain breaks its declared count (at
+        least one more page when it declares none: how many are missing is unknown)."""
+        if self.broken is None:
+            return self.chained
+        return max(self.declared, self.chained) if self.declared is not None else self.chained + 1
+
+    def missing(self, page: int) -> str:
+        """Why page ``page`` (1-based), past the chained directories of a broken chain, cannot be read."""
+        if self.declared is not None:
+            return f"page {page} of the {self.declared} the file declares cannot be read: {self.broken}"
+        return f"the pages from {page} on cannot be read (how many is unknown: the file does not say): {self.broken}"
+
+
+def tiff_pages(data: np.ndarray) -> TiffPages:
+    """Walk the page directories of a classic TIFF (``data``: its bytes, uint8 ``[N]``; 32-bit offsets, either byte
+    order). OpenCV decodes the pages it can reach and stops without saying how many a damaged file should hold, so this
+    reads the chain itself: the directory offsets, each directory's entry count and the first one's PageNumber."""
+    order = "<" if data[:2].tobytes() == b"II" else ">"
+    size = len(data)
+    (offset,) = struct.unpack_from(f"{order}I", data, 4)
+    chained, declared, seen = 0, None, set()
+    while offset:
+        page = chained + 1
+        if offset in seen:
+            return TiffPages(chained, declared, f"page {page}'s directory points back to an earlier one (corrupt)")
+        if offset + 2 > size:
+            cut = f"the file ends at byte {size}, before page {page}'s directory at byte {offset} (cut short)"
+            return TiffPages(chained, declared, cut)
+        (entries,) = struct.unpack_from(f"{order}H", data, offset)
+        end = offset + 2 + 12 * entries
+        if entries == 0 or end + 4 > size:
+            corrupt = f"page {page}'s directory is corrupt or cut off ({entries} entries at byte {offset} of {size})"
+            return TiffPages(chained, declared, corrupt)
+        if chained == 0:
+            declared = _declared_pages(data, order, offset, entries)
+        seen.add(offset)
+        chained += 1
+        (offset,) = struct.unpack_from(f"{order}I", data, end)
+    return TiffPages(chained, declared, None)
+
+
+def _declared_pages(data: np.ndarray, order: str, offset: int, entries: int) -> int | None:
+    """The page count in the PageNumber entry of the directory at ``offset`` (None when it has none, or says 0)."""
+    for entry in range(offset + 2, offset + 2 + 12 * entries, 12):
+        tag, kind, count = struct.unpack_from(f"{order}HHI", data, entry)
+        if tag == _PAGE_NUMBER and kind == 3 and count == 2:  # SHORT[2], held in the entry itself
+            total = struct.unpack_from(f"{order}HH", data, entry + 8)[1]
+            return total or None
+    return None
+
+
+def _tiff_page(path: str | os.PathLike[str], data: np.ndarray, index: int, promised: TiffPages) -> np.ndarray | DatasetError:
+    """Page ``index`` (0-based) of the TIFF ``data``, decoded alone, or the :class:`DatasetError` that says why not."""
+    where = f"{path}#page{index + 1}"
+    if index >= promised.chained:
+        return DatasetError(f"{where}: {promised.missing(index + 1)}")
+    try:
+        ok, decoded = cv2.imdecodemulti(data, cv2.IMREAD_UNCHANGED, range=(index, index + 1))
+    except cv2.error:
+        ok, decoded = False, []
+    if not ok or not decoded:
+        damage = f" ({promised.broken})" if promised.broken else ""
+        return DatasetError(f"{where}: its page directory is there, but OpenCV cannot decode its pixels: corrupt or cut off{damage}")
+    return decoded[0]
 
 
 def _file_bytes(path: str | os.PathLike[str]) -> np.ndarray:

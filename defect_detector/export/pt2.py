@@ -283,24 +283,32 @@ def load_pt2_model(path: str | os.PathLike[str], device: torch.device | str = "c
         raise ValueError(f"{path}: not a loadable AOTInductor .pt2 package ({name}): {lines[0] if lines else type(exc).__name__}") from exc
 
 
-def read_pt2_meta(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, str]]:
-    """``(meta.json, AOTInductor metadata)`` of a ``.pt2`` read straight from the zip, without loading the model.
-
-    The AOTInductor metadata holds, besides ``meta.json``, the device kind the package was compiled for
-    (``AOTI_DEVICE_KEY``: ``cpu`` or ``cuda``). Empty dicts when absent or unreadable."""
+def read_pt2_metadata(path: str | os.PathLike[str]) -> tuple[str, dict[str, str]]:
+    """``(meta.json text, the rest of the AOTInductor metadata)`` of a ``.pt2`` read straight from the zip: nothing of
+    the package is loaded (loading it runs its compiled code). The AOTInductor metadata holds, besides ``meta.json``,
+    the device kind the package was compiled for (``AOTI_DEVICE_KEY``: ``cpu`` or ``cuda``). ``("", {})`` when absent
+    or unreadable."""
     try:
         with zipfile.ZipFile(path) as archive:
             name = _forward_member(archive, "wrapper_metadata.json")
             aoti = json.loads(archive.read(name)) if name else {}
     except (zipfile.BadZipFile, OSError, ValueError):
-        return {}, {}
+        return "", {}
     if not isinstance(aoti, dict):
-        return {}, {}
+        return "", {}
+    text = aoti.get(META_FILE, "")
+    return (text if isinstance(text, str) else ""), {k: v for k, v in aoti.items() if k != META_FILE}
+
+
+def read_pt2_meta(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``(meta.json, AOTInductor metadata)`` of a ``.pt2`` read straight from the zip, without loading the model
+    (:func:`read_pt2_metadata`, the meta parsed). Empty dicts when absent or unreadable."""
+    text, aoti = read_pt2_metadata(path)
     try:
-        meta = json.loads(aoti.get(META_FILE, "{}"))
-    except (TypeError, ValueError):
+        meta = json.loads(text or "{}")
+    except ValueError:
         meta = {}
-    return (meta if isinstance(meta, dict) else {}), {k: v for k, v in aoti.items() if k != META_FILE}
+    return (meta if isinstance(meta, dict) else {}), aoti
 
 
 def is_pt2_package(path: str | os.PathLike[str]) -> bool:

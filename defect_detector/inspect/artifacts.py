@@ -20,8 +20,9 @@ import torch
 
 from defect_detector.export import META_FILE, quiet_jit
 from defect_detector.export.digest import check_digest, check_recorded, onnx_digest
+from defect_detector.export.meta import parse_meta
 from defect_detector.export.onnx import onnx_meta_path, split_onnx_meta
-from defect_detector.export.pt2 import check_pt2, is_pt2_package, load_pt2, read_pt2_meta
+from defect_detector.export.pt2 import check_pt2, is_pt2_package, load_pt2, read_pt2_metadata
 from defect_detector.model.checkpoint import is_torchscript_archive
 
 log = logging.getLogger("defect_detector.inspect")
@@ -110,9 +111,16 @@ def read_torchscript(path: Path, device: torch.device, explicit_device: bool) ->
 
 def read_pt2(path: Path, device: torch.device, explicit_device: bool) -> tuple[Any, str, torch.device]:
     """``aoti_load_package`` of an AOTInductor ``.pt2`` on the device kind it was compiled for (AOTInductor metadata
-    ``AOTI_DEVICE_KEY``), with its ``meta.json`` text. ``ValueError`` naming ``path`` for a package without
-    ``meta.json``, one compiled for CUDA on a machine without it, or one this torch cannot load."""
-    meta, aoti = read_pt2_meta(path)
+    ``AOTI_DEVICE_KEY``), with its ``meta.json`` text. Loading a package runs its compiled code, so its ``meta.json`` is
+    read from the zip and checked first, nothing of it loaded: its keys (``parse_meta``), the digest of the package and
+    the input size it was compiled for (:func:`verify_artifact`: an edited meta, a replaced library, another input
+    size). ``ValueError`` naming ``path`` for any of those, a package without ``meta.json``, one compiled for CUDA on a
+    machine without it, or one this torch cannot load."""
+    text, aoti = read_pt2_metadata(path)
+    if not text:
+        raise ValueError(f"{path}: .pt2 package without {META_FILE}; export it with `defect-detector export --format pt2`")
+    meta = parse_meta(path, text)
+    verify_artifact(path, "pt2", meta)
     compiled_for = aoti.get("AOTI_DEVICE_KEY", meta.get("aoti_device", "cpu"))
     if compiled_for == "cpu":
         device = cpu_fallback(path, device, explicit_device, "compiled for the CPU", "export it again on a CUDA machine")
@@ -120,9 +128,7 @@ def read_pt2(path: Path, device: torch.device, explicit_device: bool) -> tuple[A
         raise ValueError(f"{path}: compiled for {compiled_for}, which this machine lacks; export it again here (or --format torchscript)")
     elif device.type != "cuda":
         device = torch.device("cuda")
-    model, text = load_pt2(path, device)
-    if not text:
-        raise ValueError(f"{path}: .pt2 package without {META_FILE}; export it with `defect-detector export --format pt2`")
+    model, _ = load_pt2(path, device)
     return model, text, device
 
 

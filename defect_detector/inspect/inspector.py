@@ -22,8 +22,9 @@ pixel scale the model was trained at, and drift monitoring on whenever the weigh
 With golden images and no weights named, the bundled golden-template weights are chosen per design (issue 42): a
 design whose look the default weights' domain does not cover, and that lies nearer another bundled model's domain
 (``photo_ref.pt`` for photographs; ``inspect/design_check.py`` ``covering_weights``), is inspected by a second
-inspector on those weights, loaded on first use with the same options (its drift alerts go to the log and the
-records, not to ``alerts`` / ``webhook``). Every record names the weights that inspected it (``Inspection.weights``).
+inspector on those weights, loaded on first use with the same options (its drift alerts go to the log, the
+records, and to the sinks the user named: ``alerts``, ``webhook``, the metrics port, through the first inspector's
+:class:`AlertRouter`). Every record names the weights that inspected it (``Inspection.weights``).
 """
 
 from __future__ import annotations
@@ -149,6 +150,7 @@ class Inspector:
         precision: str = "auto",
         trace_pattern: str | None = None,
         boards: str | Path | dict[str, Any] | None = None,
+        sinks_of: AlertRouter | None = None,
     ) -> Inspector:
         """Load weights (None: the bundled model; with ``reference``, the bundled golden-template model) and set
         up registration and monitoring. ``reference``: one golden image for every frame, or a folder of them (by
@@ -162,7 +164,9 @@ class Inspector:
         path, ``sqlite:///...`` or ``postgresql://...``; see ``defect_detector.station``). ``precision``: a checkpoint's
         (``auto``: float32 on the CPU, float16 on CUDA; ``float32``; ``bf16``: bfloat16 on a CPU that runs it natively,
         :func:`~defect_detector.inspect.runtime.checkpoint_dtype`). ``trace_pattern`` / ``boards``: :func:`line_options`.
-        Raises ``FileNotFoundError`` / ``ValueError`` with one clear line."""
+        ``sinks_of``: the router whose sinks take this inspector's drift events and frame metrics instead of sinks of its
+        own (the inspector of designs routed to other bundled weights: the first inspector's). Raises
+        ``FileNotFoundError`` / ``ValueError`` with one clear line."""
         pattern, outlines = line_options(trace_pattern, boards)  # checked before anything loads
         chosen = weights is None and baseline is None
         weights = weights or (DEFAULT_REFERENCE_WEIGHTS if reference else None)
@@ -180,6 +184,7 @@ class Inspector:
             metrics_port=metrics_port,
             metrics_addr=metrics_addr,
             monitor_config=monitor_config,
+            sinks_of=sinks_of,
         )
         inspector = cls._composed(pipeline, router)
         inspector.autothreads = AdaptiveThreads.for_device(runtime.device) if adaptive else None  # follows the machine
@@ -338,7 +343,7 @@ class Inspector:
             return self
         if covering not in self.siblings:
             log.info("designs unlike %s's training images but like %s's are inspected with it", self.runtime.path.name, covering.name)
-            self.siblings[covering] = Inspector.load(covering, **self.choices)
+            self.siblings[covering] = Inspector.load(covering, **self.choices, sinks_of=self.router)  # the sinks the user named
         return self.siblings[covering]
 
     def _monitor(
@@ -396,15 +401,17 @@ class Inspector:
         files at ``save_json`` stay as they were) and is raised. ``on_result`` is called per frame, in order.
         ``stop`` (``predict``): SIGTERM / SIGHUP / SIGINT stop the run as Ctrl-C does, after the current frame
         (``summary["signal"]`` names it; see ``inspect/stop_signals.py``). Before the first frame the outputs are
-        checked, locked against a second run and leftovers of a killed run recovered (``inspect/run_guard.py``)."""
+        checked (no two on one file, none the source would read back), locked against a second run and leftovers of a
+        killed run recovered (``inspect/run_guard.py``)."""
         self._check_open()  # before any output is touched
         if batch < 1:
             raise ValueError(f"--batch must be >= 1, got {batch}")
         if max_frames is not None and max_frames < 1:
             raise ValueError(f"--max-frames must be >= 1, got {max_frames}")
-        guard = RunGuard(save_json, save_dir, report)  # writable, one writer, leftovers of a killed run recovered
+        frames = open_source(source, latest_only=latest_only)  # its files listed, nothing read yet
+        alerts = self.router.files if self.router is not None else []
+        guard = RunGuard(save_json, save_dir, report, frames, alerts)  # apart, writable, one writer, a killed run's recovered
         try:
-            frames = open_source(source, latest_only=latest_only)
             self.runtime.warmup()
             outputs = Outputs(frames, self.runtime.class_names, save_json, save_dir, report, json_layout)
         except BaseException:

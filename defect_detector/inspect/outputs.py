@@ -22,7 +22,10 @@ not inspected is stamped NOT INSPECTED with its reason in ``--save-dir``, an ins
 
 Every file is written to a temporary name and renamed into place when complete, so an interrupted run never leaves
 a half-written output, and a run that fails (:meth:`Outputs.discard`) never replaces the results of an earlier one:
-its temporary files are removed. A full disk under one output stops that output alone (:class:`Outputs`).
+its temporary files are removed. While a run goes (and after it is killed) the previous run's files wait as
+``NAME.previous.SUFFIX`` and the annotated images it writes are listed in ``DIR/annotated.unfinished.txt``
+(``inspect/previous_run.py``): a run that did not finish is never taken for a finished one. A full disk under one output
+stops that output alone (:class:`Outputs`).
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ import numpy as np
 from defect_detector.core.io import atomic_write_bytes
 from defect_detector.core.safe_text import csv_cell
 from defect_detector.inspect.annotated_image import annotated_image
+from defect_detector.inspect.output_paths import jsonl_path, video_path
+from defect_detector.inspect.previous_run import FINISHED_LIST, UNFINISHED_LIST, PreviousOutputs, clear_finished
 from defect_detector.inspect.record import Inspection, csv_header
 from defect_detector.inspect.run_guard import run_temp_name
 from defect_detector.inspect.sources import FrameSource
@@ -58,13 +63,13 @@ _FSYNC_S = 1.0  # the per-frame JSONL is fsynced at least this often
 
 
 class _Stream:
-    """One output written a line per frame: a hidden temp file beside ``path`` (:func:`run_temp_name`), flushed every
-    line and fsynced at least every :data:`_FSYNC_S`, renamed into place by :meth:`finish`. A killed run leaves the
-    temp file, which the next run recovers (``inspect/run_guard.py``)."""
+    """One output written a line per frame: a temp file beside ``path`` (``tmp``, default the hidden
+    :func:`run_temp_name`), flushed every line and fsynced at least every :data:`_FSYNC_S`, renamed into place by
+    :meth:`finish`. A killed run leaves the temp file, which the next run recovers (``inspect/run_guard.py``)."""
 
-    def __init__(self, path: Path, header: str = "") -> None:
+    def __init__(self, path: Path, header: str = "", tmp: Path | None = None) -> None:
         self.path = path
-        self.tmp = run_temp_name(path)
+        self.tmp = tmp or run_temp_name(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         self.file: TextIO | None = self.tmp.open("w", encoding="utf-8", newline="")
         self.synced = time.monotonic()
@@ -89,13 +94,17 @@ class _Stream:
 
     def discard(self) -> None:
         """Close (ignoring a failing close: the disk may be full) and remove the temp file."""
+        self.leave()
+        self.tmp.unlink(missing_ok=True)
+
+    def leave(self) -> None:
+        """Close, leaving the temp file where it is (ignoring a failing close: the disk may be full)."""
         if self.file is not None:
             try:
                 self.file.close()
             except OSError:
                 pass
             self.file = None
-        self.tmp.unlink(missing_ok=True)
 
 
 class Outputs:
@@ -136,14 +145,33 @@ class Outputs:
         self.video_tmp: Path | None = None
         self.video_size: tuple[int, int] | None = None
         self.streams: dict[str, _Stream] = {}
+        self.image_list: _Stream | None = None  # the annotated images written, a line each (not for a video)
+        self.previous = PreviousOutputs()
         try:
             if self.save_json:
-                self.streams["jsonl"] = _Stream(self.save_json.with_suffix(".jsonl"))
+                self.streams["jsonl"] = _Stream(jsonl_path(self.save_json))
             if self.report:
                 self.streams["report"] = _Stream(self.report, _csv_line(csv_header(self.class_names)))
+            self._begin()
         except BaseException:  # one that cannot be opened: no temp file of the others is left behind
             self.discard()
             raise
+
+    def _begin(self) -> None:
+        """The run starts writing: the previous run's files are moved aside (``NAME.previous.SUFFIX``), the images a
+        finished run listed in ``--save-dir`` removed, and this run's list of images opened (``inspect/previous_run.py``)."""
+        if self.save_json is not None:
+            self.previous.retire("json", self.save_json)
+            self.previous.retire("jsonl", jsonl_path(self.save_json))
+        if self.report is not None:
+            self.previous.retire("report", self.report)
+        if self.save_dir is not None and self.per_frame:
+            self.previous.retire("images", video_path(self.save_dir, self.source.kind, self.source.source))
+        elif self.save_dir is not None:
+            cleared = clear_finished(self.save_dir)
+            if cleared:
+                log.info("%s: the %d annotated images of the previous run removed (this run's replace them)", self.save_dir, cleared)
+            self.image_list = _Stream(self.save_dir / FINISHED_LIST, tmp=self.save_dir / UNFINISHED_LIST)
 
     def add(self, inspection: Inspection) -> None:
         """Record one :class:`~defect_detector.inspect.inspector.Inspection` in every requested output still going."""
@@ -177,6 +205,10 @@ class Outputs:
             self.video = None
             if self.video_tmp is not None:
                 self.video_tmp.unlink(missing_ok=True)
+        if kind == "images" and self.image_list is not None:
+            self.image_list.leave()  # its images stay, listed as an unfinished run's
+            self.image_list = None
+        self.previous.restore(kind)  # the previous run's file is back where this one would have been
         where = exc.filename or (stream.path if stream is not None else self.save_dir)
         why = exc.strerror or str(exc)
         what = "not written" if done is None else f"this output stopped after {done} frames"
@@ -191,14 +223,14 @@ class Outputs:
             ok, encoded = cv2.imencode(".png", image)
         if not ok:
             raise ValueError(f"{path}: cannot encode the annotated image")
+        if self.image_list is not None:  # listed first: a killed run's list names every image it left
+            self.image_list.write(f"{path.relative_to(self.save_dir).as_posix()}\n")
         atomic_write_bytes(path, encoded.tobytes())
 
     def _write_video_frame(self, image: np.ndarray) -> None:
         height, width = image.shape[:2]
         if self.video is None:
-            name = self.source.source.strip()
-            stem = {"video": Path(name).stem, "camera": f"camera{name}"}.get(self.source.kind, "stream")
-            self.video_path = self.save_dir / f"{stem}.mp4"
+            self.video_path = video_path(self.save_dir, self.source.kind, self.source.source)
             self.video_tmp = run_temp_name(self.video_path)
             self.video_path.parent.mkdir(parents=True, exist_ok=True)
             fps = self.source.fps or _DEFAULT_VIDEO_FPS
@@ -225,6 +257,9 @@ class Outputs:
                 self._finish(kind, stream.finish, stream.path, written)
             if self.video is not None:
                 self._finish("images", self._finish_video, self.video_path, written)
+            if self.image_list is not None:
+                self.image_list.finish()  # annotated.unfinished.txt -> annotated.txt: the folder holds a finished run
+                self.image_list = None
         except BaseException:
             self.discard()
             raise
@@ -241,6 +276,7 @@ class Outputs:
         except OSError as exc:
             self._lost(kind, exc)
             return
+        self.previous.drop(kind)
         written["video" if kind == "images" else kind] = str(path)
 
     def _finish_video(self) -> None:
@@ -250,12 +286,16 @@ class Outputs:
         os.replace(self.video_tmp, self.video_path)
 
     def discard(self) -> None:
-        """A failed run: close and remove the temp JSONL, CSV and video, keeping whatever the destinations held before
-        (annotated images already written stay: each is one finished result). Later :meth:`close` calls write nothing."""
+        """A failed run: close and remove the temp JSONL, CSV and video, and put the previous run's files back (annotated
+        images already written stay, listed as an unfinished run's). Later :meth:`close` calls write nothing."""
         self.closed = True
         for stream in self.streams.values():
             stream.discard()
         self.streams = {}
+        if self.image_list is not None:
+            self.image_list.leave()
+            self.image_list = None
+        self.previous.restore()
         if self.video is not None:
             self.video.release()
             self.video = None

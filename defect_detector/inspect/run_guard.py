@@ -3,6 +3,8 @@
 
 :class:`RunGuard` (taken at the start of :meth:`Inspector.run <defect_detector.inspect.inspector.Inspector.run>`):
 
+- refuses outputs that would write into each other or that the source would read back, or overwrite
+  (``inspect/output_paths.py``), before anything is read or written;
 - checks that every output folder can be written (creating it), so a read-only folder fails before the first
   frame with one line, not after 300 frames;
 - locks each output: ``.NAME.lock`` beside ``--save-json`` (it covers the ``.json`` and the ``.jsonl``) and beside
@@ -13,8 +15,9 @@
 - recovers what a killed run (kill -9, power loss) left: its hidden temp JSONL (``.det*.tmp.jsonl``) is renamed
   to ``det.recovered-<UTC time>.jsonl`` beside it (complete lines only: a partly written last line is dropped), its
   temp ``--report`` CSV (``.report*.tmp.csv``) to ``report.recovered-<UTC time>.csv`` (complete lines), its
-  unfinished video (``DIR/.NAME*.tmp.mp4``) to ``DIR/NAME.recovered-<UTC time>.mp4``; each is logged at WARNING and
-  listed in :attr:`RunGuard.recovered`. Nothing a run left is overwritten or deleted silently.
+  unfinished video (``DIR/.NAME*.tmp.mp4``) to ``DIR/NAME.recovered-<UTC time>.mp4``, the annotated images it listed in
+  ``DIR/annotated.unfinished.txt`` to ``DIR.recovered-<UTC time>/`` (``inspect/previous_run.py``); each is logged at
+  WARNING and listed in :attr:`RunGuard.recovered`. Nothing a run left is overwritten or deleted silently.
 
 Outputs write to per-run temp names (:func:`run_temp_name`), so even without a lock (a platform without
 ``fcntl``) two runs never write into one temp file.
@@ -30,8 +33,13 @@ import secrets
 import socket
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from defect_detector.inspect.output_paths import check_output_paths, jsonl_path
+from defect_detector.inspect.previous_run import recover_unfinished
+from defect_detector.inspect.sources import FrameSource
 
 try:
     import fcntl
@@ -172,20 +180,27 @@ def _describe(owner: str) -> str:
 
 class RunGuard:
     """Checks, locks and leftover recovery for one run's outputs (see the module docstring). ``release()`` (or use it
-    as a context manager) unlocks; the kernel unlocks anyway when the process ends. ``ValueError`` with one line for
-    an output that cannot be written, :class:`OutputBusyError` for one another run holds."""
+    as a context manager) unlocks; the kernel unlocks anyway when the process ends. ``source``: the run's (its paths
+    are checked against the outputs'); ``alerts``: the files the drift sinks write. ``ValueError`` with one line for
+    outputs on one file, one the source would read back, or one that cannot be written; :class:`OutputBusyError` for
+    one another run holds."""
 
     def __init__(
         self,
         save_json: str | os.PathLike[str] | None = None,
         save_dir: str | os.PathLike[str] | None = None,
         report: str | os.PathLike[str] | None = None,
+        source: FrameSource | None = None,
+        alerts: Sequence[Path] = (),
     ) -> None:
         self.locks: list[OutputLock] = []
         self.recovered: list[str] = []
         json_path = Path(save_json) if save_json else None
         dir_path = Path(save_dir) if save_dir else None
         report_path = Path(report) if report else None
+        if source is not None:  # the outputs' paths against each other (``alerts``: the drift sinks' files) and the source
+            files = [("--save-json", json_path), ("--report", report_path), *(("--alerts", path) for path in alerts)]
+            check_output_paths(source, [(flag, path) for flag, path in files if path is not None], dir_path)
         if json_path is not None:
             check_writable_file(json_path, "--save-json")
         if report_path is not None:
@@ -195,13 +210,15 @@ class RunGuard:
         try:
             if json_path is not None:
                 self.locks.append(OutputLock(json_path.with_name(f".{json_path.name}.lock"), json_path, "its --save-json"))
-                self._recover(leftover_temps(json_path.with_suffix(".jsonl")))
+                self._recover(leftover_temps(jsonl_path(json_path)))
             if report_path is not None:
                 self.locks.append(OutputLock(report_path.with_name(f".{report_path.name}.lock"), report_path, "its --report"))
                 self._recover(leftover_temps(report_path))
             if dir_path is not None:
                 self.locks.append(OutputLock(dir_path / DIR_LOCK_NAME, dir_path, "into this --save-dir"))
                 self._recover([p for p in dir_path.glob(".*tmp.mp4") if p.is_file() and RUN_TOKEN not in p.name])
+                images = recover_unfinished(dir_path, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+                self.recovered += [str(images)] if images is not None else []
         except BaseException:
             self.release()
             raise

@@ -30,7 +30,8 @@ class Tally:
         self.reasons: Counter[str] = Counter()
         self.suspects: Counter[str] = Counter()
         self.weights: Counter[str] = Counter()
-        self.events: list[DriftEvent] = []
+        self.events: list[DriftEvent] = []  # the alerts (drift, recovered, rebaseline): few, kept for the summary
+        self.changeovers = 0  # counted, not kept: a line whose every board has its own golden image has one a frame
         self.yields = BoardYield()
 
     def add(self, inspection: Inspection) -> None:
@@ -42,7 +43,11 @@ class Tally:
             self.weights[inspection.weights] += 1
         if inspection.suspect_kind is not None:
             self.suspects[inspection.suspect_kind] += 1
-        self.events += inspection.events
+        for event in inspection.events:
+            if event.event == "changeover":
+                self.changeovers += 1
+            else:
+                self.events.append(event)
         result = inspection.detections
         if inspection.refusal is not None:
             self.reasons[inspection.refusal.kind.value] += 1
@@ -83,6 +88,7 @@ class Tally:
             "calls_merged": self.merged_calls,
             "drift_monitoring": inspector.monitoring,
             "drift_events": [e.to_dict() for e in self.events],
+            "changeovers": self.changeovers,
             "reconnects": stats.reconnects,
             "gaps": len(stats.gaps),
             "gave_up": stats.gave_up,

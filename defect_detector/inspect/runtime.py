@@ -197,9 +197,7 @@ class Runtime:
             model, text, device = read_onnx(path, device, explicit_device)
         else:
             model, text, device = read_torchscript(path, device, explicit_device)
-        meta = parse_meta(path, text)
-        if kind == "pt2":  # a compiled model run on another input size than its own crashes the process: check first
-            verify_artifact(path, kind, meta)
+        meta = parse_meta(path, text)  # a .pt2's was checked, and verified, before its package was loaded (read_pt2)
         if half == "bf16":
             raise ValueError(f"{path}: --precision bf16 runs a checkpoint; this {kind} artifact runs as it was exported")
         exported_half = bool(meta.get("half", False))
@@ -211,7 +209,7 @@ class Runtime:
             log.warning("%s: float16 artifact on the CPU runs slowly; export without --half for CPU use", path)
         runtime = cls(model, meta, device, torch.float16 if exported_half else torch.float32, kind, path)
         check_outputs(runtime)  # a forged meta.json fails here, naming the key, not at the first frame
-        if kind != "pt2":  # a meta that fits the graph (permuted class names, another pixel_scale) fails here
+        if kind != "pt2":  # a meta that fits the graph (permuted class names, another pixel_scale) fails here (a .pt2: at read)
             verify_artifact(path, kind, meta)
         if kind == "torchscript":
             check_triton_config(path, meta)

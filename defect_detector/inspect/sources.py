@@ -5,7 +5,8 @@ thread that reads ahead of inference through a bounded queue and yields :class:`
 
 - image file / folder / glob: files sorted by their path relative to SOURCE (folders recursively; files
   without an image extension are ignored); that order is the frame index. A file that cannot be decoded
-  becomes an error frame (``image=None``, ``error`` set) and is counted as skipped.
+  becomes an error frame (``image=None``, ``error`` set) and is counted as skipped; so does each page a multi-page
+  TIFF promises and cannot give (cut short, a corrupt page directory).
 - video file: frames in order until the end of the file. A file that ends before the frame count its header
   gives (``CAP_PROP_FRAME_COUNT``) is logged as a warning, ``ended after N of M frames`` (``stats.ended_early``).
 - camera index (``"0"``) or stream URL (``rtsp://``, ``http(s)://``, ...): a live stream. A failed open or
@@ -201,7 +202,8 @@ class FrameSource(CaptureReading):
             pass
 
     def _read_files(self) -> Iterator[Frame]:
-        """One frame per file, in order; a multi-page TIFF gives one frame per page (``name#page2`` from its second)."""
+        """One frame per file, in order; a multi-page TIFF gives one frame per page (``name#page2`` from its second),
+        each page it promises but cannot give an error frame (``data/images.py`` ``read_pages``)."""
         index = 0
         for path, name in self.files:
             if self._stop.is_set():
@@ -217,6 +219,8 @@ class FrameSource(CaptureReading):
             for page, raw in enumerate(pages, start=1):
                 page_name = name if page == 1 else f"{name}#page{page}"
                 try:
+                    if isinstance(raw, DatasetError):  # a page the file promises and cannot give (read_pages)
+                        raise raw
                     image, kinds = gray_from_file(f"{path}#page{page}" if page > 1 else path, raw)
                     self.conversions.note(raw, kinds, page_name)
                     error = None

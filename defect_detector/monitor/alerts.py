@@ -81,14 +81,16 @@ class LogSink(Sink):
     def __init__(self, log: logging.Logger | None = None) -> None:
         self.log = log or logger
         self._last_changeover: int | None = None
-        self._folded: list[int] = []  # frames of changeovers not logged yet
+        self._folded = 0  # changeovers not logged yet, at frames _folded_span[0] to _folded_span[1]
+        self._folded_span = (0, 0)
 
     def on_event(self, event: DriftEvent) -> None:
         if event.event == "changeover":
             near = self._last_changeover is not None and event.frame - self._last_changeover < FOLD_CHANGEOVERS
             self._last_changeover = event.frame
             if near:
-                self._folded.append(event.frame)
+                self._folded_span = (self._folded_span[0] if self._folded else event.frame, event.frame)
+                self._folded += 1
                 return
             self._flush()
             self.log.info("changeover at frame %d of %s: %s", event.frame, event.source, event.reason)
@@ -112,12 +114,11 @@ class LogSink(Sink):
             self.log.info(
                 "%d more changeovers, frames %d-%d (a new golden image within %d frames of the last: each board with its own "
                 "golden image?); the alerts file lists each",
-                len(self._folded),
-                self._folded[0],
-                self._folded[-1],
+                self._folded,
+                *self._folded_span,
                 FOLD_CHANGEOVERS,
             )
-            self._folded = []
+            self._folded = 0
 
     def close(self) -> None:
         self._flush()
@@ -366,6 +367,28 @@ class PrometheusSink(Sink):
             self._server = None
 
 
+class _Forward(Sink):
+    """The sinks of ``router``, as one sink of another router (:meth:`AlertRouter.forwarding`)."""
+
+    def __init__(self, router: AlertRouter) -> None:
+        self.router = router
+
+    def on_event(self, event: DriftEvent) -> None:
+        self.router.emit(event)
+
+    def on_frame(
+        self,
+        frame_index: int,
+        source: str,
+        stats: np.ndarray | None,
+        timings: Mapping[str, float],
+        num_detections: int,
+        score: float | None,
+        layer_names: Sequence[str],
+    ) -> None:
+        self.router.publish(frame_index, source, stats, timings, num_detections, score, layer_names, [])
+
+
 class AlertRouter:
     """Feeds a :class:`DriftDetector` (optional) and fans frame metrics and events out to ``sinks``.
 
@@ -418,11 +441,31 @@ class AlertRouter:
         if self.detector is not None and values is not None:
             events = self.detector.update(values, frame_index, source, golden if self.detector.relative else None, levels)
             score = self.detector.score
+        self.publish(frame_index, source, values, timings or {}, num_detections, score, self.layer_names, events)
+        return events
+
+    def publish(  # noqa: PLR0913 - Sink.on_frame's arguments, and the events
+        self,
+        frame_index: int,
+        source: str,
+        stats: np.ndarray | None,
+        timings: Mapping[str, float],
+        num_detections: int,
+        score: float | None,
+        layer_names: Sequence[str],
+        events: Sequence[DriftEvent],
+    ) -> None:
+        """Send one frame's metrics (:meth:`Sink.on_frame`'s arguments) and then its ``events`` to every sink."""
         for sink in self.sinks:
-            self._call(sink, "on_frame", frame_index, source, values, timings or {}, num_detections, score, self.layer_names)
+            self._call(sink, "on_frame", frame_index, source, stats, timings, num_detections, score, layer_names)
             for event in events:
                 self._call(sink, "on_event", event)
-        return events
+
+    def forwarding(self) -> Sink:
+        """A sink that hands what it gets to this router's sinks: the one sink of another router (a second inspector's,
+        on other weights: ``Inspector``'s designs routed by their look) whose events and frame metrics must reach the
+        sinks the user named. A sink failing is counted here; closing it closes nothing (this router closes its sinks)."""
+        return _Forward(self)
 
     def on_verdict(self, verdict: str, first: bool) -> None:
         """One frame record's verdict, and whether it was its board's first inspection, to every sink."""
@@ -436,6 +479,11 @@ class AlertRouter:
             for event in events:
                 self._call(sink, "on_event", event)
         return events
+
+    @property
+    def files(self) -> list[Path]:
+        """The files its sinks write (``--alerts``), for the run's check that no two outputs share one."""
+        return [sink.path for sink in self.sinks if isinstance(sink, JsonlSink)]
 
     @property
     def relative(self) -> bool:

@@ -52,6 +52,7 @@ def build_monitoring(  # noqa: PLR0913 - one keyword per monitoring flag of pred
     metrics_port: int | None = None,
     metrics_addr: str = "0.0.0.0",
     monitor_config: str | os.PathLike[str] | MonitorConfig | None = None,
+    sinks_of: AlertRouter | None = None,
 ) -> AlertRouter | None:
     """The router of an inspection run, or None when nothing is monitored.
 
@@ -61,7 +62,9 @@ def build_monitoring(  # noqa: PLR0913 - one keyword per monitoring flag of pred
     ``monitor_config`` (a YAML path or a :class:`MonitorConfig`), else the defaults. Drift events are
     logged, and appended to ``alerts`` (JSONL) / POSTed to ``webhook`` when given; ``metrics_port``
     serves Prometheus metrics (frames, detections, latency; drift too when on). ``alerts`` / ``webhook``
-    without a baseline, or with ``monitor`` off, is a :class:`MonitorSetupError`.
+    without a baseline, or with ``monitor`` off, is a :class:`MonitorSetupError`. ``sinks_of``: another router (the
+    inspector that routed a design to these weights) whose sinks take this router's events and frame metrics, in place
+    of sinks of its own (``alerts``, ``webhook`` and ``metrics_port`` are then that router's).
     """
     if not monitor and (alerts or webhook or baseline):
         raise MonitorSetupError("drift monitoring is off (--no-monitor): drop --baseline, --alerts and --webhook, or turn it on")
@@ -71,7 +74,7 @@ def build_monitoring(  # noqa: PLR0913 - one keyword per monitoring flag of pred
             raise MonitorSetupError(
                 "--alerts/--webhook need a drift baseline: the weights carry none; pass --baseline (from `defect-detector calibrate`)"
             )
-        if metrics_port is None:
+        if metrics_port is None and sinks_of is None:
             return None
     if found is not None and list(found.layer_names) != list(layer_names):
         raise MonitorSetupError(
@@ -79,7 +82,8 @@ def build_monitoring(  # noqa: PLR0913 - one keyword per monitoring flag of pred
         )
     cfg = _thresholds(monitor_config)  # read (and checked) even when only metrics are served
     detector = DriftDetector(found, cfg) if found is not None else None
-    return AlertRouter(detector, _sinks(detector is not None, alerts, webhook, metrics_port, metrics_addr), layer_names)
+    sinks = [sinks_of.forwarding()] if sinks_of is not None else _sinks(detector is not None, alerts, webhook, metrics_port, metrics_addr)
+    return AlertRouter(detector, sinks, layer_names)
 
 
 def _thresholds(monitor_config: str | os.PathLike[str] | MonitorConfig | None) -> MonitorConfig:

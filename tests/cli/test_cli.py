@@ -349,7 +349,8 @@ def _video_outputs(tmp_path: Path) -> tuple[Outputs, Path]:
 def test_outputs_discard_keeps_earlier_files(tmp_path: Path) -> None:
     outputs, out = _video_outputs(tmp_path)
     run = RUN_TOKEN  # temp names are unique per run (inspect/run_guard.py)
-    assert sorted(p.name for p in out.parent.iterdir()) == [f".cam.{run}.tmp.mp4", f".det.{run}.tmp.jsonl", "det.json", "det.jsonl"]
+    running = [f".cam.{run}.tmp.mp4", f".det.{run}.tmp.jsonl", "det.previous.json", "det.previous.jsonl"]  # the earlier run's aside
+    assert sorted(p.name for p in out.parent.iterdir()) == running
     outputs.discard()
     assert outputs.close() == {}
     assert sorted(p.name for p in out.parent.iterdir()) == ["det.json", "det.jsonl"]

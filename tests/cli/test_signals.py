@@ -144,3 +144,44 @@ def test_kill_9_of_a_folder_run_leaves_its_jsonl_and_csv_that_the_next_run_recov
     printed = capsys.readouterr().out
     assert all(f"recovered from a run that did not finish: {path}" in printed for path in (jsonl, csv_file))
     assert len((tmp_path / "report.csv").read_text().splitlines()) == 2 and (tmp_path / "det.jsonl").is_file()  # this run's own
+
+
+def test_after_kill_9_the_outputs_say_at_once_that_the_run_did_not_finish(
+    folder: Path, checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 58 item 8: after kill -9, ``det.json`` and ``rep.csv`` still held the previous run and looked current until
+    the next run recovered the killed one's, and ``annotated/`` mixed both runs. Now, at once: no ``det.json`` nor
+    ``rep.csv`` (the last finished run's are ``det.previous.json``, ``rep.previous.csv``), and ``annotated/`` holds only
+    the killed run's images, listed in ``annotated.unfinished.txt``. The next run recovers them, and when it finishes
+    its outputs replace the previous ones."""
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    for i in range(3):
+        assert cv2.imwrite(str(earlier / f"e{i}.png"), np.random.default_rng(i).integers(0, 255, (48, 64), dtype=np.uint8))
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = ["--weights", str(checkpoint), "--device", "cpu", "--threads", "1", "--no-monitor", "--report", str(out / "rep.csv")]
+    argv += ["--save-json", str(out / "det.json"), "--save-dir", str(out / "annotated")]
+    assert main(["predict", str(earlier), *argv]) == 0
+    previous = {name: (out / name).read_bytes() for name in ("det.json", "rep.csv")}
+    assert sorted(p.name for p in (out / "annotated").glob("*.png")) == ["e0.png", "e1.png", "e2.png"]
+
+    process = _start(folder, checkpoint, out, "--report", str(out / "rep.csv"))
+    _wait_for(lambda: _jsonl_lines(out) >= 3, process)  # frames written: killed mid-run, not after a sleep
+    process.kill()
+    process.communicate(timeout=WAIT_S)
+    assert not (out / "det.json").exists() and not (out / "det.jsonl").exists() and not (out / "rep.csv").exists()
+    assert (out / "det.previous.json").read_bytes() == previous["det.json"]
+    assert (out / "rep.previous.csv").read_bytes() == previous["rep.csv"]
+    images = sorted(p.name for p in (out / "annotated").glob("*.png"))
+    assert images and all(name.startswith("b") for name in images)  # the killed run's only: none of the earlier run's
+    listed = (out / "annotated" / "annotated.unfinished.txt").read_text().split()
+    assert set(images) <= set(listed) and not (out / "annotated" / "annotated.txt").exists()
+
+    assert main(["predict", str(earlier), *argv]) == 0  # the next run: recovers the killed one's, then replaces the previous
+    (recovered,) = out.glob("annotated.recovered-*")
+    assert sorted(p.name for p in recovered.glob("*.png")) == images
+    assert f"recovered from a run that did not finish: {recovered}" in capsys.readouterr().out
+    assert sorted(p.name for p in (out / "annotated").iterdir()) == ["annotated.txt", "e0.png", "e1.png", "e2.png"]
+    assert json.loads((out / "det.json").read_bytes()) == json.loads(previous["det.json"])
+    assert not list(out.glob("*.previous.*"))

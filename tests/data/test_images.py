@@ -200,3 +200,71 @@ def test_a_header_bomb_in_a_folder_costs_only_itself(tmp_path: Path) -> None:
     records = {r["file_name"]: r for r in json.loads(out.read_text())}
     assert set(records) == {"a.png", "b.png", "c.png"} and records["c.png"]["verdict"] != "not_inspected"
     assert records["b.png"]["verdict"] == "not_inspected" and "image too large" in records["b.png"]["reason"]
+
+
+def _tiff_directories(data: bytes) -> list[int]:
+    """The byte offsets of a little-endian classic TIFF's page directories, in chain order."""
+    import struct
+
+    offsets, offset = [], struct.unpack_from("<I", data, 4)[0]
+    while offset:
+        offsets.append(offset)
+        entries = struct.unpack_from("<H", data, offset)[0]
+        offset = struct.unpack_from("<I", data, offset + 2 + 12 * entries)[0]
+    return offsets
+
+
+def _ten_page_tiff(path: Path) -> tuple[list[np.ndarray], bytes]:
+    pages = [np.random.default_rng(k).integers(0, 256, (60, 80), np.uint8) for k in range(10)]
+    assert cv2.imwritemulti(str(path), pages)
+    return pages, path.read_bytes()
+
+
+@pytest.mark.parametrize("damage", ["cut at 60%", "corrupt directory of page 5", "cut, no page count"])
+def test_every_page_a_damaged_tiff_cannot_give_is_an_error_in_its_place(tmp_path: Path, damage: str) -> None:
+    """Issue 58 item 4: a 10-page TIFF cut at 60% gave 6 pages, one with a corrupt page directory 4, the rest nowhere.
+    ``read_pages`` gives every page the file's directories promise: those it holds, in order, and for each it cannot
+    give a ``DatasetError`` naming the page and why. Without a page count (no PageNumber tag), one error stands for the
+    pages from the first missing one on."""
+    from defect_detector.data.images import read_pages
+
+    pages, data = _ten_page_tiff(tmp_path / "scan.tif")
+    directories = _tiff_directories(data)
+    if damage == "corrupt directory of page 5":
+        data = data[: directories[4]] + b"\xff\xff" + data[directories[4] + 2 :]
+    else:
+        data = data[: int(len(data) * 0.6)]
+    if damage == "cut, no page count":  # tag 297 (PageNumber) renamed 298, an unknown tag: the file no longer says how many
+        data = data.replace(b"\x29\x01\x03\x00\x02\x00\x00\x00", b"\x2a\x01\x03\x00\x02\x00\x00\x00")
+    (tmp_path / "scan.tif").write_bytes(data)
+    got = read_pages(tmp_path / "scan.tif")
+    readable = [p for p in got if isinstance(p, np.ndarray)]
+    errors = [p for p in got if isinstance(p, DatasetError)]
+    assert len(readable) + len(errors) == len(got) and got[: len(readable)] == readable  # the pages it holds first, in order
+    for page, want in zip(readable, pages):
+        np.testing.assert_array_equal(page, want)
+    if damage == "cut, no page count":
+        assert len(got) == len(readable) + 1
+        assert str(errors[0]).startswith(f"{tmp_path / 'scan.tif'}#page{len(readable) + 1}: the pages from {len(readable) + 1} on")
+        assert "how many is unknown" in str(errors[0]) and "the file ends at byte" in str(errors[0])
+        return
+    assert len(got) == 10 and len(readable) == (4 if damage.startswith("corrupt") else 6)
+    first = len(readable) + 1
+    assert [str(e).split(":")[0] for e in errors] == [f"{tmp_path / 'scan.tif'}#page{k}" for k in range(first, 11)]
+    why = "page 5's directory is corrupt" if damage.startswith("corrupt") else f"the file ends at byte {len(data)}, before page {first}'s"
+    assert all(f"page {k} of the 10 the file declares cannot be read: " in str(e) for k, e in zip(range(first, 11), errors))
+    assert all(why in str(e) and "\n" not in str(e) for e in errors)
+
+
+def test_an_intact_or_single_page_tiff_reads_as_before(tmp_path: Path) -> None:
+    from defect_detector.data.images import read_pages
+
+    pages, _ = _ten_page_tiff(tmp_path / "scan.tif")
+    got = read_pages(tmp_path / "scan.tif")
+    assert len(got) == 10 and all(np.array_equal(a, b) for a, b in zip(got, pages))
+    assert cv2.imwrite(str(tmp_path / "one.tif"), pages[0])
+    (one,) = read_pages(tmp_path / "one.tif")
+    np.testing.assert_array_equal(one, pages[0])
+    (tmp_path / "cut.tif").write_bytes((tmp_path / "one.tif").read_bytes()[:100])
+    with pytest.raises(DatasetError, match="cut.tif: corrupt or unsupported image"):
+        read_pages(tmp_path / "cut.tif")

@@ -231,3 +231,35 @@ def test_a_truncated_artifact_says_so(small_pt2: dict, tmp_path: Path, kind: str
     name = ".pt2" if kind == "pt2" else "TorchScript"
     with pytest.raises(ValueError, match=rf"cut.{kind}: truncated or corrupt {name} file \("):
         Runtime.load(cut, device="cpu")
+
+
+def test_a_pt2_whose_compiled_code_was_replaced_is_refused_before_any_of_it_runs(small_pt2: dict, tmp_path: Path) -> None:
+    """Issue 58 item 3: ``Runtime.load`` loaded the package (``dlopen`` of its shared library: its code runs) before it
+    checked the digest. A ``.pt2`` whose library was replaced by one that writes a file when loaded is refused in one
+    line, and the file is never written."""
+    import shutil
+    import subprocess
+    import zipfile
+
+    if shutil.which("cc") is None:
+        pytest.skip("needs a C compiler to build the replacement library")
+    marker = tmp_path / "ran.txt"
+    source = tmp_path / "evil.c"
+    source.write_text(
+        "#include <stdio.h>\n"
+        "__attribute__((constructor)) static void ran(void) {\n"
+        f'  FILE *f = fopen("{marker}", "w");\n'
+        '  if (f) { fputs("ran", f); fclose(f); }\n'
+        "}\n"
+    )
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(tmp_path / "evil.so"), str(source)], check=True)
+    forged = tmp_path / "forged.pt2"
+    with zipfile.ZipFile(small_pt2["path"]) as archive, zipfile.ZipFile(forged, "w") as target:
+        libraries = [n for n in archive.namelist() if n.endswith(".so")]
+        for info in archive.infolist():
+            target.writestr(info, (tmp_path / "evil.so").read_bytes() if info.filename in libraries else archive.read(info))
+    assert libraries
+    with pytest.raises(ValueError, match=r"forged.pt2: meta.json does not match the model it is packed with") as info:
+        Runtime.load(forged, device="cpu")
+    assert "\n" not in str(info.value)
+    assert not marker.exists()  # nothing of the package ran

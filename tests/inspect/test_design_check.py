@@ -198,3 +198,22 @@ def test_a_look_neither_domain_covers_goes_to_the_nearer_bundled_weights() -> No
         assert photo_domain.distance(stats) / photo_domain.threshold < deeppcb.distance(stats) / deeppcb.threshold
     binarized = design_stats(layout)
     assert covering_weights(binarized, DEFAULT_REFERENCE_WEIGHTS, 2, deeppcb) is None  # nothing nearer than its own
+
+
+def test_the_alerts_of_a_design_routed_to_other_bundled_weights_reach_the_sinks_the_user_named(tmp_path: Path) -> None:
+    """Issue 58 item 1: ``predict --reference photo.png --alerts alerts.jsonl`` with no weights named routed the
+    photographed design to ``photo_ref.pt``, whose inspector had sinks of its own: the log said ``critical drift``, the
+    alerts file stayed empty and the webhook heard nothing. The routed inspector's events go to the sinks named."""
+    from defect_detector.model.checkpoint import PHOTO_REFERENCE_WEIGHTS
+
+    golden = load_image_gray(SAMPLES / "golden" / sorted((SAMPLES / "deeppcb").glob("*.jpg"))[0].name)
+    photo = _photograph(golden)
+    assert cv2.imwrite(str(tmp_path / "golden.png"), photo)
+    alerts = tmp_path / "alerts.jsonl"
+    with Inspector.load(reference=tmp_path / "golden.png", device="cpu", threads=1, alerts=alerts) as inspector:
+        assert inspector.inspect(photo, name="board.png").weights == "photo_ref.pt"
+        dark = inspector.inspect(np.zeros_like(photo), name="dark.png")  # the camera sees nothing: a critical alert at once
+        assert list(inspector.siblings) == [PHOTO_REFERENCE_WEIGHTS] and dark.verdict == "not_inspected"
+        assert dark.weights == "photo_ref.pt" and [e.event for e in dark.events] == ["drift"]
+    events = [json.loads(line) for line in alerts.read_text().splitlines()]
+    assert [(e["event"], e["severity"], e["frame"]) for e in events] == [("drift", "critical", 1)]

@@ -277,3 +277,34 @@ def test_every_page_of_a_multi_page_tiff_is_a_frame(tmp_path: Path) -> None:
     assert [f.file_name for f in frames] == ["a.png", "b_scan.tif", *(f"b_scan.tif#page{k}" for k in range(2, 11)), "c.png"]
     assert [f.index for f in frames] == list(range(12)) and all(f.error is None for f in frames)
     assert [int(f.image[0, 0]) for f in frames[1:11]] == [20 * k for k in range(10)]
+
+
+def test_every_page_a_cut_tiff_promises_is_a_frame_and_the_unread_ones_are_not_inspected(tmp_path: Path) -> None:
+    """Issue 58 item 4: a 10-page TIFF cut at 60% was inspected as 6 pages, the other 4 appeared nowhere, exit 0. Each
+    page the file declares is a frame; those it cannot give are error frames naming the page and why, counted
+    ``not_inspected``, and ``predict`` exits 3."""
+    import json
+
+    from defect_detector.cli.main import main
+
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    pages = [(np.random.default_rng(k).random((96, 128)) > 0.5).astype(np.uint8) * 255 for k in range(10)]
+    assert cv2.imwritemulti(str(tmp_path / "scan.tif"), pages)
+    data = (tmp_path / "scan.tif").read_bytes()
+    (folder / "b_scan.tif").write_bytes(data[: int(len(data) * 0.6)])
+    _write_png(folder / "c.png", 100, (96, 128))
+    with open_source(str(folder)) as source:
+        frames = list(source)
+    assert [f.file_name for f in frames] == ["b_scan.tif", *(f"b_scan.tif#page{k}" for k in range(2, 11)), "c.png"]
+    unread = [f.file_name for f in frames if f.error is not None]
+    first = 11 - len(unread)  # the first page the cut file cannot give
+    assert 2 <= first <= 10 and unread == [f"b_scan.tif#page{k}" for k in range(first, 11)] and source.stats.skipped == len(unread)
+    assert all("the file ends at byte" in f.error for f in frames if f.error)  # cut short, page by page
+    assert "page 10 of the 10 the file declares cannot be read: the file ends at byte" in frames[9].error
+
+    out = tmp_path / "det.json"
+    argv = ["predict", str(folder), "--device", "cpu", "--threads", "1", "--no-monitor", "--save-json", str(out)]
+    assert main(argv) == 3  # some frames not inspected (it was 0)
+    records = {r["file_name"]: r for r in json.loads(out.read_text())}
+    assert len(records) == 11 and [records[n]["verdict"] for n in unread] == ["not_inspected"] * len(unread)

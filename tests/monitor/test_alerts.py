@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import logging
 import socket
@@ -199,6 +200,26 @@ def test_router_feeds_detector_and_survives_a_broken_sink(tmp_path: Path, caplog
         router.on_frame(9, "cam0", torch.zeros(2, 2))
 
 
+def test_a_router_on_anothers_sinks_sends_its_events_and_metrics_there_and_closes_none(tmp_path: Path) -> None:
+    """Issue 58 item 1: the inspector of a design routed to other bundled weights had sinks of its own (the log only),
+    so ``--alerts`` and ``--webhook`` never heard its alerts. Built with ``sinks_of``, its events and frame metrics go to
+    the first router's sinks, a failing one counted there; closing it closes none of them."""
+    recorder = _Recorder()
+    first = AlertRouter(None, [_Broken(), recorder, JsonlSink(tmp_path / "a.jsonl")], LAYERS)
+    cfg = MonitorConfig(window=2, reference=0, z_warn=3.0, z_alert=6.0, baseline_margin=0.0, debounce=2, recover=2)
+    second = build_monitoring(LAYERS, embedded=_baseline().to_dict(), monitor_config=cfg, sinks_of=first)
+    assert second is not None and second.detector is not None
+    high = torch.tensor(_baseline().mean + 8 * _baseline().std, dtype=torch.float32)
+    events = [e for t in range(4) for e in second.on_frame(t, "cam0", high, {"model": 0.01}, 2)]
+    second.close()
+    assert [e.event for e in events] == ["drift"] and [e.event for e in recorder.events] == ["drift"]
+    assert [f[0] for f in recorder.frames] == [0, 1, 2, 3] and recorder.frames[-1][5] >= 6.0 and not recorder.closed
+    assert [json.loads(line)["event"] for line in (tmp_path / "a.jsonl").read_text().splitlines()] == ["drift"]
+    assert first.event_errors == 1 and second.undelivered == 0 and first.undelivered == 1
+    first.close()
+    assert recorder.closed
+
+
 def test_build_monitoring_modes(tmp_path: Path) -> None:
     baseline = _baseline()
     path = tmp_path / "baseline.json"
@@ -319,3 +340,26 @@ def test_changeovers_on_every_frame_fold_into_one_log_line_and_never_hide_a_drif
     assert lines[1].startswith("39 more changeovers, frames 1-39") and "the alerts file lists each" in lines[1]
     assert lines[2].startswith("warning drift at frame 40 of cam0")  # after the fold, never buried in it
     assert lines[3].startswith("changeover at frame 100 of cam0")
+
+
+def test_folding_changeovers_holds_nothing_per_changeover(caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 58 item 11: the log sink kept the frame of every folded changeover in a list until the next other event, so
+    a line whose every board has its own golden image grew by one entry a frame for the whole run. It keeps a count
+    and the first and last frame: the same line, and memory flat."""
+    import tracemalloc
+
+    sink = LogSink(logging.getLogger("test.changeovers"))
+    changeover = _event(0, "changeover")
+    tracemalloc.start()
+    try:
+        for frame in range(6000):
+            sink.on_event(dataclasses.replace(changeover, frame=frame))
+            if frame == 1000:
+                held = tracemalloc.get_traced_memory()[0]
+        grown = tracemalloc.get_traced_memory()[0] - held
+    finally:
+        tracemalloc.stop()
+    assert grown < 2000, grown  # a list of 5,000 more frames holds 40 KB
+    with caplog.at_level(logging.INFO, logger="test.changeovers"):
+        sink.on_event(_event(6000))
+    assert "5999 more changeovers, frames 1-5999" in caplog.text
