@@ -55,13 +55,17 @@ def test_a_2x_board_and_golden_image_are_inspected_at_the_validated_scale_their_
     assert one.working_scale == 1.0 and one.plan is None and one.detections.letterbox.scale == 1.0  # 1x: not resized
     assert two.working_scale == 2.0 and two.plan is None and two.detections.letterbox.scale == 0.5  # not 4 tiles of 640
     assert two.to_json()["working_scale"] == 2.0 and two.design_warning is None
-    assert len(one.detections) == len(two.detections) >= 3
-    halved = two.detections.boxes / 2.0
-    iou = box_iou(halved, one.detections.boxes)
-    best = iou.argmax(dim=1)
-    assert iou.max(dim=1).values.min() > 0.8
-    assert two.detections.names == [one.detections.names[i] for i in best.tolist()]
-    assert (halved - one.detections.boxes[best]).abs().max() < 2.0  # within a pixel or two of the 1x calls
+    # every call clear of the operating point (by 0.1) at either scale is a call at the other, within a pixel or two;
+    # the registration at 2x is read on other pixels, so a call within 0.1 of it may fall on either side
+    sure = float(one.conf) + 0.1
+    for a, b, factor in ((two.detections, one.detections, 0.5), (one.detections, two.detections, 2.0)):
+        kept = a.scores >= sure
+        scaled = a.boxes[kept] * factor
+        iou = box_iou(scaled, b.boxes)
+        best = iou.argmax(dim=1)
+        assert int(kept.sum()) >= 3 and iou.max(dim=1).values.min() > 0.8
+        assert [n for n, k in zip(a.names, kept.tolist()) if k] == [b.names[i] for i in best.tolist()]
+        assert (scaled - b.boxes[best]).abs().max() < 2.0 * max(factor, 1.0)
 
 
 def test_weights_that_record_no_scale_tile_a_2x_board_as_before(tmp_path: Path) -> None:
