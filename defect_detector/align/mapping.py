@@ -37,6 +37,13 @@ _INVERSE_ROUNDS = 4
 under 0.1)."""
 
 
+_BEND_ROUNDS = 4
+"""Reweighting rounds of :meth:`Mapping.bend`'s fit of the global part."""
+
+_BEND_HUBER = 0.5
+"""Frame px beyond which a node counts less in :meth:`Mapping.bend`'s fit of the global part (Huber)."""
+
+
 @dataclass(frozen=True)
 class GridNodes:
     """Where a grid's nodes lie in golden-image pixels: node ``(i, j)`` at ``(x0 + j * dx, y0 + i * dy)``; ``shape``:
@@ -240,11 +247,42 @@ class Mapping:
             name = "rigid"
         return name + ("+lens" if self.lens is not None else "") + ("+grid" if self.grid is not None else "")
 
+    def bend(self) -> np.ndarray:
+        """float64 ``[ny, nx]`` frame px at the grid's nodes: what the lens term and the grid add to the homography
+        there, less what a shift, a scale and the lens's radial shape explain (a robust fit over the nodes inside the golden
+        image). The three parts trade with each other as they are fitted (on a flat board a lens term of 12 px at the
+        corners and a grid of 9 px undoing it were read; on a pure lens, a grid holding a scale change), so a board's
+        bend is read from their sum. Zeros without a grid."""
+        if self.grid is None or self.nodes is None:
+            return np.zeros((1, 1))
+        xs, ys = self.nodes.positions()
+        qx, qy = apply_homography(self.homography, xs, ys)
+        dx, dy = self.local(xs, ys)
+        h, w = self.golden_shape
+        inside = ((xs >= 0) & (xs <= w - 1) & (ys >= 0) & (ys <= h - 1)).ravel()
+        inside = inside if inside.sum() >= 9 else np.ones_like(inside)
+        ones, zeros = np.ones(qx.size), np.zeros(qx.size)
+        cx, cy = float(qx[inside.reshape(qx.shape)].mean()), float(qy[inside.reshape(qy.shape)].mean())
+        rows_x, rows_y = [ones, zeros, qx.ravel() - cx], [zeros, ones, qy.ravel() - cy]
+        if self.lens is not None:
+            bx, by = self.lens.basis(qx, qy)
+            rows_x, rows_y = [*rows_x, bx.ravel()], [*rows_y, by.ravel()]
+        design_x, design_y = np.stack(rows_x, 1), np.stack(rows_y, 1)
+        design = np.concatenate([design_x[inside], design_y[inside]])
+        target = np.concatenate([dx.ravel()[inside], dy.ravel()[inside]])
+        weight = np.ones(target.size)
+        for _ in range(_BEND_ROUNDS):  # Huber reweighting: a local bump is not taken for a global move
+            coef = np.linalg.lstsq(design * weight[:, None], target * weight, rcond=None)[0]
+            ex, ey = dx.ravel() - design_x @ coef, dy.ravel() - design_y @ coef
+            off = np.tile(np.hypot(ex, ey)[inside], 2)
+            weight = np.sqrt(1.0 / np.maximum(1.0, off / _BEND_HUBER))
+        return np.hypot(ex, ey).reshape(xs.shape)
+
     def local_px(self) -> tuple[float, float]:
-        """``(largest, median)`` frame px of the local grid's displacements (``(0, 0)`` without a grid)."""
+        """``(largest, median)`` frame px of the grid's bend (:meth:`bend`; ``(0, 0)`` without a grid)."""
         if self.grid is None:
             return 0.0, 0.0
-        norms = np.hypot(self.grid[..., 0], self.grid[..., 1])
+        norms = self.bend()
         return float(norms.max()), float(np.median(norms))
 
     def with_local(self, lens: Lens | None, grid: np.ndarray | None, nodes: GridNodes | None) -> Mapping:

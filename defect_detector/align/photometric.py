@@ -299,6 +299,17 @@ _BLUR_CROPS, _BLUR_CROP = 4, 160
 """The relative blur is read on this many crops of this side (px), where the golden image has the most edges."""
 
 
+_BLUR_CAP = 24.0
+"""Grey levels: a pixel of the relative blur's comparison counts at most this difference (squared). A defect on the
+board differs by far more at any blur; a 40 px bright defect otherwise read as the golden image being blurrier and had
+the board blurred over it."""
+
+
+def _truncated(difference: np.ndarray) -> float:
+    """Mean of the squared ``difference`` (float32 ``[h, w]``, 4 px border left out), each capped at :data:`_BLUR_CAP`."""
+    return float(np.minimum(difference[4:-4, 4:-4] ** 2, _BLUR_CAP**2).mean())
+
+
 def blur_golden(golden: np.ndarray, blur: float) -> np.ndarray:
     """uint8 ``golden`` blurred by a relative defocus ``blur`` > 0 (Gaussian sigma px); unchanged for ``blur`` <= 0."""
     return cv2.GaussianBlur(golden, (0, 0), blur) if blur > 0 else golden
@@ -322,7 +333,8 @@ def relative_blur(golden: np.ndarray, board: np.ndarray, valid: np.ndarray | Non
     """The relative defocus of uint8 ``board`` against uint8 ``golden`` (``[H, W]`` each, the golden image registered and
     at the board's levels): the sigma (px, in :data:`BLUR_STEP` steps) that blurs the sharper one to the other, > 0 when
     the board is the blurrier. Read on the golden image's busiest crops (:func:`_crops`), both under a common
-    :data:`_BASE_BLUR`, as the extra blur on either side that leaves the least squared difference."""
+    :data:`_BASE_BLUR`, as the extra blur on either side that leaves the least squared difference, each pixel's capped
+    at :data:`_BLUR_CAP` (a defect, which no blur explains, weighs the same whatever the blur)."""
     windows = _crops(golden, valid)
     g = [golden[c].astype(np.float32) for c in windows]
     b = [board[c].astype(np.float32) for c in windows]
@@ -332,7 +344,7 @@ def relative_blur(golden: np.ndarray, board: np.ndarray, valid: np.ndarray | Non
     for extra in BLURS:
         sigma = math.hypot(_BASE_BLUR, extra)
         for sign, sharp, other in ((1.0, g, base_b), (-1.0, b, base_g)):
-            error = sum(float(((cv2.GaussianBlur(x, (0, 0), sigma) - y)[4:-4, 4:-4] ** 2).mean()) for x, y in zip(sharp, other))
+            error = sum(_truncated(cv2.GaussianBlur(x, (0, 0), sigma) - y) for x, y in zip(sharp, other))
             if error < best_error - 1e-9:
                 best, best_error = sign * float(extra), error
     return best

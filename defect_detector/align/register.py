@@ -196,11 +196,11 @@ def _reason(
 
 
 def _bend(mapping: Mapping) -> tuple[float, float, float]:
-    """``(px, x, y)``: the local grid's largest displacement and where its node lands in the frame (frame px); ``(0, nan,
-    nan)`` without a grid."""
+    """``(px, x, y)``: the local grid's largest bend (:meth:`Mapping.bend`) and where its node lands in the frame
+    (frame px); ``(0, nan, nan)`` without a grid."""
     if mapping.grid is None:
         return 0.0, math.nan, math.nan
-    norms = np.hypot(mapping.grid[..., 0], mapping.grid[..., 1])
+    norms = mapping.bend()
     i, j = np.unravel_index(int(np.argmax(norms)), norms.shape)
     xs, ys = mapping.nodes.positions()
     qx, qy = mapping.to_frame(np.array(xs[i, j]), np.array(ys[i, j]))

@@ -306,12 +306,15 @@ def estimate(frame: FramePyramid, seed: np.ndarray, cfg: RegisterConfig) -> list
 
 
 def residual_motion(frame: FramePyramid, mapping: Mapping, cfg: RegisterConfig) -> float:
-    """Image px by which one Gauss-Newton step of ``cfg.model`` at the coarsest level moves the reference's farthest
-    corner from ``mapping``'s homography (its lens term and grid kept)."""
+    """Image px by which one Gauss-Newton step at the coarsest level moves the reference's farthest corner from
+    ``mapping``'s homography (its lens term and grid kept). The step stays within the global model that states
+    ``mapping`` (:attr:`Mapping.model`), no richer than ``cfg.model``: a richer step on a coarse level moves corners
+    by pixels that no camera moved."""
     m3 = mapping.homography
     level = frame.level_mapping(mapping, 0)
     image = blurred(frame.levels[0], cfg.blur)
-    stepped = frame.up(refine(frame.ref.templates[0], image, level.homography, 1, 0.0, cfg.model, level), 0)
+    model = MODELS[min(MODELS.index(mapping.model.split("+")[0]), MODELS.index(cfg.model))]
+    stepped = frame.up(refine(frame.ref.templates[0], image, level.homography, 1, 0.0, model, level), 0)
     h, w = frame.ref.image.shape
     corners = np.array([[0, w - 1, 0, w - 1], [0, 0, h - 1, h - 1], [1, 1, 1, 1]], dtype=np.float64)
     a, b = stepped @ corners, m3 @ corners
