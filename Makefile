@@ -4,6 +4,8 @@
 # `make install CONSTRAINTS=` installs without the pins (e.g. on a Python other than constraints.txt's 3.11).
 # `make test` runs pytest through .ci/with_postgres: with Debian's postgresql installed (and DEFECT_DETECTOR_TEST_POSTGRES
 # unset) it starts a throwaway PostgreSQL server for the station tests and stops it after; without it, one line says so.
+# Tests run in parallel, one pytest-xdist worker per core (JOBS=auto), each test file on one worker (--dist loadfile:
+# a file's fixtures are built once); `make test JOBS=1` runs them one by one.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -11,6 +13,7 @@ STAMP := $(VENV)/.installed
 CONSTRAINTS ?= constraints.txt
 EXTRAS ?= dev,onnx,station
 PYTEST_ARGS ?=
+JOBS ?= auto
 export NO_ALBUMENTATIONS_UPDATE := 1
 
 .PHONY: test demo lint install
@@ -23,7 +26,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	touch $(STAMP)
 
 test: $(STAMP)
-	.ci/with_postgres $(PY) -m pytest -q $(PYTEST_ARGS)
+	.ci/with_postgres $(PY) -m pytest -q -n $(JOBS) --dist loadfile $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(VENV)/bin/defect-detector demo

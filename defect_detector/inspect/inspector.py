@@ -175,17 +175,10 @@ class Inspector:
         references = References(reference) if reference else None
         pipeline = Pipeline(runtime, references, conf, iou, max_det, tile)
         router = build_monitoring(
-            runtime.layer_names,
-            baseline=baseline,
-            embedded=runtime.meta.get("baseline"),
-            monitor=monitor,
-            alerts=alerts,
-            webhook=webhook,
-            metrics_port=metrics_port,
-            metrics_addr=metrics_addr,
-            monitor_config=monitor_config,
-            sinks_of=sinks_of,
-        )
+            runtime.layer_names, baseline=baseline, embedded=runtime.meta.get("baseline"), monitor=monitor,
+            alerts=alerts, webhook=webhook, metrics_port=metrics_port, metrics_addr=metrics_addr,
+            monitor_config=monitor_config, sinks_of=sinks_of,
+        )  # fmt: skip
         inspector = cls._composed(pipeline, router)
         inspector.autothreads = AdaptiveThreads.for_device(runtime.device) if adaptive else None  # follows the machine
         inspector._set_line(pattern, outlines)

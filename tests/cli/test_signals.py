@@ -69,7 +69,8 @@ def _wait_for(ready: Callable[[], bool], process: subprocess.Popen) -> None:
 
 
 def _jsonl_lines(out: Path) -> int:
-    return sum(len(p.read_bytes().splitlines()) for p in out.glob(".det.*.tmp.jsonl"))
+    """Whole lines (newline-ended) of the run's JSON lines so far: a line being written is not one yet."""
+    return sum(p.read_bytes().count(b"\n") for p in out.glob(".det.*.tmp.jsonl"))
 
 
 @pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
