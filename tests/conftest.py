@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import torch
+from filelock import FileLock
 from hypothesis import settings
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
@@ -65,6 +69,33 @@ def _tiny_config(ann: Path, out_dir: Path, imgsz: int = 256, **train: object) ->
     return config_from_dict(raw)
 
 
+@contextlib.contextmanager
+def _one_torch_thread() -> Iterator[None]:
+    """One torch thread inside the block (an AOTInductor build on a busy machine), the count restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], dict]) -> dict:
+    """``build(folder)`` run once per test run, whatever the number of pytest-xdist workers: the first worker to come
+    builds it under a file lock in the run's shared temporary folder and writes its result (paths, and a report that
+    JSON holds) beside it; the others read that. ``{"checkpoint": Path, "path": Path, "report": dict}``."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker's folder sits in the run's shared one
+        root = root.parent
+    folder, done = root / f"shared_{name}", root / f"shared_{name}.json"
+    with FileLock(str(root / f"shared_{name}.lock")):
+        if not done.is_file():
+            folder.mkdir(exist_ok=True)
+            done.write_text(json.dumps(build(folder), default=str))
+        saved = json.loads(done.read_text())
+    return {"checkpoint": Path(saved["checkpoint"]), "path": Path(saved["path"]), "report": saved["report"]}
+
+
 PT2_IMGSZ = 320
 """Input size of the shared ``.pt2`` (a 640x480 board letterboxes into it at scale exactly 0.5, as the C++ test needs)."""
 
@@ -82,19 +113,17 @@ def small_pt2(tmp_path_factory: pytest.TempPathFactory) -> dict:
     from defect_detector.model.checkpoint import load_checkpoint
     from defect_detector.monitor.baseline import calibrate
 
-    folder = tmp_path_factory.mktemp("pt2")
-    checkpoint = write_small_checkpoint(folder / "small.pt", PT2_IMGSZ, cls_bias=SPREAD_BIAS, seed=1, spread=SPREAD)
-    loaded = load_checkpoint(checkpoint)
-    layers = list(DeployModel(loaded.model, PT2_IMGSZ).layer_names)
-    frames = np.abs(np.random.default_rng(0).normal(1.0, 0.1, (32, len(layers), 2)))
-    baseline = calibrate(frames, layers, PT2_IMGSZ, source="test").to_dict()
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        report = export_pt2(loaded, folder / "small.pt2", baseline=baseline)
-    finally:
-        torch.set_num_threads(before)
-    return {"checkpoint": checkpoint, "path": folder / "small.pt2", "report": report}
+    def build(folder: Path) -> dict:
+        checkpoint = write_small_checkpoint(folder / "small.pt", PT2_IMGSZ, cls_bias=SPREAD_BIAS, seed=1, spread=SPREAD)
+        loaded = load_checkpoint(checkpoint)
+        layers = list(DeployModel(loaded.model, PT2_IMGSZ).layer_names)
+        frames = np.abs(np.random.default_rng(0).normal(1.0, 0.1, (32, len(layers), 2)))
+        baseline = calibrate(frames, layers, PT2_IMGSZ, source="test").to_dict()
+        with _one_torch_thread():
+            report = export_pt2(loaded, folder / "small.pt2", baseline=baseline)
+        return {"checkpoint": checkpoint, "path": folder / "small.pt2", "report": report}
+
+    return _built_once(tmp_path_factory, "pt2", build)
 
 
 SIAMESE_PT2_IMGSZ = 64
@@ -114,15 +143,14 @@ def small_siamese_pt2(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
     if (reason := pt2_unavailable_reason()) is not None:
         pytest.skip(reason)
-    folder = tmp_path_factory.mktemp("siamese_pt2")
-    model = {"fusion": "siamese"}
-    checkpoint = write_small_checkpoint(
-        folder / "siamese.pt", SIAMESE_PT2_IMGSZ, SPREAD_BIAS, randomize_bn=True, seed=3, in_channels=2, model=model, spread=SPREAD
-    )
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        report = export_pt2(load_checkpoint(checkpoint), folder / "siamese.pt2")
-    finally:
-        torch.set_num_threads(before)
-    return {"checkpoint": checkpoint, "path": folder / "siamese.pt2", "report": report}
+
+    def build(folder: Path) -> dict:
+        model = {"fusion": "siamese"}
+        checkpoint = write_small_checkpoint(
+            folder / "siamese.pt", SIAMESE_PT2_IMGSZ, SPREAD_BIAS, randomize_bn=True, seed=3, in_channels=2, model=model, spread=SPREAD
+        )
+        with _one_torch_thread():
+            report = export_pt2(load_checkpoint(checkpoint), folder / "siamese.pt2")
+        return {"checkpoint": checkpoint, "path": folder / "siamese.pt2", "report": report}
+
+    return _built_once(tmp_path_factory, "siamese_pt2", build)

@@ -196,7 +196,7 @@ def test_a_pickled_object_is_refused_in_one_line_that_does_not_suggest_unsafe_lo
         load_checkpoint(path)
     message = str(info.value)
     assert message.startswith(f"{path}: refused: it holds Python code (a pickled ") and "_Foreign" in message and "\n" not in message
-    assert "weights_only=False" not in message and len(message) < 300  # it was 654 characters suggesting exactly that
+    assert "weights_only=False" not in message and len(message) - len(str(path)) < 260  # it was 654 characters, suggesting that
     assert main(["predict", str(tmp_path), "--weights", str(path)]) == 2
     assert "weights_only" not in capsys.readouterr().err
     evil = tmp_path / "evil.pt"
@@ -254,7 +254,7 @@ def test_a_bad_taught_entry_is_one_line(tmp_path: Path, bad: object) -> None:
     message = str(caught.value)
     assert message.startswith(f"{path}: 'taught' entry must be a list of {{'name': str, 'key': str, 'conf': float in [0, 1]")
     assert "\n" not in message
-    assert len(message) < 300
+    assert len(message) - len(str(path)) < 260  # one line, whatever the temporary folder's name
 
 
 def test_strip_fits_one_design_domain_on_several_sources(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
