@@ -47,7 +47,7 @@ from defect_detector.screens.hidden import KINDS, HiddenArea, golden_cells, larg
 EXPLAINED = 0.1
 """The largest hidden region (a share of the frame) taken to explain a golden image the golden check called another
 design: more is a board unlike its golden image all over, not a spot over it."""
-LIGHT_CHANGE = 0.2
+LIGHT_CHANGE = 0.1
 """A single-image model's frame refused for grey levels the calibration frames never show whose bright level lies this
 share or more off theirs is refused for the light (underexposed or overexposed), not as hidden area."""
 SCALE_CHANGE = 0.1
