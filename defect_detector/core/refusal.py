@@ -39,6 +39,8 @@ class RefusalKind(StrEnum):
     COVERS_LITTLE = "golden image covers too little"
     """The board moved so far that its golden image covers too little of the frame (``screens/frame.py``)."""
     UNDEREXPOSED = "underexposed"
+    """Too dark for the range the weights were validated at; or a single-image model's frame at grey levels the
+    calibration frames never show, 10% or more darker than they are (``inspect/prepare.py`` ``LIGHT_CHANGE``)."""
     OVEREXPOSED = "overexposed"
     LOW_CONTRAST = "low contrast"
     CLIPPED = "overexposed or underexposed"

@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
+from defect_detector.core.progress import progress as progress_bar
 from defect_detector.data.coco_json import read_json
 from defect_detector.data.dataset import CocoDetectionDataset, evenly_spaced
 from defect_detector.engine.budget import MIN_BASELINE_FRAMES, Budget
@@ -103,7 +103,7 @@ def fault_statistics(pipeline: Pipeline, records: list[Prepared], batch: int, pr
     golden image kept: ``prepare.reframed``), and of the same frames clean, repeated to match (``"clean"``)."""
     runs = [(name, s) for name, strengths in CALIBRATION_STRENGTHS.items() for s in strengths]
     out: dict[str, list[np.ndarray]] = {}
-    with tqdm(total=(len(runs) + 1) * len(records), desc="simulated faults", unit="img", disable=None if progress else True) as bar:
+    with progress_bar(total=(len(runs) + 1) * len(records), desc="simulated faults", enabled=progress) as bar:
         for name, strength in [("clean", 0.0), *runs]:
             for start in range(0, len(records), batch):
                 chunk = records[start : start + batch]
@@ -151,10 +151,14 @@ def run_calibrate(  # noqa: PLR0913 - the Python twin of calibrate's flags, one 
         raise ValueError("calibrate needs --data ANN.json or --images DIR")
     indices = evenly_spaced(len(frames), max_images)
     chosen = _records(Prepare(pipeline), frames, indices)
-    records = list(tqdm(chosen, total=len(indices), desc="calibrate", disable=None if progress else True))
+    records = list(progress_bar(chosen, total=len(indices), desc="calibrate", enabled=progress))
     if len(records) < 2:
         raise ValueError(f"{source}: fewer than 2 frames could be read and inspected")
-    stats = [_statistics(pipeline, records[i : i + batch]) for i in range(0, len(records), batch)]
+    with progress_bar(total=len(records), desc="layer statistics", enabled=progress) as bar:
+        stats = []
+        for i in range(0, len(records), batch):
+            stats.append(_statistics(pipeline, records[i : i + batch]))
+            bar.update(len(records[i : i + batch]))
     golden = golden_statistics(pipeline, records, batch) if runtime.channels == 2 else None
     levels = np.stack([r.levels for r in records])
     shares = np.sum([level_histogram(r.frame.image) for r in records], axis=0) if runtime.channels == 1 else None

@@ -47,6 +47,12 @@ from defect_detector.screens.hidden import KINDS, HiddenArea, golden_cells, larg
 EXPLAINED = 0.1
 """The largest hidden region (a share of the frame) taken to explain a golden image the golden check called another
 design: more is a board unlike its golden image all over, not a spot over it."""
+LIGHT_CHANGE = 0.1
+"""A single-image model's frame refused for grey levels the calibration frames never show whose bright level lies this
+share or more off theirs is refused for the light (underexposed or overexposed), not as hidden area."""
+SCALE_CHANGE = 0.1
+"""A golden image refused as not matching whose sides both differ from the frame's by this share or more, by one
+factor, is named as captured at another scale."""
 
 
 @dataclass(frozen=True)
@@ -140,7 +146,8 @@ class Prepare:
                 record = self._design(record, None if given is None else gray_frame(given, f"golden image of {frame.file_name}"))
                 record = self._register(record)
             except ReferenceError as exc:
-                return self._hidden_behind(record, exc) or record.refuse(exc.kind, str(exc))
+                hint = _scale_hint(record.design, frame.image.shape) if exc.kind == RefusalKind.REFERENCE_MISMATCH and record.design else ""
+                return self._hidden_behind(record, exc) or record.refuse(exc.kind, f"{exc}{hint}")
         return self._screened(record)
 
     def _screened(self, record: Prepared) -> Prepared:
@@ -187,8 +194,31 @@ class Prepare:
         record = dataclasses.replace(record, hidden=hidden)
         if not self.screen_hidden or hidden is None or not hidden.refused(self.pipeline.hidden_max_area):
             return record
-        message = f"{hidden.words()}: a defect there cannot be seen (shade the light, clear the camera's view)"
+        light = self._light(record, hidden)
+        if light is not None:
+            return dataclasses.replace(record, refusal=light)
+        message = f"{hidden.words()}: a defect there cannot be seen ({_hidden_cause(hidden)})"
         return record.refuse(RefusalKind.HIDDEN, message, {"share": hidden.share, "cells": hidden.cells})
+
+    def _light(self, record: Prepared, hidden: HiddenArea) -> Refusal | None:
+        """A single-image model's frame whose grey levels the calibration frames never show, read as the light it
+        measures: its bright level :data:`LIGHT_CHANGE` or more off the calibration frames' is underexposed (darker) or
+        overexposed (brighter), a camera refusal that raises a drift alert at once (``RefusalKind.camera``); else None
+        (the hidden area's own words)."""
+        if record.golden is not None or hidden.kind == KINDS[0] or record.levels is None:
+            return None
+        reference = float(self.calibration["bright"])
+        light = float(record.levels[2]) / max(reference, 1.0)
+        if abs(light - 1.0) < LIGHT_CHANGE:
+            return None
+        darker = light < 1.0
+        message = (
+            f"image {abs(light - 1.0):.0%} {'darker' if darker else 'brighter'} than the calibration frames (bright level "
+            f"{record.levels[2]:.0f} against {reference:.0f}), {hidden.share:.1%} of the board at grey levels they never "
+            "show: check the light and the camera's exposure"
+        )
+        kind = RefusalKind.UNDEREXPOSED if darker else RefusalKind.OVEREXPOSED
+        return Refusal(kind, message, {"light": light, "share": hidden.share})
 
     def _hidden_behind(self, record: Prepared, exc: ReferenceError) -> Prepared | None:
         """The record refused for hidden area when the golden check called its golden image another design but
@@ -246,6 +276,30 @@ class Prepare:
         frame = record.frame
         golden, registration = self.designs.register(record.design, frame.image, frame.file_name, self.pipeline.align)
         return dataclasses.replace(record, golden=golden, registration=registration, covered=registration.covered(frame.image.shape))
+
+
+def _hidden_cause(hidden: HiddenArea) -> str:
+    """What a hidden region's kind (``screens/hidden.py`` ``KINDS``) and size say to do: the light only for glare; a
+    region unlike the golden image over more than :data:`EXPLAINED` of the frame is another design more likely than an
+    object over it."""
+    if hidden.kind == KINDS[0]:
+        return "glare: shade the light or move it off the camera's axis"
+    if hidden.kind == KINDS[1]:
+        return "a hand, a cover or a shadow: clear the camera's view"
+    if hidden.kind == KINDS[2] and hidden.share > EXPLAINED:
+        return "another design, or a golden image that does not match this board: check the golden image"
+    if hidden.kind == KINDS[2]:
+        return "an object over the board: clear the camera's view"
+    return "an object over the board, or a board unlike the calibration frames: clear the camera's view"
+
+
+def _scale_hint(design: Design, shape: tuple[int, ...]) -> str:
+    """``"; the golden image is 1.50x the frame's size: captured at another scale?"`` when both sides of ``design``'s
+    golden image differ from a frame of ``shape`` ``(H, W)`` by one factor, :data:`SCALE_CHANGE` or more; else ``""``."""
+    high, wide = design.image.shape[0] / shape[0], design.image.shape[1] / shape[1]
+    if abs(high / wide - 1.0) > SCALE_CHANGE / 2 or abs(high - 1.0) < SCALE_CHANGE:
+        return ""
+    return f"; the golden image is {(high * wide) ** 0.5:.2f}x the frame's size: captured at another scale?"
 
 
 def _scaled(record: Prepared, scale: WorkingScale) -> Prepared:

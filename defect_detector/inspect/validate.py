@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from defect_detector.core.config import Config, EvalConfig
+from defect_detector.core.progress import progress as progress_bar
 from defect_detector.data.dataset import CocoDetectionDataset
 from defect_detector.engine.evaluate import Predictions, evaluate_predictions, per_group_map
 from defect_detector.inspect.annotated import annotated_frames
@@ -63,7 +63,7 @@ def prepared_frames(prepare: Prepare, dataset: CocoDetectionDataset, progress: b
     """``(image_id, record)`` of every image of ``dataset`` through the prepare stage (``inspect/prepare.py``), the
     json's golden image given with each: what ``predict`` would make of it, refusals included (``record.refused``)."""
     frames = annotated_frames(dataset.files(), dataset.images_root, str(dataset.ann_file))
-    bar = tqdm(frames, total=len(dataset), desc="val", unit="img", leave=False, disable=None if progress else True)
+    bar = progress_bar(frames, total=len(dataset), desc="val", enabled=progress)
     for index, frame in enumerate(bar):
         as_frame = Frame(index, frame.image, str(dataset.ann_file), frame.name, 0.0, frame.error)
         yield frame.image_id, prepare(as_frame, frame.golden)

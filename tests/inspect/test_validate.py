@@ -80,3 +80,12 @@ def test_the_cross_class_setting_travels_with_the_weights_into_the_pipeline(synt
             assert torch.all(got["scores"] <= want["scores"].max() + 1e-6)
             demoted += int(got["scores"].sum() < want["scores"].sum() - 1e-4)
         assert demoted > 0
+
+
+def test_val_shows_its_progress_on_stderr(synth_coco: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 58: ``val`` ran 11 minutes silent where stderr was not a terminal; now its bar is whole lines there."""
+    checkpoint = write_small_checkpoint(tmp_path / "small.pt", 128, -9.0, spread=SPREAD)
+    assert main(["val", "--weights", str(checkpoint), "--data", str(synth_coco)]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert any(line.startswith("val:   0%") and "0/4" in line for line in lines)
+    assert any(line.startswith("val: 100%") and "4/4" in line for line in lines)
