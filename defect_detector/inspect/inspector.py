@@ -158,7 +158,7 @@ class Inspector:
         ``threads``: torch CPU threads (None: the cores free now, :func:`~defect_detector.core.devices.default_threads`,
         re-chosen every 2 s while frames are inspected on a CPU: :class:`~defect_detector.core.devices.AdaptiveThreads`).
         ``tta``: test-time augmentation (``flip2``, ``flip4``, ``d8``: that many model passes per frame; default one).
-        ``conf`` / ``iou``: None takes the operating point the weights store. ``tile``: None chooses from the model's
+        ``conf`` (below 1) / ``iou``: None takes the operating point the weights store. ``tile``: None chooses from the model's
         recorded pixel scale, True / False force tiling / letterboxing. Monitoring: see :func:`build_monitoring`;
         ``baseline`` overrides the one the weights carry. ``db``: record every frame into this station database (a file
         path, ``sqlite:///...`` or ``postgresql://...``; see ``defect_detector.station``). ``precision``: a checkpoint's
@@ -168,6 +168,8 @@ class Inspector:
         own (the inspector of designs routed to other bundled weights: the first inspector's). Raises
         ``FileNotFoundError`` / ``ValueError`` with one clear line."""
         pattern, outlines = line_options(trace_pattern, boards)  # checked before anything loads
+        if conf is not None and not 0.0 <= conf < 1.0:  # NaN fails both comparisons
+            raise ValueError(f"conf: must be in [0, 1) (a score threshold of 1 or more passes every board), got {conf}")
         chosen = weights is None and baseline is None
         weights = weights or (DEFAULT_REFERENCE_WEIGHTS if reference else None)
         adaptive, threads = threads is None, default_threads() if threads is None else threads

@@ -376,6 +376,17 @@ def test_an_output_that_fails_to_finish_leaves_no_half_result_the_others_finish(
     assert json.loads(out.with_suffix(".jsonl").read_text()) == frames[0]
 
 
+@pytest.mark.parametrize("conf", ["1.0", "1.5", "-0.1", "nan"])
+def test_predict_refuses_a_threshold_that_passes_every_board(conf: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Issue 58: ``--conf 1.0`` passed every board; it is refused at start, before any weights load, as is NaN."""
+    assert main(["predict", str(tmp_path), "--conf", conf, "--save-json", str(tmp_path / "d.json")]) == 2
+    expected = f"--conf: must be in [0, 1) (a score threshold of 1 or more passes every board), got {float(conf)}"
+    assert _one_error_line(capsys, "predict") == expected
+    assert not (tmp_path / "d.json").exists()
+    with pytest.raises(ValueError, match=r"^conf: must be in \[0, 1\)"):
+        inspector_module.Inspector.load(None, conf=float(conf))
+
+
 @pytest.mark.parametrize("minutes", ["nan", "inf", "0"])
 def test_teach_refuses_non_finite_minutes(minutes: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     golden = Path(__file__).resolve().parents[2] / "data" / "samples" / "golden"
