@@ -82,6 +82,14 @@ def line_options(
     return pattern, load_outlines(boards) if isinstance(boards, (str, Path)) else outlines_of(boards)
 
 
+def score_threshold(conf: float | None) -> float | None:
+    """``conf`` as it is (None: the weights' operating point); ``ValueError`` for one outside ``[0, 1)`` or NaN (a score
+    threshold of 1 or more passes every board)."""
+    if conf is not None and not 0.0 <= conf < 1.0:  # NaN fails both comparisons
+        raise ValueError(f"conf: must be in [0, 1) (a score threshold of 1 or more passes every board), got {conf}")
+    return conf
+
+
 class Inspector:
     """Composes the frame :class:`Pipeline` (runtime, golden images, operating point, tiling) and an optional
     :class:`AlertRouter` (drift detector + sinks). Build it with :meth:`load`; use it as a context manager, or call
@@ -168,14 +176,12 @@ class Inspector:
         own (the inspector of designs routed to other bundled weights: the first inspector's). Raises
         ``FileNotFoundError`` / ``ValueError`` with one clear line."""
         pattern, outlines = line_options(trace_pattern, boards)  # checked before anything loads
-        if conf is not None and not 0.0 <= conf < 1.0:  # NaN fails both comparisons
-            raise ValueError(f"conf: must be in [0, 1) (a score threshold of 1 or more passes every board), got {conf}")
         chosen = weights is None and baseline is None
         weights = weights or (DEFAULT_REFERENCE_WEIGHTS if reference else None)
         adaptive, threads = threads is None, default_threads() if threads is None else threads
         runtime = Runtime.load(weights, device=device, half=precision_half(precision), threads=threads, tta=tta)
         references = References(reference) if reference else None
-        pipeline = Pipeline(runtime, references, conf, iou, max_det, tile)
+        pipeline = Pipeline(runtime, references, score_threshold(conf), iou, max_det, tile)
         router = build_monitoring(
             runtime.layer_names,
             baseline=baseline,
