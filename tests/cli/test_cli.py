@@ -387,10 +387,11 @@ def test_predict_refuses_a_threshold_that_passes_every_board(conf: str, tmp_path
         inspector_module.Inspector.load(None, conf=float(conf))
 
 
-@pytest.mark.parametrize("minutes", ["nan", "inf", "0"])
+@pytest.mark.parametrize("minutes", ["nan", "inf", "0", "-1", "1e308"])
 def test_teach_refuses_non_finite_minutes(minutes: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Issue 58: ``--minutes 1e308`` ended in an OverflowError traceback."""
     golden = Path(__file__).resolve().parents[2] / "data" / "samples" / "golden"
     assert main(["teach", "--golden", str(golden), "--minutes", minutes, "--out", str(tmp_path / "t.pt")]) == 2
-    expected = f"--minutes must be a finite number of at least 1.5 (sets, scoring, calibration), got {float(minutes)}"
+    expected = f"--minutes must be a finite number from 1.5 (sets, scoring, calibration) to 10080 (a week), got {float(minutes)}"
     assert capsys.readouterr().err.strip() == f"defect-detector teach: error: {expected}"
     assert not (tmp_path / "t.pt").exists()
