@@ -54,6 +54,12 @@ def add_parser(sub: Any) -> None:
         help="--int8: cpu (ONNX Runtime, uint8 activations; default) or tensorrt (symmetric int8 for trtexec --int8, deploy/JETSON.md)",
     )
     p.add_argument(
+        "--accept-loss",
+        action="store_true",
+        help="--int8: write the int8 model even when it loses more accuracy against float32 than the tolerance on the "
+        "held-back images (0.01 mAP or 1%% of their defects; refused by default)",
+    )
+    p.add_argument(
         "--baseline",
         help="drift baseline JSON to embed in meta.json (default: the checkpoint's own, if any); "
         "its layers, imgsz and class names must match the export",
@@ -76,6 +82,8 @@ def choose_format(args: argparse.Namespace) -> str:
         return "onnx"
     if args.data:
         raise CliError("--data is the --int8 calibration set; add --int8")
+    if args.accept_loss:
+        raise CliError("--accept-loss applies to --int8 (its accuracy check); add --int8")
     if args.portable and (args.half or args.format not in (None, "torchscript")):
         raise CliError("--portable applies to a float32 TorchScript export (ONNX and --half are always portable; --triton implies it)")
     fmt = args.format or format_from_suffix(args.out)
@@ -137,9 +145,8 @@ def run(args: argparse.Namespace) -> None:
         from defect_detector.export.int8 import export_int8
 
         out = Path(args.out or f"{weights.stem}.int8.onnx")
-        report = export_int8(
-            loaded, out, args.data, imgsz=args.imgsz, baseline=baseline, max_images=args.calib_images, target=args.int8_for
-        )
+        options = {"max_images": args.calib_images, "target": args.int8_for, "accept_loss": args.accept_loss}
+        report = export_int8(loaded, out, args.data, args.imgsz, baseline, **options)
         shift = "n/a (no baseline)" if report["stats_shift"] is None else f"{report['stats_shift']:.3f} baseline spreads"
         if report["meta"]["baseline"] is not None and not args.baseline:
             report["meta"] = _int8_baseline(out, args.data, BASELINE_IMAGES)
@@ -156,7 +163,7 @@ def run(args: argparse.Namespace) -> None:
         accuracy = report["accuracy"]
         if accuracy is not None:
             over = accuracy.losses()
-            verdict = f"OVER THE TOLERANCE: {'; '.join(over)}" if over else "within the tolerance"
+            verdict = f"OVER THE TOLERANCE, accepted (--accept-loss): {'; '.join(over)}" if over else "within the tolerance"
             print(f"accuracy {accuracy.line()}: {verdict}")
         print(f"layer statistics computed in float on the int8 layer outputs: largest shift from float32 {shift} of the float baseline")
     elif fmt == "onnx":

@@ -105,6 +105,8 @@ def _predict(args: argparse.Namespace, stop: StopSignals) -> None:
     from defect_detector.inspect.inspector import Inspector
     from defect_detector.inspect.run_summary import summary_line
 
+    if args.conf is not None and not 0.0 <= args.conf < 1.0:  # NaN fails both comparisons
+        raise CliError(f"--conf: must be in [0, 1) (a score threshold of 1 or more passes every board), got {args.conf}")
     inspector = Inspector.load(
         args.weights,
         reference=args.reference,

@@ -28,6 +28,18 @@ def _point(p: Any) -> str:
     return f"{p.caught:.1%} of painted defects caught, {p.false_calls:.2f} false calls per defect-free board (score >= {p.conf:.3f})"
 
 
+def _captures(boards: dict[str, int]) -> str:
+    """The captures the figures are over: all of them, or how many of each set were refused (not inspected) and so left out."""
+    clean, held = boards["clean"], boards["held"]
+    if not boards["clean_refused"] and not boards["held_refused"]:
+        return f"{clean} defect-free and {held} painted line captures"
+    return (
+        f"{clean - boards['clean_refused']} of {clean} defect-free and {held - boards['held_refused']} of {held} painted line captures "
+        f"({boards['clean_refused']} of {clean} and {boards['held_refused']} of {held} captures refused, not inspected: the figures "
+        "below leave them out; the reasons are in the warnings above)"
+    )
+
+
 def run(args: argparse.Namespace) -> None:
     from defect_detector.inspect.teach import check_minutes, teach
 
@@ -38,8 +50,7 @@ def run(args: argparse.Namespace) -> None:
     except ValueError as exc:
         raise CliError(str(exc)) from None
     report = teach(args.golden, args.out, args.weights, args.minutes, args.held, args.seed, threads=args.threads)
-    print(f"teach: {len(report.designs)} golden image(s) in {report.minutes:.1f} min, on {report.boards['clean']} defect-free and "
-          f"{report.boards['held']} painted line captures:")
+    print(f"teach: {len(report.designs)} golden image(s) in {report.minutes:.1f} min, on {_captures(report.boards)}:")
     for d in report.designs:
         print(f"  {d.name}: {'taught' if d.taught else 'NOT taught (its frames keep their design warning)'}")
         print(f"    before (the weights' own point): {_point(d.before)}")

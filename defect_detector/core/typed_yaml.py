@@ -75,6 +75,7 @@ _PHRASES = {
     "model_attributes_type": "must be a mapping",
     "dict_type": "must be a mapping",
     "too_long": "has too many items",
+    "finite_number": "must be a finite number",
 }
 
 
@@ -159,11 +160,11 @@ _M = TypeVar("_M", bound="Section")
 
 
 class Section(BaseModel):
-    """A frozen config model: unknown keys refused, scalars as YAML writes them (:data:`Float` ...), and every
-    error one :class:`ConfigError` line naming ``section.key``, from a dict (:meth:`from_raw`) or keywords
-    (``ModelConfig(widths=(1, 2))``)."""
+    """A frozen config model: unknown keys refused, scalars as YAML writes them (:data:`Float` ...), no infinite or NaN
+    number (``.inf`` as a limit switches its check off), and every error one :class:`ConfigError` line naming
+    ``section.key``, from a dict (:meth:`from_raw`) or keywords (``ModelConfig(widths=(1, 2))``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     section: ClassVar[str] = ""
 
     def __init__(self, **data: Any) -> None:

@@ -180,22 +180,22 @@ def export_int8(  # noqa: PLR0913 - one keyword per export --int8 flag; data, ma
     layers: Sequence[str] = DEFAULT_LAYERS,
     target: str = "cpu",
     check: bool = True,
+    accept_loss: bool = False,
 ) -> dict[str, Any]:
     """Export ``loaded`` as an int8 ONNX model (``<out>`` and ``<out stem>.meta.json``), calibrated on up to
     ``max_images`` frames of the COCO json ``data`` (training images; with their golden images for a golden-template
     model). The meta is the float export's, with ``"int8"`` describing the quantization and its calibration set.
     ``target``: ``cpu`` (ONNX Runtime) or ``tensorrt`` (symmetric, for ``trtexec --int8``; see :data:`INT8_TARGETS`).
 
-    Up to :data:`~.int8_check.CHECK_FRAMES` other images of ``data`` are held back and checked (:mod:`.int8_check`:
-    calls that disagree with float32's refuse the model with :class:`ExportError`, nothing written; an accuracy loss on
-    their ground truth over the tolerances is warned about); a json with none to hold back skips it, with a warning.
-    ``check=False`` skips it for a model to be timed, not deployed (``benchmarks/bench_kinds``: untrained score ties).
+    Up to :data:`~.int8_check.CHECK_FRAMES` other images of ``data`` are held back and checked (:mod:`.int8_check`: calls
+    that disagree with float32's refuse the model with :class:`ExportError`, nothing written, as does an accuracy loss on
+    their ground truth over the tolerances unless ``accept_loss``, then warned about; a json with none to hold back skips
+    it, warned). ``check=False`` skips it for a model to be timed, not deployed (``benchmarks/bench_kinds``: score ties).
 
     Returns a report with the meta, the calibration frame count, ``check`` (the :class:`~.int8_check.Agreement`),
-    ``accuracy`` (the :class:`~.int8_check.Accuracy`, None without ground truth) and ``stats_shift`` (the largest
-    per-layer shift of the int8 statistics' means from the float model's on the calibration frames, in units of the
-    baseline's spread; None without a baseline). :class:`ExportError` without ``onnxruntime``; ``ValueError`` naming
-    ``data`` for a bad json."""
+    ``accuracy`` (the :class:`~.int8_check.Accuracy`, None without ground truth) and ``stats_shift`` (the largest per-layer
+    shift of the int8 statistics' means from the float model's on the calibration frames, in units of the baseline's
+    spread; None without a baseline). :class:`ExportError` without ``onnxruntime``; ``ValueError`` naming ``data`` for a bad json."""
     if target not in INT8_TARGETS:
         raise ValueError(f"int8 target must be one of {', '.join(INT8_TARGETS)}, got {target!r}")
     try:
@@ -214,7 +214,7 @@ def export_int8(  # noqa: PLR0913 - one keyword per export --int8 flag; data, ma
         meta = dict(report["meta"])
         # the forward graph only: a siamese model's golden and frame graphs stay float32 ONNX exports (not quantized)
         meta["graphs"] = {"forward": meta["graphs"]["forward"]}
-        checked = _checked(float_path, quantized, held, list(loaded.class_names), meta.get("operating_point"), out_path) if check else None
+        checked = _checked(float_path, quantized, held, loaded.class_names, meta, out_path, accept_loss) if check else None
         agreement, accuracy = checked or (Agreement(0, 0, 0, 0), None)
         meta["int8"] = _int8_facts(target, data, len(frames), agreement, accuracy, ort.__version__)
         shift = _stats_shift(float_path, quantized, frames, meta.get("baseline"))
@@ -235,14 +235,21 @@ def export_int8(  # noqa: PLR0913 - one keyword per export --int8 flag; data, ma
     }
 
 
-def _checked(
-    float_path: Path, int8_path: Path, held: HeldBack, class_names: list[str], point: dict[str, Any] | None, out_path: Path
+def _checked(  # noqa: PLR0913 - the two models, the held-back set, how to read calls, where it goes, whether a loss is accepted
+    float_path: Path,
+    int8_path: Path,
+    held: HeldBack,
+    class_names: Sequence[str],
+    meta: dict[str, Any],
+    out_path: Path,
+    accept_loss: bool = False,
 ) -> tuple[Agreement, Accuracy | None]:
-    """The int8 model's :class:`Agreement` with float32 on the held-back images and both models' :class:`Accuracy` on
-    their ground truth; :class:`ExportError` naming ``out_path`` when the calls disagree (:func:`~.int8_check.refusal`),
-    a warning when there were too few calls to judge or when int8 loses more than the tolerances (mAP@0.5,
-    mAP@0.5:0.95, defects found at the operating point)."""
-    agreement, accuracy = held_back_check(float_path, int8_path, held, class_names, point)
+    """The int8 model's :class:`Agreement` with float32 on the held-back images (calls at ``meta``'s operating point) and
+    both models' :class:`Accuracy` on their ground truth; :class:`ExportError` naming ``out_path`` when the calls
+    disagree (:func:`~.int8_check.refusal`) or when int8 loses more than the tolerances (mAP@0.5, mAP@0.5:0.95, defects
+    found at the operating point) and ``accept_loss`` is False; a warning when there were too few calls to judge, or for
+    a loss accepted."""
+    agreement, accuracy = held_back_check(float_path, int8_path, held, list(class_names), meta.get("operating_point"))
     if (reason := refusal(agreement, out_path)) is not None:
         raise ExportError(reason)
     if not len(held.frames):
@@ -250,6 +257,12 @@ def _checked(
     elif not agreement.conclusive:
         few = "int8 accuracy check: %d float32 calls on %d held-back frames, too few to judge"
         log.warning(few, agreement.float_calls, len(held.frames))
+    if accuracy is not None and accuracy.losses() and not accept_loss:
+        raise ExportError(
+            f"{out_path}: not written: int8 loses accuracy against float32 over the tolerance on {accuracy.frames} held-back "
+            f"images: {'; '.join(accuracy.losses())}; score it with val on your own held-out set, and export with "
+            "--accept-loss to write it anyway"
+        )
     if accuracy is not None and accuracy.losses():
         log.warning("%s: int8 loses accuracy against float32 %s: %s", out_path, accuracy.line(), "; ".join(accuracy.losses()))
     return agreement, accuracy

@@ -34,6 +34,7 @@ from defect_detector.inspect.prepare import Prepare, Prepared, detect, reframed
 from defect_detector.inspect.references import References
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.inspect.source_kinds import list_images, source_kind
+from defect_detector.model.checkpoint import attach_baseline, load_checkpoint, weights_digest
 from defect_detector.monitor.baseline import FAULT_FRAMES, Baseline, calibrate
 from defect_detector.monitor.faults import CALIBRATION_STRENGTHS, apply_fault
 from defect_detector.screens.hidden import level_histogram
@@ -134,6 +135,8 @@ def run_calibrate(  # noqa: PLR0913 - the Python twin of calibrate's flags, one 
     from its ``reference`` entries), or with ``data_json`` None the folder / glob ``images_root`` of good frames
     (golden images from ``reference``: one image or a folder, as ``predict --reference``). ``max_images`` takes that
     many spread evenly, ``fault_frames`` of them also under the simulated faults. ``imgsz`` applies to checkpoints.
+    A checkpoint's baseline records the digest of its weights (``model["weights_sha256"]``: ``weights_digest``), so
+    ``strip --baseline`` refuses to carry it in other weights.
     Raises ``FileNotFoundError`` / ``ValueError`` naming the file and the problem."""
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
@@ -163,6 +166,8 @@ def run_calibrate(  # noqa: PLR0913 - the Python twin of calibrate's flags, one 
     levels = np.stack([r.levels for r in records])
     shares = np.sum([level_histogram(r.frame.image) for r in records], axis=0) if runtime.channels == 1 else None
     info = {"weights": str(runtime.path), "kind": runtime.kind, "class_names": list(runtime.class_names)}
+    if runtime.kind == "checkpoint":  # what strip --baseline checks the weights it carries it in against
+        info["weights_sha256"] = weights_digest(load_checkpoint(runtime.path).model)
     source = f"{source} ({len(records)} images)"
     baseline = calibrate(stats, runtime.layer_names, runtime.imgsz, info, source, golden=golden, image_levels=levels, pixel_levels=shares)
     kept = [records[i] for i in evenly_spaced(len(records), fault_frames)]
@@ -195,8 +200,6 @@ def calibrate_run(
     calibrated when all would not fit before its deadline (at the per-frame cost its validations measured). A baseline
     of fewer than ``MIN_BASELINE_FRAMES`` (30) frames, too few in the json or in the time left, is not made: its spread
     would be a guess. Returns the line ``train`` prints: what was calibrated, or why not and how to add one later."""
-    from defect_detector.model.checkpoint import attach_baseline
-
     weights = Path(run_dir) / "weights"
     available = len(read_json(Path(data)).get("images", []))
     frames, why = min(available, RUN_CALIBRATION_IMAGES), "in the training json"
@@ -226,9 +229,19 @@ def calibrate_run(
 
 
 def _no_baseline_line(frames: int, why: str, weights: Path, data: str) -> str:
-    """The line of a run that carries no drift baseline: too few frames, and the two commands that add one later."""
+    """The line of a run that carries no drift baseline: too few frames, that ``predict`` will not watch the camera with
+    these weights, and the two commands that add one later; also logged as a warning (a run that ships unmonitored
+    weights says so where warnings are read, not only among the lines it prints)."""
+    logger.warning(
+        "%s: no drift baseline: only %d frames %s, fewer than %d; predict will not monitor drift with these weights",
+        weights / "best.pt",
+        frames,
+        why,
+        MIN_BASELINE_FRAMES,
+    )
     return (
-        f"drift baseline: not embedded: {frames} frames {why}, fewer than {MIN_BASELINE_FRAMES}; add one later from {MIN_BASELINE_FRAMES}+ "
-        f"clean boards: defect-detector calibrate --weights {weights / 'best.pt'} --data ANN.json --out baseline.json, then "
+        f"drift baseline: NONE (best.pt and last.pt carry none: predict will not monitor drift with them): {frames} frames "
+        f"{why}, fewer than {MIN_BASELINE_FRAMES}; add one later from {MIN_BASELINE_FRAMES}+ clean boards: defect-detector "
+        f"calibrate --weights {weights / 'best.pt'} --data ANN.json --out baseline.json, then "
         f"defect-detector strip {weights / 'best.pt'} --baseline baseline.json --out {weights / 'best_monitored.pt'}"
     )

@@ -50,7 +50,8 @@ class Design:
     ``file``: its path, or :data:`GIVEN`; ``image``: uint8 ``[H, W]`` as given (not registered); ``registrar``: its
     registration pyramid. The other fields are filled by the stages that need them, once per design: ``note`` (the
     design check's ``DesignNote``), ``scale`` (its ``WorkingScale``), ``drift`` (its ``Golden`` statistics) and
-    ``binarized`` (``align/photometric.py`` ``is_binarized``: a scan of two levels has no light to match). Its siamese
+    ``binarized`` (``align/photometric.py`` ``is_binarized``: a scan of two levels has no light to match) and ``tones``
+    (``screens/exposure.py`` ``tones`` of ``image``: the exposure screen reads its saturation from them). Its siamese
     trunk features are kept by the frame pipeline that computed them (``Pipeline.design_features``: they belong to
     that pipeline's model)."""
 
@@ -63,6 +64,7 @@ class Design:
     scale: Any = None
     drift: Any = None
     binarized: bool | None = None
+    tones: dict[str, float] | None = None
     _blurred: dict[float, np.ndarray] = field(default_factory=dict, repr=False)
 
     def blurred(self, blur: float) -> tuple[str, np.ndarray]:

@@ -82,6 +82,14 @@ def line_options(
     return pattern, load_outlines(boards) if isinstance(boards, (str, Path)) else outlines_of(boards)
 
 
+def score_threshold(conf: float | None) -> float | None:
+    """``conf`` as it is (None: the weights' operating point); ``ValueError`` for one outside ``[0, 1)`` or NaN (a score
+    threshold of 1 or more passes every board)."""
+    if conf is not None and not 0.0 <= conf < 1.0:  # NaN fails both comparisons
+        raise ValueError(f"conf: must be in [0, 1) (a score threshold of 1 or more passes every board), got {conf}")
+    return conf
+
+
 class Inspector:
     """Composes the frame :class:`Pipeline` (runtime, golden images, operating point, tiling) and an optional
     :class:`AlertRouter` (drift detector + sinks). Build it with :meth:`load`; use it as a context manager, or call
@@ -158,7 +166,7 @@ class Inspector:
         ``threads``: torch CPU threads (None: the cores free now, :func:`~defect_detector.core.devices.default_threads`,
         re-chosen every 2 s while frames are inspected on a CPU: :class:`~defect_detector.core.devices.AdaptiveThreads`).
         ``tta``: test-time augmentation (``flip2``, ``flip4``, ``d8``: that many model passes per frame; default one).
-        ``conf`` / ``iou``: None takes the operating point the weights store. ``tile``: None chooses from the model's
+        ``conf`` (below 1) / ``iou``: None takes the operating point the weights store. ``tile``: None chooses from the model's
         recorded pixel scale, True / False force tiling / letterboxing. Monitoring: see :func:`build_monitoring`;
         ``baseline`` overrides the one the weights carry. ``db``: record every frame into this station database (a file
         path, ``sqlite:///...`` or ``postgresql://...``; see ``defect_detector.station``). ``precision``: a checkpoint's
@@ -173,7 +181,7 @@ class Inspector:
         adaptive, threads = threads is None, default_threads() if threads is None else threads
         runtime = Runtime.load(weights, device=device, half=precision_half(precision), threads=threads, tta=tta)
         references = References(reference) if reference else None
-        pipeline = Pipeline(runtime, references, conf, iou, max_det, tile)
+        pipeline = Pipeline(runtime, references, score_threshold(conf), iou, max_det, tile)
         router = build_monitoring(
             runtime.layer_names, baseline=baseline, embedded=runtime.meta.get("baseline"), monitor=monitor,
             alerts=alerts, webhook=webhook, metrics_port=metrics_port, metrics_addr=metrics_addr,

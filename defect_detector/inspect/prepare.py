@@ -41,6 +41,7 @@ from defect_detector.inspect.frame import Frame
 from defect_detector.inspect.pipeline import Pipeline, check_channels, gray_frame
 from defect_detector.inspect.references import ReferenceError
 from defect_detector.screens.blank import blank_reason, image_levels
+from defect_detector.screens.exposure import histogram, tones
 from defect_detector.screens.frame import mask_uncovered, screen_reason, too_small
 from defect_detector.screens.hidden import KINDS, HiddenArea, golden_cells, largest_region, level_cells
 
@@ -157,7 +158,11 @@ class Prepare:
         if matched is not None:
             record = dataclasses.replace(record, registration=matched[1])
         at_levels = matched[0] if matched is not None else None
-        refusal = screen_reason(image, record.golden, record.covered, self.pipeline.exposure, self.calibration, at_levels)
+        design = record.design
+        if design is not None and design.tones is None:
+            design.tones = tones(histogram(design.image))
+        own = design.tones if design is not None else None
+        refusal = screen_reason(image, record.golden, record.covered, self.pipeline.exposure, self.calibration, at_levels, own)
         if refusal is not None:
             return dataclasses.replace(record, refusal=refusal)
         captured = record.golden

@@ -57,6 +57,8 @@ from defect_detector.model.checkpoint import PHOTO_REFERENCE_WEIGHTS, attach_bas
 log = logging.getLogger("defect_detector.inspect")
 
 MIN_MINUTES = 1.5
+MAX_MINUTES = 7 * 24 * 60.0
+"""``--minutes`` above a week is refused: no teach needs it, and a deadline of ``1e308`` minutes overflowed."""
 CLEAN_TOTAL = 48
 """Defect-free captures over all designs (6 to 24 per design): at 0.1 false calls per board, 48 boards allow 4."""
 SETS_SHARE = 0.3
@@ -87,7 +89,9 @@ class DesignOutcome:
 class TeachReport:
     """What ``teach`` did: per design its :class:`DesignOutcome`; ``tuning`` (the fine-tune line: kept, not kept and
     why, or not run and why); ``rehearsal`` (mAP@0.5 before and after on the rehearsal boards, None when not scored:
-    the weights are unchanged); ``baseline`` (its line); ``boards`` (defect-free and painted captures scored);
+    the weights are unchanged); ``baseline`` (its line); ``boards`` (``clean`` / ``held``: the defect-free and painted
+    captures written, ``clean_refused`` / ``held_refused``: how many of them the prepare stage refused, not inspected,
+    so left out of every figure);
     ``minutes`` spent; ``weights`` written; ``work`` (the boards and the run)."""
 
     designs: list[DesignOutcome]
@@ -100,15 +104,19 @@ class TeachReport:
     work: Path
 
 
-def _measure(weights: Path, sets: dict[str, Path], designs: list[TeachDesign]) -> tuple[list[DesignPoint], list[DesignPoint]]:
+def _measure(
+    weights: Path, sets: dict[str, Path], designs: list[TeachDesign]
+) -> tuple[list[DesignPoint], list[DesignPoint], dict[str, int]]:
     """``weights`` on the ``clean`` and ``held`` sets: each design at the weights' own point, and at its calibrated
-    point (``inspect/teach_point.py``)."""
+    point (``inspect/teach_point.py``), over the captures inspected; and how many of each set were refused
+    (``{"clean_refused": n, "held_refused": m}``: not inspected, so in no figure)."""
     clean, held = validate(weights, sets["clean"], progress=False), validate(weights, sets["held"], progress=False)
+    refused = {"clean_refused": len(clean.not_inspected), "held_refused": len(held.not_inspected)}
     own = clean.runtime.operating_point["conf"]
     inverse = {v: k for k, v in held.dataset.label_to_cat_id.items()}
     scores = scores_by_design((clean.dataset.coco, clean.predictions), (held.dataset.coco, held.predictions), inverse, len(designs))
     at_own = [DesignPoint(own, s.caught(own), s.false_calls(own, d.area_factor)) for s, d in zip(scores, designs)]
-    return at_own, [design_point(s, own, d.area_factor) for s, d in zip(scores, designs)]
+    return at_own, [design_point(s, own, d.area_factor) for s, d in zip(scores, designs)], refused
 
 
 def _rehearsal_map(weights: Path, data: Path) -> float:
@@ -192,9 +200,10 @@ def _write(out: Path, source: dict[str, Any], start: dict[str, Any], outcomes: l
 
 
 def check_minutes(minutes: float) -> None:
-    """``ValueError`` in one line unless ``minutes`` is a finite number of at least :data:`MIN_MINUTES`."""
-    if not isinstance(minutes, (int, float)) or not math.isfinite(minutes) or minutes < MIN_MINUTES:
-        raise ValueError(f"--minutes must be a finite number of at least {MIN_MINUTES:g} (sets, scoring, calibration), got {minutes}")
+    """``ValueError`` in one line unless ``minutes`` is a finite number from :data:`MIN_MINUTES` to :data:`MAX_MINUTES`."""
+    if not isinstance(minutes, (int, float)) or not math.isfinite(minutes) or not MIN_MINUTES <= minutes <= MAX_MINUTES:
+        limits = f"from {MIN_MINUTES:g} (sets, scoring, calibration) to {MAX_MINUTES:g} (a week)"
+        raise ValueError(f"--minutes must be a finite number {limits}, got {minutes}")
 
 
 def teach(  # noqa: PLR0913 - the Python twin of the teach command's flags
@@ -239,7 +248,7 @@ def _teach(  # noqa: PLR0913 - teach()'s checked inputs
     sets = {"clean": write_set(work / "clean", clean, cut, 2 * n, "teach clean: defect-free line captures")}
     sets["held"] = write_set(work / "held", painted_pairs(designs, held, captures, "held"), cut, n, "teach held: painted line captures")
     measuring = time.perf_counter()
-    at_own, calibrated = _measure(weights, sets, designs)
+    at_own, calibrated, refused = _measure(weights, sets, designs)
     scoring = time.perf_counter() - measuring
     start = torch.load(weights, map_location="cpu", weights_only=True)
     tuning = "fine-tune not needed: every design's point catches 99% of its painted defects"
@@ -247,11 +256,12 @@ def _teach(  # noqa: PLR0913 - teach()'s checked inputs
     if wants_tuning(calibrated):
         tuned, points, tuning, rehearsal = _tune(weights, start, designs, sets, calibrated, (deadline, scoring), seed, threads)
     outcomes = [DesignOutcome(d.name, d.key, b, a, a.caught >= MIN_CAUGHT) for d, b, a in zip(designs, at_own, points)]
-    boards = {"clean": set_size(sets["clean"]), "held": set_size(sets["held"])}
+    boards = {"clean": set_size(sets["clean"]), "held": set_size(sets["held"]), **refused}
     if not any(o.taught for o in outcomes):
         raise TeachError(
             f"no design taught: at the calibrated points the weights catch {', '.join(f'{o.after.caught:.0%}' for o in outcomes)} of the "
-            f"painted defects (needs {MIN_CAUGHT:.0%}; {boards['held']} painted boards, {tuning}); {out} not written"
+            f"painted defects (needs {MIN_CAUGHT:.0%}; {boards['held']} painted boards, {boards['held_refused']} of them refused, "
+            f"{tuning}); {out} not written"
         )
     source = torch.load(tuned, map_location="cpu", weights_only=True) if tuned else start
     _write(out, source, start, outcomes, designs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 import re
@@ -152,6 +153,18 @@ def load_checkpoint(path: str | Path | None = None, device: torch.device | str =
         raise ValueError(f"{path}: 'domain' entry must be a design-domain object, got {type(domain).__name__}")
     taught = _taught_entry(path, ckpt.get("taught"))
     return LoadedModel(model.to(device).eval(), cfg, class_names, dict(ckpt.get("metrics", {})), path, baseline, domain, taught)
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """The hex SHA-256 of ``model``'s state dict (every parameter and buffer: name, dtype, shape and bytes, in name
+    order): which weights a drift baseline was measured with (``Baseline.model["weights_sha256"]``, written by
+    ``calibrate`` for a checkpoint, compared by ``strip --baseline`` and ``export --baseline``)."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+        digest.update(f"{name}\0{flat.dtype}\0{list(tensor.shape)}\0".encode())
+        digest.update(flat.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
 
 def strip_checkpoint(

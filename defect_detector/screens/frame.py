@@ -63,6 +63,7 @@ def screen_reason(
     limits: ExposureRange,
     calibration: dict[str, float] | None,
     matched: np.ndarray | None = None,
+    own: dict[str, float] | None = None,
 ) -> Refusal | None:
     """Why the uint8 ``[H, W]`` frame ``gray`` is not inspected, or None. ``golden``: its registered
     golden image (uint8 ``[H, W]``) and ``covered`` (bool ``[H, W]``) where that has data; None for a single-image
@@ -71,7 +72,10 @@ def screen_reason(
     and its clipped area are read against its own, so a gain and tone change is not taken for an occluder, and the
     saturation a brighter light within the validated range predicts (a white background at gain 1.15) is not taken for
     clipping (the light's own range is judged by ``PhotometricRange`` after); light and contrast stay read against the
-    golden image as captured."""
+    golden image as captured. ``own``: :func:`tones` of the golden image itself, not registered: the share of its bright
+    pixels saturated (``highlights``) is read from it, since registration's interpolation puts in-between levels on
+    every edge (a binarized golden image, whites exactly 255, keeps 3% of its bright pixels below saturation once
+    registered, and a lossless binarized board, which has none, read as overexposed)."""
     if golden is not None and covered is not None:
         share = float(covered.mean())
         if share < MIN_COVERED:
@@ -84,6 +88,8 @@ def screen_reason(
         if matched is not None and matched is not golden:
             predicted = tones(histogram(matched, covered))
             reference.update({k: predicted[k] for k in ("midtones", "saturated", "crushed")})
+        if own is not None:
+            reference["highlights"] = own["highlights"]
     else:
         frame, reference, what = tones(histogram(gray)), calibration, "the calibration frames"
     return exposure_reason(frame, reference, limits, what)

@@ -376,10 +376,22 @@ def test_an_output_that_fails_to_finish_leaves_no_half_result_the_others_finish(
     assert json.loads(out.with_suffix(".jsonl").read_text()) == frames[0]
 
 
-@pytest.mark.parametrize("minutes", ["nan", "inf", "0"])
+@pytest.mark.parametrize("conf", ["1.0", "1.5", "-0.1", "nan"])
+def test_predict_refuses_a_threshold_that_passes_every_board(conf: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Issue 58: ``--conf 1.0`` passed every board; it is refused at start, before any weights load, as is NaN."""
+    assert main(["predict", str(tmp_path), "--conf", conf, "--save-json", str(tmp_path / "d.json")]) == 2
+    expected = f"--conf: must be in [0, 1) (a score threshold of 1 or more passes every board), got {float(conf)}"
+    assert _one_error_line(capsys, "predict") == expected
+    assert not (tmp_path / "d.json").exists()
+    with pytest.raises(ValueError, match=r"^conf: must be in \[0, 1\)"):
+        inspector_module.Inspector.load(None, conf=float(conf))
+
+
+@pytest.mark.parametrize("minutes", ["nan", "inf", "0", "-1", "1e308"])
 def test_teach_refuses_non_finite_minutes(minutes: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Issue 58: ``--minutes 1e308`` ended in an OverflowError traceback."""
     golden = Path(__file__).resolve().parents[2] / "data" / "samples" / "golden"
     assert main(["teach", "--golden", str(golden), "--minutes", minutes, "--out", str(tmp_path / "t.pt")]) == 2
-    expected = f"--minutes must be a finite number of at least 1.5 (sets, scoring, calibration), got {float(minutes)}"
+    expected = f"--minutes must be a finite number from 1.5 (sets, scoring, calibration) to 10080 (a week), got {float(minutes)}"
     assert capsys.readouterr().err.strip() == f"defect-detector teach: error: {expected}"
     assert not (tmp_path / "t.pt").exists()

@@ -166,6 +166,38 @@ def test_an_error_is_one_line_naming_the_dotted_key_and_the_value(raw: dict, mes
     assert str(info.value) == message
 
 
+@pytest.mark.parametrize(
+    ("raw", "key"),
+    [
+        ({"register": {"max_shift": float("inf")}}, "register.max_shift"),
+        ({"train": {"max_minutes": float("inf")}}, "train.max_minutes"),
+        ({"train": {"grad_clip": float("inf")}}, "train.grad_clip"),
+        ({"train": {"grad_clip": float("nan")}}, "train.grad_clip"),
+        ({"eval": {"hidden_max_area": float("nan")}}, "eval.hidden_max_area"),
+        ({"augment": {"ref_shift": float("inf")}}, "augment.ref_shift"),
+    ],
+)
+def test_an_infinite_or_nan_limit_is_refused_naming_its_key(raw: dict, key: str) -> None:
+    """Issue 58: ``.inf`` as a limit switches its check off (a registration that allows any shift); every float of every
+    section must be finite."""
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(raw)
+    value = next(iter(next(iter(raw.values())).values()))
+    assert str(info.value) == f"{key}: must be a finite number, got {value!r}"
+    with pytest.raises(ConfigError, match=rf"^{key}: must be a finite number"):  # a YAML override alike
+        load_config(None, [f"{key}={'.inf' if value == float('inf') else '.nan'}"])
+
+
+@pytest.mark.parametrize("value", [".inf", ".nan"])
+def test_a_monitor_config_with_an_infinite_or_nan_alert_level_names_it(tmp_path: Path, value: str) -> None:
+    """Issue 58: ``z_alert: .inf`` turned every ``pass_suspect`` into ``pass``; ``.nan`` was reported as ``z_warn``."""
+    from defect_detector.monitor.setup import MonitorSetupError, load_monitor_config
+
+    (tmp_path / "m.yaml").write_text(f"monitor:\n  z_alert: {value}\n")
+    with pytest.raises(MonitorSetupError, match=r"m\.yaml: monitor\.z_alert: must be a finite number, got (inf|nan)$"):
+        load_monitor_config(tmp_path / "m.yaml")
+
+
 def test_a_retired_key_in_a_config_or_an_override_stops_at_start_saying_why(tmp_path: Path) -> None:
     """Issue 43: ``data.register_val`` is retired (training-time validation always registers); naming it is an error
     that says so, where an unknown key would only list the known ones."""

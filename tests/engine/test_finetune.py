@@ -94,20 +94,28 @@ def test_a_baseline_of_fewer_than_30_frames_is_not_embedded(synth_coco: Path, tm
     assert main(["train", "--config", str(cfg)]) == 0, capsys.readouterr().err
     run = tmp_path / "runs" / "ft"
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("drift baseline")]
-    assert "not embedded: 4 frames in the training json, fewer than 30" in line
+    assert "NONE (best.pt and last.pt carry none: predict will not monitor drift with them): 4 frames in the training json" in line
     assert f"calibrate --weights {run / 'weights' / 'best.pt'} --data ANN.json --out baseline.json" in line
     assert f"strip {run / 'weights' / 'best.pt'} --baseline baseline.json" in line
     assert all(load_checkpoint(run / "weights" / name).baseline is None for name in ("best.pt", "last.pt"))
     assert not (run / "baseline.json").exists()
 
 
-def test_the_baseline_takes_only_the_time_the_cap_leaves(synth32: Path, tmp_path: Path) -> None:
-    cfg = _yaml(tmp_path / "run.yaml", synth32, tmp_path / "runs", model=SMALL_MODEL, batch_size=8)
-    assert main(["train", "--config", str(cfg), "--no-baseline"]) == 0
+def test_the_baseline_takes_only_the_time_the_cap_leaves(synth32: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 58: a run too short for a baseline shipped without one, saying only "not embedded: 0 frames fit" among its
+    lines; it now says that predict will not monitor drift with the weights, in its line and as a warning."""
     run = tmp_path / "runs" / "ft"
+    (run / "weights").mkdir(parents=True)
+    write_small_checkpoint(run / "weights" / "best.pt", imgsz=128, model=SMALL_MODEL)
     spent = Budget(deadline=time.perf_counter() + 1.0, seconds=60.0, baseline_frames=300, pass_seconds=0.5)  # 1 s left, 0.5 s a pass
     line = calibrate_run(run, str(synth32), None, progress=False, budget=spent)
-    assert line.startswith("drift baseline: not embedded: 0 frames fit in the time train.max_minutes left")
+    assert line.startswith(
+        "drift baseline: NONE (best.pt and last.pt carry none: predict will not monitor drift with them): "
+        "0 frames fit in the time train.max_minutes left"
+    )
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "no drift baseline" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith(f"{run / 'weights' / 'best.pt'}: no drift baseline: only 0 frames fit")
+    assert warned[0].endswith("fewer than 30; predict will not monitor drift with these weights")
     assert load_checkpoint(run / "weights" / "best.pt").baseline is None
     roomy = Budget(deadline=time.perf_counter() + 3600.0, seconds=7200.0, baseline_frames=300, pass_seconds=1e-4)
     assert calibrate_run(run, str(synth32), None, progress=False, budget=roomy).startswith("drift baseline: 32 training images")

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from small_checkpoint import write_small_checkpoint
 
+from defect_detector.cli.main import main
 from defect_detector.core.constants import DEEPPCB_CLASSES
 from defect_detector.core.types import LetterboxMeta
 from defect_detector.data.dataset import evenly_spaced
@@ -164,20 +165,31 @@ def test_the_accuracy_check_sees_the_losses_the_call_agreement_misses() -> None:
     assert "missed 0 -> 4" in weak.line()
 
 
-def test_export_int8_warns_and_records_an_accuracy_loss(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+def test_export_int8_refuses_an_accuracy_loss_unless_accepted_and_then_warns_and_records_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Issue 58: an int8 model over its tolerance printed "OVER THE TOLERANCE" and was written, exit 0. It is refused,
+    nothing written, exit 2, unless ``--accept-loss``."""
     from defect_detector.export import int8
 
-    loaded = load_checkpoint(write_small_checkpoint(tmp_path / "small.pt", IMGSZ, seed=2))
+    checkpoint = write_small_checkpoint(tmp_path / "small.pt", IMGSZ, seed=2)
+    loaded = load_checkpoint(checkpoint)
     calib = write_synthetic_dataset(tmp_path / "calib", n_images=8, height=IMGSZ, width=IMGSZ, seed=1)
     held = _held_back()
     lossy = accuracy(_decoded(held), _decoded(held, shift=3.0, weak=1), held, list(DEEPPCB_CLASSES), POINT)
     monkeypatch.setattr(int8, "held_back_check", lambda *args: (Agreement(4, 20, 20, 20), lossy))
     out = tmp_path / "small.int8.onnx"
+    with pytest.raises(ExportError, match=r"small\.int8\.onnx: not written: int8 loses accuracy against float32 over the tolerance"):
+        int8.export_int8(loaded, out, calib, max_images=4)
+    assert not out.exists() and not (tmp_path / "small.int8.meta.json").exists()
+    argv = ["export", "--weights", str(checkpoint), "--int8", "--data", str(calib), "--calib-images", "4", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"defect-detector export: error: {out}: not written: int8 loses accuracy") and "\n" not in err
+    assert "mAP@0.5:0.95" in err and err.endswith("export with --accept-loss to write it anyway") and not out.exists()
     with caplog.at_level("WARNING", logger="defect_detector.export"):
-        report = int8.export_int8(loaded, out, calib, max_images=4)
-    assert out.exists() and report["accuracy"] is lossy  # written, and said: the loss is the deployer's call
+        report = int8.export_int8(loaded, out, calib, max_images=4, accept_loss=True)
+    assert out.exists() and report["accuracy"] is lossy  # written when accepted, and said
     warned = [r.getMessage() for r in caplog.records if "loses accuracy" in r.getMessage()]
     assert len(warned) == 1 and "mAP@0.5:0.95" in warned[0] and "defects found 20 -> 16" in warned[0]
     recorded = report["meta"]["int8"]["check"]["accuracy"]

@@ -399,6 +399,25 @@ def test_a_frame_or_golden_image_too_small_to_inspect_is_refused_and_the_run_goe
         assert inspector.inspect(board, name="c.png", reference=board).verdict in ("pass", "fail")  # the run goes on
 
 
+def test_a_binarized_line_whose_golden_images_are_binarized_too_is_inspected(tmp_path: Path) -> None:
+    """Issue 58: DeepPCB boards and their golden images saved as lossless PNG of 0 and 255 only (a line-scan AOI's
+    output) were all refused, "overexposed: 100.00% of the bright pixels saturated": the registered golden image's
+    interpolated edges kept 3% of its bright pixels below saturation. Saturation is read from the golden image's own
+    levels, so the boards are inspected, and their defects found."""
+    samples = Path(__file__).resolve().parents[2] / "data" / "samples"
+    (tmp_path / "frames").mkdir()
+    (tmp_path / "golden").mkdir()
+    for name in ("50600000_test", "92000030_test"):
+        for folder, sub in (("deeppcb", "frames"), ("golden", "golden")):
+            gray = cv2.imread(str(samples / folder / f"{name}.jpg"), cv2.IMREAD_GRAYSCALE)
+            assert cv2.imwrite(str(tmp_path / sub / f"{name}.png"), np.where(gray > 127, 255, 0).astype(np.uint8))
+    out = tmp_path / "det.json"
+    argv = ["predict", str(tmp_path / "frames"), "--reference", str(tmp_path / "golden"), "--save-json", str(out)]
+    assert main([*argv, "--no-monitor", "--threads", "1"]) == 0
+    records = json.loads(out.read_text())
+    assert [(r["file_name"], r["verdict"]) for r in records] == [("50600000_test.png", "fail"), ("92000030_test.png", "fail")]
+
+
 def test_predict_reads_serials_by_pattern_and_counts_first_pass_yield(checkpoint: Path, tmp_path: Path, capsys, caplog) -> None:  # noqa: ANN001
     """Issue 58 item 4: ``--trace-pattern`` reads each frame's serial and lot from its name; a board inspected again (SN1
     twice) counts once in first-pass yield; the summary line, the JSON and the CSV say so."""

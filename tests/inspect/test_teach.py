@@ -1,5 +1,6 @@
 """`teach`: calibration first (inspect/teach.py, cli/teach.py): a design's own point, for that design only."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ from defect_detector.looks.render import render_pair, sample_look
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, DEFAULT_WEIGHTS, PHOTO_REFERENCE_WEIGHTS, load_checkpoint
 
 SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
+NONE_REFUSED = {"clean_refused": 0, "held_refused": 0}
 
 
 def _photo_golden(path: Path) -> np.ndarray:
@@ -72,13 +74,33 @@ def test_a_teach_that_cannot_teach_writes_nothing_and_exits_non_zero(
     fine-tune: exit 2, one line with what was measured, no weights written."""
     _photo_golden(tmp_path / "g.png")
     missed = [DesignPoint(0.2, 0.0, 0.0)]
-    monkeypatch.setattr(teach_module, "_measure", lambda weights, sets, designs: (missed, missed))
+    monkeypatch.setattr(teach_module, "_measure", lambda weights, sets, designs: (missed, missed, NONE_REFUSED))
     args = ["teach", "--golden", str(tmp_path / "g.png"), "--out", str(tmp_path / "t.pt"), "--minutes", "1.5", "--held", "2"]
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "no design taught: at the calibrated points the weights catch 0% of the painted defects" in err
     assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "t.pt").exists()
+
+
+def test_teach_says_how_many_captures_were_refused_and_left_out_of_its_figures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 58: 8 of 24 clean captures and 2 of 8 painted boards were refused as hidden area, yet teach printed
+    "100.0% ... on 24 defect-free and 8 painted line captures": its figures were over the rest, as if over all."""
+    _photo_golden(tmp_path / "g.png")
+    caught = [DesignPoint(0.2, 1.0, 0.0)]
+    refused = {"clean_refused": 8, "held_refused": 2}
+    monkeypatch.setattr(teach_module, "_measure", lambda weights, sets, designs: (caught, caught, refused))
+    args = ["teach", "--golden", str(tmp_path / "g.png"), "--out", str(tmp_path / "t.pt"), "--minutes", "1.5", "--held", "2"]
+    assert main(args) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("teach: ")]
+    clean, held = (int(n) for n in re.search(r"\(8 of (\d+) and 2 of (\d+) captures refused", line).groups())
+    assert clean >= 12 and held >= 2
+    assert line.endswith(
+        f"on {clean - 8} of {clean} defect-free and {held - 2} of {held} painted line captures (8 of {clean} and 2 of {held} captures "
+        "refused, not inspected: the figures below leave them out; the reasons are in the warnings above):"
+    )
 
 
 def test_teach_refuses_what_it_cannot_teach_before_any_work(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

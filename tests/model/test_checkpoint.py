@@ -132,6 +132,27 @@ def test_strip_carries_a_checked_baseline(tmp_path: Path, capsys: pytest.Capture
     assert f"imgsz {imgsz // 2}" in capsys.readouterr().err and not (tmp_path / "bad.pt").exists()
 
 
+def test_strip_refuses_a_baseline_measured_with_other_weights(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 58: ``calibrate`` without ``--weights`` measured the bundled model, and ``strip best.pt --baseline`` carried
+    it into another one (a critical alert at frame 17 on clean frames). The baseline records the digest of the weights
+    it was measured with; ``strip`` refuses other weights in one line, and takes the same weights stripped before."""
+    from defect_detector.data.synth import write_synthetic_dataset
+    from defect_detector.inspect.calibrate import run_calibrate
+    from defect_detector.model.checkpoint import weights_digest
+
+    measured, other = _small_checkpoint(tmp_path / "measured.pt", 1), _small_checkpoint(tmp_path / "other.pt", 2)
+    ann = write_synthetic_dataset(tmp_path / "data", 3, 64, 64, seed=3)
+    baseline = run_calibrate(measured, ann, None, tmp_path / "baseline.json", max_images=3, progress=False, fault_frames=2)
+    assert baseline.model["weights_sha256"] == weights_digest(load_checkpoint(measured).model)
+    assert main(["strip", str(other), "--baseline", str(tmp_path / "baseline.json"), "--out", str(tmp_path / "bad.pt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"defect-detector strip: error: {tmp_path / 'baseline.json'}: baseline was measured with other weights (")
+    assert "\n" not in err and f"calibrate --weights {other}" in err and not (tmp_path / "bad.pt").exists()
+    assert main(["strip", str(measured), "--out", str(tmp_path / "plain.pt")]) == 0  # the same weights, stripped first
+    assert main(["strip", str(tmp_path / "plain.pt"), "--baseline", str(tmp_path / "baseline.json"), "--out", str(tmp_path / "ok.pt")]) == 0
+    assert load_checkpoint(tmp_path / "ok.pt").baseline["model"]["weights_sha256"] == baseline.model["weights_sha256"]
+
+
 def test_strip_fits_and_carries_a_design_domain(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``strip --domain GOLDEN`` fits the design domain on golden images (a COCO json's reference entries, or a folder)
     and stores it; a later strip keeps it; every meta the weights give carries it."""
