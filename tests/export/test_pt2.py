@@ -121,6 +121,7 @@ def test_predict_and_val_take_a_pt2(small_pt2: dict, synth_coco: Path, tmp_path:
 
 def _args(**given: object) -> argparse.Namespace:
     base = {"format": None, "out": None, "half": False, "portable": False, "triton": None, "int8": False, "data": None}
+    base["accept_loss"] = False
     return argparse.Namespace(**{**base, **given})
 
 
