@@ -6,7 +6,7 @@ import torch
 from small_checkpoint import write_small_checkpoint
 
 from defect_detector.core import devices
-from defect_detector.core.devices import available_cores, default_threads, free_cores
+from defect_detector.core.devices import default_threads, free_cores
 from defect_detector.inspect import runtime
 
 
@@ -59,24 +59,23 @@ def test_default_threads_follows_the_busy_cores(monkeypatch: pytest.MonkeyPatch)
     assert default_threads() == 2
 
 
-def test_busy_now_leaves_out_this_process() -> None:
+def test_own_ticks_count_every_thread_of_this_process() -> None:
+    """What :class:`CoreLoad` takes off as this process's own work counts the CPU time of all its threads (a thread of
+    ours spinning is not someone else's work). The thread spins until it has used 0.3 s of CPU, however loaded the
+    machine is, so no wall-clock window is read."""
+    import os
     import threading
     import time
 
-    others = devices._busy_now(available_cores(), 0.3)  # what other processes do meanwhile
-    stop = time.perf_counter() + 1.0
-
     def spin() -> None:
-        while time.perf_counter() < stop:
+        while time.thread_time() < 0.3:
             pass
 
+    before = devices._own_ticks()
     worker = threading.Thread(target=spin)
     worker.start()
-    try:
-        busy = devices._busy_now(available_cores(), 0.3)  # our own spinning thread is not someone else's work
-    finally:
-        worker.join()
-    assert busy is not None and others is not None and busy < others + 0.6
+    worker.join()
+    assert devices._own_ticks() - before >= 0.25 * os.sysconf("SC_CLK_TCK")
 
 
 def test_inspector_load_uses_the_default_threads_and_runtime_load_leaves_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -39,10 +39,10 @@ def test_lr_schedule_warmup_then_cosine() -> None:
 
 
 def test_overfits_tiny_synthetic_set(synth16: Path, tmp_path: Path, tiny_config) -> None:
-    cfg = tiny_config(synth16, tmp_path, epochs=100, val_every=100, lr=0.01, warmup_epochs=2.0, imgsz=384)
+    cfg = tiny_config(synth16, tmp_path, epochs=60, val_every=60, lr=0.02, warmup_epochs=2.0, imgsz=384)  # map50 1.0 measured
     run = fit(cfg, TrainingValidation(), progress=False)
     history = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
-    assert len(history) == 100
+    assert len(history) == 60
     assert history[-1]["map50"] > 0.9, history[-1]
     ckpt = _load(run / "weights" / "best.pt")
     assert set(ckpt) >= {"model", "ema", "optimizer", "scaler", "epoch", "config", "class_names", "metrics"}
@@ -100,7 +100,7 @@ def test_sigkill_mid_epoch_then_resume_gives_identical_weights(tmp_path: Path, t
         assert killed.poll() is None and time.monotonic() < deadline, "the run ended before its first epoch was written"
         time.sleep(0.01)
     first_epoch_s = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])["epoch_seconds"]
-    time.sleep(random.uniform(0.05, 0.4) * first_epoch_s)
+    time.sleep(random.Random(87).uniform(0.05, 0.4) * first_epoch_s)  # seeded: a rerun kills at the same share
     os.kill(killed.pid, signal.SIGKILL)
     killed.wait(timeout=30)
     os.killpg(killed.pid, signal.SIGKILL)  # its DataLoader workers
