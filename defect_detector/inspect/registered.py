@@ -72,7 +72,9 @@ def record_json(prepared: Prepared, weights: str, image_name: str | None) -> dic
     file name, None when refused), ``size`` ``[W, H]`` of the board, ``covered`` (the share of the board the golden image
     has data for) and ``registration`` (``inspect/record.py`` ``registration_json``: shift, angle, score, difference,
     spread, reused, model, scale, perspective, lens, grid, local residual, photometric fit; None when the pair was
-    refused before registration or by the golden check)."""
+    refused before registration or by the golden check), ``design_warning`` (the golden image looks unlike the weights'
+    training images, or finer than validated: ``predict`` passes a board of it with no call only as ``pass_suspect``;
+    None when not)."""
     frame, refusal = prepared.frame, prepared.refusal
     shape = frame.image.shape if frame.image is not None else None
     covered = prepared.covered
@@ -87,6 +89,7 @@ def record_json(prepared: Prepared, weights: str, image_name: str | None) -> dic
         "size": None if shape is None else [int(shape[1]), int(shape[0])],
         "covered": None if covered is None else round(float(covered.mean()), 4),
         "registration": registration_json(prepared.registration),
+        "design_warning": prepared.design_warning,
     }
 
 

@@ -62,7 +62,7 @@ def test_a_moved_board_gets_its_golden_image_in_its_own_pixels(tmp_path: Path) -
     reg = record["registration"]
     assert abs(abs(reg["angle"]) - 1.0) < 0.2 and 8.0 < reg["shift"] < 14.0 and reg["score"] > 0.5
     assert abs(reg["scale"] - 1.0) < 0.01 and {"model", "perspective", "lens", "grid", "local"} <= set(reg)
-    assert reg["photometric"] is not None and 0.9 < record["covered"] <= 1.0
+    assert reg["photometric"] is not None and 0.9 < record["covered"] <= 1.0 and record["design_warning"] is None
 
 
 def test_a_golden_image_of_another_board_and_a_hand_are_refused_with_their_record(
@@ -88,7 +88,7 @@ def test_a_golden_image_of_another_board_and_a_hand_are_refused_with_their_recor
     assert not _record(out, "good")["refused"]
     hidden, other = _record(out, "hand"), _record(out, "other")
     assert hidden["refused"] and hidden["image"] is None and hidden["refusal"]["kind"] == RefusalKind.HIDDEN.value
-    assert "hand" in hidden["refusal"]["message"] and hidden["refusal"]["values"]["share"] > 0.0
+    assert "x 320, y 320" in hidden["refusal"]["message"] and hidden["refusal"]["values"]["share"] > 0.0  # where the hand is
     assert other["refused"] and other["refusal"]["kind"] == RefusalKind.REFERENCE_MISMATCH.value
     assert other["golden"] == "other.png" and "golden image" in other["refusal"]["message"]
 
