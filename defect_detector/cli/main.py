@@ -14,6 +14,7 @@ import sys
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
 
 from defect_detector.cli import (  # noqa: E402
+    align,
     average,
     calibrate,
     convert,
@@ -51,6 +52,7 @@ COMMANDS = {
     "review": review,
     "teach": teach,
     "golden": golden,
+    "align": align,
 }
 
 

@@ -284,6 +284,15 @@ class Inspector:
             self._hand_over(record)
         return records
 
+    def prepared(self, frame: Frame, reference: np.ndarray | None = None) -> tuple[Prepared, str]:
+        """``(record, weights)``: the prepare stage's record of ``frame`` as :meth:`inspect_frames` makes it (its golden
+        image registered, checked, fitted to its levels and screened; ``reference`` as there), by the weights that would
+        inspect it (this inspector's, or the sibling chosen for its design; ``weights`` their file name), without running
+        the model (``defect-detector align``: ``inspect/registered.py``). ``RuntimeError`` after :meth:`close`."""
+        self._check_open()
+        owner = self._owner(frame, reference)
+        return owner.prepare(frame, reference), owner.runtime.path.name
+
     def _trace(self, frame: Frame, given: Trace | None) -> Trace:
         """A frame's trace: the one given, else the one the trace pattern reads from its name (a WARNING, once, for the
         first name it does not match), else none."""
