@@ -56,8 +56,9 @@ def _good(good: Any) -> str:
     n = len(good.inspected)
     refused = f" ({len(good.refused)} refused, not inspected: {', '.join(name for name, _ in good.refused)})" if good.refused else ""
     tol = good.tolerance
+    places = f"{len(tol.places)} place{'' if len(tol.places) == 1 else 's'}"
     return (
-        f"  good boards: {n} inspected{refused}; tolerance map: {len(tol.places)} places (radius {tol.radius:g} px of the golden "
+        f"  good boards: {n} inspected{refused}; tolerance map: {places} (radius {tol.radius:g} px of the golden "
         f"image, margin {tol.margin:g})\n"
         f"    false calls per good board at score >= {good.conf:.3f}: {sum(good.plain) / n:.2f} without the map, "
         f"{sum(good.left_out) / n:.2f} with the map learnt on the other good boards (leave-one-out)"

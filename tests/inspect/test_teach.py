@@ -171,7 +171,7 @@ def test_teach_good_builds_the_golden_image_learns_a_tolerance_map_and_keeps_the
     printed = capsys.readouterr().out
     golden = tmp_path / "taught_golden.png"
     assert f"golden image built from the good boards (golden build: their median): {golden}" in printed
-    good = re.search(r"good boards: (\d+) inspected.*tolerance map: (\d+) places \(radius 60 px of the golden image, margin 0.03", printed)
+    good = re.search(r"good boards: (\d+) inspected.*tolerance map: (\d+) places? \(radius 60 px of the golden image, margin 0.03", printed)
     assert good is not None and int(good.group(1)) >= 5
     counts = re.search(r"at score >= 0.200: ([\d.]+) without the map, ([\d.]+) with the map learnt on the other good boards", printed)
     assert counts is not None and float(counts.group(2)) <= float(counts.group(1))

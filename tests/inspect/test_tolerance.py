@@ -1,6 +1,5 @@
 """A design's tolerance map (inspect/tolerance.py): learnt places in golden-image pixels, applied to that design only."""
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -10,8 +9,6 @@ import torch
 from defect_detector.align.mapping import Mapping, identity_mapping
 from defect_detector.core.types import Detections
 from defect_detector.data.images import load_image_gray, pixel_fingerprint
-from defect_detector.export import FORMAT_VERSION
-from defect_detector.export.meta import parse_meta
 from defect_detector.inspect.inspector import Inspector
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.inspect.tolerance import (
@@ -91,15 +88,6 @@ def test_a_bad_tolerance_map_is_one_line_and_a_good_one_loads(tmp_path: Path) ->
             load_checkpoint(path)
         message = str(caught.value)
         assert message.startswith(f"{path}: 'taught' entry of a.png: its tolerance map must be") and "\n" not in message
-    assert parse_meta("m.pt", _meta_text([entry]))["taught"] == [entry]  # an exported artifact carries it as well
-    with pytest.raises(ValueError, match="meta.json taught must be"):
-        parse_meta("m.pt", _meta_text([entry | {"tolerance_radius": None}]))
-
-
-def _meta_text(taught: list[dict[str, object]]) -> str:
-    """A minimal meta.json with ``taught``."""
-    meta = {"format_version": FORMAT_VERSION, "class_names": ["a"], "strides": [8], "imgsz": 64, "layers": [], "taught": taught}
-    return json.dumps(meta)
 
 
 def test_a_stored_tolerance_applies_to_its_designs_frames_only(tmp_path: Path) -> None:
