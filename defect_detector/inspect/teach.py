@@ -1,4 +1,4 @@
-"""``teach``: bring a new board design in from its golden images alone, calibration first.
+"""``teach``: bring a new board design in from its golden images (and, with ``good``, its good boards), calibration first.
 
 No annotated defect is needed. Within ``minutes`` (the whole command, set writing included), ``teach``:
 
