@@ -15,7 +15,17 @@ def add_parser(sub: Any) -> None:
         help="bring a new design in from its golden images: calibrate its own operating point on line captures of it, "
         "fine-tune on painted defects only when that pays",
     )
-    p.add_argument("--golden", required=True, help="the design's golden image, or a folder of golden images")
+    p.add_argument(
+        "--golden",
+        help="the design's golden image, or a folder of golden images (with --good: one image; left out, the golden image "
+        "is built from the good boards)",
+    )
+    p.add_argument(
+        "--good",
+        metavar="DIR",
+        help="5 or more good boards of one design as the line captures them: its tolerance map (where good boards draw "
+        "calls, the score a call there must beat) is learnt from them and applied by predict to that design only",
+    )
     p.add_argument("--weights", help="golden-template weights to start from (default: photo_ref.pt, trained on photographs too)")
     p.add_argument("--minutes", type=float, default=10.0, help="the whole command ends within this many minutes (default: 10)")
     p.add_argument("--out", required=True, help="the taught weights (.pt), which predict takes as they are")
@@ -40,6 +50,21 @@ def _captures(boards: dict[str, int]) -> str:
     )
 
 
+def _good(good: Any) -> str:
+    """The good boards' lines: the tolerance map learnt, and false calls per good board at the design's point without
+    it and with the map learnt on the other good boards (leave-one-out)."""
+    n = len(good.inspected)
+    refused = f" ({len(good.refused)} refused, not inspected: {', '.join(name for name, _ in good.refused)})" if good.refused else ""
+    tol = good.tolerance
+    places = f"{len(tol.places)} place{'' if len(tol.places) == 1 else 's'}"
+    return (
+        f"  good boards: {n} inspected{refused}; tolerance map: {places} (radius {tol.radius:g} px of the golden "
+        f"image, margin {tol.margin:g})\n"
+        f"    false calls per good board at score >= {good.conf:.3f}: {sum(good.plain) / n:.2f} without the map, "
+        f"{sum(good.left_out) / n:.2f} with the map learnt on the other good boards (leave-one-out)"
+    )
+
+
 def run(args: argparse.Namespace) -> None:
     from defect_detector.inspect.teach import check_minutes, teach
 
@@ -49,7 +74,11 @@ def run(args: argparse.Namespace) -> None:
         check_minutes(args.minutes)
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    report = teach(args.golden, args.out, args.weights, args.minutes, args.held, args.seed, threads=args.threads)
+    if args.golden is None and args.good is None:
+        raise CliError("teach needs --golden (the design's golden image), --good DIR (its good boards), or both")
+    report = teach(args.golden, args.out, args.weights, args.minutes, args.held, args.seed, threads=args.threads, good=args.good)
+    if report.good is not None and report.good.golden is not None:
+        print(f"golden image built from the good boards (golden build: their median): {report.good.golden}, predict's --reference")
     print(f"teach: {len(report.designs)} golden image(s) in {report.minutes:.1f} min, on {_captures(report.boards)}:")
     for d in report.designs:
         print(f"  {d.name}: {'taught' if d.taught else 'NOT taught (its frames keep their design warning)'}")
@@ -58,5 +87,7 @@ def run(args: argparse.Namespace) -> None:
     print(f"  {report.tuning}")
     if report.rehearsal is not None:
         print(f"  rehearsal boards (real DeepPCB defects): mAP@0.5 {report.rehearsal[0]:.3f} -> {report.rehearsal[1]:.3f}")
+    if report.good is not None:
+        print(_good(report.good))
     print(f"  {report.baseline}")
     print(f"wrote {report.weights} (the boards and any run: {report.work})")

@@ -62,7 +62,9 @@ class Detections:
     its :class:`TileRecord` (tile origins in the frame), ``letterbox`` then says how each tile (``tile x tile``
     original pixels, all alike) was placed on the model input, and ``stats`` pool all its tiles' activations.
     ``dropped``: calls above the score threshold that the ``max_det`` cap cut (``inspect/pipeline.py``); ``merged``:
-    calls merged into a better-scored call on the same defect (``model/postprocess.py`` ``merge_nested``).
+    calls merged into a better-scored call on the same defect (``model/postprocess.py`` ``merge_nested``);
+    ``tolerated``: calls its design's tolerance map dropped (``inspect/tolerance.py``: at a place where good boards draw
+    calls, not above their score there).
     """
 
     boxes: torch.Tensor
@@ -76,6 +78,7 @@ class Detections:
     tiles: TileRecord | None = None
     dropped: int = 0
     merged: int = 0
+    tolerated: int = 0
 
     def __len__(self) -> int:
         return int(self.labels.numel())

@@ -46,15 +46,29 @@ class _GoldenCheck(BaseModel):
     applies_to: Any = None
 
 
+_Coordinate = Annotated[float, Field(allow_inf_nan=False)]
+
+
 class _Taught(BaseModel):
-    """One design ``teach`` taught the weights: its golden image's file name and pixel fingerprint, and the score
-    threshold ``teach`` calibrated for it (``conf``; absent before v0.16: the weights' own operating point)."""
+    """One design ``teach`` taught the weights: its golden image's file name and pixel fingerprint, the score
+    threshold ``teach`` calibrated for it (``conf``; absent before v0.16: the weights' own operating point) and, when
+    taught from good boards, its tolerance map (``inspect/tolerance.py``: ``tolerance`` rows ``[x, y, score]`` in
+    golden-image pixels, ``tolerance_radius``, ``tolerance_margin``; absent before v0.18)."""
 
     model_config = ConfigDict(extra="forbid")
 
     name: Str
     key: Str
     conf: _Unit | None = None
+    tolerance: list[tuple[_Coordinate, _Coordinate, _Unit]] | None = None
+    tolerance_radius: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    tolerance_margin: _Unit | None = None
+
+    @model_validator(mode="after")
+    def _whole(self) -> _Taught:
+        given = [v is not None for v in (self.tolerance, self.tolerance_radius, self.tolerance_margin)]
+        check(all(given) or not any(given), "taught", "tolerance, tolerance_radius and tolerance_margin given together", given)
+        return self
 
 
 _WHAT = {
@@ -69,7 +83,8 @@ _WHAT = {
     "golden_check": 'null or {"min_zncc": t, ...} with t in [-1, 1]',
     "baseline": "null or a drift baseline object",
     "domain": "null or a design-domain object",
-    "taught": 'null or a list of {"name": n, "key": k, "conf": c} with n and k strings and c null or in [0, 1]',
+    "taught": 'null or a list of {"name": n, "key": k, "conf": c} with n and k strings and c null or in [0, 1], and a '
+    'tolerance map ("tolerance": [[x, y, score], ...], "tolerance_radius" > 0, "tolerance_margin" in [0, 1]) or none',
 }
 
 

@@ -114,9 +114,11 @@ class Pipeline:
     register a golden image given per frame into it (False: use it as given, already aligned). ``conf`` / ``iou``:
     score threshold and per-class NMS IoU; None takes the operating point the weights store
     (``Runtime.operating_point``: ``eval.f1_conf`` and ``eval.nms_iou``; the weights' cross-class demotion always
-    applies). ``golden_view``: run a golden-template model in its golden images' pixels, their features computed once
-    per design (``inspect/prepare.py``; None: whenever the model can, :attr:`caches_golden`). ``max_det``: calls kept per model input
-    (see the module docstring). ``tile``: None tiles the frames that letterboxing would shrink well below the
+    applies) and each taught design's own threshold and tolerance map (``Runtime.design_points``,
+    ``Runtime.design_tolerances``); an explicit ``conf`` applies to every design as it is, without either.
+    ``golden_view``: run a golden-template model in its golden images' pixels, their features computed once per design
+    (``inspect/prepare.py``; None: whenever the model can, :attr:`caches_golden`). ``max_det``: calls kept per model
+    input (see the module docstring). ``tile``: None tiles the frames that letterboxing would shrink well below the
     training scale, True tiles every frame, False letterboxes every frame whole (:meth:`plan`).
     """
 
@@ -143,6 +145,7 @@ class Pipeline:
         self.register_cfg = runtime.register_config  # the golden check the weights were validated with
         self.conf = point["conf"] if conf is None else float(conf)
         self.design_conf = runtime.design_points if conf is None else {}  # a taught design's own threshold (conf_for)
+        self.tolerances = runtime.design_tolerances if conf is None else {}  # a design's tolerance map (inspect/tolerance.py)
         self.floor = min([self.conf, *self.design_conf.values()])  # calls kept before each frame's own threshold
         self.iou = point["iou"] if iou is None else float(iou)
         self.cross_class = (point["cross_class_iou"], point["cross_class_factor"])  # the weights' setting (v0.10)

@@ -40,6 +40,7 @@ from defect_detector.inspect.designs import Design, Designs
 from defect_detector.inspect.frame import Frame
 from defect_detector.inspect.pipeline import Pipeline, check_channels, gray_frame
 from defect_detector.inspect.references import ReferenceError
+from defect_detector.inspect.tolerance import apply_tolerance
 from defect_detector.screens.blank import blank_reason, image_levels
 from defect_detector.screens.exposure import histogram, tones
 from defect_detector.screens.frame import mask_uncovered, screen_reason, too_small
@@ -328,7 +329,8 @@ def reframed(record: Prepared, image: np.ndarray) -> Prepared:
 def detect(pipeline: Pipeline, records: Sequence[Prepared]) -> list[Detections | None]:
     """The model on every record the prepare stage accepted, in one pipeline call (its plan, its registered golden
     image): per record, in order, its detections in frame pixels, without calls where the golden image has no data
-    (``screens/frame.py`` ``mask_uncovered``) or below its design's threshold (``Pipeline.conf_for``), or None for a
+    (``screens/frame.py`` ``mask_uncovered``), below its design's threshold (``Pipeline.conf_for``) or dropped by its
+    design's tolerance map (``inspect/tolerance.py``, counted in ``Detections.tolerated``), or None for a
     refused record."""
     out: list[Detections | None] = [None] * len(records)
     framed = [i for i, r in enumerate(records) if not r.refused and r.view is None]
@@ -351,6 +353,11 @@ def detect(pipeline: Pipeline, records: Sequence[Prepared]) -> list[Detections |
         for i, result in enumerate(out):
             if result is not None:
                 out[i] = result.keep(result.scores >= pipeline.conf_for(records[i].golden_key))
+    if pipeline.tolerances:  # a design's tolerance map, in its golden image's pixels (inspect/tolerance.py)
+        for i, result in enumerate(out):
+            tolerance = pipeline.tolerances.get(records[i].golden_key)
+            if result is not None and tolerance is not None and records[i].registration is not None:
+                out[i] = apply_tolerance(result, records[i].registration.mapping, tolerance)
     return out
 
 

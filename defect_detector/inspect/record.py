@@ -101,7 +101,8 @@ class Inspection(Prepared):
     def to_json(self) -> dict[str, Any]:
         """The ``--save-json`` record (``inspect/outputs.py`` module docstring): file name, frame, serial, lot, order,
         verdict, reason, the threshold that decided it, drift, design note, registration, working scale, calls
-        (``bbox`` COCO xywh in the frame's original pixels; ``board`` with outlines), boards, dropped, merged, weights."""
+        (``bbox`` COCO xywh in the frame's original pixels; ``board`` with outlines), boards, dropped, merged, tolerated (calls
+        its design's tolerance map dropped, ``inspect/tolerance.py``), weights."""
         result = self.detections
         calls = call_json(result)
         for call, board in zip(calls, self.call_boards):
@@ -122,6 +123,7 @@ class Inspection(Prepared):
             "boards": [b.as_dict() for b in self.boards],
             "dropped": result.dropped if result is not None else 0,
             "merged": result.merged if result is not None else 0,
+            "tolerated": result.tolerated if result is not None else 0,
             "weights": self.weights,
         }
 

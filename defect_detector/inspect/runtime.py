@@ -41,6 +41,7 @@ from defect_detector.inspect.artifacts import (  # noqa: F401 - archive_meta re-
     verify_artifact,
 )
 from defect_detector.inspect.golden_graphs import GoldenGraphs, check_golden_graphs, load_golden_graphs
+from defect_detector.inspect.tolerance import Tolerance
 from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, LoadedModel, load_checkpoint
 from defect_detector.model.tta import orientations, tta_forward
 from defect_detector.screens.exposure import ExposureRange
@@ -124,6 +125,13 @@ class Runtime:
         """The score threshold ``teach`` calibrated for each design it taught the weights (meta ``taught`` ``conf``), by
         the fingerprint of the design's golden image; {} when none (every design at :attr:`operating_point`)."""
         return {d["key"]: float(d["conf"]) for d in self.meta.get("taught") or [] if d.get("conf") is not None}
+
+    @property
+    def design_tolerances(self) -> dict[str, Tolerance]:
+        """The tolerance map ``teach --good`` learnt for each design from its good boards (meta ``taught``
+        ``tolerance``; ``inspect/tolerance.py``), by the fingerprint of the design's golden image; {} when none."""
+        found = {d["key"]: Tolerance.from_entry(d) for d in self.meta.get("taught") or []}
+        return {key: tolerance for key, tolerance in found.items() if tolerance is not None}
 
     @property
     def register_config(self) -> RegisterConfig:

@@ -1,4 +1,4 @@
-"""``teach``: bring a new board design in from its golden images alone, calibration first.
+"""``teach``: bring a new board design in from its golden images (and, with ``good``, its good boards), calibration first.
 
 No annotated defect is needed. Within ``minutes`` (the whole command, set writing included), ``teach``:
 
@@ -10,9 +10,18 @@ No annotated defect is needed. Within ``minutes`` (the whole command, set writin
    defect-free board, the weights' own point unless painted recall needs lower);
 4. **fine-tunes** only when time is left and a design's point still misses painted defects, with a rehearsal of
    real defects, and keeps the result only when it paid (``inspect/teach_tune.py``);
-5. writes ``out``: the weights kept, each design taught listed with its own point (``taught``: name, pixel key,
-   ``conf``; ``predict`` applies it to that design's frames only), the design domain extended by its look, and a
-   drift baseline (the starting weights' own when they are kept; else calibrated on the defect-free captures).
+5. with ``good`` (:func:`teach` ``good``: :data:`MIN_GOOD <defect_detector.inspect.tolerance.MIN_GOOD>` or more good
+   boards of one design as the line captures them), inspects them as ``predict`` does at
+   :data:`GOOD_FLOOR <defect_detector.inspect.tolerance.GOOD_FLOOR>` with the weights kept and learns the design's
+   **tolerance map** (``inspect/tolerance.py``): where good boards draw calls, in golden-image pixels, and the score a
+   call there must beat; it counts the false calls per good board left at the design's point with the tolerance
+   learnt on the other good boards (leave-one-out). Without a golden image, ``golden build``'s median of the good
+   boards (``align/golden_build.py``) is the golden image, written as ``<out stem>_golden.png`` for ``predict``;
+6. writes ``out``: the weights kept, each design taught listed with its own point (``taught``: name, pixel key,
+   ``conf``, and its tolerance map when taught from good boards; ``predict`` applies them to that design's frames
+   only), after every design the starting weights were taught before (a design taught again replaces its entry), the
+   design domain extended by its look, and a drift baseline (the starting weights' own when they are kept; else
+   calibrated on the defect-free captures).
 
 A design whose calibrated point catches fewer than :data:`MIN_CAUGHT` of its painted defects is not taught (its
 frames keep their design warning); when no design is taught nothing is written and :class:`TeachError` says why.
@@ -20,6 +29,7 @@ frames keep their design warning); when no design is taught nothing is written a
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import shutil
@@ -28,15 +38,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import cv2
 import numpy as np
 import torch
 
-from defect_detector.core.io import atomic_torch_save
+from defect_detector.align.golden_build import build_golden
+from defect_detector.core.io import atomic_torch_save, atomic_write_bytes
+from defect_detector.data.images import load_image_gray
 from defect_detector.data.photo_sets import golden_files
 from defect_detector.engine.budget import MIN_BASELINE_FRAMES, Budget
 from defect_detector.engine.domain import extend_domain
 from defect_detector.engine.trainer import fit
 from defect_detector.inspect.calibrate import run_calibrate
+from defect_detector.inspect.inspector import Inspector
 from defect_detector.inspect.run_guard import OutputLock
 from defect_detector.inspect.teach_point import DesignPoint, design_point, scores_by_design
 from defect_detector.inspect.teach_sets import (
@@ -51,6 +65,16 @@ from defect_detector.inspect.teach_sets import (
     write_set,
 )
 from defect_detector.inspect.teach_tune import TuneScores, keep_tuned, tune_config, wants_tuning
+from defect_detector.inspect.tolerance import (
+    GOOD_FLOOR,
+    MIN_GOOD,
+    TOLERANCE_MARGIN,
+    TOLERANCE_RADIUS,
+    Tolerance,
+    false_calls_left_out,
+    in_golden,
+    learn_places,
+)
 from defect_detector.inspect.validate import TrainingValidation, validate
 from defect_detector.model.checkpoint import PHOTO_REFERENCE_WEIGHTS, attach_baseline, load_checkpoint, strip_checkpoint
 
@@ -67,6 +91,9 @@ TUNE_MIN_MINUTES = 2.0
 """Training time a fine-tune needs at least (after what scoring it afterwards will take)."""
 MIN_CAUGHT = 0.5
 """A design is taught only when its calibrated point catches at least this share of its painted defects."""
+GOOD_RESERVE = 2.0
+"""The good boards' pass is reserved this many times the scoring time of as many captures out of a fine-tune's time
+(an inspector to load, and each good board registered at full size)."""
 
 
 class TeachError(ValueError):
@@ -86,13 +113,31 @@ class DesignOutcome:
 
 
 @dataclass(frozen=True)
+class GoodBoards:
+    """What the good boards taught (``teach --good``): ``inspected`` (their names), ``refused`` (``(name, why)``: not
+    inspected, so left out), ``tolerance`` (the map learnt on all of them), ``conf`` (the design's point the figures
+    are at), ``plain`` / ``left_out``: per inspected board, its calls at ``conf`` without a tolerance, and with the
+    tolerance learnt on the other good boards (leave-one-out); ``golden``: the golden image built from them (None: one
+    was given)."""
+
+    inspected: list[str]
+    refused: list[tuple[str, str]]
+    tolerance: Tolerance
+    conf: float
+    plain: list[int]
+    left_out: list[int]
+    golden: Path | None = None
+
+
+@dataclass(frozen=True)
 class TeachReport:
     """What ``teach`` did: per design its :class:`DesignOutcome`; ``tuning`` (the fine-tune line: kept, not kept and
     why, or not run and why); ``rehearsal`` (mAP@0.5 before and after on the rehearsal boards, None when not scored:
     the weights are unchanged); ``baseline`` (its line); ``boards`` (``clean`` / ``held``: the defect-free and painted
     captures written, ``clean_refused`` / ``held_refused``: how many of them the prepare stage refused, not inspected,
     so left out of every figure);
-    ``minutes`` spent; ``weights`` written; ``work`` (the boards and the run)."""
+    ``minutes`` spent; ``weights`` written; ``work`` (the boards and the run); ``good``: what the good boards taught
+    (:class:`GoodBoards`; None without ``good``)."""
 
     designs: list[DesignOutcome]
     tuning: str
@@ -102,6 +147,7 @@ class TeachReport:
     minutes: float
     weights: Path
     work: Path
+    good: GoodBoards | None = None
 
 
 def _measure(
@@ -186,17 +232,82 @@ def _baseline(out: Path, start: dict[str, Any], tuned: bool, clean: Path) -> str
     return f"drift baseline: calibrated on {baseline.count} defect-free captures"
 
 
-def _write(out: Path, source: dict[str, Any], start: dict[str, Any], outcomes: list[DesignOutcome], designs: list[TeachDesign]) -> None:
-    """Write ``source`` (inference form) to ``out`` with the taught designs (name, key, ``conf``) after those the
-    starting checkpoint ``start`` was taught before, and the domain extended by their looks."""
+def _write(  # noqa: PLR0913 - what the weights written hold, each named
+    out: Path, source: dict[str, Any], start: dict[str, Any], outcomes: list[DesignOutcome], designs: list[TeachDesign],
+    tolerances: dict[str, Tolerance],
+) -> None:
+    """Write ``source`` (inference form) to ``out`` with the taught designs (name, key, ``conf``, and the tolerance map
+    of a design in ``tolerances``, by key) after those the starting checkpoint ``start`` was taught before (a design
+    taught again replaces its entry), and the domain extended by their looks."""
     ckpt = strip_checkpoint(source)
-    entries = [{"name": o.name, "key": o.key, "conf": float(o.after.conf)} for o in outcomes if o.taught]
+    entries = [
+        {"name": o.name, "key": o.key, "conf": float(o.after.conf)} | (tolerances[o.key].to_entry() if o.key in tolerances else {})
+        for o in outcomes
+        if o.taught
+    ]
     known = {e["key"] for e in entries}
     ckpt["taught"] = [d for d in start.get("taught", []) if d["key"] not in known] + entries
     domain = extend_domain(start.get("domain"), [d.image for d, o in zip(designs, outcomes) if o.taught])
     if domain is not None:
         ckpt["domain"] = domain
     atomic_torch_save(ckpt, out)
+
+
+def read_good(good: str | Path) -> list[tuple[str, np.ndarray]]:
+    """``(file name, gray uint8 [H, W])`` of each good board in the folder (or the image) ``good``, by name;
+    ``ValueError`` in one line for a file that cannot be read or fewer than :data:`MIN_GOOD` boards."""
+    boards = []
+    for path in golden_files(good):
+        try:
+            boards.append((path.name, load_image_gray(path)))
+        except ValueError as exc:
+            raise ValueError(f"{path}: cannot read this good board: {exc}") from exc
+    if len(boards) < MIN_GOOD:
+        raise ValueError(
+            f"{good}: {len(boards)} good board(s); --good needs {MIN_GOOD} or more good boards of the design, as the line captures them"
+        )
+    return boards
+
+
+def built_golden(boards: list[tuple[str, np.ndarray]], out: Path, weights: Path) -> Path:
+    """The golden image of good ``boards`` (``golden build``: their median in the first board's pixels,
+    ``align/golden_build.py``, registered as ``weights``' config says), written losslessly as ``<out stem>_golden.png``
+    (``predict --reference`` takes it; its pixels are the design's key). ``ValueError`` when too few boards register."""
+    golden, _ = build_golden(boards, load_checkpoint(weights).config.register)
+    ok, encoded = cv2.imencode(".png", golden)
+    if not ok:
+        raise ValueError(f"{out}: cannot encode the golden image built from the good boards as PNG")
+    path = out.with_name(out.stem + "_golden.png")
+    atomic_write_bytes(path, encoded.tobytes())
+    return path
+
+
+def learn_good(
+    weights: Path, golden: Path, boards: list[tuple[str, np.ndarray]], conf: float, threads: int | None
+) -> GoodBoards:
+    """Inspect the good ``boards`` against ``golden`` with ``weights`` as ``predict`` does (``Inspector``: the same
+    prepare stage, registration and refusals) at :data:`GOOD_FLOOR`, map each call's box centre into golden-image
+    pixels through the board's registration, and learn the design's tolerance map from them
+    (``inspect/tolerance.py``); with the leave-one-out count of false calls per board at the design's point ``conf``."""
+    centres, scores, inspected, refused = [], [], [], []
+    with Inspector.load(weights, reference=golden, threads=threads, conf=GOOD_FLOOR, monitor=False) as inspector:
+        for name, image in boards:
+            record = inspector.inspect(image, name=name)
+            if record.detections is None or record.registration is None:
+                refused.append((name, record.reason or "not inspected"))
+                continue
+            inspected.append(name)
+            centres.append(in_golden(record.detections.boxes, record.registration.mapping))
+            scores.append(record.detections.scores.double().numpy())
+    if len(inspected) < MIN_GOOD:
+        why = "; ".join(f"{name}: {reason}" for name, reason in refused[:2])
+        raise ValueError(
+            f"{len(inspected)} of {len(boards)} good boards inspected, {MIN_GOOD} or more needed to learn a tolerance map (refused: {why})"
+        )
+    tolerance = Tolerance(learn_places(centres, scores, TOLERANCE_RADIUS), TOLERANCE_RADIUS, TOLERANCE_MARGIN)
+    plain = [int((s >= conf).sum()) for s in scores]
+    left_out = false_calls_left_out(centres, scores, conf, TOLERANCE_RADIUS, TOLERANCE_MARGIN)
+    return GoodBoards(inspected, refused, tolerance, conf, plain, left_out)
 
 
 def check_minutes(minutes: float) -> None:
@@ -207,23 +318,32 @@ def check_minutes(minutes: float) -> None:
 
 
 def teach(  # noqa: PLR0913 - the Python twin of the teach command's flags
-    golden: str | Path,
+    golden: str | Path | None,
     out: str | Path,
     weights: str | Path | None = None,
     minutes: float = 10.0,
     held: int = 8,
     seed: int = 0,
     threads: int | None = None,
+    good: str | Path | None = None,
 ) -> TeachReport:
     """Teach the design(s) of ``golden`` (a folder of golden images or one image) to ``weights`` (None: the bundled
     ``photo_ref.pt``) within ``minutes``, writing ``out`` (module docstring); ``held`` painted boards per design are
-    scored. Raises ``ValueError`` naming the problem before any work (no or unreadable golden image, one too small, a
+    scored. ``good``: a folder of good boards of one design (:data:`MIN_GOOD` or more) its tolerance map is learnt from;
+    ``golden`` None builds the golden image from them. Raises ``ValueError`` naming the problem before any work (no or
+    unreadable golden image, one too small, too few good boards, good boards with several golden images, a
     single-image model, bad minutes, ``out`` taken by another teach), :class:`TeachError` when no design is taught."""
     started = time.perf_counter()
     check_minutes(minutes)
     deadline = started + 60 * minutes
     weights, out = Path(weights) if weights else PHOTO_REFERENCE_WEIGHTS, Path(out)
-    designs = read_designs(golden_files(golden))
+    if golden is None and good is None:
+        raise ValueError("teach needs the design's golden image (--golden), its good boards (--good DIR), or both")
+    boards = read_good(good) if good is not None else []
+    goldens = golden_files(golden) if golden is not None else []
+    if boards and len(goldens) > 1:
+        raise ValueError(f"{golden}: --good teaches one design: give --golden its one golden image, not {len(goldens)}")
+    designs = read_designs(goldens) if goldens else []
     if load_checkpoint(weights).config.model.in_channels != 2:  # also checks the weights load into their model
         raise ValueError(f"{weights}: teach needs a golden-template model (model.in_channels 2); this one inspects single images")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -231,15 +351,21 @@ def teach(  # noqa: PLR0913 - the Python twin of the teach command's flags
     try:
         if threads:
             torch.set_num_threads(threads)
-        return _teach(designs, out, weights, held, seed, threads, (started, deadline))
+        built = None
+        if not goldens:
+            built = built_golden(boards, out, weights)
+            goldens, designs = [built], read_designs([built])
+        return _teach(designs, out, weights, held, seed, threads, (started, deadline), (boards, goldens[0], built))
     finally:
         lock.release()
 
 
 def _teach(  # noqa: PLR0913 - teach()'s checked inputs
-    designs: list[TeachDesign], out: Path, weights: Path, held: int, seed: int, threads: int | None, clock: tuple[float, float]
+    designs: list[TeachDesign], out: Path, weights: Path, held: int, seed: int, threads: int | None, clock: tuple[float, float],
+    good: tuple[list[tuple[str, np.ndarray]], Path, Path | None],
 ) -> TeachReport:
     started, deadline = clock
+    boards, golden, built = good
     work = out.with_name(out.stem + "_teach")
     shutil.rmtree(work, ignore_errors=True)
     captures, n = np.random.default_rng(seed), len(designs)
@@ -254,19 +380,25 @@ def _teach(  # noqa: PLR0913 - teach()'s checked inputs
     tuning = "fine-tune not needed: every design's point catches 99% of its painted defects"
     tuned, points, rehearsal = None, calibrated, None
     if wants_tuning(calibrated):
-        tuned, points, tuning, rehearsal = _tune(weights, start, designs, sets, calibrated, (deadline, scoring), seed, threads)
+        scored = set_size(sets["clean"]) + set_size(sets["held"])
+        reserve = GOOD_RESERVE * scoring * len(boards) / max(scored, 1)  # the good boards, inspected after the fine-tune
+        tuned, points, tuning, rehearsal = _tune(weights, start, designs, sets, calibrated, (deadline - reserve, scoring), seed, threads)
     outcomes = [DesignOutcome(d.name, d.key, b, a, a.caught >= MIN_CAUGHT) for d, b, a in zip(designs, at_own, points)]
-    boards = {"clean": set_size(sets["clean"]), "held": set_size(sets["held"]), **refused}
+    boards_written = {"clean": set_size(sets["clean"]), "held": set_size(sets["held"]), **refused}
     if not any(o.taught for o in outcomes):
         raise TeachError(
             f"no design taught: at the calibrated points the weights catch {', '.join(f'{o.after.caught:.0%}' for o in outcomes)} of the "
-            f"painted defects (needs {MIN_CAUGHT:.0%}; {boards['held']} painted boards, {boards['held_refused']} of them refused, "
-            f"{tuning}); {out} not written"
+            f"painted defects (needs {MIN_CAUGHT:.0%}; {boards_written['held']} painted boards, {boards_written['held_refused']} of them "
+            f"refused, {tuning}); {out} not written"
         )
+    learnt = None
+    if boards:
+        learnt = dataclasses.replace(learn_good(tuned or weights, golden, boards, outcomes[0].after.conf, threads), golden=built)
     source = torch.load(tuned, map_location="cpu", weights_only=True) if tuned else start
-    _write(out, source, start, outcomes, designs)
+    _write(out, source, start, outcomes, designs, {outcomes[0].key: learnt.tolerance} if learnt is not None else {})
     baseline = _baseline(out, start, tuned is not None, sets["clean"])
-    return TeachReport(outcomes, tuning, rehearsal, baseline, boards, (time.perf_counter() - started) / 60, out, work)
+    minutes = (time.perf_counter() - started) / 60
+    return TeachReport(outcomes, tuning, rehearsal, baseline, boards_written, minutes, out, work, learnt)
 
 
-__all__ = ["TeachError", "TeachReport", "check_minutes", "teach"]
+__all__ = ["GoodBoards", "TeachError", "TeachReport", "check_minutes", "learn_good", "read_good", "teach"]

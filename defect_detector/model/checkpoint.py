@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import pickle
 import re
@@ -38,8 +39,9 @@ class LoadedModel:
     """The design domain the checkpoint carries (``DomainModel.to_dict()`` form, see monitor/domain.py), or None."""
     taught: list[dict[str, Any]] = field(default_factory=list)
     """The designs ``teach`` taught these weights: ``[{"name": golden file name, "key": pixel fingerprint of the gray
-    golden image (data/images.py pixel_fingerprint), "conf": its score threshold (absent: the weights' own)}]``, []
-    when none."""
+    golden image (data/images.py pixel_fingerprint), "conf": its score threshold (absent: the weights' own), and when
+    taught from good boards its tolerance map, "tolerance": [[x, y, score], ...] in golden-image pixels,
+    "tolerance_radius", "tolerance_margin" (``inspect/tolerance.py``)}]``, [] when none."""
 
 
 def is_torchscript_archive(path: str | os.PathLike[str]) -> bool:
@@ -80,10 +82,35 @@ def _refusal(path: Path, message: str) -> str:
     return f"{path}: not a readable checkpoint (corrupt, or no torch file: {_first_line(reason, 120)})"
 
 
+def _tolerance_ok(d: dict[str, Any]) -> bool:
+    """Whether a ``taught`` item's tolerance map (``inspect/tolerance.py``) is absent (none of its keys) or whole:
+    ``tolerance`` a list of ``[x, y, score]`` finite numbers with score in [0, 1], ``tolerance_radius`` a positive
+    finite float and ``tolerance_margin`` a float in [0, 1]."""
+    keys = ("tolerance", "tolerance_radius", "tolerance_margin")
+    if all(d.get(k) is None for k in keys):
+        return True
+    places, radius, margin = (d.get(k) for k in keys)
+
+    def number(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    def place(p: Any) -> bool:
+        return isinstance(p, (list, tuple)) and len(p) == 3 and all(number(v) for v in p) and 0.0 <= p[2] <= 1.0
+
+    good_radius = isinstance(radius, float) and math.isfinite(radius) and radius > 0
+    good_margin = isinstance(margin, float) and 0.0 <= margin <= 1.0
+    return isinstance(places, list) and all(place(p) for p in places) and good_radius and good_margin
+
+
+TAUGHT_KEYS = ("name", "key", "conf", "tolerance", "tolerance_radius", "tolerance_margin")
+"""The keys of a ``taught`` item (:attr:`LoadedModel.taught`)."""
+
+
 def _taught_entry(path: Path, raw: Any) -> list[dict[str, Any]]:
     """The checked ``taught`` entry of the checkpoint at ``path`` (None: []), each item its ``name`` and ``key`` and,
-    when ``teach`` calibrated one, its ``conf`` (the design's score threshold, in [0, 1]); a one-line ``ValueError``
-    naming ``path`` and ``taught`` when it is not a list of such dicts."""
+    when ``teach`` calibrated one, its ``conf`` (the design's score threshold, in [0, 1]) and, when taught from good
+    boards, its tolerance map (``tolerance``, ``tolerance_radius``, ``tolerance_margin``: ``inspect/tolerance.py``); a
+    one-line ``ValueError`` naming ``path`` and ``taught`` when it is not a list of such dicts."""
     if raw is None:
         return []
 
@@ -92,14 +119,23 @@ def _taught_entry(path: Path, raw: Any) -> list[dict[str, Any]]:
         point = conf is None or (isinstance(conf, float) and 0.0 <= conf <= 1.0)
         return isinstance(d, dict) and all(isinstance(d.get(k), str) for k in ("name", "key")) and point
 
+    def cut(value: Any) -> str:
+        shown = repr(value)
+        return shown if len(shown) <= 80 else shown[:77] + "..."
+
     if not isinstance(raw, list) or not all(good(d) for d in raw):
-        shown = repr(raw)
-        shown = shown if len(shown) <= 80 else shown[:77] + "..."
         raise ValueError(
             f"{path}: 'taught' entry must be a list of {{'name': str, 'key': str, 'conf': float in [0, 1] or absent}} "
-            f"(what teach writes), got {shown}"
+            f"(what teach writes), got {cut(raw)}"
         )
-    return [{k: d[k] for k in ("name", "key", "conf") if d.get(k) is not None} for d in raw]
+    for d in raw:
+        if not _tolerance_ok(d):
+            given = {k: d.get(k) for k in TAUGHT_KEYS[3:]}
+            raise ValueError(
+                f"{path}: 'taught' entry of {d['name']}: its tolerance map must be 'tolerance': [[x, y, score in [0, 1]], ...] "
+                f"with 'tolerance_radius' > 0 and 'tolerance_margin' in [0, 1] (what teach --good writes), got {cut(given)}"
+            )
+    return [{k: d[k] for k in TAUGHT_KEYS if d.get(k) is not None} for d in raw]
 
 
 def read_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> dict[str, Any]:

@@ -18,6 +18,7 @@ from defect_detector.inspect.inspector import Inspector
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.inspect.teach import teach
 from defect_detector.inspect.teach_point import DesignPoint
+from defect_detector.inspect.teach_sets import clean_pairs, read_designs
 from defect_detector.looks.render import render_pair, sample_look
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, DEFAULT_WEIGHTS, PHOTO_REFERENCE_WEIGHTS, load_checkpoint
 
@@ -138,3 +139,69 @@ def test_two_teach_runs_on_one_out_the_second_is_refused(tmp_path: Path, capsys:
         proc.kill()
         proc.wait()
     assert not out.exists()
+
+
+def _good_boards(folder: Path, golden: np.ndarray, n: int) -> None:
+    """``n`` defect-free line captures of ``golden`` (moved, lit, blurred and noisy as teach's own) as PNGs in ``folder``."""
+    folder.mkdir()
+    cv2.imwrite(str(folder / "golden_source.png"), golden)
+    (design,) = read_designs([folder / "golden_source.png"])
+    (folder / "golden_source.png").unlink()
+    for name, board, *_ in clean_pairs([design], n, np.random.default_rng(3), tag="good"):
+        cv2.imwrite(str(folder / f"{name}.png"), board)
+
+
+def test_teach_good_builds_the_golden_image_learns_a_tolerance_map_and_keeps_the_other_designs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``teach --good DIR`` without ``--golden``: the golden image is built from the good boards and written for
+    predict; the good boards are inspected as predict does and their calls' places stored in the design's entry (with
+    the leave-one-out count printed); the design taught before onto the starting weights keeps its entry. The
+    calibration is stubbed (its own test above runs it), so the good boards' pass is what runs."""
+    _good_boards(tmp_path / "good", _photo_golden(tmp_path / "source.png"), 6)
+    other = {"name": "other.png", "key": "image:other", "conf": 0.5, "tolerance": [[10.0, 20.0, 0.3]]}
+    other |= {"tolerance_radius": 60.0, "tolerance_margin": 0.03}
+    start = tmp_path / "taught_before.pt"
+    torch.save(torch.load(PHOTO_REFERENCE_WEIGHTS, map_location="cpu", weights_only=True) | {"taught": [other]}, start)
+    point = [DesignPoint(0.2, 1.0, 0.0)]
+    monkeypatch.setattr(teach_module, "_measure", lambda weights, sets, designs: (point, point, NONE_REFUSED))
+    out = tmp_path / "taught.pt"
+    args = ["teach", "--good", str(tmp_path / "good"), "--weights", str(start), "--out", str(out), "--minutes", "1.5", "--held", "2"]
+    assert main([*args, "--threads", "2"]) == 0
+    printed = capsys.readouterr().out
+    golden = tmp_path / "taught_golden.png"
+    assert f"golden image built from the good boards (golden build: their median): {golden}" in printed
+    good = re.search(r"good boards: (\d+) inspected.*tolerance map: (\d+) places? \(radius 60 px of the golden image, margin 0.03", printed)
+    assert good is not None and int(good.group(1)) >= 5
+    counts = re.search(r"at score >= 0.200: ([\d.]+) without the map, ([\d.]+) with the map learnt on the other good boards", printed)
+    assert counts is not None and float(counts.group(2)) <= float(counts.group(1))
+    entries = torch.load(out, map_location="cpu", weights_only=True)["taught"]
+    assert entries[0] == other  # the design taught before, kept as it was
+    mine = entries[1]
+    assert mine["key"] == pixel_fingerprint(load_image_gray(golden)) and mine["name"] == golden.name and mine["conf"] == 0.2
+    assert len(mine["tolerance"]) == int(good.group(2)) and (mine["tolerance_radius"], mine["tolerance_margin"]) == (60.0, 0.03)
+    assert all(0.05 <= score <= 1.0 for _, _, score in mine["tolerance"])
+    assert load_checkpoint(out).taught == entries
+    assert set(Runtime.load(out, device="cpu").design_tolerances) == {"image:other", mine["key"]}
+
+
+def test_teach_good_refuses_too_few_boards_and_several_golden_images_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "goldens").mkdir()
+    golden = _photo_golden(tmp_path / "goldens" / "g.png")
+    cv2.imwrite(str(tmp_path / "goldens" / "h.png"), golden)
+    _good_boards(tmp_path / "few", golden, 3)
+    _good_boards(tmp_path / "good", golden, 5)
+    out = ["--out", str(tmp_path / "t.pt")]
+    cases = [
+        ([], "teach needs --golden (the design's golden image), --good DIR (its good boards), or both"),
+        (["--good", str(tmp_path / "few")], "3 good board(s); --good needs 5 or more good boards of the design"),
+        (["--good", str(tmp_path / "good"), "--golden", str(tmp_path / "goldens")], "--good teaches one design: give --golden its one"),
+    ]
+    for args, words in cases:
+        assert main(["teach", *args, *out]) == 2
+        err = capsys.readouterr().err
+        assert words in err and len(err.strip().splitlines()) == 1
+        assert not (tmp_path / "t_teach").exists() and not (tmp_path / "t_golden.png").exists()
+    assert not (tmp_path / "t.pt").exists()
