@@ -17,6 +17,8 @@ os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
 # No per-example time limit: timing is not a test assertion here, and a loaded 2-core machine is slow.
 settings.register_profile("no_deadline", deadline=None)
 settings.load_profile("no_deadline")
+if os.environ.get("PYTEST_XDIST_WORKER"):  # one worker per core (make test): a test's own torch ops on its worker's core
+    torch.set_num_threads(1)
 
 from defect_detector.core.config import Config, config_from_dict  # noqa: E402
 from defect_detector.data.synth import write_synthetic_dataset  # noqa: E402
