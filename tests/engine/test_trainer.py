@@ -86,7 +86,7 @@ def _finish(proc: subprocess.Popen) -> None:
 
 def test_sigkill_mid_epoch_then_resume_gives_identical_weights(tmp_path: Path, tiny_config) -> None:
     """workers=2, augmentation on: kill -9 at a random point of epoch 2, ``train --resume``: the same weights, bit for bit."""
-    ann = write_synthetic_dataset(tmp_path / "data", n_images=40, height=160, width=160, seed=5)
+    ann = write_synthetic_dataset(tmp_path / "data", n_images=24, height=160, width=160, seed=5)
     cfg = tiny_config(ann, tmp_path / "runs", imgsz=128, epochs=3, val_every=10)
     cfg = cfg.model_copy(update={"augment": AugmentConfig(), "data": cfg.data.model_copy(update={"workers": 2})})
     save_config(cfg, tmp_path / "cfg.yaml")
