@@ -34,6 +34,17 @@ if not CHROMIUM.is_file():
     pytest.skip("chromium not installed (/usr/bin/chromium): browser tests skipped", allow_module_level=True)
 
 
+def _open(p, errors: list[str]):  # noqa: ANN001, ANN202 - Playwright's sync API objects
+    """``(browser, page)``: Debian's chromium launched headless as CI runs it, a 1400x1000 page whose script errors and
+    console errors are appended to ``errors``."""
+    browser = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(TIMEOUT_MS)
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    return browser, page
+
+
 def _shot(page, tmp_path: Path, name: str) -> None:  # noqa: ANN001
     path = tmp_path / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
@@ -66,13 +77,7 @@ def test_live_page_review_by_keyboard_missed_box_and_export(tmp_path: Path) -> N
     offset = [timedelta(0)]
     try:
         with running(create_app(store, clock=lambda: datetime.now(timezone.utc) + offset[0])) as base, sync_api.sync_playwright() as p:
-            browser = p.chromium.launch(
-                executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-            )
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.set_default_timeout(TIMEOUT_MS)
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+            browser, page = _open(p, errors)
 
             # live page: the newest frame with its boxes
             page.goto(f"{base}/")
@@ -192,13 +197,7 @@ def test_one_key_confirms_a_whole_board_and_the_live_page_shows_yield_and_serial
     errors: list[str] = []
     try:
         with running(create_app(store)) as base, sync_api.sync_playwright() as p:
-            browser = p.chromium.launch(
-                executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-            )
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.set_default_timeout(TIMEOUT_MS)
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+            browser, page = _open(p, errors)
             page.goto(f"{base}/")
             page.wait_for_selector("#frame[data-inspection]")
             assert "SN0043 (lot L7, order WO9)" in page.inner_text("#frame-meta")
