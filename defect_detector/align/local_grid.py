@@ -229,18 +229,20 @@ class Residual:
     """What a mapping leaves unexplained, read by one round of :func:`_round` over the nodes that say something (a tensor
     of a twentieth of the upper quartile node's or more): ``largest`` and ``median`` move (px) and where the largest is
     (``x``, ``y``, golden px); ``coherent``: the largest move its neighbouring nodes also read (the second largest of its
-    3x3 nodes): a bend or a move spans windows, a defect moves one window's reading. All in the level's px until
-    :meth:`scaled`."""
+    3x3 nodes): a bend or a move spans windows, a defect moves one window's reading. ``determined``: ``coherent`` of the
+    moves' parts each window's structure determines (:func:`_determined`), and ``x``, ``y`` its place (golden px): what
+    the mapping really leaves, which ``register.max_residual`` bounds. All in the level's px until :meth:`scaled`."""
 
     largest: float = 0.0
     median: float = 0.0
     coherent: float = 0.0
     x: float = math.nan
     y: float = math.nan
+    determined: float = 0.0
 
     def scaled(self, factor: float, at: tuple[float, float]) -> Residual:
         """This residual's moves times ``factor`` and its place ``at``."""
-        return Residual(self.largest * factor, self.median * factor, self.coherent * factor, *at)
+        return Residual(self.largest * factor, self.median * factor, self.coherent * factor, *at, self.determined * factor)
 
 
 def residual(pair: LevelPair, level: Mapping, step: float) -> Residual:
@@ -252,12 +254,32 @@ def residual(pair: LevelPair, level: Mapping, step: float) -> Residual:
     if not sure.any():
         return Residual()
     moved = np.where(sure, np.hypot(move[..., 0], move[..., 1]), -1.0)
-    i, j = np.unravel_index(int(np.argmax(moved)), moved.shape)
+    determined = np.where(sure, _determined(move, tensor), -1.0)
+    i, j = np.unravel_index(int(np.argmax(determined)), determined.shape)
     xs, ys = nodes.positions()
-    around = np.sort(moved[max(i - 1, 0) : i + 2, max(j - 1, 0) : j + 2].ravel())[::-1]
-    coherent = float(max(around[1], 0.0)) if around.size > 1 else 0.0
     values = moved[sure]
-    return Residual(float(values.max()), float(np.median(values)), coherent, float(xs[i, j]), float(ys[i, j]))
+    place = float(xs[i, j]), float(ys[i, j])
+    return Residual(float(values.max()), float(np.median(values)), _coherent(moved), *place, _coherent(determined))
+
+
+def _coherent(lengths: np.ndarray) -> float:
+    """The largest of ``lengths`` (``[ny, nx]``, -1 where nothing was read) that a neighbouring node also reads: the
+    second largest of the 3x3 nodes around the largest."""
+    i, j = np.unravel_index(int(np.argmax(lengths)), lengths.shape)
+    around = np.sort(lengths[max(i - 1, 0) : i + 2, max(j - 1, 0) : j + 2].ravel())[::-1]
+    return float(max(around[1], 0.0)) if around.size > 1 else 0.0
+
+
+def _determined(move: np.ndarray, tensor: np.ndarray) -> np.ndarray:
+    """float64 ``[ny, nx]``: the length of each node's ``move`` (``[ny, nx, 2]``) along what its window's structure
+    ``tensor`` (``[ny, nx, 3]``: xx, xy, yy) determines, ``sqrt(m^T T m / lambda_max)``: the whole move in a textured
+    window, only its part across the edge on a straight edge. Along an edge a phase correlation reads any slide (a
+    DeepPCB board's long copper edge read 40 px along itself, and a board registered within a pixel was refused)."""
+    xx, xy, yy = tensor[..., 0], tensor[..., 1], tensor[..., 2]
+    mx, my = move[..., 0].astype(np.float64), move[..., 1].astype(np.float64)
+    largest = (xx + yy) / 2 + np.sqrt(((xx - yy) / 2) ** 2 + xy**2)
+    energy = xx * mx * mx + 2 * xy * mx * my + yy * my * my
+    return np.sqrt(np.maximum(energy, 0.0) / np.maximum(largest, 1e-12))
 
 
 def _largest(level: Mapping) -> float:

@@ -185,8 +185,8 @@ def _reason(
             RefusalKind.BENT,
         ),
         (
-            unexplained.coherent <= cfg.max_residual,
-            f"the board is bent or moved against the golden image: {unexplained.largest:.0f} px unexplained near x "
+            unexplained.determined <= cfg.max_residual,
+            f"the board is bent or moved against the golden image: {unexplained.determined:.0f} px unexplained near x "
             f"{unexplained.x:.0f}, y {unexplained.y:.0f} (at most {cfg.max_residual:g} px; register.max_residual): "
             "check that the board lies flat and still",
             RefusalKind.BENT,

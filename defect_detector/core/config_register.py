@@ -60,8 +60,9 @@ class RegisterConfig(Section):
     ``grid_min`` px somewhere (lens distortion, a bowed board: ``align/local_grid.py``) and the global fit scores
     ``local_min_score`` or more (a golden image of another board fits its grid to what it is not), nodes ``grid_step`` golden-image
     px apart, ``grid_rounds`` rounds at most; ``max_local``: the largest local displacement (frame px) the grid may add,
-    more is refused as bent; ``max_residual``: the most the whole mapping may leave unexplained (frame px, read where
-    neighbouring nodes agree), more is refused as bent or moved.
+    more is refused as bent (the bend beyond a shift, a scale and the lens); ``max_residual``: the most the whole
+    mapping may leave unexplained (frame px, read where neighbouring nodes agree, across the edges each window's
+    structure determines), more is refused as bent or moved.
     ``min_overlap``: least fraction of the image the warped reference must cover. ``scale``: coarsest working
     scale; ``levels``: each twice the previous (the finest scores). ``iterations``/``eps`` (level px): Gauss-Newton
     stop. ``blur``: Gaussian sigma (level px). ``reuse``: :class:`Registrar` keeps its matrix while the score stays
