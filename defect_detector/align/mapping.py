@@ -164,7 +164,7 @@ class Mapping:
             grid = np.array(self.grid, np.float32)
             grid.setflags(write=False)
             object.__setattr__(self, "grid", grid)
-        object.__setattr__(self, "_maps", {})  # dense maps, computed once per mapping (a line's reused one: once)
+        object.__setattr__(self, "_maps", {})  # dense maps and the bend, computed once per mapping (a line's reused one: once)
 
     def __eq__(self, other: object) -> bool:
         """Equal values: homography, shapes, lens term and grid (arrays compared by value)."""
@@ -255,6 +255,8 @@ class Mapping:
         bend is read from their sum. Zeros without a grid."""
         if self.grid is None or self.nodes is None:
             return np.zeros((1, 1))
+        if "bend" in self._maps:  # read by the refusal and by the record: fitted once per mapping
+            return self._maps["bend"]
         xs, ys = self.nodes.positions()
         qx, qy = apply_homography(self.homography, xs, ys)
         dx, dy = self.local(xs, ys)
@@ -276,7 +278,10 @@ class Mapping:
             ex, ey = dx.ravel() - design_x @ coef, dy.ravel() - design_y @ coef
             off = np.tile(np.hypot(ex, ey)[inside], 2)
             weight = np.sqrt(1.0 / np.maximum(1.0, off / _BEND_HUBER))
-        return np.hypot(ex, ey).reshape(xs.shape)
+        bend = np.hypot(ex, ey).reshape(xs.shape)
+        bend.setflags(write=False)
+        self._maps["bend"] = bend
+        return bend
 
     def local_px(self) -> tuple[float, float]:
         """``(largest, median)`` frame px of the grid's bend (:meth:`bend`; ``(0, 0)`` without a grid)."""
