@@ -51,17 +51,19 @@ def _captures(boards: dict[str, int]) -> str:
 
 
 def _good(good: Any) -> str:
-    """The good boards' lines: the tolerance map learnt, and false calls per good board at the design's point without
-    it and with the map learnt on the other good boards (leave-one-out)."""
+    """The good boards' lines: the tolerance map learnt, the design's point they set, and false calls per good board
+    there without the map and with the map learnt on the other good boards (leave-one-out)."""
     n = len(good.inspected)
     refused = f" ({len(good.refused)} refused, not inspected: {', '.join(name for name, _ in good.refused)})" if good.refused else ""
     tol = good.tolerance
     places = f"{len(tol.places)} place{'' if len(tol.places) == 1 else 's'}"
+    raised = "kept" if good.conf == good.captures else f"raised from {good.captures:.3f}"
     return (
         f"  good boards: {n} inspected{refused}; tolerance map: {places} (radius {tol.radius:g} px of the golden "
         f"image, margin {tol.margin:g})\n"
-        f"    false calls per good board at score >= {good.conf:.3f}: {sum(good.plain) / n:.2f} without the map, "
-        f"{sum(good.left_out) / n:.2f} with the map learnt on the other good boards (leave-one-out)"
+        f"    the design's point: score >= {good.conf:.3f} ({raised}: at most 0.1 false calls per good board held out from the map)\n"
+        f"    false calls per good board at score >= {good.conf:.3f}: {good.per_board(good.conf, False):.2f} without the map, "
+        f"{good.per_board(good.conf, True):.2f} with the map learnt on the other good boards (leave-one-out)"
     )
 
 

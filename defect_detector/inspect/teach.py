@@ -15,8 +15,11 @@ No annotated defect is needed. Within ``minutes`` (the whole command, set writin
    :data:`GOOD_FLOOR <defect_detector.inspect.tolerance.GOOD_FLOOR>` with the weights kept and learns the design's
    **tolerance map** (``inspect/tolerance.py``): where good boards draw calls, in golden-image pixels, and the score a
    call there must beat; it counts the false calls per good board left at the design's point with the tolerance
-   learnt on the other good boards (leave-one-out). Without a golden image, ``golden build``'s median of the good
-   boards (``align/golden_build.py``) is the golden image, written as ``<out stem>_golden.png`` for ``predict``;
+   learnt on the other good boards (leave-one-out), and raises the design's point until those held-out good boards
+   draw at most 0.1 false calls per board (cross-validated: one board's noise does not set it). Without a golden
+   image, ``golden build``'s median of the good boards (``align/golden_build.py``) is the golden image, written as
+   ``<out stem>_golden.png`` for ``predict``; a golden image given is first checked against them (``golden verify``),
+   and one that may carry a defect stops ``teach`` with its place, before any work;
 6. writes ``out``: the weights kept, each design taught listed with its own point (``taught``: name, pixel key,
    ``conf``, and its tolerance map when taught from good boards; ``predict`` applies them to that design's frames
    only), after every design the starting weights were taught before (a design taught again replaces its entry), the
@@ -42,7 +45,7 @@ import cv2
 import numpy as np
 import torch
 
-from defect_detector.align.golden_build import build_golden
+from defect_detector.align.golden_build import build_golden, golden_disagreements
 from defect_detector.core.io import atomic_torch_save, atomic_write_bytes
 from defect_detector.data.images import load_image_gray
 from defect_detector.data.photo_sets import golden_files
@@ -52,7 +55,7 @@ from defect_detector.engine.trainer import fit
 from defect_detector.inspect.calibrate import run_calibrate
 from defect_detector.inspect.inspector import Inspector
 from defect_detector.inspect.run_guard import OutputLock
-from defect_detector.inspect.teach_point import DesignPoint, design_point, scores_by_design
+from defect_detector.inspect.teach_point import DesignPoint, design_point, held_out_point, scores_by_design
 from defect_detector.inspect.teach_sets import (
     TeachDesign,
     clean_pairs,
@@ -71,9 +74,9 @@ from defect_detector.inspect.tolerance import (
     TOLERANCE_MARGIN,
     TOLERANCE_RADIUS,
     Tolerance,
-    false_calls_left_out,
     in_golden,
     learn_places,
+    left_out_scores,
 )
 from defect_detector.inspect.validate import TrainingValidation, validate
 from defect_detector.model.checkpoint import PHOTO_REFERENCE_WEIGHTS, attach_baseline, load_checkpoint, strip_checkpoint
@@ -115,18 +118,25 @@ class DesignOutcome:
 @dataclass(frozen=True)
 class GoodBoards:
     """What the good boards taught (``teach --good``): ``inspected`` (their names), ``refused`` (``(name, why)``: not
-    inspected, so left out), ``tolerance`` (the map learnt on all of them), ``conf`` (the design's point the figures
-    are at), ``plain`` / ``left_out``: per inspected board, its calls at ``conf`` without a tolerance, and with the
-    tolerance learnt on the other good boards (leave-one-out); ``golden``: the golden image built from them (None: one
-    was given)."""
+    inspected, so left out), ``tolerance`` (the map learnt on all of them), ``captures`` (the design's point from the
+    line captures), ``conf`` (the design's point: ``captures`` raised until held-out good boards draw at most 0.1 false
+    calls per board, ``inspect/teach_point.py`` :func:`held_out_point`), ``scores`` per inspected board: float64 the
+    scores of its calls (from :data:`GOOD_FLOOR`), ``left_out`` per inspected board: those the tolerance learnt on the
+    other good boards keeps (leave-one-out); ``golden``: the golden image built from them (None: one was given)."""
 
     inspected: list[str]
     refused: list[tuple[str, str]]
     tolerance: Tolerance
+    captures: float
     conf: float
-    plain: list[int]
-    left_out: list[int]
+    scores: list[np.ndarray]
+    left_out: list[np.ndarray]
     golden: Path | None = None
+
+    def per_board(self, conf: float, tolerance: bool) -> float:
+        """False calls per inspected good board at ``conf``: without the map, or held out from it (leave-one-out)."""
+        calls = self.left_out if tolerance else self.scores
+        return sum(int((s >= conf).sum()) for s in calls) / len(calls)
 
 
 @dataclass(frozen=True)
@@ -282,13 +292,27 @@ def built_golden(boards: list[tuple[str, np.ndarray]], out: Path, weights: Path)
     return path
 
 
+def verify_golden(path: Path, golden: np.ndarray, boards: list[tuple[str, np.ndarray]], weights: Path) -> None:
+    """``golden verify`` of the given golden image (uint8 ``[H, W]``, read from ``path``) against the good ``boards``
+    (``align/golden_build.py``): ``ValueError`` in one line naming where it differs from what they agree on (it may
+    carry a defect of the board it was taken from, and every board would pass there) or when too few register."""
+    found, aligned = golden_disagreements(golden, boards, load_checkpoint(weights).config.register)
+    if found:
+        where = "; ".join(d.words() for d in found[:3]) + (f"; {len(found) - 3} more" if len(found) > 3 else "")
+        raise ValueError(
+            f"{path}: the golden image differs from what {len(aligned.names)} good boards agree on in {len(found)} place(s) "
+            f"({where}): it may carry a defect; leave --golden out to build one from the good boards"
+        )
+
+
 def learn_good(
     weights: Path, golden: Path, boards: list[tuple[str, np.ndarray]], conf: float, threads: int | None
 ) -> GoodBoards:
     """Inspect the good ``boards`` against ``golden`` with ``weights`` as ``predict`` does (``Inspector``: the same
     prepare stage, registration and refusals) at :data:`GOOD_FLOOR`, map each call's box centre into golden-image
     pixels through the board's registration, and learn the design's tolerance map from them
-    (``inspect/tolerance.py``); with the leave-one-out count of false calls per board at the design's point ``conf``."""
+    (``inspect/tolerance.py``); the design's point ``conf`` (from the line captures) is raised until the good boards,
+    each held out from the map's fit, draw at most 0.1 false calls per board."""
     centres, scores, inspected, refused = [], [], [], []
     with Inspector.load(weights, reference=golden, threads=threads, conf=GOOD_FLOOR, monitor=False) as inspector:
         for name, image in boards:
@@ -305,9 +329,20 @@ def learn_good(
             f"{len(inspected)} of {len(boards)} good boards inspected, {MIN_GOOD} or more needed to learn a tolerance map (refused: {why})"
         )
     tolerance = Tolerance(learn_places(centres, scores, TOLERANCE_RADIUS), TOLERANCE_RADIUS, TOLERANCE_MARGIN)
-    plain = [int((s >= conf).sum()) for s in scores]
-    left_out = false_calls_left_out(centres, scores, conf, TOLERANCE_RADIUS, TOLERANCE_MARGIN)
-    return GoodBoards(inspected, refused, tolerance, conf, plain, left_out)
+    left_out = left_out_scores(centres, scores, TOLERANCE_RADIUS, TOLERANCE_MARGIN)
+    return GoodBoards(inspected, refused, tolerance, conf, held_out_point(left_out, conf), scores, left_out)
+
+
+def _held_out(outcome: DesignOutcome, conf: float, out: Path) -> DesignOutcome:
+    """``outcome`` at the point its held-out good boards set (``conf``, never below its own); :class:`TeachError`
+    when its painted defects are no longer caught well enough there to teach it."""
+    after = outcome.after.at(max(conf, outcome.after.conf))
+    if after.caught < MIN_CAUGHT:
+        raise TeachError(
+            f"no design taught: its good boards, held out in turn, need score >= {after.conf:.3f} for at most 0.1 false calls "
+            f"per board, where the weights catch {after.caught:.0%} of the painted defects (needs {MIN_CAUGHT:.0%}); {out} not written"
+        )
+    return dataclasses.replace(outcome, after=after)
 
 
 def check_minutes(minutes: float) -> None:
@@ -331,8 +366,9 @@ def teach(  # noqa: PLR0913 - the Python twin of the teach command's flags
     ``photo_ref.pt``) within ``minutes``, writing ``out`` (module docstring); ``held`` painted boards per design are
     scored. ``good``: a folder of good boards of one design (:data:`MIN_GOOD` or more) its tolerance map is learnt from;
     ``golden`` None builds the golden image from them. Raises ``ValueError`` naming the problem before any work (no or
-    unreadable golden image, one too small, too few good boards, good boards with several golden images, a
-    single-image model, bad minutes, ``out`` taken by another teach), :class:`TeachError` when no design is taught."""
+    unreadable golden image, one too small, too few good boards, good boards with several golden images, a golden
+    image the good boards disagree with, a single-image model, bad minutes, ``out`` taken by another teach),
+    :class:`TeachError` when no design is taught."""
     started = time.perf_counter()
     check_minutes(minutes)
     deadline = started + 60 * minutes
@@ -346,6 +382,8 @@ def teach(  # noqa: PLR0913 - the Python twin of the teach command's flags
     designs = read_designs(goldens) if goldens else []
     if load_checkpoint(weights).config.model.in_channels != 2:  # also checks the weights load into their model
         raise ValueError(f"{weights}: teach needs a golden-template model (model.in_channels 2); this one inspects single images")
+    if boards and goldens:
+        verify_golden(goldens[0], designs[0].image, boards, weights)
     out.parent.mkdir(parents=True, exist_ok=True)
     lock = OutputLock(out.with_name(f".{out.name}.lock"), out, "it", command="teach")
     try:
@@ -394,6 +432,7 @@ def _teach(  # noqa: PLR0913 - teach()'s checked inputs
     learnt = None
     if boards:
         learnt = dataclasses.replace(learn_good(tuned or weights, golden, boards, outcomes[0].after.conf, threads), golden=built)
+        outcomes[0] = _held_out(outcomes[0], learnt.conf, out)
     source = torch.load(tuned, map_location="cpu", weights_only=True) if tuned else start
     _write(out, source, start, outcomes, designs, {outcomes[0].key: learnt.tolerance} if learnt is not None else {})
     baseline = _baseline(out, start, tuned is not None, sets["clean"])
@@ -401,4 +440,4 @@ def _teach(  # noqa: PLR0913 - teach()'s checked inputs
     return TeachReport(outcomes, tuning, rehearsal, baseline, boards_written, minutes, out, work, learnt)
 
 
-__all__ = ["GoodBoards", "TeachError", "TeachReport", "check_minutes", "learn_good", "read_good", "teach"]
+__all__ = ["GoodBoards", "TeachError", "TeachReport", "check_minutes", "learn_good", "read_good", "teach", "verify_golden"]

@@ -6,15 +6,17 @@ with defects painted on it (``looks/paint.py``). :func:`design_point` then sets 
 - the lowest score at which the defect-free captures give at most :data:`MAX_FALSE_CALLS` false calls per board
   (per whole board: a large golden image is taught on crops, and its calls per crop are scaled by its area);
 - never below the weights' own point unless painted recall needs it: below it only down to the lowest painted
-  defect that the weights' point would miss and the lower threshold still allows.
+  defect that the weights' point would miss and the lower threshold still allows;
+- with good boards of the design (``teach --good``), :func:`held_out_point` raises it until good boards held out from
+  the tolerance map's fit draw at most :data:`MAX_FALSE_CALLS` false calls per board (cross-validated).
 
 :func:`scores_by_design` reads what ``validate`` returned into per-design score arrays. Pure functions of arrays.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,14 +53,24 @@ class DesignScores:
 @dataclass(frozen=True)
 class DesignPoint:
     """A design's threshold ``conf`` and what it gives on ``teach``'s boards: ``caught`` (share of the painted
-    defects), ``false_calls`` (per defect-free board)."""
+    defects), ``false_calls`` (per defect-free board); ``scores``: the calls it was read from (None: given)."""
 
     conf: float
     caught: float
     false_calls: float
+    scores: DesignScores | None = field(default=None, repr=False, compare=False)
+    area_factor: float = field(default=1.0, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: round(v, 4) for k, v in asdict(self).items()}
+        return {k: round(getattr(self, k), 4) for k in ("conf", "caught", "false_calls")}
+
+    def at(self, conf: float) -> DesignPoint:
+        """The same design's boards read at another threshold ``conf`` (``ValueError`` without its scores)."""
+        if conf == self.conf:
+            return self
+        if self.scores is None:
+            raise ValueError("this design point carries no scores to read another threshold from")
+        return DesignPoint(conf, self.scores.caught(conf), self.scores.false_calls(conf, self.area_factor), self.scores, self.area_factor)
 
 
 def design_point(scores: DesignScores, own: float, area_factor: float = 1.0, most: float = MAX_FALSE_CALLS) -> DesignPoint:
@@ -73,7 +85,19 @@ def design_point(scores: DesignScores, own: float, area_factor: float = 1.0, mos
         if len(needed):
             conf = float(needed.min())
     conf = min(conf, 1.0)
-    return DesignPoint(conf, scores.caught(conf), scores.false_calls(conf, area_factor))
+    return DesignPoint(conf, scores.caught(conf), scores.false_calls(conf, area_factor), scores, area_factor)
+
+
+def held_out_point(left_out: Sequence[np.ndarray], conf: float, most: float = MAX_FALSE_CALLS) -> float:
+    """The lowest threshold, ``conf`` or above, at which good boards held out from the fit draw at most ``most`` false
+    calls per board: ``left_out`` per good board float ``[K]`` the scores of its calls that a tolerance learnt on the
+    OTHER good boards keeps (``inspect/tolerance.py`` :func:`left_out_scores`), so one board's noise cannot set it."""
+    allowed = int(np.floor(most * len(left_out) + 1e-9))
+    pooled = np.concatenate([np.asarray(s, np.float64).reshape(-1) for s in left_out]) if len(left_out) else np.zeros(0)
+    above = np.sort(pooled[pooled >= conf])[::-1]
+    if len(above) <= allowed:
+        return float(conf)
+    return float(min(np.nextafter(above[allowed], np.inf), 1.0))
 
 
 def design_index(file_name: str) -> int:

@@ -127,23 +127,21 @@ def apply_tolerance(detections: Detections, mapping: Mapping, tolerance: Toleran
     return dataclasses.replace(kept, tolerated=detections.tolerated + int(dropped.sum()))
 
 
-def false_calls_left_out(
+def left_out_scores(
     centres: Sequence[np.ndarray],
     scores: Sequence[np.ndarray],
-    conf: float,
     radius: float = TOLERANCE_RADIUS,
     margin: float = TOLERANCE_MARGIN,
-) -> list[int]:
-    """Leave-one-out: per good board (``centres`` float ``[K, 2]`` golden px and ``scores`` ``[K]`` of its calls), how
-    many of its calls scoring ``conf`` or more the tolerance learnt on the OTHER boards does not drop (false calls a
-    held-out good board still draws)."""
+) -> list[np.ndarray]:
+    """Leave-one-out: per good board (``centres`` float ``[K, 2]`` golden px and ``scores`` ``[K]`` of its calls), the
+    float64 scores of its calls that the tolerance learnt on the OTHER boards does not drop (the false calls a held-out
+    good board still draws, at any threshold)."""
     out = []
     for i in range(len(centres)):
         others = [c for j, c in enumerate(centres) if j != i], [s for j, s in enumerate(scores) if j != i]
         tolerance = Tolerance(learn_places(*others, radius=radius), radius, margin)
         score = np.asarray(scores[i], np.float64).reshape(-1)
-        above = score >= conf
-        out.append(int((above & ~tolerated(np.asarray(centres[i]).reshape(-1, 2), score, tolerance)).sum()))
+        out.append(score[~tolerated(np.asarray(centres[i]).reshape(-1, 2), score, tolerance)])
     return out
 
 
@@ -155,8 +153,8 @@ __all__ = [
     "TOLERANCE_RADIUS",
     "Tolerance",
     "apply_tolerance",
-    "false_calls_left_out",
     "in_golden",
     "learn_places",
+    "left_out_scores",
     "tolerated",
 ]

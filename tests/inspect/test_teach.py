@@ -17,7 +17,7 @@ from defect_detector.inspect import teach as teach_module
 from defect_detector.inspect.inspector import Inspector
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.inspect.teach import teach
-from defect_detector.inspect.teach_point import DesignPoint
+from defect_detector.inspect.teach_point import DesignPoint, DesignScores
 from defect_detector.inspect.teach_sets import clean_pairs, read_designs
 from defect_detector.looks.render import render_pair, sample_look
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, DEFAULT_WEIGHTS, PHOTO_REFERENCE_WEIGHTS, load_checkpoint
@@ -163,7 +163,8 @@ def test_teach_good_builds_the_golden_image_learns_a_tolerance_map_and_keeps_the
     other |= {"tolerance_radius": 60.0, "tolerance_margin": 0.03}
     start = tmp_path / "taught_before.pt"
     torch.save(torch.load(PHOTO_REFERENCE_WEIGHTS, map_location="cpu", weights_only=True) | {"taught": [other]}, start)
-    point = [DesignPoint(0.2, 1.0, 0.0)]
+    painted = DesignScores(np.zeros(0), 12, np.array([0.97, 0.96]), np.array([True, True]), 2)  # caught at any point
+    point = [DesignPoint(0.2, 1.0, 0.0, painted)]
     monkeypatch.setattr(teach_module, "_measure", lambda weights, sets, designs: (point, point, NONE_REFUSED))
     out = tmp_path / "taught.pt"
     args = ["teach", "--good", str(tmp_path / "good"), "--weights", str(start), "--out", str(out), "--minutes", "1.5", "--held", "2"]
@@ -173,12 +174,15 @@ def test_teach_good_builds_the_golden_image_learns_a_tolerance_map_and_keeps_the
     assert f"golden image built from the good boards (golden build: their median): {golden}" in printed
     good = re.search(r"good boards: (\d+) inspected.*tolerance map: (\d+) places? \(radius 60 px of the golden image, margin 0.03", printed)
     assert good is not None and int(good.group(1)) >= 5
-    counts = re.search(r"at score >= 0.200: ([\d.]+) without the map, ([\d.]+) with the map learnt on the other good boards", printed)
-    assert counts is not None and float(counts.group(2)) <= float(counts.group(1))
+    held = re.search(r"the design's point: score >= ([\d.]+) \((kept|raised from 0.200): at most 0.1 false calls per good", printed)
+    assert held is not None and float(held.group(1)) >= 0.2
+    counts = re.search(r"at score >= ([\d.]+): ([\d.]+) without the map, ([\d.]+) with the map learnt on the other good boards", printed)
+    assert counts is not None and counts.group(1) == held.group(1) and float(counts.group(3)) <= min(0.1, float(counts.group(2)))
     entries = torch.load(out, map_location="cpu", weights_only=True)["taught"]
     assert entries[0] == other  # the design taught before, kept as it was
     mine = entries[1]
-    assert mine["key"] == pixel_fingerprint(load_image_gray(golden)) and mine["name"] == golden.name and mine["conf"] == 0.2
+    assert mine["key"] == pixel_fingerprint(load_image_gray(golden)) and mine["name"] == golden.name
+    assert f"{mine['conf']:.3f}" == held.group(1)
     assert len(mine["tolerance"]) == int(good.group(2)) and (mine["tolerance_radius"], mine["tolerance_margin"]) == (60.0, 0.03)
     assert all(0.05 <= score <= 1.0 for _, _, score in mine["tolerance"])
     assert load_checkpoint(out).taught == entries
@@ -193,11 +197,14 @@ def test_teach_good_refuses_too_few_boards_and_several_golden_images_before_any_
     cv2.imwrite(str(tmp_path / "goldens" / "h.png"), golden)
     _good_boards(tmp_path / "few", golden, 3)
     _good_boards(tmp_path / "good", golden, 5)
+    marked = tmp_path / "marked.png"  # the golden image carrying a defect its good boards lack: golden verify stops teach
+    cv2.imwrite(str(marked), cv2.circle(golden.copy(), (120, 90), 9, 255 - int(golden[90, 120]), -1))
     out = ["--out", str(tmp_path / "t.pt")]
     cases = [
         ([], "teach needs --golden (the design's golden image), --good DIR (its good boards), or both"),
         (["--good", str(tmp_path / "few")], "3 good board(s); --good needs 5 or more good boards of the design"),
         (["--good", str(tmp_path / "good"), "--golden", str(tmp_path / "goldens")], "--good teaches one design: give --golden its one"),
+        (["--good", str(tmp_path / "good"), "--golden", str(marked)], "golden image differs from what 5 good boards agree on in 1 place"),
     ]
     for args, words in cases:
         assert main(["teach", *args, *out]) == 2

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from defect_detector.inspect.teach_point import DesignPoint, DesignScores, design_index, design_point
+from defect_detector.inspect.teach_point import DesignPoint, DesignScores, design_index, design_point, held_out_point
 from defect_detector.inspect.teach_tune import TuneScores, keep_tuned, wants_tuning
 
 
@@ -60,3 +60,11 @@ def test_a_fine_tune_is_kept_only_when_it_paid(after: TuneScores, kept: bool, wo
 def test_a_fine_tune_is_tried_only_while_painted_defects_are_missed() -> None:
     assert wants_tuning([DesignPoint(0.3, 1.0, 0.0), DesignPoint(0.3, 0.9, 0.0)])
     assert not wants_tuning([DesignPoint(0.3, 1.0, 0.0), DesignPoint(0.3, 0.995, 0.05)])
+
+
+def test_the_held_out_point_rises_over_what_held_out_good_boards_still_draw() -> None:
+    left = [np.zeros(0), np.array([0.35]), np.array([0.5, 0.1])]  # per good board, the calls the others' map keeps
+    point = held_out_point(left, conf=0.25)  # 3 boards allow no false call at 0.1 per board: just over the best, 0.5
+    assert 0.5 < point < 0.5 + 1e-9
+    assert held_out_point(left, conf=0.6) == 0.6  # already above every call kept: unchanged
+    assert held_out_point([*left, *[np.zeros(0)] * 7], conf=0.25) == pytest.approx(0.35)  # 10 boards allow one call

@@ -17,9 +17,9 @@ from defect_detector.inspect.tolerance import (
     TOLERANCE_RADIUS,
     Tolerance,
     apply_tolerance,
-    false_calls_left_out,
     in_golden,
     learn_places,
+    left_out_scores,
     tolerated,
 )
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, load_checkpoint
@@ -67,12 +67,13 @@ def test_the_place_is_in_golden_pixels_and_the_call_in_the_frames() -> None:
     assert unmoved.boxes.tolist() == [[290.0, 190.0, 310.0, 210.0]] and unmoved.tolerated == 1
 
 
-def test_leave_one_out_counts_the_calls_the_other_boards_do_not_tolerate() -> None:
+def test_leave_one_out_keeps_the_calls_the_other_boards_do_not_tolerate() -> None:
     centres = [np.array([[100.0, 100.0]]), np.array([[105.0, 100.0]]), np.array([[400.0, 400.0], [100.0, 100.0]])]
     scores = [np.array([0.3]), np.array([0.35]), np.array([0.5, 0.2])]
     # board 0: 0.3 under board 1's 0.35; board 1: 0.35 over board 0's 0.3 + 0.03 -> kept (board 2's 0.2 place too low);
-    # board 2: (400, 400) seen on no other board; its 0.2 is below conf
-    assert false_calls_left_out(centres, scores, conf=0.25) == [0, 1, 1]
+    # board 2: (400, 400) seen on no other board -> kept; its 0.2 at (100, 100) lies under the others' 0.35
+    left = left_out_scores(centres, scores)
+    assert [s.tolist() for s in left] == [[], [0.35], [0.5]]
 
 
 def test_a_bad_tolerance_map_is_one_line_and_a_good_one_loads(tmp_path: Path) -> None:
