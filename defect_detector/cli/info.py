@@ -1,4 +1,5 @@
-"""``defect-detector info``: parameters, FLOPs and metrics of weights."""
+"""``defect-detector info``: parameters, FLOPs and metrics of weights, and the designs they were taught (each with its
+point, its tolerance places learnt from good boards and the places operators rejected at the station)."""
 
 from __future__ import annotations
 
@@ -20,4 +21,9 @@ def run(args: argparse.Namespace) -> None:
     loaded = load_checkpoint(args.weights)
     summary = model_summary(loaded.model, loaded.config.data.imgsz)
     info = {"weights": str(loaded.path), "class_names": list(loaded.class_names), **summary, "metrics": loaded.metrics}
+    info["designs"] = [
+        {"name": d["name"], "key": d["key"], "conf": d.get("conf")}
+        | {"tolerance_places": len(d.get("tolerance", [])), "rejected_places": len(d.get("rejected", []))}
+        for d in loaded.taught
+    ]
     print(json.dumps(info, indent=2))

@@ -26,6 +26,18 @@ def add_parser(sub: Any) -> None:
         help="5 or more good boards of one design as the line captures them: its tolerance map (where good boards draw "
         "calls, the score a call there must beat) is learnt from them and applied by predict to that design only",
     )
+    p.add_argument(
+        "--station",
+        metavar="DB",
+        help="apply the calls reviewers rejected at the station (its database URL or SQLite file) to the tolerance of each "
+        "design taught in --weights: each rejected spot is quietened within 20 px (a call there must beat its score), "
+        "nothing else is taught",
+    )
+    p.add_argument(
+        "--forget-rejections",
+        action="store_true",
+        help="undo --station: write --weights again without any design's rejected places",
+    )
     p.add_argument("--weights", help="golden-template weights to start from (default: photo_ref.pt, trained on photographs too)")
     p.add_argument("--minutes", type=float, default=10.0, help="the whole command ends within this many minutes (default: 10)")
     p.add_argument("--out", required=True, help="the taught weights (.pt), which predict takes as they are")
@@ -67,9 +79,37 @@ def _good(good: Any) -> str:
     )
 
 
+def _verdicts(args: argparse.Namespace) -> None:
+    """``teach --station DB`` / ``--forget-rejections``: the operators' rejections applied to, or removed from, the
+    taught weights (``inspect/rejections.py``)."""
+    from defect_detector.inspect.rejections import apply_rejections, forget_rejections
+
+    if args.golden is not None or args.good is not None:
+        raise CliError("--station and --forget-rejections change taught weights only: leave --golden and --good out")
+    if args.weights is None:
+        raise CliError("--station and --forget-rejections need --weights: the taught weights to change")
+    if args.forget_rejections:
+        for name, places in forget_rejections(args.weights, args.out):
+            print(f"  {name}: {places} rejected place(s) forgotten")
+        print(f"wrote {args.out}")
+        return
+    report = apply_rejections(args.weights, args.station, args.out)
+    for d in report.designs:
+        capped = f"; {d.capped} scored 0.9 or more and stay calls" if d.capped else ""
+        print(f"  {d.name}: {d.calls} rejected call(s) read, {d.places} rejected place(s) tolerated within 20 px{capped}")
+    for key, calls in report.untaught.items():
+        print(f"  not applied: {calls} rejected call(s) of design {key}, which these weights were not taught (teach it first)")
+    print(f"wrote {report.weights} (undo: teach --forget-rejections --weights {report.weights} --out ...)")
+
+
 def run(args: argparse.Namespace) -> None:
     from defect_detector.inspect.teach import check_minutes, teach
 
+    if args.station is not None and args.forget_rejections:
+        raise CliError("--station applies the operators' rejections and --forget-rejections removes them: give one")
+    if args.station is not None or args.forget_rejections:
+        _verdicts(args)
+        return
     if args.held < 1:
         raise CliError(f"--held must be >= 1, got {args.held}")
     try:

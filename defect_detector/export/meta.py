@@ -53,7 +53,8 @@ class _Taught(BaseModel):
     """One design ``teach`` taught the weights: its golden image's file name and pixel fingerprint, the score
     threshold ``teach`` calibrated for it (``conf``; absent before v0.16: the weights' own operating point) and, when
     taught from good boards, its tolerance map (``inspect/tolerance.py``: ``tolerance`` rows ``[x, y, score]`` in
-    golden-image pixels, ``tolerance_radius``, ``tolerance_margin``; absent before v0.18)."""
+    golden-image pixels, ``tolerance_radius``, ``tolerance_margin``; absent before v0.18), and the calls operators
+    rejected (``teach --station``: ``rejected`` rows of the same form, ``rejected_radius``; absent before v0.19)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -63,11 +64,15 @@ class _Taught(BaseModel):
     tolerance: list[tuple[_Coordinate, _Coordinate, _Unit]] | None = None
     tolerance_radius: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     tolerance_margin: _Unit | None = None
+    rejected: list[tuple[_Coordinate, _Coordinate, _Unit]] | None = None
+    rejected_radius: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
 
     @model_validator(mode="after")
     def _whole(self) -> _Taught:
         given = [v is not None for v in (self.tolerance, self.tolerance_radius, self.tolerance_margin)]
         check(all(given) or not any(given), "taught", "tolerance, tolerance_radius and tolerance_margin given together", given)
+        rejected = [v is not None for v in (self.rejected, self.rejected_radius)]
+        check(all(rejected) or not any(rejected), "taught", "rejected and rejected_radius given together", rejected)
         return self
 
 
@@ -84,7 +89,8 @@ _WHAT = {
     "baseline": "null or a drift baseline object",
     "domain": "null or a design-domain object",
     "taught": 'null or a list of {"name": n, "key": k, "conf": c} with n and k strings and c null or in [0, 1], and a '
-    'tolerance map ("tolerance": [[x, y, score], ...], "tolerance_radius" > 0, "tolerance_margin" in [0, 1]) or none',
+    'tolerance map ("tolerance": [[x, y, score], ...], "tolerance_radius" > 0, "tolerance_margin" in [0, 1]) or none, and '
+    'operators\' rejections ("rejected": [[x, y, score], ...], "rejected_radius" > 0) or none',
 }
 
 

@@ -21,6 +21,7 @@ from defect_detector.core.types import Detections
 from defect_detector.core.verdict import Verdict, verdict_of
 from defect_detector.inspect.panel import BoardOutline, BoardVerdict, board_verdicts, boards_holding, to_outline_pixels
 from defect_detector.inspect.prepare import Prepared
+from defect_detector.inspect.tolerance import in_golden
 from defect_detector.inspect.trace import NO_TRACE, Trace
 from defect_detector.monitor.drift import DriftEvent
 from defect_detector.station.records import REGISTRATION_KEYS, BoardRecord, CallRecord, FrameRecord
@@ -159,7 +160,7 @@ class Inspection(Prepared):
             drift=str(self.drift),
             score=None if self.score is None else float(self.score),
             events=tuple(e.to_dict() for e in self.events),
-            calls=station_calls(self.detections, self.call_boards),
+            calls=station_calls(self.detections, self.call_boards, self.registration),
             image=image,
             reference_image=golden,
             design_warning=self.design_warning,
@@ -193,14 +194,21 @@ def call_json(result: Detections | None) -> list[dict[str, Any]]:
     ]
 
 
-def station_calls(result: Detections | None, boards: Sequence[str | None] = ()) -> tuple[CallRecord, ...]:
+def station_calls(
+    result: Detections | None, boards: Sequence[str | None] = (), registration: Registration | None = None
+) -> tuple[CallRecord, ...]:
     """The calls of one frame as the station records them (boxes xyxy in the frame's pixels), each with the panel board
-    ``boards`` names for it (none given: no board)."""
+    ``boards`` names for it (none given: no board) and its box centre in golden-image pixels through ``registration``
+    (None: no golden image, and no centre)."""
     if result is None:
         return ()
     boxes = result.boxes.double().reshape(-1, 4).tolist()
     on = list(boards) or [None] * len(boxes)
-    return tuple(CallRecord(str(n), float(s), tuple(b), o) for n, s, b, o in zip(result.names, result.scores.double().tolist(), boxes, on))
+    golden: list[tuple[float, float] | None] = [None] * len(boxes)
+    if registration is not None and boxes:
+        golden = [(round(float(x), 2), round(float(y), 2)) for x, y in in_golden(result.boxes, registration.mapping)]
+    scores = result.scores.double().tolist()
+    return tuple(CallRecord(str(n), float(s), tuple(b), o, g) for n, s, b, o, g in zip(result.names, scores, boxes, on, golden))
 
 
 def registration_values(reg: Registration | None) -> dict[str, float] | None:

@@ -11,8 +11,14 @@ box centre, mapped into golden-image pixels through the frame's registration, li
 score above that place's score + ``margin`` to count; a call scoring :data:`TOLERANCE_CAP` or more is always a call.
 The calls dropped are counted (``Detections.tolerated``), never silently lost.
 
+Operators' verdicts add to it (``teach --station``, ``inspect/rejections.py``): each call an operator rejected at
+the station as a false call is a place of its own (golden-image ``(x, y)`` and its score), tolerated within the
+smaller :data:`REJECTED_RADIUS` at the same margin and under the same cap, so a rejection quietens the spot it was
+given on and never a whole region.
+
 Stored in the design's ``taught`` entry of the weights (``model/checkpoint.py``): ``"tolerance": [[x, y, score],
-...]``, ``"tolerance_radius"``, ``"tolerance_margin"``.
+...]``, ``"tolerance_radius"``, ``"tolerance_margin"``, and the operators' ``"rejected": [[x, y, score], ...]`` with
+``"rejected_radius"``.
 """
 
 from __future__ import annotations
@@ -41,34 +47,56 @@ GOOD_FLOOR = 0.05
 """Score floor good boards are inspected at to learn the places (calls below any design's point included)."""
 MIN_GOOD = 5
 """Fewest good boards ``teach --good`` learns a tolerance map from."""
+REJECTED_RADIUS = 20.0
+"""Golden-image pixels around a call an operator rejected within which a call must beat its score: about a call's own
+size, so a rejection quietens its spot and never a region (a good-board place, read over several boards, takes
+:data:`TOLERANCE_RADIUS`)."""
+
+
+def _rows(places: np.ndarray) -> list[list[float]]:
+    return [[round(float(x), 2), round(float(y), 2), round(float(s), 5)] for x, y, s in places]
 
 
 @dataclass(frozen=True)
 class Tolerance:
     """A design's tolerance map: ``places`` float64 ``[P, 3]`` rows ``(x, y, score)``, ``x, y`` in golden-image pixels,
-    ``score`` the best good-board score there; ``radius`` (golden-image px), ``margin`` (score) and ``cap`` (score)."""
+    ``score`` the best good-board score there; ``radius`` (golden-image px), ``margin`` (score) and ``cap`` (score);
+    ``rejected`` float64 ``[R, 3]`` the calls operators rejected (same rows), each tolerated within
+    ``rejected_radius``."""
 
     places: np.ndarray = field(repr=False)
     radius: float = TOLERANCE_RADIUS
     margin: float = TOLERANCE_MARGIN
     cap: float = TOLERANCE_CAP
+    rejected: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)), repr=False)
+    rejected_radius: float = REJECTED_RADIUS
 
     def __post_init__(self) -> None:
-        places = np.asarray(self.places, np.float64).reshape(-1, 3)
-        places.setflags(write=False)
-        object.__setattr__(self, "places", places)
+        for name in ("places", "rejected"):
+            rows = np.asarray(getattr(self, name), np.float64).reshape(-1, 3)
+            rows.setflags(write=False)
+            object.__setattr__(self, name, rows)
 
     def to_entry(self) -> dict[str, Any]:
-        """The keys of a ``taught`` entry (plain floats, what ``torch.save`` and ``meta.json`` hold)."""
-        rows = [[round(float(x), 2), round(float(y), 2), round(float(s), 5)] for x, y, s in self.places]
-        return {"tolerance": rows, "tolerance_radius": float(self.radius), "tolerance_margin": float(self.margin)}
+        """The keys of a ``taught`` entry (plain floats, what ``torch.save`` and ``meta.json`` hold); the operators'
+        rejections only when there are some."""
+        entry = {"tolerance": _rows(self.places), "tolerance_radius": float(self.radius), "tolerance_margin": float(self.margin)}
+        if len(self.rejected):
+            entry |= {"rejected": _rows(self.rejected), "rejected_radius": float(self.rejected_radius)}
+        return entry
 
     @classmethod
     def from_entry(cls, entry: dict[str, Any]) -> Tolerance | None:
         """The tolerance of a checked ``taught`` entry (``model/checkpoint.py``), None when it carries none."""
-        if entry.get("tolerance") is None:
+        if entry.get("tolerance") is None and entry.get("rejected") is None:
             return None
-        return cls(np.asarray(entry["tolerance"], np.float64), float(entry["tolerance_radius"]), float(entry["tolerance_margin"]))
+        return cls(
+            np.asarray(entry.get("tolerance", []), np.float64),
+            float(entry.get("tolerance_radius", TOLERANCE_RADIUS)),
+            float(entry.get("tolerance_margin", TOLERANCE_MARGIN)),
+            rejected=np.asarray(entry.get("rejected", []), np.float64),
+            rejected_radius=float(entry.get("rejected_radius", REJECTED_RADIUS)),
+        )
 
 
 def learn_places(centres: Sequence[np.ndarray], scores: Sequence[np.ndarray], radius: float = TOLERANCE_RADIUS) -> np.ndarray:
@@ -87,17 +115,28 @@ def learn_places(centres: Sequence[np.ndarray], scores: Sequence[np.ndarray], ra
     return np.asarray(places, np.float64).reshape(-1, 3)
 
 
+def _needed(xy: np.ndarray, places: np.ndarray, radius: float, margin: float) -> np.ndarray:
+    """float64 ``[K]``: the score each call at ``xy`` ``[K, 2]`` must beat for ``places`` ``[P, 3]`` within ``radius``
+    (their best score + ``margin``; -inf where none lies that near)."""
+    if len(places) == 0:
+        return np.full(len(xy), -np.inf)
+    near = np.hypot(xy[:, None, 0] - places[None, :, 0], xy[:, None, 1] - places[None, :, 1]) <= radius  # [K, P]
+    return np.where(near, places[None, :, 2] + margin, -np.inf).max(axis=1)
+
+
 def tolerated(centres: np.ndarray, scores: np.ndarray, tolerance: Tolerance) -> np.ndarray:
     """Which calls the tolerance drops: ``centres`` float ``[K, 2]`` call box centres in golden-image pixels, ``scores``
-    float ``[K]``. A call is dropped when some place lies within ``radius`` of it and it scores at most that place's
-    score + ``margin``, unless it scores ``cap`` or more. Returns bool ``[K]`` (True: dropped)."""
+    float ``[K]``. A call is dropped when some place lies within ``radius`` of it (a rejected call within
+    ``rejected_radius``) and it scores at most that place's score + ``margin``, unless it scores ``cap`` or more.
+    Returns bool ``[K]`` (True: dropped)."""
     xy = np.asarray(centres, np.float64).reshape(-1, 2)
     score = np.asarray(scores, np.float64).reshape(-1)
-    places = tolerance.places
-    if len(places) == 0 or len(xy) == 0:
-        return np.zeros(len(score), bool)
-    near = np.hypot(xy[:, None, 0] - places[None, :, 0], xy[:, None, 1] - places[None, :, 1]) <= tolerance.radius  # [K, P]
-    needed = np.where(near, places[None, :, 2] + tolerance.margin, -np.inf).max(axis=1)  # [K]
+    if len(xy) == 0:
+        return np.zeros(0, bool)
+    needed = np.maximum(
+        _needed(xy, tolerance.places, tolerance.radius, tolerance.margin),
+        _needed(xy, tolerance.rejected, tolerance.rejected_radius, tolerance.margin),
+    )
     return (score <= needed) & (score < tolerance.cap)
 
 
@@ -148,6 +187,7 @@ def left_out_scores(
 __all__ = [
     "GOOD_FLOOR",
     "MIN_GOOD",
+    "REJECTED_RADIUS",
     "TOLERANCE_CAP",
     "TOLERANCE_MARGIN",
     "TOLERANCE_RADIUS",

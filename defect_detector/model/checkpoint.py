@@ -41,7 +41,8 @@ class LoadedModel:
     """The designs ``teach`` taught these weights: ``[{"name": golden file name, "key": pixel fingerprint of the gray
     golden image (data/images.py pixel_fingerprint), "conf": its score threshold (absent: the weights' own), and when
     taught from good boards its tolerance map, "tolerance": [[x, y, score], ...] in golden-image pixels,
-    "tolerance_radius", "tolerance_margin" (``inspect/tolerance.py``)}]``, [] when none."""
+    "tolerance_radius", "tolerance_margin", and the calls operators rejected, "rejected": [[x, y, score], ...],
+    "rejected_radius" (``inspect/tolerance.py``)}]``, [] when none."""
 
 
 def is_torchscript_archive(path: str | os.PathLike[str]) -> bool:
@@ -85,24 +86,31 @@ def _refusal(path: Path, message: str) -> str:
 def _tolerance_ok(d: dict[str, Any]) -> bool:
     """Whether a ``taught`` item's tolerance map (``inspect/tolerance.py``) is absent (none of its keys) or whole:
     ``tolerance`` a list of ``[x, y, score]`` finite numbers with score in [0, 1], ``tolerance_radius`` a positive
-    finite float and ``tolerance_margin`` a float in [0, 1]."""
-    keys = ("tolerance", "tolerance_radius", "tolerance_margin")
-    if all(d.get(k) is None for k in keys):
-        return True
-    places, radius, margin = (d.get(k) for k in keys)
+    finite float and ``tolerance_margin`` a float in [0, 1]; and its operators' rejections absent or whole:
+    ``rejected`` such a list with ``rejected_radius`` a positive finite float."""
 
     def number(v: Any) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
-    def place(p: Any) -> bool:
-        return isinstance(p, (list, tuple)) and len(p) == 3 and all(number(v) for v in p) and 0.0 <= p[2] <= 1.0
+    def places(rows: Any) -> bool:
+        def place(p: Any) -> bool:
+            return isinstance(p, (list, tuple)) and len(p) == 3 and all(number(v) for v in p) and 0.0 <= p[2] <= 1.0
 
-    good_radius = isinstance(radius, float) and math.isfinite(radius) and radius > 0
-    good_margin = isinstance(margin, float) and 0.0 <= margin <= 1.0
-    return isinstance(places, list) and all(place(p) for p in places) and good_radius and good_margin
+        return isinstance(rows, list) and all(place(p) for p in rows)
+
+    def radius(r: Any) -> bool:
+        return isinstance(r, float) and math.isfinite(r) and r > 0
+
+    keys, rejected = ("tolerance", "tolerance_radius", "tolerance_margin"), ("rejected", "rejected_radius")
+    map_ok = all(d.get(k) is None for k in keys) or (
+        places(d.get("tolerance")) and radius(d.get("tolerance_radius"))
+        and isinstance(d.get("tolerance_margin"), float) and 0.0 <= d["tolerance_margin"] <= 1.0
+    )
+    rejected_ok = all(d.get(k) is None for k in rejected) or (places(d.get("rejected")) and radius(d.get("rejected_radius")))
+    return map_ok and rejected_ok
 
 
-TAUGHT_KEYS = ("name", "key", "conf", "tolerance", "tolerance_radius", "tolerance_margin")
+TAUGHT_KEYS = ("name", "key", "conf", "tolerance", "tolerance_radius", "tolerance_margin", "rejected", "rejected_radius")
 """The keys of a ``taught`` item (:attr:`LoadedModel.taught`)."""
 
 
@@ -133,7 +141,8 @@ def _taught_entry(path: Path, raw: Any) -> list[dict[str, Any]]:
             given = {k: d.get(k) for k in TAUGHT_KEYS[3:]}
             raise ValueError(
                 f"{path}: 'taught' entry of {d['name']}: its tolerance map must be 'tolerance': [[x, y, score in [0, 1]], ...] "
-                f"with 'tolerance_radius' > 0 and 'tolerance_margin' in [0, 1] (what teach --good writes), got {cut(given)}"
+                f"with 'tolerance_radius' > 0 and 'tolerance_margin' in [0, 1], and 'rejected' the same rows with "
+                f"'rejected_radius' > 0 (what teach --good and teach --station write), got {cut(given)}"
             )
     return [{k: d[k] for k in TAUGHT_KEYS if d.get(k) is not None} for d in raw]
 

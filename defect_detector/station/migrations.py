@@ -15,6 +15,8 @@ transaction (new tables are already created by then).
   ``first_inspection``, ``boards`` and the index on ``inspections(serial, id)``, ``calls.board`` and the ``tallies``
   yield columns; the frames already recorded had no serial, so each inspected one is its board's first inspection, and
   the tallies' yield is filled in from their verdicts (one pass over the inspections, streamed).
+- 6 -> 7: operators' rejections teach the design's tolerance (issue 56). Adds ``calls.golden_x`` / ``golden_y``, each
+  call's box centre in its golden image's pixels (null for the calls recorded before: their registration was not kept).
 """
 
 from __future__ import annotations
@@ -163,5 +165,10 @@ def _to_6(conn: Connection) -> None:
     upsert_add(conn, tallies, rows, ["minute"], list(YIELD_COLUMNS))
 
 
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5, 5: _to_6}
+def _to_7(conn: Connection) -> None:
+    for column in ("golden_x", "golden_y"):
+        _add_column(conn, "calls", column, "FLOAT" if conn.dialect.name == "sqlite" else "DOUBLE PRECISION")
+
+
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5, 5: _to_6, 6: _to_7}
 """``version -> step`` bringing a database at ``version`` to ``version + 1``."""

@@ -327,6 +327,8 @@ class Recorder:
                     {"inspection_id": item.id, "class_name": call.class_name, "score": float(call.score), "x1": x1, "y1": y1, "x2": x2}
                     | {"y2": y2, "time": when, "review": review, "pending": review, "verdict": None, "verdict_class": None}
                     | {"board": None if call.board is None else show_controls(call.board)}
+                    | {"golden_x": None if call.golden is None else float(call.golden[0])}
+                    | {"golden_y": None if call.golden is None else float(call.golden[1])}
                 )
             event_rows += [_event_row(e, item.id, record) for e in record.events]
         if call_rows:

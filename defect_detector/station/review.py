@@ -217,3 +217,19 @@ def missed_of(conn: Connection, inspection_id: int) -> list[dict[str, Any]]:
         {"id": r.id, "class": r.class_name, "box": [r.x1, r.y1, r.x2, r.y2], "reviewer": r.reviewer, "time": iso(r.time)}
         for r in conn.execute(stmt)
     ]
+
+
+def false_calls_by_design(conn: Connection) -> dict[str, list[tuple[float, float, float]]]:
+    """The calls reviewers rejected (latest verdict ``false_call``), per golden-image key: ``(x, y, score)`` with
+    ``x, y`` the call's box centre in its golden image's pixels (``calls.golden_x`` / ``golden_y``, schema 7). Calls
+    of frames without a golden image, or recorded before schema 7, carry no centre and are left out."""
+    rows = conn.execute(
+        select(inspections.c.golden_key, calls.c.golden_x, calls.c.golden_y, calls.c.score)
+        .join(inspections, calls.c.inspection_id == inspections.c.id)
+        .where(calls.c.verdict == "false_call", calls.c.golden_x.is_not(None), inspections.c.golden_key.is_not(None))
+        .order_by(calls.c.id)
+    )
+    out: dict[str, list[tuple[float, float, float]]] = {}
+    for key, x, y, score in rows:
+        out.setdefault(str(key), []).append((float(x), float(y), float(score)))
+    return out

@@ -54,7 +54,7 @@ from sqlalchemy.engine import Connection
 
 from defect_detector.core.board_yield import BoardCounts
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 ID = BigInteger().with_variant(Integer(), "sqlite")  # SQLite: INTEGER PRIMARY KEY, the rowid
 CALL_VERDICTS = ("defect", "false_call", "skip")
 
@@ -132,6 +132,8 @@ calls = Table(
     Column("lease_reviewer", String(64)),  # who /api/review/next handed it to (schema 3)
     Column("lease_until", DateTime),  # ... until when (naive UTC)
     Column("board", Text),  # the panel board it lies on (schema 6)
+    Column("golden_x", Float),  # its box centre in its golden image's pixels (schema 7; null: no golden image, or before)
+    Column("golden_y", Float),
     Index("ix_calls_inspection", "inspection_id"),
     Index("ix_calls_pending", "pending", "id"),
     Index("ix_calls_verdict_time", "verdict", "time"),

@@ -72,14 +72,17 @@ def test_the_taught_designs_are_checked_and_optional() -> None:
     assert parse_meta("m.pt", json.dumps(_meta(taught=pointed)))["taught"] == pointed
     tolerant = [{**pointed[0], "tolerance": [[10.0, 20.5, 0.4]], "tolerance_radius": 60.0, "tolerance_margin": 0.03}]  # issue 56
     assert parse_meta("m.pt", json.dumps(_meta(taught=tolerant)))["taught"] == tolerant
+    rejected = [{**pointed[0], "rejected": [[30.0, 40.0, 0.5]], "rejected_radius": 20.0}]  # operators' rejections, no map
+    assert parse_meta("m.pt", json.dumps(_meta(taught=rejected)))["taught"] == rejected
     what = (
         r'taught must be null or a list of \{"name": n, "key": k, "conf": c\} with n and k strings and c null or in \[0, 1\], '
         r'and a tolerance map \("tolerance": \[\[x, y, score\], ...\], "tolerance_radius" > 0, "tolerance_margin" in \[0, 1\]\) '
-        r"or none, got "
+        r"or none, and operators' rejections \(\"rejected\": .*\) or none, got "
     )
     bad_points = [[{**taught[0], "conf": 1.5}], [{**taught[0], "conf": "0.3"}]]
     broken = (("tolerance", [[1.0, 2.0, 1.5]]), ("tolerance_radius", None), ("tolerance", "x"))
     bad_maps = [[{**tolerant[0], key: value}] for key, value in broken]
+    bad_maps += [[{**rejected[0], "rejected_radius": None}], [{**rejected[0], "rejected": [[1.0, 2.0, -0.1]]}]]
     bad_entries = [[{"name": "photo.png"}], [{"name": "photo.png", "key": 3}], [{**taught[0], "score": 1}]]
     for bad in ("photo.png", *bad_entries, *bad_points, *bad_maps):
         with pytest.raises(ValueError, match=rf"^m\.pt: meta\.json {what}") as caught:

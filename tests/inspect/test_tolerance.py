@@ -82,7 +82,12 @@ def test_a_bad_tolerance_map_is_one_line_and_a_good_one_loads(tmp_path: Path) ->
     good = tmp_path / "good.pt"
     torch.save(start | {"taught": [entry]}, good)
     assert load_checkpoint(good).taught == [entry]
-    for bad in ({"tolerance": [[1.0, 2.0, 1.5]]}, {"tolerance_radius": -1.0}, {"tolerance_margin": None}, {"tolerance": "x"}):
+    rejected = {"rejected": [[5.0, 6.0, 0.5]], "rejected_radius": 20.0}  # operators' rejections (inspect/rejections.py)
+    torch.save(start | {"taught": [entry | rejected]}, good)
+    assert load_checkpoint(good).taught == [entry | rejected]
+    broken = ({"tolerance": [[1.0, 2.0, 1.5]]}, {"tolerance_radius": -1.0}, {"tolerance_margin": None}, {"tolerance": "x"})
+    broken += ({"rejected": [[5.0, 6.0, 0.5]]}, rejected | {"rejected": [[5.0, float("nan"), 0.5]]}, rejected | {"rejected_radius": 0.0})
+    for bad in broken:
         path = tmp_path / "bad.pt"
         torch.save(start | {"taught": [entry | bad]}, path)
         with pytest.raises(ValueError) as caught:

@@ -75,8 +75,12 @@ def frames_with_drift(n: int, start: datetime | None = None, step_s: float = 1.0
 
 
 def back_to_schema_5(conn: Any) -> None:
-    """Drop what schema 6 added (yield and traceability), so a test can migrate a database recorded before it."""
+    """Drop what schemas 6 and 7 added (yield and traceability; calls' golden-image centres), so a test can migrate a
+    database recorded before them."""
     from sqlalchemy import text
+
+    for column in ("golden_x", "golden_y"):
+        conn.execute(text(f"ALTER TABLE calls DROP COLUMN {column}"))
 
     conn.execute(text("DROP INDEX ix_inspections_serial"))
     for column in ("serial", "lot", "work_order", "conf", "first_inspection", "boards"):

@@ -87,7 +87,7 @@ def test_a_schema_3_database_is_migrated(station_db: StationDB) -> None:
         conn.execute(text("UPDATE station_meta SET value = '3' WHERE key = 'schema_version'"))
     with Store(station_db.url, station_db.images) as store:
         with store.engine.connect() as conn:
-            assert conn.execute(text("SELECT value FROM station_meta WHERE key = 'schema_version'")).scalar() == str(SCHEMA_VERSION) == "6"
+            assert conn.execute(text("SELECT value FROM station_meta WHERE key = 'schema_version'")).scalar() == str(SCHEMA_VERSION) == "7"
         with TestClient(create_app(store), base_url="http://localhost") as client:
             items = client.get("/api/inspections", params={"limit": 100}).json()["items"]
             designs = client.get("/api/live").json()["designs"]

@@ -53,6 +53,7 @@ def test_inspector_records_frames_and_their_golden_images(boards: Path, tmp_path
     with Store(str(db)) as store, store.engine.connect() as conn:
         rows = conn.execute(select(inspections).order_by(inspections.c.name)).all()
         n_calls = conn.execute(select(func.count()).select_from(calls)).scalar()
+        centres = conn.execute(select(calls.c.x1, calls.c.y1, calls.c.x2, calls.c.y2, calls.c.golden_x, calls.c.golden_y)).all()
         counts = counts_since(conn, datetime(2000, 1, 1))
     assert [r.name for r in rows] == ["b0.png", "b1.png", "b2.png", "broken.png", "c_no_golden.png"]
     assert [r.verdict for r in rows] == ["fail", "fail", "fail", "not_inspected", "not_inspected"]
@@ -63,6 +64,8 @@ def test_inspector_records_frames_and_their_golden_images(boards: Path, tmp_path
     assert (counts["frames"], counts["boards"], counts["not_inspected"]) == (5, 3, 2)
     assert counts["reasons"] == {"unreadable": 1, "no reference": 1} == summary["not_inspected"]
     assert n_calls == summary["detections"] > 0
+    # each call's box centre in its golden image's pixels (the boards lie where their golden images do: the same place)
+    assert all(abs(gx - (x1 + x2) / 2) < 0.5 and abs(gy - (y1 + y2) / 2) < 0.5 for x1, y1, x2, y2, gx, gy in centres)
     for r in rows[:3]:
         assert r.model == "ref.pt" and r.reference == r.name and r.queued and (r.width, r.height) == (256, 192)
         golden = cv2.imread(str(store.images / r.reference_image), cv2.IMREAD_UNCHANGED)
