@@ -170,6 +170,13 @@ def _print_setup(inspector: Any, args: argparse.Namespace) -> None:
     print(f"model: {runtime.path.name} ({runtime.kind}, {runtime.device}, {what}); {passes}; drift monitoring {drift}")
     conf = inspector.pipeline.conf
     print(f"operating point: score >= {conf:g}, NMS IoU {inspector.pipeline.iou:g}" + (" (the weights')" if args.conf is None else ""))
+    if inspector.pipeline.design_conf:
+        taught = {d["key"]: d["name"] for d in runtime.meta.get("taught") or []}
+        points = ", ".join(f"{taught.get(k, k)} score >= {c:g}" for k, c in sorted(inspector.pipeline.design_conf.items()))
+        print(f"taught designs, each at its own point: {points}")
+    if inspector.choices is not None:
+        print("designs unlike its training looks go to the bundled weights nearer their look, at those weights' own point "
+              "(each frame's record names the weights and threshold that decided it; the summary counts them)")
     if args.save_json and conf > EvalConfig().conf:  # the score threshold val uses for mAP
         print(f"note: --save-json keeps detections scoring >= {conf:g}; to score mAP (pycocotools) keep the whole ranking: ", end="")
         print(f"--conf {EvalConfig().conf}")

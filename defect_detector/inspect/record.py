@@ -130,16 +130,18 @@ class Inspection(Prepared):
 
     def csv_row(self, class_names: Sequence[str]) -> list[Any]:
         """The ``--report`` CSV row (:func:`csv_header`): file name, frame, verdict, reason, calls, calls per class,
-        dropped, drift, the threshold that decided it, serial, lot, order, and the boards of a panel
-        (``A:pass B:fail(2)``: each board's verdict, with its calls when it has any)."""
+        dropped, drift, the threshold that decided it, serial, lot, order, the boards of a panel
+        (``A:pass B:fail(2)``: each board's verdict, with its calls when it has any), and the calls its design's
+        tolerance dropped (``inspect/tolerance.py``)."""
         names = list(self.detections.names) if self.detections is not None else []
         dropped = self.detections.dropped if self.detections is not None else 0
+        tolerated = self.detections.tolerated if self.detections is not None else 0
         per_class = [names.count(name) for name in class_names]
         conf = "" if self.conf is None else round(float(self.conf), 5)
         trace = [v or "" for v in self.trace.as_dict().values()]
         boards = " ".join(f"{b.name}:{b.verdict}" + (f"({b.calls})" if b.calls else "") for b in self.boards)
         row = [self.frame.file_name, self.frame.index, self.verdict.value, self.reason or "", len(names), *per_class, dropped, self.drift]
-        return [*row, conf, *trace, boards]
+        return [*row, conf, *trace, boards, tolerated]
 
     def to_station(self, time: datetime) -> FrameRecord:
         """The station's record of this frame (``station/records.py``), inspected at ``time``: the golden image's name,
@@ -178,8 +180,9 @@ def csv_header(class_names: Sequence[str]) -> list[str]:
     return ["file_name", "frame", "verdict", "reason", "calls", *class_names, "dropped", "drift", *CSV_TRACE]
 
 
-CSV_TRACE = ("conf", "serial", "lot", "order", "boards")
-"""The ``--report`` CSV's last columns: the threshold that decided the frame, its trace and its panel's boards."""
+CSV_TRACE = ("conf", "serial", "lot", "order", "boards", "tolerated")
+"""The ``--report`` CSV's last columns: the threshold that decided the frame, its trace, its panel's boards and the calls
+its design's tolerance dropped."""
 
 
 def call_json(result: Detections | None) -> list[dict[str, Any]]:

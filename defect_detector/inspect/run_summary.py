@@ -30,6 +30,8 @@ class Tally:
         self.reasons: Counter[str] = Counter()
         self.suspects: Counter[str] = Counter()
         self.weights: Counter[str] = Counter()
+        self.points: Counter[tuple[str, float]] = Counter()  # (weights, threshold that decided the frame): inspected frames
+        self.tolerated_calls = 0
         self.events: list[DriftEvent] = []  # the alerts (drift, recovered, rebaseline): few, kept for the summary
         self.changeovers = 0  # counted, not kept: a line whose every board has its own golden image has one a frame
         self.yields = BoardYield()
@@ -53,6 +55,9 @@ class Tally:
             self.reasons[inspection.refusal.kind.value] += 1
             return
         self.processed += 1
+        if inspection.weights and inspection.conf is not None:
+            self.points[(inspection.weights, round(float(inspection.conf), 5))] += 1
+        self.tolerated_calls += result.tolerated
         self.detections += len(result)
         self.dropped_calls += result.dropped
         self.merged_calls += result.merged
@@ -82,10 +87,12 @@ class Tally:
             "not_inspected": dict(self.reasons),
             "pass_suspect": dict(self.suspects),
             "weights_used": dict(self.weights),
+            "points_used": [{"weights": w, "conf": c, "frames": n} for (w, c), n in sorted(self.points.items())],
             "dropped": stats.dropped,
             "detections": self.detections,
             "calls_cut_by_max_det": self.dropped_calls,
             "calls_merged": self.merged_calls,
+            "calls_tolerated": self.tolerated_calls,
             "drift_monitoring": inspector.monitoring,
             "drift_events": [e.to_dict() for e in self.events],
             "changeovers": self.changeovers,
@@ -116,6 +123,8 @@ def summary_line(summary: dict[str, Any]) -> str:
     cut = f" ({summary['calls_cut_by_max_det']} more cut by --max-det)" if summary.get("calls_cut_by_max_det") else ""
     if summary.get("calls_merged"):
         cut += f" ({summary['calls_merged']} merged into another call on the same defect)"
+    if summary.get("calls_tolerated"):
+        cut += f" ({summary['calls_tolerated']} more at places its design tolerates)"
     if summary.get("unrecorded"):
         drift += f"; station database: {summary['unrecorded']} frames NOT RECORDED"
     if summary.get("outputs_failed"):
@@ -139,7 +148,10 @@ def _yield(summary: dict[str, Any]) -> str:
 
 
 def _weights(summary: dict[str, Any]) -> str:
-    """"; weights deeppcb_ref.pt x3, photo_ref.pt x5" when more than one model inspected the frames (chosen per
-    design), else ""."""
-    used = summary.get("weights_used") or {}
-    return "; weights " + ", ".join(f"{name} x{n}" for name, n in sorted(used.items())) if len(used) > 1 else ""
+    """"; weights deeppcb_ref.pt x3 at score >= 0.4, photo_ref.pt x5 at score >= 0.21" when the inspected frames were
+    decided by more than one model or threshold (bundled weights chosen per design, taught designs' own points), else
+    ""."""
+    points = summary.get("points_used") or []
+    if len(points) < 2:
+        return ""
+    return "; weights " + ", ".join(f"{p['weights']} x{p['frames']} at score >= {p['conf']:g}" for p in points)

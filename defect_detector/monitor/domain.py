@@ -27,6 +27,7 @@ import cv2
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from defect_detector.core.board_area import board_area
 from defect_detector.monitor.scale import ScaleRange
 
 WORK_SIDE = 1024
@@ -128,8 +129,10 @@ def _track_width(mask: np.ndarray) -> float:
 
 def design_stats(image: np.ndarray) -> DesignStats:
     """:class:`DesignStats` of a uint8 gray ``[H, W]`` golden image of any size (a few ms at 640x640; larger images are
-    read downscaled, see :data:`WORK_SIDE`). ``ValueError`` for anything else."""
+    read downscaled, see :data:`WORK_SIDE`), read on the board's own area (``core/board_area.py``: a plain background
+    round the board, such as a scan placed on a grey frame, is left out). ``ValueError`` for anything else."""
     image = _check_gray(image)
+    image = board_area(image).crop(image)
     height, width = image.shape
     factor = min(1.0, WORK_SIDE / max(height, width))
     size = (max(8, round(width * factor)), max(8, round(height * factor)))

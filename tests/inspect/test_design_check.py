@@ -217,3 +217,20 @@ def test_the_alerts_of_a_design_routed_to_other_bundled_weights_reach_the_sinks_
         assert dark.weights == "photo_ref.pt" and [e.event for e in dark.events] == ["drift"]
     events = [json.loads(line) for line in alerts.read_text().splitlines()]
     assert [(e["event"], e["severity"], e["frame"]) for e in events] == [("drift", "critical", 1)]
+
+
+def test_deeppcb_boards_on_a_grey_frame_and_a_moved_golden_image_keep_the_deeppcb_weights(tmp_path: Path) -> None:
+    """Issue 56 item 4: a DeepPCB board on a mid-grey 2048x1536 frame was routed to ``photo_ref.pt``, the grey round
+    it setting the look. The look is now read on the board's own area (``core/board_area.py``): it stays with
+    ``deeppcb_ref.pt``, unwarned, and so does its golden image placed 9 px and 5 px away on its own grey frame."""
+    name = sorted((SAMPLES / "deeppcb").glob("*.jpg"))[0].name
+    board, golden = load_image_gray(SAMPLES / "deeppcb" / name), load_image_gray(SAMPLES / "golden" / name)
+    frame, reference = np.full((1536, 2048), 128, np.uint8), np.full((1536, 2048), 128, np.uint8)
+    frame[400:1040, 700:1340] = board
+    reference[405:1045, 709:1349] = golden
+    assert cv2.imwrite(str(tmp_path / "golden.png"), reference)
+    with Inspector.load(reference=tmp_path / "golden.png", device="cpu", threads=1, monitor=False) as inspector:
+        record = inspector.inspect(frame, name="grey.png")
+        assert not inspector.siblings
+    assert record.weights == "deeppcb_ref.pt" and record.design_warning is None
+    assert record.verdict.value in ("pass", "fail") and record.conf == inspector.pipeline.conf

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from defect_detector.align.mapping import Mapping
 from defect_detector.align.register import Registration
 from defect_detector.core.refusal import Refusal, RefusalKind
 from defect_detector.core.types import Detections, LetterboxMeta
@@ -114,7 +115,7 @@ def test_a_record_cannot_be_changed_after_it_is_finished() -> None:
 
 
 def test_the_station_row_of_an_inspected_frame_with_its_golden_image() -> None:
-    reg = Registration(np.eye(2, 3), 0.97, True, 2.345678, -0.1, 1.0, difference=0.012)
+    reg = Registration(Mapping(np.eye(2, 3), (20, 30)), 0.97, True, 2.345678, -0.1, 1.0, difference=0.012)
     golden = np.ones((20, 30), np.uint8)
     event = DriftEvent("drift", 7, "cam0", "warning", 6.5, ["backbone.stem"], "blur")
     prepared = _prepared(registration=reg, golden=golden, golden_name="golden.png")
@@ -123,6 +124,8 @@ def test_the_station_row_of_an_inspected_frame_with_its_golden_image() -> None:
     assert (station.verdict, station.frame, station.source, station.name, station.model) == ("fail", 7, "cam0", "b.png", "m.pt")
     assert station.reference == "golden.png" and station.reference_image is golden
     assert station.registration == {"shift": 2.3457, "angle": -0.1, "score": 0.97, "difference": 0.012}
+    centres = [((c.box[0] + c.box[2]) / 2, (c.box[1] + c.box[3]) / 2) for c in station.calls]
+    assert [c.golden for c in station.calls] == pytest.approx(centres)  # golden px: the registration moves nothing
     assert [c.class_name for c in station.calls] == ["open", "short"] and station.calls[0].box == (1.0, 2.0, 5.0, 6.0)
     assert station.events[0]["event"] == "drift" and station.events[0]["frame"] == 7
     frame = Frame(3, None, "cam0", "x.png", 0.0, "x.png: corrupt")
@@ -147,7 +150,7 @@ def test_report_csv_escapes_file_names_a_spreadsheet_would_run(tmp_path: Path) -
     outputs.close()
     rows = list(csv.reader((tmp_path / "r.csv").open()))
     header = ["file_name", "frame", "verdict", "reason", "calls", "open", "short", "dropped", "drift"]
-    assert rows[0] == [*header, "conf", "serial", "lot", "order", "boards"]
+    assert rows[0] == [*header, "conf", "serial", "lot", "order", "boards", "tolerated"]
     assert rows[1][0] == "'=1+2+cmd|calc!A0.jpg" and rows[2][0] == "'@x.png" and rows[2][3] == "'-bad: unreadable"
     assert rows[2][8] == "'-" and rows[3][:6] == ["board.png", "7", "fail", "", "1", "1"]
 
@@ -198,7 +201,7 @@ def test_the_record_carries_its_threshold_trace_and_panel_boards_into_every_outp
     assert [c["board"] for c in data["calls"]] == ["A", "B"] and [c.board for c in station.calls] == ["A", "B"]
     assert (station.serial, station.lot, station.order, station.conf) == ("SN1", "L2", "WO3", 0.3)
     assert [(b.name, b.verdict) for b in station.boards] == [("A", "fail"), ("B", "fail"), ("C", "pass")]
-    assert row[-5:] == [0.3, "SN1", "L2", "WO3", "A:fail(1) B:fail(1) C:pass"]
+    assert row[-6:] == [0.3, "SN1", "L2", "WO3", "A:fail(1) B:fail(1) C:pass", 0]
     refused = Inspection.finish(_records()["refused"], trace=Trace("SN1"), outlines=outlines)
     assert [b["verdict"] for b in refused.to_json()["boards"]] == ["not_inspected"] * 3 and refused.to_json()["conf"] is None
     plain = _records()["fail"].to_json()  # a frame of one board, no trace: the keys are there, empty; its calls on no board

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,7 +14,7 @@ from defect_detector.inspect.capture import SourceStats
 from defect_detector.inspect.frame import Frame
 from defect_detector.inspect.prepare import Prepared
 from defect_detector.inspect.record import Inspection
-from defect_detector.inspect.run_summary import Tally
+from defect_detector.inspect.run_summary import Tally, summary_line
 from defect_detector.monitor.drift import DriftEvent
 
 
@@ -41,3 +42,25 @@ def test_a_changeover_every_frame_is_counted_not_kept() -> None:
     inspector = SimpleNamespace(runtime=SimpleNamespace(path=Path("w.pt"), device="cpu"), monitoring=True)
     summary = tally.summary("line", frames, inspector, {}, False)
     assert summary["changeovers"] == 3000 and [e["event"] for e in summary["drift_events"]] == ["drift"]
+
+
+def test_the_summary_names_each_model_and_threshold_that_decided_frames_and_counts_tolerated_calls() -> None:
+    """Issue 56 item 4: after a design was routed to other bundled weights, the run still named the first weights and
+    their point. The summary counts the inspected frames per (weights, threshold) and the calls a tolerance dropped."""
+    tally = Tally()
+    decided = [("deeppcb_ref.pt", 0.4), ("photo_ref.pt", 0.21), ("photo_ref.pt", 0.21), ("photo_ref.pt", 0.107)]
+    for index, (weights, conf) in enumerate(decided):
+        record = _record(index, [])
+        tally.add(dataclasses.replace(record, weights=weights, conf=conf, detections=dataclasses.replace(record.detections, tolerated=2)))
+    frames = SimpleNamespace(kind="folder", stats=SourceStats())
+    inspector = SimpleNamespace(runtime=SimpleNamespace(path=Path("deeppcb_ref.pt"), device="cpu"), monitoring=False)
+    summary = tally.summary("line", frames, inspector, {}, False)
+    assert summary["points_used"] == [
+        {"weights": "deeppcb_ref.pt", "conf": 0.4, "frames": 1},
+        {"weights": "photo_ref.pt", "conf": 0.107, "frames": 1},
+        {"weights": "photo_ref.pt", "conf": 0.21, "frames": 2},
+    ]
+    assert summary["calls_tolerated"] == 8
+    line = summary_line(summary)
+    assert "weights deeppcb_ref.pt x1 at score >= 0.4, photo_ref.pt x1 at score >= 0.107, photo_ref.pt x2 at score >= 0.21" in line
+    assert "(8 more at places its design tolerates)" in line

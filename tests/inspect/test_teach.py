@@ -52,7 +52,7 @@ def test_teach_calibrates_the_design_first_and_keeps_the_weights_when_no_time_is
     assert load_checkpoint(out).taught[0]["conf"] == design.after.conf
 
 
-def test_a_design_point_applies_to_that_designs_frames_only(tmp_path: Path) -> None:
+def test_a_design_point_applies_to_that_designs_frames_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     boards = sorted((SAMPLES / "deeppcb").glob("*.jpg"))[:2]
     frames = [(load_image_gray(b), load_image_gray(SAMPLES / "golden" / b.name)) for b in boards]
     start = torch.load(DEFAULT_REFERENCE_WEIGHTS, map_location="cpu", weights_only=True)
@@ -66,6 +66,14 @@ def test_a_design_point_applies_to_that_designs_frames_only(tmp_path: Path) -> N
     plain, strict = calls(DEFAULT_REFERENCE_WEIGHTS), calls(weights)
     assert plain[0] > 0 and plain[1] > 0
     assert strict == [0, plain[1]]  # design A at its own (impossible) point; design B at the weights' point
+    (tmp_path / "frames").mkdir()
+    for board in boards:
+        (tmp_path / "frames" / board.name).write_bytes(board.read_bytes())
+    args = ["--reference", str(SAMPLES / "golden"), "--weights", str(weights), "--threads", "1"]
+    assert main(["predict", str(tmp_path / "frames"), *args]) == 0
+    printed = capsys.readouterr().out  # the header and the summary name each threshold that decided frames
+    assert f"taught designs, each at its own point: {boards[0].name} score >= 0.9999" in printed
+    assert "weights strict_a.pt x1 at score >= 0.4, strict_a.pt x1 at score >= 0.9999" in printed
 
 
 def test_a_teach_that_cannot_teach_writes_nothing_and_exits_non_zero(
