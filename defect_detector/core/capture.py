@@ -11,7 +11,8 @@ A capture is geometric, then photometric, every factor applied together:
   ``k1`` within +-0.02;
 - light (:class:`CaptureLight`): ``gain * (1 + gradient * t) * 255 * (x / 255)^gamma + offset`` (``t`` in [-1, 1]
   along a random direction: a linear light gradient of up to +-12%), then defocus (Gaussian, sigma 0.3-1.2, half of
-  the captures), sensor noise (sigma up to 4 levels) and JPEG (quality 85-95, half of the captures);
+  the captures), sensor noise (sigma up to 4 levels), a binarized line's threshold (Otsu; ``CaptureLight.threshold``,
+  for a binarized design only) and JPEG (quality 85-95, half of the captures);
 - locally, a glare spot or a dark occluder (a hand's edge, a shadow): :func:`hidden_spot`.
 
 :class:`CaptureModel` holds the ranges every factor is drawn from (uniformly): :data:`CAPTURE` is a line's day,
@@ -349,7 +350,8 @@ def light_field(shape: tuple[int, int], gradient: float, direction: float) -> np
 class CaptureLight:
     """A drawn photometric capture (module docstring): ``gain``, ``gamma``, ``offset`` (levels), ``gradient`` (half
     range, share of the light) along ``direction`` (radians), ``defocus`` (Gaussian sigma px; 0: sharp), ``noise``
-    (sigma, levels), drawn from ``seed``, ``jpeg`` (quality; 0: none). The defaults change nothing."""
+    (sigma, levels), drawn from ``seed``, ``jpeg`` (quality; 0: none), ``threshold``: a binarized line's, which
+    thresholds each image (Otsu) before it is stored. The defaults change nothing."""
 
     gain: float = 1.0
     gamma: float = 1.0
@@ -360,6 +362,7 @@ class CaptureLight:
     noise: float = 0.0
     seed: int = 0
     jpeg: int = 0
+    threshold: bool = False
 
     def apply(self, image: np.ndarray) -> np.ndarray:
         """uint8 ``image`` ``[H, W]`` under this light: uint8 ``[H, W]``."""
@@ -371,6 +374,8 @@ class CaptureLight:
         if self.noise > 0:
             out += np.random.default_rng(self.seed).normal(0.0, self.noise, out.shape).astype(np.float32)
         out = np.clip(out + 0.5, 0, 255).astype(np.uint8)
+        if self.threshold:
+            out = cv2.threshold(out, 0, 255, cv2.THRESH_BINARY + cv2.THRESH_OTSU)[1]
         if self.jpeg:
             ok, data = cv2.imencode(".jpg", out, [cv2.IMWRITE_JPEG_QUALITY, self.jpeg])
             if ok:

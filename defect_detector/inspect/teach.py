@@ -26,8 +26,12 @@ No annotated defect is needed. Within ``minutes`` (the whole command, set writin
    design domain extended by its look, and a drift baseline (the starting weights' own when they are kept; else
    calibrated on the defect-free captures).
 
-A design whose calibrated point catches fewer than :data:`MIN_CAUGHT` of its painted defects is not taught (its
-frames keep their design warning); when no design is taught nothing is written and :class:`TeachError` says why.
+A binarized line's design whose look lies within the starting weights' design domain, where they were validated on
+real defects, and whose defect-free captures draw at most 0.1 false calls per board at their own point, is taught at
+that point with nothing changed (:func:`known_designs`: a DeepPCB golden image with ``deeppcb_ref.pt``; painted defects measure the
+painter on such a look, so their recall is shown, not a gate). Any other design whose calibrated point catches fewer
+than :data:`MIN_CAUGHT` of its painted defects is not taught (its frames keep their design warning); when no design is
+taught nothing is written and :class:`TeachError` says why.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ from defect_detector.engine.trainer import fit
 from defect_detector.inspect.calibrate import run_calibrate
 from defect_detector.inspect.inspector import Inspector
 from defect_detector.inspect.run_guard import OutputLock
-from defect_detector.inspect.teach_point import DesignPoint, design_point, held_out_point, scores_by_design
+from defect_detector.inspect.teach_point import MAX_FALSE_CALLS, DesignPoint, design_point, held_out_point, scores_by_design
 from defect_detector.inspect.teach_sets import (
     TeachDesign,
     clean_pairs,
@@ -80,6 +84,7 @@ from defect_detector.inspect.tolerance import (
 )
 from defect_detector.inspect.validate import TrainingValidation, validate
 from defect_detector.model.checkpoint import PHOTO_REFERENCE_WEIGHTS, attach_baseline, load_checkpoint, strip_checkpoint
+from defect_detector.monitor.domain import DomainModel, design_stats
 
 log = logging.getLogger("defect_detector.inspect")
 
@@ -106,13 +111,17 @@ class TeachError(ValueError):
 @dataclass(frozen=True)
 class DesignOutcome:
     """One design: ``before`` at the starting weights' own point, ``after`` at its calibrated point with the weights
-    kept; ``taught`` when ``after`` catches at least :data:`MIN_CAUGHT` of the painted defects."""
+    kept; ``taught`` when ``after`` catches at least :data:`MIN_CAUGHT` of the painted defects, or when ``known``:
+    a binarized line's design whose look lies within the starting weights' design domain (where they were validated on real defects) and its
+    defect-free captures draw at most 0.1 false calls per board at their own point, with the weights unchanged
+    (nothing needed changing; its painted recall is shown, not a gate)."""
 
     name: str
     key: str
     before: DesignPoint
     after: DesignPoint
     taught: bool
+    known: bool = False
 
 
 @dataclass(frozen=True)
@@ -333,11 +342,27 @@ def learn_good(
     return GoodBoards(inspected, refused, tolerance, conf, held_out_point(left_out, conf), scores, left_out)
 
 
+def known_designs(start: dict[str, Any], designs: list[TeachDesign], at_own: list[DesignPoint]) -> list[bool]:
+    """Per design, whether the starting checkpoint ``start`` already inspects it: a binarized line's design
+    (``TeachDesign.binarized``) whose look lies within the weights' design domain (``monitor/domain.py``: the looks
+    they were trained and validated on with real defects, DeepPCB's for ``deeppcb_ref.pt``) and whose defect-free
+    captures drew at most :data:`MAX_FALSE_CALLS` per board at their own point (``at_own``). Painted defects measure
+    the painter there, not the weights: their sizes follow the track width, which a binarized board's wide pours
+    mislead (DeepPCB group 92000 is read 4x DeepPCB's scale). A photographed look keeps the painted-recall gate."""
+    raw = start.get("domain")
+    if raw is None:
+        return [False] * len(designs)
+    domain = DomainModel.from_dict(raw, where="the starting weights' domain")
+    return [
+        d.binarized and not domain.is_unlike(design_stats(d.image)) and p.false_calls <= MAX_FALSE_CALLS for d, p in zip(designs, at_own)
+    ]
+
+
 def _held_out(outcome: DesignOutcome, conf: float, out: Path) -> DesignOutcome:
     """``outcome`` at the point its held-out good boards set (``conf``, never below its own); :class:`TeachError`
     when its painted defects are no longer caught well enough there to teach it."""
     after = outcome.after.at(max(conf, outcome.after.conf))
-    if after.caught < MIN_CAUGHT:
+    if after.caught < MIN_CAUGHT and not outcome.known:
         raise TeachError(
             f"no design taught: its good boards, held out in turn, need score >= {after.conf:.3f} for at most 0.1 false calls "
             f"per board, where the weights catch {after.caught:.0%} of the painted defects (needs {MIN_CAUGHT:.0%}); {out} not written"
@@ -415,13 +440,22 @@ def _teach(  # noqa: PLR0913 - teach()'s checked inputs
     at_own, calibrated, refused = _measure(weights, sets, designs)
     scoring = time.perf_counter() - measuring
     start = torch.load(weights, map_location="cpu", weights_only=True)
+    known = known_designs(start, designs, at_own)
     tuning = "fine-tune not needed: every design's point catches 99% of its painted defects"
-    tuned, points, rehearsal = None, calibrated, None
-    if wants_tuning(calibrated):
+    tuned, points, rehearsal = None, [a if k else c for a, c, k in zip(at_own, calibrated, known)], None
+    if all(known):
+        tuning = (
+            "fine-tune not needed, nothing needed changing: every design's look lies within the weights' training domain, "
+            "where they were validated on real defects, and draws at most 0.1 false calls per defect-free capture at their own point"
+        )
+    elif wants_tuning([c for c, k in zip(calibrated, known) if not k]):
         scored = set_size(sets["clean"]) + set_size(sets["held"])
         reserve = GOOD_RESERVE * scoring * len(boards) / max(scored, 1)  # the good boards, inspected after the fine-tune
         tuned, points, tuning, rehearsal = _tune(weights, start, designs, sets, calibrated, (deadline - reserve, scoring), seed, threads)
-    outcomes = [DesignOutcome(d.name, d.key, b, a, a.caught >= MIN_CAUGHT) for d, b, a in zip(designs, at_own, points)]
+    kept = [k and tuned is None for k in known]  # validated on their domain: true of the starting weights only
+    outcomes = [
+        DesignOutcome(d.name, d.key, b, a, a.caught >= MIN_CAUGHT or k, k) for d, b, a, k in zip(designs, at_own, points, kept)
+    ]
     boards_written = {"clean": set_size(sets["clean"]), "held": set_size(sets["held"]), **refused}
     if not any(o.taught for o in outcomes):
         raise TeachError(
@@ -440,4 +474,14 @@ def _teach(  # noqa: PLR0913 - teach()'s checked inputs
     return TeachReport(outcomes, tuning, rehearsal, baseline, boards_written, minutes, out, work, learnt)
 
 
-__all__ = ["GoodBoards", "TeachError", "TeachReport", "check_minutes", "learn_good", "read_good", "teach", "verify_golden"]
+__all__ = [
+    "GoodBoards",
+    "TeachError",
+    "TeachReport",
+    "check_minutes",
+    "known_designs",
+    "learn_good",
+    "read_good",
+    "teach",
+    "verify_golden",
+]

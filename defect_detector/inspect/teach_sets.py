@@ -2,8 +2,9 @@
 
 Every board is a *line capture*: the golden image as a line's day delivers it, every factor of the capture model
 (``core/capture.py``: moved by up to 25 px and 1.5 degrees, scaled within 0.5%, perspective, lens distortion, a bowed
-board, gain, gamma, offset, a light gradient, defocus, noise and JPEG) together; its ``reference`` is the golden image
-as given. Sets, under ``<out>_teach/``:
+board, gain, gamma, offset, a light gradient, defocus, noise and JPEG) together, and for a binarized line's design
+(:data:`BINARIZED`) thresholded as that line thresholds its frames; its ``reference`` is the golden image as given.
+Sets, under ``<out>_teach/``:
 
 - ``clean/``: defect-free captures (every call on them is a false call): the design's operating point and, for
   weights without one, the drift baseline;
@@ -27,6 +28,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import cv2
 import numpy as np
 
 from defect_detector.core.capture import CAPTURE, Capture, CaptureModel, draw_capture
@@ -34,7 +36,11 @@ from defect_detector.data.images import load_image_gray, pixel_fingerprint
 from defect_detector.data.photo_sets import moved, rendered_pairs, write_pairs
 from defect_detector.looks.paint import paint_defects
 from defect_detector.looks.render import capture
+from defect_detector.monitor.domain import design_stats
 
+BINARIZED = 0.98
+"""Share of a golden image's pixels at its two levels (``monitor/domain.py`` ``DesignStats.binary``) from which it is a
+binarized line's design (DeepPCB's templates: 1.0; photographs: 0.1-0.6)."""
 MIN_SIDE = 128
 """The smallest golden image side ``teach`` takes (px): a painted defect's box is 26 px or more, and a capture moves
 up to 25 px."""
@@ -52,13 +58,15 @@ _NONE = (np.zeros((0, 4), np.float32), np.zeros(0, np.int64))
 class TeachDesign:
     """One golden image: ``index`` (its boards' ``d<index>_`` prefix), ``name`` (file name), ``key`` (fingerprint of
     its gray pixels, what ``predict`` knows it by), ``image`` uint8 ``[H, W]``, ``views``: uint8 ``[h, w]`` crops of it
-    (or the whole image) that its boards are made from."""
+    (or the whole image) that its boards are made from; ``binarized``: a binarized line's design (its golden image
+    :data:`BINARIZED` at two levels): its captures are thresholded as that line thresholds its frames."""
 
     index: int
     name: str
     key: str
     image: np.ndarray = field(repr=False)
     views: tuple[np.ndarray, ...] = field(repr=False)
+    binarized: bool = False
 
     @property
     def area_factor(self) -> float:
@@ -92,15 +100,17 @@ def read_designs(goldens: list[Path]) -> list[TeachDesign]:
         h, w = image.shape
         if min(h, w) < MIN_SIDE:
             raise ValueError(f"{path}: a {w}x{h} px golden image is too small to teach (needs at least {MIN_SIDE} px a side)")
-        designs.append(TeachDesign(index, path.name, pixel_fingerprint(image), image, design_views(image)))
+        binarized = design_stats(image).binary >= BINARIZED
+        designs.append(TeachDesign(index, path.name, pixel_fingerprint(image), image, design_views(image), binarized))
     return designs
 
 
-def _capture(shape: tuple[int, int], rng: np.random.Generator, model: CaptureModel) -> Capture:
+def _capture(shape: tuple[int, int], rng: np.random.Generator, model: CaptureModel, binarized: bool) -> Capture:
     """A capture of ``model`` for a view of ``shape``, its moves at most 1.5% of the shorter side (a small golden image
-    is a crop of a larger frame, moved by as many of its own pixels)."""
+    is a crop of a larger frame, moved by as many of its own pixels); ``binarized``: thresholded as a binarized line's."""
     reach = min(max(abs(v) for v in model.shift), 0.015 * min(shape))
-    return draw_capture(shape, rng, replace(model, shift=(-reach, reach)))
+    capture = draw_capture(shape, rng, replace(model, shift=(-reach, reach)))
+    return replace(capture, light=replace(capture.light, threshold=True)) if binarized else capture
 
 
 def until(items: Iterable[_Pair], deadline: float, least: int) -> Iterator[_Pair]:
@@ -118,7 +128,7 @@ def clean_pairs(
     for n in range(per_design):
         for d in designs:
             view = d.views[n % len(d.views)]
-            yield f"d{d.index:02d}_{tag}{n:03d}", _capture(view.shape, rng, model).apply(view), view, *_NONE
+            yield f"d{d.index:02d}_{tag}{n:03d}", _capture(view.shape, rng, model, d.binarized).apply(view), view, *_NONE
 
 
 def painted_pairs(
@@ -129,7 +139,7 @@ def painted_pairs(
         for d in designs:
             view = d.views[n % len(d.views)]
             board, boxes, labels = paint_defects(view, int(rng.integers(1, 5)), rng)
-            capture = _capture(view.shape, rng, model)
+            capture = _capture(view.shape, rng, model, d.binarized)
             moved, keep = capture.geometry.boxes(boxes)
             yield f"d{d.index:02d}_{tag}{n:03d}", capture.apply(board), view, moved[keep].astype(np.float32), labels[keep]
 
@@ -140,6 +150,8 @@ def training_pairs(designs: list[TeachDesign], total: int, rng: np.random.Genera
         d = designs[n % len(designs)]
         view = d.views[(n // len(designs)) % len(d.views)]
         board = moved(capture(view.astype(np.float32), rng, strength=0.6), rng, 3.0, 0.3)
+        if d.binarized:
+            board = cv2.threshold(board, 0, 255, cv2.THRESH_BINARY + cv2.THRESH_OTSU)[1]
         yield f"d{d.index:02d}_train{n:03d}", board, view, *_NONE
 
 

@@ -16,7 +16,8 @@ reference's (the calibration levels: its dark and bright levels). Over-exposure
 clips: the bright level cannot rise past 255, so it shows as saturation instead, in ``highlights`` (a board whose
 whites are all saturated: DeepPCB's boards keep 0.4-17% of their bright pixels below 250, and at 120% light none;
 a board over 99% one tone, whose 1st and 99th percentiles are one level, is not judged on it: 7 of DeepPCB's 839
-training boards, whose whites are saturated at normal light too)
+training boards, whose whites are saturated at normal light too; nor is a frame a binarized line thresholded,
+``two_level`` :data:`THRESHOLDED` or more: its whites are 255 whatever the light)
 and, against a golden image, as saturated or crushed area the golden image does not have. The range of the bundled
 models was chosen by a measured ROC on the held-out groups (``benchmarks/exposure_roc.py``).
 """
@@ -46,7 +47,10 @@ MIN_SPAN = 64
 """Mid-tones lie between the dark and bright levels; when these are closer than this (a board that is over 99% one
 tone: copper pours), between the darkest and the brightest level the frame shows instead."""
 
-TONES = ("dark", "bright", "saturated", "crushed", "highlights", "midtones", "dark_mode", "bright_mode")
+THRESHOLDED = 0.99
+"""Share of a frame's pixels at exactly its darkest and its brightest level from which it is read as thresholded (a
+binarized line's frame, lossless): its saturation says nothing of the light."""
+TONES = ("dark", "bright", "saturated", "crushed", "highlights", "midtones", "dark_mode", "bright_mode", "two_level")
 """The entries of :func:`tones`."""
 
 
@@ -111,6 +115,7 @@ def tones(counts: np.ndarray) -> dict[str, float]:
         "midtones": float(counts[lo:hi].sum()) / total if hi > lo else 0.0,
         "dark_mode": dark_mode,
         "bright_mode": bright_mode,
+        "two_level": float(counts[present[0]] + counts[present[-1]]) / total if len(present) > 1 else 1.0,
     }
 
 
@@ -129,8 +134,10 @@ def contrast_ratio(frame: dict[str, float], reference: dict[str, float]) -> floa
 def _overexposed(frame: dict[str, float], reference: dict[str, float] | None, max_highlights: float) -> bool:
     """More of the frame's bright pixels saturated than ``max_highlights``, and, against a golden image, fewer than half
     of the bright pixels the golden image keeps below saturation still below it: a binarized golden image whose whites
-    are all 255 (a lossless scan, DeepPCB's templates) has a board of the same look pass, more light does not."""
-    if frame["highlights"] <= max_highlights:
+    are all 255 (a lossless scan, DeepPCB's templates) has a board of the same look pass, more light does not. A frame
+    thresholded by a binarized line (:data:`THRESHOLDED` of it at its darkest and brightest level) says nothing of
+    the light by its saturation: its whites are 255 whatever the light was, so it is never read as overexposed here."""
+    if frame["highlights"] <= max_highlights or frame.get("two_level", 0.0) >= THRESHOLDED:
         return False
     if reference is None or "highlights" not in reference:
         return True

@@ -7,6 +7,7 @@ import cv2
 import numpy as np
 import pytest
 
+from defect_detector.data.images import load_image_gray
 from defect_detector.inspect.teach_sets import (
     MIN_SIDE,
     VIEW_SIDE,
@@ -59,3 +60,26 @@ def test_captures_go_round_the_designs_and_painted_boxes_stay_on_the_board(tmp_p
         assert board.shape == view.shape and len(boxes) == len(labels)
         assert (boxes[:, 0] >= 0).all() and (boxes[:, 2] <= w).all() and (boxes[:, 1] >= 0).all() and (boxes[:, 3] <= h).all()
         assert ((boxes[:, 2:] - boxes[:, :2]) > 4).all()
+
+
+def test_a_binarized_design_is_captured_as_its_line_thresholds_and_predict_refuses_none_of_its_captures(tmp_path: Path) -> None:
+    """Issue 56: ``teach`` on a DeepPCB golden image refused its own captures ("dark occluder or shadow over 35% of
+    the board"): a light gradient over a binarized board is not what its line delivers. A binarized line's design is
+    captured thresholded (before any JPEG), so the prepare stage takes every capture; a photograph is not thresholded."""
+    from defect_detector.inspect.inspector import Inspector
+    from defect_detector.looks.render import render_pair, sample_look
+    from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
+
+    golden = SAMPLES / "golden" / "92000000_test.jpg"
+    (design,) = read_designs([golden])
+    rng = np.random.default_rng(8)
+    layout = load_image_gray(golden)
+    cv2.imwrite(str(tmp_path / "photo.png"), render_pair(layout, layout, sample_look(rng, "holdout"), rng, strength=0.0)[1])
+    assert design.binarized and not read_designs([tmp_path / "photo.png"])[0].binarized
+    boards = [b for _, b, *_ in clean_pairs([design], 4, np.random.default_rng(0))]
+    boards += [b for _, b, *_ in painted_pairs([design], 2, np.random.default_rng(1), "held")]
+    for board in boards:  # two levels, but for JPEG's ringing on some
+        assert ((board < 40) | (board > 215)).mean() > 0.97
+    with Inspector.load(DEFAULT_REFERENCE_WEIGHTS, reference=golden, device="cpu", threads=1, monitor=False) as inspector:
+        refused = [r.reason for r in (inspector.inspect(b, name=f"{i}.png") for i, b in enumerate(boards)) if r.detections is None]
+    assert refused == []

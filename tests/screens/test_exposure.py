@@ -76,8 +76,21 @@ def test_a_lossless_binarized_board_and_its_own_golden_image_are_not_overexposed
     binarized_golden = np.where(golden > 127, 255, 0).astype(np.uint8)
     assert tones(histogram(binarized))["highlights"] == 1.0
     assert _reason(binarized, binarized_golden) is None and _reason(golden, golden) is None
-    assert _reason(binarized, None) is not None  # without a golden image the absolute rule stands
     assert _reason(_light(golden, 1.7), golden).startswith("overexposed")
+
+
+def test_a_frame_a_binarized_line_thresholded_is_never_read_as_overexposed(pair) -> None:
+    """Issue 56: a binarized line's lossless frames (exactly 0 and 255) against its JPEG golden image (DeepPCB's
+    templates keep some whites under 250) were refused as overexposed, and so was every capture ``teach`` made of a
+    binarized design: a thresholded frame's whites are 255 whatever the light was. A frame with a few levels between
+    is read as before."""
+    board, golden = pair
+    binarized = np.where(board > 127, 255, 0).astype(np.uint8)
+    assert tones(histogram(binarized))["two_level"] == 1.0 and tones(histogram(golden))["two_level"] < 0.99
+    assert _reason(binarized, golden) is None and _reason(binarized, None) is None
+    nearly = binarized.copy()
+    nearly[:, :200] = np.clip(_light(board[:, :200], 1.7), 0, 255)  # a third of it read at 170% light, not thresholded
+    assert tones(histogram(nearly))["two_level"] < 0.99 and _reason(nearly, golden).startswith("overexposed")
 
 
 def test_low_contrast_is_refused(pair) -> None:
