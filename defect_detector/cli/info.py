@@ -24,6 +24,7 @@ def run(args: argparse.Namespace) -> None:
     info["designs"] = [
         {"name": d["name"], "key": d["key"], "conf": d.get("conf")}
         | {"tolerance_places": len(d.get("tolerance", [])), "rejected_places": len(d.get("rejected", []))}
+        | {"area_polygons": len(d.get("area", []))}
         for d in loaded.taught
     ]
     print(json.dumps(info, indent=2))

@@ -38,6 +38,12 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="undo --station: write --weights again without any design's rejected places",
     )
+    p.add_argument(
+        "--area",
+        metavar="MASK",
+        help="the design's inspection area: a mask image of its golden image's size, non-zero on the board (default: the "
+        "board's own area, found where a plain background lies round it); nothing outside it is called or refuses a frame",
+    )
     p.add_argument("--weights", help="golden-template weights to start from (default: photo_ref.pt, trained on photographs too)")
     p.add_argument("--minutes", type=float, default=10.0, help="the whole command ends within this many minutes (default: 10)")
     p.add_argument("--out", required=True, help="the taught weights (.pt), which predict takes as they are")
@@ -118,7 +124,8 @@ def run(args: argparse.Namespace) -> None:
         raise CliError(str(exc)) from None
     if args.golden is None and args.good is None:
         raise CliError("teach needs --golden (the design's golden image), --good DIR (its good boards), or both")
-    report = teach(args.golden, args.out, args.weights, args.minutes, args.held, args.seed, threads=args.threads, good=args.good)
+    options = {"threads": args.threads, "good": args.good, "area": args.area}
+    report = teach(args.golden, args.out, args.weights, args.minutes, args.held, args.seed, **options)
     if report.good is not None and report.good.golden is not None:
         print(f"golden image built from the good boards (golden build: their median): {report.good.golden}, predict's --reference")
     print(f"teach: {len(report.designs)} golden image(s) in {report.minutes:.1f} min, on {_captures(report.boards)}:")
@@ -130,6 +137,10 @@ def run(args: argparse.Namespace) -> None:
             )
         else:
             print(f"  {d.name}: {'taught' if d.taught else 'NOT taught (its frames keep their design warning)'}")
+        if d.key in report.areas:
+            share, source = report.areas[d.key]
+            found = "your --area mask" if source == "mask" else "the board's edge in its golden image"
+            print(f"    inspection area: {share:.0%} of its golden image ({found}); nothing outside is called or refuses a frame")
         print(f"    before (the weights' own point): {_point(d.before)}")
         print(f"    after  (its own point):          {_point(d.after)}")
     print(f"  {report.tuning}")

@@ -54,7 +54,8 @@ class _Taught(BaseModel):
     threshold ``teach`` calibrated for it (``conf``; absent before v0.16: the weights' own operating point) and, when
     taught from good boards, its tolerance map (``inspect/tolerance.py``: ``tolerance`` rows ``[x, y, score]`` in
     golden-image pixels, ``tolerance_radius``, ``tolerance_margin``; absent before v0.18), and the calls operators
-    rejected (``teach --station``: ``rejected`` rows of the same form, ``rejected_radius``; absent before v0.19)."""
+    rejected (``teach --station``: ``rejected`` rows of the same form, ``rejected_radius``; absent before v0.19), and its
+    inspection area (``align/inspection_area.py``: ``area`` polygons of golden-image ``[x, y]``, ``area_shape``)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -66,6 +67,8 @@ class _Taught(BaseModel):
     tolerance_margin: _Unit | None = None
     rejected: list[tuple[_Coordinate, _Coordinate, _Unit]] | None = None
     rejected_radius: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    area: list[Annotated[list[tuple[_Coordinate, _Coordinate]], Field(min_length=3)]] | None = None
+    area_shape: tuple[Annotated[int, Field(gt=0)], Annotated[int, Field(gt=0)]] | None = None
 
     @model_validator(mode="after")
     def _whole(self) -> _Taught:
@@ -73,6 +76,8 @@ class _Taught(BaseModel):
         check(all(given) or not any(given), "taught", "tolerance, tolerance_radius and tolerance_margin given together", given)
         rejected = [v is not None for v in (self.rejected, self.rejected_radius)]
         check(all(rejected) or not any(rejected), "taught", "rejected and rejected_radius given together", rejected)
+        area = [v is not None for v in (self.area, self.area_shape)]
+        check(all(area) or not any(area), "taught", "area and area_shape given together", area)
         return self
 
 
@@ -90,7 +95,8 @@ _WHAT = {
     "domain": "null or a design-domain object",
     "taught": 'null or a list of {"name": n, "key": k, "conf": c} with n and k strings and c null or in [0, 1], and a '
     'tolerance map ("tolerance": [[x, y, score], ...], "tolerance_radius" > 0, "tolerance_margin" in [0, 1]) or none, and '
-    'operators\' rejections ("rejected": [[x, y, score], ...], "rejected_radius" > 0) or none',
+    'operators\' rejections ("rejected": [[x, y, score], ...], "rejected_radius" > 0) or none, and an inspection area '
+    '("area": [[[x, y], ...], ...], "area_shape": [h, w]) or none',
 }
 
 

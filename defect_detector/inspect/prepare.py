@@ -68,7 +68,8 @@ class Prepared:
     model's training images (a warning, never a refusal), else None; ``design_taught``: the weights were taught it.
     ``registration``: how its golden image sat in the frame (mapping, score, golden check, photometric fit), None for a
     single-image model or a frame refused before. ``golden``: uint8 ``[H, W]`` its golden image registered into the
-    frame's pixels at the frame's levels, ``covered`` bool ``[H, W]`` where that has data. ``view``: the frame in its
+    frame's pixels at the frame's levels, ``covered`` bool ``[H, W]`` where that has data, within ``area`` (bool
+    ``[H, W]``: its design's inspection area in the frame, ``align/inspection_area.py``; None: the whole frame). ``view``: the frame in its
     golden image's pixels when the model sees it there (``align/golden_view.py``; ``plan`` and the detections' letterbox
     record are then the golden view's), else None. ``plan``: its tile plan (None: letterboxed whole). ``hidden``: its
     largest hidden region (``screens/hidden.py``), None when none or not screened. ``working_scale``: its design shows
@@ -86,6 +87,7 @@ class Prepared:
     registration: Registration | None = None
     golden: np.ndarray | None = field(default=None, repr=False)
     covered: np.ndarray | None = field(default=None, repr=False)
+    area: np.ndarray | None = field(default=None, repr=False)
     view: GoldenView | None = field(default=None, repr=False)
     plan: TileRecord | None = None
     hidden: HiddenArea | None = None
@@ -163,7 +165,8 @@ class Prepare:
         if design is not None and design.tones is None:
             design.tones = tones(histogram(design.image))
         own = design.tones if design is not None else None
-        refusal = screen_reason(image, record.golden, record.covered, self.pipeline.exposure, self.calibration, at_levels, own)
+        limits = (self.pipeline.exposure, self.calibration)
+        refusal = screen_reason(image, record.golden, record.covered, *limits, at_levels, own, area=record.area)
         if refusal is not None:
             return dataclasses.replace(record, refusal=refusal)
         captured = record.golden
@@ -235,7 +238,7 @@ class Prepare:
         if exc.registered is None or record.design is None or exc.kind != RefusalKind.REFERENCE_MISMATCH:
             return None
         warped, registration = exc.registered
-        trial = dataclasses.replace(record, golden=warped, registration=registration, covered=registration.covered(warped.shape))
+        trial = self._covered(dataclasses.replace(record, golden=warped, registration=registration))
         matched = self._match(trial)
         trial = dataclasses.replace(trial, golden=matched[0], registration=matched[1])
         trial = self._hidden(trial, warped)
@@ -278,10 +281,22 @@ class Prepare:
         return design.scale
 
     def _register(self, record: Prepared) -> Prepared:
-        """``record`` with its design's golden image registered into the frame (``ReferenceError`` if none fits)."""
+        """``record`` with its design's golden image registered into the frame (``ReferenceError`` if none fits); its
+        covered area narrowed to the design's inspection area where the weights store one (``align/inspection_area.py``:
+        the screens judge the board only, and calls off it are dropped)."""
         frame = record.frame
         golden, registration = self.designs.register(record.design, frame.image, frame.file_name, self.pipeline.align)
-        return dataclasses.replace(record, golden=golden, registration=registration, covered=registration.covered(frame.image.shape))
+        return self._covered(dataclasses.replace(record, golden=golden, registration=registration))
+
+    def _covered(self, record: Prepared) -> Prepared:
+        """``record`` (registered) with ``covered``: where its registered golden image has data, within ``area``, its
+        design's inspection area in the frame where the weights store one."""
+        shape, registration = record.frame.image.shape[:2], record.registration
+        covered, area = registration.covered(shape), self.pipeline.areas.get(record.design.key) if record.design is not None else None
+        if area is None or area.shape != record.design.image.shape:
+            return dataclasses.replace(record, covered=covered, area=None)
+        inside = area.in_frame(registration.mapping, shape)
+        return dataclasses.replace(record, covered=covered & inside, area=inside)
 
 
 def _hidden_cause(hidden: HiddenArea) -> str:
@@ -328,10 +343,10 @@ def reframed(record: Prepared, image: np.ndarray) -> Prepared:
 
 def detect(pipeline: Pipeline, records: Sequence[Prepared]) -> list[Detections | None]:
     """The model on every record the prepare stage accepted, in one pipeline call (its plan, its registered golden
-    image): per record, in order, its detections in frame pixels, without calls where the golden image has no data
-    (``screens/frame.py`` ``mask_uncovered``), below its design's threshold (``Pipeline.conf_for``) or dropped by its
-    design's tolerance map (``inspect/tolerance.py``, counted in ``Detections.tolerated``), or None for a
-    refused record."""
+    image): per record, in order, its detections in frame pixels, without calls where the golden image has no data or
+    off its design's inspection area (``screens/frame.py`` ``mask_uncovered``), below its design's threshold
+    (``Pipeline.conf_for``) or dropped by its design's tolerance map (``inspect/tolerance.py``, counted in
+    ``Detections.tolerated``), or None for a refused record."""
     out: list[Detections | None] = [None] * len(records)
     framed = [i for i, r in enumerate(records) if not r.refused and r.view is None]
     viewed = [i for i, r in enumerate(records) if not r.refused and r.view is not None]
@@ -349,6 +364,8 @@ def detect(pipeline: Pipeline, records: Sequence[Prepared]) -> list[Detections |
         results = pipeline.detect([r.view.board for r in chosen], golden, [r.plan for r in chosen], features)
         for i, result in zip(viewed, results):
             out[i] = _in_frame(result, records[i].view)
+            if records[i].design is not None and records[i].design.key in pipeline.areas:  # no call off the board
+                out[i] = mask_uncovered(out[i], records[i].covered)
     if pipeline.design_conf:  # a taught design's own threshold (the pipeline kept calls down to the lowest)
         for i, result in enumerate(out):
             if result is not None:

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from defect_detector.align.inspection_area import InspectionArea
 from defect_detector.core.config import EvalConfig
 from defect_detector.core.config_register import RegisterConfig
 from defect_detector.core.constants import DEFAULT_LAYERS
@@ -132,6 +133,13 @@ class Runtime:
         ``tolerance``; ``inspect/tolerance.py``), by the fingerprint of the design's golden image; {} when none."""
         found = {d["key"]: Tolerance.from_entry(d) for d in self.meta.get("taught") or []}
         return {key: tolerance for key, tolerance in found.items() if tolerance is not None}
+
+    @property
+    def design_areas(self) -> dict[str, InspectionArea]:
+        """The inspection area ``teach`` stored for each design (meta ``taught`` ``area``; ``align/inspection_area.py``),
+        by the fingerprint of the design's golden image; {} when none."""
+        found = {d["key"]: InspectionArea.from_entry(d) for d in self.meta.get("taught") or []}
+        return {key: area for key, area in found.items() if area is not None}
 
     @property
     def register_config(self) -> RegisterConfig:

@@ -21,7 +21,8 @@ No annotated defect is needed. Within ``minutes`` (the whole command, set writin
    ``<out stem>_golden.png`` for ``predict``; a golden image given is first checked against them (``golden verify``),
    and one that may carry a defect stops ``teach`` with its place, before any work;
 6. writes ``out``: the weights kept, each design taught listed with its own point (``taught``: name, pixel key,
-   ``conf``, and its tolerance map when taught from good boards; ``predict`` applies them to that design's frames
+   ``conf``, its inspection area (``align/inspection_area.py``: ``--area``'s mask, else the board's own area where a
+   plain background lies round it), and its tolerance map when taught from good boards; ``predict`` applies them to that design's frames
    only), after every design the starting weights were taught before (a design taught again replaces its entry), the
    design domain extended by its look, and a drift baseline (the starting weights' own when they are kept; else
    calibrated on the defect-free captures).
@@ -41,7 +42,7 @@ import logging
 import math
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ import numpy as np
 import torch
 
 from defect_detector.align.golden_build import build_golden, golden_disagreements
+from defect_detector.align.inspection_area import InspectionArea
 from defect_detector.core.io import atomic_torch_save, atomic_write_bytes
 from defect_detector.data.images import load_image_gray
 from defect_detector.data.photo_sets import golden_files
@@ -156,7 +158,8 @@ class TeachReport:
     captures written, ``clean_refused`` / ``held_refused``: how many of them the prepare stage refused, not inspected,
     so left out of every figure);
     ``minutes`` spent; ``weights`` written; ``work`` (the boards and the run); ``good``: what the good boards taught
-    (:class:`GoodBoards`; None without ``good``)."""
+    (:class:`GoodBoards`; None without ``good``); ``areas``: the inspection area stored per design key (``(share of
+    its golden image, "mask" or "board")``; a design without one is inspected over its whole golden image)."""
 
     designs: list[DesignOutcome]
     tuning: str
@@ -167,6 +170,7 @@ class TeachReport:
     weights: Path
     work: Path
     good: GoodBoards | None = None
+    areas: dict[str, tuple[float, str]] = field(default_factory=dict)
 
 
 def _measure(
@@ -253,14 +257,17 @@ def _baseline(out: Path, start: dict[str, Any], tuned: bool, clean: Path) -> str
 
 def _write(  # noqa: PLR0913 - what the weights written hold, each named
     out: Path, source: dict[str, Any], start: dict[str, Any], outcomes: list[DesignOutcome], designs: list[TeachDesign],
-    tolerances: dict[str, Tolerance],
+    tolerances: dict[str, Tolerance], areas: dict[str, InspectionArea],
 ) -> None:
-    """Write ``source`` (inference form) to ``out`` with the taught designs (name, key, ``conf``, and the tolerance map
-    of a design in ``tolerances``, by key) after those the starting checkpoint ``start`` was taught before (a design
-    taught again replaces its entry), and the domain extended by their looks."""
+    """Write ``source`` (inference form) to ``out`` with the taught designs (name, key, ``conf``, the tolerance map
+    of a design in ``tolerances`` and the inspection area of one in ``areas``, by key) after those the starting
+    checkpoint ``start`` was taught before (a design taught again replaces its entry), and the domain extended by
+    their looks."""
     ckpt = strip_checkpoint(source)
     entries = [
-        {"name": o.name, "key": o.key, "conf": float(o.after.conf)} | (tolerances[o.key].to_entry() if o.key in tolerances else {})
+        {"name": o.name, "key": o.key, "conf": float(o.after.conf)}
+        | (tolerances[o.key].to_entry() if o.key in tolerances else {})
+        | (areas[o.key].to_entry() if o.key in areas else {})
         for o in outcomes
         if o.taught
     ]
@@ -342,6 +349,30 @@ def learn_good(
     return GoodBoards(inspected, refused, tolerance, conf, held_out_point(left_out, conf), scores, left_out)
 
 
+def read_area(path: str | Path, golden: np.ndarray) -> InspectionArea:
+    """The inspection area a user's mask image at ``path`` marks (non-zero: the board) over uint8 ``golden`` ``[H, W]``;
+    ``ValueError`` in one line for a mask that cannot be read, of another size, or marking no board."""
+    try:
+        mask = load_image_gray(path)
+    except ValueError as exc:
+        raise ValueError(f"{path}: cannot read this area mask: {exc}") from exc
+    if mask.shape != golden.shape:
+        raise ValueError(
+            f"{path}: the area mask is {mask.shape[1]}x{mask.shape[0]} px, its golden image {golden.shape[1]}x{golden.shape[0]}: "
+            "draw it over the golden image, non-zero on the board"
+        )
+    return InspectionArea.from_mask(mask, str(path))
+
+
+def _areas(designs: list[TeachDesign], given: InspectionArea | None) -> dict[str, InspectionArea]:
+    """Each design's inspection area, by key: the one the user ``given`` (one design), else the board's own area in
+    its golden image where a plain background lies round it (``align/inspection_area.py``; none: the whole image)."""
+    if given is not None:
+        return {designs[0].key: given}
+    found = {d.key: InspectionArea.of_board(d.image) for d in designs}
+    return {key: area for key, area in found.items() if area is not None}
+
+
 def known_designs(start: dict[str, Any], designs: list[TeachDesign], at_own: list[DesignPoint]) -> list[bool]:
     """Per design, whether the starting checkpoint ``start`` already inspects it: a binarized line's design
     (``TeachDesign.binarized``) whose look lies within the weights' design domain (``monitor/domain.py``: the looks
@@ -386,14 +417,16 @@ def teach(  # noqa: PLR0913 - the Python twin of the teach command's flags
     seed: int = 0,
     threads: int | None = None,
     good: str | Path | None = None,
+    area: str | Path | None = None,
 ) -> TeachReport:
     """Teach the design(s) of ``golden`` (a folder of golden images or one image) to ``weights`` (None: the bundled
     ``photo_ref.pt``) within ``minutes``, writing ``out`` (module docstring); ``held`` painted boards per design are
     scored. ``good``: a folder of good boards of one design (:data:`MIN_GOOD` or more) its tolerance map is learnt from;
-    ``golden`` None builds the golden image from them. Raises ``ValueError`` naming the problem before any work (no or
-    unreadable golden image, one too small, too few good boards, good boards with several golden images, a golden
-    image the good boards disagree with, a single-image model, bad minutes, ``out`` taken by another teach),
-    :class:`TeachError` when no design is taught."""
+    ``golden`` None builds the golden image from them. ``area``: a mask image of the (one) golden image's size, non-zero
+    on the board: the design's inspection area (None: the board's own area, found in its golden image). Raises
+    ``ValueError`` naming the problem before any work (no or unreadable golden image, one too small, too few good
+    boards, good boards with several golden images, a golden image the good boards disagree with, a bad area mask, a
+    single-image model, bad minutes, ``out`` taken by another teach), :class:`TeachError` when no design is taught."""
     started = time.perf_counter()
     check_minutes(minutes)
     deadline = started + 60 * minutes
@@ -407,8 +440,11 @@ def teach(  # noqa: PLR0913 - the Python twin of the teach command's flags
     designs = read_designs(goldens) if goldens else []
     if load_checkpoint(weights).config.model.in_channels != 2:  # also checks the weights load into their model
         raise ValueError(f"{weights}: teach needs a golden-template model (model.in_channels 2); this one inspects single images")
+    if area is not None and len(goldens) > 1:
+        raise ValueError(f"{area}: --area is one design's mask: give --golden its one golden image, not {len(goldens)}")
     if boards and goldens:
         verify_golden(goldens[0], designs[0].image, boards, weights)
+    given = read_area(area, designs[0].image) if area is not None and designs else None
     out.parent.mkdir(parents=True, exist_ok=True)
     lock = OutputLock(out.with_name(f".{out.name}.lock"), out, "it", command="teach")
     try:
@@ -418,14 +454,15 @@ def teach(  # noqa: PLR0913 - the Python twin of the teach command's flags
         if not goldens:
             built = built_golden(boards, out, weights)
             goldens, designs = [built], read_designs([built])
-        return _teach(designs, out, weights, held, seed, threads, (started, deadline), (boards, goldens[0], built))
+            given = read_area(area, designs[0].image) if area is not None else None
+        return _teach(designs, out, weights, held, seed, threads, (started, deadline), (boards, goldens[0], built), given)
     finally:
         lock.release()
 
 
 def _teach(  # noqa: PLR0913 - teach()'s checked inputs
     designs: list[TeachDesign], out: Path, weights: Path, held: int, seed: int, threads: int | None, clock: tuple[float, float],
-    good: tuple[list[tuple[str, np.ndarray]], Path, Path | None],
+    good: tuple[list[tuple[str, np.ndarray]], Path, Path | None], area: InspectionArea | None = None,
 ) -> TeachReport:
     started, deadline = clock
     boards, golden, built = good
@@ -468,10 +505,12 @@ def _teach(  # noqa: PLR0913 - teach()'s checked inputs
         learnt = dataclasses.replace(learn_good(tuned or weights, golden, boards, outcomes[0].after.conf, threads), golden=built)
         outcomes[0] = _held_out(outcomes[0], learnt.conf, out)
     source = torch.load(tuned, map_location="cpu", weights_only=True) if tuned else start
-    _write(out, source, start, outcomes, designs, {outcomes[0].key: learnt.tolerance} if learnt is not None else {})
+    tolerances, areas = {outcomes[0].key: learnt.tolerance} if learnt is not None else {}, _areas(designs, area)
+    _write(out, source, start, outcomes, designs, tolerances, areas)
     baseline = _baseline(out, start, tuned is not None, sets["clean"])
     minutes = (time.perf_counter() - started) / 60
-    return TeachReport(outcomes, tuning, rehearsal, baseline, boards_written, minutes, out, work, learnt)
+    stored = {key: (a.share, "mask" if area is not None else "board") for key, a in areas.items()}
+    return TeachReport(outcomes, tuning, rehearsal, baseline, boards_written, minutes, out, work, learnt, stored)
 
 
 __all__ = [

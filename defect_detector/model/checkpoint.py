@@ -110,7 +110,31 @@ def _tolerance_ok(d: dict[str, Any]) -> bool:
     return map_ok and rejected_ok
 
 
-TAUGHT_KEYS = ("name", "key", "conf", "tolerance", "tolerance_radius", "tolerance_margin", "rejected", "rejected_radius")
+def _area_ok(d: dict[str, Any]) -> bool:
+    """Whether a ``taught`` item's inspection area (``align/inspection_area.py``) is absent (neither key) or whole:
+    ``area`` a non-empty list of polygons, each a list of 3 or more ``[x, y]`` finite numbers, and ``area_shape`` two
+    positive integers."""
+    area, shape = d.get("area"), d.get("area_shape")
+    if area is None and shape is None:
+        return True
+
+    def number(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    def point(p: Any) -> bool:
+        return isinstance(p, (list, tuple)) and len(p) == 2 and all(number(v) for v in p)
+
+    def polygon(q: Any) -> bool:
+        return isinstance(q, list) and len(q) >= 3 and all(point(p) for p in q)
+
+    polygons = isinstance(area, list) and len(area) > 0 and all(polygon(q) for q in area)
+    sized = isinstance(shape, (list, tuple)) and len(shape) == 2 and all(type(v) is int and v > 0 for v in shape)
+    return polygons and sized
+
+
+TAUGHT_KEYS = (
+    "name", "key", "conf", "tolerance", "tolerance_radius", "tolerance_margin", "rejected", "rejected_radius", "area", "area_shape",
+)
 """The keys of a ``taught`` item (:attr:`LoadedModel.taught`)."""
 
 
@@ -137,6 +161,12 @@ def _taught_entry(path: Path, raw: Any) -> list[dict[str, Any]]:
             f"(what teach writes), got {cut(raw)}"
         )
     for d in raw:
+        if not _area_ok(d):
+            given = {k: cut(d.get(k)) for k in ("area", "area_shape")}
+            raise ValueError(
+                f"{path}: 'taught' entry of {d['name']}: its inspection area must be 'area': [[[x, y], ...], ...] (polygons of 3 "
+                f"or more finite points) with 'area_shape': [height, width] (what teach writes), got {given}"
+            )
         if not _tolerance_ok(d):
             given = {k: d.get(k) for k in TAUGHT_KEYS[3:]}
             raise ValueError(

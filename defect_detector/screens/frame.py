@@ -64,6 +64,7 @@ def screen_reason(
     calibration: dict[str, float] | None,
     matched: np.ndarray | None = None,
     own: dict[str, float] | None = None,
+    area: np.ndarray | None = None,
 ) -> Refusal | None:
     """Why the uint8 ``[H, W]`` frame ``gray`` is not inspected, or None. ``golden``: its registered
     golden image (uint8 ``[H, W]``) and ``covered`` (bool ``[H, W]``) where that has data; None for a single-image
@@ -75,12 +76,16 @@ def screen_reason(
     golden image as captured. ``own``: :func:`tones` of the golden image itself, not registered: the share of its bright
     pixels saturated (``highlights``) is read from it, since registration's interpolation puts in-between levels on
     every edge (a binarized golden image, whites exactly 255, keeps 3% of its bright pixels below saturation once
-    registered, and a lossless binarized board, which has none, read as overexposed)."""
+    registered, and a lossless binarized board, which has none, read as overexposed). ``area``: bool ``[H, W]``, the
+    design's inspection area in the frame (``align/inspection_area.py``; ``covered`` lies within it): coverage is then
+    read over the board, not the frame."""
     if golden is not None and covered is not None:
-        share = float(covered.mean())
+        whole = float(area.sum()) if area is not None else float(covered.size)
+        share = float(covered.sum()) / max(whole, 1.0)
         if share < MIN_COVERED:
+            what = "the board's inspection area" if area is not None else "the frame"
             message = (
-                f"golden image covers {share:.0%} of the frame (least {MIN_COVERED:.0%}): the board is shifted or turned "
+                f"golden image covers {share:.0%} of {what} (least {MIN_COVERED:.0%}): the board is shifted or turned "
                 "too far in the fixture"
             )
             return Refusal(RefusalKind.COVERS_LITTLE, message, {"covered": share, "least": MIN_COVERED})

@@ -134,6 +134,8 @@ def test_teach_says_how_many_captures_were_refused_and_left_out_of_its_figures(
 def test_teach_refuses_what_it_cannot_teach_before_any_work(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _photo_golden(tmp_path / "g.png")
     cv2.imwrite(str(tmp_path / "tiny.png"), np.zeros((32, 32), np.uint8))
+    small = tmp_path / "small.png"
+    cv2.imwrite(str(small), np.full((10, 10), 255, np.uint8))
     out = ["--out", str(tmp_path / "t.pt")]
     cases = [
         (["--golden", str(tmp_path / "missing")], "no golden image there"),
@@ -226,12 +228,16 @@ def test_teach_good_refuses_too_few_boards_and_several_golden_images_before_any_
     _good_boards(tmp_path / "good", golden, 5)
     marked = tmp_path / "marked.png"  # the golden image carrying a defect its good boards lack: golden verify stops teach
     cv2.imwrite(str(marked), cv2.circle(golden.copy(), (120, 90), 9, 255 - int(golden[90, 120]), -1))
+    small = tmp_path / "small.png"
+    cv2.imwrite(str(small), np.full((10, 10), 255, np.uint8))
     out = ["--out", str(tmp_path / "t.pt")]
     cases = [
         ([], "teach needs --golden (the design's golden image), --good DIR (its good boards), or both"),
         (["--good", str(tmp_path / "few")], "3 good board(s); --good needs 5 or more good boards of the design"),
         (["--good", str(tmp_path / "good"), "--golden", str(tmp_path / "goldens")], "--good teaches one design: give --golden its one"),
         (["--good", str(tmp_path / "good"), "--golden", str(marked)], "golden image differs from what 5 good boards agree on in 1 place"),
+        (["--golden", str(tmp_path / "goldens" / "g.png"), "--area", str(small)], "the area mask is 10x10 px, its golden image 256x256"),
+        (["--golden", str(tmp_path / "goldens"), "--area", str(small)], "--area is one design's mask: give --golden its one"),
     ]
     for args, words in cases:
         assert main(["teach", *args, *out]) == 2
