@@ -81,8 +81,17 @@ def _good(good: Any) -> str:
         f"image, margin {tol.margin:g})\n"
         f"    the design's point: score >= {good.conf:.3f} ({raised}: at most 0.1 false calls per good board held out from the map)\n"
         f"    false calls per good board at score >= {good.conf:.3f}: {good.per_board(good.conf, False):.2f} without the map, "
-        f"{good.per_board(good.conf, True):.2f} with the map learnt on the other good boards (leave-one-out)"
+        f"{good.per_board(good.conf, True):.2f} with the map learnt on the other good boards (leave-one-out)\n"
+        f"    painted defects on the good boards: {_painted(good)}"
     )
+
+
+def _painted(good: Any) -> str:
+    caught, total = good.painted_caught(good.conf)
+    if not total:
+        return "none could be painted or inspected"
+    share = f"{caught} of {total} ({caught / total:.1%})"
+    return f"{share} caught at score >= {good.conf:.3f}, each board's against the map learnt on the others"
 
 
 def _verdicts(args: argparse.Namespace) -> None:

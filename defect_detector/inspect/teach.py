@@ -46,22 +46,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
 import torch
 
-from defect_detector.align.golden_build import build_golden, golden_disagreements
 from defect_detector.align.inspection_area import InspectionArea
-from defect_detector.core.io import atomic_torch_save, atomic_write_bytes
+from defect_detector.core.io import atomic_torch_save
 from defect_detector.data.images import load_image_gray
 from defect_detector.data.photo_sets import golden_files
 from defect_detector.engine.budget import MIN_BASELINE_FRAMES, Budget
 from defect_detector.engine.domain import extend_domain
 from defect_detector.engine.trainer import fit
 from defect_detector.inspect.calibrate import run_calibrate
-from defect_detector.inspect.inspector import Inspector
 from defect_detector.inspect.run_guard import OutputLock
-from defect_detector.inspect.teach_point import MAX_FALSE_CALLS, DesignPoint, design_point, held_out_point, scores_by_design
+from defect_detector.inspect.teach_good import GoodBoards, built_golden, learn_good, read_good, verify_golden
+from defect_detector.inspect.teach_point import MAX_FALSE_CALLS, DesignPoint, design_point, scores_by_design
 from defect_detector.inspect.teach_sets import (
     TeachDesign,
     clean_pairs,
@@ -75,14 +73,7 @@ from defect_detector.inspect.teach_sets import (
 )
 from defect_detector.inspect.teach_tune import TuneScores, keep_tuned, tune_config, wants_tuning
 from defect_detector.inspect.tolerance import (
-    GOOD_FLOOR,
-    MIN_GOOD,
-    TOLERANCE_MARGIN,
-    TOLERANCE_RADIUS,
     Tolerance,
-    in_golden,
-    learn_places,
-    left_out_scores,
 )
 from defect_detector.inspect.validate import TrainingValidation, validate
 from defect_detector.model.checkpoint import PHOTO_REFERENCE_WEIGHTS, attach_baseline, load_checkpoint, strip_checkpoint
@@ -124,30 +115,6 @@ class DesignOutcome:
     after: DesignPoint
     taught: bool
     known: bool = False
-
-
-@dataclass(frozen=True)
-class GoodBoards:
-    """What the good boards taught (``teach --good``): ``inspected`` (their names), ``refused`` (``(name, why)``: not
-    inspected, so left out), ``tolerance`` (the map learnt on all of them), ``captures`` (the design's point from the
-    line captures), ``conf`` (the design's point: ``captures`` raised until held-out good boards draw at most 0.1 false
-    calls per board, ``inspect/teach_point.py`` :func:`held_out_point`), ``scores`` per inspected board: float64 the
-    scores of its calls (from :data:`GOOD_FLOOR`), ``left_out`` per inspected board: those the tolerance learnt on the
-    other good boards keeps (leave-one-out); ``golden``: the golden image built from them (None: one was given)."""
-
-    inspected: list[str]
-    refused: list[tuple[str, str]]
-    tolerance: Tolerance
-    captures: float
-    conf: float
-    scores: list[np.ndarray]
-    left_out: list[np.ndarray]
-    golden: Path | None = None
-
-    def per_board(self, conf: float, tolerance: bool) -> float:
-        """False calls per inspected good board at ``conf``: without the map, or held out from it (leave-one-out)."""
-        calls = self.left_out if tolerance else self.scores
-        return sum(int((s >= conf).sum()) for s in calls) / len(calls)
 
 
 @dataclass(frozen=True)
@@ -277,76 +244,6 @@ def _write(  # noqa: PLR0913 - what the weights written hold, each named
     if domain is not None:
         ckpt["domain"] = domain
     atomic_torch_save(ckpt, out)
-
-
-def read_good(good: str | Path) -> list[tuple[str, np.ndarray]]:
-    """``(file name, gray uint8 [H, W])`` of each good board in the folder (or the image) ``good``, by name;
-    ``ValueError`` in one line for a file that cannot be read or fewer than :data:`MIN_GOOD` boards."""
-    boards = []
-    for path in golden_files(good):
-        try:
-            boards.append((path.name, load_image_gray(path)))
-        except ValueError as exc:
-            raise ValueError(f"{path}: cannot read this good board: {exc}") from exc
-    if len(boards) < MIN_GOOD:
-        raise ValueError(
-            f"{good}: {len(boards)} good board(s); --good needs {MIN_GOOD} or more good boards of the design, as the line captures them"
-        )
-    return boards
-
-
-def built_golden(boards: list[tuple[str, np.ndarray]], out: Path, weights: Path) -> Path:
-    """The golden image of good ``boards`` (``golden build``: their median in the first board's pixels,
-    ``align/golden_build.py``, registered as ``weights``' config says), written losslessly as ``<out stem>_golden.png``
-    (``predict --reference`` takes it; its pixels are the design's key). ``ValueError`` when too few boards register."""
-    golden, _ = build_golden(boards, load_checkpoint(weights).config.register)
-    ok, encoded = cv2.imencode(".png", golden)
-    if not ok:
-        raise ValueError(f"{out}: cannot encode the golden image built from the good boards as PNG")
-    path = out.with_name(out.stem + "_golden.png")
-    atomic_write_bytes(path, encoded.tobytes())
-    return path
-
-
-def verify_golden(path: Path, golden: np.ndarray, boards: list[tuple[str, np.ndarray]], weights: Path) -> None:
-    """``golden verify`` of the given golden image (uint8 ``[H, W]``, read from ``path``) against the good ``boards``
-    (``align/golden_build.py``): ``ValueError`` in one line naming where it differs from what they agree on (it may
-    carry a defect of the board it was taken from, and every board would pass there) or when too few register."""
-    found, aligned = golden_disagreements(golden, boards, load_checkpoint(weights).config.register)
-    if found:
-        where = "; ".join(d.words() for d in found[:3]) + (f"; {len(found) - 3} more" if len(found) > 3 else "")
-        raise ValueError(
-            f"{path}: the golden image differs from what {len(aligned.names)} good boards agree on in {len(found)} place(s) "
-            f"({where}): it may carry a defect; leave --golden out to build one from the good boards"
-        )
-
-
-def learn_good(
-    weights: Path, golden: Path, boards: list[tuple[str, np.ndarray]], conf: float, threads: int | None
-) -> GoodBoards:
-    """Inspect the good ``boards`` against ``golden`` with ``weights`` as ``predict`` does (``Inspector``: the same
-    prepare stage, registration and refusals) at :data:`GOOD_FLOOR`, map each call's box centre into golden-image
-    pixels through the board's registration, and learn the design's tolerance map from them
-    (``inspect/tolerance.py``); the design's point ``conf`` (from the line captures) is raised until the good boards,
-    each held out from the map's fit, draw at most 0.1 false calls per board."""
-    centres, scores, inspected, refused = [], [], [], []
-    with Inspector.load(weights, reference=golden, threads=threads, conf=GOOD_FLOOR, monitor=False) as inspector:
-        for name, image in boards:
-            record = inspector.inspect(image, name=name)
-            if record.detections is None or record.registration is None:
-                refused.append((name, record.reason or "not inspected"))
-                continue
-            inspected.append(name)
-            centres.append(in_golden(record.detections.boxes, record.registration.mapping))
-            scores.append(record.detections.scores.double().numpy())
-    if len(inspected) < MIN_GOOD:
-        why = "; ".join(f"{name}: {reason}" for name, reason in refused[:2])
-        raise ValueError(
-            f"{len(inspected)} of {len(boards)} good boards inspected, {MIN_GOOD} or more needed to learn a tolerance map (refused: {why})"
-        )
-    tolerance = Tolerance(learn_places(centres, scores, TOLERANCE_RADIUS), TOLERANCE_RADIUS, TOLERANCE_MARGIN)
-    left_out = left_out_scores(centres, scores, TOLERANCE_RADIUS, TOLERANCE_MARGIN)
-    return GoodBoards(inspected, refused, tolerance, conf, held_out_point(left_out, conf), scores, left_out)
 
 
 def read_area(path: str | Path, golden: np.ndarray) -> InspectionArea:
@@ -502,7 +399,7 @@ def _teach(  # noqa: PLR0913 - teach()'s checked inputs
         )
     learnt = None
     if boards:
-        learnt = dataclasses.replace(learn_good(tuned or weights, golden, boards, outcomes[0].after.conf, threads), golden=built)
+        learnt = dataclasses.replace(learn_good(tuned or weights, golden, boards, outcomes[0].after.conf, threads, seed), golden=built)
         outcomes[0] = _held_out(outcomes[0], learnt.conf, out)
     source = torch.load(tuned, map_location="cpu", weights_only=True) if tuned else start
     tolerances, areas = {outcomes[0].key: learnt.tolerance} if learnt is not None else {}, _areas(designs, area)
@@ -513,14 +410,4 @@ def _teach(  # noqa: PLR0913 - teach()'s checked inputs
     return TeachReport(outcomes, tuning, rehearsal, baseline, boards_written, minutes, out, work, learnt, stored)
 
 
-__all__ = [
-    "GoodBoards",
-    "TeachError",
-    "TeachReport",
-    "check_minutes",
-    "known_designs",
-    "learn_good",
-    "read_good",
-    "teach",
-    "verify_golden",
-]
+__all__ = ["TeachError", "TeachReport", "check_minutes", "known_designs", "read_area", "teach"]

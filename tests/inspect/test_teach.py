@@ -207,6 +207,8 @@ def test_teach_good_builds_the_golden_image_learns_a_tolerance_map_and_keeps_the
     assert held is not None and float(held.group(1)) >= 0.2
     counts = re.search(r"at score >= ([\d.]+): ([\d.]+) without the map, ([\d.]+) with the map learnt on the other good boards", printed)
     assert counts is not None and counts.group(1) == held.group(1) and float(counts.group(3)) <= min(0.1, float(counts.group(2)))
+    painted = re.search(r"painted defects on the good boards: (\d+) of (\d+) \([\d.]+%\) caught at score >= ([\d.]+), each", printed)
+    assert painted is not None and int(painted.group(2)) >= 10 and painted.group(3) == held.group(1)
     entries = torch.load(out, map_location="cpu", weights_only=True)["taught"]
     assert entries[0] == other  # the design taught before, kept as it was
     mine = entries[1]

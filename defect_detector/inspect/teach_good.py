@@ -1,0 +1,185 @@
+"""What a design's good boards teach (``teach --good``, issue 56): its golden image, checked or built from them, its
+tolerance map, its point held out, and painted defects on the boards themselves.
+
+- :func:`read_good`: :data:`MIN_GOOD <defect_detector.inspect.tolerance.MIN_GOOD>` or more good boards as the line
+  captures them; :func:`built_golden`: without a golden image, ``golden build``'s median of them;
+  :func:`verify_golden`: a golden image given is checked against them first (``golden verify``).
+- :func:`learn_good`: each good board is inspected as ``predict`` does (``Inspector``) at
+  :data:`GOOD_FLOOR <defect_detector.inspect.tolerance.GOOD_FLOOR>`; its calls' centres in golden-image pixels make
+  the tolerance map (``inspect/tolerance.py``), and the design's point is raised until boards held out from the map
+  draw at most 0.1 false calls per board (``inspect/teach_point.py`` ``held_out_point``).
+- Painted defects on the real boards (:data:`PAINTED_PER_BOARD` each, ``looks/paint.py``), inspected the same way:
+  the recall figure at the design's point, each board's defects read against the map learnt on the other boards
+  (a defect at a tolerated place must beat it, as on the line).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import cv2
+import numpy as np
+import torch
+from torchvision.ops import box_iou
+
+from defect_detector.align.golden_build import build_golden, golden_disagreements
+from defect_detector.core.io import atomic_write_bytes
+from defect_detector.data.images import load_image_gray
+from defect_detector.data.photo_sets import golden_files
+from defect_detector.inspect.inspector import Inspector
+from defect_detector.inspect.teach_point import held_out_point
+from defect_detector.inspect.tolerance import (
+    GOOD_FLOOR,
+    MIN_GOOD,
+    TOLERANCE_MARGIN,
+    TOLERANCE_RADIUS,
+    Tolerance,
+    in_golden,
+    learn_places,
+    left_out_scores,
+    tolerated,
+)
+from defect_detector.looks.paint import paint_defects
+from defect_detector.model.checkpoint import load_checkpoint
+
+PAINTED_PER_BOARD = 3
+"""Defects painted on each good board for the recall figure (fewer where the design has no room)."""
+MATCH_IOU = 0.33
+"""A call catches a painted defect when their boxes overlap by this IoU (``engine/evaluate.py``'s matching)."""
+
+
+@dataclass(frozen=True)
+class GoodBoards:
+    """What the good boards taught (``teach --good``): ``inspected`` (their names), ``refused`` (``(name, why)``: not
+    inspected, so left out), ``tolerance`` (the map learnt on all of them), ``captures`` (the design's point from the
+    line captures), ``conf`` (the design's point: ``captures`` raised until held-out good boards draw at most 0.1 false
+    calls per board, ``inspect/teach_point.py`` :func:`held_out_point`), ``scores`` per inspected board: float64 the
+    scores of its calls (from :data:`GOOD_FLOOR`), ``left_out`` per inspected board: those the tolerance learnt on the
+    other good boards keeps (leave-one-out); ``golden``: the golden image built from them (None: one was given);
+    ``centres`` per inspected board: float64 ``[K, 2]`` its calls' centres in golden-image pixels; ``painted`` per
+    inspected board, per defect painted on it: float64 ``[K, 3]`` the calls that caught it (``score,
+    x, y``: box centre in golden-image pixels), empty when none did."""
+
+    inspected: list[str]
+    refused: list[tuple[str, str]]
+    tolerance: Tolerance
+    captures: float
+    conf: float
+    scores: list[np.ndarray]
+    left_out: list[np.ndarray]
+    golden: Path | None = None
+    centres: list[np.ndarray] = field(default_factory=list, repr=False)
+    painted: list[list[np.ndarray]] = field(default_factory=list, repr=False)
+
+    def per_board(self, conf: float, tolerance: bool) -> float:
+        """False calls per inspected good board at ``conf``: without the map, or held out from it (leave-one-out)."""
+        calls = self.left_out if tolerance else self.scores
+        return sum(int((s >= conf).sum()) for s in calls) / len(calls)
+
+
+    def painted_caught(self, conf: float) -> tuple[int, int]:
+        """``(caught, painted)``: the defects painted on the good boards that a call scoring ``conf`` or more catches
+        and the tolerance learnt on the OTHER boards keeps (leave-one-out, as a held-out board meets it on the line)."""
+        caught = total = 0
+        for i, defects in enumerate(self.painted):
+            others = [c for j, c in enumerate(self.centres) if j != i], [s for j, s in enumerate(self.scores) if j != i]
+            tolerance = Tolerance(learn_places(*others, radius=self.tolerance.radius), self.tolerance.radius, self.tolerance.margin)
+            for calls in defects:
+                total += 1
+                strong = calls[calls[:, 0] >= conf]
+                caught += bool(len(strong)) and not tolerated(strong[:, 1:], strong[:, 0], tolerance).all()
+        return caught, total
+
+
+def read_good(good: str | Path) -> list[tuple[str, np.ndarray]]:
+    """``(file name, gray uint8 [H, W])`` of each good board in the folder (or the image) ``good``, by name;
+    ``ValueError`` in one line for a file that cannot be read or fewer than :data:`MIN_GOOD` boards."""
+    boards = []
+    for path in golden_files(good):
+        try:
+            boards.append((path.name, load_image_gray(path)))
+        except ValueError as exc:
+            raise ValueError(f"{path}: cannot read this good board: {exc}") from exc
+    if len(boards) < MIN_GOOD:
+        raise ValueError(
+            f"{good}: {len(boards)} good board(s); --good needs {MIN_GOOD} or more good boards of the design, as the line captures them"
+        )
+    return boards
+
+
+def built_golden(boards: list[tuple[str, np.ndarray]], out: Path, weights: Path) -> Path:
+    """The golden image of good ``boards`` (``golden build``: their median in the first board's pixels,
+    ``align/golden_build.py``, registered as ``weights``' config says), written losslessly as ``<out stem>_golden.png``
+    (``predict --reference`` takes it; its pixels are the design's key). ``ValueError`` when too few boards register."""
+    golden, _ = build_golden(boards, load_checkpoint(weights).config.register)
+    ok, encoded = cv2.imencode(".png", golden)
+    if not ok:
+        raise ValueError(f"{out}: cannot encode the golden image built from the good boards as PNG")
+    path = out.with_name(out.stem + "_golden.png")
+    atomic_write_bytes(path, encoded.tobytes())
+    return path
+
+
+def verify_golden(path: Path, golden: np.ndarray, boards: list[tuple[str, np.ndarray]], weights: Path) -> None:
+    """``golden verify`` of the given golden image (uint8 ``[H, W]``, read from ``path``) against the good ``boards``
+    (``align/golden_build.py``): ``ValueError`` in one line naming where it differs from what they agree on (it may
+    carry a defect of the board it was taken from, and every board would pass there) or when too few register."""
+    found, aligned = golden_disagreements(golden, boards, load_checkpoint(weights).config.register)
+    if found:
+        where = "; ".join(d.words() for d in found[:3]) + (f"; {len(found) - 3} more" if len(found) > 3 else "")
+        raise ValueError(
+            f"{path}: the golden image differs from what {len(aligned.names)} good boards agree on in {len(found)} place(s) "
+            f"({where}): it may carry a defect; leave --golden out to build one from the good boards"
+        )
+
+
+def learn_good(  # noqa: PLR0913 - the good boards' pass, each input named
+    weights: Path, golden: Path, boards: list[tuple[str, np.ndarray]], conf: float, threads: int | None, seed: int = 0
+) -> GoodBoards:
+    """Inspect the good ``boards`` against ``golden`` with ``weights`` as ``predict`` does (``Inspector``: the same
+    prepare stage, registration and refusals) at :data:`GOOD_FLOOR`, map each call's box centre into golden-image
+    pixels through the board's registration, and learn the design's tolerance map from them
+    (``inspect/tolerance.py``); the design's point ``conf`` (from the line captures) is raised until the good boards,
+    each held out from the map's fit, draw at most 0.1 false calls per board. :data:`PAINTED_PER_BOARD` defects are
+    painted on each inspected board (``seed``) and inspected the same way, for the recall figure."""
+    centres, scores, inspected, refused, painted = [], [], [], [], []
+    rng = np.random.default_rng(seed)
+    with Inspector.load(weights, reference=golden, threads=threads, conf=GOOD_FLOOR, monitor=False) as inspector:
+        for name, image in boards:
+            record = inspector.inspect(image, name=name)
+            if record.detections is None or record.registration is None:
+                refused.append((name, record.reason or "not inspected"))
+                continue
+            inspected.append(name)
+            centres.append(in_golden(record.detections.boxes, record.registration.mapping))
+            scores.append(record.detections.scores.double().numpy())
+            painted.append(_painted_calls(inspector, name, image, rng))
+    if len(inspected) < MIN_GOOD:
+        why = "; ".join(f"{name}: {reason}" for name, reason in refused[:2])
+        raise ValueError(
+            f"{len(inspected)} of {len(boards)} good boards inspected, {MIN_GOOD} or more needed to learn a tolerance map (refused: {why})"
+        )
+    tolerance = Tolerance(learn_places(centres, scores, TOLERANCE_RADIUS), TOLERANCE_RADIUS, TOLERANCE_MARGIN)
+    left_out = left_out_scores(centres, scores, TOLERANCE_RADIUS, TOLERANCE_MARGIN)
+    point = held_out_point(left_out, conf)
+    return GoodBoards(inspected, refused, tolerance, conf, point, scores, left_out, centres=centres, painted=painted)
+
+
+def _painted_calls(inspector: Inspector, name: str, image: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
+    """Per defect painted on a copy of the good board ``image`` (``looks/paint.py``, in its own pixels), the calls on
+    it that catch it (IoU :data:`MATCH_IOU`): float64 ``[K, 3]`` ``(score, x, y)``, centres in golden-image pixels;
+    none for a painted board the prepare stage refused."""
+    board, boxes, _ = paint_defects(image, PAINTED_PER_BOARD, rng)
+    record = inspector.inspect(board, name=f"{name} (painted)")
+    if record.detections is None or record.registration is None:
+        return []
+    found = record.detections
+    if len(found) == 0 or len(boxes) == 0:
+        return [np.zeros((0, 3)) for _ in boxes]
+    overlap = box_iou(torch.as_tensor(boxes, dtype=found.boxes.dtype), found.boxes).numpy() >= MATCH_IOU  # [N, K]
+    calls = np.concatenate([found.scores.double().numpy()[:, None], in_golden(found.boxes, record.registration.mapping)], axis=1)
+    return [calls[hit] for hit in overlap]
+
+
+__all__ = ["GoodBoards", "built_golden", "learn_good", "read_good", "verify_golden"]
