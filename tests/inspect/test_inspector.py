@@ -436,7 +436,7 @@ def test_predict_reads_serials_by_pattern_and_counts_first_pass_yield(checkpoint
     assert [(r["serial"], r["lot"]) for r in records] == [("SN1", "L7"), ("SN1", "L7"), ("SN2", "L7"), (None, None)]
     assert all(r["conf"] == 0.99 for r in records)
     lines = report.read_text().splitlines()
-    assert lines[0].endswith(",conf,serial,lot,order,boards") and lines[1].endswith(",0.99,SN1,L7,,")
+    assert lines[0].endswith(",conf,serial,lot,order,boards,tolerated") and lines[1].endswith(",0.99,SN1,L7,,,0")
 
 
 def test_the_inspector_serves_yield_metrics_and_takes_a_serial(checkpoint: Path) -> None:
