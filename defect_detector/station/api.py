@@ -32,7 +32,15 @@ from defect_detector.station import queries
 from defect_detector.station.db import parse_time
 from defect_detector.station.images import resolve
 from defect_detector.station.report import shift_start
-from defect_detector.station.review import Conflict, NotFound, missed_of, record_board_verdict, record_missed, record_verdict
+from defect_detector.station.review import (
+    Conflict,
+    NotFound,
+    missed_of,
+    record_board_verdict,
+    record_missed,
+    record_verdict,
+    rejections_by_design,
+)
 from defect_detector.station.store import Store
 
 MAX_ID = 2**63 - 1
@@ -189,6 +197,13 @@ def _reading_routes(router: APIRouter, store: Store, clock: Callable[[], datetim
         now = clock()
         with store.engine.connect() as conn:
             return queries.live_summary(conn, now.replace(tzinfo=None), shift_start(now, shifts).replace(tzinfo=None))
+
+    @router.get("/api/rejections")
+    def rejections() -> dict[str, Any]:
+        """Per design, the calls rejected as false calls that ``teach --station`` would apply to its taught weights."""
+        with store.engine.connect() as conn:
+            designs = rejections_by_design(conn)
+        return {"designs": designs, "apply": "defect-detector teach --station DB --weights TAUGHT.pt --out TAUGHT.pt"}
 
     @router.get("/api/classes")
     def known_classes() -> dict[str, Any]:

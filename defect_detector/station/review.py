@@ -233,3 +233,17 @@ def false_calls_by_design(conn: Connection) -> dict[str, list[tuple[float, float
     for key, x, y, score in rows:
         out.setdefault(str(key), []).append((float(x), float(y), float(score)))
     return out
+
+
+def rejections_by_design(conn: Connection) -> list[dict[str, Any]]:
+    """Per design (golden-image key), the calls reviewers rejected that ``teach --station`` can apply (with a place in
+    golden-image pixels): ``{"design": its golden image's name (the latest recorded), "key", "rejected": count}``,
+    most rejected first."""
+    rows = conn.execute(
+        select(inspections.c.golden_key, func.max(inspections.c.reference), func.count())
+        .join(calls, calls.c.inspection_id == inspections.c.id)
+        .where(calls.c.verdict == "false_call", calls.c.golden_x.is_not(None), inspections.c.golden_key.is_not(None))
+        .group_by(inspections.c.golden_key)
+    ).all()
+    found = [{"design": name, "key": str(key), "rejected": int(n)} for key, name, n in rows]
+    return sorted(found, key=lambda d: (-d["rejected"], d["key"]))

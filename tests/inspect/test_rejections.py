@@ -112,3 +112,16 @@ def test_teach_station_and_info_list_the_rejections_and_bad_uses_are_one_line(tm
         err = capsys.readouterr().err
         assert words in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "x.pt").exists()
+
+
+def test_the_station_lists_each_designs_rejections(tmp_path: Path) -> None:
+    """Issue 56 item 3: the station lists, per design, the rejected calls ``teach --station`` applies."""
+    from fastapi.testclient import TestClient
+
+    from defect_detector.station.app import create_app
+
+    url = _station(tmp_path / "station.db")
+    with Store(url) as store, TestClient(create_app(store), base_url="http://localhost") as client:
+        listed = client.get("/api/rejections").json()
+    assert listed["designs"] == [{"design": "g.png", "key": KEY, "rejected": 20}, {"design": "g.png", "key": UNTAUGHT, "rejected": 1}]
+    assert listed["apply"].startswith("defect-detector teach --station DB")
