@@ -200,7 +200,7 @@ class StatsCollector:
 
 def calibration_split(train: Sequence[Board], count: int) -> tuple[list[int], list[int]]:
     """(the ``count`` boards ``calibrate --max-images count`` takes from ``train``, evenly spaced; the rest)."""
-    from defect_detector.inspect.calibrate import evenly_spaced
+    from defect_detector.jobs.calibrate import evenly_spaced
 
     chosen = evenly_spaced(len(train), count)
     taken = set(chosen)
@@ -220,7 +220,7 @@ def collect(
     simulated faults ``calibrate`` stores, computed by its own :func:`fault_statistics`), ``pool_<variant>`` of the
     stream boards (:data:`VARIANTS`, golden), ``large_<variant>`` of the composed large frames (clean, golden, and
     with ``large_faults`` the strong faults)."""
-    from defect_detector.inspect.calibrate import evenly_spaced, fault_statistics
+    from defect_detector.jobs.calibrate import evenly_spaced, fault_statistics
 
     collector = StatsCollector(pipeline)
     out = {f"calib_{k}": v for k, v in collector.boards(calibration, {"clean": None}, "calibration", progress).items()}

@@ -4,7 +4,7 @@
 ``deeppcb_train.json``), each with its template, binarized again and stored as PNG (about 3 KB each), with a COCO
 json whose ``reference`` entries name the templates. ``teach`` renders them in photograph looks
 (``data/photo_sets.py`` ``write_rendered_set``), trains on the first 24 among its own painted boards and scores the
-last 8 before and after (``inspect/teach_tune.py``). DeepPCB is MIT-licensed (``data/samples/deeppcb/LICENSE``)::
+last 8 before and after (``jobs/teach_tune.py``). DeepPCB is MIT-licensed (``data/samples/deeppcb/LICENSE``)::
 
     python data/make_rehearsal.py --data data/deeppcb/deeppcb_train.json --out defect_detector/data/rehearsal
 """

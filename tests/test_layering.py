@@ -26,7 +26,8 @@ LAYERS = {
     "export": 5,
     "station": 5,
     "inspect": 6,
-    "cli": 7,
+    "jobs": 7,
+    "cli": 8,
 }
 """The package root (``defect_detector/__init__.py``: the lazy ``Inspector`` export) stands above every room."""
 

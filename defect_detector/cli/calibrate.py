@@ -22,7 +22,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from defect_detector.inspect.calibrate import run_calibrate
+    from defect_detector.jobs.calibrate import run_calibrate
 
     check_imgsz(args.imgsz)
     if args.data is None and args.images is None:

@@ -108,13 +108,13 @@ def _replay_dirty_lens(boards: Path, alerts_path: Path, threads: int | None) -> 
 
 def _score_boards(boards: Path, golden: Path | None) -> dict:
     """COCO mAP and DeepPCB F-score (at the weights' operating point) of the bundled model on ``boards/annotations.json``,
-    scored as ``val`` scores (``inspect/validate.py``, the frame pipeline); with ``golden``, the bundled golden-template
+    scored as ``val`` scores (``jobs/validate.py``, the frame pipeline); with ``golden``, the bundled golden-template
     model, each board against its golden image there (registered as ``predict`` registers it)."""
     import json
     import os
     import tempfile
 
-    from defect_detector.inspect.validate import validate
+    from defect_detector.jobs.validate import validate
     from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
 
     ann = boards / "annotations.json"

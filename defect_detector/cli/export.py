@@ -195,7 +195,7 @@ def _int8_baseline(out: Path, data: str, max_images: int) -> dict[str, Any]:
     import tempfile
 
     from defect_detector.export.int8 import embed_baseline
-    from defect_detector.inspect.calibrate import run_calibrate
+    from defect_detector.jobs.calibrate import run_calibrate
 
     with tempfile.TemporaryDirectory() as tmp:
         baseline = run_calibrate(out, data, None, Path(tmp) / "baseline.json", max_images=max_images, progress=False)

@@ -1,4 +1,4 @@
-"""``defect-detector teach``: bring a new design in from its golden images alone (``inspect/teach.py``)."""
+"""``defect-detector teach``: bring a new design in from its golden images alone (``jobs/teach.py``)."""
 
 from __future__ import annotations
 
@@ -96,8 +96,8 @@ def _painted(good: Any) -> str:
 
 def _verdicts(args: argparse.Namespace) -> None:
     """``teach --station DB`` / ``--forget-rejections``: the operators' rejections applied to, or removed from, the
-    taught weights (``inspect/rejections.py``)."""
-    from defect_detector.inspect.rejections import apply_rejections, forget_rejections
+    taught weights (``jobs/rejections.py``)."""
+    from defect_detector.jobs.rejections import apply_rejections, forget_rejections
 
     if args.golden is not None or args.good is not None:
         raise CliError("--station and --forget-rejections change taught weights only: leave --golden and --good out")
@@ -118,7 +118,7 @@ def _verdicts(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from defect_detector.inspect.teach import check_minutes, teach
+    from defect_detector.jobs.teach import check_minutes, teach
 
     if args.station is not None and args.forget_rejections:
         raise CliError("--station applies the operators' rejections and --forget-rejections removes them: give one")

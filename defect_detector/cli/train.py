@@ -34,8 +34,8 @@ def run(args: argparse.Namespace) -> None:
     from defect_detector.engine.budget import Budget
     from defect_detector.engine.state import adopt_init_architecture, adopt_init_operating_point
     from defect_detector.engine.trainer import fit
-    from defect_detector.inspect.calibrate import RUN_CALIBRATION_IMAGES, calibrate_run
-    from defect_detector.inspect.validate import TrainingValidation
+    from defect_detector.jobs.calibrate import RUN_CALIBRATION_IMAGES, calibrate_run
+    from defect_detector.jobs.validate import TrainingValidation
 
     started = time.perf_counter()
     cfg = load_config(args.config, args.overrides)

@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> None:
     import torch
 
     from defect_detector.core.io import atomic_write_json
-    from defect_detector.inspect.validate import validate
+    from defect_detector.jobs.validate import validate
 
     check_imgsz(args.imgsz)
     if args.gallery_n < 1:
@@ -84,7 +84,7 @@ def _write_gallery(folder: str, n: int, result: Any, conf: float) -> None:
     import functools
 
     from defect_detector.engine.gallery import write_gallery
-    from defect_detector.inspect.validate import load_pair
+    from defect_detector.jobs.validate import load_pair
 
     dataset = result.dataset
     pair = functools.partial(load_pair, result)

@@ -1,6 +1,6 @@
 """The capture model: a board as a line's camera delivers it against its golden image (DESIGN.md "Captures"). Every
 parameter of a capture lives here, once; training pairs (``data/line_capture.py``), ``teach``'s captures
-(``inspect/teach_sets.py``) and the benchmarks (``line_captures``, ``photo_captures``, ``hidden_roc``) draw from it.
+(``jobs/teach_sets.py``) and the benchmarks (``line_captures``, ``photo_captures``, ``hidden_roc``) draw from it.
 
 A capture is geometric, then photometric, every factor applied together:
 

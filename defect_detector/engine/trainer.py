@@ -226,7 +226,7 @@ def fit(  # noqa: PLR0913 - train's settings, one keyword each
     """Train per ``cfg``; writes ``<out_dir>/<name>/`` and returns that folder.
 
     ``validator``: how validation predicts (:data:`Validator`; ``train`` and ``teach`` pass the frame pipeline's,
-    ``inspect/validate.py`` ``TrainingValidation``). ``resume`` continues from ``weights/last.pt`` (model, EMA,
+    ``jobs/validate.py`` ``TrainingValidation``). ``resume`` continues from ``weights/last.pt`` (model, EMA,
     optimizer, scaler, scheduler, epoch and counters restored) at the epoch after the last finished one. Its config must
     match ``cfg`` (:func:`~defect_detector.engine.run_files.check_resume_config`), and its jsons the digests the
     checkpoint records unless ``allow_data_change`` (:func:`~defect_detector.engine.run_files.check_resume_data`),

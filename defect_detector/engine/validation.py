@@ -1,7 +1,7 @@
 """Training-time validation: the EMA weights' predictions on the run's validation json, and all metrics of them.
 
 ``fit`` validates with the :data:`Validator` its caller passes: ``defect-detector train`` and ``teach`` pass the frame
-pipeline's (``inspect/validate.py`` ``TrainingValidation``; the engine cannot import it, a layer above), so the mAP that
+pipeline's (``jobs/validate.py`` ``TrainingValidation``; the engine cannot import it, a layer above), so the mAP that
 chooses ``best.pt`` is the one ``val`` reproduces.
 """
 
@@ -19,7 +19,7 @@ from defect_detector.model.detector import TinyDetector
 Validator = Callable[[torch.nn.Module, Config, CocoDetectionDataset], Predictions]
 """Training-time validation's predictions: ``(eval-mode model, the run's config, its validation set) -> {image_id:
 prediction}`` on the validation set's images (``data.max_images`` applied), boxes xyxy in image pixels.
-``defect-detector train`` and ``teach`` pass the frame pipeline's (``inspect/validate.py`` ``TrainingValidation``: the
+``defect-detector train`` and ``teach`` pass the frame pipeline's (``jobs/validate.py`` ``TrainingValidation``: the
 prepare stage ``val`` and ``predict`` use, so ``best.pt`` is chosen on the metric ``val`` reproduces)."""
 
 

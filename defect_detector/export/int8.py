@@ -14,7 +14,7 @@ themselves are the int8 network's, so their statistics move: on the bundled sing
 shift of a statistic's mean was 1.02 baseline spreads (100 calibration frames, 7-bit weights): ``report["stats_shift"]``,
 in units of the float baseline's per-layer standard deviation over frames. ``export_int8`` embeds the float baseline (checked as every
 export checks it); ``export --int8`` then calibrates the baseline again through the int8 model on the same ``--data``
-frames (``inspect/calibrate.py``, as ``calibrate --weights model.int8.onnx`` does) and embeds that one
+frames (``jobs/calibrate.py``, as ``calibrate --weights model.int8.onnx`` does) and embeds that one
 (:func:`embed_baseline`), so drift compares the int8 model's statistics with its own clean level.
 
 Weights are quantized to 7 bits (``reduce_range``) for the ``cpu`` target. ONNX Runtime's uint8 x int8 convolutions

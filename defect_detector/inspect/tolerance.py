@@ -11,7 +11,7 @@ box centre, mapped into golden-image pixels through the frame's registration, li
 score above that place's score + ``margin`` to count; a call scoring :data:`TOLERANCE_CAP` or more is always a call.
 The calls dropped are counted (``Detections.tolerated``), never silently lost.
 
-Operators' verdicts add to it (``teach --station``, ``inspect/rejections.py``): each call an operator rejected at
+Operators' verdicts add to it (``teach --station``, ``jobs/rejections.py``): each call an operator rejected at
 the station as a false call is a place of its own (golden-image ``(x, y)`` and its score), tolerated within the
 smaller :data:`REJECTED_RADIUS` at the same margin and under the same cap, so a rejection quietens the spot it was
 given on and never a whole region.

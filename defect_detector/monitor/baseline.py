@@ -1,6 +1,6 @@
 """Drift baseline: how each monitored layer statistic is distributed over clean calibration frames.
 
-:func:`calibrate` builds a :class:`Baseline` from per-frame statistics (``inspect/calibrate.py`` runs the model
+:func:`calibrate` builds a :class:`Baseline` from per-frame statistics (``jobs/calibrate.py`` runs the model
 over clean frames through the frame pipeline to get them). ``defect-detector calibrate`` writes one as JSON;
 ``strip --baseline`` and ``export --baseline`` carry it inside the weights, so ``predict`` monitors drift without
 extra files.
@@ -300,7 +300,7 @@ def calibrate(  # noqa: PLR0913 - one keyword per Baseline field it records (img
     ``layer_names`` order. ``golden`` (golden-template models): the statistics of each frame's golden image
     paired with itself, in the same batches; the baseline is then ``relative`` (frame minus golden).
     Frames with a non-finite value are left out (and counted in a warning).
-    ``faults``: see :class:`Baseline` (from ``inspect/calibrate.py``'s ``fault_statistics``). ``image_levels``:
+    ``faults``: see :class:`Baseline` (from ``jobs/calibrate.py``'s ``fault_statistics``). ``image_levels``:
     float ``[N, 4]`` gray levels of the frames (``screens/blank.py``), stored as their median. ``pixel_levels``: float
     ``[B]`` counts of the frames' pixels per grey-level bin, stored as shares. ``space``: ``"log"`` or
     ``"linear"`` (None: log when every statistic is positive). Raises

@@ -34,7 +34,7 @@ class CallRecord:
     """One call of the model: its class name, score in [0, 1], box ``(x1, y1, x2, y2)`` in frame pixels, the
     ``board`` of a panel it lies on (None: the frame has no board outlines, or the call lies on none), and ``golden``:
     its box centre ``(x, y)`` in its golden image's pixels, through the frame's registration (None: no golden image);
-    a rejected call is tolerated there by ``teach --station`` (``inspect/rejections.py``)."""
+    a rejected call is tolerated there by ``teach --station`` (``jobs/rejections.py``)."""
 
     class_name: str
     score: float

@@ -12,7 +12,7 @@ from design_boards import write_design_json
 from small_checkpoint import write_small_checkpoint
 
 from benchmarks.drift_unseen import boards_of, main, name_order
-from defect_detector.inspect.calibrate import run_calibrate
+from defect_detector.jobs.calibrate import run_calibrate
 from defect_detector.model.checkpoint import attach_baseline
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -14,7 +14,7 @@ from small_checkpoint import SMALL_MODEL, write_small_checkpoint
 from defect_detector.cli.main import main
 from defect_detector.data.synth import write_synthetic_dataset
 from defect_detector.engine.budget import Budget
-from defect_detector.inspect.calibrate import calibrate_run
+from defect_detector.jobs.calibrate import calibrate_run
 from defect_detector.model.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_thread")

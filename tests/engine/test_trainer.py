@@ -17,7 +17,7 @@ from defect_detector.core.config import AugmentConfig, ConfigError, load_config,
 from defect_detector.data.synth import write_synthetic_dataset
 from defect_detector.engine import run_files
 from defect_detector.engine.trainer import NonFiniteLossError, TrainingError, fit, lr_factor, with_pixel_scale
-from defect_detector.inspect.validate import TrainingValidation
+from defect_detector.jobs.validate import TrainingValidation
 from defect_detector.model.loss import DetectionLoss
 
 

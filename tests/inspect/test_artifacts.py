@@ -20,7 +20,7 @@ from defect_detector.data.synth import generate_board
 from defect_detector.export import export_onnx, onnx_meta_path
 from defect_detector.inspect.artifacts import artifact_kind
 from defect_detector.inspect.runtime import Runtime
-from defect_detector.inspect.validate import validate
+from defect_detector.jobs.validate import validate
 from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, load_checkpoint
 
 pytest.importorskip("onnx", reason="onnx not installed (pip install '.[onnx]')")

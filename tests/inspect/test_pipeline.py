@@ -13,9 +13,9 @@ from small_checkpoint import write_small_checkpoint
 from torchvision.ops import box_iou
 
 from defect_detector.data.synth import generate_board
-from defect_detector.inspect.calibrate import run_calibrate
 from defect_detector.inspect.inspector import Inspector
 from defect_detector.inspect.runtime import Runtime
+from defect_detector.jobs.calibrate import run_calibrate
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -18,7 +18,7 @@ from defect_detector.export import export_torchscript
 from defect_detector.inspect import runtime as runtime_module
 from defect_detector.inspect.inspector import Inspector
 from defect_detector.inspect.runtime import PRECISIONS, checkpoint_dtype, precision_half
-from defect_detector.inspect.validate import validate
+from defect_detector.jobs.validate import validate
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, load_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_thread")

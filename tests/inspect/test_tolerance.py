@@ -82,7 +82,7 @@ def test_a_bad_tolerance_map_is_one_line_and_a_good_one_loads(tmp_path: Path) ->
     good = tmp_path / "good.pt"
     torch.save(start | {"taught": [entry]}, good)
     assert load_checkpoint(good).taught == [entry]
-    rejected = {"rejected": [[5.0, 6.0, 0.5]], "rejected_radius": 20.0}  # operators' rejections (inspect/rejections.py)
+    rejected = {"rejected": [[5.0, 6.0, 0.5]], "rejected_radius": 20.0}  # operators' rejections (jobs/rejections.py)
     torch.save(start | {"taught": [entry | rejected]}, good)
     assert load_checkpoint(good).taught == [entry | rejected]
     broken = ({"tolerance": [[1.0, 2.0, 1.5]]}, {"tolerance_radius": -1.0}, {"tolerance_margin": None}, {"tolerance": "x"})

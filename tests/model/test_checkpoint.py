@@ -137,7 +137,7 @@ def test_strip_refuses_a_baseline_measured_with_other_weights(tmp_path: Path, ca
     it into another one (a critical alert at frame 17 on clean frames). The baseline records the digest of the weights
     it was measured with; ``strip`` refuses other weights in one line, and takes the same weights stripped before."""
     from defect_detector.data.synth import write_synthetic_dataset
-    from defect_detector.inspect.calibrate import run_calibrate
+    from defect_detector.jobs.calibrate import run_calibrate
     from defect_detector.model.checkpoint import weights_digest
 
     measured, other = _small_checkpoint(tmp_path / "measured.pt", 1), _small_checkpoint(tmp_path / "other.pt", 2)

@@ -91,7 +91,7 @@ def test_export_writes_what_reviewers_confirmed(station_db: StationDB, tmp_path:
 
 def test_review_export_cli_and_training_on_it(tmp_path: Path, tiny_config, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: ANN001
     from defect_detector.engine.trainer import fit
-    from defect_detector.inspect.validate import TrainingValidation
+    from defect_detector.jobs.validate import TrainingValidation
 
     db = tmp_path / "station.db"
     _review(str(db), Path(f"{db}.images"))

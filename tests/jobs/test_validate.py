@@ -11,7 +11,7 @@ from small_checkpoint import SPREAD, assert_apart, write_small_checkpoint
 
 from defect_detector.cli.main import main
 from defect_detector.export import export_torchscript
-from defect_detector.inspect.validate import validate
+from defect_detector.jobs.validate import validate
 from defect_detector.model.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -101,7 +101,7 @@ def held_out_point(left_out: Sequence[np.ndarray], conf: float, most: float = MA
 
 
 def design_index(file_name: str) -> int:
-    """The design a ``teach`` board belongs to: its file stem starts ``d<index>_`` (``inspect/teach_sets.py``)."""
+    """The design a ``teach`` board belongs to: its file stem starts ``d<index>_`` (``jobs/teach_sets.py``)."""
     return int(Path(file_name).stem.split("_", 1)[0][1:])
 
 
@@ -109,7 +109,7 @@ def scores_by_design(
     clean: tuple[COCO, Predictions], painted: tuple[COCO, Predictions], cat_map: Mapping[int, int], designs: int
 ) -> list[DesignScores]:
     """Per design (``0 .. designs - 1``), its :class:`DesignScores` from the ``(ground truth, predictions)`` of the
-    defect-free set ``clean`` and of the painted set ``painted`` (``inspect/validate.py`` ``Validation``; ``cat_map``
+    defect-free set ``clean`` and of the painted set ``painted`` (``jobs/validate.py`` ``Validation``; ``cat_map``
     its category id -> label)."""
     out = []
     for k in range(designs):

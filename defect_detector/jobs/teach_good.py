@@ -7,7 +7,7 @@ tolerance map, its point held out, and painted defects on the boards themselves.
 - :func:`learn_good`: each good board is inspected as ``predict`` does (``Inspector``) at
   :data:`GOOD_FLOOR <defect_detector.inspect.tolerance.GOOD_FLOOR>`; its calls' centres in golden-image pixels make
   the tolerance map (``inspect/tolerance.py``), and the design's point is raised until boards held out from the map
-  draw at most 0.1 false calls per board (``inspect/teach_point.py`` ``held_out_point``).
+  draw at most 0.1 false calls per board (``jobs/teach_point.py`` ``held_out_point``).
 - Painted defects on the real boards (:data:`PAINTED_PER_BOARD` each, ``looks/paint.py``), inspected the same way:
   the recall figure at the design's point, each board's defects read against the map learnt on the other boards
   (a defect at a tolerated place must beat it, as on the line).
@@ -28,7 +28,6 @@ from defect_detector.core.io import atomic_write_bytes
 from defect_detector.data.images import load_image_gray
 from defect_detector.data.photo_sets import golden_files
 from defect_detector.inspect.inspector import Inspector
-from defect_detector.inspect.teach_point import held_out_point
 from defect_detector.inspect.tolerance import (
     GOOD_FLOOR,
     MIN_GOOD,
@@ -40,6 +39,7 @@ from defect_detector.inspect.tolerance import (
     left_out_scores,
     tolerated,
 )
+from defect_detector.jobs.teach_point import held_out_point
 from defect_detector.looks.paint import paint_defects
 from defect_detector.model.checkpoint import load_checkpoint
 
@@ -54,7 +54,7 @@ class GoodBoards:
     """What the good boards taught (``teach --good``): ``inspected`` (their names), ``refused`` (``(name, why)``: not
     inspected, so left out), ``tolerance`` (the map learnt on all of them), ``captures`` (the design's point from the
     line captures), ``conf`` (the design's point: ``captures`` raised until held-out good boards draw at most 0.1 false
-    calls per board, ``inspect/teach_point.py`` :func:`held_out_point`), ``scores`` per inspected board: float64 the
+    calls per board, ``jobs/teach_point.py`` :func:`held_out_point`), ``scores`` per inspected board: float64 the
     scores of its calls (from :data:`GOOD_FLOOR`), ``left_out`` per inspected board: those the tolerance learnt on the
     other good boards keeps (leave-one-out); ``golden``: the golden image built from them (None: one was given);
     ``centres`` per inspected board: float64 ``[K, 2]`` its calls' centres in golden-image pixels; ``painted`` per

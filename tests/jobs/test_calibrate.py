@@ -17,7 +17,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_run_calibrate_writes_a_baseline(tmp_path: Path) -> None:
-    from defect_detector.inspect.calibrate import run_calibrate
+    from defect_detector.jobs.calibrate import run_calibrate
 
     ann = write_synthetic_dataset(tmp_path / "data", 5, 128, 128, seed=3)
     cfg = Config()
@@ -38,7 +38,7 @@ def test_run_calibrate_writes_a_baseline(tmp_path: Path) -> None:
 def test_run_calibrate_shows_each_stage_on_stderr(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 58: ``calibrate`` showed no progress where stderr was not a terminal, and none at all while it read the
     layer statistics; each stage now ends with a whole line at 100%."""
-    from defect_detector.inspect.calibrate import run_calibrate
+    from defect_detector.jobs.calibrate import run_calibrate
 
     ann = write_synthetic_dataset(tmp_path / "data", 5, 128, 128, seed=3)
     cfg = Config()

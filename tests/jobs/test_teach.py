@@ -1,4 +1,4 @@
-"""`teach`: calibration first (inspect/teach.py, cli/teach.py): a design's own point, for that design only."""
+"""`teach`: calibration first (jobs/teach.py, cli/teach.py): a design's own point, for that design only."""
 
 import re
 import subprocess
@@ -13,12 +13,12 @@ import torch
 from defect_detector.cli.main import main
 from defect_detector.data.images import load_image_gray, pixel_fingerprint
 from defect_detector.data.synth import generate_board_pair
-from defect_detector.inspect import teach as teach_module
 from defect_detector.inspect.inspector import Inspector
 from defect_detector.inspect.runtime import Runtime
-from defect_detector.inspect.teach import teach
-from defect_detector.inspect.teach_point import DesignPoint, DesignScores
-from defect_detector.inspect.teach_sets import clean_pairs, read_designs
+from defect_detector.jobs import teach as teach_module
+from defect_detector.jobs.teach import teach
+from defect_detector.jobs.teach_point import DesignPoint, DesignScores
+from defect_detector.jobs.teach_sets import clean_pairs, read_designs
 from defect_detector.looks.render import render_pair, sample_look
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, DEFAULT_WEIGHTS, PHOTO_REFERENCE_WEIGHTS, load_checkpoint
 

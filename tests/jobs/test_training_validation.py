@@ -15,7 +15,7 @@ from small_checkpoint import SPREAD, assert_apart, write_small_checkpoint
 from defect_detector.core.config import Config
 from defect_detector.data.dataset import CocoDetectionDataset
 from defect_detector.engine.trainer import fit
-from defect_detector.inspect.validate import TrainingValidation, validate
+from defect_detector.jobs.validate import TrainingValidation, validate
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -3,13 +3,13 @@
 No annotated defect is needed. Within ``minutes`` (the whole command, set writing included), ``teach``:
 
 1. reads each golden image once and refuses, before any work, one it cannot read or too small to teach
-   (``inspect/teach_sets.py``); a large one is taught on crops;
+   (``jobs/teach_sets.py``); a large one is taught on crops;
 2. writes defect-free line captures of each design and captures with defects painted on it
-   (``inspect/teach_sets.py``), and inspects both with the starting weights;
-3. **calibrates** each design's operating point on them (``inspect/teach_point.py``: at most 0.1 false calls per
+   (``jobs/teach_sets.py``), and inspects both with the starting weights;
+3. **calibrates** each design's operating point on them (``jobs/teach_point.py``: at most 0.1 false calls per
    defect-free board, the weights' own point unless painted recall needs lower);
 4. **fine-tunes** only when time is left and a design's point still misses painted defects, with a rehearsal of
-   real defects, and keeps the result only when it paid (``inspect/teach_tune.py``);
+   real defects, and keeps the result only when it paid (``jobs/teach_tune.py``);
 5. with ``good`` (:func:`teach` ``good``: :data:`MIN_GOOD <defect_detector.inspect.tolerance.MIN_GOOD>` or more good
    boards of one design as the line captures them), inspects them as ``predict`` does at
    :data:`GOOD_FLOOR <defect_detector.inspect.tolerance.GOOD_FLOOR>` with the weights kept and learns the design's
@@ -56,11 +56,12 @@ from defect_detector.data.photo_sets import golden_files
 from defect_detector.engine.budget import MIN_BASELINE_FRAMES, Budget
 from defect_detector.engine.domain import extend_domain
 from defect_detector.engine.trainer import fit
-from defect_detector.inspect.calibrate import run_calibrate
 from defect_detector.inspect.run_guard import OutputLock
-from defect_detector.inspect.teach_good import GoodBoards, built_golden, learn_good, read_good, verify_golden
-from defect_detector.inspect.teach_point import MAX_FALSE_CALLS, DesignPoint, design_point, scores_by_design
-from defect_detector.inspect.teach_sets import (
+from defect_detector.inspect.tolerance import Tolerance
+from defect_detector.jobs.calibrate import run_calibrate
+from defect_detector.jobs.teach_good import GoodBoards, built_golden, learn_good, read_good, verify_golden
+from defect_detector.jobs.teach_point import MAX_FALSE_CALLS, DesignPoint, design_point, scores_by_design
+from defect_detector.jobs.teach_sets import (
     TeachDesign,
     clean_pairs,
     painted_pairs,
@@ -71,11 +72,8 @@ from defect_detector.inspect.teach_sets import (
     training_pairs,
     write_set,
 )
-from defect_detector.inspect.teach_tune import TuneScores, keep_tuned, tune_config, wants_tuning
-from defect_detector.inspect.tolerance import (
-    Tolerance,
-)
-from defect_detector.inspect.validate import TrainingValidation, validate
+from defect_detector.jobs.teach_tune import TuneScores, keep_tuned, tune_config, wants_tuning
+from defect_detector.jobs.validate import TrainingValidation, validate
 from defect_detector.model.checkpoint import PHOTO_REFERENCE_WEIGHTS, attach_baseline, load_checkpoint, strip_checkpoint
 from defect_detector.monitor.domain import DomainModel, design_stats
 
@@ -144,7 +142,7 @@ def _measure(
     weights: Path, sets: dict[str, Path], designs: list[TeachDesign]
 ) -> tuple[list[DesignPoint], list[DesignPoint], dict[str, int]]:
     """``weights`` on the ``clean`` and ``held`` sets: each design at the weights' own point, and at its calibrated
-    point (``inspect/teach_point.py``), over the captures inspected; and how many of each set were refused
+    point (``jobs/teach_point.py``), over the captures inspected; and how many of each set were refused
     (``{"clean_refused": n, "held_refused": m}``: not inspected, so in no figure)."""
     clean, held = validate(weights, sets["clean"], progress=False), validate(weights, sets["held"], progress=False)
     refused = {"clean_refused": len(clean.not_inspected), "held_refused": len(held.not_inspected)}
@@ -178,7 +176,7 @@ def _tune(  # noqa: PLR0913 - the fine-tune's inputs, each named
     clock: tuple[float, float], seed: int, threads: int | None,
 ) -> tuple[Path | None, list[DesignPoint], str, tuple[float, float] | None]:
     """Fine-tune within the ``clock``'s deadline and judge it against the ``calibrated`` starting weights (``clock``:
-    the deadline, and the seconds scoring the clean and held sets took; ``inspect/teach_tune.py``): ``(tuned weights
+    the deadline, and the seconds scoring the clean and held sets took; ``jobs/teach_tune.py``): ``(tuned weights
     when kept else None, the points of the weights kept, the line, rehearsal mAP before and after)``."""
     deadline, scoring = clock
     work = sets["clean"].parent.parent

@@ -1,10 +1,10 @@
-"""A taught design's operating point (inspect/teach_point.py) and the fine-tune's verdict (inspect/teach_tune.py)."""
+"""A taught design's operating point (jobs/teach_point.py) and the fine-tune's verdict (jobs/teach_tune.py)."""
 
 import numpy as np
 import pytest
 
-from defect_detector.inspect.teach_point import DesignPoint, DesignScores, design_index, design_point, held_out_point
-from defect_detector.inspect.teach_tune import TuneScores, keep_tuned, wants_tuning
+from defect_detector.jobs.teach_point import DesignPoint, DesignScores, design_index, design_point, held_out_point
+from defect_detector.jobs.teach_tune import TuneScores, keep_tuned, wants_tuning
 
 
 def _scores(clean: list[float], painted: list[tuple[float, bool]], boards: int = 10, defects: int = 4) -> DesignScores:

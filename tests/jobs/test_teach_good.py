@@ -1,9 +1,9 @@
-"""What good boards teach (inspect/teach_good.py): painted defects on them are read as the line meets them."""
+"""What good boards teach (jobs/teach_good.py): painted defects on them are read as the line meets them."""
 
 import numpy as np
 
-from defect_detector.inspect.teach_good import GoodBoards
 from defect_detector.inspect.tolerance import Tolerance
+from defect_detector.jobs.teach_good import GoodBoards
 
 
 def test_a_painted_defect_counts_as_caught_only_where_the_map_of_the_other_boards_keeps_its_call() -> None:

@@ -3,7 +3,7 @@
 It runs when time is left after calibration and a design's calibrated point still misses painted defects. It
 fine-tunes the starting weights (:data:`RECIPE`: the shared trunk kept, the rest at 1/40 of the from-scratch learning
 rate) on clean captures of the golden images that training paints defects on, mixed with :data:`REHEARSED
-<defect_detector.inspect.teach_sets.REHEARSED>` boards of real DeepPCB defects rendered as photographs (a rehearsal:
+<defect_detector.jobs.teach_sets.REHEARSED>` boards of real DeepPCB defects rendered as photographs (a rehearsal:
 a model that learns painted defects alone forgets the real ones). :func:`keep_tuned` then decides, in one line.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from defect_detector.core.config import Config, config_from_dict, without_retired
-from defect_detector.inspect.teach_point import DesignPoint
+from defect_detector.jobs.teach_point import DesignPoint
 
 RECIPE: dict[str, dict[str, Any]] = {
     "augment": {

@@ -1,4 +1,4 @@
-"""False calls learnt from the operators (inspect/rejections.py): calls rejected at the station quieten their places of
+"""False calls learnt from the operators (jobs/rejections.py): calls rejected at the station quieten their places of
 their design, within the cap, and never a whole region; listed by ``info`` and undone by ``--forget-rejections``."""
 
 import json
@@ -12,8 +12,8 @@ import torch
 pytest.importorskip("sqlalchemy", reason="station extra not installed (sqlalchemy)")
 
 from defect_detector.cli.main import main  # noqa: E402
-from defect_detector.inspect.rejections import apply_rejections, forget_rejections  # noqa: E402
 from defect_detector.inspect.tolerance import REJECTED_RADIUS, TOLERANCE_MARGIN, Tolerance, tolerated  # noqa: E402
+from defect_detector.jobs.rejections import apply_rejections, forget_rejections  # noqa: E402
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, load_checkpoint  # noqa: E402
 from defect_detector.station.recorder import Recorder  # noqa: E402
 from defect_detector.station.records import CallRecord, FrameRecord  # noqa: E402

@@ -15,7 +15,7 @@ Sets, under ``<out>_teach/``:
 
 A golden image is read once (:func:`read_designs`); one larger than :data:`VIEW_SIDE` by half is taught on up to
 :data:`MAX_VIEWS` crops of that side (the busiest of a grid over it), so a 9000x9000 golden image costs what a
-1024x1024 one does. Each board's file stem starts ``d<design index>_`` (``inspect/teach_point.py`` ``design_index``).
+1024x1024 one does. Each board's file stem starts ``d<design index>_`` (``jobs/teach_point.py`` ``design_index``).
 Writers stop at a deadline (:func:`until`), keeping what they wrote.
 """
 

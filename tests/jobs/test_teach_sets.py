@@ -1,4 +1,4 @@
-"""The boards teach makes (inspect/teach_sets.py): crops of a large golden image, a deadline, checks before any work."""
+"""The boards teach makes (jobs/teach_sets.py): crops of a large golden image, a deadline, checks before any work."""
 
 import time
 from pathlib import Path
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from defect_detector.data.images import load_image_gray
-from defect_detector.inspect.teach_sets import (
+from defect_detector.jobs.teach_sets import (
     MIN_SIDE,
     VIEW_SIDE,
     clean_pairs,
