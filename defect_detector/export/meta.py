@@ -16,6 +16,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
 
 from defect_detector.core.config_register import RegisterConfig
+from defect_detector.core.taught import TaughtEntry
 from defect_detector.core.typed_yaml import Bool, Int, Str, check, error_parts
 from defect_detector.export import FORMAT_VERSION, META_FILE
 
@@ -44,41 +45,6 @@ class _GoldenCheck(BaseModel):
     scale: Any = None
     blur_sigma: Any = None
     applies_to: Any = None
-
-
-_Coordinate = Annotated[float, Field(allow_inf_nan=False)]
-
-
-class _Taught(BaseModel):
-    """One design ``teach`` taught the weights: its golden image's file name and pixel fingerprint, the score
-    threshold ``teach`` calibrated for it (``conf``; absent before v0.16: the weights' own operating point) and, when
-    taught from good boards, its tolerance map (``inspect/tolerance.py``: ``tolerance`` rows ``[x, y, score]`` in
-    golden-image pixels, ``tolerance_radius``, ``tolerance_margin``; absent before v0.18), and the calls operators
-    rejected (``teach --station``: ``rejected`` rows of the same form, ``rejected_radius``; absent before v0.19), and its
-    inspection area (``align/inspection_area.py``: ``area`` polygons of golden-image ``[x, y]``, ``area_shape``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: Str
-    key: Str
-    conf: _Unit | None = None
-    tolerance: list[tuple[_Coordinate, _Coordinate, _Unit]] | None = None
-    tolerance_radius: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
-    tolerance_margin: _Unit | None = None
-    rejected: list[tuple[_Coordinate, _Coordinate, _Unit]] | None = None
-    rejected_radius: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
-    area: list[Annotated[list[tuple[_Coordinate, _Coordinate]], Field(min_length=3)]] | None = None
-    area_shape: tuple[Annotated[int, Field(gt=0)], Annotated[int, Field(gt=0)]] | None = None
-
-    @model_validator(mode="after")
-    def _whole(self) -> _Taught:
-        given = [v is not None for v in (self.tolerance, self.tolerance_radius, self.tolerance_margin)]
-        check(all(given) or not any(given), "taught", "tolerance, tolerance_radius and tolerance_margin given together", given)
-        rejected = [v is not None for v in (self.rejected, self.rejected_radius)]
-        check(all(rejected) or not any(rejected), "taught", "rejected and rejected_radius given together", rejected)
-        area = [v is not None for v in (self.area, self.area_shape)]
-        check(all(area) or not any(area), "taught", "area and area_shape given together", area)
-        return self
 
 
 _WHAT = {
@@ -123,7 +89,7 @@ class MetaFile(BaseModel):
     golden_check: _GoldenCheck | None = None
     baseline: dict[str, Any] | None = None
     domain: dict[str, Any] | None = None
-    taught: list[_Taught] | None = None
+    taught: list[TaughtEntry] | None = None
     reference: Any = None
     normalisation: Any = None
     letterbox: Any = None

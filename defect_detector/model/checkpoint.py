@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import pickle
 import re
@@ -17,6 +16,7 @@ from typing import Any
 import torch
 
 from defect_detector.core.config import Config, apply_overrides, config_from_dict, without_retired
+from defect_detector.core.taught import AREA_KEYS, MAP_KEYS, TAUGHT_KEYS, entry_problem
 from defect_detector.model.detector import TinyDetector, build_model
 
 DEFAULT_WEIGHTS = Path(__file__).resolve().parent.parent / "weights" / "deeppcb.pt"
@@ -83,92 +83,32 @@ def _refusal(path: Path, message: str) -> str:
     return f"{path}: not a readable checkpoint (corrupt, or no torch file: {_first_line(reason, 120)})"
 
 
-def _tolerance_ok(d: dict[str, Any]) -> bool:
-    """Whether a ``taught`` item's tolerance map (``inspect/tolerance.py``) is absent (none of its keys) or whole:
-    ``tolerance`` a list of ``[x, y, score]`` finite numbers with score in [0, 1], ``tolerance_radius`` a positive
-    finite float and ``tolerance_margin`` a float in [0, 1]; and its operators' rejections absent or whole:
-    ``rejected`` such a list with ``rejected_radius`` a positive finite float."""
-
-    def number(v: Any) -> bool:
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-    def places(rows: Any) -> bool:
-        def place(p: Any) -> bool:
-            return isinstance(p, (list, tuple)) and len(p) == 3 and all(number(v) for v in p) and 0.0 <= p[2] <= 1.0
-
-        return isinstance(rows, list) and all(place(p) for p in rows)
-
-    def radius(r: Any) -> bool:
-        return isinstance(r, float) and math.isfinite(r) and r > 0
-
-    keys, rejected = ("tolerance", "tolerance_radius", "tolerance_margin"), ("rejected", "rejected_radius")
-    map_ok = all(d.get(k) is None for k in keys) or (
-        places(d.get("tolerance")) and radius(d.get("tolerance_radius"))
-        and isinstance(d.get("tolerance_margin"), float) and 0.0 <= d["tolerance_margin"] <= 1.0
-    )
-    rejected_ok = all(d.get(k) is None for k in rejected) or (places(d.get("rejected")) and radius(d.get("rejected_radius")))
-    return map_ok and rejected_ok
-
-
-def _area_ok(d: dict[str, Any]) -> bool:
-    """Whether a ``taught`` item's inspection area (``align/inspection_area.py``) is absent (neither key) or whole:
-    ``area`` a non-empty list of polygons, each a list of 3 or more ``[x, y]`` finite numbers, and ``area_shape`` two
-    positive integers."""
-    area, shape = d.get("area"), d.get("area_shape")
-    if area is None and shape is None:
-        return True
-
-    def number(v: Any) -> bool:
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-    def point(p: Any) -> bool:
-        return isinstance(p, (list, tuple)) and len(p) == 2 and all(number(v) for v in p)
-
-    def polygon(q: Any) -> bool:
-        return isinstance(q, list) and len(q) >= 3 and all(point(p) for p in q)
-
-    polygons = isinstance(area, list) and len(area) > 0 and all(polygon(q) for q in area)
-    sized = isinstance(shape, (list, tuple)) and len(shape) == 2 and all(type(v) is int and v > 0 for v in shape)
-    return polygons and sized
-
-
-TAUGHT_KEYS = (
-    "name", "key", "conf", "tolerance", "tolerance_radius", "tolerance_margin", "rejected", "rejected_radius", "area", "area_shape",
-)
-"""The keys of a ``taught`` item (:attr:`LoadedModel.taught`)."""
-
-
 def _taught_entry(path: Path, raw: Any) -> list[dict[str, Any]]:
-    """The checked ``taught`` entry of the checkpoint at ``path`` (None: []), each item its ``name`` and ``key`` and,
-    when ``teach`` calibrated one, its ``conf`` (the design's score threshold, in [0, 1]) and, when taught from good
-    boards, its tolerance map (``tolerance``, ``tolerance_radius``, ``tolerance_margin``: ``inspect/tolerance.py``); a
-    one-line ``ValueError`` naming ``path`` and ``taught`` when it is not a list of such dicts."""
+    """The checked ``taught`` entry of the checkpoint at ``path`` (None: []), each item a ``core/taught.py``
+    :class:`~defect_detector.core.taught.TaughtEntry` (name, key, point, tolerance map, rejections, inspection area);
+    a one-line ``ValueError`` naming ``path``, ``taught`` and the part that is wrong otherwise."""
     if raw is None:
         return []
-
-    def good(d: Any) -> bool:
-        conf = d.get("conf") if isinstance(d, dict) else None
-        point = conf is None or (isinstance(conf, float) and 0.0 <= conf <= 1.0)
-        return isinstance(d, dict) and all(isinstance(d.get(k), str) for k in ("name", "key")) and point
 
     def cut(value: Any) -> str:
         shown = repr(value)
         return shown if len(shown) <= 80 else shown[:77] + "..."
 
-    if not isinstance(raw, list) or not all(good(d) for d in raw):
+    problems = [entry_problem(d) for d in raw] if isinstance(raw, list) else ["entry"]
+    if "entry" in problems:
         raise ValueError(
             f"{path}: 'taught' entry must be a list of {{'name': str, 'key': str, 'conf': float in [0, 1] or absent}} "
             f"(what teach writes), got {cut(raw)}"
         )
-    for d in raw:
-        if not _area_ok(d):
-            given = {k: cut(d.get(k)) for k in ("area", "area_shape")}
+    for d, problem in zip(raw, problems):
+        if problem == "area":
+            given = {k: cut(d.get(k)) for k in AREA_KEYS}
             raise ValueError(
                 f"{path}: 'taught' entry of {d['name']}: its inspection area must be 'area': [[[x, y], ...], ...] (polygons of 3 "
                 f"or more finite points) with 'area_shape': [height, width] (what teach writes), got {given}"
             )
-        if not _tolerance_ok(d):
-            given = {k: d.get(k) for k in TAUGHT_KEYS[3:]}
+        if problem == "map":
+            given = {k: d.get(k) for k in MAP_KEYS}
             raise ValueError(
                 f"{path}: 'taught' entry of {d['name']}: its tolerance map must be 'tolerance': [[x, y, score in [0, 1]], ...] "
                 f"with 'tolerance_radius' > 0 and 'tolerance_margin' in [0, 1], and 'rejected' the same rows with "
