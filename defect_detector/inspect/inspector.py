@@ -30,19 +30,18 @@ records, and to the sinks the user named: ``alerts``, ``webhook``, the metrics p
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from defect_detector.core.board_yield import BoardYield
 from defect_detector.core.devices import AdaptiveThreads, default_threads
 from defect_detector.core.types import Detections
 from defect_detector.data.images import ConversionNotice
+from defect_detector.inspect.consumers import Callback, Consumer, Progress, consume
 from defect_detector.inspect.design_check import DesignCheck
 from defect_detector.inspect.drift_inputs import golden_of
 from defect_detector.inspect.frame import Frame
@@ -428,9 +427,11 @@ class Inspector:
             guard.release()
             raise
         tally = Tally()
+        consumers: list[Consumer] = [outputs, tally, Progress(frames.total if max_frames is None else max_frames, tally.status)]
+        if on_result is not None:
+            consumers.append(Callback(on_result))
         try:
-            records = self._records(frames, batch, max_frames, stop)
-            stopped_by = self._consume(frames, records, outputs, tally, frames.total if max_frames is None else max_frames, on_result)
+            stopped_by = consume(self._produce(frames, batch, max_frames, stop), consumers)
         finally:
             guard.release()
         summary = tally.summary(source, frames, self, outputs.written, stopped_by is not None)
@@ -443,54 +444,21 @@ class Inspector:
         self, source: str, batch: int = 1, max_frames: int | None = None, latest_only: bool = False, stop: StopSignals | None = None
     ) -> Iterator[Inspection]:
         """The record of every frame of ``source`` (as :meth:`run` opens it), in order, as each is inspected: for line
-        software that consumes records itself (:meth:`run` writes the outputs from the same records). The source closes
-        when the iteration ends or the generator is closed."""
+        software that consumes records itself (:meth:`run` consumes the same producer, ``inspect/consumers.py``). The
+        source closes when the iteration ends or the generator is closed."""
         self._check_open()
         if batch < 1 or (max_frames is not None and max_frames < 1):
             raise ValueError(f"need batch >= 1 and max_frames >= 1, got batch={batch}, max_frames={max_frames}")
         frames = open_source(source, latest_only=latest_only)
         self.runtime.warmup()
+        yield from self._produce(frames, batch, max_frames, stop)
+
+    def _produce(self, frames: FrameSource, batch: int, max_frames: int | None, stop: StopSignals | None) -> Iterator[Inspection]:
+        """The one producer of records: an open source's frames, ``batch`` per model call (one for a live stream), until
+        the source ends, ``max_frames`` or a ``stop`` signal; the source is closed when it ends or the generator is."""
         with frames:
-            yield from self._records(frames, batch, max_frames, stop)
-
-    def _records(self, frames: FrameSource, batch: int, max_frames: int | None, stop: StopSignals | None) -> Iterator[Inspection]:
-        """The records of an open source's frames, ``batch`` per model call (one for a live stream)."""
-        for chunk in batches(until_stopped(iter(frames), stop), 1 if frames.is_stream else batch, max_frames):
-            yield from self.inspect_frames(chunk)
-
-    def _consume(
-        self,
-        frames: FrameSource,
-        records: Iterator[Inspection],
-        outputs: Outputs,
-        tally: Tally,
-        total: int | None,
-        on_result: Callable[[Inspection], None] | None,
-    ) -> str | None:
-        """Write the ``records`` of ``frames`` into ``outputs`` and ``tally`` (a progress bar of ``total``), then finish the
-        outputs; returns the signal that stopped the run (``SIGINT`` for Ctrl-C), None when the source ended. Any other
-        error discards the unfinished outputs and is raised."""
-        stopped_by = None
-        bar = tqdm(total=total, unit="frame", file=sys.stderr, disable=None, leave=False)
-        try:
-            with frames:
-                for inspection in records:
-                    outputs.add(inspection)
-                    tally.add(inspection)
-                    if on_result is not None:
-                        on_result(inspection)
-                    bar.update(1)
-                    bar.set_postfix_str(tally.status(bar.n), refresh=False)
-        except KeyboardInterrupt as exc:  # Ctrl-C, or a stop signal (core.errors.Stopped)
-            stopped_by = getattr(exc, "name", "SIGINT")
-            log.warning("%s: writing the outputs of the frames processed so far", stopped_by)
-        except BaseException:
-            outputs.discard()  # a failed run keeps the outputs of an earlier one
-            raise
-        finally:
-            bar.close()
-            outputs.close()
-        return stopped_by
+            for chunk in batches(until_stopped(iter(frames), stop), 1 if frames.is_stream else batch, max_frames):
+                yield from self.inspect_frames(chunk)
 
     @property
     def unrecorded(self) -> int:

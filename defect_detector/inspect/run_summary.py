@@ -66,6 +66,12 @@ class Tally:
             self.totals[stage] += stage_ms[stage]
             self.live[stage] = stage_ms[stage] if self.processed == 1 else (1 - _EMA) * self.live[stage] + _EMA * stage_ms[stage]
 
+    def close(self) -> None:
+        """Nothing to finish: :meth:`summary` reads the counts (``inspect/consumers.py``'s protocol)."""
+
+    def discard(self) -> None:
+        """Nothing to undo."""
+
     def status(self, frames: int) -> str:
         fps = frames / max(time.perf_counter() - self.start, 1e-9)
         return f"{fps:.1f} fps, ms: {' '.join(f'{s} {self.live[s]:.1f}' for s in STAGES)}, det {self.detections}"
