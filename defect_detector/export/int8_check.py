@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torchvision.ops import box_iou
+from torchvision.ops import box_convert, box_iou
 
 from defect_detector.core.config import EvalConfig
 from defect_detector.core.types import LetterboxMeta
@@ -229,18 +229,17 @@ def _coco_map(calls: list[dict[str, torch.Tensor]], truth: list[dict[str, torch.
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
 
-    def xywh(box: list[float]) -> list[float]:
-        return [box[0], box[1], box[2] - box[0], box[3] - box[1]]
+    def xywh(boxes: torch.Tensor) -> list[list[float]]:
+        return box_convert(boxes.reshape(-1, 4).double(), "xyxy", "xywh").tolist()
 
     anns = []
     for i, t in enumerate(truth):
-        for box, label in zip(t["boxes"].tolist(), t["labels"].tolist()):
-            x, y, w, h = xywh(box)
+        for (x, y, w, h), label in zip(xywh(t["boxes"]), t["labels"].tolist()):
             anns.append({"id": len(anns) + 1, "image_id": i, "category_id": int(label) + 1, "bbox": [x, y, w, h], "area": w * h})
     results = [
-        {"image_id": i, "category_id": int(label) + 1, "bbox": xywh(box), "score": float(score)}
+        {"image_id": i, "category_id": int(label) + 1, "bbox": box, "score": float(score)}
         for i, c in enumerate(calls)
-        for box, score, label in zip(c["boxes"].tolist(), c["scores"].tolist(), c["labels"].tolist())
+        for box, score, label in zip(xywh(c["boxes"]), c["scores"].tolist(), c["labels"].tolist())
     ]
     if not anns or not results:
         return 0.0, 0.0

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from urllib.parse import urlencode
 
+from fastapi.security.utils import get_authorization_scheme_param
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
@@ -82,8 +83,8 @@ def _matches(given: str | None, token: str) -> bool:
 
 
 def _bearer(request: Request) -> str | None:
-    header = request.headers.get("authorization", "")
-    scheme, _, value = header.partition(" ")
+    """The token of an ``Authorization: Bearer TOKEN`` header (FastAPI's own parser of the scheme), None without one."""
+    scheme, value = get_authorization_scheme_param(request.headers.get("authorization"))
     return value.strip() if scheme.lower() == "bearer" and value.strip() else None
 
 
