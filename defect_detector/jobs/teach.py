@@ -90,9 +90,9 @@ TUNE_MIN_MINUTES = 2.0
 """Training time a fine-tune needs at least (after what scoring it afterwards will take)."""
 MIN_CAUGHT = 0.5
 """A design is taught only when its calibrated point catches at least this share of its painted defects."""
-GOOD_RESERVE = 2.0
+GOOD_RESERVE = 4.0
 """The good boards' pass is reserved this many times the scoring time of as many captures out of a fine-tune's time
-(an inspector to load, and each good board registered at full size)."""
+(an inspector to load; each good board registered at full size, and inspected again with defects painted on it)."""
 
 
 class TeachError(ValueError):
@@ -149,7 +149,7 @@ def _measure(
     own = clean.runtime.operating_point["conf"]
     inverse = {v: k for k, v in held.dataset.label_to_cat_id.items()}
     scores = scores_by_design((clean.dataset.coco, clean.predictions), (held.dataset.coco, held.predictions), inverse, len(designs))
-    at_own = [DesignPoint(own, s.caught(own), s.false_calls(own, d.area_factor)) for s, d in zip(scores, designs)]
+    at_own = [DesignPoint(own, s.caught(own), s.false_calls(own, d.area_factor), s, d.area_factor) for s, d in zip(scores, designs)]
     return at_own, [design_point(s, own, d.area_factor) for s, d in zip(scores, designs)], refused
 
 
