@@ -56,19 +56,24 @@ def test_a_design_the_weights_already_inspect_is_taught_with_nothing_changed(tmp
     """Issue 56 item 5: ``teach --golden`` of a DeepPCB golden image onto ``deeppcb_ref.pt`` exited 2 ("the weights catch
     31% of the painted defects") where the weights catch 99% of that group's real defects. Its look lies within the
     weights' domain and its captures (thresholded, as its line's) draw no false call: taught at the weights' own
-    point, weights unchanged, well within the time."""
+    point, weights unchanged, well within the time. Its good boards (binarized line captures) give it a tolerance map
+    and a held-out point, never below the weights' own."""
     out = tmp_path / "deeppcb_taught.pt"
+    _good_boards(tmp_path / "good", load_image_gray(SAMPLES / "golden" / "92000000_test.jpg"), 5)
     args = ["--golden", str(SAMPLES / "golden" / "92000000_test.jpg"), "--weights", str(DEFAULT_REFERENCE_WEIGHTS)]
+    args += ["--good", str(tmp_path / "good")]
     assert main(["teach", *args, "--out", str(out), "--minutes", "1.5", "--held", "2", "--threads", "2"]) == 0
     printed = capsys.readouterr()
     assert "92000000_test.jpg: taught at the weights' own point, nothing needed changing" in printed.out
+    assert "good boards: 5 inspected" in printed.out and "the design's point: score >= 0.400 (kept" in printed.out
     assert "not inspected" not in printed.err  # none of its own captures refused
     start = torch.load(DEFAULT_REFERENCE_WEIGHTS, map_location="cpu", weights_only=True)
     taught = torch.load(out, map_location="cpu", weights_only=True)
     assert all(torch.equal(taught["model"][k], v) for k, v in start.get("ema", start["model"]).items())
     own = Runtime.load(DEFAULT_REFERENCE_WEIGHTS, device="cpu").operating_point["conf"]
     key = pixel_fingerprint(load_image_gray(SAMPLES / "golden" / "92000000_test.jpg"))
-    assert taught["taught"] == [{"name": "92000000_test.jpg", "key": key, "conf": own}]
+    (entry,) = taught["taught"]
+    assert (entry["name"], entry["key"], entry["conf"], entry["tolerance_radius"]) == ("92000000_test.jpg", key, own, 60.0)
 
 
 def test_a_design_point_applies_to_that_designs_frames_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
