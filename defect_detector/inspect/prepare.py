@@ -15,6 +15,8 @@
     = a :class:`Prepared` record, ready for the model (:func:`detect`), or refused with a typed
       :class:`~defect_detector.core.refusal.Refusal`.
 
+The steps are :data:`STAGES`, declared once, in order; each takes the record and hands on a new one, or a refused one.
+
 ``predict``, the ``Inspector`` API, the station, ``val``, ``calibrate`` and training-time validation all prepare frames
 with :class:`Prepare` and run the model with :func:`detect`, so they see the same golden images, the same refusals and
 the same plans. The inspector then finishes each frame's record once (``inspect/record.py``: ``Inspection``).
@@ -23,7 +25,7 @@ the same plans. The inspector then finishes each frame's record once (``inspect/
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,7 +77,10 @@ class Prepared:
     largest hidden region (``screens/hidden.py``), None when none or not screened. ``working_scale``: its design shows
     this many times coarser than the weights were validated at, so it is planned at ``pixel_scale / working_scale``
     (``inspect/design_scale.py``; 1.0: as given); ``scale_warning``: its design's features are finer than validated
-    (one line, also joined into ``design_warning``, which carries it to the station), else None."""
+    (one line, also joined into ``design_warning``, which carries it to the station), else None. Between stages only
+    (cleared once the frame is prepared): ``given``, the golden image given with the frame (gray; None: its references'
+    one); ``matched``, the registered golden image at the frame's levels (the photometric fit); ``captured``, the
+    registered golden image as captured, once ``golden`` is the matched one."""
 
     frame: Frame
     levels: np.ndarray | None = field(default=None, repr=False)
@@ -93,6 +98,9 @@ class Prepared:
     hidden: HiddenArea | None = None
     working_scale: float = 1.0
     scale_warning: str | None = None
+    given: np.ndarray | None = field(default=None, repr=False, compare=False)
+    matched: np.ndarray | None = field(default=None, repr=False, compare=False)
+    captured: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @property
     def refused(self) -> bool:
@@ -132,60 +140,20 @@ class Prepare:
         self.scale_check = ScaleCheck.of(pipeline)
 
     def __call__(self, frame: Frame, given: Any = None) -> Prepared:
-        """The record of ``frame`` (gray uint8 ``[H, W]``, or an unreadable frame): refused or ready for the model.
-        ``given``: this frame's golden image (any OpenCV image; None: the one ``designs.references`` holds for it).
-        ``ValueError`` when ``given`` is not an image, or is given to a single-image model."""
+        """The record of ``frame`` (gray uint8 ``[H, W]``, or an unreadable frame) through :data:`STAGES`, in order,
+        until one refuses it: refused, or ready for the model. ``given``: this frame's golden image (any OpenCV image;
+        None: the one ``designs.references`` holds for it). ``ValueError`` when ``given`` is not an image, or is given to
+        a single-image model."""
         if frame.image is None:
             return Prepared(frame, refusal=Refusal(RefusalKind.UNREADABLE, frame.error or f"{frame.file_name}: unreadable"))
         check_channels(self.pipeline.runtime, given is not None, frame.file_name)
-        small = too_small(frame.image.shape, f"{frame.file_name}: the frame")
-        if small is not None:
-            return Prepared(frame, refusal=small)
-        record = Prepared(frame, levels=image_levels(frame.image))
-        blank = blank_reason(frame.image, record.levels)
-        if blank is not None:
-            return record.refuse(RefusalKind.BLANK, blank, dict(zip(("median", "bright", "detail"), record.levels[1:])))
-        if self.pipeline.runtime.channels == 2:
-            try:
-                record = self._design(record, None if given is None else gray_frame(given, f"golden image of {frame.file_name}"))
-                record = self._register(record)
-            except ReferenceError as exc:
-                hint = _scale_hint(record.design, frame.image.shape) if exc.kind == RefusalKind.REFERENCE_MISMATCH and record.design else ""
-                return self._hidden_behind(record, exc) or record.refuse(exc.kind, f"{exc}{hint}")
-        return self._screened(record)
-
-    def _screened(self, record: Prepared) -> Prepared:
-        """A registered (or single-image) record through the photometric fit and the screens, planned for the model."""
-        image = record.frame.image
-        matched = self._match(record)
-        if matched is not None:
-            record = dataclasses.replace(record, registration=matched[1])
-        at_levels = matched[0] if matched is not None else None
-        design = record.design
-        if design is not None and design.tones is None:
-            design.tones = tones(histogram(design.image))
-        own = design.tones if design is not None else None
-        limits = (self.pipeline.exposure, self.calibration)
-        refusal = screen_reason(image, record.golden, record.covered, *limits, at_levels, own, area=record.area)
-        if refusal is not None:
-            return dataclasses.replace(record, refusal=refusal)
-        captured = record.golden
-        if matched is not None:
-            fit = matched[1].photometric
-            light = self.photometric_range.reason(fit)
-            if light:
-                return record.refuse(RefusalKind.LIGHT_UNLIKE, light, {"gain": fit.gain, "gamma": fit.gamma, "offset": fit.offset})
-            record = dataclasses.replace(record, golden=at_levels)
-        record = self._hidden(record, captured)
-        if record.refused:
-            return record
-        if self.pipeline.golden_view and record.design is not None:
-            reg = record.registration
-            record = dataclasses.replace(record, view=warp_into_golden(image, record.design.image, reg.mapping, reg.photometric))
-        if record.design is None and self.scale_check is not None:  # a single-image model's frame
-            record = _scaled(record, self.scale_check.frame(image, record.frame.file_name))
-        board = record.view.board if record.view is not None else image
-        return dataclasses.replace(record, plan=self.pipeline.plan(*board.shape, record.working_scale))
+        golden = None if given is None else gray_frame(given, f"golden image of {frame.file_name}")
+        record = Prepared(frame, given=golden)
+        for stage in STAGES:
+            record = stage.run(self, record)
+            if record.refused:
+                break
+        return dataclasses.replace(record, given=None, matched=None, captured=None)
 
     def _hidden(self, record: Prepared, captured: np.ndarray | None) -> Prepared:
         """``record`` with its largest hidden region (``screens/hidden.py``), refused when it hides too much: against the
@@ -297,6 +265,112 @@ class Prepare:
             return dataclasses.replace(record, covered=covered, area=None)
         inside = area.in_frame(registration.mapping, shape)
         return dataclasses.replace(record, covered=covered & inside, area=inside)
+
+
+def _frame_size(prepare: Prepare, record: Prepared) -> Prepared:
+    small = too_small(record.frame.image.shape, f"{record.frame.file_name}: the frame")
+    return record if small is None else dataclasses.replace(record, refusal=small)
+
+
+def _blank(prepare: Prepare, record: Prepared) -> Prepared:
+    record = dataclasses.replace(record, levels=image_levels(record.frame.image))
+    blank = blank_reason(record.frame.image, record.levels)
+    if blank is None:
+        return record
+    return record.refuse(RefusalKind.BLANK, blank, dict(zip(("median", "bright", "detail"), record.levels[1:])))
+
+
+def _golden_image(prepare: Prepare, record: Prepared) -> Prepared:
+    """A golden-template model's frame: its design (the golden image by its pixels, its note and working scale) and its
+    golden image registered into it, within the design's inspection area; refused when it has none that fits (unless
+    hidden area explains the golden check's refusal: ``Prepare._hidden_behind``)."""
+    if prepare.pipeline.runtime.channels != 2:
+        return record
+    try:
+        record = prepare._design(record, record.given)  # kept when registration refuses: the refusal names its design
+        return prepare._register(record)
+    except ReferenceError as exc:
+        design, shape = record.design, record.frame.image.shape
+        hint = _scale_hint(design, shape) if exc.kind == RefusalKind.REFERENCE_MISMATCH and design else ""
+        return prepare._hidden_behind(record, exc) or record.refuse(exc.kind, f"{exc}{hint}")
+
+
+def _photometric_fit(prepare: Prepare, record: Prepared) -> Prepared:
+    matched = prepare._match(record)
+    if matched is None:
+        return record
+    return dataclasses.replace(record, matched=matched[0], registration=matched[1])
+
+
+def _exposure(prepare: Prepare, record: Prepared) -> Prepared:
+    """Coverage, exposure and content against the registered golden image (or the calibration levels)."""
+    design = record.design
+    if design is not None and design.tones is None:
+        design.tones = tones(histogram(design.image))
+    own = design.tones if design is not None else None
+    limits = (prepare.pipeline.exposure, prepare.calibration)
+    refusal = screen_reason(record.frame.image, record.golden, record.covered, *limits, record.matched, own, area=record.area)
+    return record if refusal is None else dataclasses.replace(record, refusal=refusal)
+
+
+def _light_range(prepare: Prepare, record: Prepared) -> Prepared:
+    """The photometric fit within the range the weights were validated for; then the golden image is the matched one."""
+    if record.matched is None:
+        return dataclasses.replace(record, captured=record.golden)
+    fit = record.registration.photometric
+    light = prepare.photometric_range.reason(fit)
+    if light:
+        return record.refuse(RefusalKind.LIGHT_UNLIKE, light, {"gain": fit.gain, "gamma": fit.gamma, "offset": fit.offset})
+    return dataclasses.replace(record, golden=record.matched, captured=record.golden)
+
+
+def _hidden_area(prepare: Prepare, record: Prepared) -> Prepared:
+    return prepare._hidden(record, record.captured)
+
+
+def _golden_view(prepare: Prepare, record: Prepared) -> Prepared:
+    if not prepare.pipeline.golden_view or record.design is None:
+        return record
+    reg = record.registration
+    return dataclasses.replace(record, view=warp_into_golden(record.frame.image, record.design.image, reg.mapping, reg.photometric))
+
+
+def _frame_scale(prepare: Prepare, record: Prepared) -> Prepared:
+    """A single-image model's frame: its working scale, read on the frame itself."""
+    if record.design is not None or prepare.scale_check is None:
+        return record
+    return _scaled(record, prepare.scale_check.frame(record.frame.image, record.frame.file_name))
+
+
+def _plan(prepare: Prepare, record: Prepared) -> Prepared:
+    board = record.view.board if record.view is not None else record.frame.image
+    return dataclasses.replace(record, plan=prepare.pipeline.plan(*board.shape, record.working_scale))
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of the prepare stage: its ``name``, the module that owns its measure, and ``run``: ``(Prepare,
+    record) -> record``, refused (``Prepared.refusal``) or handed on."""
+
+    name: str
+    owner: str
+    run: Callable[[Prepare, Prepared], Prepared]
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("frame size", "screens/frame.py", _frame_size),
+    Stage("blank", "screens/blank.py", _blank),
+    Stage("golden image", "inspect/designs.py, align/register.py", _golden_image),
+    Stage("photometric fit", "align/photometric.py", _photometric_fit),
+    Stage("coverage and exposure", "screens/frame.py, screens/exposure.py", _exposure),
+    Stage("light range", "align/photometric.py", _light_range),
+    Stage("hidden area", "screens/hidden.py", _hidden_area),
+    Stage("golden view", "align/golden_view.py", _golden_view),
+    Stage("working scale", "inspect/design_scale.py", _frame_scale),
+    Stage("plan", "inspect/pipeline.py", _plan),
+)
+"""The prepare stage, in order: a frame goes through each until one refuses it. A new screen is its module, its test and
+one line here."""
 
 
 def _hidden_cause(hidden: HiddenArea) -> str:

@@ -152,3 +152,32 @@ def test_a_pipeline_keeps_the_golden_features_of_its_most_recent_designs_only(si
     assert len(computed) == FEATURES_KEPT + 2
     pipeline.design_features("design-0", golden, None)  # the oldest was dropped: computed again
     assert len(computed) == FEATURES_KEPT + 3
+
+
+def test_the_prepare_stage_is_one_declared_list_and_a_new_screen_is_one_line_in_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 57 item 1: the prepare stage is :data:`STAGES`, in order; a screen added to the list refuses a frame with
+    its own kind, and no stage after it runs (no plan)."""
+    from defect_detector.inspect import prepare as prepare_module
+    from defect_detector.inspect.prepare import STAGES, Stage
+
+    names = [s.name for s in STAGES]
+    assert names[:3] == ["frame size", "blank", "golden image"] and names[-1] == "plan"
+    assert names.index("photometric fit") < names.index("coverage and exposure") < names.index("hidden area")
+    name = sorted((SAMPLES / "deeppcb").glob("*.jpg"))[0].name
+    board, golden = load_image_gray(SAMPLES / "deeppcb" / name), load_image_gray(SAMPLES / "golden" / name)
+    prepare = Prepare(Pipeline(Runtime.load(DEFAULT_REFERENCE_WEIGHTS, device="cpu"), None))
+    ready = prepare(Frame(0, board, "cam", name, 0.0), golden)
+    assert not ready.refused and ready.golden is not None and ready.given is None and ready.matched is None
+
+    def dusty(prepare: Prepare, record):  # noqa: ANN001, ANN202 - a new screen's stage
+        return record.refuse(RefusalKind.BLANK, f"{record.frame.file_name}: dust on the lens")
+
+    def after(prepare: Prepare, record):  # noqa: ANN001, ANN202
+        raise AssertionError("a stage after the refusing one ran")
+
+    at = names.index("hidden area")
+    chosen = (*STAGES[:at], Stage("dust", "screens/dust.py", dusty), *STAGES[at:], Stage("after", "-", after))
+    monkeypatch.setattr(prepare_module, "STAGES", chosen)
+    refused = prepare(Frame(1, board, "cam", name, 0.0), golden)
+    assert refused.refusal.message.endswith("dust on the lens") and refused.hidden is None
+    assert refused.registration is not None and refused.golden is not None  # the stages before it ran
