@@ -17,10 +17,11 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, mode
 
 from defect_detector.core.typed_yaml import Str, check
 
-_Unit = Annotated[float, Strict(), Field(ge=0, le=1, allow_inf_nan=False)]
+Unit = Annotated[float, Strict(), Field(ge=0, le=1, allow_inf_nan=False)]
+"""A number in [0, 1], never a bool, an integer or NaN (a score, a threshold, a margin)."""
 _Coordinate = Annotated[float, Field(allow_inf_nan=False)]
 _Radius = Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False)]
-_Rows = list[tuple[_Coordinate, _Coordinate, _Unit]]
+_Rows = list[tuple[_Coordinate, _Coordinate, Unit]]
 
 MAP_KEYS = ("tolerance", "tolerance_radius", "tolerance_margin", "rejected", "rejected_radius")
 """The keys of the tolerance map and of the operators' rejections."""
@@ -37,10 +38,10 @@ class TaughtEntry(BaseModel):
 
     name: Str
     key: Str
-    conf: _Unit | None = None
+    conf: Unit | None = None
     tolerance: _Rows | None = None
     tolerance_radius: _Radius | None = None
-    tolerance_margin: _Unit | None = None
+    tolerance_margin: Unit | None = None
     rejected: _Rows | None = None
     rejected_radius: _Radius | None = None
     area: Annotated[list[Annotated[list[tuple[_Coordinate, _Coordinate]], Field(min_length=3)]], Field(min_length=1)] | None = None
@@ -76,4 +77,4 @@ def entry_problem(entry: Any) -> str | None:
     return None
 
 
-__all__ = ["AREA_KEYS", "MAP_KEYS", "TAUGHT_KEYS", "TaughtEntry", "entry_problem"]
+__all__ = ["AREA_KEYS", "MAP_KEYS", "TAUGHT_KEYS", "TaughtEntry", "Unit", "entry_problem"]

@@ -16,11 +16,11 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
 
 from defect_detector.core.config_register import RegisterConfig
-from defect_detector.core.taught import TaughtEntry
+from defect_detector.core.taught import TaughtEntry, Unit
 from defect_detector.core.typed_yaml import Bool, Int, Str, check, error_parts
 from defect_detector.export import FORMAT_VERSION, META_FILE
 
-_Unit = Annotated[float, Strict(), Field(ge=0, le=1, allow_inf_nan=False)]
+_Unit = Unit
 _UNIT_OR_NULL = ("cross_class_iou", "cross_class_factor", "merge_ios", "hidden_max_area")
 
 
