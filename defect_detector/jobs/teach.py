@@ -9,7 +9,8 @@ No annotated defect is needed. Within ``minutes`` (the whole command, set writin
 3. **calibrates** each design's operating point on them (``jobs/teach_point.py``: at most 0.1 false calls per
    defect-free board, the weights' own point unless painted recall needs lower);
 4. **fine-tunes** only when time is left and a design's point still misses painted defects, with a rehearsal of
-   real defects, and keeps the result only when it paid (``jobs/teach_tune.py``);
+   real defects (and, with ``good``, the good boards among its training boards: negatives where nothing is painted),
+   and keeps the result only when it paid (``jobs/teach_tune.py``);
 5. with ``good`` (:func:`teach` ``good``: :data:`MIN_GOOD <defect_detector.inspect.tolerance.MIN_GOOD>` or more good
    boards of one design as the line captures them), inspects them as ``predict`` does at
    :data:`GOOD_FLOOR <defect_detector.inspect.tolerance.GOOD_FLOOR>` with the weights kept and learns the design's
@@ -42,6 +43,7 @@ import logging
 import math
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -157,11 +159,19 @@ def _rehearsal_map(weights: Path, data: Path) -> float:
     return float(validate(weights, data, progress=False).metrics["map50"])
 
 
-def _tune_sets(designs: list[TeachDesign], sets: dict[str, Path], work: Path, seed: int) -> tuple[dict[str, Path], int]:
-    """The fine-tune's ``train`` (clean captures and the rehearsal boards), ``select`` and ``rehearsal`` sets; and the
-    number of training pairs."""
+def _tune_sets(
+    designs: list[TeachDesign], sets: dict[str, Path], work: Path, seed: int, good: Sequence[tuple[str, np.ndarray]] = ()
+) -> tuple[dict[str, Path], int]:
+    """The fine-tune's ``train`` (clean captures, the ``good`` boards of a single design as the line captured them,
+    and the rehearsal boards), ``select`` and ``rehearsal`` sets; and the number of training pairs. Training paints
+    defects on the clean captures and the good boards alike, so the good boards are negatives where nothing is painted
+    (a good board of another size than its golden image, or a design taught on crops, is left out)."""
     rng, n, captures = np.random.default_rng([seed, 1]), len(designs), np.random.default_rng([seed, 2])
     train = list(training_pairs(designs, spread(128, n, 8, 64) * n, rng)) + list(rehearsal_pairs(work, "train", seed))
+    if n == 1 and len(designs[0].views) == 1:
+        none = (np.zeros((0, 4), np.float32), np.zeros(0, np.int64))
+        golden = designs[0].image
+        train += [(f"d00_good{i:03d}", board, golden, *none) for i, (_, board) in enumerate(good) if board.shape == golden.shape]
     select = painted_pairs(designs, spread(24, n, 2, 4), captures, "select")
     never = math.inf
     return sets | {
@@ -173,7 +183,7 @@ def _tune_sets(designs: list[TeachDesign], sets: dict[str, Path], work: Path, se
 
 def _tune(  # noqa: PLR0913 - the fine-tune's inputs, each named
     weights: Path, start: dict[str, Any], designs: list[TeachDesign], sets: dict[str, Path], calibrated: list[DesignPoint],
-    clock: tuple[float, float], seed: int, threads: int | None,
+    clock: tuple[float, float], seed: int, threads: int | None, good: Sequence[tuple[str, np.ndarray]] = (),
 ) -> tuple[Path | None, list[DesignPoint], str, tuple[float, float] | None]:
     """Fine-tune within the ``clock``'s deadline and judge it against the ``calibrated`` starting weights (``clock``:
     the deadline, and the seconds scoring the clean and held sets took; ``jobs/teach_tune.py``): ``(tuned weights
@@ -184,7 +194,7 @@ def _tune(  # noqa: PLR0913 - the fine-tune's inputs, each named
     early = (deadline - started - 2 * scoring) / 60  # training time left if the sets and the rehearsal cost nothing
     if early < TUNE_MIN_MINUTES:
         return None, calibrated, f"fine-tune not run: {_short_of(early)}", None
-    sets, pairs = _tune_sets(designs, sets, work, seed)
+    sets, pairs = _tune_sets(designs, sets, work, seed, good)
     scored = time.perf_counter()
     before_map = _rehearsal_map(weights, sets["rehearsal"])
     rehearsal = time.perf_counter() - scored
@@ -383,7 +393,8 @@ def _teach(  # noqa: PLR0913 - teach()'s checked inputs
     elif wants_tuning([c for c, k in zip(calibrated, known) if not k]):
         scored = set_size(sets["clean"]) + set_size(sets["held"])
         reserve = GOOD_RESERVE * scoring * len(boards) / max(scored, 1)  # the good boards, inspected after the fine-tune
-        tuned, points, tuning, rehearsal = _tune(weights, start, designs, sets, calibrated, (deadline - reserve, scoring), seed, threads)
+        clock = (deadline - reserve, scoring)
+        tuned, points, tuning, rehearsal = _tune(weights, start, designs, sets, calibrated, clock, seed, threads, boards)
     kept = [k and tuned is None for k in known]  # validated on their domain: true of the starting weights only
     outcomes = [
         DesignOutcome(d.name, d.key, b, a, a.caught >= MIN_CAUGHT or k, k) for d, b, a, k in zip(designs, at_own, points, kept)

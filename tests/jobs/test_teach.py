@@ -1,5 +1,6 @@
 """`teach`: calibration first (jobs/teach.py, cli/teach.py): a design's own point, for that design only."""
 
+import json
 import re
 import subprocess
 import sys
@@ -252,3 +253,15 @@ def test_teach_good_refuses_too_few_boards_and_several_golden_images_before_any_
         assert words in err and len(err.strip().splitlines()) == 1
         assert not (tmp_path / "t_teach").exists() and not (tmp_path / "t_golden.png").exists()
     assert not (tmp_path / "t.pt").exists()
+
+
+def test_the_fine_tune_trains_on_the_good_boards_too(tmp_path: Path) -> None:
+    """Issue 56 item 2: with good boards, the fine-tune's training set holds them (as the line captured them, with the
+    design's golden image) beside the clean captures and the rehearsal boards; a board of another size is left out."""
+    golden = _photo_golden(tmp_path / "g.png")
+    (design,) = read_designs([tmp_path / "g.png"])
+    boards = [(f"b{i}.png", np.roll(golden, i, axis=1)) for i in range(5)] + [("small.png", golden[:200])]
+    sets, pairs = teach_module._tune_sets([design], {}, tmp_path / "work", 0, boards)
+    names = [image["file_name"] for image in json.loads(sets["train"].read_text())["images"]]
+    good = [n for n in names if "_good" in n]
+    assert len(good) == 5 and pairs == len(names) and len(names) > 5 + 24
