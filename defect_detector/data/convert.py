@@ -20,7 +20,7 @@ import cv2
 
 from defect_detector.core.constants import DEEPPCB_CLASSES
 from defect_detector.core.errors import DatasetError
-from defect_detector.data.images import IMAGE_SUFFIXES
+from defect_detector.data.images import image_files
 
 
 def _image_size(path: Path) -> tuple[int, int]:
@@ -192,15 +192,15 @@ def yolo_to_coco(labels_dir: str | os.PathLike[str], images_dir: str | os.PathLi
     """COCO dict from YOLO labels: one ``<stem>.txt`` per image with lines ``class cx cy w h``
     (class index into ``class_names``, centre and size normalised to [0, 1]).
 
-    Every image in ``images_dir`` (sorted; suffixes in :data:`~defect_detector.data.images.IMAGE_SUFFIXES`) becomes an image entry;
-    a missing label file means no objects. Image sizes are read from the files.
+    Every image in ``images_dir`` (``data/images.py`` ``image_files``: sorted, any of its image suffixes) becomes an
+    image entry; a missing label file means no objects. Image sizes are read from the files.
     """
     root = Path(images_dir)
     labels = Path(labels_dir)
     names = tuple(class_names)
     images: list[dict[str, Any]] = []
     annotations: list[dict[str, Any]] = []
-    for path in sorted(p for p in root.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES):
+    for path in image_files(root):
         width, height = _image_size(path)
         image_id = len(images) + 1
         images.append({"id": image_id, "file_name": path.name, "width": width, "height": height})
@@ -238,9 +238,8 @@ def attach_references(coco: dict[str, Any], references_dir: str | os.PathLike[st
         raise DatasetError(f"{refs}: references folder not found")
     root = Path(coco["info"]["images_root"]).resolve()
     by_name: dict[str, Path] = {}
-    for path in sorted(refs.rglob("*")):
-        if path.suffix.lower() in IMAGE_SUFFIXES:
-            by_name.setdefault(path.name, path)
+    for path in image_files(refs, recursive=True):
+        by_name.setdefault(path.name, path)
     missing = []
     for img in coco["images"]:
         candidate = refs / img["file_name"]

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -25,6 +26,14 @@ from defect_detector.core.errors import DatasetError
 logger = logging.getLogger("defect_detector.data")
 
 IMAGE_SUFFIXES = frozenset(".bmp .dib .jpg .jpeg .jpe .jp2 .png .webp .pbm .pgm .ppm .pnm .tif .tiff".split())
+
+
+def image_files(folder: str | os.PathLike[str], recursive: bool = False) -> list[Path]:
+    """The image files (:data:`IMAGE_SUFFIXES`, any case) of ``folder``, its subfolders too when ``recursive``, sorted
+    by path: the one lister of golden images, good boards, dataset folders and folder sources."""
+    root = Path(folder)
+    found = root.rglob("*") if recursive else root.iterdir()
+    return sorted(p for p in found if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
 
 
 def to_gray_uint8(image: np.ndarray) -> tuple[np.ndarray, list[str]]:

@@ -22,7 +22,7 @@ from defect_detector.align.register import register
 from defect_detector.core.constants import DEEPPCB_CLASSES
 from defect_detector.core.io import atomic_write_bytes
 from defect_detector.data.coco_json import box_annotations, read_json, resolve_images_root, write_generated
-from defect_detector.data.images import load_image_gray
+from defect_detector.data.images import image_files, load_image_gray
 from defect_detector.looks.paint import paint_defects
 from defect_detector.looks.render import capture, render_pair, sample_look
 
@@ -157,11 +157,11 @@ def write_painted_set(
 
 
 def golden_files(where: str | os.PathLike[str]) -> list[Path]:
-    """The image files of a folder (sorted), or the one image file given. Raises ValueError when there is none."""
+    """The image files of a folder (``data/images.py`` ``image_files``), or the one image file given. Raises ValueError
+    when there is none."""
     path = Path(where)
-    suffixes = {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff"}
-    files = sorted(p for p in path.iterdir() if p.suffix.lower() in suffixes) if path.is_dir() else [path]
+    files = image_files(path) if path.is_dir() else [path]
     if not files or not all(p.is_file() for p in files):
-        raise ValueError(f"{where}: no golden image there (png, jpg, bmp or tif)")
+        raise ValueError(f"{where}: no golden image there (png, jpg, bmp, tif or another image file)")
     return files
 

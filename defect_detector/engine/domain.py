@@ -20,7 +20,7 @@ import numpy as np
 
 from defect_detector.core.errors import DatasetError
 from defect_detector.data.coco_json import read_json, resolve_images_root
-from defect_detector.data.images import IMAGE_SUFFIXES, load_image_gray
+from defect_detector.data.images import image_files, load_image_gray
 from defect_detector.monitor.domain import DomainModel, design_stats
 from defect_detector.monitor.scale import ScaleRange, image_scale
 
@@ -33,7 +33,7 @@ def golden_paths(source: str | os.PathLike[str], images_root: str | os.PathLike[
     there are none, ``FileNotFoundError`` when it does not exist."""
     path = Path(source)
     if path.is_dir():
-        found = sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+        found = image_files(path, recursive=True)
     elif path.suffix.lower() == ".json":
         raw = read_json(path)
         root = resolve_images_root(path, raw, images_root)

@@ -8,7 +8,7 @@ import fnmatch
 import glob
 from pathlib import Path
 
-from defect_detector.data.images import IMAGE_SUFFIXES
+from defect_detector.data.images import IMAGE_SUFFIXES, image_files
 
 VIDEO_SUFFIXES = frozenset(".avi .mp4 .m4v .mov .mkv .webm .mpg .mpeg .wmv .flv .ts .mjpeg .mjpg .gif".split())
 _STREAM_SCHEMES = ("rtsp://", "rtsps://", "rtmp://", "http://", "https://", "udp://", "tcp://")
@@ -46,7 +46,7 @@ def list_images(source: str, kind: str) -> list[tuple[Path, str]]:
         return [(Path(source), Path(source).name)]
     if kind == "folder":
         root = Path(source)
-        paths = [p for p in root.rglob("*") if p.is_file()]
+        paths = image_files(root, recursive=True)
     else:
         root = glob_root(source)
         paths = [Path(p) for p in glob.glob(source, recursive=True) if Path(p).is_file()]

@@ -268,3 +268,16 @@ def test_an_intact_or_single_page_tiff_reads_as_before(tmp_path: Path) -> None:
     (tmp_path / "cut.tif").write_bytes((tmp_path / "one.tif").read_bytes()[:100])
     with pytest.raises(DatasetError, match="cut.tif: corrupt or unsupported image"):
         read_pages(tmp_path / "cut.tif")
+
+
+def test_one_lister_of_image_files_in_a_folder(tmp_path: Path) -> None:
+    """Issue 57 item 5: golden images, good boards, dataset folders and folder sources are listed by one function:
+    every image suffix in any case, sorted, files only, subfolders when asked."""
+    from defect_detector.data.images import image_files
+
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "dir.png").mkdir()  # a folder named like an image is no image
+    for name in ("b.PNG", "a.jpg", "c.webp", "notes.txt", "sub/d.tif"):
+        (tmp_path / name).write_bytes(b"")
+    assert [p.name for p in image_files(tmp_path)] == ["a.jpg", "b.PNG", "c.webp"]
+    assert [p.relative_to(tmp_path).as_posix() for p in image_files(tmp_path, recursive=True)] == ["a.jpg", "b.PNG", "c.webp", "sub/d.tif"]
