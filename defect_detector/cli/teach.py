@@ -1,4 +1,5 @@
-"""``defect-detector teach``: bring a new design in from its golden images alone (``jobs/teach.py``)."""
+"""``defect-detector teach``: bring a new design in from its golden images and good boards (``jobs/teach.py``), or
+apply the operators' rejections to taught weights (``--station``, ``jobs/rejections.py``)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ def add_parser(sub: Any) -> None:
     """The ``teach`` subcommand."""
     p = sub.add_parser(
         "teach",
-        help="bring a new design in from its golden images: calibrate its own operating point on line captures of it, "
-        "fine-tune on painted defects only when that pays",
+        help="bring a new design in from its golden images and good boards: calibrate its own operating point on line "
+        "captures of it, learn where good boards draw calls, fine-tune only when that pays; or apply the operators' "
+        "rejections (--station)",
     )
     p.add_argument(
         "--golden",
