@@ -41,7 +41,8 @@ of a real photograph 0.3-0.8)."""
 
 _FLAT = 1e-4
 """Pixels whose squared gradient (of the unit-variance golden level, per px) is under this are left out of
-:func:`refine_local`'s sums: they add nothing to them."""
+:func:`refine_local`'s sums: they add nothing to them, and where only the frame has structure (a neighbouring board
+beside the board, a hand, a defect on plain substrate) it is not the golden image's to match."""
 
 _STRIDE = 2
 """:func:`refine_local` sums every this-many-th pixel of each row and column (a node's cell holds thousands)."""
@@ -361,6 +362,7 @@ def refine_local(pair: LevelPair, level: Mapping, iterations: int, eps: float, b
     tgx = cv2.Sobel(pair.template, cv2.CV_32F, 1, 0, ksize=3, scale=1 / 8).ravel()
     tgy = cv2.Sobel(pair.template, cv2.CV_32F, 0, 1, ksize=3, scale=1 / 8).ravel()
     jac = np.linalg.inv(level.affine[:, :2]).T  # golden gradients -> frame gradients
+    textured = sampled & (tgx * tgx + tgy * tgy > _FLAT)  # the golden image's own structure: not a neighbour's, a hand's
     current = level
     for _ in range(iterations):
         map_x, map_y = current.golden_map()
@@ -376,7 +378,7 @@ def refine_local(pair: LevelPair, level: Mapping, iterations: int, eps: float, b
         pgy = cv2.Sobel(pulled, cv2.CV_32F, 0, 1, ksize=3, scale=1 / 8).ravel() * gain
         gx, gy = 0.5 * (tgx + pgx) * valid, 0.5 * (tgy + pgy) * valid  # the symmetric (ESM) gradient
         fx, fy = jac[0, 0] * gx + jac[0, 1] * gy, jac[1, 0] * gx + jac[1, 1] * gy
-        used = np.flatnonzero(sampled & (fx * fx + fy * fy > _FLAT))  # plain pixels add nothing to the sums
+        used = np.flatnonzero(textured & (fx * fx + fy * fy > _FLAT))  # plain pixels add nothing to the sums
         fx, fy, err = fx[used], fy[used], err[used]
         bx, by = lens.basis(map_x.ravel()[used], map_y.ravel()[used])
         normal, rhs = _normal(cell[used], weight[:, used], nodes, (fx, fy, fx * bx + fy * by, err))

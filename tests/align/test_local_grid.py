@@ -107,3 +107,22 @@ def test_a_window_determines_a_move_across_its_edges_only() -> None:
     move = np.array([[[3.0, 40.0], [3.0, 4.0]]])
     tensor = np.array([[[1.0, 0.0, 0.0], [1.0, 0.0, 1.0]]])
     assert np.allclose(_determined(move, tensor), [[3.0, 5.0]])
+
+
+def test_a_neighbouring_board_beside_the_board_does_not_bend_its_fit() -> None:
+    """A DeepPCB board on a grey frame with a crop of another board 80 px beside it (a panel's neighbour) was refused as
+    "bent against the golden image: 11 px off its plane near x 1000, y 812": the local grid's refinement matched the
+    neighbour's texture where the golden image is plain grey, and its thin plate carried that to the corners. The grid
+    now reads only where the golden image has structure."""
+    from defect_detector.data.images import load_image_gray
+
+    samples = Path(__file__).resolve().parents[2] / "data" / "samples"
+    names = sorted(p.name for p in (samples / "deeppcb").glob("*.jpg"))
+    golden = np.full((900, 1100), 128, np.uint8)
+    golden[130:770, 130:770] = load_image_gray(samples / "golden" / names[1])
+    frame = np.full((900, 1100), 128, np.uint8)
+    frame[130:770, 130:770] = load_image_gray(samples / "deeppcb" / names[1])
+    frame[130:770, 850:1100] = load_image_gray(samples / "golden" / names[5])[:, :250]
+    _, reg = register(golden, frame)
+    assert reg.ok, reg.reason
+    assert reg.mapping.local_px()[0] < 3.0
