@@ -89,3 +89,25 @@ def test_a_bad_area_in_the_weights_is_one_line(tmp_path: Path) -> None:
         with pytest.raises(ValueError) as caught:
             load_checkpoint(tmp_path / "bad.pt")
         assert "'taught' entry of a.png: its inspection area must be" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_neighbouring_board_beside_the_board_refuses_nothing_off_its_area(tmp_path: Path) -> None:
+    """A panel: another board's crop 30 px beside the board. Registration fits the board alone (its local grid reads
+    only the golden image's structure); without the area the neighbour is hidden area ("dark occluder or shadow" at
+    x 945), with it the frame is inspected on its board."""
+    names = sorted(p.name for p in (SAMPLES / "deeppcb").glob("*.jpg"))
+    golden = _on_grey(load_image_gray(SAMPLES / "golden" / names[1]), 130, 130)
+    frame = _on_grey(load_image_gray(SAMPLES / "deeppcb" / names[1]), 136, 133)
+    frame[130:770, 800:1100] = load_image_gray(SAMPLES / "golden" / names[5])[:, :300]
+    assert cv2.imwrite(str(tmp_path / "golden.png"), golden)
+    start = torch.load(DEFAULT_REFERENCE_WEIGHTS, map_location="cpu", weights_only=True)
+    entry = {"name": "golden.png", "key": pixel_fingerprint(golden), "conf": 0.4} | InspectionArea.of_board(golden).to_entry()
+    torch.save(start | {"taught": [entry]}, tmp_path / "taught.pt")
+    found = {}
+    for key, path in (("plain", DEFAULT_REFERENCE_WEIGHTS), ("area", tmp_path / "taught.pt")):
+        with Inspector.load(path, reference=tmp_path / "golden.png", device="cpu", threads=1, monitor=False) as inspector:
+            found[key] = inspector.inspect(frame, name="panel.png")
+    assert found["plain"].verdict.value == "not_inspected" and "dark occluder or shadow" in found["plain"].reason
+    assert found["area"].verdict.value == "fail" and found["area"].registration.ok
+    centres = found["area"].detections.boxes.reshape(-1, 2, 2).mean(dim=1)
+    assert bool((centres[:, 0] < 780).all())  # every call on the board, none on its neighbour
