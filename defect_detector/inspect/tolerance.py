@@ -166,21 +166,30 @@ def apply_tolerance(detections: Detections, mapping: Mapping, tolerance: Toleran
     return dataclasses.replace(kept, tolerated=detections.tolerated + int(dropped.sum()))
 
 
+def held_out(
+    centres: Sequence[np.ndarray], scores: Sequence[np.ndarray], radius: float = TOLERANCE_RADIUS, margin: float = TOLERANCE_MARGIN
+) -> list[Tolerance]:
+    """Leave-one-out: per good board (``centres`` float ``[K, 2]`` golden px and ``scores`` ``[K]`` of its calls), the
+    tolerance learnt on the OTHER boards (what that board meets when it is held out of the fit)."""
+    out = []
+    for i in range(len(centres)):
+        others = [c for j, c in enumerate(centres) if j != i], [s for j, s in enumerate(scores) if j != i]
+        out.append(Tolerance(learn_places(*others, radius=radius), radius, margin))
+    return out
+
+
 def left_out_scores(
     centres: Sequence[np.ndarray],
     scores: Sequence[np.ndarray],
     radius: float = TOLERANCE_RADIUS,
     margin: float = TOLERANCE_MARGIN,
 ) -> list[np.ndarray]:
-    """Leave-one-out: per good board (``centres`` float ``[K, 2]`` golden px and ``scores`` ``[K]`` of its calls), the
-    float64 scores of its calls that the tolerance learnt on the OTHER boards does not drop (the false calls a held-out
-    good board still draws, at any threshold)."""
+    """Per good board, the float64 scores of its calls that the tolerance learnt on the OTHER boards (:func:`held_out`)
+    does not drop: the false calls a held-out good board still draws, at any threshold."""
     out = []
-    for i in range(len(centres)):
-        others = [c for j, c in enumerate(centres) if j != i], [s for j, s in enumerate(scores) if j != i]
-        tolerance = Tolerance(learn_places(*others, radius=radius), radius, margin)
-        score = np.asarray(scores[i], np.float64).reshape(-1)
-        out.append(score[~tolerated(np.asarray(centres[i]).reshape(-1, 2), score, tolerance)])
+    for centre, score, tolerance in zip(centres, scores, held_out(centres, scores, radius, margin)):
+        score = np.asarray(score, np.float64).reshape(-1)
+        out.append(score[~tolerated(np.asarray(centre).reshape(-1, 2), score, tolerance)])
     return out
 
 
@@ -193,6 +202,7 @@ __all__ = [
     "TOLERANCE_RADIUS",
     "Tolerance",
     "apply_tolerance",
+    "held_out",
     "in_golden",
     "learn_places",
     "left_out_scores",

@@ -34,6 +34,7 @@ from defect_detector.inspect.tolerance import (
     TOLERANCE_MARGIN,
     TOLERANCE_RADIUS,
     Tolerance,
+    held_out,
     in_golden,
     learn_places,
     left_out_scores,
@@ -77,14 +78,12 @@ class GoodBoards:
         calls = self.left_out if tolerance else self.scores
         return sum(int((s >= conf).sum()) for s in calls) / len(calls)
 
-
     def painted_caught(self, conf: float) -> tuple[int, int]:
         """``(caught, painted)``: the defects painted on the good boards that a call scoring ``conf`` or more catches
         and the tolerance learnt on the OTHER boards keeps (leave-one-out, as a held-out board meets it on the line)."""
         caught = total = 0
-        for i, defects in enumerate(self.painted):
-            others = [c for j, c in enumerate(self.centres) if j != i], [s for j, s in enumerate(self.scores) if j != i]
-            tolerance = Tolerance(learn_places(*others, radius=self.tolerance.radius), self.tolerance.radius, self.tolerance.margin)
+        held = held_out(self.centres, self.scores, self.tolerance.radius, self.tolerance.margin)
+        for defects, tolerance in zip(self.painted, held):
             for calls in defects:
                 total += 1
                 strong = calls[calls[:, 0] >= conf]
