@@ -77,7 +77,7 @@ from defect_detector.jobs.teach_sets import (
 from defect_detector.jobs.teach_tune import TuneScores, keep_tuned, tune_config, wants_tuning
 from defect_detector.jobs.validate import TrainingValidation, validate
 from defect_detector.model.checkpoint import PHOTO_REFERENCE_WEIGHTS, attach_baseline, load_checkpoint, strip_checkpoint
-from defect_detector.monitor.domain import DomainModel, design_stats
+from defect_detector.monitor.domain import DomainModel
 
 log = logging.getLogger("defect_detector.inspect")
 
@@ -290,7 +290,7 @@ def known_designs(start: dict[str, Any], designs: list[TeachDesign], at_own: lis
         return [False] * len(designs)
     domain = DomainModel.from_dict(raw, where="the starting weights' domain")
     return [
-        d.binarized and not domain.is_unlike(design_stats(d.image)) and p.false_calls <= MAX_FALSE_CALLS for d, p in zip(designs, at_own)
+        d.binarized and not domain.is_unlike(d.look) and p.false_calls <= MAX_FALSE_CALLS for d, p in zip(designs, at_own)
     ]
 
 

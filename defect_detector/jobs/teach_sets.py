@@ -36,7 +36,7 @@ from defect_detector.data.images import load_image_gray, pixel_fingerprint
 from defect_detector.data.photo_sets import moved, rendered_pairs, write_pairs
 from defect_detector.looks.paint import paint_defects
 from defect_detector.looks.render import capture
-from defect_detector.monitor.domain import design_stats
+from defect_detector.monitor.domain import DesignStats, design_stats
 
 BINARIZED = 0.98
 """Share of a golden image's pixels at its two levels (``monitor/domain.py`` ``DesignStats.binary``) from which it is a
@@ -58,15 +58,21 @@ _NONE = (np.zeros((0, 4), np.float32), np.zeros(0, np.int64))
 class TeachDesign:
     """One golden image: ``index`` (its boards' ``d<index>_`` prefix), ``name`` (file name), ``key`` (fingerprint of
     its gray pixels, what ``predict`` knows it by), ``image`` uint8 ``[H, W]``, ``views``: uint8 ``[h, w]`` crops of it
-    (or the whole image) that its boards are made from; ``binarized``: a binarized line's design (its golden image
-    :data:`BINARIZED` at two levels): its captures are thresholded as that line thresholds its frames."""
+    (or the whole image) that its boards are made from; ``look``: its golden image's look (``monitor/domain.py``
+    ``design_stats``), read once."""
 
     index: int
     name: str
     key: str
     image: np.ndarray = field(repr=False)
     views: tuple[np.ndarray, ...] = field(repr=False)
-    binarized: bool = False
+    look: DesignStats = field(repr=False)
+
+    @property
+    def binarized(self) -> bool:
+        """A binarized line's design (its golden image :data:`BINARIZED` at two levels): its captures are thresholded
+        as that line thresholds its frames."""
+        return self.look.binary >= BINARIZED
 
     @property
     def area_factor(self) -> float:
@@ -100,8 +106,7 @@ def read_designs(goldens: list[Path]) -> list[TeachDesign]:
         h, w = image.shape
         if min(h, w) < MIN_SIDE:
             raise ValueError(f"{path}: a {w}x{h} px golden image is too small to teach (needs at least {MIN_SIDE} px a side)")
-        binarized = design_stats(image).binary >= BINARIZED
-        designs.append(TeachDesign(index, path.name, pixel_fingerprint(image), image, design_views(image), binarized))
+        designs.append(TeachDesign(index, path.name, pixel_fingerprint(image), image, design_views(image), design_stats(image)))
     return designs
 
 
