@@ -219,16 +219,18 @@ def missed_of(conn: Connection, inspection_id: int) -> list[dict[str, Any]]:
     ]
 
 
+def _rejected(*columns: Any) -> Any:
+    """``columns`` of the calls reviewers rejected (latest verdict ``false_call``) that carry a place in their golden
+    image's pixels (schema 7), joined to their inspections."""
+    found = select(*columns).select_from(calls.join(inspections, calls.c.inspection_id == inspections.c.id))
+    return found.where(calls.c.verdict == "false_call", calls.c.golden_x.is_not(None), inspections.c.golden_key.is_not(None))
+
+
 def false_calls_by_design(conn: Connection) -> dict[str, list[tuple[float, float, float]]]:
     """The calls reviewers rejected (latest verdict ``false_call``), per golden-image key: ``(x, y, score)`` with
     ``x, y`` the call's box centre in its golden image's pixels (``calls.golden_x`` / ``golden_y``, schema 7). Calls
     of frames without a golden image, or recorded before schema 7, carry no centre and are left out."""
-    rows = conn.execute(
-        select(inspections.c.golden_key, calls.c.golden_x, calls.c.golden_y, calls.c.score)
-        .join(inspections, calls.c.inspection_id == inspections.c.id)
-        .where(calls.c.verdict == "false_call", calls.c.golden_x.is_not(None), inspections.c.golden_key.is_not(None))
-        .order_by(calls.c.id)
-    )
+    rows = conn.execute(_rejected(inspections.c.golden_key, calls.c.golden_x, calls.c.golden_y, calls.c.score).order_by(calls.c.id))
     out: dict[str, list[tuple[float, float, float]]] = {}
     for key, x, y, score in rows:
         out.setdefault(str(key), []).append((float(x), float(y), float(score)))
@@ -239,11 +241,7 @@ def rejections_by_design(conn: Connection) -> list[dict[str, Any]]:
     """Per design (golden-image key), the calls reviewers rejected that ``teach --station`` can apply (with a place in
     golden-image pixels): ``{"design": its golden image's name (the latest recorded), "key", "rejected": count}``,
     most rejected first."""
-    rows = conn.execute(
-        select(inspections.c.golden_key, func.max(inspections.c.reference), func.count())
-        .join(calls, calls.c.inspection_id == inspections.c.id)
-        .where(calls.c.verdict == "false_call", calls.c.golden_x.is_not(None), inspections.c.golden_key.is_not(None))
-        .group_by(inspections.c.golden_key)
-    ).all()
+    counted = _rejected(inspections.c.golden_key, func.max(inspections.c.reference), func.count())
+    rows = conn.execute(counted.group_by(inspections.c.golden_key)).all()
     found = [{"design": name, "key": str(key), "rejected": int(n)} for key, name, n in rows]
     return sorted(found, key=lambda d: (-d["rejected"], d["key"]))
