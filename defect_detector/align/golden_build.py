@@ -65,6 +65,11 @@ class Disagreement:
         return f"x {x + w // 2}, y {y + h // 2} ({w}x{h} px)"
 
 
+def places_words(found: Sequence[Disagreement], most: int) -> str:
+    """The first ``most`` disagreements in words ("x 120, y 90 (19x19 px); ...; 2 more")."""
+    return "; ".join(d.words() for d in found[:most]) + (f"; {len(found) - most} more" if len(found) > most else "")
+
+
 def in_golden_pixels(
     anchor: np.ndarray, boards: Sequence[tuple[str, np.ndarray]], cfg: RegisterConfig | None = None
 ) -> Aligned:

@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> None:
     golden image differs from the boards."""
     import cv2
 
-    from defect_detector.align.golden_build import build_golden, golden_disagreements
+    from defect_detector.align.golden_build import build_golden, golden_disagreements, places_words
     from defect_detector.cli.errors import CliError
     from defect_detector.core.io import atomic_write_bytes
     from defect_detector.data.images import load_image_gray
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> None:
         return
     found, aligned = golden_disagreements(load_image_gray(args.golden), boards)
     if found:
-        where = "; ".join(d.words() for d in found[:5]) + (f"; {len(found) - 5} more" if len(found) > 5 else "")
+        where = places_words(found, 5)
         raise CliError(
             f"{args.golden} differs from what {len(aligned.names)} good boards agree on in {len(found)} places ({where}): it may "
             f"carry a defect of the board it was taken from; build one with defect-detector golden build {args.boards} --out GOLDEN.png"

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torchvision.ops import box_iou
 
-from defect_detector.align.golden_build import build_golden, golden_disagreements
+from defect_detector.align.golden_build import build_golden, golden_disagreements, places_words
 from defect_detector.core.io import atomic_write_bytes
 from defect_detector.data.images import load_image_gray
 from defect_detector.data.photo_sets import golden_files
@@ -126,7 +126,7 @@ def verify_golden(path: Path, golden: np.ndarray, boards: list[tuple[str, np.nda
     carry a defect of the board it was taken from, and every board would pass there) or when too few register."""
     found, aligned = golden_disagreements(golden, boards, load_checkpoint(weights).config.register)
     if found:
-        where = "; ".join(d.words() for d in found[:3]) + (f"; {len(found) - 3} more" if len(found) > 3 else "")
+        where = places_words(found, 3)
         raise ValueError(
             f"{path}: the golden image differs from what {len(aligned.names)} good boards agree on in {len(found)} place(s) "
             f"({where}): it may carry a defect; leave --golden out to build one from the good boards"
