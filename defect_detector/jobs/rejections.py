@@ -24,6 +24,7 @@ import torch
 from defect_detector.core.io import atomic_torch_save
 from defect_detector.inspect.tolerance import REJECTED_RADIUS, TOLERANCE_CAP, Tolerance, learn_places
 from defect_detector.model.checkpoint import load_checkpoint
+from defect_detector.station.db import parse_url
 from defect_detector.station.review import false_calls_by_design
 from defect_detector.station.store import Store
 
@@ -65,6 +66,9 @@ def apply_rejections(weights: str | Path, url: str, out: str | Path) -> Rejectio
     database holds no rejected call with a golden-image place, or none of a design the weights were taught."""
     weights, out = Path(weights), Path(out)
     taught = load_checkpoint(weights).taught
+    parsed = parse_url(url)
+    if parsed.get_backend_name() == "sqlite" and not Path(parsed.database).is_file():
+        raise ValueError(f"{url}: no station database there (the file predict --db wrote)")  # opening one would create it
     with Store(url) as store, store.engine.connect() as conn:
         rejected = false_calls_by_design(conn)
     if not rejected:

@@ -105,13 +105,17 @@ def test_teach_station_and_info_list_the_rejections_and_bad_uses_are_one_line(tm
         (["--station", url, "--golden", "g.png", "--weights", str(weights), "--out", str(out)], "leave --golden and --good out"),
         (["--station", url, "--forget-rejections", "--weights", str(weights), "--out", str(out)], "give one"),
         (["--forget-rejections", "--weights", str(weights), "--out", str(tmp_path / "x.pt")], "nothing to forget"),
-        (["--station", str(tmp_path / "empty.db"), "--weights", str(weights), "--out", str(tmp_path / "x.pt")], "no call rejected"),
+        (["--station", str(tmp_path / "missing.db"), "--weights", str(weights), "--out", str(tmp_path / "x.pt")], "no station database"),
     ]
     for args, words in cases:
         assert main(["teach", *args]) == 2
         err = capsys.readouterr().err
         assert words in err and len(err.strip().splitlines()) == 1, err
-    assert not (tmp_path / "x.pt").exists()
+    assert not (tmp_path / "x.pt").exists() and not (tmp_path / "missing.db").exists()  # a mistyped path creates nothing
+    with Store(str(tmp_path / "empty.db")):  # a station that recorded no rejected call
+        pass
+    assert main(["teach", "--station", str(tmp_path / "empty.db"), "--weights", str(weights), "--out", str(tmp_path / "x.pt")]) == 2
+    assert "no call rejected" in capsys.readouterr().err and not (tmp_path / "x.pt").exists()
 
 
 def test_the_station_lists_each_designs_rejections(tmp_path: Path) -> None:
