@@ -17,7 +17,7 @@ residual move is under ``threshold`` keeps the homography alone.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import cv2
 import numpy as np
@@ -76,11 +76,14 @@ def _half(shape: tuple[int, int], step: float) -> int:
     return int(min(max(8, round(step)), shape[0] // 2, shape[1] // 2))
 
 
-def _tensor(template: np.ndarray, window: tuple[slice, slice]) -> tuple[float, float, float]:
-    """The structure tensor ``(xx, xy, yy)`` of ``template``'s gradients over ``window``, per pixel."""
+def _tensor(template: np.ndarray, window: tuple[slice, slice], weight: np.ndarray) -> tuple[float, float, float]:
+    """The structure tensor ``(xx, xy, yy)`` of ``template``'s gradients over ``window``, per pixel, each pixel weighted
+    by ``weight`` (float32, the window's shape): the Hanning window the correlation reads through, so structure only at
+    a window's rim (a sliver of a board's edge in a frame of plain background, which the correlation misreads by
+    several px) says little."""
     t = template[window]
-    gx = cv2.Sobel(t, cv2.CV_32F, 1, 0, ksize=3, scale=1 / 8)
-    gy = cv2.Sobel(t, cv2.CV_32F, 0, 1, ksize=3, scale=1 / 8)
+    gx = cv2.Sobel(t, cv2.CV_32F, 1, 0, ksize=3, scale=1 / 8) * weight
+    gy = cv2.Sobel(t, cv2.CV_32F, 0, 1, ksize=3, scale=1 / 8) * weight
     n = float(t.size)
     return float((gx * gx).sum()) / n, float((gx * gy).sum()) / n, float((gy * gy).sum()) / n
 
@@ -111,7 +114,7 @@ def _round(pair: LevelPair, level: Mapping, nodes: GridNodes) -> tuple[np.ndarra
         if not (math.isfinite(dx) and math.isfinite(dy)) or max(abs(dx), abs(dy)) >= half / 2 or response < _MIN_RESPONSE:
             continue
         move[i, j] = (dx, dy)
-        tensor[i, j] = np.array(_tensor(pair.template, window)) * max(float(response), 0.0)
+        tensor[i, j] = np.array(_tensor(pair.template, window, hanning)) * max(float(response), 0.0)
     return move, tensor
 
 
@@ -165,7 +168,7 @@ def robust_fit(
     ny, nx = observed.shape[:2]
     n = ny * nx
     info = np.stack([tensor[..., 0], tensor[..., 2]], -1).reshape(n, 2)
-    info = info / max(float(np.percentile(info.sum(1), 75)), 1e-12)
+    info = info / _typical(info.sum(1))
     obs, basis = observed.reshape(n, 2).astype(np.float64), lens.reshape(n, 2).astype(np.float64)
     robust, k1, fit = np.ones(n), 0.0, np.zeros((n, 2))
     measured = info.sum(1) > 0.05
@@ -232,7 +235,9 @@ class Residual:
     (``x``, ``y``, golden px); ``coherent``: the largest move its neighbouring nodes also read (the second largest of its
     3x3 nodes): a bend or a move spans windows, a defect moves one window's reading. ``determined``: ``coherent`` of the
     moves' parts each window's structure determines (:func:`_determined`), and ``x``, ``y`` its place (golden px): what
-    the mapping really leaves, which ``register.max_residual`` bounds. All in the level's px until :meth:`scaled`."""
+    the mapping really leaves, which ``register.max_residual`` bounds. All in the level's px until :meth:`scaled`.
+    ``read``: bool ``[ny, nx]``, the nodes that said something (None: none was read), where a board's bend is read
+    (``Mapping.bend``)."""
 
     largest: float = 0.0
     median: float = 0.0
@@ -240,10 +245,12 @@ class Residual:
     x: float = math.nan
     y: float = math.nan
     determined: float = 0.0
+    read: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def scaled(self, factor: float, at: tuple[float, float]) -> Residual:
         """This residual's moves times ``factor`` and its place ``at``."""
-        return Residual(self.largest * factor, self.median * factor, self.coherent * factor, *at, self.determined * factor)
+        moves = (self.largest * factor, self.median * factor, self.coherent * factor)
+        return Residual(*moves, *at, self.determined * factor, self.read)
 
 
 def residual(pair: LevelPair, level: Mapping, step: float) -> Residual:
@@ -251,7 +258,7 @@ def residual(pair: LevelPair, level: Mapping, step: float) -> Residual:
     nodes = GridNodes.over(level.golden_shape, step, _half(level.golden_shape, step))
     move, tensor = _round(pair, level, nodes)
     info = tensor[..., 0] + tensor[..., 2]
-    sure = info >= 0.05 * max(float(np.percentile(info, 75)), 1e-12)
+    sure = info >= 0.05 * _typical(info)
     if not sure.any():
         return Residual()
     moved = np.where(sure, np.hypot(move[..., 0], move[..., 1]), -1.0)
@@ -260,7 +267,16 @@ def residual(pair: LevelPair, level: Mapping, step: float) -> Residual:
     xs, ys = nodes.positions()
     values = moved[sure]
     place = float(xs[i, j]), float(ys[i, j])
-    return Residual(float(values.max()), float(np.median(values)), _coherent(moved), *place, _coherent(determined))
+    return Residual(float(values.max()), float(np.median(values)), _coherent(moved), *place, _coherent(determined), sure)
+
+
+def _typical(info: np.ndarray) -> float:
+    """The upper quartile of the nodes' information ``info`` (their tensors' traces) over the nodes that read something:
+    a board in a frame of plain background leaves most windows blank, and their zeros set no scale (a quartile of zero
+    took a window with a sliver of board edge for a measured one, and its 6 px misreading refused a board that had
+    only moved)."""
+    read = info[info > 0]
+    return max(float(np.percentile(read, 75)), 1e-12) if read.size else 1e-12
 
 
 def _coherent(lengths: np.ndarray) -> float:

@@ -247,21 +247,27 @@ class Mapping:
             name = "rigid"
         return name + ("+lens" if self.lens is not None else "") + ("+grid" if self.grid is not None else "")
 
-    def bend(self) -> np.ndarray:
+    def bend(self, read: np.ndarray | None = None) -> np.ndarray:
         """float64 ``[ny, nx]`` frame px at the grid's nodes: what the lens term and the grid add to the homography
         there, less what a shift, a scale and the lens's radial shape explain (a robust fit over the nodes inside the golden
         image). The three parts trade with each other as they are fitted (on a flat board a lens term of 12 px at the
         corners and a grid of 9 px undoing it were read; on a pure lens, a grid holding a scale change), so a board's
-        bend is read from their sum. Zeros without a grid."""
+        bend is read from their sum. ``read``: bool ``[ny, nx]``, the nodes whose windows the golden image's structure
+        informs (``local_grid.Residual.read``): the fit and the bend are read there only, zero elsewhere (over a plain
+        background round a board the grid is extrapolated, not measured: 8-9 px at a frame's corners far from a
+        board that had only moved); None: every node inside the golden image. Zeros without a grid."""
         if self.grid is None or self.nodes is None:
             return np.zeros((1, 1))
-        if "bend" in self._maps:  # read by the refusal and by the record: fitted once per mapping
-            return self._maps["bend"]
+        key = "bend" if read is None else ("bend", read.tobytes())
+        if key in self._maps:  # read by the refusal and by the record: fitted once per mapping
+            return self._maps[key]
         xs, ys = self.nodes.positions()
         qx, qy = apply_homography(self.homography, xs, ys)
         dx, dy = self.local(xs, ys)
         h, w = self.golden_shape
         inside = ((xs >= 0) & (xs <= w - 1) & (ys >= 0) & (ys <= h - 1)).ravel()
+        if read is not None and read.shape == xs.shape and (inside & read.ravel()).sum() >= 9:
+            inside = inside & read.ravel()
         inside = inside if inside.sum() >= 9 else np.ones_like(inside)
         ones, zeros = np.ones(qx.size), np.zeros(qx.size)
         cx, cy = float(qx[inside.reshape(qx.shape)].mean()), float(qy[inside.reshape(qy.shape)].mean())
@@ -278,17 +284,19 @@ class Mapping:
             ex, ey = dx.ravel() - design_x @ coef, dy.ravel() - design_y @ coef
             off = np.tile(np.hypot(ex, ey)[inside], 2)
             weight = np.sqrt(1.0 / np.maximum(1.0, off / _BEND_HUBER))
-        bend = np.hypot(ex, ey).reshape(xs.shape)
+        bend = np.where(inside, np.hypot(ex, ey), 0.0).reshape(xs.shape)
         bend.setflags(write=False)
-        self._maps["bend"] = bend
+        self._maps[key] = bend
         return bend
 
-    def local_px(self) -> tuple[float, float]:
-        """``(largest, median)`` frame px of the grid's bend (:meth:`bend`; ``(0, 0)`` without a grid)."""
+    def local_px(self, read: np.ndarray | None = None) -> tuple[float, float]:
+        """``(largest, median)`` frame px of the grid's bend at the nodes ``read`` (:meth:`bend`; ``(0, 0)`` without a
+        grid)."""
         if self.grid is None:
             return 0.0, 0.0
-        norms = self.bend()
-        return float(norms.max()), float(np.median(norms))
+        norms = self.bend(read)
+        within = norms if read is None or read.shape != norms.shape or not read.any() else norms[read]
+        return float(within.max()), float(np.median(within))
 
     def with_local(self, lens: Lens | None, grid: np.ndarray | None, nodes: GridNodes | None) -> Mapping:
         """This homography with another lens term and local grid (None: none)."""

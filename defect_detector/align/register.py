@@ -112,7 +112,7 @@ class Registration:
             "scale": round(self.mapping.scale, 5),
             "perspective": round(self.mapping.perspective_px, 2),
             "lens": round(self.mapping.lens.k1, 5) if self.mapping.lens is not None else 0.0,
-            "grid": round(self.mapping.local_px()[0], 2),
+            "grid": round(self.mapping.local_px(self.residual.read)[0], 2),
             "local": {"largest": round(self.residual.largest, 2), "median": round(self.residual.median, 2)},
         }
 
@@ -149,7 +149,7 @@ def _reason(
     """Why a registration into a frame of ``shape`` does not fit (``("", None)`` when it does) and the refusal's kind, what
     was measured first and the key second; the golden check comes after (:func:`_checked`)."""
     shift, angle = reg.shift_px, reg.angle_deg
-    unexplained, (bend, bend_x, bend_y) = reg.residual, _bend(reg.mapping)
+    unexplained, (bend, bend_x, bend_y) = reg.residual, _bend(reg.mapping, reg.residual.read)
     limit = cfg.shift_limit(shape)
     mismatch, fixture = RefusalKind.REFERENCE_MISMATCH, RefusalKind.OUT_OF_FIXTURE
     checks = (
@@ -195,12 +195,12 @@ def _reason(
     return next(((why, kind) for ok, why, kind in checks if not ok), ("", None))
 
 
-def _bend(mapping: Mapping) -> tuple[float, float, float]:
-    """``(px, x, y)``: the local grid's largest bend (:meth:`Mapping.bend`) and where its node lands in the frame
-    (frame px); ``(0, nan, nan)`` without a grid."""
+def _bend(mapping: Mapping, read: np.ndarray | None) -> tuple[float, float, float]:
+    """``(px, x, y)``: the local grid's largest bend at the nodes ``read`` (:meth:`Mapping.bend`) and where its node lands
+    in the frame (frame px); ``(0, nan, nan)`` without a grid."""
     if mapping.grid is None:
         return 0.0, math.nan, math.nan
-    norms = mapping.bend()
+    norms = mapping.bend(read)
     i, j = np.unravel_index(int(np.argmax(norms)), norms.shape)
     xs, ys = mapping.nodes.positions()
     qx, qy = mapping.to_frame(np.array(xs[i, j]), np.array(ys[i, j]))

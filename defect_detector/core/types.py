@@ -64,7 +64,8 @@ class Detections:
     ``dropped``: calls above the score threshold that the ``max_det`` cap cut (``inspect/pipeline.py``); ``merged``:
     calls merged into a better-scored call on the same defect (``model/postprocess.py`` ``merge_nested``);
     ``tolerated``: calls its design's tolerance map dropped (``inspect/tolerance.py``: at a place where good boards draw
-    calls, not above their score there).
+    calls, not above their score there); ``off_area``: calls dropped off its design's inspection area
+    (``align/inspection_area.py``: a fixture, a label, a neighbouring board).
     """
 
     boxes: torch.Tensor
@@ -79,6 +80,7 @@ class Detections:
     dropped: int = 0
     merged: int = 0
     tolerated: int = 0
+    off_area: int = 0
 
     def __len__(self) -> int:
         return int(self.labels.numel())

@@ -4,11 +4,12 @@ source: a folder run killed with -9 leaves its frames too), ``--report`` (a CSV 
 
 Every frame of the source has its record, whatever happened to it: ``{"file_name", "frame", "verdict", "reason",
 "drift", "design_warning", "design_taught", "registration", "working_scale", "calls": [{"category_name", "bbox": [x, y, w, h], "score"}],
-"dropped", "merged", "tolerated", "weights"}``
+"dropped", "merged", "tolerated", "off_area", "weights"}``
 with ``verdict`` ``pass``, ``pass_suspect`` (no call, under a critical drift alert or with an untaught look), ``fail`` or ``not_inspected``
 (``reason`` says why), ``bbox`` in the frame's original pixels and ``dropped`` the calls the ``max_det`` cap cut
 (``merged``: those merged into a better call on the same defect, ``model/postprocess.py`` ``merge_nested``;
-``tolerated``: those its design's tolerance map dropped, ``teach --good``, ``inspect/tolerance.py``;
+``tolerated``: those its design's tolerance map dropped, ``teach --good``, ``inspect/tolerance.py``; ``off_area``: those
+off its design's inspection area, ``align/inspection_area.py``;
 ``weights``: the file name of the weights that inspected it, chosen per design with the bundled ones). So
 "clean", "not inspected" and "not processed" can never look alike. ``design_warning``: the frame's golden image looks
 unlike the model's training images (``inspect/design_check.py``: a warning, the frame is inspected as before), else

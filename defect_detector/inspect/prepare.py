@@ -34,6 +34,7 @@ import numpy as np
 from defect_detector.align.golden_view import GoldenView, boxes_to_frame, centres_valid, warp_into_golden
 from defect_detector.align.photometric import Photometric, PhotometricRange, fit_photometric, is_binarized
 from defect_detector.align.register import Registration
+from defect_detector.core.boxes import centres_inside
 from defect_detector.core.refusal import Refusal, RefusalKind
 from defect_detector.core.types import Detections, TileRecord
 from defect_detector.inspect.design_check import NO_NOTE, DesignCheck
@@ -415,12 +416,22 @@ def reframed(record: Prepared, image: np.ndarray) -> Prepared:
     return dataclasses.replace(record, frame=frame, view=view)
 
 
+def _on_board(result: Detections, record: Prepared) -> Detections:
+    """``result`` without the calls whose centre lies off ``record``'s covered area (``mask_uncovered``); those off its
+    design's inspection area counted in ``Detections.off_area``."""
+    kept = mask_uncovered(result, record.covered)
+    if record.area is None or len(kept) == len(result):
+        return kept
+    off = int((~centres_inside(result.boxes, record.area)).sum())
+    return dataclasses.replace(kept, off_area=result.off_area + off)
+
+
 def detect(pipeline: Pipeline, records: Sequence[Prepared]) -> list[Detections | None]:
     """The model on every record the prepare stage accepted, in one pipeline call (its plan, its registered golden
     image): per record, in order, its detections in frame pixels, without calls where the golden image has no data or
-    off its design's inspection area (``screens/frame.py`` ``mask_uncovered``), below its design's threshold
-    (``Pipeline.conf_for``) or dropped by its design's tolerance map (``inspect/tolerance.py``, counted in
-    ``Detections.tolerated``), or None for a refused record."""
+    off its design's inspection area (``screens/frame.py`` ``mask_uncovered``; counted in ``Detections.off_area``),
+    below its design's threshold (``Pipeline.conf_for``) or dropped by its design's tolerance map
+    (``inspect/tolerance.py``, counted in ``Detections.tolerated``), or None for a refused record."""
     out: list[Detections | None] = [None] * len(records)
     framed = [i for i, r in enumerate(records) if not r.refused and r.view is None]
     viewed = [i for i, r in enumerate(records) if not r.refused and r.view is not None]
@@ -429,7 +440,7 @@ def detect(pipeline: Pipeline, records: Sequence[Prepared]) -> list[Detections |
         golden = [r.golden for r in chosen] if pipeline.runtime.channels == 2 else None
         results = pipeline.detect([r.frame.image for r in chosen], golden, [r.plan for r in chosen])
         for i, result in zip(framed, results):
-            out[i] = mask_uncovered(result, records[i].covered)
+            out[i] = _on_board(result, records[i])
     if viewed:
         chosen = [records[i] for i in viewed]
         keyed = [r.design.blurred(_view_blur(r)) for r in chosen]  # the golden image at the board's focus
@@ -438,8 +449,8 @@ def detect(pipeline: Pipeline, records: Sequence[Prepared]) -> list[Detections |
         results = pipeline.detect([r.view.board for r in chosen], golden, [r.plan for r in chosen], features)
         for i, result in zip(viewed, results):
             out[i] = _in_frame(result, records[i].view)
-            if records[i].design is not None and records[i].design.key in pipeline.areas:  # no call off the board
-                out[i] = mask_uncovered(out[i], records[i].covered)
+            if records[i].area is not None:  # no call off the board
+                out[i] = _on_board(out[i], records[i])
     if pipeline.design_conf:  # a taught design's own threshold (the pipeline kept calls down to the lowest)
         for i, result in enumerate(out):
             if result is not None:

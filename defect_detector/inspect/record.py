@@ -103,7 +103,8 @@ class Inspection(Prepared):
         """The ``--save-json`` record (``inspect/outputs.py`` module docstring): file name, frame, serial, lot, order,
         verdict, reason, the threshold that decided it, drift, design note, registration, working scale, calls
         (``bbox`` COCO xywh in the frame's original pixels; ``board`` with outlines), boards, dropped, merged, tolerated (calls
-        its design's tolerance map dropped, ``inspect/tolerance.py``), weights."""
+        its design's tolerance map dropped, ``inspect/tolerance.py``), off_area (calls off its design's inspection area,
+        ``align/inspection_area.py``), weights."""
         result = self.detections
         calls = call_json(result)
         for call, board in zip(calls, self.call_boards):
@@ -125,6 +126,7 @@ class Inspection(Prepared):
             "dropped": result.dropped if result is not None else 0,
             "merged": result.merged if result is not None else 0,
             "tolerated": result.tolerated if result is not None else 0,
+            "off_area": result.off_area if result is not None else 0,
             "weights": self.weights,
         }
 

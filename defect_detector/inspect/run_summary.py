@@ -31,7 +31,7 @@ class Tally:
         self.suspects: Counter[str] = Counter()
         self.weights: Counter[str] = Counter()
         self.points: Counter[tuple[str, float]] = Counter()  # (weights, threshold that decided the frame): inspected frames
-        self.tolerated_calls = 0
+        self.tolerated_calls = self.off_area_calls = 0
         self.events: list[DriftEvent] = []  # the alerts (drift, recovered, rebaseline): few, kept for the summary
         self.changeovers = 0  # counted, not kept: a line whose every board has its own golden image has one a frame
         self.yields = BoardYield()
@@ -58,6 +58,7 @@ class Tally:
         if inspection.weights and inspection.conf is not None:
             self.points[(inspection.weights, round(float(inspection.conf), 5))] += 1
         self.tolerated_calls += result.tolerated
+        self.off_area_calls += result.off_area
         self.detections += len(result)
         self.dropped_calls += result.dropped
         self.merged_calls += result.merged
@@ -99,6 +100,7 @@ class Tally:
             "calls_cut_by_max_det": self.dropped_calls,
             "calls_merged": self.merged_calls,
             "calls_tolerated": self.tolerated_calls,
+            "calls_off_area": self.off_area_calls,
             "drift_monitoring": inspector.monitoring,
             "drift_events": [e.to_dict() for e in self.events],
             "changeovers": self.changeovers,
@@ -131,6 +133,8 @@ def summary_line(summary: dict[str, Any]) -> str:
         cut += f" ({summary['calls_merged']} merged into another call on the same defect)"
     if summary.get("calls_tolerated"):
         cut += f" ({summary['calls_tolerated']} more at places its design tolerates)"
+    if summary.get("calls_off_area"):
+        cut += f" ({summary['calls_off_area']} more off the boards' inspection areas)"
     if summary.get("unrecorded"):
         drift += f"; station database: {summary['unrecorded']} frames NOT RECORDED"
     if summary.get("outputs_failed"):

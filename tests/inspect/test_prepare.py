@@ -181,3 +181,25 @@ def test_the_prepare_stage_is_one_declared_list_and_a_new_screen_is_one_line_in_
     refused = prepare(Frame(1, board, "cam", name, 0.0), golden)
     assert refused.refusal.message.endswith("dust on the lens") and refused.hidden is None
     assert refused.registration is not None and refused.golden is not None  # the stages before it ran
+
+
+def test_calls_off_the_inspection_area_are_dropped_and_counted() -> None:
+    """Calls whose centre lies off the design's inspection area are not calls, but never silently lost: counted in
+    ``Detections.off_area`` (the record's ``off_area``, the summary's ``calls_off_area``); those off the golden image's
+    data alone (no area stored) are dropped uncounted, as before."""
+    import torch
+
+    from defect_detector.core.types import Detections
+    from defect_detector.inspect.prepare import Prepared, _on_board
+
+    boxes = torch.tensor([[10.0, 10.0, 30.0, 30.0], [70.0, 10.0, 90.0, 30.0], [10.0, 70.0, 30.0, 90.0]])
+    found = Detections(boxes, torch.tensor([0.9, 0.8, 0.7]), torch.zeros(3, dtype=torch.int64), ["short"] * 3, torch.zeros(4, 2), {}, None)
+    covered = np.ones((100, 100), bool)
+    covered[60:, :] = False  # the golden image has no data below y 60
+    area = np.zeros((100, 100), bool)
+    area[:, :50] = True  # the board: the left half
+    frame = Frame(0, np.zeros((100, 100), np.uint8), "test", "f.png", 0.0)
+    on_board = _on_board(found, Prepared(frame, covered=covered & area, area=area))
+    assert on_board.scores.tolist() == pytest.approx([0.9]) and on_board.off_area == 1  # the one below y 60 is on the board
+    plain = _on_board(found, Prepared(frame, covered=covered))
+    assert plain.scores.tolist() == pytest.approx([0.9, 0.8]) and plain.off_area == 0

@@ -51,7 +51,8 @@ def test_the_summary_names_each_model_and_threshold_that_decided_frames_and_coun
     decided = [("deeppcb_ref.pt", 0.4), ("photo_ref.pt", 0.21), ("photo_ref.pt", 0.21), ("photo_ref.pt", 0.107)]
     for index, (weights, conf) in enumerate(decided):
         record = _record(index, [])
-        tally.add(dataclasses.replace(record, weights=weights, conf=conf, detections=dataclasses.replace(record.detections, tolerated=2)))
+        counted = dataclasses.replace(record.detections, tolerated=2, off_area=index)
+        tally.add(dataclasses.replace(record, weights=weights, conf=conf, detections=counted))
     frames = SimpleNamespace(kind="folder", stats=SourceStats())
     inspector = SimpleNamespace(runtime=SimpleNamespace(path=Path("deeppcb_ref.pt"), device="cpu"), monitoring=False)
     summary = tally.summary("line", frames, inspector, {}, False)
@@ -60,7 +61,7 @@ def test_the_summary_names_each_model_and_threshold_that_decided_frames_and_coun
         {"weights": "photo_ref.pt", "conf": 0.107, "frames": 1},
         {"weights": "photo_ref.pt", "conf": 0.21, "frames": 2},
     ]
-    assert summary["calls_tolerated"] == 8
+    assert summary["calls_tolerated"] == 8 and summary["calls_off_area"] == 6
     line = summary_line(summary)
     assert "weights deeppcb_ref.pt x1 at score >= 0.4, photo_ref.pt x1 at score >= 0.107, photo_ref.pt x2 at score >= 0.21" in line
-    assert "(8 more at places its design tolerates)" in line
+    assert "(8 more at places its design tolerates) (6 more off the boards' inspection areas)" in line
