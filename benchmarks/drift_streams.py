@@ -126,7 +126,7 @@ class StatsCollector:
 
     def __init__(self, pipeline: Pipeline) -> None:
         self.pipeline = pipeline
-        self.designs = Designs(None, pipeline.register_cfg)
+        self.designs = Designs(None, pipeline.limits.register)
         self.reference = pipeline.runtime.channels == 2
         self.num_layers = len(pipeline.runtime.layer_names)
 

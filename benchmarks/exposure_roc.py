@@ -6,7 +6,7 @@ DeepPCB ships them) every condition is simulated: light 20%-200% (multiply and c
 noise, defocus (a Gaussian blur) and a frame of pure noise; light and defocus are ``monitor/faults.py``'s. The check's
 measures are read against the golden image (``golden``) and against the calibration levels alone (``levels``: dark 0,
 bright 255, what the bundled baselines record). For each measure and threshold it prints the share of normal-light
-boards refused and of each condition's boards refused, then the refusals of one chosen :class:`ExposureRange`
+boards refused and of each condition's boards refused, then the refusals of one chosen :class:`ExposureLimits`
 (``--min-light`` ... flags)::
 
     python -m benchmarks.exposure_roc --root /data/deeppcb --groups 50600 92000
@@ -22,8 +22,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from defect_detector.core.limits import ExposureLimits
 from defect_detector.monitor.faults import defocus, lighting_drop
-from defect_detector.screens.exposure import ExposureRange, contrast_ratio, exposure_reason, histogram, tones
+from defect_detector.screens.exposure import contrast_ratio, exposure_reason, histogram, tones
 
 LIGHTS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.1, 1.2, 1.3, 1.5, 1.7, 2.0)
 CONTRASTS = (0.25, 0.5, 0.75)
@@ -123,7 +124,7 @@ def sweep(data: dict[str, list[dict[str, float]]], golden: bool) -> dict[str, di
     return out
 
 
-def chosen(data: dict[str, list[dict[str, float]]], limits: ExposureRange, golden: bool) -> dict[str, float]:
+def chosen(data: dict[str, list[dict[str, float]]], limits: ExposureLimits, golden: bool) -> dict[str, float]:
     """Per condition: the share of boards :func:`exposure_reason` refuses with ``limits``."""
     out = {}
     for name, rows in data.items():
@@ -147,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--root", required=True, help="DeepPCB root (group<g>/<g>/<id>_test.jpg and _temp.jpg)")
     p.add_argument("--groups", nargs="+", default=["50600", "92000"], help="groups to read (default: the held-out 50600 92000)")
     p.add_argument("--limit", type=int, help="boards per group (default: all)")
-    defaults = ExposureRange()
+    defaults = ExposureLimits()
     p.add_argument("--min-light", type=float, default=defaults.min_light)
     p.add_argument("--min-contrast", type=float, default=defaults.min_contrast)
     p.add_argument("--max-clipped", type=float, default=defaults.max_clipped)
@@ -156,8 +157,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", help="also write the sweeps and the chosen range's refusals here (JSON)")
     args = p.parse_args(argv)
     data = measures(Path(args.root), args.groups, args.limit)
-    limits = ExposureRange(args.min_light, args.min_contrast, args.max_clipped, args.max_highlights, args.max_midtones)
-    report: dict[str, object] = {"boards": len(data["normal"]), "range": limits.__dict__}
+    limits = ExposureLimits(
+        min_light=args.min_light, min_contrast=args.min_contrast, max_clipped=args.max_clipped,
+        max_highlights=args.max_highlights, max_midtones=args.max_midtones,
+    )  # fmt: skip
+    report: dict[str, object] = {"boards": len(data["normal"]), "range": limits.model_dump()}
     for golden in (True, False):
         mode = "golden" if golden else "levels"
         sweeps = sweep(data, golden)

@@ -26,6 +26,7 @@ import cv2
 import numpy as np
 
 from defect_detector.align.mapping import Mapping
+from defect_detector.core.limits import PhotometricLimits
 
 FIT_SIDE = 48
 """Longest side, in samples, of the area-averaged images the fit reads."""
@@ -152,55 +153,37 @@ def is_binarized(image: np.ndarray) -> bool:
     return float(counts[0] + counts[-1]) >= BINARIZED_SHARE * float(image.size)
 
 
-@dataclass(frozen=True)
-class PhotometricRange:
-    """The level changes the weights were validated for: the line's capture variation (gain and gamma 0.85-1.15,
-    offset +-10 levels, a gradient of +-12%) with a margin. A fit is judged by what it does where the golden image has
-    levels (``Photometric.span``: its 5th to 95th percentile ``lo``-``hi``, and their midpoint), not by its
-    parameters, which trade off on a board of few levels: each of the three levels must map within the envelope of
-    the maps ``g -> a * 255 * (g / 255) ** gamma + o`` with the gain ``a`` within 1/(1 + ``max_gain``) to
-    1 + ``max_gain``, ``gamma`` likewise with ``max_gamma``, and ``|o| <= max_offset`` grey levels; ``max_light_range``:
-    the field's +- fraction."""
-
-    max_gain: float = 0.25
-    max_gamma: float = 0.25
-    max_light_range: float = 0.2
-    max_offset: float = 20.0
-
-    def envelope(self, levels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """float64 ``(lowest, highest)`` board levels the validated maps give golden ``levels``."""
-        x = np.clip(np.asarray(levels, np.float64), 0.0, 255.0) / 255.0
-        a, g = 1.0 + self.max_gain, 1.0 + self.max_gamma
-        return 255.0 / a * x**g - self.max_offset, 255.0 * a * x ** (1.0 / g) + self.max_offset
-
-    def reason(self, fit: Photometric) -> str:
-        """Why ``fit`` lies outside the range, in words ("" when within)."""
-        lo, hi = fit.span
-        levels = np.array([lo, (lo + hi) / 2, hi])
-        mapped = fit.curve(levels)
-        low, high = self.envelope(levels)
-        outside = (mapped < low) | (mapped > high)
-        if outside[2] or (outside[1] and not outside[0]):
-            which = 2 if outside[2] else 1
-            ratio = mapped[which] / max(levels[which], 1.0)
-            way, change = ("brighter", ratio - 1) if ratio > 1 else ("darker", 1 - ratio)
-            where = "bright" if which == 2 else "middle"
-            return (
-                f"light {change:.0%} {way} than the golden image at its {where} levels ({levels[which]:.0f} -> {mapped[which]:.0f}; "
-                f"at most {low[which]:.0f}-{high[which]:.0f}): check the light and the exposure"
-            )
-        if outside[0]:
-            return (
-                f"black level {mapped[0] - lo:+.0f} grey levels off the golden image's ({lo:.0f} -> {mapped[0]:.0f}; at most "
-                f"{low[0]:.0f}-{high[0]:.0f}): check the camera's settings"
-            )
-        if fit.light_range > self.max_light_range:
-            side = _brighter_side(fit)
-            return (
-                f"light {2 * fit.light_range:.0%} brighter on the {side} than the golden image's light there "
-                f"(at most +-{self.max_light_range:.0%}): check the lamps"
-            )
-        return ""
+def photometric_reason(fit: Photometric, limits: PhotometricLimits) -> str:
+    """Why ``fit`` lies outside the photometric range the weights were validated for (``core/limits.py``
+    ``PhotometricLimits``), in words ("" when within). It is judged by what it does where the golden image has levels
+    (``Photometric.span``: its 5th to 95th percentile ``lo``-``hi``, and their midpoint), not by its parameters, which
+    trade off on a board of few levels."""
+    lo, hi = fit.span
+    levels = np.array([lo, (lo + hi) / 2, hi])
+    mapped = fit.curve(levels)
+    low, high = limits.envelope(levels)
+    outside = (mapped < low) | (mapped > high)
+    if outside[2] or (outside[1] and not outside[0]):
+        which = 2 if outside[2] else 1
+        ratio = mapped[which] / max(levels[which], 1.0)
+        way, change = ("brighter", ratio - 1) if ratio > 1 else ("darker", 1 - ratio)
+        where = "bright" if which == 2 else "middle"
+        return (
+            f"light {change:.0%} {way} than the golden image at its {where} levels ({levels[which]:.0f} -> {mapped[which]:.0f}; "
+            f"at most {low[which]:.0f}-{high[which]:.0f}): check the light and the exposure"
+        )
+    if outside[0]:
+        return (
+            f"black level {mapped[0] - lo:+.0f} grey levels off the golden image's ({lo:.0f} -> {mapped[0]:.0f}; at most "
+            f"{low[0]:.0f}-{high[0]:.0f}): check the camera's settings"
+        )
+    if fit.light_range > limits.max_light_range:
+        side = _brighter_side(fit)
+        return (
+            f"light {2 * fit.light_range:.0%} brighter on the {side} than the golden image's light there "
+            f"(at most +-{limits.max_light_range:.0%}): check the lamps"
+        )
+    return ""
 
 
 def _brighter_side(fit: Photometric) -> str:

@@ -1,5 +1,6 @@
 """``defect-detector info``: parameters, FLOPs and metrics of weights, and the designs they were taught (each with its
-point, its tolerance places learnt from good boards and the places operators rejected at the station)."""
+point, its tolerance places learnt from good boards, the places operators rejected at the station and the limits
+it sets over the weights')."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def run(args: argparse.Namespace) -> None:
     info["designs"] = [
         {"name": d["name"], "key": d["key"], "conf": d.get("conf")}
         | {"tolerance_places": len(d.get("tolerance", [])), "rejected_places": len(d.get("rejected", []))}
-        | {"area_polygons": len(d.get("area", []))}
+        | {"area_polygons": len(d.get("area", [])), "limits": d.get("limits") or {}}
         for d in loaded.taught
     ]
     print(json.dumps(info, indent=2))

@@ -84,8 +84,22 @@ def _good(good: Any) -> str:
         f"    the design's point: score >= {good.conf:.3f} ({raised}: at most 0.1 false calls per good board held out from the map)\n"
         f"    false calls per good board at score >= {good.conf:.3f}: {good.per_board(good.conf, False):.2f} without the map, "
         f"{good.per_board(good.conf, True):.2f} with the map learnt on the other good boards (leave-one-out)\n"
-        f"    painted defects on the good boards: {_painted(good)}"
+        f"    painted defects on the good boards: {_painted(good)}\n"
+        f"    {_capture(good.capture)}"
     )
+
+
+def _capture(capture: Any) -> str:
+    """The line of the range of capture the good boards showed (``jobs/teach_limits.py``): the limits they raised for
+    the design, or that the weights' held them all."""
+    if capture is None:
+        return "capture range: not read"
+    beyond = f"; {len(capture.beyond)} beyond even the caps, refused" if capture.beyond else ""
+    raised = capture.raised()
+    if not raised:
+        return f"capture range: within the weights' limits{beyond}"
+    words = ", ".join(f"{key} {old:g} -> {new:g}" for key, (old, new) in raised.items())
+    return f"capture range: the design's own limits {words} (its good boards' largest readings x1.25, capped){beyond}"
 
 
 def _painted(good: Any) -> str:

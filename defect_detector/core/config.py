@@ -22,6 +22,7 @@ from defect_detector.core.config_augment import AugmentConfig
 from defect_detector.core.config_register import RegisterConfig
 from defect_detector.core.constants import DEEPPCB_CLASSES, DEFAULT_LAYERS
 from defect_detector.core.io import atomic_write_text
+from defect_detector.core.limits import ExposureLimits, Limits
 from defect_detector.core.typed_yaml import (
     AtLeastOne,
     Bool,
@@ -249,8 +250,8 @@ class EvalConfig(Section):
     exceeds this (model/postprocess.py ``merge_nested``; null: off). ``hidden_max_area``: the largest region of a frame,
     as a share of it, that may be hidden (glare, a shadow, a hand: cells unlike the matched golden image; screens/hidden.py)
     before the frame is not inspected; glare is refused at any size (null: only glare). ``exposure_*``: the exposure
-    range the model was validated at (screens/exposure.py ``ExposureRange``; a frame outside it is not inspected; null:
-    not checked)."""
+    range the model was validated at (screens/exposure.py; a frame outside it is not inspected; null: not checked). The
+    weights carry these and the ``register`` section as one model, ``Limits`` (core/limits.py)."""
 
     section: ClassVar[str] = "eval"
 
@@ -261,12 +262,12 @@ class EvalConfig(Section):
     cross_class_iou: Share | None = None
     cross_class_factor: Share = 0.25
     merge_ios: Share | None = None
-    hidden_max_area: Share | None = 0.005
-    exposure_min_light: Share = 0.6
-    exposure_min_contrast: Share = 0.6
-    exposure_max_clipped: Share = 0.2
-    exposure_max_highlights: Share | None = None
-    exposure_max_midtones: Share | None = None
+    hidden_max_area: Share | None = Limits().hidden_max_area
+    exposure_min_light: Share = ExposureLimits().min_light
+    exposure_min_contrast: Share = ExposureLimits().min_contrast
+    exposure_max_clipped: Share = ExposureLimits().max_clipped
+    exposure_max_highlights: Share | None = ExposureLimits().max_highlights
+    exposure_max_midtones: Share | None = ExposureLimits().max_midtones
 
 
 class MonitorConfig(Section):

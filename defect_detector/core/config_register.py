@@ -15,8 +15,8 @@ from pydantic import Field, model_validator
 
 from defect_detector.core.typed_yaml import Bool, Float, Int, Section, Share, check
 
-warnings.filterwarnings("ignore", r'Field name "register" in "Config" shadows', UserWarning)
-"""The ``register`` section of ``Config`` shadows ``ABCMeta.register``, which pydantic warns of once per class;
+warnings.filterwarnings("ignore", r'Field name "register" in "(Config|Limits)" shadows', UserWarning)
+"""The ``register`` section of ``Config`` and of ``Limits`` shadows ``ABCMeta.register``, which pydantic warns of once per class;
 neither is ever registered as a virtual subclass."""
 
 MAX_SPREAD = 0.21

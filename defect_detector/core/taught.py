@@ -6,7 +6,9 @@ calibrated for it (absent before v0.16: the weights' own operating point); when 
 map (``inspect/tolerance.py``: ``tolerance`` rows ``[x, y, score]`` in golden-image pixels, ``tolerance_radius``,
 ``tolerance_margin``; absent before v0.18); the calls operators rejected (``teach --station``: ``rejected`` rows of the
 same form, ``rejected_radius``; absent before v0.19); and its inspection area (``align/inspection_area.py``: ``area``
-polygons of golden-image ``[x, y]``, ``area_shape`` ``[height, width]``; absent before v0.19).
+polygons of golden-image ``[x, y]``, ``area_shape`` ``[height, width]``; absent before v0.19); and its own limits
+(``core/limits.py``: ``limits``, only the keys ``teach`` set from its good boards, over the weights'; absent before
+v0.19).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
 
+from defect_detector.core.limits import Limits
 from defect_detector.core.typed_yaml import Str, check
 
 Unit = Annotated[float, Strict(), Field(ge=0, le=1, allow_inf_nan=False)]
@@ -27,7 +30,7 @@ MAP_KEYS = ("tolerance", "tolerance_radius", "tolerance_margin", "rejected", "re
 """The keys of the tolerance map and of the operators' rejections."""
 AREA_KEYS = ("area", "area_shape")
 """The keys of the inspection area."""
-TAUGHT_KEYS = ("name", "key", "conf", *MAP_KEYS, *AREA_KEYS)
+TAUGHT_KEYS = ("name", "key", "conf", *MAP_KEYS, *AREA_KEYS, "limits")
 """Every key of an entry."""
 
 
@@ -46,6 +49,12 @@ class TaughtEntry(BaseModel):
     rejected_radius: _Radius | None = None
     area: Annotated[list[Annotated[list[tuple[_Coordinate, _Coordinate]], Field(min_length=3)]], Field(min_length=1)] | None = None
     area_shape: tuple[Annotated[int, Strict(), Field(gt=0)], Annotated[int, Strict(), Field(gt=0)]] | None = None
+    limits: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _limits(self) -> TaughtEntry:
+        Limits().for_design(self.limits)  # a bad key or value: one line naming limits.<key>
+        return self
 
     @model_validator(mode="after")
     def _whole(self) -> TaughtEntry:
@@ -60,8 +69,8 @@ class TaughtEntry(BaseModel):
 
 def entry_problem(entry: Any) -> str | None:
     """What is wrong with one raw ``taught`` entry: ``"entry"`` (not a mapping, or its name, key or point, or an
-    unknown key), ``"map"`` (its tolerance map or rejections), ``"area"`` (its inspection area), or None when it is
-    whole."""
+    unknown key), ``"map"`` (its tolerance map or rejections), ``"area"`` (its inspection area), ``"limits"`` (its
+    limits), or None when it is whole."""
     if not isinstance(entry, dict):
         return "entry"
     try:
@@ -69,6 +78,8 @@ def entry_problem(entry: Any) -> str | None:
     except ValidationError as exc:
         places = {str(e["loc"][0]) if e["loc"] else "" for e in exc.errors()}
         text = str(exc)
+        if "limits" in places or "limits." in text or "limits:" in text:
+            return "limits"
         if places & set(AREA_KEYS) or "area and area_shape" in text:
             return "area"
         if places & set(MAP_KEYS) or "given together" in text:

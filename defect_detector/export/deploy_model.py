@@ -17,13 +17,13 @@ from torch import nn
 from torch.nn.utils.fusion import fuse_conv_bn_eval
 
 from defect_detector.core.constants import DEFAULT_LAYERS, PAD_VALUE
+from defect_detector.core.limits import Limits
 from defect_detector.export.onednn import fuse_conv_silu
 from defect_detector.model.layers import ConvBNAct
 from defect_detector.model.postprocess import decode, make_anchor_points
 from defect_detector.model.rep import reparameterize
 from defect_detector.model.siamese import TRUNK
 from defect_detector.monitor.hooks import ActivationMonitor
-from defect_detector.screens.exposure import EXPOSURE_KEYS
 
 FORMAT_VERSION = 1
 META_FILE = "meta.json"
@@ -304,12 +304,12 @@ def checkpoint_meta(
     """:func:`build_meta` for ``deploy`` wrapping the model of ``loaded`` (a ``LoadedModel``): its class names, input
     size, strides, monitored layers, channels, source path and recorded ``data.pixel_scale``, and the operating point
     it was validated at (``"operating_point": {"conf": eval.f1_conf, "iou": eval.nms_iou, "cross_class_iou": ...,
-    "cross_class_factor": ..., "merge_ios": ..., "hidden_max_area": ..., "exposure": {"min_light":
-    eval.exposure_min_light, ...}}``), which ``predict`` defaults to, the design domain it carries (``"domain"``:
+    "cross_class_factor": ..., "merge_ios": ...}``), which ``predict`` defaults to, the limits it was validated at
+    (``"limits"``: ``core/limits.py`` ``Limits.of_config``: exposure, photometric range, hidden area, registration and
+    the golden check), the design domain it carries (``"domain"``:
     ``DomainModel.to_dict()`` form, ``monitor/domain.py``), when it does, the designs ``teach`` taught it
     (``"taught"``: ``[{"name", "key"}]``, [] when none; ``inspect/design_check.py``), the graphs the model has
-    (``"graphs"``: :func:`graphs_meta`) and its registration and golden-check settings (``"register"``: the config's
-    ``register`` section, ``core/config_register.py``)."""
+    (``"graphs"``: :func:`graphs_meta`)."""
     meta = build_meta(
         loaded.class_names,
         deploy.imgsz,
@@ -330,12 +330,10 @@ def checkpoint_meta(
         "cross_class_iou": None if ev.cross_class_iou is None else float(ev.cross_class_iou),
         "cross_class_factor": float(ev.cross_class_factor),
         "merge_ios": None if ev.merge_ios is None else float(ev.merge_ios),
-        "hidden_max_area": None if ev.hidden_max_area is None else float(ev.hidden_max_area),
-        "exposure": {key: getattr(ev, f"exposure_{key}") for key in EXPOSURE_KEYS},
     }
+    meta["limits"] = Limits.of_config(loaded.config).to_dict()
     if getattr(loaded, "domain", None) is not None:
         meta["domain"] = loaded.domain
     meta["taught"] = [dict(d) for d in getattr(loaded, "taught", [])]
     meta["graphs"] = graphs_meta(deploy)
-    meta["register"] = loaded.config.register.model_dump()
     return meta

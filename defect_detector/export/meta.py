@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import torch
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
 
-from defect_detector.core.config_register import RegisterConfig
+from defect_detector.core.limits import Limits
 from defect_detector.core.taught import TaughtEntry, Unit
 from defect_detector.core.typed_yaml import Bool, Int, Str, check, error_parts
 from defect_detector.export import FORMAT_VERSION, META_FILE
@@ -34,7 +34,7 @@ class _OperatingPoint(BaseModel):
     merge_ios: _Unit | None = None
     hidden_max_area: _Unit | None = None
     exposure: dict[str, _Unit | None] | None = None
-    """The exposure range the weights were validated at (``screens/exposure.py`` ``ExposureRange``)."""
+    """Artifacts before v0.19: the hidden-area and exposure limits, now in the meta's ``limits`` (``core/limits.py``)."""
 
 
 class _GoldenCheck(BaseModel):
@@ -106,7 +106,9 @@ class MetaFile(BaseModel):
     int8: Any = None
     graphs: dict[str, Any] | None = None
     register_: dict[str, Any] | None = Field(None, alias="register")
-    """Registration and the golden check's limits (``core/config_register.py``; absent before v0.15: the defaults)."""
+    """Artifacts v0.15-v0.18: registration and the golden check's limits, now in ``limits``."""
+    limits: dict[str, Any] | None = None
+    """Every limit of the prepare stage (``core/limits.py``; absent before v0.19: read from the keys above)."""
     """The graphs the artifact holds and their inputs (``deploy_model.graphs_meta``; absent before v0.12: ``forward`` only)."""
 
     @model_validator(mode="after")
@@ -141,8 +143,8 @@ def _meta_error(path: str | os.PathLike[str], exc: ValidationError, meta: dict[s
 def parse_meta(path: str | os.PathLike[str], text: str) -> dict[str, Any]:
     """``meta.json`` text of the artifact at ``path`` as a dict, checked by :class:`MetaFile` (each key the runtime
     reads: ``format_version``, ``class_names``, ``imgsz``, ``channels``, ``strides``, ``layers``, ``half``,
-    ``cpu_only``, ``pixel_scale``, ``operating_point``, ``golden_check``, ``register``, ``baseline``, ``domain`` and
-    ``taught``; no unknown key).
+    ``cpu_only``, ``pixel_scale``, ``operating_point``, ``golden_check``, ``limits`` (or an older artifact's
+    ``register``), ``baseline``, ``domain`` and ``taught``; no unknown key).
     ``ValueError`` naming ``path`` and the first bad key."""
     try:
         meta = json.loads(text)
@@ -156,8 +158,7 @@ def parse_meta(path: str | os.PathLike[str], text: str) -> dict[str, Any]:
         MetaFile.model_validate(meta)
     except ValidationError as exc:
         raise _meta_error(path, exc, meta) from None
-    if meta.get("register") is not None:
-        register_settings(meta["register"], f"{path}: {META_FILE}")
+    stored_limits(meta, f"{path}: {META_FILE}")
     if meta.get("baseline") is not None:
         from defect_detector.monitor.baseline import Baseline
 
@@ -170,11 +171,10 @@ def parse_meta(path: str | os.PathLike[str], text: str) -> dict[str, Any]:
 
 
 
-def register_settings(raw: dict[str, Any] | None, where: str) -> RegisterConfig:
-    """The ``register`` settings a model carries (its meta's ``register``; None: the defaults, as weights before v0.15
-    have). ``ValueError`` naming ``where`` and the bad key."""
+def stored_limits(meta: dict[str, Any], where: str) -> Limits:
+    """The limits a model's meta carries (``Limits.of_meta``). ``ValueError`` naming ``where`` and the bad key."""
     try:
-        return RegisterConfig.from_raw(raw or {})
+        return Limits.of_meta(meta)
     except ValueError as exc:
         raise ValueError(f"{where}: {exc}") from None
 

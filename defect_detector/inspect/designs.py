@@ -80,13 +80,20 @@ class Design:
 
 class Designs:
     """The designs of one inspector (or ``val`` / ``calibrate`` run): ``references`` (None: every frame brings its own
-    golden image), registration settings ``cfg``. ``skipped`` counts the frames refused, by kind (``no golden image``, ``no reference``,
-    ``unreadable reference``, ``reference does not match``, ``occluded or not this board``); the first few refusals are
-    logged as warnings."""
+    golden image), registration settings ``cfg`` (``designs_cfg``: a design's own, by its key: ``Pipeline.limits_for``).
+    ``skipped`` counts the frames refused, by kind (``no golden image``, ``no reference``, ``unreadable reference``,
+    ``reference does not match``, ``occluded or not this board``); the first few refusals are logged as warnings."""
 
-    def __init__(self, references: References | None, cfg: RegisterConfig | None = None, cached: int = CACHED) -> None:
+    def __init__(
+        self,
+        references: References | None,
+        cfg: RegisterConfig | None = None,
+        cached: int = CACHED,
+        designs_cfg: dict[str, RegisterConfig] | None = None,
+    ) -> None:
         self.references = references
         self.cfg = cfg or RegisterConfig()
+        self.designs_cfg = designs_cfg or {}
         self.cached = cached
         self.skipped: Counter[RefusalKind] = Counter()
         self._designs: OrderedDict[str, Design] = OrderedDict()
@@ -107,7 +114,7 @@ class Designs:
         prepare stage, which counts it once)."""
         if given is not None:
             key = pixel_fingerprint(given)
-            return self._keep(key, lambda k: Design(k, k, GIVEN, given, self._registrar(given, file_name))), key
+            return self._keep(key, lambda k: Design(k, k, GIVEN, given, self._registrar(given, file_name, k))), key
         if self.references is None:
             raise ReferenceError(f"{file_name}: no golden image (this is a golden-template model)", RefusalKind.NO_GOLDEN)
         path, key = self.references.lookup(file_name), self.references.key(file_name)
@@ -141,18 +148,22 @@ class Designs:
             raise exc
         return warped, reg
 
+    def forget(self, key: str) -> None:
+        """Drop design ``key`` (prepared again, at its registration settings, when next met)."""
+        self._designs.pop(key, None)
+
     def _from_file(self, key: str, file_name: str, name: str, path: str) -> Design:
         image = self.references.image(file_name)
-        return Design(key, name, path, image, self._registrar(image, file_name))
+        return Design(key, name, path, image, self._registrar(image, file_name, key))
 
-    def _registrar(self, golden: np.ndarray, file_name: str) -> Registrar:
-        """The registration pyramid of a golden image (:class:`ReferenceError` when it is too small to inspect or to
-        register at ``register.scale``)."""
+    def _registrar(self, golden: np.ndarray, file_name: str, key: str) -> Registrar:
+        """The registration pyramid of the golden image of design ``key``, at its registration settings
+        (:class:`ReferenceError` when it is too small to inspect or to register at ``register.scale``)."""
         small = too_small(golden.shape, f"{file_name}: its golden image")
         if small is not None:
             raise ReferenceError(small.message, small.kind)
         try:
-            return Registrar(golden, self.cfg)
+            return Registrar(golden, self.designs_cfg.get(key, self.cfg))
         except ValueError as exc:
             raise ReferenceError(f"{file_name}: its golden image: {exc}", RefusalKind.TOO_SMALL) from exc
 

@@ -33,6 +33,7 @@ import torch
 
 from defect_detector.align.tile_gate import gate_tiled
 from defect_detector.core.errors import DatasetError
+from defect_detector.core.limits import Limits
 from defect_detector.core.types import Detections, LetterboxMeta, TileRecord
 from defect_detector.data.images import ConversionNotice, to_gray_uint8
 from defect_detector.data.letterbox import letterbox
@@ -142,7 +143,8 @@ class Pipeline:
         self.runtime = runtime
         self.references = references
         self.align = align
-        self.register_cfg = runtime.register_config  # the golden check the weights were validated with
+        self.limits = runtime.limits  # the limits the weights were validated at (core/limits.py)
+        self.design_limits = runtime.design_limits  # a taught design's own (limits_for)
         self.conf = point["conf"] if conf is None else float(conf)
         self.design_conf = runtime.design_points if conf is None else {}  # a taught design's own threshold (conf_for)
         self.tolerances = runtime.design_tolerances if conf is None else {}  # a design's tolerance map (inspect/tolerance.py)
@@ -151,8 +153,6 @@ class Pipeline:
         self.iou = point["iou"] if iou is None else float(iou)
         self.cross_class = (point["cross_class_iou"], point["cross_class_factor"])  # the weights' setting (v0.10)
         self.merge = (point["merge_ios"], self.floor)  # one call per defect among the calls kept (v0.14; merge_at)
-        self.exposure = point["exposure"]  # the exposure range the weights were validated at (screens/frame.py)
-        self.hidden_max_area = point["hidden_max_area"]  # the largest hidden region allowed (screens/hidden.py)
         self.max_det = int(max_det)
         self.tile = tile
         self.golden_view = self.caches_golden if golden_view is None else bool(golden_view)
@@ -163,6 +163,11 @@ class Pipeline:
         self._features: OrderedDict[str, tuple[TileRecord | None, tuple[torch.Tensor, ...], torch.Tensor | None]] = OrderedDict()
         self._shrink_warned = False
         self._cap_warned = False  # calls cut by max_det are logged once at debug level
+
+    def limits_for(self, design: str | None) -> Limits:
+        """The limits the prepare stage judges a frame of the design whose golden image has fingerprint ``design`` by
+        (None: no golden image): the ones ``teach`` set for it, else the weights' (``core/limits.py``)."""
+        return self.design_limits.get(design, self.limits) if design is not None else self.limits
 
     def conf_for(self, design: str | None) -> float:
         """The score threshold of a frame of the design whose golden image has fingerprint ``design`` (None: no golden

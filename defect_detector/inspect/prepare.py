@@ -32,9 +32,10 @@ from typing import Any
 import numpy as np
 
 from defect_detector.align.golden_view import GoldenView, boxes_to_frame, centres_valid, warp_into_golden
-from defect_detector.align.photometric import Photometric, PhotometricRange, fit_photometric, is_binarized
+from defect_detector.align.photometric import Photometric, fit_photometric, is_binarized, photometric_reason
 from defect_detector.align.register import Registration
 from defect_detector.core.boxes import centres_inside
+from defect_detector.core.limits import Limits
 from defect_detector.core.refusal import Refusal, RefusalKind
 from defect_detector.core.types import Detections, TileRecord
 from defect_detector.inspect.design_check import NO_NOTE, DesignCheck
@@ -134,9 +135,9 @@ class Prepare:
         calibration: dict[str, float] | None = None,
     ) -> None:
         if pipeline.runtime.channels == 2 and designs is None:
-            designs = Designs(pipeline.references, pipeline.register_cfg)
+            own = {key: limits.register for key, limits in pipeline.design_limits.items()}
+            designs = Designs(pipeline.references, pipeline.limits.register, designs_cfg=own)
         self.pipeline, self.designs, self.design_check, self.calibration = pipeline, designs, design_check, calibration
-        self.photometric_range = PhotometricRange()
         self.screen_hidden = True
         self.scale_check = ScaleCheck.of(pipeline)
 
@@ -170,7 +171,7 @@ class Prepare:
             return record
         hidden = largest_region(kinds, image.shape, unlike)
         record = dataclasses.replace(record, hidden=hidden)
-        if not self.screen_hidden or hidden is None or not hidden.refused(self.pipeline.hidden_max_area):
+        if not self.screen_hidden or hidden is None or not hidden.refused(self.pipeline.limits_for(record.golden_key).hidden_max_area):
             return record
         light = self._light(record, hidden)
         if light is not None:
@@ -237,6 +238,15 @@ class Prepare:
         note = self.design_check.note(design, frame.file_name) if self.design_check is not None else NO_NOTE
         record = dataclasses.replace(record, design=design, golden_name=golden_name, design_warning=note.warning, design_taught=note.taught)
         return _scaled(record, self._scale(design, frame.image.shape))
+
+    def own_limits(self, key: str, limits: Limits) -> None:
+        """Judge the frames of the design whose golden image has fingerprint ``key`` by ``limits`` from now on, its
+        registration included (``teach --good`` reading its good boards at the limits they ask for, as ``predict``
+        will from the taught entry)."""
+        self.pipeline.design_limits[key] = limits
+        if self.designs is not None:
+            self.designs.designs_cfg[key] = limits.register
+            self.designs.forget(key)
 
     def _scale(self, design: Design, shape: tuple[int, ...]) -> WorkingScale:
         """``design``'s working scale for a frame of ``shape``: read on its first frame that a reading could change
@@ -309,7 +319,7 @@ def _exposure(prepare: Prepare, record: Prepared) -> Prepared:
     if design is not None and design.tones is None:
         design.tones = tones(histogram(design.image))
     own = design.tones if design is not None else None
-    limits = (prepare.pipeline.exposure, prepare.calibration)
+    limits = (prepare.pipeline.limits_for(record.golden_key).exposure, prepare.calibration)
     refusal = screen_reason(record.frame.image, record.golden, record.covered, *limits, record.matched, own, area=record.area)
     return record if refusal is None else dataclasses.replace(record, refusal=refusal)
 
@@ -319,7 +329,7 @@ def _light_range(prepare: Prepare, record: Prepared) -> Prepared:
     if record.matched is None:
         return dataclasses.replace(record, captured=record.golden)
     fit = record.registration.photometric
-    light = prepare.photometric_range.reason(fit)
+    light = photometric_reason(fit, prepare.pipeline.limits_for(record.golden_key).photometric)
     if light:
         return record.refuse(RefusalKind.LIGHT_UNLIKE, light, {"gain": fit.gain, "gamma": fit.gamma, "offset": fit.offset})
     return dataclasses.replace(record, golden=record.matched, captured=record.golden)

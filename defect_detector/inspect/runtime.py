@@ -26,11 +26,11 @@ import torch
 
 from defect_detector.align.inspection_area import InspectionArea
 from defect_detector.core.config import EvalConfig
-from defect_detector.core.config_register import RegisterConfig
 from defect_detector.core.constants import DEFAULT_LAYERS
 from defect_detector.core.devices import cpu_bf16, resolve_device
+from defect_detector.core.limits import Limits
 from defect_detector.export import GOLDEN_FEATURES, DeployModel, ExportError, checkpoint_meta, trace_deploy_model
-from defect_detector.export.meta import check_outputs, parse_meta, register_settings
+from defect_detector.export.meta import check_outputs, parse_meta, stored_limits
 from defect_detector.export.onednn import onednn_available
 from defect_detector.export.triton import check_triton_config
 from defect_detector.inspect.artifacts import (  # noqa: F401 - archive_meta re-exported
@@ -45,16 +45,11 @@ from defect_detector.inspect.golden_graphs import GoldenGraphs, check_golden_gra
 from defect_detector.inspect.tolerance import Tolerance
 from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, LoadedModel, load_checkpoint
 from defect_detector.model.tta import orientations, tta_forward
-from defect_detector.screens.exposure import ExposureRange
 
 log = logging.getLogger("defect_detector.inspect")
 
 DEFAULT_OPERATING_POINT = {"conf": 0.25, "iou": 0.5}
 """The operating point of an artifact that records none (exported before v0.9)."""
-
-
-def _unit_or_none(value: Any) -> float | None:
-    return None if value is None else float(value)
 
 
 class Runtime:
@@ -105,10 +100,8 @@ class Runtime:
         (``eval.f1_conf``), per-class NMS ``iou`` (``eval.nms_iou``), and the cross-class demotion
         ``cross_class_iou`` (None: off) / ``cross_class_factor``; artifacts exported before v0.9 carry none and get
         ``DEFAULT_OPERATING_POINT``, those before v0.10 no cross-class demotion, those before v0.14 no merge of
-        nested calls (``merge_ios`` None; ``model/postprocess.py`` ``merge_nested``). ``hidden_max_area``: the largest
-        hidden region a frame may show (``screens/hidden.py``; None: only glare is refused; weights before v0.14 get
-        ``eval.hidden_max_area``'s default). ``exposure``: the exposure range
-        (``screens/exposure.py`` ``ExposureRange``; weights that record none get its defaults, ``eval.exposure_*``)."""
+        nested calls (``merge_ios`` None; ``model/postprocess.py`` ``merge_nested``). The limits the prepare stage
+        judges frames by are :attr:`limits`."""
         point = self.meta.get("operating_point") or DEFAULT_OPERATING_POINT
         cross_iou, merge_ios = point.get("cross_class_iou"), point.get("merge_ios")
         return {
@@ -117,8 +110,6 @@ class Runtime:
             "cross_class_iou": None if cross_iou is None else float(cross_iou),
             "cross_class_factor": float(point.get("cross_class_factor", EvalConfig().cross_class_factor)),
             "merge_ios": None if merge_ios is None else float(merge_ios),
-            "hidden_max_area": _unit_or_none(point.get("hidden_max_area", EvalConfig().hidden_max_area)),
-            "exposure": ExposureRange.from_dict(point.get("exposure")),
         }
 
     @property
@@ -142,11 +133,19 @@ class Runtime:
         return {key: area for key, area in found.items() if area is not None}
 
     @property
-    def register_config(self) -> RegisterConfig:
-        """How golden images are registered and checked for this model: the ``register`` settings its training config
-        gave (meta ``register``; weights before v0.15: the defaults), so ``predict`` applies the golden check the
-        weights were validated with."""
-        return register_settings(self.meta.get("register"), str(self.path))
+    def limits(self) -> Limits:
+        """Every limit the prepare stage judges this model's frames by (``core/limits.py``): exposure, photometric
+        range, hidden area, registration and the golden check, as its training config validated them (meta
+        ``limits``; artifacts before v0.19: their operating point's ``exposure`` and ``hidden_max_area`` and their
+        ``register``, each absent: the defaults), so ``predict`` applies the limits the weights were validated with."""
+        return stored_limits(self.meta, str(self.path))
+
+    @property
+    def design_limits(self) -> dict[str, Limits]:
+        """The limits ``teach`` set for each design it taught (meta ``taught`` ``limits``: the keys it sets, over
+        :attr:`limits`), by the fingerprint of the design's golden image; {} when none."""
+        limits = self.limits
+        return {d["key"]: limits.for_design(d["limits"]) for d in self.meta.get("taught") or [] if d.get("limits")}
 
     @classmethod
     def load(

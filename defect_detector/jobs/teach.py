@@ -23,10 +23,11 @@ No annotated defect is needed. Within ``minutes`` (the whole command, set writin
    and one that may carry a defect stops ``teach`` with its place, before any work;
 6. writes ``out``: the weights kept, each design taught listed with its own point (``taught``: name, pixel key,
    ``conf``, its inspection area (``align/inspection_area.py``: ``--area``'s mask, else the board's own area where a
-   plain background lies round it), and its tolerance map when taught from good boards; ``predict`` applies them to that design's frames
-   only), after every design the starting weights were taught before (a design taught again replaces its entry), the
-   design domain extended by its look, and a drift baseline (the starting weights' own when they are kept; else
-   calibrated on the defect-free captures).
+   plain background lies round it), and its tolerance map and its own limits (the capture range its good boards showed,
+   ``jobs/teach_limits.py``) when taught from good boards; ``predict`` applies them to that design's frames only),
+   after every design the starting weights were taught before (a design taught again replaces its entry), the design
+   domain extended by its look, and a drift baseline (the starting weights' own when they are kept; else calibrated
+   on the defect-free captures).
 
 A binarized line's design whose look lies within the starting weights' design domain, where they were validated on
 real defects, and whose defect-free captures draw at most 0.1 false calls per board at their own point, is taught at
@@ -53,6 +54,7 @@ import torch
 
 from defect_detector.align.inspection_area import InspectionArea
 from defect_detector.core.io import atomic_torch_save
+from defect_detector.core.limits import Limits
 from defect_detector.data.images import load_image_gray
 from defect_detector.data.photo_sets import golden_files
 from defect_detector.engine.budget import MIN_BASELINE_FRAMES, Budget
@@ -62,6 +64,7 @@ from defect_detector.inspect.run_guard import OutputLock
 from defect_detector.inspect.tolerance import Tolerance
 from defect_detector.jobs.calibrate import run_calibrate
 from defect_detector.jobs.teach_good import GoodBoards, built_golden, learn_good, read_good, verify_golden
+from defect_detector.jobs.teach_limits import capture_limits
 from defect_detector.jobs.teach_point import MAX_FALSE_CALLS, DesignPoint, design_point, scores_by_design
 from defect_detector.jobs.teach_sets import (
     TeachDesign,
@@ -232,10 +235,11 @@ def _baseline(out: Path, start: dict[str, Any], tuned: bool, clean: Path) -> str
 
 def _write(  # noqa: PLR0913 - what the weights written hold, each named
     out: Path, source: dict[str, Any], start: dict[str, Any], outcomes: list[DesignOutcome], designs: list[TeachDesign],
-    tolerances: dict[str, Tolerance], areas: dict[str, InspectionArea],
+    tolerances: dict[str, Tolerance], areas: dict[str, InspectionArea], limits: dict[str, dict[str, Any]] | None = None,
 ) -> None:
     """Write ``source`` (inference form) to ``out`` with the taught designs (name, key, ``conf``, the tolerance map
-    of a design in ``tolerances`` and the inspection area of one in ``areas``, by key) after those the starting
+    of a design in ``tolerances``, the inspection area of one in ``areas`` and the limits one sets over the weights'
+    in ``limits``, by key) after those the starting
     checkpoint ``start`` was taught before (a design taught again replaces its entry), and the domain extended by
     their looks."""
     ckpt = strip_checkpoint(source)
@@ -243,6 +247,7 @@ def _write(  # noqa: PLR0913 - what the weights written hold, each named
         {"name": o.name, "key": o.key, "conf": float(o.after.conf)}
         | (tolerances[o.key].to_entry() if o.key in tolerances else {})
         | (areas[o.key].to_entry() if o.key in areas else {})
+        | ({"limits": (limits or {})[o.key]} if o.key in (limits or {}) else {})
         for o in outcomes
         if o.taught
     ]
@@ -408,11 +413,15 @@ def _teach(  # noqa: PLR0913 - teach()'s checked inputs
         )
     learnt = None
     if boards:
-        learnt = dataclasses.replace(learn_good(tuned or weights, golden, boards, outcomes[0].after.conf, threads, seed), golden=built)
+        inspecting = tuned or weights
+        capture = capture_limits(load_image_gray(golden), boards, Limits.of_config(load_checkpoint(inspecting).config))
+        found = learn_good(inspecting, golden, boards, outcomes[0].after.conf, threads, seed, capture.limits if capture.own else None)
+        learnt = dataclasses.replace(found, golden=built, capture=capture)
         outcomes[0] = _held_out(outcomes[0], learnt.conf, out)
     source = torch.load(tuned, map_location="cpu", weights_only=True) if tuned else start
     tolerances, areas = {outcomes[0].key: learnt.tolerance} if learnt is not None else {}, _areas(designs, area)
-    _write(out, source, start, outcomes, designs, tolerances, areas)
+    own = {outcomes[0].key: learnt.capture.own} if learnt is not None and learnt.capture.own else {}
+    _write(out, source, start, outcomes, designs, tolerances, areas, own)
     baseline = _baseline(out, start, tuned is not None, sets["clean"])
     minutes = (time.perf_counter() - started) / 60
     stored = {key: (a.share, "mask" if area is not None else "board") for key, a in areas.items()}

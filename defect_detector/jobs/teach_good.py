@@ -8,6 +8,8 @@ tolerance map, its point held out, and painted defects on the boards themselves.
   :data:`GOOD_FLOOR <defect_detector.inspect.tolerance.GOOD_FLOOR>`; its calls' centres in golden-image pixels make
   the tolerance map (``inspect/tolerance.py``), and the design's point is raised until boards held out from the map
   draw at most 0.1 false calls per board (``jobs/teach_point.py`` ``held_out_point``).
+- The boards are read at the design's own limits when they ask for wider ones (``jobs/teach_limits.py``: the range
+  of capture they show).
 - Painted defects on the real boards (:data:`PAINTED_PER_BOARD` each, ``looks/paint.py``), inspected the same way:
   the recall figure at the design's point, each board's defects read against the map learnt on the other boards
   (a defect at a tolerated place must beat it, as on the line).
@@ -25,7 +27,8 @@ from torchvision.ops import box_iou
 
 from defect_detector.align.golden_build import build_golden, golden_disagreements, places_words
 from defect_detector.core.io import atomic_write_bytes
-from defect_detector.data.images import load_image_gray
+from defect_detector.core.limits import Limits
+from defect_detector.data.images import load_image_gray, pixel_fingerprint
 from defect_detector.data.photo_sets import golden_files
 from defect_detector.inspect.inspector import Inspector
 from defect_detector.inspect.tolerance import (
@@ -40,6 +43,7 @@ from defect_detector.inspect.tolerance import (
     left_out_scores,
     tolerated,
 )
+from defect_detector.jobs.teach_limits import CaptureRange
 from defect_detector.jobs.teach_point import held_out_point
 from defect_detector.looks.paint import paint_defects
 from defect_detector.model.checkpoint import load_checkpoint
@@ -60,7 +64,8 @@ class GoodBoards:
     other good boards keeps (leave-one-out); ``golden``: the golden image built from them (None: one was given);
     ``centres`` per inspected board: float64 ``[K, 2]`` its calls' centres in golden-image pixels; ``painted`` per
     inspected board, per defect painted on it: float64 ``[K, 3]`` the calls that caught it (``score,
-    x, y``: box centre in golden-image pixels), empty when none did."""
+    x, y``: box centre in golden-image pixels), empty when none did. ``capture``: the range of capture they showed and
+    the design's limits from it, which its frames were read at (``jobs/teach_limits.py``; None: not read)."""
 
     inspected: list[str]
     refused: list[tuple[str, str]]
@@ -72,6 +77,7 @@ class GoodBoards:
     golden: Path | None = None
     centres: list[np.ndarray] = field(default_factory=list, repr=False)
     painted: list[list[np.ndarray]] = field(default_factory=list, repr=False)
+    capture: CaptureRange | None = None
 
     def per_board(self, conf: float, tolerance: bool) -> float:
         """False calls per inspected good board at ``conf``: without the map, or held out from it (leave-one-out)."""
@@ -134,17 +140,26 @@ def verify_golden(path: Path, golden: np.ndarray, boards: list[tuple[str, np.nda
 
 
 def learn_good(  # noqa: PLR0913 - the good boards' pass, each input named
-    weights: Path, golden: Path, boards: list[tuple[str, np.ndarray]], conf: float, threads: int | None, seed: int = 0
+    weights: Path,
+    golden: Path,
+    boards: list[tuple[str, np.ndarray]],
+    conf: float,
+    threads: int | None,
+    seed: int = 0,
+    limits: Limits | None = None,
 ) -> GoodBoards:
     """Inspect the good ``boards`` against ``golden`` with ``weights`` as ``predict`` does (``Inspector``: the same
     prepare stage, registration and refusals) at :data:`GOOD_FLOOR`, map each call's box centre into golden-image
     pixels through the board's registration, and learn the design's tolerance map from them
     (``inspect/tolerance.py``); the design's point ``conf`` (from the line captures) is raised until the good boards,
     each held out from the map's fit, draw at most 0.1 false calls per board. :data:`PAINTED_PER_BOARD` defects are
-    painted on each inspected board (``seed``) and inspected the same way, for the recall figure."""
+    painted on each inspected board (``seed``) and inspected the same way, for the recall figure. ``limits``: the
+    design's own limits, its frames read at them (None: the weights')."""
     centres, scores, inspected, refused, painted = [], [], [], [], []
     rng = np.random.default_rng(seed)
     with Inspector.load(weights, reference=golden, threads=threads, conf=GOOD_FLOOR, monitor=False) as inspector:
+        if limits is not None:
+            inspector.prepare.own_limits(pixel_fingerprint(load_image_gray(golden)), limits)
         for name, image in boards:
             record = inspector.inspect(image, name=name)
             if record.detections is None or record.registration is None:

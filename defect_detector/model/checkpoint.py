@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import ValidationError
 
 from defect_detector.core.config import Config, apply_overrides, config_from_dict, without_retired
-from defect_detector.core.taught import AREA_KEYS, MAP_KEYS, TAUGHT_KEYS, entry_problem
+from defect_detector.core.taught import AREA_KEYS, MAP_KEYS, TAUGHT_KEYS, TaughtEntry, entry_problem
 from defect_detector.model.detector import TinyDetector, build_model
 
 DEFAULT_WEIGHTS = Path(__file__).resolve().parent.parent / "weights" / "deeppcb.pt"
@@ -107,6 +108,12 @@ def _taught_entry(path: Path, raw: Any) -> list[dict[str, Any]]:
                 f"{path}: 'taught' entry of {d['name']}: its inspection area must be 'area': [[[x, y], ...], ...] (polygons of 3 "
                 f"or more finite points) with 'area_shape': [height, width] (what teach writes), got {given}"
             )
+        if problem == "limits":
+            try:
+                TaughtEntry.model_validate(d)
+            except ValidationError as exc:
+                why = next((str(e.get("ctx", {}).get("error", e["msg"])) for e in exc.errors()), str(exc))
+                raise ValueError(f"{path}: 'taught' entry of {d['name']}: its {why} (what teach --good writes)") from None
         if problem == "map":
             given = {k: d.get(k) for k in MAP_KEYS}
             raise ValueError(

@@ -10,7 +10,7 @@ from both levels: a binarized or two-tone board has almost none; a hand, a cloth
 
 :func:`exposure_reason` compares them with a reference, the registered golden image's tones or, without one, the
 calibration frames' levels the drift baseline records (``Baseline.image_levels``), and with the range the weights
-were validated at (:class:`ExposureRange`, the weights' ``eval.exposure_*`` keys). ``light`` is the bright level over
+were validated at (``core/limits.py`` ``ExposureLimits``, the weights' ``limits.exposure``). ``light`` is the bright level over
 the reference's (a board at 25% light: 0.25); ``contrast`` the distance between the dark and bright modes over the
 reference's (the calibration levels: its dark and bright levels). Over-exposure
 clips: the bright level cannot rise past 255, so it shows as saturation instead, in ``highlights`` (a board whose
@@ -24,13 +24,10 @@ models was chosen by a measured ROC on the held-out groups (``benchmarks/exposur
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 import cv2
 import numpy as np
 
-from defect_detector.core.config import EvalConfig
+from defect_detector.core.limits import ExposureLimits
 from defect_detector.core.refusal import Refusal, RefusalKind
 from defect_detector.screens.blank import quantile_levels
 
@@ -39,9 +36,6 @@ SATURATED = 250
 
 CRUSHED = 5
 """Gray levels at or below this are crushed."""
-
-EXPOSURE_KEYS = ("min_light", "min_contrast", "max_clipped", "max_highlights", "max_midtones")
-"""The keys of an operating point's ``exposure`` entry (:class:`ExposureRange`'s fields; ``eval.exposure_<key>``)."""
 
 MIN_SPAN = 64
 """Mid-tones lie between the dark and bright levels; when these are closer than this (a board that is over 99% one
@@ -52,34 +46,6 @@ THRESHOLDED = 0.99
 binarized line's frame, lossless): its saturation says nothing of the light."""
 TONES = ("dark", "bright", "saturated", "crushed", "highlights", "midtones", "dark_mode", "bright_mode", "two_level")
 """The entries of :func:`tones`."""
-
-
-_DEFAULTS = EvalConfig()
-
-
-@dataclass(frozen=True)
-class ExposureRange:
-    """The exposure range a model was validated at (``eval.exposure_*``). ``min_light``: least bright level, as a
-    fraction of the reference's; ``min_contrast``: least level range (bright - dark), as a fraction of the
-    reference's; ``max_clipped``: most saturated plus crushed share of the frame beyond the golden image's (golden
-    images only); ``max_highlights``: most share of the bright pixels saturated (None: not checked; a look whose
-    whites are clipped by design, such as a synthetic binarized board, has 1.0); ``max_midtones``: most share of
-    mid-tone pixels beyond the reference's (None: not checked)."""
-
-    min_light: float = _DEFAULTS.exposure_min_light
-    min_contrast: float = _DEFAULTS.exposure_min_contrast
-    max_clipped: float = _DEFAULTS.exposure_max_clipped
-    max_highlights: float | None = _DEFAULTS.exposure_max_highlights
-    max_midtones: float | None = _DEFAULTS.exposure_max_midtones
-
-    @classmethod
-    def from_dict(cls, raw: dict[str, Any] | None) -> ExposureRange:
-        """The range of an operating point's ``exposure`` entry (``{"min_light": ..., ...}``; absent keys, or None for
-        weights that record none: the defaults, ``eval.exposure_*``)."""
-        return cls(**{k: v for k, v in (raw or {}).items() if k in EXPOSURE_KEYS})
-
-    def to_dict(self) -> dict[str, float | None]:
-        return dict(self.__dict__)
 
 
 def histogram(gray: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
@@ -144,7 +110,7 @@ def _overexposed(frame: dict[str, float], reference: dict[str, float] | None, ma
     return 1.0 - frame["highlights"] < 0.5 * (1.0 - reference["highlights"])
 
 
-def exposure_reason(frame: dict[str, float], reference: dict[str, float] | None, limits: ExposureRange, what: str) -> Refusal | None:
+def exposure_reason(frame: dict[str, float], reference: dict[str, float] | None, limits: ExposureLimits, what: str) -> Refusal | None:
     """Why a frame of :func:`tones` ``frame`` is outside ``limits`` against ``reference`` (the golden image's tones, or
     the calibration levels: ``dark`` and ``bright`` only), or None. ``what`` names the reference in the message ("the
     golden image", "the calibration frames"). Mid-tones are read first (a hand or noise is not a board, whatever its

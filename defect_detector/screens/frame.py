@@ -5,7 +5,7 @@
   has none (:func:`mask_uncovered`): the model would compare the board with the fill value there.
 - Exposure and content (``screens/exposure.py``): the frame's tones against its registered golden image over the
   covered area, or, without one, against the calibration frames' levels the drift baseline records; outside the
-  range the weights were validated at (``Runtime.operating_point["exposure"]``) the frame is not inspected, the
+  range the weights were validated at (their ``limits.exposure``, ``core/limits.py``) the frame is not inspected, the
   reason naming what was measured ("underexposed: 25% of the golden image's level ...").
 """
 
@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 
 from defect_detector.core.boxes import centres_inside
+from defect_detector.core.limits import ExposureLimits
 from defect_detector.core.refusal import Refusal, RefusalKind
 from defect_detector.core.types import Detections
-from defect_detector.screens.exposure import ExposureRange, exposure_reason, histogram, tones
+from defect_detector.screens.exposure import exposure_reason, histogram, tones
 
 MIN_SIDE = 32
 """Fewest pixels on a side of a frame or golden image that is inspected: a defect the weights were validated on is at
@@ -60,7 +61,7 @@ def screen_reason(
     gray: np.ndarray,
     golden: np.ndarray | None,
     covered: np.ndarray | None,
-    limits: ExposureRange,
+    limits: ExposureLimits,
     calibration: dict[str, float] | None,
     matched: np.ndarray | None = None,
     own: dict[str, float] | None = None,
@@ -72,7 +73,7 @@ def screen_reason(
     ``matched``: the registered golden image at the frame's levels (``Photometric.to_board``): the frame's mid-tones
     and its clipped area are read against its own, so a gain and tone change is not taken for an occluder, and the
     saturation a brighter light within the validated range predicts (a white background at gain 1.15) is not taken for
-    clipping (the light's own range is judged by ``PhotometricRange`` after); light and contrast stay read against the
+    clipping (the light's own range is judged by ``photometric_reason`` after); light and contrast stay read against the
     golden image as captured. ``own``: :func:`tones` of the golden image itself, not registered: the share of its bright
     pixels saturated (``highlights``) is read from it, since registration's interpolation puts in-between levels on
     every edge (a binarized golden image, whites exactly 255, keeps 3% of its bright pixels below saturation once

@@ -10,7 +10,8 @@ import pytest
 from golden_pairs import textured
 
 from defect_detector.align.mapping import Mapping
-from defect_detector.align.photometric import Photometric, PhotometricRange, fit_photometric
+from defect_detector.align.photometric import Photometric, fit_photometric, photometric_reason
+from defect_detector.core.limits import PhotometricLimits
 
 H, W = 480, 640
 
@@ -42,7 +43,7 @@ def test_the_fit_recovers_a_known_gain_gamma_and_gradient(gain: float, gamma: fl
     matched = fit.to_board(golden).astype(np.int16)
     assert np.abs(matched - board).mean() < 2.5 < np.abs(golden.astype(np.int16) - board).mean() or gain == 1.0
     assert np.abs(fit.to_golden(board).astype(np.int16) - golden).mean() < 2.5
-    assert PhotometricRange().reason(fit) == ""  # the line's capture variation is within the validated range
+    assert photometric_reason(fit, PhotometricLimits()) == ""  # the line's capture variation is within the validated range
 
 
 def test_glare_and_a_defect_are_outliers_of_the_fit() -> None:
@@ -59,9 +60,9 @@ def test_a_light_outside_the_validated_range_is_a_reason_in_words() -> None:
     golden = _golden()
     dark = fit_photometric(golden, _captured(golden, 0.55, 1.0, 0.0, 0.0))
     assert dark.gain == pytest.approx(0.55, abs=0.03)
-    assert PhotometricRange().reason(dark).startswith("light 45% darker than the golden image")
+    assert photometric_reason(dark, PhotometricLimits()).startswith("light 45% darker than the golden image")
     gradient = fit_photometric(golden, _captured(golden, 1.0, 1.0, -0.3, 0.0))
-    assert PhotometricRange().reason(gradient).startswith("light 60% brighter on the left")
+    assert photometric_reason(gradient, PhotometricLimits()).startswith("light 60% brighter on the left")
 
 
 def test_a_binarized_pair_is_the_identity_and_gamma_stays_at_one() -> None:
@@ -98,12 +99,12 @@ def test_the_range_judges_what_a_fit_does_on_the_golden_image_levels_not_its_par
 
     same = fit(1.101, 0.7, -36.7, (40.0, 200.0))
     assert abs(same.curve(np.array([40.0, 200.0])) - [40, 200]).max() < 1.0
-    assert PhotometricRange().reason(same) == ""
+    assert photometric_reason(same, PhotometricLimits()) == ""
     for gain, gamma, offset in [(0.85, 1.15, -10.0), (1.15, 0.85, 10.0)]:
-        assert PhotometricRange().reason(fit(gain, gamma, offset, (20.0, 80.0))) == ""  # a dark board at the corners
-        assert PhotometricRange().reason(fit(gain, gamma, offset, (30.0, 220.0))) == ""
-    assert PhotometricRange().reason(fit(0.55, 1.0, 0.0, (30.0, 220.0))).startswith("light 45% darker than the golden image")
-    assert PhotometricRange().reason(fit(1.0, 1.0, 60.0, (30.0, 220.0))).startswith("black level +60 grey levels")
+        assert photometric_reason(fit(gain, gamma, offset, (20.0, 80.0)), PhotometricLimits()) == ""  # a dark board at the corners
+        assert photometric_reason(fit(gain, gamma, offset, (30.0, 220.0)), PhotometricLimits()) == ""
+    assert photometric_reason(fit(0.55, 1.0, 0.0, (30.0, 220.0)), PhotometricLimits()).startswith("light 45% darker than the golden image")
+    assert photometric_reason(fit(1.0, 1.0, 60.0, (30.0, 220.0)), PhotometricLimits()).startswith("black level +60 grey levels")
 
 
 @pytest.mark.parametrize("sigma", [0.0, 0.5, 1.0, 1.5])

@@ -20,6 +20,7 @@ from torch import nn
 from defect_detector.cli.main import main
 from defect_detector.core.config_register import RegisterConfig
 from defect_detector.core.constants import DEEPPCB_CLASSES
+from defect_detector.core.limits import ExposureLimits, Limits
 from defect_detector.data.letterbox import letterbox
 from defect_detector.data.synth import generate_board_pair
 from defect_detector.export import (
@@ -41,7 +42,6 @@ from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.inspect.runtime import Runtime, archive_meta
 from defect_detector.model.checkpoint import load_checkpoint
 from defect_detector.model.detector import build_model
-from defect_detector.screens.exposure import ExposureRange
 
 pytestmark = [pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:FutureWarning"), pytest.mark.usefixtures("one_thread")]
 
@@ -138,20 +138,29 @@ def test_meta_round_trips(artifact: tuple[Path, dict], checkpoint: Path) -> None
     assert meta["cpu_only"] is onednn_available()  # traced on the CPU: oneDNN conv+SiLU kernels where available
     assert set(meta["outputs"]) == {"pred", "stats"}
     assert meta["optimize_for_inference"]["applied"] is False
-    assert meta["operating_point"]["exposure"] == ExposureRange().to_dict()  # the small checkpoint records the defaults
+    assert meta["limits"] == Limits().to_dict()  # the small checkpoint records the defaults, once
+    assert "exposure" not in meta["operating_point"] and "register" not in meta
 
 
 def test_meta_exposure_range_defaults_for_old_artifacts_and_is_checked(artifact: tuple[Path, dict]) -> None:
-    """Issue 36: the exposure range the weights were validated at travels in ``operating_point``; an artifact exported
-    before it records none and gets the defaults; a forged entry is one clear line."""
+    """Issue 36: the exposure range the weights were validated at travels with them (issue 57: in ``limits``); an
+    artifact exported before v0.19 keeps it in ``operating_point`` and is read from there, one before v0.14 records
+    none and gets the defaults; a forged entry is one clear line."""
     path, report = artifact
     old = json.loads(json.dumps(report["meta"]))
-    del old["operating_point"]["exposure"]
+    del old["limits"]
+    old["operating_point"]["exposure"] = {"min_light": 0.45}
     point = Runtime(torch.nn.Identity(), parse_meta(path, json.dumps(old)), torch.device("cpu"), torch.float32, "torchscript", path)
-    assert point.operating_point["exposure"] == ExposureRange()
+    assert point.limits.exposure == ExposureLimits(min_light=0.45)
+    del old["operating_point"]["exposure"]
+    oldest = Runtime(torch.nn.Identity(), parse_meta(path, json.dumps(old)), torch.device("cpu"), torch.float32, "torchscript", path)
+    assert oldest.limits == Limits()
     old["operating_point"]["exposure"] = {"min_light": 1.5}
     with pytest.raises(ValueError, match=r"operating_point must be an \"exposure\" entry null or"):
         parse_meta(path, json.dumps(old))
+    forged = {**report["meta"], "limits": {**report["meta"]["limits"], "exposure": {"min_light": "dim"}}}
+    with pytest.raises(ValueError, match=r"meta.json: limits\.exposure\.min_light: must be a number, got 'dim'"):
+        parse_meta(path, json.dumps(forged))
 
 
 def test_trace_without_monitored_layers(checkpoint: Path) -> None:
@@ -392,22 +401,22 @@ def test_the_taught_designs_travel_in_the_artifact_under_its_digest(reference_ch
 
 
 def test_the_golden_check_limits_travel_with_the_weights(artifact: tuple[Path, dict], tmp_path: Path) -> None:
-    """Issue 43: a training config's ``register`` section is carried by the checkpoint and the artifact's meta, and is
-    what the runtime registers and checks golden images with; an artifact from before it gets the defaults, and a bad
-    value is one line naming the key."""
+    """Issue 43: a training config's ``register`` section is carried by the checkpoint and the artifact's meta (issue
+    57: in ``limits.register``), and is what the runtime registers and checks golden images with; an artifact from
+    before it gets the defaults, and a bad value is one line naming the key."""
     path, report = artifact
-    assert report["meta"]["register"] == RegisterConfig().model_dump()
+    assert report["meta"]["limits"]["register"] == RegisterConfig().model_dump()
     tight = write_small_checkpoint(tmp_path / "tight.pt")
     ckpt = torch.load(tight, weights_only=True)
     ckpt["config"]["register"] = {"max_slivers": 0.05, "max_shift": 30.0}
     torch.save(ckpt, tight)
     runtime = Runtime.load(tight)
-    assert runtime.register_config.max_slivers == 0.05 and runtime.register_config.max_shift == 30.0
-    assert Pipeline(runtime).register_cfg.max_slivers == 0.05
+    assert runtime.limits.register.max_slivers == 0.05 and runtime.limits.register.max_shift == 30.0
+    assert Pipeline(runtime).limits.register.max_slivers == 0.05
     old = json.loads(json.dumps(report["meta"]))
-    del old["register"]
+    del old["limits"]
     before = Runtime(torch.nn.Identity(), parse_meta(path, json.dumps(old)), torch.device("cpu"), torch.float32, "torchscript", path)
-    assert before.register_config == RegisterConfig()
+    assert before.limits.register == RegisterConfig()
     old["register"] = {"max_slivers": 3}
     with pytest.raises(ValueError, match=r"meta.json: register\.max_slivers: must be in \[0, 1\]"):
         parse_meta(path, json.dumps(old))

@@ -215,6 +215,8 @@ def test_teach_good_builds_the_golden_image_learns_a_tolerance_map_and_keeps_the
     assert counts is not None and counts.group(1) == held.group(1) and float(counts.group(3)) <= min(0.1, float(counts.group(2)))
     painted = re.search(r"painted defects on the good boards: (\d+) of (\d+) \([\d.]+%\) caught at score >= ([\d.]+), each", printed)
     assert painted is not None and int(painted.group(2)) >= 10 and painted.group(3) == held.group(1)
+    capture = re.search(r"capture range: (within the weights' limits|the design's own limits (.*) \(its good boards')", printed)
+    assert capture is not None  # jobs/teach_limits.py: the range of capture the good boards showed
     entries = torch.load(out, map_location="cpu", weights_only=True)["taught"]
     assert entries[0] == other  # the design taught before, kept as it was
     mine = entries[1]
@@ -222,6 +224,7 @@ def test_teach_good_builds_the_golden_image_learns_a_tolerance_map_and_keeps_the
     assert f"{mine['conf']:.3f}" == held.group(1)
     assert len(mine["tolerance"]) == int(good.group(2)) and (mine["tolerance_radius"], mine["tolerance_margin"]) == (60.0, 0.03)
     assert all(0.05 <= score <= 1.0 for _, _, score in mine["tolerance"])
+    assert ("limits" in mine) == (capture.group(2) is not None)  # the limits it raised, stored with the design
     assert load_checkpoint(out).taught == entries
     assert set(Runtime.load(out, device="cpu").design_tolerances) == {"image:other", mine["key"]}
 

@@ -7,11 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from defect_detector.core.limits import ExposureLimits, Limits
 from defect_detector.data.images import load_image_gray
-from defect_detector.screens.exposure import EXPOSURE_KEYS, ExposureRange, exposure_reason, histogram, tones
+from defect_detector.screens.exposure import exposure_reason, histogram, tones
 
 SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
-VALIDATED = ExposureRange(max_highlights=0.9995, max_midtones=0.2)  # what the bundled golden-template model records
+VALIDATED = ExposureLimits(max_highlights=0.9995, max_midtones=0.2)  # what the bundled golden-template model records
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +25,7 @@ def _light(image: np.ndarray, k: float) -> np.ndarray:
     return np.clip(image.astype(np.float32) * k, 0, 255).round().astype(np.uint8)
 
 
-def _reason(frame: np.ndarray, golden: np.ndarray | None, limits: ExposureRange = VALIDATED) -> str | None:
+def _reason(frame: np.ndarray, golden: np.ndarray | None, limits: ExposureLimits = VALIDATED) -> str | None:
     reference = tones(histogram(golden)) if golden is not None else {"dark": 0.0, "bright": 255.0}
     what = "the golden image" if golden is not None else "the calibration frames"
     refusal = exposure_reason(tones(histogram(frame)), reference, limits, what)
@@ -64,7 +65,7 @@ def test_an_overexposed_board_is_refused_by_its_saturated_highlights(pair) -> No
     board, golden = pair
     reason = _reason(_light(board, 1.7), golden)
     assert reason is not None and reason.startswith("overexposed: 100.00% of the bright pixels saturated (most 99.95%)")
-    assert _reason(_light(board, 1.7), golden, ExposureRange()) is None  # weights that record no highlights limit
+    assert _reason(_light(board, 1.7), golden, ExposureLimits()) is None  # weights that record no highlights limit
 
 
 def test_a_lossless_binarized_board_and_its_own_golden_image_are_not_overexposed(pair) -> None:
@@ -107,17 +108,23 @@ def test_an_occluder_and_noise_are_not_a_board(pair) -> None:
     assert reason is not None and reason.startswith("occluded or not a board: 40% of the frame in mid-tones unlike the golden image")
     noise = np.random.default_rng(0).integers(0, 256, board.shape, dtype=np.uint8)
     assert _reason(noise, None).startswith("occluded or not a board:")
-    assert _reason(noise, None, ExposureRange()) is None  # not checked without a validated limit
+    assert _reason(noise, None, ExposureLimits()) is None  # not checked without a validated limit
 
 
 def test_clipped_area_beyond_the_golden_image_is_refused() -> None:
     golden = np.tile(np.linspace(20, 230, 200).astype(np.uint8), (50, 1))  # a photograph: nothing clipped
-    reason = _reason(_light(golden, 2.5), golden, ExposureRange())
+    reason = _reason(_light(golden, 2.5), golden, ExposureLimits())
     assert reason is not None and reason.startswith("overexposed or underexposed: ") and "more of the frame clipped" in reason
 
 
-def test_a_range_reads_old_and_new_operating_points() -> None:
-    assert ExposureRange.from_dict(None) == ExposureRange()
-    limits = ExposureRange.from_dict({"min_light": 0.5, "max_highlights": 0.999, "unknown": 1})
-    assert limits.min_light == 0.5 and limits.max_highlights == 0.999 and limits.min_contrast == ExposureRange().min_contrast
-    assert tuple(limits.to_dict()) == EXPOSURE_KEYS
+def test_a_range_reads_old_operating_points_and_the_limits_of_new_weights() -> None:
+    """Weights before v0.19 kept the range in their operating point's ``exposure`` (absent before v0.14: the
+    defaults); newer ones keep it with every other limit, ``limits.exposure`` (``core/limits.py``)."""
+    assert Limits.of_meta({}).exposure == ExposureLimits()
+    old = Limits.of_meta({"operating_point": {"conf": 0.3, "iou": 0.5, "exposure": {"min_light": 0.5, "max_highlights": 0.999}}})
+    assert old.exposure.min_light == 0.5 and old.exposure.max_highlights == 0.999
+    assert old.exposure.min_contrast == ExposureLimits().min_contrast
+    new = Limits.of_meta({"limits": {"exposure": {"min_light": 0.4}}, "operating_point": {"exposure": {"min_light": 0.5}}})
+    assert new.exposure.min_light == 0.4  # the limits, not an older key beside them
+    with pytest.raises(ValueError, match=r"limits\.exposure\.min_light: must be in \[0, 1\], got 1\.5"):
+        Limits.of_meta({"limits": {"exposure": {"min_light": 1.5}}})

@@ -17,13 +17,13 @@ import pytest
 import torch
 
 from defect_detector.cli.main import main
+from defect_detector.core.limits import ExposureLimits
 from defect_detector.core.refusal import RefusalKind
 from defect_detector.core.types import Detections, LetterboxMeta
 from defect_detector.data.images import load_image_gray
 from defect_detector.inspect.frame import Frame
 from defect_detector.inspect.inspector import Inspector
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, DEFAULT_WEIGHTS
-from defect_detector.screens.exposure import ExposureRange
 from defect_detector.screens.frame import MIN_COVERED, calibration_levels, mask_uncovered, screen_reason
 
 SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
@@ -61,8 +61,8 @@ def single_model():
 
 
 def test_the_bundled_weights_record_their_validated_range(golden_model: Inspector, single_model: Inspector) -> None:
-    assert golden_model.pipeline.exposure == ExposureRange(max_highlights=0.9995, max_midtones=0.2)
-    assert single_model.pipeline.exposure == ExposureRange(max_midtones=0.2)
+    assert golden_model.pipeline.limits.exposure == ExposureLimits(max_highlights=0.9995, max_midtones=0.2)
+    assert single_model.pipeline.limits.exposure == ExposureLimits(max_midtones=0.2)
 
 
 def test_an_underexposed_board_is_not_inspected_on_both_models(golden_model: Inspector, single_model: Inspector, board) -> None:
@@ -121,9 +121,9 @@ def test_a_frame_the_golden_image_covers_too_little_of_is_not_inspected(golden_m
 def test_screen_and_mask_on_their_own() -> None:
     frame = np.tile(np.array([0, 255], np.uint8).repeat(8), (64, 4))  # stripes
     covered = np.ones(frame.shape, bool)
-    assert screen_reason(frame, frame, covered, ExposureRange(), None) is None
+    assert screen_reason(frame, frame, covered, ExposureLimits(), None) is None
     covered[:, : int(frame.shape[1] * (1 - MIN_COVERED)) + 1] = False
-    assert screen_reason(frame, frame, covered, ExposureRange(), None).kind == RefusalKind.COVERS_LITTLE
+    assert screen_reason(frame, frame, covered, ExposureLimits(), None).kind == RefusalKind.COVERS_LITTLE
     boxes = torch.tensor([[0.0, 0.0, 4.0, 4.0], [40.0, 10.0, 50.0, 20.0]])
     det = Detections(boxes, torch.tensor([0.9, 0.8]), torch.tensor([0, 1]), ["open", "short"], torch.zeros(1, 2), {},
                      LetterboxMeta(1.0, 0, 0, 64, 64))  # fmt: skip
