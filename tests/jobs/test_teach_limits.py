@@ -13,6 +13,7 @@ from defect_detector.align.photometric import fit_photometric, photometric_reaso
 from defect_detector.align.register import register
 from defect_detector.core.limits import Limits, PhotometricLimits
 from defect_detector.jobs.teach_limits import CAPS, MARGIN, capture_limits
+from defect_detector.model.checkpoint import load_checkpoint
 
 SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
 
@@ -69,3 +70,21 @@ def test_a_line_lit_brighter_than_the_weights_range_widens_the_designs_photometr
     narrower = PhotometricLimits(**{k: v * (found.photometric - 0.05) for k, v in weights.photometric.model_dump().items()})
     fits = [fit_photometric(w, b, r.covered(b.shape)) for (w, r), (_, b) in zip((register(golden, b) for _, b in boards), boards)]
     assert any(photometric_reason(fit, narrower) for fit in fits)  # the least factor that holds them all
+
+
+def test_the_good_boards_are_read_at_the_designs_own_limits(tmp_path: Path) -> None:
+    """Six good boards whose slivers the weights' golden check refuses in most of them: without the design's own
+    limits too few are inspected to learn from; at the limits their capture range asks for, every one is, as
+    ``predict`` will inspect the design's frames from its taught entry."""
+    from defect_detector.jobs.teach_good import learn_good
+    from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
+
+    golden_path = SAMPLES / "golden" / "92000000_test.jpg"
+    golden = cv2.imread(str(golden_path), cv2.IMREAD_GRAYSCALE)
+    boards = [(f"good{i}.png", _speckled(golden, count, i)) for i, count in enumerate((80, 85, 90, 95, 100, 105))]
+    assert sum(not register(golden, b)[1].ok for _, b in boards) >= 2
+    with pytest.raises(ValueError, match=r"good boards inspected, 5 or more needed"):
+        learn_good(DEFAULT_REFERENCE_WEIGHTS, golden_path, boards, 0.4, threads=1)
+    found = capture_limits(golden, boards, Limits.of_config(load_checkpoint(DEFAULT_REFERENCE_WEIGHTS).config))
+    learnt = learn_good(DEFAULT_REFERENCE_WEIGHTS, golden_path, boards, 0.4, threads=1, limits=found.limits)
+    assert learnt.inspected == [name for name, _ in boards] and learnt.refused == []
