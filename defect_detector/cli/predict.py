@@ -103,32 +103,15 @@ def run(args: argparse.Namespace) -> None:
 def _predict(args: argparse.Namespace, stop: StopSignals) -> None:
     from defect_detector.core.safe_text import mask_secrets
     from defect_detector.inspect.inspector import Inspector
+    from defect_detector.inspect.options import InspectOptions
     from defect_detector.inspect.run_summary import summary_line
 
-    if args.conf is not None and not 0.0 <= args.conf < 1.0:  # NaN fails both comparisons
-        raise CliError(f"--conf: must be in [0, 1) (a score threshold of 1 or more passes every board), got {args.conf}")
-    inspector = Inspector.load(
-        args.weights,
-        reference=args.reference,
-        device=args.device,
-        threads=args.threads,
-        tta=args.tta,
-        precision=args.precision,
-        conf=args.conf,
-        iou=args.iou,
-        max_det=args.max_det,
-        tile=args.tile,
-        monitor=not args.no_monitor,
-        baseline=args.baseline,
-        monitor_config=args.monitor_config,
-        alerts=args.alerts,
-        webhook=args.webhook,
-        metrics_port=args.metrics_port,
-        metrics_addr=args.metrics_addr,
-        db=args.db,
-        trace_pattern=args.trace_pattern,
-        boards=args.boards,
-    )
+    try:
+        options = InspectOptions.of_args(args)
+    except ValueError as exc:  # "max_det: must be >= 1, got 0": the flag's name
+        key, _, why = str(exc).partition(": ")
+        raise CliError(f"--{key.replace('_', '-')}: {why}") from None
+    inspector = Inspector.from_options(options)
     with inspector:
         _print_setup(inspector, args)
         summary = inspector.run(
@@ -174,7 +157,7 @@ def _print_setup(inspector: Any, args: argparse.Namespace) -> None:
         taught = {d["key"]: d["name"] for d in runtime.meta.get("taught") or []}
         points = ", ".join(f"{taught.get(k, k)} score >= {c:g}" for k, c in sorted(inspector.pipeline.design_conf.items()))
         print(f"taught designs, each at its own point: {points}")
-    if inspector.choices is not None:
+    if inspector.options is not None:
         print("designs unlike its training looks go to the bundled weights nearer their look, at those weights' own point "
               "(each frame's record names the weights and threshold that decided it; the summary counts them)")
     if args.save_json and conf > EvalConfig().conf:  # the score threshold val uses for mAP

@@ -45,6 +45,7 @@ from defect_detector.inspect.consumers import Callback, Consumer, Progress, cons
 from defect_detector.inspect.design_check import DesignCheck
 from defect_detector.inspect.drift_inputs import golden_of
 from defect_detector.inspect.frame import Frame
+from defect_detector.inspect.options import InspectOptions
 from defect_detector.inspect.outputs import Outputs
 from defect_detector.inspect.panel import BoardOutline, check_inside, load_outlines, outlines_of
 from defect_detector.inspect.pipeline import Pipeline, gray_frame
@@ -81,14 +82,6 @@ def line_options(
     return pattern, load_outlines(boards) if isinstance(boards, (str, Path)) else outlines_of(boards)
 
 
-def score_threshold(conf: float | None) -> float | None:
-    """``conf`` as it is (None: the weights' operating point); ``ValueError`` for one outside ``[0, 1)`` or NaN (a score
-    threshold of 1 or more passes every board)."""
-    if conf is not None and not 0.0 <= conf < 1.0:  # NaN fails both comparisons
-        raise ValueError(f"conf: must be in [0, 1) (a score threshold of 1 or more passes every board), got {conf}")
-    return conf
-
-
 class Inspector:
     """Composes the frame :class:`Pipeline` (runtime, golden images, operating point, tiling) and an optional
     :class:`AlertRouter` (drift detector + sinks). Build it with :meth:`load`; use it as a context manager, or call
@@ -115,7 +108,7 @@ class Inspector:
         self.designs = self.prepare.designs  # the golden images, prepared once each (None for a single-image model)
         self.notice = ConversionNotice("api")
         self._next_index, self._closed = 0, False
-        self.choices: dict[str, Any] | None = None  # load(): the options of a sibling on other bundled weights
+        self.options: InspectOptions | None = None  # load(): the options, when the bundled weights are chosen per design
         self.siblings: dict[Path, Inspector] = {}  # the bundled weights chosen for some designs, loaded on first use
         self.trace_pattern: TracePattern | None = None  # load(trace_pattern=): serial, lot, order from each frame's name
         self.outlines: tuple[BoardOutline, ...] = ()  # load(boards=): the board outlines of a panel design
@@ -135,65 +128,40 @@ class Inspector:
         return self.prepare.design_check
 
     @classmethod
-    def load(  # noqa: PLR0913 - the Python twin of predict's flags, one keyword each
-        cls,
-        weights: str | Path | None = None,
-        reference: str | Path | None = None,
-        device: str = "auto",
-        threads: int | None = None,
-        tta: str | None = None,
-        conf: float | None = None,
-        iou: float | None = None,
-        max_det: int = 100,
-        tile: bool | None = None,
-        monitor: bool = True,
-        baseline: str | Path | None = None,
-        monitor_config: Any = None,
-        alerts: str | Path | None = None,
-        webhook: str | None = None,
-        metrics_port: int | None = None,
-        metrics_addr: str = "0.0.0.0",
-        db: str | None = None,
-        precision: str = "auto",
-        trace_pattern: str | None = None,
-        boards: str | Path | dict[str, Any] | None = None,
-        sinks_of: AlertRouter | None = None,
-    ) -> Inspector:
-        """Load weights (None: the bundled model; with ``reference``, the bundled golden-template model) and set
-        up registration and monitoring. ``reference``: one golden image for every frame, or a folder of them (by
-        frame name); a golden-template model needs it (an :meth:`inspect` call may still pass its own).
-        ``threads``: torch CPU threads (None: the cores free now, :func:`~defect_detector.core.devices.default_threads`,
-        re-chosen every 2 s while frames are inspected on a CPU: :class:`~defect_detector.core.devices.AdaptiveThreads`).
-        ``tta``: test-time augmentation (``flip2``, ``flip4``, ``d8``: that many model passes per frame; default one).
-        ``conf`` (below 1) / ``iou``: None takes the operating point the weights store. ``tile``: None chooses from the model's
-        recorded pixel scale, True / False force tiling / letterboxing. Monitoring: see :func:`build_monitoring`;
-        ``baseline`` overrides the one the weights carry. ``db``: record every frame into this station database (a file
-        path, ``sqlite:///...`` or ``postgresql://...``; see ``defect_detector.station``). ``precision``: a checkpoint's
-        (``auto``: float32 on the CPU, float16 on CUDA; ``float32``; ``bf16``: bfloat16 on a CPU that runs it natively,
-        :func:`~defect_detector.inspect.runtime.checkpoint_dtype`). ``trace_pattern`` / ``boards``: :func:`line_options`.
-        ``sinks_of``: the router whose sinks take this inspector's drift events and frame metrics instead of sinks of its
-        own (the inspector of designs routed to other bundled weights: the first inspector's). Raises
-        ``FileNotFoundError`` / ``ValueError`` with one clear line."""
-        pattern, outlines = line_options(trace_pattern, boards)  # checked before anything loads
-        chosen = weights is None and baseline is None
-        weights = weights or (DEFAULT_REFERENCE_WEIGHTS if reference else None)
-        adaptive, threads = threads is None, default_threads() if threads is None else threads
-        runtime = Runtime.load(weights, device=device, half=precision_half(precision), threads=threads, tta=tta)
-        references = References(reference) if reference else None
-        pipeline = Pipeline(runtime, references, score_threshold(conf), iou, max_det, tile)
+    def load(cls, weights: str | Path | None = None, sinks_of: AlertRouter | None = None, **options: Any) -> Inspector:
+        """Load ``weights`` (None: the bundled model; with ``reference``, the bundled golden-template models, chosen
+        per design) and set up registration and monitoring, as ``options`` say: the keywords of
+        :class:`~defect_detector.inspect.options.InspectOptions`, declared there once (``reference``, ``device``,
+        ``threads``, ``tta``, ``conf``, ``iou``, ``max_det``, ``tile``, ``monitor``, ``baseline``, ``monitor_config``,
+        ``alerts``, ``webhook``, ``metrics_port``, ``metrics_addr``, ``db``, ``precision``, ``trace_pattern``,
+        ``boards``); monitoring: :func:`build_monitoring`. ``sinks_of``: the router whose sinks take this inspector's
+        drift events and frame metrics instead of sinks of its own (the inspector of designs routed to other bundled
+        weights: the first inspector's). Raises ``FileNotFoundError`` / ``ValueError`` with one clear line."""
+        return cls.from_options(InspectOptions.checked(weights=weights, **options), sinks_of)
+
+    @classmethod
+    def from_options(cls, options: InspectOptions, sinks_of: AlertRouter | None = None) -> Inspector:
+        """:meth:`load` with its options checked."""
+        o = options
+        pattern, outlines = line_options(o.trace_pattern, o.boards)  # checked before anything loads
+        chosen = o.weights is None and o.baseline is None
+        weights = o.weights or (DEFAULT_REFERENCE_WEIGHTS if o.reference else None)
+        adaptive, threads = o.threads is None, default_threads() if o.threads is None else o.threads
+        runtime = Runtime.load(weights, device=o.device, half=precision_half(o.precision), threads=threads, tta=o.tta)
+        references = References(o.reference) if o.reference else None
+        pipeline = Pipeline(runtime, references, o.conf, o.iou, o.max_det, o.tile)
         router = build_monitoring(
-            runtime.layer_names, baseline=baseline, embedded=runtime.meta.get("baseline"), monitor=monitor,
-            alerts=alerts, webhook=webhook, metrics_port=metrics_port, metrics_addr=metrics_addr,
-            monitor_config=monitor_config, sinks_of=sinks_of,
+            runtime.layer_names, baseline=o.baseline, embedded=runtime.meta.get("baseline"), monitor=o.monitor,
+            alerts=o.alerts, webhook=o.webhook, metrics_port=o.metrics_port, metrics_addr=o.metrics_addr,
+            monitor_config=o.monitor_config, sinks_of=sinks_of,
         )  # fmt: skip
         inspector = cls._composed(pipeline, router)
         inspector.autothreads = AdaptiveThreads.for_device(runtime.device) if adaptive else None  # follows the machine
         inspector._set_line(pattern, outlines)
-        if chosen and reference:  # the bundled weights, chosen per design from its look
-            inspector.choices = {"reference": reference, "device": device, "threads": threads, "tta": tta, "conf": conf,
-                                 "iou": iou, "max_det": max_det, "tile": tile, "monitor": monitor, "monitor_config": monitor_config}
-        if db is not None:
-            inspector._record_into(db)
+        if chosen and o.reference:  # the bundled weights, chosen per design from its look
+            inspector.options = o.model_copy(update={"threads": threads})
+        if o.db is not None:
+            inspector._record_into(o.db)
         return inspector
 
     @classmethod
@@ -340,7 +308,7 @@ class Inspector:
     def _owner(self, frame: Frame, given: np.ndarray | None) -> Inspector:
         """The inspector of ``frame``: this one, or (weights chosen per design) the sibling on the bundled weights whose
         domain lies nearer its design's look where this one's does not cover it (its design note's ``covering``)."""
-        if self.choices is None or frame.image is None or self.prepare.design_check is None:
+        if self.options is None or frame.image is None or self.prepare.design_check is None:
             return self
         try:
             golden = None if given is None else gray_frame(given, f"golden image of {frame.file_name}")
@@ -352,7 +320,8 @@ class Inspector:
             return self
         if covering not in self.siblings:
             log.info("designs unlike %s's training images but like %s's are inspected with it", self.runtime.path.name, covering.name)
-            self.siblings[covering] = Inspector.load(covering, **self.choices, sinks_of=self.router)  # the sinks the user named
+            sibling = self.options.for_weights(covering, self.options.threads)
+            self.siblings[covering] = Inspector.from_options(sibling, sinks_of=self.router)  # the sinks the user named
         return self.siblings[covering]
 
     def _monitor(

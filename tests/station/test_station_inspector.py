@@ -20,6 +20,7 @@ from defect_detector.data.images import pixel_fingerprint
 from defect_detector.data.synth import generate_board_pair
 from defect_detector.inspect.design_check import NO_NOTE, DesignNote
 from defect_detector.inspect.inspector import Inspector
+from defect_detector.inspect.options import InspectOptions
 from defect_detector.station.queries import counts_since
 from defect_detector.station.report import parse_shifts, shift_start, shift_windows
 from defect_detector.station.schema import calls, inspections
@@ -184,7 +185,7 @@ def test_a_call_between_the_routed_models_point_and_the_global_conf_is_queued_fo
     board = cv2.imread(str(boards / "frames" / "b0.png"), cv2.IMREAD_GRAYSCALE)
     with Inspector.load(first, reference=boards / "golden", device="cpu", threads=1, db=str(db)) as inspector:
         assert inspector.pipeline.conf == 0.5
-        inspector.choices = {"reference": boards / "golden", "device": "cpu", "threads": 1, "monitor": False}
+        inspector.options = InspectOptions(reference=boards / "golden", device="cpu", threads=1, monitor=False)
         inspector.prepare.design_check = _RoutedTo(routed)
         record = inspector.inspect(board, name="b0.png")
     scores = record.detections.scores.tolist()
