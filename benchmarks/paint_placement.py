@@ -27,7 +27,7 @@ import cv2
 import numpy as np
 
 from defect_detector.core.constants import DEEPPCB_CLASSES
-from defect_detector.looks.paint import MIN_BOX_PX, paint_defects, read_levels
+from defect_detector.looks.paint import DEEPPCB_TRACK_PX, MIN_BOX_PX, paint_defects, read_levels, track_width
 from defect_detector.looks.render import render_pair, sample_look
 
 _SIDE = 640
@@ -93,8 +93,9 @@ def placed(label: int, paint: np.ndarray, copper: np.ndarray) -> bool:
 
 
 def measure(golden: np.ndarray, copper: np.ndarray, scale: float, defects: int, rng: np.random.Generator) -> dict:
-    """Paint ``defects`` on ``golden`` and measure each against the true ``copper`` mask; ``scale`` the design's."""
-    board, boxes, labels = paint_defects(golden, defects, rng)
+    """Paint ``defects`` on ``golden`` at the design's ``scale`` (as a caller that knows it does) and measure each
+    against the true ``copper`` mask."""
+    board, boxes, labels = paint_defects(golden, defects, rng, size=scale)
     contrast = abs(float(np.median(golden[copper])) - float(np.median(golden[~copper])))
     diff = np.abs(board.astype(np.float32) - golden.astype(np.float32))
     inside = np.zeros(golden.shape, bool)
@@ -191,7 +192,7 @@ def main() -> None:
             rows += m["rows"]
             outside += m["outside"]
             asked += m["wanted"]
-            ratios.append(read_levels(golden).size / scale)
+            ratios.append(track_width(read_levels(golden).copper_mask) / DEEPPCB_TRACK_PX / scale)  # a diagnostic, not a size
             for r in m["rows"]:
                 r["rel"] = r["side"] / (MIN_BOX_PX * scale)
         kinds = sorted({r["label"] for r in rows})

@@ -13,8 +13,12 @@ edges, dark on bright or bright on dark).
    half the contrast; the substrate is the phase that covers more of the image and more of its border (copper forms
    tracks and pads on a background). This reads a drawing whose copper covers most of it (thick tracks, large pads)
    the right way round, where "the most common level is the substrate" did not.
-3. *Scale*: :func:`track_width`, the width of the thinnest copper structures that are tracks (a run of ridge pixels of
-   the distance transform, not a ragged edge's single pixel), over DeepPCB's :data:`DEEPPCB_TRACK_PX`.
+3. *Size*: the painted defects' sizes over DeepPCB's are 1.0 unless the caller knows the design's scale (a render's
+   zoom): DeepPCB's defects are the size they are at the scan's scale whatever the design's tracks. The track width
+   (:func:`track_width`, the width of the thinnest copper structures that are tracks, over DeepPCB's
+   :data:`DEEPPCB_TRACK_PX`) is no scale: DeepPCB's own designs read 5.7-145 px at one scale (group 92000's pours read
+   4x, its painted boxes of 104 px or more against real ones of 36-81), and the real photographs at 1280 px read 0.5x
+   (painted defects of 14 px where their real ones are 20-50). It stays a diagnostic (``benchmarks/paint_placement.py``).
 """
 
 from __future__ import annotations
@@ -27,10 +31,7 @@ import numpy as np
 
 DEEPPCB_TRACK_PX = 10.0
 """DeepPCB's median :func:`track_width` (px at 640x640, over 100 of its golden images: 5th-95th percentile 5.7-145,
-as some designs are all pours); painted sizes scale with a design's width over this, at most :data:`MAX_SIZE`."""
-MIN_SIZE = 0.5
-MAX_SIZE = 4.0
-"""The range of a design's size read from its track width (times DeepPCB's)."""
+as some designs are all pours)."""
 _RIDGE_RUN_PX = 3
 """Ridge pixels in 8-connected runs shorter than this are ragged edges, not tracks (see :func:`track_width`)."""
 _PHASE_SHARE = 0.005
@@ -163,9 +164,9 @@ def _edge_sigma(smooth: np.ndarray, contrast: float) -> float:
 
 
 def read_levels(golden: np.ndarray, size: float | None = None) -> Levels:
-    """Read a golden image (uint8 ``[H, W]``) as substrate and copper (module docstring); ``size`` (None: from
-    :func:`track_width`, within :data:`MIN_SIZE`-:data:`MAX_SIZE`) the painted sizes over DeepPCB's. Raises
-    ValueError for an image that is not uint8 gray or is blank."""
+    """Read a golden image (uint8 ``[H, W]``) as substrate and copper (module docstring); ``size`` the painted sizes
+    over DeepPCB's (None: 1.0, the scale the model sees the design at; module docstring). Raises ValueError for an
+    image that is not uint8 gray or is blank."""
     if golden.ndim != 2 or golden.dtype != np.uint8:
         raise ValueError(f"a golden image must be uint8 gray [H, W], got {golden.dtype} {golden.shape}")
     smooth = _denoised(golden)
@@ -183,6 +184,4 @@ def read_levels(golden: np.ndarray, size: float | None = None) -> Levels:
     substrate, copper, mask = min(readings, key=lambda r: _background_score(r[2]) - _background_score(~r[2]))
     if not mask.any():
         raise ValueError("the golden image shows no copper against its substrate (one flat grey level)")
-    if size is None:
-        size = float(np.clip(track_width(mask) / DEEPPCB_TRACK_PX, MIN_SIZE, MAX_SIZE))
-    return Levels(substrate, copper, mask, float(size), _edge_sigma(smooth, abs(copper - substrate)))
+    return Levels(substrate, copper, mask, 1.0 if size is None else float(size), _edge_sigma(smooth, abs(copper - substrate)))

@@ -11,7 +11,7 @@ then paints the six DeepPCB kinds (labels index ``DEEPPCB_CLASSES``):
 - 4 copper: a blob on the substrate;
 - 5 pin-hole: a hole in wide copper.
 
-Sizes follow the design's track width (:func:`track_width`, DeepPCB's about :data:`DEEPPCB_TRACK_PX`); each paint is
+Sizes are DeepPCB's times ``size`` (1.0 unless the caller knows the design's scale: ``looks/levels.py``); each paint is
 blended through a mask blurred to the image's edge softness, with the local texture kept. Each defect's box is the
 extent of the pixels it changed, padded and grown as DeepPCB's annotators drew theirs (at least
 :data:`MIN_BOX_PX` px at DeepPCB's scale). Boxes are xyxy pixels of the golden image's frame.
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from defect_detector.looks.levels import DEEPPCB_TRACK_PX, MAX_SIZE, Levels, read_levels, track_width
+from defect_detector.looks.levels import DEEPPCB_TRACK_PX, Levels, read_levels, track_width
 
-__all__ = ["DEEPPCB_TRACK_PX", "MAX_SIZE", "MIN_BOX_PX", "PAINTERS", "Levels", "paint_defects", "read_levels", "track_width"]
+__all__ = ["DEEPPCB_TRACK_PX", "MIN_BOX_PX", "PAINTERS", "Levels", "paint_defects", "read_levels", "track_width"]
 
 MIN_BOX_PX = 26.0
 """Smallest box side at DeepPCB's scale (DeepPCB's boxes: 5th percentile 26 px, median 35 px)."""
@@ -272,8 +272,8 @@ def paint_defects(  # noqa: PLR0913 - each a paint option, named by callers
     size: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Paint ``count`` defects of random ``classes`` on a copy of ``golden`` (uint8 ``[H, W]``), none overlapping another
-    or a box of ``avoid`` (float32 ``[K, 4]`` xyxy), at ``size`` times DeepPCB's sizes (None: read from the design's
-    track width, :func:`read_levels`). Returns ``(board uint8 [H, W], boxes float32 [N, 4] xyxy px,
+    or a box of ``avoid`` (float32 ``[K, 4]`` xyxy), at ``size`` times DeepPCB's sizes (None: 1.0, the scale the model
+    sees the design at, :func:`read_levels`). Returns ``(board uint8 [H, W], boxes float32 [N, 4] xyxy px,
     labels int64 [N])``; N < ``count`` when the design has no room for more (for example no track thin enough to cut).
     Raises ValueError for a blank golden image."""
     levels = read_levels(golden, size)
