@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,7 +81,7 @@ class Design:
 
 class Designs:
     """The designs of one inspector (or ``val`` / ``calibrate`` run): ``references`` (None: every frame brings its own
-    golden image), registration settings ``cfg`` (``designs_cfg``: a design's own, by its key: ``Pipeline.limits_for``).
+    golden image), registration settings ``cfg`` (``cfg_for``: a design's own, by its key: ``Pipeline.limits_for``).
     ``skipped`` counts the frames refused, by kind (``no golden image``, ``no reference``, ``unreadable reference``,
     ``reference does not match``, ``occluded or not this board``); the first few refusals are logged as warnings."""
 
@@ -89,11 +90,11 @@ class Designs:
         references: References | None,
         cfg: RegisterConfig | None = None,
         cached: int = CACHED,
-        designs_cfg: dict[str, RegisterConfig] | None = None,
+        cfg_for: Callable[[str], RegisterConfig] | None = None,
     ) -> None:
         self.references = references
         self.cfg = cfg or RegisterConfig()
-        self.designs_cfg = designs_cfg or {}
+        self.cfg_for = cfg_for
         self.cached = cached
         self.skipped: Counter[RefusalKind] = Counter()
         self._designs: OrderedDict[str, Design] = OrderedDict()
@@ -163,7 +164,7 @@ class Designs:
         if small is not None:
             raise ReferenceError(small.message, small.kind)
         try:
-            return Registrar(golden, self.designs_cfg.get(key, self.cfg))
+            return Registrar(golden, self.cfg if self.cfg_for is None else self.cfg_for(key))
         except ValueError as exc:
             raise ReferenceError(f"{file_name}: its golden image: {exc}", RefusalKind.TOO_SMALL) from exc
 

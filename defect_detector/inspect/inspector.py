@@ -158,7 +158,7 @@ class Inspector:
         inspector = cls._composed(pipeline, router)
         inspector.autothreads = AdaptiveThreads.for_device(runtime.device) if adaptive else None  # follows the machine
         inspector._set_line(pattern, outlines)
-        if chosen and o.reference:  # the bundled weights, chosen per design from its look
+        if chosen and o.reference:  # the bundled weights, chosen per design from its look; one inspector adapts the threads
             inspector.options = o.model_copy(update={"threads": threads})
         if o.db is not None:
             inspector._record_into(o.db)
@@ -320,7 +320,7 @@ class Inspector:
             return self
         if covering not in self.siblings:
             log.info("designs unlike %s's training images but like %s's are inspected with it", self.runtime.path.name, covering.name)
-            sibling = self.options.for_weights(covering, self.options.threads)
+            sibling = self.options.for_weights(covering)
             self.siblings[covering] = Inspector.from_options(sibling, sinks_of=self.router)  # the sinks the user named
         return self.siblings[covering]
 

@@ -82,11 +82,10 @@ class InspectOptions(BaseModel):
         given = {name: getattr(args, name) for name in cls.model_fields if name != "monitor" and hasattr(args, name)}
         return cls.checked(**given, monitor=not getattr(args, "no_monitor", False))
 
-    def for_weights(self, weights: Path, threads: int) -> InspectOptions:
-        """These options on other ``weights`` at ``threads`` (the first inspector's count: one of them adapts it), for
-        a sibling inspector: without the sinks and the station recording (its events go to the first inspector's
-        sinks, and the first records its frames, traces and panels)."""
-        update = {"weights": weights, "threads": threads, "alerts": None, "webhook": None, "metrics_port": None, "db": None}
+    def for_weights(self, weights: Path) -> InspectOptions:
+        """These options on other ``weights``, for a sibling inspector: without the sinks and the station recording (its
+        events go to the first inspector's sinks, and the first records its frames, traces and panels)."""
+        update = {"weights": weights, "alerts": None, "webhook": None, "metrics_port": None, "db": None}
         return self.model_copy(update=update | {"trace_pattern": None, "boards": None})
 
 

@@ -135,8 +135,7 @@ class Prepare:
         calibration: dict[str, float] | None = None,
     ) -> None:
         if pipeline.runtime.channels == 2 and designs is None:
-            own = {key: limits.register for key, limits in pipeline.design_limits.items()}
-            designs = Designs(pipeline.references, pipeline.limits.register, designs_cfg=own)
+            designs = Designs(pipeline.references, pipeline.limits.register, cfg_for=lambda key: pipeline.limits_for(key).register)
         self.pipeline, self.designs, self.design_check, self.calibration = pipeline, designs, design_check, calibration
         self.screen_hidden = True
         self.scale_check = ScaleCheck.of(pipeline)
@@ -245,7 +244,6 @@ class Prepare:
         will from the taught entry)."""
         self.pipeline.design_limits[key] = limits
         if self.designs is not None:
-            self.designs.designs_cfg[key] = limits.register
             self.designs.forget(key)
 
     def _scale(self, design: Design, shape: tuple[int, ...]) -> WorkingScale:

@@ -28,7 +28,7 @@ from torchvision.ops import box_iou
 from defect_detector.align.golden_build import build_golden, golden_disagreements, places_words
 from defect_detector.core.io import atomic_write_bytes
 from defect_detector.core.limits import Limits
-from defect_detector.data.images import load_image_gray, pixel_fingerprint
+from defect_detector.data.images import load_image_gray
 from defect_detector.data.photo_sets import golden_files
 from defect_detector.inspect.inspector import Inspector
 from defect_detector.inspect.tolerance import (
@@ -159,7 +159,7 @@ def learn_good(  # noqa: PLR0913 - the good boards' pass, each input named
     rng = np.random.default_rng(seed)
     with Inspector.load(weights, reference=golden, threads=threads, conf=GOOD_FLOOR, monitor=False) as inspector:
         if limits is not None:
-            inspector.prepare.own_limits(pixel_fingerprint(load_image_gray(golden)), limits)
+            inspector.prepare.own_limits(inspector.references.key(Path(golden).name), limits)  # the key predict reads
         for name, image in boards:
             record = inspector.inspect(image, name=name)
             if record.detections is None or record.registration is None:

@@ -42,8 +42,10 @@ def test_a_bad_option_is_one_line_naming_it(options: dict, message: str) -> None
 
 
 def test_a_sibling_keeps_the_options_but_not_the_sinks_the_first_inspector_holds() -> None:
-    first = InspectOptions(reference="golden/", device="cpu", conf=0.3, tile=True, precision="float32", alerts="a.jsonl", db="line.db")
-    sibling = first.for_weights(Path("photo_ref.pt"), 2)
+    first = InspectOptions(
+        reference="golden/", device="cpu", threads=2, conf=0.3, tile=True, precision="float32", alerts="a.jsonl", db="line.db"
+    )
+    sibling = first.for_weights(Path("photo_ref.pt"))
     assert (sibling.weights, sibling.threads, sibling.conf, sibling.tile) == (Path("photo_ref.pt"), 2, 0.3, True)
     assert sibling.precision == "float32"
     assert sibling.reference == "golden/" and sibling.alerts is None and sibling.db is None and first.alerts == "a.jsonl"
