@@ -127,8 +127,24 @@ def format_from_suffix(out: str | None) -> str | None:
     return None
 
 
+def _writer_call(args: argparse.Namespace, fmt: str, weights: Path) -> tuple[str, Path, dict[str, Any]]:
+    """``(writer, out, options)``: the writer of ``export/exporter.py`` ``FORMATS`` the flags ask for, where it writes
+    and its keyword options."""
+    common = {"imgsz": args.imgsz, "baseline": args.baseline}  # baseline: a file, or None for the checkpoint's own
+    if args.triton:
+        return "triton", Path(args.triton), common | {"half": args.half}
+    if args.int8:
+        options = {"data": args.data, "max_images": args.calib_images, "target": args.int8_for, "accept_loss": args.accept_loss}
+        return "int8", Path(args.out or f"{weights.stem}.int8.onnx"), common | options
+    if fmt in ("onnx", "pt2"):
+        return fmt, Path(args.out or f"{weights.stem}.{fmt}"), common
+    out = Path(args.out or f"{weights.stem}{'.fp16' if args.half else ''}.torchscript.pt")
+    return "torchscript", out, common | {"half": args.half, "portable": args.portable}
+
+
 def run(args: argparse.Namespace) -> None:
     from defect_detector import export
+    from defect_detector.export.exporter import export_model
     from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, load_checkpoint
 
     weights = Path(args.weights) if args.weights else DEFAULT_WEIGHTS
@@ -137,16 +153,11 @@ def run(args: argparse.Namespace) -> None:
     if args.calib_images < 1:
         raise CliError(f"--calib-images must be >= 1, got {args.calib_images}")
     loaded = load_checkpoint(weights)
-    baseline = args.baseline  # a file, or None for the checkpoint's own baseline; checked against the model by the export
-    if args.triton:
-        report = export.export_triton(loaded, args.triton, imgsz=args.imgsz, half=args.half, baseline=baseline)
+    writer, out, options = _writer_call(args, fmt, weights)
+    report = export_model(loaded, writer, out, **options)
+    if writer == "triton":
         print(f"wrote Triton model repository {report['repository']} ({report['config']}, {report['path']})")
-    elif args.int8:
-        from defect_detector.export.int8 import export_int8
-
-        out = Path(args.out or f"{weights.stem}.int8.onnx")
-        options = {"max_images": args.calib_images, "target": args.int8_for, "accept_loss": args.accept_loss}
-        report = export_int8(loaded, out, args.data, args.imgsz, baseline, **options)
+    elif writer == "int8":
         shift = "n/a (no baseline)" if report["stats_shift"] is None else f"{report['stats_shift']:.3f} baseline spreads"
         if report["meta"]["baseline"] is not None and not args.baseline:
             report["meta"] = _int8_baseline(out, args.data, BASELINE_IMAGES)
@@ -166,22 +177,14 @@ def run(args: argparse.Namespace) -> None:
             verdict = f"OVER THE TOLERANCE, accepted (--accept-loss): {'; '.join(over)}" if over else "within the tolerance"
             print(f"accuracy {accuracy.line()}: {verdict}")
         print(f"layer statistics computed in float on the int8 layer outputs: largest shift from float32 {shift} of the float baseline")
-    elif fmt == "onnx":
-        out = Path(args.out or f"{weights.stem}.onnx")
-        report = export.export_onnx(loaded, out, imgsz=args.imgsz, baseline=baseline)
+    elif writer == "onnx":
         print(f"wrote {out} ({report['bytes'] / 1e6:.2f} MB, opset {report['opset']}) and {export.onnx_meta_path(out)}")
-    elif fmt == "pt2":
-        from defect_detector.export.pt2 import export_pt2
-
-        out = Path(args.out or f"{weights.stem}.pt2")
-        report = export_pt2(loaded, out, imgsz=args.imgsz, baseline=baseline)
+    elif writer == "pt2":
         print(
             f"wrote {out} ({report['bytes'] / 1e6:.2f} MB, AOTInductor for {report['device']}, compiled in {report['compile_s']:.0f} s, "
             f"torch {report['meta']['torch_version']}: load it with the same torch)"
         )
     else:
-        out = Path(args.out or f"{weights.stem}{'.fp16' if args.half else ''}.torchscript.pt")
-        report = export.export_torchscript(loaded, out, imgsz=args.imgsz, half=args.half, baseline=baseline, portable=args.portable)
         cpu_only = " with CPU-only oneDNN conv+SiLU kernels (--portable for CUDA)" if report["meta"]["cpu_only"] else ""
         print(f"wrote {out} ({report['bytes'] / 1e6:.2f} MB, traced on {report['device']}{cpu_only})")
         opt = report["meta"]["optimize_for_inference"]

@@ -32,9 +32,11 @@ freezing), so the artifact is the same either way.
 The model runs in ``channels_last`` memory format: on CPU (oneDNN) the depthwise convolutions of this
 model are about twice as fast that way. Numerics do not change beyond float rounding.
 
-Modules: :mod:`.deploy_model` (the graph and ``meta.json``), :mod:`.baseline` (the embedded drift baseline,
-checked against the model), :mod:`.parity` (checks against the eager model), :mod:`.torchscript`,
-:mod:`.pt2`, :mod:`.onnx`, :mod:`.int8` (with :mod:`.calibration_data`) and :mod:`.triton` (the formats).
+Modules: :mod:`.exporter` (the one skeleton every format runs: start, the format's writer, finish; and
+:func:`export_model`, which dispatches to the writers), :mod:`.deploy_model` (the graph and ``meta.json``),
+:mod:`.baseline` (the embedded drift baseline, checked against the model), :mod:`.parity` (checks against the eager
+model), :mod:`.torchscript`, :mod:`.pt2`, :mod:`.onnx`, :mod:`.int8` (with :mod:`.calibration_data`) and
+:mod:`.triton` (the formats' writers).
 """
 
 from defect_detector.export.baseline import BaselineArg, check_baseline, export_baseline
@@ -55,6 +57,7 @@ from defect_detector.export.deploy_model import (
     graphs_meta,
     model_channels,
 )
+from defect_detector.export.exporter import FORMATS, export_model
 from defect_detector.export.int8 import export_int8
 from defect_detector.export.onnx import ONNX_OPSET, export_onnx, onnx_meta_path
 from defect_detector.export.parity import (
@@ -101,6 +104,7 @@ __all__ = [
     "TRITON_OUTPUTS",
     "BaselineArg",
     "DeployModel",
+    "FORMATS",
     "ExportError",
     "FrameGraph",
     "GoldenGraph",
@@ -113,6 +117,7 @@ __all__ = [
     "cpu_half_supported",
     "export_baseline",
     "export_int8",
+    "export_model",
     "export_onnx",
     "export_pt2",
     "export_torchscript",

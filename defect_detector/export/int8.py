@@ -46,6 +46,7 @@ from defect_detector.data.dataset import evenly_spaced
 from defect_detector.export.baseline import BaselineArg
 from defect_detector.export.calibration_data import CALIBRATION_IMAGES, HeldBack, calibration_sets
 from defect_detector.export.deploy_model import META_FILE, ExportError
+from defect_detector.export.exporter import finish_export
 from defect_detector.export.int8_check import CHECK_FRAMES, Accuracy, Agreement, held_back_check, refusal
 from defect_detector.export.onnx import export_onnx, onnx_meta_path, sign_onnx, split_onnx_meta
 from defect_detector.model.checkpoint import LoadedModel
@@ -219,20 +220,9 @@ def export_int8(  # noqa: PLR0913 - one keyword per export --int8 flag; data, ma
         meta["int8"] = _int8_facts(target, data, len(frames), agreement, accuracy, ort.__version__)
         shift = _stats_shift(float_path, quantized, frames, meta.get("baseline"))
         data_bytes, meta = sign_onnx(quantized.read_bytes(), meta)
-    atomic_write_bytes(out_path, data_bytes)
-    atomic_write_json(onnx_meta_path(out_path), meta)
-    return {
-        "path": str(out_path),
-        "bytes": len(data_bytes),
-        "meta": meta,
-        "calibration_frames": len(frames),
-        "check": agreement,
-        "accuracy": accuracy,
-        "stats_shift": shift,
-        "baseline_source": report["baseline_source"],
-        "parity": None,
-        "parity_skipped": "int8: scored by val instead",
-    }
+    facts = {"calibration_frames": len(frames), "check": agreement, "accuracy": accuracy, "stats_shift": shift}
+    facts |= {"parity": None, "parity_skipped": "int8: scored by val instead"}
+    return finish_export(out_path, data_bytes, meta, report["baseline_source"], meta_file=onnx_meta_path(out_path), **facts)
 
 
 def _checked(  # noqa: PLR0913 - the two models, the held-back set, how to read calls, where it goes, whether a loss is accepted

@@ -170,7 +170,6 @@ def parse_meta(path: str | os.PathLike[str], text: str) -> dict[str, Any]:
     return meta
 
 
-
 def stored_limits(meta: dict[str, Any], where: str) -> Limits:
     """The limits a model's meta carries (``Limits.of_meta``). ``ValueError`` naming ``where`` and the bad key."""
     try:

@@ -17,8 +17,7 @@ import numpy as np
 import torch
 
 from defect_detector.core.constants import DEFAULT_LAYERS
-from defect_detector.core.io import atomic_write_bytes, atomic_write_json
-from defect_detector.export.baseline import BaselineArg, export_baseline
+from defect_detector.export.baseline import BaselineArg
 from defect_detector.export.deploy_model import (
     GOLDEN_FEATURES,
     META_FILE,
@@ -26,9 +25,9 @@ from defect_detector.export.deploy_model import (
     ExportError,
     FrameGraph,
     GoldenGraph,
-    checkpoint_meta,
 )
 from defect_detector.export.digest import ONNX_COVERS, onnx_digest, signed
+from defect_detector.export.exporter import finish_export, start_export
 from defect_detector.export.parity import cached_outputs, check_parity, max_diffs, parity_inputs, reference_outputs
 from defect_detector.export.torchscript import TRACE_BATCH
 from defect_detector.model.checkpoint import LoadedModel
@@ -63,34 +62,22 @@ def export_onnx(
     without meta: the model's meta names each file (``graphs.<name>.file``, relative to the model) with its SHA-256
     (``graphs.<name>.sha256``), which the meta's digest covers. Their parity is checked with the model's.
     """
-    imgsz = int(imgsz or loaded.config.data.imgsz)
-    deploy = DeployModel(loaded.model, imgsz, layers).float().cpu()
-    embedded, baseline_source = export_baseline(loaded, baseline, deploy.layer_names, imgsz)
+    start = start_export(loaded, imgsz, baseline, layers)
+    deploy = start.deploy
     if importlib.util.find_spec("onnx") is None:
         raise ExportError(f"{out_path}: ONNX export needs the onnx package (pip install '.[onnx]')")
     out_path = Path(out_path)
-    meta = checkpoint_meta(loaded, deploy, embedded)
+    meta = start.meta()
     meta["onnx_opset"] = ONNX_OPSET
     siblings = _golden_graphs(deploy, out_path)
     for name, data in siblings.items():
         meta["graphs"][name].update({"file": golden_graph_path(out_path, name).name, "sha256": hashlib.sha256(data).hexdigest()})
     data, meta = sign_onnx(_onnx_bytes(deploy, (_example(deploy, deploy.in_channels),), ["images"]), meta)
 
-    report: dict[str, Any] = {
-        "path": str(out_path),
-        "bytes": len(data),
-        "opset": ONNX_OPSET,
-        "meta": meta,
-        "parity": None,
-        "baseline_source": baseline_source,
-        "graphs": {name: str(golden_graph_path(out_path, name)) for name in siblings},
-    }
-    report.update(_onnx_parity(data, loaded, deploy, check_images, siblings))
-    for name, graph in siblings.items():
-        atomic_write_bytes(golden_graph_path(out_path, name), graph)
-    atomic_write_bytes(out_path, data)
-    atomic_write_json(onnx_meta_path(out_path), meta)
-    return report
+    facts = {"opset": ONNX_OPSET, "parity": None, "graphs": {name: str(golden_graph_path(out_path, name)) for name in siblings}}
+    facts |= _onnx_parity(data, loaded, deploy, check_images, siblings)
+    files = {golden_graph_path(out_path, name): graph for name, graph in siblings.items()}
+    return finish_export(out_path, data, meta, start.baseline_source, files, onnx_meta_path(out_path), **facts)
 
 
 def golden_graph_path(onnx_path: str | os.PathLike[str], name: str) -> Path:

@@ -42,8 +42,7 @@ import numpy as np
 import torch
 
 from defect_detector.core.constants import DEFAULT_LAYERS
-from defect_detector.core.io import atomic_write_bytes
-from defect_detector.export.baseline import BaselineArg, export_baseline
+from defect_detector.export.baseline import BaselineArg
 from defect_detector.export.deploy_model import (
     GOLDEN_FEATURES,
     META_FILE,
@@ -51,10 +50,10 @@ from defect_detector.export.deploy_model import (
     ExportError,
     FrameGraph,
     GoldenGraph,
-    checkpoint_meta,
     graphs_meta,
 )
 from defect_detector.export.digest import PT2_COVERS, check_recorded, is_aoti_metadata, pt2_digest, signed
+from defect_detector.export.exporter import finish_export, start_export
 from defect_detector.export.parity import cached_outputs, check_parity, max_diffs, parity_inputs, reference_outputs
 from defect_detector.export.torchscript import TRACE_BATCH
 from defect_detector.model.checkpoint import LoadedModel
@@ -347,27 +346,23 @@ def export_pt2(
     report with the meta, both parity diffs, file size, path, device, compile seconds and ``baseline_source``; raises
     :class:`ExportError` on a failed check.
     """
-    imgsz = int(imgsz or loaded.config.data.imgsz)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    deploy = DeployModel(loaded.model, imgsz, layers).float().to(device)
-    embedded, baseline_source = export_baseline(loaded, baseline, deploy.layer_names, imgsz)
+    start = start_export(loaded, imgsz, baseline, layers, device)
+    deploy = start.deploy
     optimize = {"applied": False, "reason": "TorchScript only: AOTInductor compiles and fuses the graph itself"}
-    meta = checkpoint_meta(loaded, deploy, embedded, optimize=optimize, cpu_only=device.type == "cpu")
+    meta = start.meta(optimize=optimize, cpu_only=device.type == "cpu")
     meta["aoti_device"] = device.type
     meta["graphs"] = graphs_meta(deploy, golden_batch="B")
     names = {graph: FORWARD_MODEL if graph == "forward" else graph for graph in meta["graphs"]}
     for graph, name in names.items():
         meta["graphs"][graph]["model_name"] = name
-    start = time.perf_counter()
+    compiling = time.perf_counter()
     programs = {name: export_program(deploy, device, graph) for graph, name in names.items()}
     data, meta = sign_pt2(compile_package(programs, meta), meta)
-    seconds = time.perf_counter() - start
+    seconds = time.perf_counter() - compiling
 
-    x = parity_inputs(imgsz, check_images, channels=deploy.in_channels)
+    x = parity_inputs(start.imgsz, check_images, channels=deploy.in_channels)
     diffs, exported_diffs = _check_package(data, meta, loaded, deploy, x, device)
-
-    out_path = Path(out_path)
-    atomic_write_bytes(out_path, data)
     log.debug(
         ".pt2 parity on %d images: max abs diff boxes %.3g, scores %.3g, stats %.3g",
         len(x),
@@ -375,17 +370,8 @@ def export_pt2(
         diffs["scores"],
         diffs["stats"],
     )
-    return {
-        "path": str(out_path),
-        "bytes": len(data),
-        "device": str(device),
-        "compile_s": round(seconds, 1),
-        "parity": diffs,
-        "parity_exported": exported_diffs,
-        "parity_images": len(x),
-        "meta": meta,
-        "baseline_source": baseline_source,
-    }
+    facts = {"device": str(device), "compile_s": round(seconds, 1), "parity": diffs, "parity_exported": exported_diffs}
+    return finish_export(out_path, data, meta, start.baseline_source, **facts, parity_images=len(x))
 
 
 def _check_package(

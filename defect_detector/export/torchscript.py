@@ -11,7 +11,6 @@ import time
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,10 +18,10 @@ import torch
 from torch import nn
 
 from defect_detector.core.constants import DEFAULT_LAYERS
-from defect_detector.core.io import atomic_write_bytes
-from defect_detector.export.baseline import BaselineArg, export_baseline
-from defect_detector.export.deploy_model import GOLDEN_FEATURES, GOLDEN_GRAPHS, META_FILE, DeployModel, ExportError, checkpoint_meta
+from defect_detector.export.baseline import BaselineArg
+from defect_detector.export.deploy_model import GOLDEN_FEATURES, GOLDEN_GRAPHS, META_FILE, DeployModel, ExportError
 from defect_detector.export.digest import DIGEST_KEY, with_digest
+from defect_detector.export.exporter import finish_export, start_export
 from defect_detector.export.onednn import onednn_available
 from defect_detector.export.parity import FP32_TOLERANCE, cached_outputs, check_parity, max_diffs, parity_inputs, reference_outputs
 from defect_detector.model.checkpoint import LoadedModel
@@ -226,17 +225,16 @@ def export_torchscript(  # noqa: PLR0913 - one keyword per export flag and per c
     methods (meta ``graphs``) are checked alike, and ``parity`` reports the worst of all. Returns a report with the meta, parity
     diffs, file size, path and ``baseline_source``; raises :class:`ExportError` on a failed check.
     """
-    imgsz = int(imgsz or loaded.config.data.imgsz)
     device = _resolve_device(half)
     dtype = torch.float16 if half else torch.float32
     cpu_fusion = device.type == "cpu" and not half and not portable and onednn_available()
-    deploy = DeployModel(loaded.model, imgsz, layers, cpu_fusion=cpu_fusion).float().to(device)
-    embedded, baseline_source = export_baseline(loaded, baseline, deploy.layer_names, imgsz)
+    start = start_export(loaded, imgsz, baseline, layers, device, cpu_fusion)
+    deploy = start.deploy
     if half:
         deploy.half_()
     frozen = trace_deploy_model(deploy, device, dtype)
     module, optimize_info = choose_optimization(deploy, frozen, optimize, device, half)
-    meta = checkpoint_meta(loaded, deploy, embedded, half, optimize_info, cpu_fusion)
+    meta = start.meta(half=half, optimize=optimize_info, cpu_only=cpu_fusion)
     for name in meta["graphs"]:
         meta["graphs"][name]["method"] = name
     data = artifact_bytes(module, meta)
@@ -245,18 +243,8 @@ def export_torchscript(  # noqa: PLR0913 - one keyword per export flag and per c
     if {k: v for k, v in restored_meta.items() if k != DIGEST_KEY} != meta:
         raise ExportError("meta.json did not round-trip through the saved artifact")
     meta = restored_meta  # with its digest
-    x = parity_inputs(imgsz, check_images, channels=deploy.in_channels)
-    diffs = _parity(restored, reference_outputs(loaded, imgsz, deploy.layer_names, x), x.to(device, dtype), deploy.caches_golden, half)
-
-    out_path = Path(out_path)
-    atomic_write_bytes(out_path, data)
+    x = parity_inputs(start.imgsz, check_images, channels=deploy.in_channels)
+    want = reference_outputs(loaded, start.imgsz, deploy.layer_names, x)
+    diffs = _parity(restored, want, x.to(device, dtype), deploy.caches_golden, half)
     log.debug("TorchScript parity on %d images: max abs diff pred %.3g, stats %.3g", len(x), diffs["pred"], diffs["stats"])
-    return {
-        "path": str(out_path),
-        "bytes": len(data),
-        "device": str(device),
-        "parity": diffs,
-        "parity_images": len(x),
-        "meta": meta,
-        "baseline_source": baseline_source,
-    }
+    return finish_export(out_path, data, meta, start.baseline_source, device=str(device), parity=diffs, parity_images=len(x))

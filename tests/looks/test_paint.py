@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from defect_detector.data.synth import generate_board_pair
-from defect_detector.looks.paint import PAINTERS, paint_defects, read_levels, track_width
+from defect_detector.looks.paint import MIN_CHANGE, PAINTERS, paint_defects, read_levels, track_width
 from defect_detector.looks.render import render_pair, sample_look
 
 
@@ -71,3 +71,17 @@ def test_avoid_keeps_painted_defects_off_given_boxes() -> None:
     avoid = np.array([[0, 0, 240, 480]], np.float32)
     _, boxes, _ = paint_defects(golden, 4, np.random.default_rng(0), avoid=avoid)
     assert len(boxes) and (boxes[:, 0] >= 240).all()
+
+
+def test_a_paint_no_inspector_could_see_is_not_painted() -> None:
+    """Copper 20 grey levels off the substrate (below MIN_CHANGE): nothing can be painted that changes the image
+    visibly, so nothing is painted (before, such paints were counted as escapes); at 40 levels every defect is painted
+    and changes its pixels by MIN_CHANGE or more."""
+    tracks = _golden(4) < 128
+    for gap, painted in ((20, 0), (40, 6)):
+        golden = np.where(tracks, 100 + gap, 100).astype(np.uint8)
+        board, boxes, _ = paint_defects(golden, 6, np.random.default_rng(0))
+        assert len(boxes) == painted, gap
+        for x0, y0, x1, y1 in boxes.astype(int):
+            change = np.abs(board[y0:y1, x0:x1].astype(int) - golden[y0:y1, x0:x1])
+            assert change.max() >= MIN_CHANGE
