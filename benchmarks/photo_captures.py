@@ -179,9 +179,9 @@ def inspect_frame(inspector: Inspector, image: np.ndarray, golden: np.ndarray, n
                            "registration": _numbers(registration_json(record.registration))}  # fmt: skip
     if refused:
         kind = record.refusal.kind.value if record.refusal is not None else "unknown"
-        return row | {"refused": kind, "reason": record.reason, "calls": 0, "caught": 0, "off": 0, "further": 0}
+        return row | {"refused": kind, "reason": record.reason, "calls": 0, "caught": 0, "off": 0, "further": 0, "tolerated": 0}
     caught, off, further = count_calls(record.detections.boxes, torch.as_tensor(truth, dtype=torch.float32).reshape(-1, 4))
-    counted = {"calls": len(record.detections), "caught": caught, "off": off, "further": further}
+    counted = {"calls": len(record.detections), "caught": caught, "off": off, "further": further, "tolerated": record.detections.tolerated}
     return row | {"refused": None, "reason": record.reason} | counted
 
 
@@ -195,7 +195,8 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         part = {"boards": len(mine), "inspected": len(inspected), "refused": len(mine) - len(inspected),
                 "refusals": dict(Counter(r["refused"] for r in mine if r["refused"] is not None)),
                 "reasons": sorted({r["reason"] for r in mine if r["refused"] is not None})[:5],
-                "verdicts": dict(Counter(r["verdict"] for r in mine)), "weights": dict(Counter(r["weights"] for r in mine))}  # fmt: skip
+                "verdicts": dict(Counter(r["verdict"] for r in mine)), "weights": dict(Counter(r["weights"] for r in mine)),
+                "tolerated_per_board": sum(r["tolerated"] for r in inspected) / n}  # fmt: skip
         if kind == "good":
             part["false_calls_per_board"] = sum(r["off"] + r["further"] for r in inspected) / n
         else:
@@ -241,12 +242,16 @@ def taught_weights(photos: list[Path], plan: Plan, work: Path) -> tuple[str, lis
 
 def measure(photos: list[Path], plan: Plan) -> dict[str, Any]:
     """Every capture of ``plan`` over ``photos`` (module docstring): ``{"plan", "captures": {name: {"overall",
-    "photos": {photo: summary}, "rows"}}, "taught"}``."""
+    "photos": {photo: summary}, "rows"}}, "taught"}``; with ``plan.teach`` also ``"before"``: the same boards inspected
+    with the weights taught from (``captures``: with the taught ones)."""
     models = {name: named_model(name) for name in plan.captures}
     torch.set_num_threads(plan.threads)
+    if not plan.teach:
+        return _measure(photos, plan, models, plan.weights) | {"taught": []}
     with tempfile.TemporaryDirectory(prefix="photo_teach_") as work:
-        weights, taught = taught_weights(photos, plan, Path(work)) if plan.teach else (plan.weights, [])
-        return _measure(photos, plan, models, weights) | {"taught": taught}
+        weights, taught = taught_weights(photos, plan, Path(work))
+        before = {name: {"overall": c["overall"]} for name, c in _measure(photos, plan, models, plan.weights)["captures"].items()}
+        return _measure(photos, plan, models, weights) | {"taught": taught, "before": before}
 
 
 def _measure(photos: list[Path], plan: Plan, models: dict[str, CaptureModel], weights: str | None) -> dict[str, Any]:
@@ -310,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"photo_captures: error: {exc}", file=sys.stderr)
         return 2
     printed = {name: {"overall": c["overall"], "photos": c["photos"]} for name, c in report["captures"].items()}
-    print(json.dumps({"plan": report["plan"], "taught": report["taught"], "captures": printed}, indent=1))
+    print(json.dumps({"plan": report["plan"], "taught": report["taught"], "before": report.get("before"), "captures": printed}, indent=1))
     if args.out is not None:
         atomic_write_json(args.out, report)
     return 0

@@ -299,14 +299,6 @@ def _determined(move: np.ndarray, tensor: np.ndarray) -> np.ndarray:
     return np.sqrt(np.maximum(energy, 0.0) / np.maximum(largest, 1e-12))
 
 
-def _largest(level: Mapping) -> float:
-    """The largest displacement (level px) the lens term and the grid add at the grid's nodes."""
-    if level.nodes is None:
-        return 0.0
-    dx, dy = level.local(*level.nodes.positions())
-    return float(np.hypot(dx, dy).max())
-
-
 def _cells(nodes: GridNodes, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For each pixel of a golden level of ``shape``: its cell (flat index of the node at the cell's top left, ``[h*w]``),
     and the flat indices ``[4, h*w]`` and bilinear weights ``[4, h*w]`` of the four nodes around it (as

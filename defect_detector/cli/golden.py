@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> None:
 def _boards(source: str) -> list[tuple[str, Any]]:
     """``(name, gray uint8 [H, W])`` of every image of a folder or glob, by name."""
     from defect_detector.data.images import load_image_gray
-    from defect_detector.inspect.source_kinds import list_images, source_kind
+    from defect_detector.inspect.sources import list_images, source_kind
 
     kind = source_kind(source)
     if kind not in ("folder", "glob"):

@@ -21,7 +21,7 @@ size (it works on a copy at most :data:`WORK_SIDE` px on a side).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import cv2
 import numpy as np
@@ -46,12 +46,14 @@ MIN_SHARE = 0.02
 @dataclass(frozen=True)
 class BoardArea:
     """The board in an image of ``shape`` ``(H, W)``: ``box`` ``(x, y, w, h)`` in its pixels (the bounding box of the
-    board region; the whole image when ``whole``) and ``share`` of the image's area the region covers."""
+    board region; the whole image when ``whole``), ``share`` of the image's area the region covers and ``region``:
+    bool ``[H, W]`` the region itself (None when ``whole``)."""
 
     shape: tuple[int, int]
     box: tuple[int, int, int, int]
     share: float
     whole: bool
+    region: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def crop(self, image: np.ndarray) -> np.ndarray:
         """``image`` ``[H, W]`` (of :attr:`shape`) cut to :attr:`box` (a view, no copy)."""
@@ -92,7 +94,8 @@ def board_area(image: np.ndarray) -> BoardArea:
     x, y, w, h = cv2.boundingRect(filled)
     x0, y0 = int(np.floor(x / factor)), int(np.floor(y / factor))
     x1, y1 = min(width, int(np.ceil((x + w) / factor))), min(height, int(np.ceil((y + h) / factor)))
-    return BoardArea((height, width), (x0, y0, x1 - x0, y1 - y0), share, False)
+    region = cv2.resize(filled, (width, height), interpolation=cv2.INTER_NEAREST).astype(bool)
+    return BoardArea((height, width), (x0, y0, x1 - x0, y1 - y0), share, False, region)
 
 
 __all__ = ["BoardArea", "board_area"]

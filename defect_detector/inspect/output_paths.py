@@ -16,8 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from defect_detector.inspect.source_kinds import glob_root, reads_back
-from defect_detector.inspect.sources import FrameSource
+from defect_detector.inspect.sources import FrameSource, glob_root, reads_back
 
 
 def jsonl_path(save_json: Path) -> Path:

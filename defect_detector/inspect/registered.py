@@ -34,8 +34,7 @@ from defect_detector.core.io import atomic_write_bytes, atomic_write_json
 from defect_detector.inspect.inspector import Inspector
 from defect_detector.inspect.prepare import Prepared
 from defect_detector.inspect.record import registration_json
-from defect_detector.inspect.source_kinds import reads_back
-from defect_detector.inspect.sources import FrameSource, open_source, source_kind
+from defect_detector.inspect.sources import FrameSource, open_source, reads_back, source_kind
 
 BOARD_KINDS = ("image", "folder", "glob")
 """The sources ``align`` reads boards from."""

@@ -33,7 +33,7 @@ from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.inspect.prepare import Prepare, Prepared, detect, reframed
 from defect_detector.inspect.references import References
 from defect_detector.inspect.runtime import Runtime
-from defect_detector.inspect.source_kinds import list_images, source_kind
+from defect_detector.inspect.sources import list_images, source_kind
 from defect_detector.model.checkpoint import attach_baseline, load_checkpoint, weights_digest
 from defect_detector.monitor.baseline import FAULT_FRAMES, Baseline, calibrate
 from defect_detector.monitor.faults import CALIBRATION_STRENGTHS, apply_fault

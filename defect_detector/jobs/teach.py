@@ -12,7 +12,8 @@ No annotated defect is needed. Within ``minutes`` (the whole command, set writin
    real defects (and, with ``good``, the good boards among its training boards: negatives where nothing is painted),
    and keeps the result only when it paid (``jobs/teach_tune.py``);
 5. with ``good`` (:func:`teach` ``good``: :data:`MIN_GOOD <defect_detector.inspect.tolerance.MIN_GOOD>` or more good
-   boards of one design as the line captures them), inspects them as ``predict`` does at
+   boards of one design as the line captures them), first (their number is fixed, so the sets of step 2 fit into the
+   time they leave, under load too; again after a fine-tune that is kept) inspects them as ``predict`` does at
    :data:`GOOD_FLOOR <defect_detector.inspect.tolerance.GOOD_FLOOR>` with the weights kept and learns the design's
    **tolerance map** (``inspect/tolerance.py``): where good boards draw calls, in golden-image pixels, and the score a
    call there must beat; it counts the false calls per good board left at the design's point with the tolerance
@@ -64,7 +65,7 @@ from defect_detector.inspect.run_guard import OutputLock
 from defect_detector.inspect.tolerance import Tolerance
 from defect_detector.jobs.calibrate import run_calibrate
 from defect_detector.jobs.teach_good import GoodBoards, built_golden, learn_good, read_good, verify_golden
-from defect_detector.jobs.teach_limits import capture_limits
+from defect_detector.jobs.teach_limits import CaptureRange, capture_limits
 from defect_detector.jobs.teach_point import MAX_FALSE_CALLS, DesignPoint, design_point, scores_by_design
 from defect_detector.jobs.teach_sets import (
     TeachDesign,
@@ -95,9 +96,8 @@ TUNE_MIN_MINUTES = 2.0
 """Training time a fine-tune needs at least (after what scoring it afterwards will take)."""
 MIN_CAUGHT = 0.5
 """A design is taught only when its calibrated point catches at least this share of its painted defects."""
-GOOD_RESERVE = 4.0
-"""The good boards' pass is reserved this many times the scoring time of as many captures out of a fine-tune's time
-(an inspector to load; each good board registered at full size, and inspected again with defects painted on it)."""
+GOOD_RESERVE = 1.5
+"""A fine-tune leaves this many times the good boards' first pass for reading them again with the tuned weights."""
 
 
 class TeachError(ValueError):
@@ -185,8 +185,15 @@ def _tune_sets(
 
 
 def _tune(  # noqa: PLR0913 - the fine-tune's inputs, each named
-    weights: Path, start: dict[str, Any], designs: list[TeachDesign], sets: dict[str, Path], calibrated: list[DesignPoint],
-    clock: tuple[float, float], seed: int, threads: int | None, good: Sequence[tuple[str, np.ndarray]] = (),
+    weights: Path,
+    start: dict[str, Any],
+    designs: list[TeachDesign],
+    sets: dict[str, Path],
+    calibrated: list[DesignPoint],
+    clock: tuple[float, float],
+    seed: int,
+    threads: int | None,
+    good: Sequence[tuple[str, np.ndarray]] = (),
 ) -> tuple[Path | None, list[DesignPoint], str, tuple[float, float] | None]:
     """Fine-tune within the ``clock``'s deadline and judge it against the ``calibrated`` starting weights (``clock``:
     the deadline, and the seconds scoring the clean and held sets took; ``jobs/teach_tune.py``): ``(tuned weights
@@ -234,8 +241,14 @@ def _baseline(out: Path, start: dict[str, Any], tuned: bool, clean: Path) -> str
 
 
 def _write(  # noqa: PLR0913 - what the weights written hold, each named
-    out: Path, source: dict[str, Any], start: dict[str, Any], outcomes: list[DesignOutcome], designs: list[TeachDesign],
-    tolerances: dict[str, Tolerance], areas: dict[str, InspectionArea], limits: dict[str, dict[str, Any]] | None = None,
+    out: Path,
+    source: dict[str, Any],
+    start: dict[str, Any],
+    outcomes: list[DesignOutcome],
+    designs: list[TeachDesign],
+    tolerances: dict[str, Tolerance],
+    areas: dict[str, InspectionArea],
+    limits: dict[str, dict[str, Any]] | None = None,
 ) -> None:
     """Write ``source`` (inference form) to ``out`` with the taught designs (name, key, ``conf``, the tolerance map
     of a design in ``tolerances``, the inspection area of one in ``areas`` and the limits one sets over the weights'
@@ -294,9 +307,18 @@ def known_designs(start: dict[str, Any], designs: list[TeachDesign], at_own: lis
     if raw is None:
         return [False] * len(designs)
     domain = DomainModel.from_dict(raw, where="the starting weights' domain")
-    return [
-        d.binarized and not domain.is_unlike(d.look) and p.false_calls <= MAX_FALSE_CALLS for d, p in zip(designs, at_own)
-    ]
+    return [d.binarized and not domain.is_unlike(d.look) and p.false_calls <= MAX_FALSE_CALLS for d, p in zip(designs, at_own)]
+
+
+def _good_pass(
+    weights: Path, golden: Path, boards: list[tuple[str, np.ndarray]], threads: int | None, seed: int
+) -> tuple[CaptureRange, GoodBoards]:
+    """The good boards read by ``weights``: the range of capture they show and the design's own limits from it
+    (``jobs/teach_limits.py``), then each inspected at those limits (``jobs/teach_good.py`` :func:`learn_good`; its
+    point set later, :meth:`GoodBoards.at`). Fixed work, whatever ``--minutes``: ``teach`` does it first and fits the
+    sets into the time left."""
+    capture = capture_limits(load_image_gray(golden), boards, Limits.of_config(load_checkpoint(weights).config))
+    return capture, learn_good(weights, golden, boards, 0.0, threads, seed, capture.limits if capture.own else None)
 
 
 def _held_out(outcome: DesignOutcome, conf: float, out: Path) -> DesignOutcome:
@@ -371,15 +393,26 @@ def teach(  # noqa: PLR0913 - the Python twin of the teach command's flags
 
 
 def _teach(  # noqa: PLR0913 - teach()'s checked inputs
-    designs: list[TeachDesign], out: Path, weights: Path, held: int, seed: int, threads: int | None, clock: tuple[float, float],
-    good: tuple[list[tuple[str, np.ndarray]], Path, Path | None], area: InspectionArea | None = None,
+    designs: list[TeachDesign],
+    out: Path,
+    weights: Path,
+    held: int,
+    seed: int,
+    threads: int | None,
+    clock: tuple[float, float],
+    good: tuple[list[tuple[str, np.ndarray]], Path, Path | None],
+    area: InspectionArea | None = None,
 ) -> TeachReport:
     started, deadline = clock
     boards, golden, built = good
     work = out.with_name(out.stem + "_teach")
     shutil.rmtree(work, ignore_errors=True)
+    passing = time.perf_counter()
+    first = _good_pass(weights, golden, boards, threads, seed) if boards else None  # fixed work: done before the sets
+    good_seconds = time.perf_counter() - passing
     captures, n = np.random.default_rng(seed), len(designs)
-    cut = started + SETS_SHARE * (deadline - started)
+    now = time.perf_counter()
+    cut = now + SETS_SHARE * (deadline - now)
     clean = clean_pairs(designs, spread(CLEAN_TOTAL, n, 6, 24), captures)
     sets = {"clean": write_set(work / "clean", clean, cut, 2 * n, "teach clean: defect-free line captures")}
     sets["held"] = write_set(work / "held", painted_pairs(designs, held, captures, "held"), cut, n, "teach held: painted line captures")
@@ -396,14 +429,11 @@ def _teach(  # noqa: PLR0913 - teach()'s checked inputs
             "where they were validated on real defects, and draws at most 0.1 false calls per defect-free capture at their own point"
         )
     elif wants_tuning([c for c, k in zip(calibrated, known) if not k]):
-        scored = set_size(sets["clean"]) + set_size(sets["held"])
-        reserve = GOOD_RESERVE * scoring * len(boards) / max(scored, 1)  # the good boards, inspected after the fine-tune
+        reserve = GOOD_RESERVE * good_seconds  # the good boards, inspected again with the fine-tuned weights
         clock = (deadline - reserve, scoring)
         tuned, points, tuning, rehearsal = _tune(weights, start, designs, sets, calibrated, clock, seed, threads, boards)
     kept = [k and tuned is None for k in known]  # validated on their domain: true of the starting weights only
-    outcomes = [
-        DesignOutcome(d.name, d.key, b, a, a.caught >= MIN_CAUGHT or k, k) for d, b, a, k in zip(designs, at_own, points, kept)
-    ]
+    outcomes = [DesignOutcome(d.name, d.key, b, a, a.caught >= MIN_CAUGHT or k, k) for d, b, a, k in zip(designs, at_own, points, kept)]
     boards_written = {"clean": set_size(sets["clean"]), "held": set_size(sets["held"]), **refused}
     if not any(o.taught for o in outcomes):
         raise TeachError(
@@ -413,10 +443,8 @@ def _teach(  # noqa: PLR0913 - teach()'s checked inputs
         )
     learnt = None
     if boards:
-        inspecting = tuned or weights
-        capture = capture_limits(load_image_gray(golden), boards, Limits.of_config(load_checkpoint(inspecting).config))
-        found = learn_good(inspecting, golden, boards, outcomes[0].after.conf, threads, seed, capture.limits if capture.own else None)
-        learnt = dataclasses.replace(found, golden=built, capture=capture)
+        capture, found = first if tuned is None else _good_pass(tuned, golden, boards, threads, seed)
+        learnt = dataclasses.replace(found.at(outcomes[0].after.conf), golden=built, capture=capture)
         outcomes[0] = _held_out(outcomes[0], learnt.conf, out)
     source = torch.load(tuned, map_location="cpu", weights_only=True) if tuned else start
     tolerances, areas = {outcomes[0].key: learnt.tolerance} if learnt is not None else {}, _areas(designs, area)

@@ -17,6 +17,7 @@ tolerance map, its point held out, and painted defects on the boards themselves.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,6 +79,12 @@ class GoodBoards:
     centres: list[np.ndarray] = field(default_factory=list, repr=False)
     painted: list[list[np.ndarray]] = field(default_factory=list, repr=False)
     capture: CaptureRange | None = None
+
+    def at(self, conf: float) -> GoodBoards:
+        """These boards at the design's point from the line captures ``conf`` (``captures``), raised until the good
+        boards held out from the map draw at most 0.1 false calls per board (``conf``: ``jobs/teach_point.py``
+        :func:`held_out_point`)."""
+        return dataclasses.replace(self, captures=conf, conf=held_out_point(self.left_out, conf))
 
     def per_board(self, conf: float, tolerance: bool) -> float:
         """False calls per inspected good board at ``conf``: without the map, or held out from it (leave-one-out)."""
@@ -176,8 +183,7 @@ def learn_good(  # noqa: PLR0913 - the good boards' pass, each input named
         )
     tolerance = Tolerance(learn_places(centres, scores, TOLERANCE_RADIUS), TOLERANCE_RADIUS, TOLERANCE_MARGIN)
     left_out = left_out_scores(centres, scores, TOLERANCE_RADIUS, TOLERANCE_MARGIN)
-    point = held_out_point(left_out, conf)
-    return GoodBoards(inspected, refused, tolerance, conf, point, scores, left_out, centres=centres, painted=painted)
+    return GoodBoards(inspected, refused, tolerance, conf, conf, scores, left_out, centres=centres, painted=painted).at(conf)
 
 
 def _painted_calls(inspector: Inspector, name: str, image: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:

@@ -192,4 +192,3 @@ def set_size(path: Path) -> int:
 def spread(total: int, designs: int, least: int, most: int) -> int:
     """Boards per design for about ``total`` over ``designs``, within ``[least, most]``."""
     return int(np.clip(math.ceil(total / designs), least, most))
-

@@ -137,10 +137,14 @@ def _reading(smooth: np.ndarray, levels: tuple[float, ...]) -> tuple[float, floa
     return substrate, levels[1], mask
 
 
-def _background_score(mask: np.ndarray) -> float:
-    """How much bool ``mask`` reads as the background: its share of the image plus its share of the border."""
-    border = np.concatenate([mask[0], mask[-1], mask[1:-1, 0], mask[1:-1, -1]])
-    return float(mask.mean() + border.mean())
+def _background_score(mask: np.ndarray, where: np.ndarray | None = None) -> float:
+    """How much bool ``mask`` reads as the background: its share of the image plus its share of the border (of the
+    board's region ``where``, bool ``[H, W]``, and its edge, when given)."""
+    if where is None:
+        border = np.concatenate([mask[0], mask[-1], mask[1:-1, 0], mask[1:-1, -1]])
+        return float(mask.mean() + border.mean())
+    edge = where & ~cv2.erode(where.astype(np.uint8), np.ones((3, 3), np.uint8)).astype(bool)
+    return float(mask[where].mean() + mask[edge].mean())
 
 
 def track_width(copper_mask: np.ndarray) -> float:
@@ -163,25 +167,30 @@ def _edge_sigma(smooth: np.ndarray, contrast: float) -> float:
     return float(np.clip(contrast / max(peak * math.sqrt(2 * math.pi), 1e-3), 0.3, 4.0))
 
 
-def read_levels(golden: np.ndarray, size: float | None = None) -> Levels:
+def read_levels(golden: np.ndarray, size: float | None = None, where: np.ndarray | None = None) -> Levels:
     """Read a golden image (uint8 ``[H, W]``) as substrate and copper (module docstring); ``size`` the painted sizes
-    over DeepPCB's (None: 1.0, the scale the model sees the design at; module docstring). Raises ValueError for an
-    image that is not uint8 gray or is blank."""
+    over DeepPCB's (None: 1.0, the scale the model sees the design at; module docstring); ``where``: bool ``[H, W]``,
+    the board's region (``core/board_area.py``), read alone, no copper outside it (None: the whole image). Raises
+    ValueError for an image that is not uint8 gray or is blank."""
     if golden.ndim != 2 or golden.dtype != np.uint8:
         raise ValueError(f"a golden image must be uint8 gray [H, W], got {golden.dtype} {golden.shape}")
     smooth = _denoised(golden)
-    hist = _histogram(smooth)
+    pixels = smooth if where is None else smooth[where]
+    hist = _histogram(pixels)
     first, below, above = _peaks(hist)
     others = sorted((v for v in (below, above) if v is not None and abs(v - first) >= 6), key=lambda v: -hist[v])
     if not others:  # copper on the substrate's flank (a low-contrast photograph): the two classes of Otsu's split
-        split, _ = cv2.threshold(np.clip(smooth, 0, 255).astype(np.uint8), 0, 255, cv2.THRESH_BINARY + cv2.THRESH_OTSU)
-        side = smooth > split if first <= split else smooth <= split
-        others = [int(np.median(smooth[side]))] if side.any() else []
-    if not others or abs(others[0] - first) < 6 or golden.std() < 3:
+        split, _ = cv2.threshold(np.clip(pixels, 0, 255).astype(np.uint8), 0, 255, cv2.THRESH_BINARY + cv2.THRESH_OTSU)
+        side = pixels > split if first <= split else pixels <= split
+        others = [int(np.median(pixels[side]))] if side.any() else []
+    if not others or abs(others[0] - first) < 6 or (golden if where is None else golden[where]).std() < 3:
         raise ValueError("the golden image shows no copper against its substrate (one flat grey level)")
     candidates = [(float(first), *map(float, others)), (float(others[0]), float(first))]
     readings = [_reading(smooth, levels) for levels in candidates]
-    substrate, copper, mask = min(readings, key=lambda r: _background_score(r[2]) - _background_score(~r[2]))
+    if where is not None:
+        readings = [(substrate, copper, mask & where) for substrate, copper, mask in readings]
+    inside = where if where is not None else np.ones(smooth.shape, bool)
+    substrate, copper, mask = min(readings, key=lambda r: _background_score(r[2], where) - _background_score(inside & ~r[2], where))
     if not mask.any():
         raise ValueError("the golden image shows no copper against its substrate (one flat grey level)")
     return Levels(substrate, copper, mask, 1.0 if size is None else float(size), _edge_sigma(smooth, abs(copper - substrate)))

@@ -15,13 +15,16 @@ Sizes are DeepPCB's times ``size`` (1.0 unless the caller knows the design's sca
 blended through a mask blurred to the image's edge softness, with the local texture kept. A paint that would change
 its pixels by less than :data:`MIN_CHANGE` grey levels (a bite out of a soft edge whose "copper" lies at the
 substrate's level, a bridge between two regions of one level) is not painted: no inspector could mark it, so it would
-count as an escape of a defect that is not there. Each defect's box is the
+count as an escape of a defect that is not there. Defects are painted on the board, never on a plain background round
+it (``core/board_area.py``: a photographed board on a white table, a scan on a grey frame); there the substrate and
+copper are read on the board alone, whose own substrate is its solder mask, not the table. Each defect's box is the
 extent of the pixels it changed, padded and grown as DeepPCB's annotators drew theirs (at least
 :data:`MIN_BOX_PX` px at DeepPCB's scale). Boxes are xyxy pixels of the golden image's frame.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
+from defect_detector.core.board_area import LEVEL_STEP, board_area
 from defect_detector.looks.levels import DEEPPCB_TRACK_PX, Levels, read_levels, track_width
 
 __all__ = ["DEEPPCB_TRACK_PX", "MIN_BOX_PX", "PAINTERS", "Levels", "paint_defects", "read_levels", "track_width"]
@@ -88,8 +92,12 @@ class _Maps:
         count, labels = cv2.connectedComponents(copper, connectivity=8)
         smooth = cv2.GaussianBlur(copper.astype(np.float32), (0, 0), 3.0)
         return cls(
-            cv2.distanceTransform(copper, cv2.DIST_L2, 3), cv2.distanceTransform(1 - copper, cv2.DIST_L2, 3), labels, count,
-            cv2.Sobel(smooth, cv2.CV_32F, 1, 0), cv2.Sobel(smooth, cv2.CV_32F, 0, 1),
+            cv2.distanceTransform(copper, cv2.DIST_L2, 3),
+            cv2.distanceTransform(1 - copper, cv2.DIST_L2, 3),
+            labels,
+            count,
+            cv2.Sobel(smooth, cv2.CV_32F, 1, 0),
+            cv2.Sobel(smooth, cv2.CV_32F, 0, 1),
         )
 
 
@@ -276,6 +284,14 @@ def _visible(before: np.ndarray, after: np.ndarray, alpha: np.ndarray) -> bool:
     return bool(np.percentile(np.abs(after[core] - before[core]), 90) >= MIN_CHANGE)
 
 
+def _inside(box: np.ndarray, alpha: np.ndarray, region: np.ndarray) -> bool:
+    """Whether every pixel ``alpha`` paints and the corners of ``box`` (xyxy) lie in bool ``region`` ``[H, W]``."""
+    h, w = region.shape
+    xs = np.clip(np.array([box[0], box[2] - 1]), 0, w - 1).astype(int)
+    ys = np.clip(np.array([box[1], box[3] - 1]), 0, h - 1).astype(int)
+    return bool(region[alpha > 0].all() and region[np.ix_(ys, xs)].all())
+
+
 def _overlaps(box: np.ndarray, boxes: list[np.ndarray]) -> bool:
     return any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in boxes)
 
@@ -293,8 +309,44 @@ def paint_defects(  # noqa: PLR0913 - each a paint option, named by callers
     sees the design at, :func:`read_levels`). Returns ``(board uint8 [H, W], boxes float32 [N, 4] xyxy px,
     labels int64 [N])``; N < ``count`` when the design has no room for more (for example no track thin enough to cut,
     or no place where a paint would change the image by :data:`MIN_CHANGE`).
-    Raises ValueError for a blank golden image."""
-    levels = read_levels(golden, size)
+    Only the board is painted (``core/board_area.py``; the whole image when no plain background lies round it, or when
+    a phase of the board lies at that background's level: a drawing on a plain ground), its levels read there unless
+    the whole image's two phases differ more (a photographed board's metal and solder mask against its white table:
+    read on the board alone, its faintest phases, mask over copper and mask over laminate, would be painted). Raises
+    ValueError for a blank golden image."""
+    area = board_area(golden)
+    if area.whole:
+        return _painted(golden, count, rng, classes, avoid, size)
+    x, y, w, h = area.box
+    shift = np.array([x, y, x, y], np.float32)
+    within = None if avoid is None else np.asarray(avoid, np.float32).reshape(-1, 4) - shift
+    crop, region = np.ascontiguousarray(area.crop(golden)), np.ascontiguousarray(area.crop(area.region))
+    levels = read_levels(crop, size, region)
+    background = float(np.median(golden[~area.region]))
+    if min(abs(levels.substrate - background), abs(levels.copper - background)) <= LEVEL_STEP:  # a phase of the board
+        return _painted(golden, count, rng, classes, avoid, size)
+    whole = read_levels(golden, size)
+    if whole.contrast > levels.contrast:  # the board's metal and mask against its table: the phases that show most
+        levels = dataclasses.replace(whole, copper_mask=np.ascontiguousarray(whole.copper_mask[y : y + h, x : x + w]))
+    board, boxes, labels = _painted(crop, count, rng, classes, within, size, region, levels)
+    out = golden.copy()
+    out[y : y + h, x : x + w] = board
+    return out, boxes + shift, labels
+
+
+def _painted(  # noqa: PLR0913 - paint_defects' options
+    golden: np.ndarray,
+    count: int,
+    rng: np.random.Generator,
+    classes: tuple[int, ...],
+    avoid: np.ndarray | None,
+    size: float | None,
+    region: np.ndarray | None = None,
+    levels: Levels | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`paint_defects` on ``golden``: within the board's ``region`` (bool ``[H, W]``, every painted pixel and
+    every box inside it), or the whole of it (None: a board that fills it); ``levels`` read there (None: read now)."""
+    levels = levels if levels is not None else read_levels(golden, size, region)
     maps = _Maps.of(levels.copper_mask)
     board = golden.astype(np.float32)
     taken: list[np.ndarray] = [b for b in (avoid if avoid is not None else np.zeros((0, 4), np.float32))]
@@ -309,7 +361,7 @@ def paint_defects(  # noqa: PLR0913 - each a paint option, named by callers
         shape, to_copper = painted
         alpha = _alpha(shape, levels.edge_sigma)
         box = _box(alpha, levels.size)
-        if _overlaps(box, taken):
+        if _overlaps(box, taken) or (region is not None and not _inside(box, alpha, region)):
             continue
         x, y = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
         near = levels.copper_mask if to_copper else ~levels.copper_mask

@@ -46,6 +46,8 @@ def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) ->
     assert photo_captures.main(["--photos", str(tmp_path), "--zoom", "9"]) == 2
     assert photo_captures.main(["--photos", str(tmp_path), "--paint-size", "20"]) == 2
     assert "--paint-size 20.0: give" in capsys.readouterr().err
+    assert photo_captures.main(["--photos", str(tmp_path), "--teach", "3"]) == 2
+    assert "--teach 3: teach --good needs 5 or more good boards" in capsys.readouterr().err
 
 
 def test_a_capture_of_a_real_photograph_registers_to_it() -> None:

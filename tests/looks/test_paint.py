@@ -85,3 +85,17 @@ def test_a_paint_no_inspector_could_see_is_not_painted() -> None:
         for x0, y0, x1, y1 in boxes.astype(int):
             change = np.abs(board[y0:y1, x0:x1].astype(int) - golden[y0:y1, x0:x1])
             assert change.max() >= MIN_CHANGE
+
+
+def test_defects_are_painted_on_the_board_never_on_the_plain_background_round_it() -> None:
+    """A board on a grey 128 frame (a photographed board on a table, a scan on a grey frame): every painted defect and
+    its box lie on the board; off it nothing changes."""
+    board = _golden(7, 320)
+    frame = np.full((560, 720), 128, np.uint8)
+    frame[120:440, 200:520] = board
+    painted, boxes, _ = paint_defects(frame, 6, np.random.default_rng(1))
+    assert len(boxes) == 6
+    assert (boxes[:, 0] >= 200).all() and (boxes[:, 1] >= 120).all() and (boxes[:, 2] <= 520).all() and (boxes[:, 3] <= 440).all()
+    outside = np.ones(frame.shape, bool)
+    outside[120:440, 200:520] = False
+    assert (painted[outside] == 128).all()
