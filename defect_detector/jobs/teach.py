@@ -96,6 +96,17 @@ TUNE_MIN_MINUTES = 2.0
 """Training time a fine-tune needs at least (after what scoring it afterwards will take)."""
 MIN_CAUGHT = 0.5
 """A design is taught only when its calibrated point catches at least this share of its painted defects."""
+GOOD_SHARE = 0.35
+"""Share of ``--minutes`` after which the good boards' pass paints no more of them (its recall figure; the boards
+themselves are all read, whatever the time)."""
+MEASURE_SHARE = 0.45
+"""Share of the time left after the good boards' pass that the captures ``teach`` writes may take to inspect (the
+rest: writing them, the weights and their baseline). A loaded machine inspects slower, so it writes fewer."""
+LEAST_CLEAN = 2
+"""Fewest defect-free captures per design, however little time is left (with good boards, which set the design's
+point held out, the captures only start it)."""
+LEAST_HELD = 1
+"""Fewest painted captures per design, however little time is left."""
 GOOD_RESERVE = 1.5
 """A fine-tune leaves this many times the good boards' first pass for reading them again with the tuned weights."""
 
@@ -310,15 +321,25 @@ def known_designs(start: dict[str, Any], designs: list[TeachDesign], at_own: lis
     return [d.binarized and not domain.is_unlike(d.look) and p.false_calls <= MAX_FALSE_CALLS for d, p in zip(designs, at_own)]
 
 
+def fitted(clean: int, held: int, most: int) -> tuple[int, int]:
+    """``(clean, held)`` captures per design cut in proportion to at most ``most`` in all, never below
+    :data:`LEAST_CLEAN` and :data:`LEAST_HELD`; as they are when they fit."""
+    if clean + held <= most:
+        return clean, held
+    share = max(most, 0) / (clean + held)
+    return max(LEAST_CLEAN, math.floor(clean * share)), max(LEAST_HELD, math.floor(held * share))
+
+
 def _good_pass(
-    weights: Path, golden: Path, boards: list[tuple[str, np.ndarray]], threads: int | None, seed: int
+    weights: Path, golden: Path, boards: list[tuple[str, np.ndarray]], threads: int | None, seed: int, painted_until: float = math.inf
 ) -> tuple[CaptureRange, GoodBoards]:
     """The good boards read by ``weights``: the range of capture they show and the design's own limits from it
     (``jobs/teach_limits.py``), then each inspected at those limits (``jobs/teach_good.py`` :func:`learn_good`; its
     point set later, :meth:`GoodBoards.at`). Fixed work, whatever ``--minutes``: ``teach`` does it first and fits the
-    sets into the time left."""
+    sets into the time left; only the painted copies of the boards (a recall figure) stop at ``painted_until``."""
     capture = capture_limits(load_image_gray(golden), boards, Limits.of_config(load_checkpoint(weights).config))
-    return capture, learn_good(weights, golden, boards, 0.0, threads, seed, capture.limits if capture.own else None)
+    own = capture.limits if capture.own else None
+    return capture, learn_good(weights, golden, boards, 0.0, threads, seed, own, painted_until)
 
 
 def _held_out(outcome: DesignOutcome, conf: float, out: Path) -> DesignOutcome:
@@ -350,6 +371,7 @@ def teach(  # noqa: PLR0913 - the Python twin of the teach command's flags
     threads: int | None = None,
     good: str | Path | None = None,
     area: str | Path | None = None,
+    started: float | None = None,
 ) -> TeachReport:
     """Teach the design(s) of ``golden`` (a folder of golden images or one image) to ``weights`` (None: the bundled
     ``photo_ref.pt``) within ``minutes``, writing ``out`` (module docstring); ``held`` painted boards per design are
@@ -358,8 +380,10 @@ def teach(  # noqa: PLR0913 - the Python twin of the teach command's flags
     on the board: the design's inspection area (None: the board's own area, found in its golden image). Raises
     ``ValueError`` naming the problem before any work (no or unreadable golden image, one too small, too few good
     boards, good boards with several golden images, a golden image the good boards disagree with, a bad area mask, a
-    single-image model, bad minutes, ``out`` taken by another teach), :class:`TeachError` when no design is taught."""
-    started = time.perf_counter()
+    single-image model, bad minutes, ``out`` taken by another teach), :class:`TeachError` when no design is taught.
+    ``started``: the ``time.perf_counter()`` the ``minutes`` count from (the command's start, its imports included:
+    ``cli/__init__.py`` ``STARTED``; None: now)."""
+    started = time.perf_counter() if started is None else started
     check_minutes(minutes)
     deadline = started + 60 * minutes
     weights, out = Path(weights) if weights else PHOTO_REFERENCE_WEIGHTS, Path(out)
@@ -408,17 +432,23 @@ def _teach(  # noqa: PLR0913 - teach()'s checked inputs
     work = out.with_name(out.stem + "_teach")
     shutil.rmtree(work, ignore_errors=True)
     passing = time.perf_counter()
-    first = _good_pass(weights, golden, boards, threads, seed) if boards else None  # fixed work: done before the sets
+    painted_until = passing + GOOD_SHARE * (deadline - passing)
+    first = _good_pass(weights, golden, boards, threads, seed, painted_until) if boards else None  # before the sets
     good_seconds = time.perf_counter() - passing
     captures, n = np.random.default_rng(seed), len(designs)
     now = time.perf_counter()
     cut = now + SETS_SHARE * (deadline - now)
-    clean = clean_pairs(designs, spread(CLEAN_TOTAL, n, 6, 24), captures)
+    per_clean, per_held = spread(CLEAN_TOTAL, n, 6, 24), held
+    if boards:  # the good pass timed an inspection: write no more captures than the time left can inspect
+        each = good_seconds / (2 * len(boards))  # each good board inspected, then again with defects painted on it
+        per_clean, per_held = fitted(per_clean, per_held, int(MEASURE_SHARE * (deadline - now) / max(each, 1e-3)) // n)
+    clean = clean_pairs(designs, per_clean, captures)
     sets = {"clean": write_set(work / "clean", clean, cut, 2 * n, "teach clean: defect-free line captures")}
-    sets["held"] = write_set(work / "held", painted_pairs(designs, held, captures, "held"), cut, n, "teach held: painted line captures")
+    sets["held"] = write_set(work / "held", painted_pairs(designs, per_held, captures, "held"), cut, n, "teach held: painted line captures")
     measuring = time.perf_counter()
     at_own, calibrated, refused = _measure(weights, sets, designs)
     scoring = time.perf_counter() - measuring
+    log.info("teach: good boards %.0f s, sets %.0f s, scoring %.0f s", good_seconds, measuring - now, scoring)
     start = torch.load(weights, map_location="cpu", weights_only=True)
     known = known_designs(start, designs, at_own)
     tuning = "fine-tune not needed: every design's point catches 99% of its painted defects"

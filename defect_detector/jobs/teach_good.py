@@ -18,6 +18,8 @@ tolerance map, its point held out, and painted defects on the boards themselves.
 from __future__ import annotations
 
 import dataclasses
+import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -154,6 +156,7 @@ def learn_good(  # noqa: PLR0913 - the good boards' pass, each input named
     threads: int | None,
     seed: int = 0,
     limits: Limits | None = None,
+    painted_until: float = math.inf,
 ) -> GoodBoards:
     """Inspect the good ``boards`` against ``golden`` with ``weights`` as ``predict`` does (``Inspector``: the same
     prepare stage, registration and refusals) at :data:`GOOD_FLOOR`, map each call's box centre into golden-image
@@ -161,7 +164,8 @@ def learn_good(  # noqa: PLR0913 - the good boards' pass, each input named
     (``inspect/tolerance.py``); the design's point ``conf`` (from the line captures) is raised until the good boards,
     each held out from the map's fit, draw at most 0.1 false calls per board. :data:`PAINTED_PER_BOARD` defects are
     painted on each inspected board (``seed``) and inspected the same way, for the recall figure. ``limits``: the
-    design's own limits, its frames read at them (None: the weights')."""
+    design's own limits, its frames read at them (None: the weights'). ``painted_until``: the ``time.perf_counter()``
+    after which no more boards are painted (the recall figure then counts the boards painted before it)."""
     centres, scores, inspected, refused, painted = [], [], [], [], []
     rng = np.random.default_rng(seed)
     with Inspector.load(weights, reference=golden, threads=threads, conf=GOOD_FLOOR, monitor=False) as inspector:
@@ -175,7 +179,7 @@ def learn_good(  # noqa: PLR0913 - the good boards' pass, each input named
             inspected.append(name)
             centres.append(in_golden(record.detections.boxes, record.registration.mapping))
             scores.append(record.detections.scores.double().numpy())
-            painted.append(_painted_calls(inspector, name, image, rng))
+            painted.append(_painted_calls(inspector, name, image, rng) if time.perf_counter() < painted_until else [])
     if len(inspected) < MIN_GOOD:
         why = "; ".join(f"{name}: {reason}" for name, reason in refused[:2])
         raise ValueError(

@@ -17,7 +17,7 @@ from defect_detector.data.synth import generate_board_pair
 from defect_detector.inspect.inspector import Inspector
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.jobs import teach as teach_module
-from defect_detector.jobs.teach import teach
+from defect_detector.jobs.teach import LEAST_CLEAN, LEAST_HELD, fitted, teach
 from defect_detector.jobs.teach_point import DesignPoint, DesignScores
 from defect_detector.jobs.teach_sets import clean_pairs, read_designs
 from defect_detector.looks.render import render_pair, sample_look
@@ -268,3 +268,12 @@ def test_the_fine_tune_trains_on_the_good_boards_too(tmp_path: Path) -> None:
     names = [image["file_name"] for image in json.loads(sets["train"].read_text())["images"]]
     good = [n for n in names if "_good" in n]
     assert len(good) == 5 and pairs == len(names) and len(names) > 5 + 24
+
+
+def test_the_captures_teach_writes_are_cut_to_what_the_time_left_can_inspect() -> None:
+    """``fitted``: as many as asked when they fit, cut in proportion when not, never below the least (issue 56 item 5:
+    on a loaded machine ``teach --good --minutes 2`` wrote 24 + 8 captures after the good boards' pass and ran 2.6-2.8
+    minutes; the count now follows the inspection time the good boards' pass measured)."""
+    assert fitted(24, 8, 40) == (24, 8)
+    assert fitted(24, 8, 16) == (12, 4)
+    assert fitted(24, 8, 0) == (LEAST_CLEAN, LEAST_HELD)
