@@ -10,10 +10,12 @@ import logging
 import os
 import signal
 import sys
+import time
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
 
 from defect_detector.cli import (  # noqa: E402
+    STARTED,
     align,
     average,
     calibrate,
@@ -61,7 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     ``defect-detector CMD: error: <file>: <problem>`` and returns 2 (3 when frames were not inspected:
     ``NotInspected``), Ctrl-C returns 130 (``predict``: SIGTERM 143, SIGHUP 129, each after writing the outputs of
     the frames so far)."""
+    started = STARTED if argv is None else time.perf_counter()  # the shell command's start, its imports included
     args = parse_args(build_parser(COMMANDS), argv)
+    args.started = started
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     install_masking()  # no password, user info or query key of a URL (--db, --webhook, a stream) in any log line
     try:

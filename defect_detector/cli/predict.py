@@ -41,9 +41,7 @@ def add_parser(sub: Any) -> None:
         default="frames",
         help="frames (default): one record per frame; detections: v0.8's flat list of calls (frames without calls are absent)",
     )
-    p.add_argument(
-        "--report", help="write a CSV here, row by row: one row per frame (name, verdict, reason, calls per class, drift state)"
-    )
+    p.add_argument("--report", help="write a CSV here, row by row: one row per frame (name, verdict, reason, calls per class, drift state)")
     p.add_argument("--save-dir", help="write annotated images (or an .mp4 for video/streams) here; frames not inspected are stamped")
     p.add_argument(
         "--allow-skips",
@@ -158,8 +156,10 @@ def _print_setup(inspector: Any, args: argparse.Namespace) -> None:
         points = ", ".join(f"{taught.get(k, k)} score >= {c:g}" for k, c in sorted(inspector.pipeline.design_conf.items()))
         print(f"taught designs, each at its own point: {points}")
     if inspector.options is not None:
-        print("designs unlike its training looks go to the bundled weights nearer their look, at those weights' own point "
-              "(each frame's record names the weights and threshold that decided it; the summary counts them)")
+        print(
+            "designs unlike its training looks go to the bundled weights nearer their look, at those weights' own point "
+            "(each frame's record names the weights and threshold that decided it; the summary counts them)"
+        )
     if args.save_json and conf > EvalConfig().conf:  # the score threshold val uses for mAP
         print(f"note: --save-json keeps detections scoring >= {conf:g}; to score mAP (pycocotools) keep the whole ranking: ", end="")
         print(f"--conf {EvalConfig().conf}")

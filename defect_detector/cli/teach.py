@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from defect_detector.cli import STARTED
 from defect_detector.cli.errors import CliError
 
 
@@ -150,7 +149,7 @@ def run(args: argparse.Namespace) -> None:
         raise CliError(str(exc)) from None
     if args.golden is None and args.good is None:
         raise CliError("teach needs --golden (the design's golden image), --good DIR (its good boards), or both")
-    options = {"threads": args.threads, "good": args.good, "area": args.area, "started": STARTED}
+    options = {"threads": args.threads, "good": args.good, "area": args.area, "started": getattr(args, "started", None)}
     report = teach(args.golden, args.out, args.weights, args.minutes, args.held, args.seed, **options)
     if report.good is not None and report.good.golden is not None:
         print(f"golden image built from the good boards (golden build: their median): {report.good.golden}, predict's --reference")

@@ -321,6 +321,23 @@ def known_designs(start: dict[str, Any], designs: list[TeachDesign], at_own: lis
     return [d.binarized and not domain.is_unlike(d.look) and p.false_calls <= MAX_FALSE_CALLS for d, p in zip(designs, at_own)]
 
 
+def _sets(
+    designs: list[TeachDesign], work: Path, held: int, captures: np.random.Generator, clock: tuple[float, float], each: float | None
+) -> dict[str, Path]:
+    """The ``clean`` and ``held`` sets under ``work``, written within :data:`SETS_SHARE` of the time left (``clock``:
+    now and the deadline); with ``each`` (seconds one inspection took, the good boards' pass) no more captures than
+    the time left can inspect (:func:`fitted`)."""
+    now, deadline = clock
+    n, cut = len(designs), now + SETS_SHARE * (deadline - now)
+    per_clean, per_held = spread(CLEAN_TOTAL, n, 6, 24), held
+    if each is not None:
+        per_clean, per_held = fitted(per_clean, per_held, int(MEASURE_SHARE * (deadline - now) / max(each, 1e-3)) // n)
+    clean = clean_pairs(designs, per_clean, captures)
+    sets = {"clean": write_set(work / "clean", clean, cut, 2 * n, "teach clean: defect-free line captures")}
+    sets["held"] = write_set(work / "held", painted_pairs(designs, per_held, captures, "held"), cut, n, "teach held: painted line captures")
+    return sets
+
+
 def fitted(clean: int, held: int, most: int) -> tuple[int, int]:
     """``(clean, held)`` captures per design cut in proportion to at most ``most`` in all, never below
     :data:`LEAST_CLEAN` and :data:`LEAST_HELD`; as they are when they fit."""
@@ -435,16 +452,9 @@ def _teach(  # noqa: PLR0913 - teach()'s checked inputs
     painted_until = passing + GOOD_SHARE * (deadline - passing)
     first = _good_pass(weights, golden, boards, threads, seed, painted_until) if boards else None  # before the sets
     good_seconds = time.perf_counter() - passing
-    captures, n = np.random.default_rng(seed), len(designs)
     now = time.perf_counter()
-    cut = now + SETS_SHARE * (deadline - now)
-    per_clean, per_held = spread(CLEAN_TOTAL, n, 6, 24), held
-    if boards:  # the good pass timed an inspection: write no more captures than the time left can inspect
-        each = good_seconds / (2 * len(boards))  # each good board inspected, then again with defects painted on it
-        per_clean, per_held = fitted(per_clean, per_held, int(MEASURE_SHARE * (deadline - now) / max(each, 1e-3)) // n)
-    clean = clean_pairs(designs, per_clean, captures)
-    sets = {"clean": write_set(work / "clean", clean, cut, 2 * n, "teach clean: defect-free line captures")}
-    sets["held"] = write_set(work / "held", painted_pairs(designs, per_held, captures, "held"), cut, n, "teach held: painted line captures")
+    each = good_seconds / (2 * len(boards)) if boards else None  # each good board inspected, then again painted
+    sets = _sets(designs, work, held, np.random.default_rng(seed), (now, deadline), each)
     measuring = time.perf_counter()
     at_own, calibrated, refused = _measure(weights, sets, designs)
     scoring = time.perf_counter() - measuring

@@ -53,6 +53,8 @@ from defect_detector.model.checkpoint import load_checkpoint
 
 PAINTED_PER_BOARD = 3
 """Defects painted on each good board for the recall figure (fewer where the design has no room)."""
+LEAST_PAINTED = 4
+"""Good boards painted for the recall figure however little time is left."""
 MATCH_IOU = 0.33
 """A call catches a painted defect when their boxes overlap by this IoU (``engine/evaluate.py``'s matching)."""
 
@@ -165,7 +167,7 @@ def learn_good(  # noqa: PLR0913 - the good boards' pass, each input named
     each held out from the map's fit, draw at most 0.1 false calls per board. :data:`PAINTED_PER_BOARD` defects are
     painted on each inspected board (``seed``) and inspected the same way, for the recall figure. ``limits``: the
     design's own limits, its frames read at them (None: the weights'). ``painted_until``: the ``time.perf_counter()``
-    after which no more boards are painted (the recall figure then counts the boards painted before it)."""
+    after which no more boards are painted once :data:`LEAST_PAINTED` were (the recall figure counts those painted)."""
     centres, scores, inspected, refused, painted = [], [], [], [], []
     rng = np.random.default_rng(seed)
     with Inspector.load(weights, reference=golden, threads=threads, conf=GOOD_FLOOR, monitor=False) as inspector:
@@ -179,7 +181,8 @@ def learn_good(  # noqa: PLR0913 - the good boards' pass, each input named
             inspected.append(name)
             centres.append(in_golden(record.detections.boxes, record.registration.mapping))
             scores.append(record.detections.scores.double().numpy())
-            painted.append(_painted_calls(inspector, name, image, rng) if time.perf_counter() < painted_until else [])
+            paint = len(painted) < LEAST_PAINTED or time.perf_counter() < painted_until
+            painted.append(_painted_calls(inspector, name, image, rng) if paint else [])
     if len(inspected) < MIN_GOOD:
         why = "; ".join(f"{name}: {reason}" for name, reason in refused[:2])
         raise ValueError(
