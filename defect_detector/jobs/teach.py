@@ -451,8 +451,8 @@ def _teach(  # noqa: PLR0913 - teach()'s checked inputs
     passing = time.perf_counter()
     painted_until = passing + GOOD_SHARE * (deadline - passing)
     first = _good_pass(weights, golden, boards, threads, seed, painted_until) if boards else None  # before the sets
-    good_seconds = time.perf_counter() - passing
     now = time.perf_counter()
+    good_seconds = now - passing
     each = good_seconds / (2 * len(boards)) if boards else None  # each good board inspected, then again painted
     sets = _sets(designs, work, held, np.random.default_rng(seed), (now, deadline), each)
     measuring = time.perf_counter()

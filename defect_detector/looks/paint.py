@@ -44,6 +44,8 @@ MIN_CHANGE = 24.0
 painted defect: six times the capture model's strongest sensor noise (sigma 4, ``core/capture.py``). On the five
 real photographs under the line capture model, painted defects whose change lay below this were caught 35% of the
 time (14 of 40; mostly bites out of soft edges that changed 1-15 levels), those above it 90%."""
+_DETAIL_REACH = 9
+"""Px past a painted box that :func:`_blend`'s texture (a Gaussian of sigma 2: a 17 px kernel) reads."""
 _PAD_PX = 7.0
 _TRIES = 60
 _ALPHA_FLOOR = 0.02
@@ -275,6 +277,14 @@ def _box(alpha: np.ndarray, size: float) -> np.ndarray:
     return np.array([cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2], np.float32)
 
 
+def _window(box: np.ndarray, shape: tuple[int, ...]) -> tuple[slice, slice]:
+    """The rows and columns of an image of ``shape`` that painting ``box`` (xyxy, every painted pixel inside it) reads:
+    the box and :data:`_DETAIL_REACH` px round it, so :func:`_blend` on the window gives what it gives on the image."""
+    h, w = shape[:2]
+    x0, y0 = max(0, math.floor(box[0]) - _DETAIL_REACH), max(0, math.floor(box[1]) - _DETAIL_REACH)
+    return slice(y0, min(h, math.ceil(box[3]) + _DETAIL_REACH)), slice(x0, min(w, math.ceil(box[2]) + _DETAIL_REACH))
+
+
 def _visible(before: np.ndarray, after: np.ndarray, alpha: np.ndarray) -> bool:
     """Whether painting changed float32 ``before`` into ``after`` (both ``[H, W]``) by :data:`MIN_CHANGE` or more where
     ``alpha`` (float32 ``[H, W]``) paints at half strength or more (the 90th percentile of the change there)."""
@@ -345,8 +355,8 @@ def _painted(  # noqa: PLR0913 - paint_defects' options
     levels: Levels | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`paint_defects` on ``golden``: within the board's ``region`` (bool ``[H, W]``, every painted pixel and
-    every box inside it), or the whole of it (None: a board that fills it); ``levels`` read there (None: read now)."""
-    levels = levels if levels is not None else read_levels(golden, size, region)
+    every box inside it, ``levels`` read there), or the whole of it (None: a board that fills it; its levels read now)."""
+    levels = levels if levels is not None else read_levels(golden, size)
     maps = _Maps.of(levels.copper_mask)
     board = golden.astype(np.float32)
     taken: list[np.ndarray] = [b for b in (avoid if avoid is not None else np.zeros((0, 4), np.float32))]
@@ -366,10 +376,11 @@ def _painted(  # noqa: PLR0913 - paint_defects' options
         x, y = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
         near = levels.copper_mask if to_copper else ~levels.copper_mask
         level = _local_level(golden, near, x, y, int(24 * levels.size)) or (levels.copper if to_copper else levels.substrate)
-        painted_board = _blend(board, alpha, level)
-        if not _visible(board, painted_board, alpha):
+        window = _window(box, board.shape)
+        patch = _blend(board[window], alpha[window], level)
+        if not _visible(board[window], patch, alpha[window]):
             continue
-        board = painted_board
+        board[window] = patch
         taken.append(box)
         boxes.append(box)
         labels.append(label)
