@@ -1,6 +1,6 @@
 """``defect-detector info``: parameters, FLOPs and metrics of weights, and the designs they were taught (each with its
-point, its tolerance places learnt from good boards, the places operators rejected at the station and the limits
-it sets over the weights')."""
+point, its tolerance places learnt from good boards, the places operators rejected at the station, the limits
+it sets over the weights' and the good boards its own drift level was read on: 0 for none)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ def run(args: argparse.Namespace) -> None:
         {"name": d["name"], "key": d["key"], "conf": d.get("conf")}
         | {"tolerance_places": len(d.get("tolerance", [])), "rejected_places": len(d.get("rejected", []))}
         | {"area_polygons": len(d.get("area", [])), "limits": d.get("limits") or {}}
+        | {"drift_level_boards": (d.get("drift") or {}).get("boards", 0)}
         for d in loaded.taught
     ]
     print(json.dumps(info, indent=2))

@@ -85,8 +85,16 @@ def _good(good: Any) -> str:
         f"    false calls per good board at score >= {good.conf:.3f}: {good.per_board(good.conf, False):.2f} without the map, "
         f"{good.per_board(good.conf, True):.2f} with the map learnt on the other good boards (leave-one-out)\n"
         f"    painted defects on the good boards: {_painted(good)}\n"
-        f"    {_capture(good.capture)}"
+        f"    {_capture(good.capture)}\n"
+        f"    {_drift(good.drift)}"
     )
+
+
+def _drift(level: Any) -> str:
+    """The line of the design's own drift level (``monitor/design_drift.py``), or why it has none."""
+    if level is None:
+        return "drift level: the weights' calibration (a fine-tune calibrated its own, or the weights carry no drift baseline)"
+    return f"drift level: the design's own, read on {level.boards} good boards (its frames are read against it, not the calibration's mean)"
 
 
 def _capture(capture: Any) -> str:

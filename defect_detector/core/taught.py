@@ -8,12 +8,14 @@ map (``inspect/tolerance.py``: ``tolerance`` rows ``[x, y, score]`` in golden-im
 same form, ``rejected_radius``; absent before v0.19); and its inspection area (``align/inspection_area.py``: ``area``
 polygons of golden-image ``[x, y]``, ``area_shape`` ``[height, width]``; absent before v0.19); and its own limits
 (``core/limits.py``: ``limits``, only the keys ``teach`` set from its good boards, over the weights'; absent before
-v0.19).
+v0.19); and its own drift level (``monitor/design_drift.py``: ``drift``, the mean of what the drift detector scores
+over its good boards, ``[L, 2]`` over the baseline's ``layers``, in its ``space``, with the digest of the ``weights``
+it was read with and the number of ``boards``; absent before v0.19).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
 
@@ -30,8 +32,26 @@ MAP_KEYS = ("tolerance", "tolerance_radius", "tolerance_margin", "rejected", "re
 """The keys of the tolerance map and of the operators' rejections."""
 AREA_KEYS = ("area", "area_shape")
 """The keys of the inspection area."""
-TAUGHT_KEYS = ("name", "key", "conf", *MAP_KEYS, *AREA_KEYS, "limits")
+TAUGHT_KEYS = ("name", "key", "conf", *MAP_KEYS, *AREA_KEYS, "limits", "drift")
 """Every key of an entry."""
+
+
+class DriftEntry(BaseModel):
+    """A taught design's own drift level (``monitor/design_drift.py``): ``mean`` one ``[mean, std]`` row per layer of
+    ``layers``, read in ``space`` with the weights of digest ``weights`` ("" unknown) over ``boards`` good boards."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mean: list[tuple[_Coordinate, _Coordinate]]
+    layers: Annotated[list[Str], Field(min_length=1)]
+    space: Literal["linear", "log"]
+    weights: str
+    boards: Annotated[int, Strict(), Field(ge=1)]
+
+    @model_validator(mode="after")
+    def _rows(self) -> DriftEntry:
+        check(len(self.mean) == len(self.layers), "drift", "one mean row per layer", [len(self.mean), len(self.layers)])
+        return self
 
 
 class TaughtEntry(BaseModel):
@@ -50,6 +70,7 @@ class TaughtEntry(BaseModel):
     area: Annotated[list[Annotated[list[tuple[_Coordinate, _Coordinate]], Field(min_length=3)]], Field(min_length=1)] | None = None
     area_shape: tuple[Annotated[int, Strict(), Field(gt=0)], Annotated[int, Strict(), Field(gt=0)]] | None = None
     limits: dict[str, Any] | None = None
+    drift: DriftEntry | None = None
 
     @model_validator(mode="after")
     def _limits(self) -> TaughtEntry:
@@ -70,7 +91,7 @@ class TaughtEntry(BaseModel):
 def entry_problem(entry: Any) -> str | None:
     """What is wrong with one raw ``taught`` entry: ``"entry"`` (not a mapping, or its name, key or point, or an
     unknown key), ``"map"`` (its tolerance map or rejections), ``"area"`` (its inspection area), ``"limits"`` (its
-    limits), or None when it is whole."""
+    limits), ``"drift"`` (its drift level), or None when it is whole."""
     if not isinstance(entry, dict):
         return "entry"
     try:
@@ -80,6 +101,8 @@ def entry_problem(entry: Any) -> str | None:
         text = str(exc)
         if "limits" in places or "limits." in text or "limits:" in text:
             return "limits"
+        if "drift" in places:
+            return "drift"
         if places & set(AREA_KEYS) or "area and area_shape" in text:
             return "area"
         if places & set(MAP_KEYS) or "given together" in text:
@@ -88,4 +111,4 @@ def entry_problem(entry: Any) -> str | None:
     return None
 
 
-__all__ = ["AREA_KEYS", "MAP_KEYS", "TAUGHT_KEYS", "TaughtEntry", "Unit", "entry_problem"]
+__all__ = ["AREA_KEYS", "DriftEntry", "MAP_KEYS", "TAUGHT_KEYS", "TaughtEntry", "Unit", "entry_problem"]

@@ -145,9 +145,23 @@ def error_parts(exc: ValidationError, model: type[BaseModel], root: str = "") ->
         return _dotted([root, *loc]), f"unknown key (known: {_known(model, tuple(loc[:-1]))})"
     field = _field(model, tuple(loc)) if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal") else None
     if field is not None:
-        return _dotted([root, *loc]), f"{_bounds(field)}, got {error['input']!r}"
+        return _dotted([root, *loc]), f"{_bounds(field)}, got {shown(error['input'])}"
     what = _PHRASES.get(kind, "has too few items" if kind == "too_short" else error["msg"])
-    return _dotted([root, *loc]), f"{what}, got {error['input']!r}"
+    return _dotted([root, *loc]), f"{what}, got {shown(error['input'])}"
+
+
+SHOWN = 80
+"""Characters of a bad value an error line shows."""
+
+
+def shown(value: Any) -> str:
+    """``value`` as an error line shows it: its repr on one line, cut to :data:`SHOWN` characters; an array by its
+    type, dtype and shape."""
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if shape is not None and dtype is not None:
+        return f"{type(value).__name__} of {dtype} {list(shape)}"
+    text = " ".join(repr(value).split())
+    return text if len(text) <= SHOWN else text[: SHOWN - 3] + "..."
 
 
 def error_line(exc: ValidationError, model: type[BaseModel], root: str = "") -> str:

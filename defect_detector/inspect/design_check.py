@@ -101,6 +101,7 @@ class DesignCheck:
         self.weights = weights
         self.channels = channels
         self.taught = frozenset(taught)
+        self.routes = False  # the inspector sends a design its weights do not cover to the covering bundled weights
         self._seen: OrderedDict[str, tuple[str | None, Path | None]] = OrderedDict()
 
     @classmethod
@@ -128,7 +129,8 @@ class DesignCheck:
         if self.domain.is_unlike(stats):
             covering = covering_weights(stats, self.weights, self.channels, self.domain)
             text = design_warning(name, golden, self.weights, self.domain.explain(stats), covering)
-            log.warning("%s (distance %.1f, threshold %.1f)", text, self.domain.distance(stats), self.domain.threshold)
+            if covering is None or not self.routes:  # routed: the inspector says where it goes, and those weights judge it
+                log.warning("%s (distance %.1f, threshold %.1f)", text, self.domain.distance(stats), self.domain.threshold)
         self._seen[key] = (text, covering)
         while len(self._seen) > CACHED:
             self._seen.popitem(last=False)

@@ -24,7 +24,8 @@ from defect_detector.screens.blank import image_levels
 
 def golden_of(pipeline: Pipeline, records: Sequence[Prepared]) -> list[Golden | None]:
     """Per inspected record: its design's :class:`Golden` (named by the golden image's file name, for changeover
-    events), None without a design. The statistics of designs met for the first time are kept on the design: read from
+    events; with its own drift level when ``teach --good`` learnt one, ``monitor/design_drift.py``), None without a
+    design. The statistics of designs met for the first time are kept on the design: read from
     their golden pass in the golden view (``Pipeline.design_stats``), else computed here in one pipeline call."""
     new = {}
     for r in records:
@@ -37,9 +38,9 @@ def golden_of(pipeline: Pipeline, records: Sequence[Prepared]) -> list[Golden | 
         if stats is None:
             paired.append((r, seen))
         else:
-            r.design.drift = Golden(r.design.key, stats.double().numpy(), image_levels(seen))
+            r.design.drift = Golden(r.design.key, stats.double().numpy(), image_levels(seen), own=pipeline.drifts.get(r.design.key))
     if paired:
         results = pipeline.detect([seen for _, seen in paired], [seen for _, seen in paired], [r.plan for r, _ in paired])
         for (r, seen), result in zip(paired, results):
-            r.design.drift = Golden(r.design.key, result.stats.double().numpy(), image_levels(seen))
+            r.design.drift = Golden(r.design.key, result.stats.double().numpy(), image_levels(seen), own=pipeline.drifts.get(r.design.key))
     return [dataclasses.replace(r.design.drift, name=r.golden_name or r.design.name) if r.design is not None else None for r in records]

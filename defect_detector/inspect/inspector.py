@@ -160,6 +160,8 @@ class Inspector:
         inspector._set_line(pattern, outlines)
         if chosen and o.reference:  # the bundled weights, chosen per design from its look; one inspector adapts the threads
             inspector.options = o.model_copy(update={"threads": threads})
+            if inspector.prepare.design_check is not None:
+                inspector.prepare.design_check.routes = True
         if o.db is not None:
             inspector._record_into(o.db)
         return inspector
@@ -458,4 +460,3 @@ class Inspector:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-

@@ -149,6 +149,7 @@ class Pipeline:
         self.design_conf = runtime.design_points if conf is None else {}  # a taught design's own threshold (conf_for)
         self.tolerances = runtime.design_tolerances if conf is None else {}  # a design's tolerance map (inspect/tolerance.py)
         self.areas = runtime.design_areas  # a design's inspection area, whatever the threshold (align/inspection_area.py)
+        self.drifts = runtime.design_drifts  # a design's own drift level (monitor/design_drift.py; inspect/drift_inputs.py)
         self.floor = min([self.conf, *self.design_conf.values()])  # calls kept before each frame's own threshold
         self.iou = point["iou"] if iou is None else float(iou)
         self.cross_class = (point["cross_class_iou"], point["cross_class_factor"])  # the weights' setting (v0.10)

@@ -45,6 +45,7 @@ from defect_detector.inspect.golden_graphs import GoldenGraphs, check_golden_gra
 from defect_detector.inspect.tolerance import Tolerance
 from defect_detector.model.checkpoint import DEFAULT_WEIGHTS, LoadedModel, load_checkpoint
 from defect_detector.model.tta import orientations, tta_forward
+from defect_detector.monitor.design_drift import DesignDrift
 
 log = logging.getLogger("defect_detector.inspect")
 
@@ -124,6 +125,13 @@ class Runtime:
         ``tolerance``; ``inspect/tolerance.py``), by the fingerprint of the design's golden image; {} when none."""
         found = {d["key"]: Tolerance.from_entry(d) for d in self.meta.get("taught") or []}
         return {key: tolerance for key, tolerance in found.items() if tolerance is not None}
+
+    @property
+    def design_drifts(self) -> dict[str, DesignDrift]:
+        """The drift level ``teach --good`` learnt for each design from its good boards (meta ``taught`` ``drift``;
+        ``monitor/design_drift.py``), by the fingerprint of the design's golden image; {} when none."""
+        found = {d["key"]: DesignDrift.from_entry(d) for d in self.meta.get("taught") or []}
+        return {key: drift for key, drift in found.items() if drift is not None}
 
     @property
     def design_areas(self) -> dict[str, InspectionArea]:

@@ -24,8 +24,9 @@ No annotated defect is needed. Within ``minutes`` (the whole command, set writin
    and one that may carry a defect stops ``teach`` with its place, before any work;
 6. writes ``out``: the weights kept, each design taught listed with its own point (``taught``: name, pixel key,
    ``conf``, its inspection area (``align/inspection_area.py``: ``--area``'s mask, else the board's own area where a
-   plain background lies round it), and its tolerance map and its own limits (the capture range its good boards showed,
-   ``jobs/teach_limits.py``) when taught from good boards; ``predict`` applies them to that design's frames only),
+   plain background lies round it), and its tolerance map, its own limits (the capture range its good boards showed,
+   ``jobs/teach_limits.py``) and its own drift level (what the drift monitor reads on its good boards,
+   ``monitor/design_drift.py``; with the weights kept) when taught from good boards; ``predict`` applies them to that design's frames only),
    after every design the starting weights were taught before (a design taught again replaces its entry), the design
    domain extended by its look, and a drift baseline (the starting weights' own when they are kept; else calibrated
    on the defect-free captures).
@@ -81,6 +82,7 @@ from defect_detector.jobs.teach_sets import (
 from defect_detector.jobs.teach_tune import TuneScores, keep_tuned, tune_config, wants_tuning
 from defect_detector.jobs.validate import TrainingValidation, validate
 from defect_detector.model.checkpoint import PHOTO_REFERENCE_WEIGHTS, attach_baseline, load_checkpoint, strip_checkpoint
+from defect_detector.monitor.design_drift import DesignDrift
 from defect_detector.monitor.domain import DomainModel
 
 log = logging.getLogger("defect_detector.inspect")
@@ -260,10 +262,11 @@ def _write(  # noqa: PLR0913 - what the weights written hold, each named
     tolerances: dict[str, Tolerance],
     areas: dict[str, InspectionArea],
     limits: dict[str, dict[str, Any]] | None = None,
+    drifts: dict[str, DesignDrift] | None = None,
 ) -> None:
     """Write ``source`` (inference form) to ``out`` with the taught designs (name, key, ``conf``, the tolerance map
-    of a design in ``tolerances``, the inspection area of one in ``areas`` and the limits one sets over the weights'
-    in ``limits``, by key) after those the starting
+    of a design in ``tolerances``, the inspection area of one in ``areas``, the limits one sets over the weights'
+    in ``limits`` and its own drift level in ``drifts``, by key) after those the starting
     checkpoint ``start`` was taught before (a design taught again replaces its entry), and the domain extended by
     their looks."""
     ckpt = strip_checkpoint(source)
@@ -272,6 +275,7 @@ def _write(  # noqa: PLR0913 - what the weights written hold, each named
         | (tolerances[o.key].to_entry() if o.key in tolerances else {})
         | (areas[o.key].to_entry() if o.key in areas else {})
         | ({"limits": (limits or {})[o.key]} if o.key in (limits or {}) else {})
+        | ((drifts or {})[o.key].to_entry() if o.key in (drifts or {}) else {})
         for o in outcomes
         if o.taught
     ]
@@ -484,12 +488,14 @@ def _teach(  # noqa: PLR0913 - teach()'s checked inputs
     learnt = None
     if boards:
         capture, found = first if tuned is None else _good_pass(tuned, golden, boards, threads, seed)
-        learnt = dataclasses.replace(found.at(outcomes[0].after.conf), golden=built, capture=capture)
+        level = found.drift if tuned is None else None  # a fine-tune calibrates a drift baseline of its own
+        learnt = dataclasses.replace(found.at(outcomes[0].after.conf), golden=built, capture=capture, drift=level)
         outcomes[0] = _held_out(outcomes[0], learnt.conf, out)
     source = torch.load(tuned, map_location="cpu", weights_only=True) if tuned else start
     tolerances, areas = {outcomes[0].key: learnt.tolerance} if learnt is not None else {}, _areas(designs, area)
     own = {outcomes[0].key: learnt.capture.own} if learnt is not None and learnt.capture.own else {}
-    _write(out, source, start, outcomes, designs, tolerances, areas, own)
+    drifts = {outcomes[0].key: learnt.drift} if learnt is not None and learnt.drift is not None else {}
+    _write(out, source, start, outcomes, designs, tolerances, areas, own, drifts)
     baseline = _baseline(out, start, tuned is not None, sets["clean"])
     minutes = (time.perf_counter() - started) / 60
     stored = {key: (a.share, "mask" if area is not None else "board") for key, a in areas.items()}

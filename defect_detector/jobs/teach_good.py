@@ -10,6 +10,9 @@ tolerance map, its point held out, and painted defects on the boards themselves.
   draw at most 0.1 false calls per board (``jobs/teach_point.py`` ``held_out_point``).
 - The boards are read at the design's own limits when they ask for wider ones (``jobs/teach_limits.py``: the range
   of capture they show).
+- The design's own drift level (``monitor/design_drift.py``): the mean of what the drift detector scores over the
+  inspected boards, so a design that does not cancel out against the weights' baseline raises no alert on its own
+  good boards.
 - Painted defects on the real boards (:data:`PAINTED_PER_BOARD` each, ``looks/paint.py``), inspected the same way:
   the recall figure at the design's point, each board's defects read against the map learnt on the other boards
   (a defect at a tolerated place must beat it, as on the line).
@@ -33,7 +36,9 @@ from defect_detector.core.io import atomic_write_bytes
 from defect_detector.core.limits import Limits
 from defect_detector.data.images import load_image_gray
 from defect_detector.data.photo_sets import golden_files
+from defect_detector.inspect.drift_inputs import golden_of
 from defect_detector.inspect.inspector import Inspector
+from defect_detector.inspect.record import Inspection
 from defect_detector.inspect.tolerance import (
     GOOD_FLOOR,
     MIN_GOOD,
@@ -49,7 +54,9 @@ from defect_detector.inspect.tolerance import (
 from defect_detector.jobs.teach_limits import CaptureRange
 from defect_detector.jobs.teach_point import held_out_point
 from defect_detector.looks.paint import paint_defects
-from defect_detector.model.checkpoint import load_checkpoint
+from defect_detector.model.checkpoint import load_checkpoint, weights_digest
+from defect_detector.monitor.baseline import Baseline
+from defect_detector.monitor.design_drift import DesignDrift
 
 PAINTED_PER_BOARD = 3
 """Defects painted on each good board for the recall figure (fewer where the design has no room)."""
@@ -70,7 +77,9 @@ class GoodBoards:
     ``centres`` per inspected board: float64 ``[K, 2]`` its calls' centres in golden-image pixels; ``painted`` per
     inspected board, per defect painted on it: float64 ``[K, 3]`` the calls that caught it (``score,
     x, y``: box centre in golden-image pixels), empty when none did. ``capture``: the range of capture they showed and
-    the design's limits from it, which its frames were read at (``jobs/teach_limits.py``; None: not read)."""
+    the design's limits from it, which its frames were read at (``jobs/teach_limits.py``; None: not read). ``drift``:
+    the design's own drift level read over the inspected boards (``monitor/design_drift.py``; None: the weights carry
+    no drift baseline)."""
 
     inspected: list[str]
     refused: list[tuple[str, str]]
@@ -83,6 +92,7 @@ class GoodBoards:
     centres: list[np.ndarray] = field(default_factory=list, repr=False)
     painted: list[list[np.ndarray]] = field(default_factory=list, repr=False)
     capture: CaptureRange | None = None
+    drift: DesignDrift | None = None
 
     def at(self, conf: float) -> GoodBoards:
         """These boards at the design's point from the line captures ``conf`` (``captures``), raised until the good
@@ -168,7 +178,7 @@ def learn_good(  # noqa: PLR0913 - the good boards' pass, each input named
     painted on each inspected board (``seed``) and inspected the same way, for the recall figure. ``limits``: the
     design's own limits, its frames read at them (None: the weights'). ``painted_until``: the ``time.perf_counter()``
     after which no more boards are painted once :data:`LEAST_PAINTED` were (the recall figure counts those painted)."""
-    centres, scores, inspected, refused, painted = [], [], [], [], []
+    centres, scores, inspected, refused, painted, read = [], [], [], [], [], []
     rng = np.random.default_rng(seed)
     with Inspector.load(weights, reference=golden, threads=threads, conf=GOOD_FLOOR, monitor=False) as inspector:
         if limits is not None:
@@ -179,10 +189,12 @@ def learn_good(  # noqa: PLR0913 - the good boards' pass, each input named
                 refused.append((name, record.reason or "not inspected"))
                 continue
             inspected.append(name)
+            read.append(record)
             centres.append(in_golden(record.detections.boxes, record.registration.mapping))
             scores.append(record.detections.scores.double().numpy())
             paint = len(painted) < LEAST_PAINTED or time.perf_counter() < painted_until
             painted.append(_painted_calls(inspector, name, image, rng) if paint else [])
+        drift = _drift_level(inspector, read, weights)
     if len(inspected) < MIN_GOOD:
         why = "; ".join(f"{name}: {reason}" for name, reason in refused[:2])
         raise ValueError(
@@ -190,7 +202,21 @@ def learn_good(  # noqa: PLR0913 - the good boards' pass, each input named
         )
     tolerance = Tolerance(learn_places(centres, scores, TOLERANCE_RADIUS), TOLERANCE_RADIUS, TOLERANCE_MARGIN)
     left_out = left_out_scores(centres, scores, TOLERANCE_RADIUS, TOLERANCE_MARGIN)
-    return GoodBoards(inspected, refused, tolerance, conf, conf, scores, left_out, centres=centres, painted=painted).at(conf)
+    found = GoodBoards(inspected, refused, tolerance, conf, conf, scores, left_out, centres=centres, painted=painted, drift=drift)
+    return found.at(conf)
+
+
+def _drift_level(inspector: Inspector, records: list[Inspection], weights: Path) -> DesignDrift | None:
+    """The design's own drift level over the good boards' ``records`` (``monitor/design_drift.py``), read with the
+    baseline ``weights`` carry and stamped with their digest; None when they carry none, or no board was read."""
+    raw = inspector.runtime.meta.get("baseline")
+    if raw is None or not records:
+        return None
+    baseline = Baseline.from_dict(raw, where=f"{weights}: baseline")
+    goldens = golden_of(inspector.pipeline, records) if baseline.relative else [None] * len(records)
+    frames = [r.detections.stats.double().numpy() for r in records]
+    level = DesignDrift.learn(baseline, frames, [g.stats if g is not None else None for g in goldens])
+    return dataclasses.replace(level, weights=weights_digest(load_checkpoint(weights).model))
 
 
 def _painted_calls(inspector: Inspector, name: str, image: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:

@@ -108,7 +108,7 @@ def _taught_entry(path: Path, raw: Any) -> list[dict[str, Any]]:
                 f"{path}: 'taught' entry of {d['name']}: its inspection area must be 'area': [[[x, y], ...], ...] (polygons of 3 "
                 f"or more finite points) with 'area_shape': [height, width] (what teach writes), got {given}"
             )
-        if problem == "limits":
+        if problem in ("limits", "drift"):
             try:
                 TaughtEntry.model_validate(d)
             except ValidationError as exc:

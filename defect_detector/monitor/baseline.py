@@ -155,6 +155,15 @@ class Baseline:
         """Statistics ``[..., L, 2]`` in the baseline's space (``log``: logarithms, non-positive values clamped)."""
         return to_space(stats, self.space)
 
+    def scored(self, stats: np.ndarray, golden: np.ndarray | None = None) -> np.ndarray:
+        """What the drift detector scores of a frame's statistics ``stats`` float ``[L, 2]``: in this space, less its
+        golden image's ``golden`` (``[L, 2]``, required) with a relative baseline (``monitor/drift.py``)."""
+        if not self.relative:
+            return self.transform(stats)
+        if golden is None:
+            raise ValueError("this baseline reads each frame against its golden image: pass the golden image's statistics")
+        return self.transform(stats) - self.transform(golden)
+
 
 SPACES = ("linear", "log")
 _LOG_FLOOR = 1e-6

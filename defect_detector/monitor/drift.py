@@ -5,7 +5,10 @@ golden-template baseline (``Baseline.relative``) each frame comes with its golde
 golden image paired with itself through the same pipeline) and the detector scores ``x - g``: two frames of one
 design under one camera give nearly the same statistics, so the design cancels out and what is left is what the
 camera changed. A change of golden image is a ``changeover`` event, never an alarm, and changes nothing else: the
-line reference (below) is kept, not learned again from the new design's frames.
+line reference (below) is kept, not learned again from the new design's frames. Where a design does not cancel out
+(a real photographed design, read against a baseline calibrated on renders), ``teach --good`` learns its own level
+from its good boards (``monitor/design_drift.py``), and its frames are read against that level (``Golden.own``)
+instead of the calibration's mean.
 
 Scoring. Per layer ``l`` and statistic ``s``, with ``m`` the mean of the scored quantity over the last ``window`` frames::
 
@@ -126,6 +129,7 @@ class DriftDetector:
         self._precision = self._precision_matrix()
         self.classifier = FaultClassifier(baseline, self._scale, self._entries, self._precision) if baseline.faults else None
         self.nonfinite_frames = 0
+        self._unfit: set[str] = set()  # designs whose own level was learnt with another baseline (logged once)
         self.reset()
 
     def _precision_matrix(self) -> np.ndarray:
@@ -218,13 +222,26 @@ class DriftDetector:
                 self.golden = ref.key
             if ref is not None:
                 self.golden_name = ref.label
-            value = self.baseline.transform(frame)
-            if self.relative:
-                value = value - self.baseline.transform(ref.stats)
+            value = self.baseline.scored(frame, ref.stats if ref is not None else None)
+            expected = self._expected(ref)
+            if expected is not None:
+                value = value - expected + self.baseline.mean  # read against the design's own level
             event = self._step(_Seen(index, value, rows[offset] if rows is not None else None, ref.levels if ref else None), source)
             events += self._pending + ([event] if event is not None else [])
             self._pending = []
         return events
+
+    def _expected(self, ref: Golden | None) -> np.ndarray | None:
+        """The design's own level of ``ref`` (``monitor/design_drift.py``) when it was read with this baseline; a level
+        read with another is logged once per design and not used."""
+        if ref is None or ref.own is None:
+            return None
+        expected = ref.own.expected(self.baseline)
+        if expected is None and ref.key not in self._unfit:
+            self._unfit.add(ref.key)
+            words = "own level was learnt with another baseline; its frames are read against the calibration's"
+            logger.warning("drift monitor: %s's %s", ref.label, words)
+        return expected
 
     def _goldens(self, golden: Golden | Sequence[Golden] | None, count: int) -> list[Golden | None]:
         if golden is None:

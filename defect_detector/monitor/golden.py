@@ -14,17 +14,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from defect_detector.monitor.design_drift import DesignDrift
+
 
 @dataclass(frozen=True)
 class Golden:
     """The golden image of a frame: ``key`` identifies it by its pixels (a fingerprint), ``stats`` float64 ``[L, 2]``
     are its layer statistics paired with itself, ``levels`` float64 ``[4]`` its gray levels (``screens/blank.py``), or
-    None; ``name`` what a line engineer knows it by (its file name; "" means ``key``)."""
+    None; ``name`` what a line engineer knows it by (its file name; "" means ``key``); ``own``: the design's own drift
+    level, learnt from its good boards by ``teach --good`` (``monitor/design_drift.py``; None: the calibration's)."""
 
     key: str
     stats: np.ndarray
     levels: np.ndarray | None = None
     name: str = ""
+    own: DesignDrift | None = None
 
     @property
     def label(self) -> str:

@@ -157,10 +157,13 @@ def test_an_untaught_look_with_no_call_is_pass_suspect_and_names_the_covering_we
     assert clean.design_warning is None and len(clean.detections) == 0 and clean.verdict == "pass"
 
 
-def test_with_no_weights_named_each_design_is_inspected_by_the_bundled_weights_that_cover_its_look(tmp_path: Path) -> None:
+def test_with_no_weights_named_each_design_is_inspected_by_the_bundled_weights_that_cover_its_look(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Issue 42 item 5: plain ``predict --reference`` on a photographed design used DeepPCB's weights and was blind.
-    With no weights named, the photographed design goes to ``photo_ref.pt`` (no warning: its look is covered), the
-    DeepPCB board to ``deeppcb_ref.pt``; each record and the summary name the weights."""
+    With no weights named, the photographed design goes to ``photo_ref.pt`` (no warning: its look is covered; the
+    log says where it went, and does not tell the user to name the weights it went to), the DeepPCB board to
+    ``deeppcb_ref.pt``; each record and the summary name the weights."""
     from defect_detector.model.checkpoint import PHOTO_REFERENCE_WEIGHTS
 
     golden = load_image_gray(SAMPLES / "golden" / sorted((SAMPLES / "deeppcb").glob("*.jpg"))[0].name)
@@ -168,6 +171,7 @@ def test_with_no_weights_named_each_design_is_inspected_by_the_bundled_weights_t
     source = tmp_path / "frames"
     source.mkdir()
     assert cv2.imwrite(str(source / "photo.png"), photo) and cv2.imwrite(str(tmp_path / "golden.png"), photo)
+    caplog.set_level(logging.INFO, logger="defect_detector")
     with Inspector.load(reference=tmp_path / "golden.png", device="cpu", threads=1, monitor=False) as inspector:
         record = inspector.inspect(photo, name="again.png")
         deeppcb = inspector.inspect(golden, name="deeppcb.png", reference=golden)
@@ -176,6 +180,8 @@ def test_with_no_weights_named_each_design_is_inspected_by_the_bundled_weights_t
     assert record.weights == "photo_ref.pt" and record.design_warning is None and record.verdict == "pass"
     assert deeppcb.weights == "deeppcb_ref.pt" and deeppcb.verdict == "pass"
     assert summary["weights_used"] == {"photo_ref.pt": 1}
+    assert not any("looks unlike the model's training images" in r.getMessage() for r in caplog.records)
+    assert any("are inspected with it" in r.getMessage() and "photo_ref.pt" in r.getMessage() for r in caplog.records)
     assert json.loads((tmp_path / "out.json").read_text())[0]["weights"] == "photo_ref.pt"
 
 

@@ -225,8 +225,11 @@ def test_teach_good_builds_the_golden_image_learns_a_tolerance_map_and_keeps_the
     assert len(mine["tolerance"]) == int(good.group(2)) and (mine["tolerance_radius"], mine["tolerance_margin"]) == (60.0, 0.03)
     assert all(0.05 <= score <= 1.0 for _, _, score in mine["tolerance"])
     assert ("limits" in mine) == (capture.group(2) is not None)  # the limits it raised, stored with the design
+    assert f"drift level: the design's own, read on {good.group(1)} good boards" in printed  # monitor/design_drift.py
+    assert mine["drift"]["boards"] == int(good.group(1)) and len(mine["drift"]["mean"]) == len(mine["drift"]["layers"])
     assert load_checkpoint(out).taught == entries
     assert set(Runtime.load(out, device="cpu").design_tolerances) == {"image:other", mine["key"]}
+    assert set(Runtime.load(out, device="cpu").design_drifts) == {mine["key"]}
 
 
 def test_teach_good_refuses_too_few_boards_and_several_golden_images_before_any_work(
