@@ -6,7 +6,7 @@ Each board's golden image is registered into it (``align/register.py``, the same
 are blurred (Gaussian, ``--blur`` px), and the pixels whose absolute difference exceeds ``--threshold`` grey levels
 within the golden image's covered area form blobs (8-connected); a blob of at least ``--min-area`` px is a call, its
 box grown as this project's painted boxes are (:data:`defect_detector.looks.paint.MIN_BOX_PX` side at least, padded
-by 7 px), scored 1. The calls are scored as ``val`` scores a model (``engine/evaluate.py``): share of the defects
+by 7 px), scored 1. The calls are scored as ``val`` scores a model (``data/evaluate.py``): share of the defects
 caught (IoU > 0.33, any class) and false calls per board. This is the "thresholded difference" an independent run
 measured on real photographs (84.5% caught at 0.35 false calls per board); here it is the yardstick for the models on
 the rendered looks. Results print as one line and go to ``--out`` (JSON).
@@ -27,7 +27,7 @@ from defect_detector.align.golden_check import covered_area
 from defect_detector.align.register import register
 from defect_detector.data.dataset import CocoDetectionDataset
 from defect_detector.data.images import load_image_gray
-from defect_detector.engine.evaluate import calls_at
+from defect_detector.data.evaluate import calls_at
 from defect_detector.looks.paint import MIN_BOX_PX
 
 CLASSES = ("open", "short", "mousebite", "spur", "copper", "pin-hole")

@@ -17,7 +17,7 @@
    640: no-op, as trained); (b) each frame tiled (``Pipeline(tile=True)``); (c) each frame letterboxed
    whole (3.2x smaller: the failure tiling fixes). Frame detections go back to the board they overlap most,
    in its pixels and clipped to it; those overlapping no board are counted (``background_detections``) and not
-   scored. All three are scored by ``engine/evaluate.py``'s ``evaluate_predictions`` (pycocotools) against the
+   scored. All three are scored by ``data/evaluate.py``'s ``evaluate_predictions`` (pycocotools) against the
    same ground truth; a board keeps up to ``--max-det`` detections, as does each tile of a frame (the pipeline's rule).
    ``off_border`` scores the same detections without those within ``--border`` px of their board's edge, for all
    three alike: a DeepPCB board is a crop of a larger board, so pasted onto substrate its cut traces end at its
@@ -52,7 +52,7 @@ from defect_detector.core.io import atomic_write_json
 from defect_detector.data.dataset import CocoDetectionDataset
 from defect_detector.data.images import load_image_gray
 from defect_detector.data.tiles import crop_tiles
-from defect_detector.engine.evaluate import Predictions, evaluate_predictions
+from defect_detector.data.evaluate import Predictions, evaluate_predictions
 from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.model.checkpoint import DEFAULT_WEIGHTS

@@ -7,7 +7,7 @@ call in the tiled production frame too?
 ``benchmarks/evaluate_tiles.py`` scores the model on composed frames with the golden images as given; here each
 board and each composed 2048x1536 frame (six boards on bare substrate, ``evaluate_tiles.compose_frames``) goes
 through ``Inspector.inspect``, as ``predict`` runs it: registration, the golden check, the screens, the golden view,
-tiles, merge. Both are scored at ``--conf`` (pycocotools mAP@0.5, ``engine/evaluate.py``) on the boards both
+tiles, merge. Both are scored at ``--conf`` (pycocotools mAP@0.5, ``data/evaluate.py``) on the boards both
 inspected, and every ground-truth defect that a board-by-board call catches (IoU > 0.33, any class) but no tiled call
 does is listed: the defects tiling loses.
 
@@ -38,7 +38,7 @@ from benchmarks.evaluate_tiles import compose_frames, load_boards, to_boards
 from benchmarks.report import json_command
 from defect_detector.core.constants import DEEPPCB_CLASSES
 from defect_detector.data.dataset import CocoDetectionDataset
-from defect_detector.engine.evaluate import evaluate_predictions
+from defect_detector.data.evaluate import evaluate_predictions
 from defect_detector.inspect.inspector import Inspector
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
 

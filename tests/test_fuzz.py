@@ -31,7 +31,7 @@ from defect_detector.core.errors import DatasetError
 from defect_detector.core.io import atomic_write_json
 from defect_detector.data import convert
 from defect_detector.data.dataset import CocoDetectionDataset
-from defect_detector.engine.evaluate import evaluate_predictions
+from defect_detector.data.evaluate import evaluate_predictions
 
 FUZZ = settings(
     max_examples=int(os.environ.get("FUZZ_EXAMPLES", "60")),

@@ -109,7 +109,7 @@ def _summary(runtime: Any) -> dict[str, Any]:
 def _print_val(out: dict[str, Any], model_input: str, report: str) -> None:
     """The ``val`` summary lines of the metrics ``out`` (as ``val --out`` writes them): each line names its keys and
     what it counts (which calls, which match)."""
-    from defect_detector.engine.evaluate import box_convention_note
+    from defect_detector.data.evaluate import box_convention_note
 
     size = f"{out['params'] / 1e6:.3f} M parameters, {out['gflops']:.3f} GFLOPs" if out["params"] is not None else "exported artifact"
     print(f"model: {Path(out['weights']).name} ({out['kind']}: {size}) at {model_input}")

@@ -1,7 +1,7 @@
 """Error-analysis gallery: the true defects a model scores lowest and the false calls it scores highest.
 
 :func:`write_gallery` matches detections to ground truth as the operating points do
-(:func:`~defect_detector.engine.evaluate.operating_points`: any class, IoU > 0.33, one-to-one, greedy by descending
+(:func:`~defect_detector.data.evaluate.operating_points`: any class, IoU > 0.33, one-to-one, greedy by descending
 score), so a true defect's score is the score at which the inspector's threshold starts to catch it, and a false
 call is a detection that the matching leaves without a defect. It writes into ``out_dir``:
 
@@ -32,7 +32,7 @@ import torch
 from pycocotools.coco import COCO
 
 from defect_detector.core.io import atomic_write_text
-from defect_detector.engine.evaluate import Predictions, greedy_matches, ground_truth
+from defect_detector.data.evaluate import Predictions, greedy_matches, ground_truth
 
 TILE = 192
 """Side (px) of each shown crop."""
@@ -236,7 +236,7 @@ def write_gallery(
     n: int = 32,
 ) -> dict[str, list[GalleryEntry]]:
     """Write the gallery (module docstring) of ``predictions`` (``{image_id: {"boxes" float32 [K, 4] xyxy original
-    pixels, "scores" [K], "labels" int64 [K]}}``, as ``engine.evaluate.predict_dataset`` returns) against ``coco_gt``.
+    pixels, "scores" [K], "labels" int64 [K]}}``, as ``data.evaluate.predict_dataset`` returns) against ``coco_gt``.
 
     ``label_to_cat_id`` maps model labels to the json's category ids (classes without one are left out);
     ``class_names`` names the labels; ``conf`` is the operating point that marks a true defect as missed;

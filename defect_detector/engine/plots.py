@@ -365,8 +365,8 @@ def write_eval_plots(
     """``pr_curves.png`` (from ``evaluate_predictions`` ``metrics``), and ``confusion_matrix.png`` and
     ``val_predictions.png`` (the first 8 images) of the ``predictions`` (``{image_id: {"boxes" xyxy image pixels,
     "scores", "labels"}}``) at score >= ``conf``, the threshold the weights store, in ``plots_dir``."""
+    from defect_detector.data.evaluate import confusion_matrix, ground_truth, scored_predictions
     from defect_detector.data.images import load_image_gray
-    from defect_detector.engine.evaluate import confusion_matrix, ground_truth, scored_predictions
 
     cat_to_label = {c: label for label, c in val_set.label_to_cat_id.items()}
     matrix = confusion_matrix(val_set.coco, scored_predictions(predictions, val_set.label_to_cat_id), cat_to_label, len(names), conf)

@@ -163,7 +163,7 @@ CARRIED_EVAL_KEYS = (
 )
 """The operating point a fine-tune takes from ``train.init_weights`` unless its config names the key: the NMS IoU,
 cross-class demotion and exposure range the weights were validated with, and their ``f1_conf`` until the run's own
-validation measures one (:func:`~defect_detector.engine.evaluate.f_optimal_conf`)."""
+validation measures one (:func:`~defect_detector.data.evaluate.f_optimal_conf`)."""
 
 
 def adopt_init_operating_point(cfg: Config, named: set[str]) -> Config:

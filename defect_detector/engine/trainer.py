@@ -175,7 +175,7 @@ class _Run:
 
     def checkpoint_config(self) -> Config:
         """The config a checkpoint records: the run's, with ``eval.f1_conf`` the F-optimal score threshold its latest
-        validation measured (:func:`~defect_detector.engine.evaluate.f_optimal_conf`)."""
+        validation measured (:func:`~defect_detector.data.evaluate.f_optimal_conf`)."""
         return self.cfg.model_copy(update={"eval": self.cfg.eval.model_copy(update={"f1_conf": self.f1_conf})})
 
 

@@ -13,7 +13,7 @@ import torch
 
 from defect_detector.core.config import Config
 from defect_detector.data.dataset import CocoDetectionDataset
-from defect_detector.engine.evaluate import Predictions, evaluate_predictions
+from defect_detector.data.evaluate import Predictions, evaluate_predictions
 from defect_detector.model.detector import TinyDetector
 
 Validator = Callable[[torch.nn.Module, Config, CocoDetectionDataset], Predictions]

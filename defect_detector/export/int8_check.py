@@ -22,8 +22,6 @@ checks two things:
 
 from __future__ import annotations
 
-import contextlib
-import io
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -31,10 +29,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from torchvision.ops import box_convert, box_iou
 
 from defect_detector.core.config import EvalConfig
 from defect_detector.core.types import LetterboxMeta
+from defect_detector.data.evaluate import coco_map, greedy_matches, truth_index
 from defect_detector.export.calibration_data import HeldBack
 from defect_detector.model.postprocess import postprocess
 
@@ -142,22 +140,10 @@ def _calls(
     )
 
 
-def _matched(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], iou_at: float = MATCH_IOU, same_class: bool = True) -> int:
-    """Greedy one-to-one matches of calls ``a`` and ``b`` (same class unless not ``same_class``; IoU >= ``iou_at``),
-    best IoU first."""
-    if not len(a["boxes"]) or not len(b["boxes"]):
-        return 0
-    iou = box_iou(a["boxes"], b["boxes"])
-    if same_class:
-        iou = iou * (a["labels"][:, None] == b["labels"][None, :])
-    pairs = (iou >= iou_at).nonzero().tolist()
-    pairs.sort(key=lambda ij: -float(iou[ij[0], ij[1]]))
-    used_a, used_b = set(), set()
-    for i, j in pairs:
-        if i not in used_a and j not in used_b:
-            used_a.add(i)
-            used_b.add(j)
-    return len(used_a)
+def _matched(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> int:
+    """One-to-one matches of calls ``a`` with ``b`` (same class, IoU >= :data:`MATCH_IOU`), greedy by ``a``'s
+    descending score, as ``val`` matches (``data/evaluate.py`` :func:`greedy_matches`)."""
+    return len(greedy_matches(a, b, float(np.nextafter(MATCH_IOU, 0.0)), same_class=True))
 
 
 def _predict(path: Path, frames: np.ndarray) -> np.ndarray:
@@ -218,42 +204,20 @@ def accuracy(
     for kind, pred in (("float", float_pred), ("int8", int8_pred)):
         ranked = _calls(pred, point, held.metas, conf=EvalConfig().conf)
         at_point = _calls(pred, point, held.metas)
-        found = sum(_matched(c, t, iou_at=np.nextafter(FOUND_IOU, 1.0), same_class=False) for c, t in zip(at_point, truth))
-        scores[kind] = (*_coco_map(ranked, truth, len(class_names)), found)
+        found = sum(len(greedy_matches(c, t, FOUND_IOU, same_class=False)) for c, t in zip(at_point, truth))
+        scores[kind] = (*_coco_map(ranked, truth, class_names), found)
     (f50, f5095, f_found), (i50, i5095, i_found) = scores["float"], scores["int8"]
     return Accuracy(len(held.frames), sum(len(t["boxes"]) for t in truth), f50, i50, f5095, i5095, f_found, i_found)
 
 
-def _coco_map(calls: list[dict[str, torch.Tensor]], truth: list[dict[str, torch.Tensor]], classes: int) -> tuple[float, float]:
-    """``(mAP@0.5, mAP@0.5:0.95)`` of ``calls`` against ``truth`` (one dict per image, xyxy boxes) by pycocotools."""
-    from pycocotools.coco import COCO
-    from pycocotools.cocoeval import COCOeval
-
-    def xywh(boxes: torch.Tensor) -> list[list[float]]:
-        return box_convert(boxes.reshape(-1, 4).double(), "xyxy", "xywh").tolist()
-
-    anns = []
-    for i, t in enumerate(truth):
-        for (x, y, w, h), label in zip(xywh(t["boxes"]), t["labels"].tolist()):
-            anns.append({"id": len(anns) + 1, "image_id": i, "category_id": int(label) + 1, "bbox": [x, y, w, h], "area": w * h})
-    results = [
-        {"image_id": i, "category_id": int(label) + 1, "bbox": box, "score": float(score)}
-        for i, c in enumerate(calls)
-        for box, score, label in zip(xywh(c["boxes"]), c["scores"].tolist(), c["labels"].tolist())
-    ]
-    if not anns or not results:
-        return 0.0, 0.0
-    gt = COCO()
-    categories = [{"id": c + 1} for c in range(classes)]
-    images = [{"id": i} for i in range(len(truth))]
-    gt.dataset = {"images": images, "annotations": [a | {"iscrowd": 0} for a in anns], "categories": categories}
-    with contextlib.redirect_stdout(io.StringIO()):
-        gt.createIndex()
-        evaluator = COCOeval(gt, gt.loadRes(results), iouType="bbox")
-        evaluator.evaluate()
-        evaluator.accumulate()
-        evaluator.summarize()
-    return float(evaluator.stats[1]), float(evaluator.stats[0])
+def _coco_map(
+    calls: list[dict[str, torch.Tensor]], truth: list[dict[str, torch.Tensor]], class_names: Sequence[str]
+) -> tuple[float, float]:
+    """``(mAP@0.5, mAP@0.5:0.95)`` of ``calls`` against ``truth`` (one dict per image, xyxy boxes), as ``val`` scores
+    (``data/evaluate.py``: pycocotools)."""
+    index, label_to_cat_id = truth_index(truth, class_names)
+    scored = coco_map(index, dict(enumerate(calls)), label_to_cat_id, class_names)
+    return scored["map50"], scored["map50_95"]
 
 
 def refusal(agreement: Agreement, out_path: Path) -> str | None:

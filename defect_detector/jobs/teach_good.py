@@ -63,7 +63,7 @@ PAINTED_PER_BOARD = 3
 LEAST_PAINTED = 4
 """Good boards painted for the recall figure however little time is left."""
 MATCH_IOU = 0.33
-"""A call catches a painted defect when their boxes overlap by this IoU (``engine/evaluate.py``'s matching)."""
+"""A call catches a painted defect when their boxes overlap by this IoU (``data/evaluate.py``'s matching)."""
 
 
 @dataclass(frozen=True)

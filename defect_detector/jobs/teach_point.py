@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from pycocotools.coco import COCO
 
-from defect_detector.engine.evaluate import Predictions, ranked_hits
+from defect_detector.data.evaluate import Predictions, ranked_hits
 
 MAX_FALSE_CALLS = 0.1
 """False calls per defect-free board a design's threshold allows."""
@@ -33,7 +33,7 @@ MAX_FALSE_CALLS = 0.1
 class DesignScores:
     """One design's calls on ``teach``'s boards: ``clean`` float64 ``[C]`` the scores of every call on its ``boards``
     defect-free captures; ``painted`` float64 ``[P]`` the scores of the calls on its painted boards (descending) with
-    ``hits`` bool ``[P]`` (the call caught a painted defect, ``engine/evaluate.py`` matching), of ``defects``."""
+    ``hits`` bool ``[P]`` (the call caught a painted defect, ``data/evaluate.py`` matching), of ``defects``."""
 
     clean: np.ndarray
     boards: int

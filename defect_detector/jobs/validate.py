@@ -21,7 +21,7 @@ import torch
 from defect_detector.core.config import Config, EvalConfig
 from defect_detector.core.progress import progress as progress_bar
 from defect_detector.data.dataset import CocoDetectionDataset
-from defect_detector.engine.evaluate import Predictions, evaluate_predictions, per_group_map
+from defect_detector.data.evaluate import Predictions, evaluate_predictions, per_group_map
 from defect_detector.inspect.annotated import annotated_frames
 from defect_detector.inspect.designs import Designs
 from defect_detector.inspect.frame import Frame
@@ -36,7 +36,7 @@ log = logging.getLogger("defect_detector.inspect")
 
 @dataclass
 class Validation:
-    """What ``val`` measured: ``metrics`` (``engine.evaluate.evaluate_predictions`` plus ``per_group``), the
+    """What ``val`` measured: ``metrics`` (``data.evaluate.evaluate_predictions`` plus ``per_group``), the
     ``predictions`` (``{image_id: {"boxes" xyxy image pixels, "scores", "labels"}}``), the ``dataset`` read, and the
     images left out with the reason (``{name: reason}``)."""
 

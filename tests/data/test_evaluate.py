@@ -10,8 +10,7 @@ from pycocotools.coco import COCO
 from small_checkpoint import write_small_checkpoint
 
 from defect_detector.cli.main import main
-from defect_detector.data.synth import write_synthetic_dataset
-from defect_detector.engine.evaluate import (
+from defect_detector.data.evaluate import (
     _above,
     box_convention_note,
     box_fit,
@@ -27,6 +26,7 @@ from defect_detector.engine.evaluate import (
     per_group_map,
     to_coco_results,
 )
+from defect_detector.data.synth import write_synthetic_dataset
 
 NAMES = ("open", "short")
 LABEL_TO_CAT = {0: 1, 1: 2}

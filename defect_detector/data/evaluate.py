@@ -117,6 +117,24 @@ def per_group_map(coco_gt: COCO, predictions: Predictions, label_to_cat_id: Mapp
     return out
 
 
+def truth_index(truth: Sequence[dict[str, torch.Tensor]], class_names: Sequence[str]) -> tuple[COCO, dict[int, int]]:
+    """Ground truth held in memory (one dict per image: ``boxes`` float ``[N, 4]`` xyxy, ``labels`` int64 ``[N]``) as
+    the ``COCO`` index :func:`coco_map` reads (image ids 0..len-1, category ``label + 1`` named after ``class_names``),
+    with its ``label_to_cat_id``; the inverse of :func:`ground_truth`."""
+    annotations = []
+    for image_id, t in enumerate(truth):
+        boxes = box_convert(t["boxes"].reshape(-1, 4).double(), "xyxy", "xywh").tolist()
+        for (x, y, w, h), label in zip(boxes, t["labels"].tolist()):
+            box = {"bbox": [x, y, w, h], "area": w * h, "iscrowd": 0}
+            annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": int(label) + 1} | box)
+    categories = [{"id": label + 1, "name": name} for label, name in enumerate(class_names)]
+    coco = COCO()
+    coco.dataset = {"images": [{"id": i} for i in range(len(truth))], "annotations": annotations, "categories": categories}
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco.createIndex()
+    return coco, {label: label + 1 for label in range(len(class_names))}
+
+
 def ground_truth(coco_gt: COCO, image_id: int, cat_id_to_label: Mapping[int, int]) -> dict[str, torch.Tensor]:
     """Ground truth of one image: ``boxes`` float32 ``[N, 4]`` xyxy original pixels, ``labels`` int64 ``[N]``."""
     anns = [a for a in coco_gt.loadAnns(coco_gt.getAnnIds(imgIds=[image_id])) if a["category_id"] in cat_id_to_label]
