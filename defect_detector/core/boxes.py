@@ -10,9 +10,15 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from torchvision.ops import clip_boxes_to_image
+from torchvision.ops import box_convert, clip_boxes_to_image
 
 from defect_detector.core.types import LetterboxMeta
+
+
+def box_centres(boxes_xyxy: torch.Tensor | np.ndarray) -> np.ndarray:
+    """float64 ``[K, 2]``: the centres ``(x, y)`` of xyxy boxes ``[K, 4]`` (tensor or array), in the same pixels."""
+    boxes = torch.as_tensor(boxes_xyxy).detach().cpu().double().reshape(-1, 4)
+    return box_convert(boxes, "xyxy", "cxcywh")[:, :2].numpy()
 
 
 def centres_inside(boxes_xyxy: torch.Tensor, mask: np.ndarray) -> torch.Tensor:
@@ -21,8 +27,8 @@ def centres_inside(boxes_xyxy: torch.Tensor, mask: np.ndarray) -> torch.Tensor:
     if len(boxes_xyxy) == 0:
         return torch.zeros(0, dtype=torch.bool)
     h, w = mask.shape
-    cx = ((boxes_xyxy[:, 0] + boxes_xyxy[:, 2]) / 2).long().clamp(0, w - 1).numpy()
-    cy = ((boxes_xyxy[:, 1] + boxes_xyxy[:, 3]) / 2).long().clamp(0, h - 1).numpy()
+    centres = torch.from_numpy(box_centres(boxes_xyxy)).long()
+    cx, cy = centres[:, 0].clamp(0, w - 1).numpy(), centres[:, 1].clamp(0, h - 1).numpy()
     return torch.from_numpy(np.ascontiguousarray(mask[cy, cx]))
 
 

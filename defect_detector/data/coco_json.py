@@ -12,7 +12,9 @@ import stat
 from pathlib import Path
 from typing import Any
 
+import torch
 from pycocotools.coco import COCO
+from torchvision.ops import box_convert
 
 from defect_detector.core.constants import DEEPPCB_CLASSES
 from defect_detector.core.errors import DatasetError
@@ -95,9 +97,10 @@ def box_annotations(image_id: int, boxes: Any, labels: Any, first_id: int) -> li
     """COCO annotation entries of one image: xyxy pixel ``boxes`` ``[N, 4]``, ``labels`` ``[N]`` indexing
     ``DEEPPCB_CLASSES`` (category ids 1..6), ids from ``first_id``."""
     out = []
-    for k, (box, label) in enumerate(zip(boxes.tolist(), labels.tolist())):
-        w, h = box[2] - box[0], box[3] - box[1]
-        entry = {"id": first_id + k, "image_id": image_id, "category_id": label + 1, "bbox": [box[0], box[1], w, h]}
+    xywh = box_convert(torch.as_tensor(boxes).reshape(-1, 4), "xyxy", "xywh")
+    for k, (box, label) in enumerate(zip(xywh.tolist(), labels.tolist())):
+        x, y, w, h = box
+        entry = {"id": first_id + k, "image_id": image_id, "category_id": label + 1, "bbox": [x, y, w, h]}
         out.append(entry | {"area": w * h, "iscrowd": 0})
     return out
 

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from defect_detector.align.register import Registration
+from defect_detector.core.boxes import box_centres
 from defect_detector.core.typed_yaml import read_yaml_mapping
 from defect_detector.core.verdict import verdict_of
 
@@ -113,7 +114,7 @@ def to_outline_pixels(boxes: np.ndarray, registration: Registration | None) -> n
     ``[N, 2]``: through the registration's mapping (``align/mapping.py`` ``Mapping.to_golden``: its homography, lens
     term and local grid inverted) when there is one, else as they are (a single-image model's outlines are in frame
     pixels). The one place a call is mapped frame -> golden."""
-    xs, ys = (boxes[:, 0] + boxes[:, 2]) / 2, (boxes[:, 1] + boxes[:, 3]) / 2
+    xs, ys = box_centres(boxes).T
     if registration is not None and len(xs):
         xs, ys = registration.mapping.to_golden(xs, ys)
     return np.stack([xs, ys], 1).astype(np.float64).reshape(-1, 2)

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from defect_detector.align.mapping import Mapping
+from defect_detector.core.boxes import box_centres
 from defect_detector.core.types import Detections
 
 TOLERANCE_RADIUS = 60.0
@@ -138,12 +139,6 @@ def tolerated(centres: np.ndarray, scores: np.ndarray, tolerance: Tolerance) -> 
         _needed(xy, tolerance.rejected, tolerance.rejected_radius, tolerance.margin),
     )
     return (score <= needed) & (score < tolerance.cap)
-
-
-def box_centres(boxes: torch.Tensor) -> np.ndarray:
-    """float64 ``[K, 2]`` centres ``(x, y)`` of xyxy ``boxes`` ``[K, 4]`` (same pixels)."""
-    b = boxes.detach().cpu().double().reshape(-1, 4).numpy()
-    return np.stack([(b[:, 0] + b[:, 2]) / 2, (b[:, 1] + b[:, 3]) / 2], axis=1)
 
 
 def in_golden(boxes: torch.Tensor, mapping: Mapping) -> np.ndarray:
