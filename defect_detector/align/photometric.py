@@ -49,7 +49,8 @@ _PULL = 4.0
 class Photometric:
     """A fitted level map (module docstring). ``coeffs``: float64 ``[6]`` of the light field over a frame of
     ``shape`` ``(H, W)`` (frame pixels); ``gamma``: the tone exponent; ``offset``: grey levels. ``gain``: the field's
-    mean over the frame; ``light_range``: its half range over the frame as a fraction of ``gain`` (0.12: +-12%).
+    mean over the frame; ``light_range``: its half range where the fit read the board (its inlying samples, never
+    extrapolated beyond them) as a fraction of ``gain`` (0.12: +-12%).
     ``inliers``: the share of fitted samples with non-zero weight. ``span``: the golden image's 5th and 95th
     percentile levels among the fitted samples, the levels the range check reads the map at. ``blur``: the relative
     defocus (:func:`relative_blur`): > 0, the board is blurrier and the golden image is blurred by this Gaussian sigma (px)
@@ -355,7 +356,8 @@ def fit_photometric(golden: np.ndarray, board: np.ndarray, valid: np.ndarray | N
     gain = float(field.mean())
     if not np.isfinite(field).all() or gain <= 0.05:
         return Photometric.identity(board.shape)
-    light_range = float((field.max() - field.min()) / (2 * gain))
+    read = _basis(u[weights > 0], v[weights > 0]) @ coeffs  # the field where the fit read the board, not extrapolated
+    light_range = float((read.max() - read.min()) / (2 * gain)) if len(read) else 0.0
     span = tuple(float(x) for x in np.percentile(g, (5, 95)))
     shape = (int(board.shape[0]), int(board.shape[1]))
     fit = Photometric(coeffs, gamma, offset, shape, gain, light_range, float((weights > 0).mean()), span)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import cv2
 import numpy as np
@@ -62,7 +63,21 @@ def test_a_light_outside_the_validated_range_is_a_reason_in_words() -> None:
     assert dark.gain == pytest.approx(0.55, abs=0.03)
     assert photometric_reason(dark, PhotometricLimits()).startswith("light 45% darker than the golden image")
     gradient = fit_photometric(golden, _captured(golden, 1.0, 1.0, -0.3, 0.0))
-    assert photometric_reason(gradient, PhotometricLimits()).startswith("light 60% brighter on the left")
+    said = re.match(r"light (\d+)% brighter on the left", photometric_reason(gradient, PhotometricLimits()))
+    assert said is not None and 56 <= int(said.group(1)) <= 60  # +-30% at the frame's edges; read where the fit has samples
+
+
+def test_the_light_range_is_read_where_the_fit_read_the_board_never_extrapolated() -> None:
+    """A frame lit +-12% from side to side whose board is its left half (a taught design's inspection area): the light
+    field was read over the whole frame, beyond the samples, and on real photographs of small boards that
+    extrapolation read up to +-20% (a good board refused as "light 40% brighter on the bottom"). It is read where the
+    fit read the board: the gradient across the board."""
+    golden = _golden()
+    board = _captured(golden, 1.0, 1.0, 0.12, 0.0)
+    on_board = np.zeros(golden.shape, bool)
+    on_board[:, : W // 2] = True
+    assert fit_photometric(golden, board).light_range == pytest.approx(0.12, abs=0.02)
+    assert fit_photometric(golden, board, on_board).light_range == pytest.approx(0.06, abs=0.02)  # +-6% over its half
 
 
 def test_a_binarized_pair_is_the_identity_and_gamma_stays_at_one() -> None:
