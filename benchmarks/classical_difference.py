@@ -26,8 +26,8 @@ import torch
 from defect_detector.align.golden_check import covered_area
 from defect_detector.align.register import register
 from defect_detector.data.dataset import CocoDetectionDataset
-from defect_detector.data.images import load_image_gray
 from defect_detector.data.evaluate import calls_at
+from defect_detector.data.images import load_image_gray
 from defect_detector.looks.paint import MIN_BOX_PX
 
 CLASSES = ("open", "short", "mousebite", "spur", "copper", "pin-hole")

@@ -50,9 +50,9 @@ from torchvision.ops import clip_boxes_to_image
 from defect_detector.align.register import register
 from defect_detector.core.io import atomic_write_json
 from defect_detector.data.dataset import CocoDetectionDataset
+from defect_detector.data.evaluate import Predictions, evaluate_predictions
 from defect_detector.data.images import load_image_gray
 from defect_detector.data.tiles import crop_tiles
-from defect_detector.data.evaluate import Predictions, evaluate_predictions
 from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.model.checkpoint import DEFAULT_WEIGHTS

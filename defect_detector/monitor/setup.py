@@ -1,4 +1,4 @@
-"""Setting up drift monitoring, and calibration.
+"""Setting up drift monitoring: the baseline, the thresholds and the sinks of an inspector.
 
 :func:`build_monitoring` turns a baseline and the requested sinks into an
 :class:`~defect_detector.monitor.alerts.AlertRouter` (or None); the inspector
