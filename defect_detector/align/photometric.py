@@ -8,8 +8,12 @@ pixel ``g`` (uint8) at frame pixel ``(x, y)`` are modelled as
 
 where ``light`` is a smooth field, quadratic in the frame's normalised coordinates ``u, v`` in [-1, 1]
 (``c0 + c1 u + c2 v + c3 u^2 + c4 u v + c5 v^2``). The fit reads both images area-averaged to at most
-:data:`FIT_SIDE` px a side, where both have data and neither is saturated or crushed alone (glare, a shadow);
-defects are outliers: iteratively reweighted least squares with Tukey's biweight, ``gamma`` by a search over
+:data:`FIT_SIDE` px a side, where both have data. A sample whose board pixels clip more than its golden pixels (a
+camera at a little more gain saturates a bright pad, glare; a shadow crushes) reads a bound, not a level: it is
+censored, counted only while the fit falls short of it. Left out instead, or averaged as a level, the clipped
+bright end pulled the fit's tone to the end of its search (gamma 0.6 with a negative offset, for gain 1.15 and gamma
+0.85) and mapped a pad the board saturates 10-13 levels too dark, which the hidden-area screen read as an object over
+the board. Defects are outliers: iteratively reweighted least squares with Tukey's biweight, ``gamma`` by a search over
 :data:`GAMMAS` with the weights held, refined by a parabola. A binarized pair (two levels) leaves ``gamma`` free: the
 search prefers 1 (a small pull towards it). :class:`Photometric` maps golden levels to the board's
 (:meth:`Photometric.to_board`, the frame view's golden channel) or the board's to the golden image's
@@ -40,6 +44,10 @@ _FIELD_STEP = 16
 NEGLIGIBLE = {"gain": 0.01, "gamma": 0.01, "light_range": 0.01, "offset": 1.0}
 """A fit this close to the identity (each a fraction, the offset in grey levels) is taken as the identity by the prepare
 stage: a board captured as its golden image was is inspected exactly as read."""
+
+_CLIPPED = 0.02
+"""A sample whose board pixels clip (saturate or crush) more than its golden pixels by this share is censored: its
+area average is a bound of the level the camera would have read."""
 
 _PULL = 4.0
 """Weight of ``log(gamma)^2`` (in squared levels per sample) that settles a free ``gamma`` at 1."""
@@ -204,9 +212,11 @@ def _basis(u: np.ndarray, v: np.ndarray) -> np.ndarray:
 
 
 def _samples(golden: np.ndarray, board: np.ndarray, valid: np.ndarray | None) -> tuple[np.ndarray, ...] | None:
-    """``(g, b, u, v)`` float64 samples of the area-averaged pair where both have data and neither clips alone. The
-    average is by a whole factor (the pair cut to a multiple of it: under a factor's pixels of its right and bottom
-    edge left out), which OpenCV runs about 8x faster than a fractional one."""
+    """``(g, b, u, v, clip)`` float64 samples of the area-averaged pair where both have data; ``clip`` +1 where more of
+    the board's pixels than of the golden image's saturate (by over :data:`_CLIPPED`: ``b`` is a lower bound), -1 where
+    more are crushed (an upper bound), else 0. None with fewer than 12 uncensored samples. The average is by a whole
+    factor (the pair cut to a multiple of it: under a factor's pixels of its right and bottom edge left out), which
+    OpenCV runs about 8x faster than a fractional one."""
     h, w = board.shape
     factor = max(1, -(-max(h, w) // FIT_SIDE))
     size = (max(1, w // factor), max(1, h // factor))
@@ -216,13 +226,22 @@ def _samples(golden: np.ndarray, board: np.ndarray, valid: np.ndarray | None) ->
     ok = np.ones(g.shape, bool)
     if valid is not None:
         ok = cv2.resize(valid[crop].view(np.uint8) * np.uint8(255), size, interpolation=cv2.INTER_AREA) >= 255
-    clipped_alone = ((b >= 250) & (g < 245)) | ((b <= 5) & (g > 10))
-    ok &= ~clipped_alone
-    if ok.sum() < 12:
+    golden_bright, golden_dark = _share(golden[crop] >= 250, size), _share(golden[crop] <= 5, size)
+    board_bright, board_dark = _share(board[crop] >= 250, size), _share(board[crop] <= 5, size)
+    clip = np.where(board_bright - golden_bright > _CLIPPED, 1.0, np.where(board_dark - golden_dark > _CLIPPED, -1.0, 0.0))
+    flat = 1 - _CLIPPED
+    both = ((golden_bright >= flat) & (board_bright >= flat)) | ((golden_dark >= flat) & (board_dark >= flat))
+    ok &= ~both  # wholly clipped in both (a white table): a bound against a bound says nothing of the map
+    if (ok & (clip == 0)).sum() < 12:
         return None
     ys, xs = np.nonzero(ok)
     u, v = _normalised((xs + 0.5) * factor - 0.5, (ys + 0.5) * factor - 0.5, (h, w))
-    return g[ok], b[ok], u, v
+    return g[ok], b[ok], u, v, clip[ok]
+
+
+def _share(mask: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """float64: the share of bool ``mask`` set over each sample of the area-averaged grid of ``size`` ``(w, h)``."""
+    return cv2.resize(mask.view(np.uint8) * np.uint8(255), size, interpolation=cv2.INTER_AREA) / 255.0
 
 
 def _solve(tone: np.ndarray, b: np.ndarray, basis: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -239,6 +258,12 @@ def _loss(residual: np.ndarray, weights: np.ndarray) -> float:
     return float((weights * residual**2).sum() / max(weights.sum(), 1e-9))
 
 
+def _met(residual: np.ndarray, clip: np.ndarray) -> np.ndarray:
+    """bool: the censored samples the fit already reaches (at or above a saturated board's reading, at or below a
+    crushed one's)."""
+    return ((clip > 0) & (residual <= 0)) | ((clip < 0) & (residual >= 0))
+
+
 def _tukey(residual: np.ndarray) -> np.ndarray:
     scale = max(1.4826 * float(np.median(np.abs(residual))), 2.0)
     r = residual / (4.685 * scale)
@@ -250,17 +275,37 @@ def _tone(g: np.ndarray, gamma: float) -> np.ndarray:
 
 
 def _reweighted(
-    g: np.ndarray, b: np.ndarray, basis: np.ndarray, gamma: float, weights: np.ndarray, rounds: int
+    g: np.ndarray, b: np.ndarray, basis: np.ndarray, clip: np.ndarray, gamma: float, weights: np.ndarray, rounds: int
 ) -> tuple[np.ndarray, np.ndarray]:
     solution = np.zeros(7)
     for _ in range(rounds):
-        solution, residual = _solve(_tone(g, gamma), b, basis, weights)
-        weights = _tukey(residual)
+        solution, residual = _censored_solve(_tone(g, gamma), b, basis, clip, weights)
+        weights = _tukey(np.where(_met(residual, clip), 0.0, residual))  # a bound the fit reaches is no outlier
     return solution, weights
 
 
-def _best_gamma(g: np.ndarray, b: np.ndarray, basis: np.ndarray, weights: np.ndarray) -> float:
-    losses = np.array([_loss(_solve(_tone(g, gamma), b, basis, weights)[1], weights) + _PULL * math.log(gamma) ** 2 for gamma in GAMMAS])
+def _censored_solve(
+    tone: np.ndarray, b: np.ndarray, basis: np.ndarray, clip: np.ndarray, weights: np.ndarray, rounds: int = 4
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_solve` with the censored samples (``clip`` != 0) counted only while the fit falls short of their bound:
+    a few rounds, each leaving out those the last fit reached."""
+    active = weights.copy()
+    solution, residual = _solve(tone, b, basis, active)
+    for _ in range(rounds):
+        reached = _met(residual, clip)
+        if not reached.any():
+            break
+        active = np.where(reached, 0.0, weights)
+        solution, residual = _solve(tone, b, basis, active)
+    return solution, residual
+
+
+def _best_gamma(g: np.ndarray, b: np.ndarray, basis: np.ndarray, clip: np.ndarray, weights: np.ndarray) -> float:
+    def loss(gamma: float) -> float:
+        residual = _censored_solve(_tone(g, gamma), b, basis, clip, weights)[1]
+        return _loss(np.where(_met(residual, clip), 0.0, residual), weights) + _PULL * math.log(gamma) ** 2
+
+    losses = np.array([loss(gamma) for gamma in GAMMAS])
     k = int(np.clip(np.argmin(losses), 1, len(GAMMAS) - 2))
     x, y = np.log(GAMMAS[k - 1 : k + 2]), losses[k - 1 : k + 2]
     curvature = y[0] - 2 * y[1] + y[2]
@@ -343,12 +388,12 @@ def fit_photometric(golden: np.ndarray, board: np.ndarray, valid: np.ndarray | N
     samples = _samples(golden, board, valid)
     if samples is None:
         return Photometric.identity(board.shape)
-    g, b, u, v = samples
+    g, b, u, v, clip = samples
     basis = _basis(u, v)
-    _, weights = _reweighted(g, b, basis, 1.0, np.ones_like(b), 3)
-    gamma = _best_gamma(g, b, basis, weights)
-    _, weights = _reweighted(g, b, basis, gamma, weights, 2)
-    solution, _ = _solve(_tone(g, gamma), b, basis, weights)
+    _, weights = _reweighted(g, b, basis, clip, 1.0, np.ones_like(b), 3)
+    gamma = _best_gamma(g, b, basis, clip, weights)
+    _, weights = _reweighted(g, b, basis, clip, gamma, weights, 2)
+    solution, _ = _censored_solve(_tone(g, gamma), b, basis, clip, weights)
     coeffs, offset = solution[:6], float(solution[6])
     grid = np.linspace(-1, 1, 9)
     uu, vv = np.meshgrid(grid, grid)
@@ -356,7 +401,8 @@ def fit_photometric(golden: np.ndarray, board: np.ndarray, valid: np.ndarray | N
     gain = float(field.mean())
     if not np.isfinite(field).all() or gain <= 0.05:
         return Photometric.identity(board.shape)
-    read = _basis(u[weights > 0], v[weights > 0]) @ coeffs  # the field where the fit read the board, not extrapolated
+    on = (weights > 0) | (clip != 0)
+    read = _basis(u[on], v[on]) @ coeffs  # the field where the fit read the board, not extrapolated
     light_range = float((read.max() - read.min()) / (2 * gain)) if len(read) else 0.0
     span = tuple(float(x) for x in np.percentile(g, (5, 95)))
     shape = (int(board.shape[0]), int(board.shape[1]))

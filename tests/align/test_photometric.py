@@ -47,6 +47,24 @@ def test_the_fit_recovers_a_known_gain_gamma_and_gradient(gain: float, gamma: fl
     assert photometric_reason(fit, PhotometricLimits()) == ""  # the line's capture variation is within the validated range
 
 
+@pytest.mark.parametrize(("gain", "gamma", "offset"), [(1.15, 1.15, 10.0), (1.15, 0.85, 10.0), (1.1, 0.9, 5.0)])
+def test_a_board_the_camera_clips_is_fitted_on_what_it_reads_not_on_the_clip(gain: float, gamma: float, offset: float) -> None:
+    """A camera at a little more gain saturates the bright end of the board where its golden image shows 200-235, and
+    both saturate the white table round it. Fitted on the clipped levels as levels, the tone went to the end of its search (gamma
+    0.6, the offset -50 to -90) and mapped the bright end 7-13 levels too dark: a real photograph's bright pad read as
+    an object over the board. The clipped samples are bounds (where both clip wholly, no sample), and the fit recovers
+    the camera's map."""
+    golden = _golden()
+    golden[:, 3 * W // 4 :] = 255  # the white table round the board, saturated in both
+    board = _captured(golden, gain, gamma, 0.0, offset)
+    assert (board >= 250).mean() > (golden >= 250).mean() + 0.03  # the camera clips the bright end of the board
+    fit = fit_photometric(golden, board)
+    levels = np.array([60.0, 120.0, 180.0, 215.0])
+    truth = np.minimum(gain * 255 * (levels / 255) ** gamma + offset, 255)
+    assert np.abs(np.minimum(fit.curve(levels), 255) - truth).max() < 4
+    assert fit.gamma == pytest.approx(gamma, abs=0.1)
+
+
 def test_glare_and_a_defect_are_outliers_of_the_fit() -> None:
     golden = _golden()
     board = _captured(golden, 1.1, 0.9, 0.08, 0.0)

@@ -3,6 +3,7 @@ images, calls on (and off) the defects, and a drift episode."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -11,6 +12,7 @@ import numpy as np
 from defect_detector.core.constants import DEEPPCB_CLASSES
 from defect_detector.data.synth import generate_board_pair
 from defect_detector.station.records import CallRecord, FrameRecord
+from defect_detector.station.report import shift_start
 from defect_detector.station.schema import YIELD_COLUMNS
 
 
@@ -55,6 +57,17 @@ def drift_event(frame: int, event: str = "drift", severity: str = "warning", tim
         "baseline": {},
         "z": {},
     }
+
+
+def one_shift(span_s: float, ago_s: float) -> tuple[datetime, Callable[[], datetime]]:
+    """``(start, clock)``: frames from ``start`` over ``span_s`` seconds, ``ago_s`` seconds before now, moved later
+    where needed so that they and the station's clock (pinned one second after them) lie in one shift. Recorded
+    across 06:00, 14:00 or 22:00, the frames fell in the previous shift and "this shift" counted none of them."""
+    start = datetime.now(timezone.utc) - timedelta(seconds=ago_s)
+    end = start + timedelta(seconds=span_s + 1)
+    start = max(start, shift_start(end) + timedelta(seconds=1))
+    pinned = start + timedelta(seconds=span_s + 1)
+    return start, lambda: pinned
 
 
 def frames_with_drift(n: int, start: datetime | None = None, step_s: float = 1.0, **kwargs: Any) -> list[FrameRecord]:

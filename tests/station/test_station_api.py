@@ -4,7 +4,7 @@ pagination, the review flow, validation (ids, classes, boxes) with one-line 4xx 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from conftest import StationDB
 from sqlalchemy import func, select
-from station_data import frames_with_drift
+from station_data import frames_with_drift, one_shift
 
 from defect_detector.core.constants import DEEPPCB_CLASSES
 from defect_detector.station import store as store_module
@@ -27,9 +27,15 @@ N = 8
 
 
 @pytest.fixture
-def recorded(station_db: StationDB) -> Iterator[tuple[Store, list]]:
+def shift() -> tuple[datetime, Callable[[], datetime]]:
+    """Where the boards start, and the station's clock: one shift holds both (``station_data.one_shift``)."""
+    return one_shift(N, N)
+
+
+@pytest.fixture
+def recorded(station_db: StationDB, shift: tuple[datetime, Callable[[], datetime]]) -> Iterator[tuple[Store, list]]:
     """``N`` boards recorded (drift raised on frames 4 and 5), opened as the station opens them."""
-    frames = frames_with_drift(N)
+    frames = frames_with_drift(N, start=shift[0])
     with Recorder(station_db.url, conf=0.5, classes=DEEPPCB_CLASSES, images=station_db.images) as recorder:
         for record in frames:
             recorder.record(record)
@@ -39,8 +45,8 @@ def recorded(station_db: StationDB) -> Iterator[tuple[Store, list]]:
 
 
 @pytest.fixture
-def client(recorded: tuple[Store, list]) -> Iterator[TestClient]:
-    with TestClient(create_app(recorded[0]), base_url="http://localhost") as c:
+def client(recorded: tuple[Store, list], shift: tuple[datetime, Callable[[], datetime]]) -> Iterator[TestClient]:
+    with TestClient(create_app(recorded[0], clock=shift[1]), base_url="http://localhost") as c:
         yield c
 
 

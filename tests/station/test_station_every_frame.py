@@ -7,13 +7,13 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 
 import pytest
 from conftest import StationDB
 from sqlalchemy import text
-from station_data import back_to_schema_5, board_record, drift_event
+from station_data import back_to_schema_5, board_record, drift_event, one_shift
 
 from defect_detector.core.constants import DEEPPCB_CLASSES
 from defect_detector.station.app import create_app
@@ -50,8 +50,14 @@ def _frames(start: datetime) -> list:
 
 
 @pytest.fixture
-def recorded(station_db: StationDB) -> Iterator[Store]:
-    start = datetime.now(timezone.utc) - timedelta(minutes=5)
+def shift() -> tuple[datetime, Callable[[], datetime]]:
+    """Where the frames start (5 minutes ago), and the station's clock: one shift holds both (``station_data.one_shift``)."""
+    return one_shift(N, 300)
+
+
+@pytest.fixture
+def recorded(station_db: StationDB, shift: tuple[datetime, Callable[[], datetime]]) -> Iterator[Store]:
+    start = shift[0]
     with Recorder(station_db.url, conf=0.5, classes=DEEPPCB_CLASSES, images=station_db.images) as recorder:
         for record in _frames(start):
             assert recorder.record(record)
@@ -61,8 +67,8 @@ def recorded(station_db: StationDB) -> Iterator[Store]:
 
 
 @pytest.fixture
-def client(recorded: Store) -> Iterator[TestClient]:
-    with TestClient(create_app(recorded), base_url="http://localhost") as c:
+def client(recorded: Store, shift: tuple[datetime, Callable[[], datetime]]) -> Iterator[TestClient]:
+    with TestClient(create_app(recorded, clock=shift[1]), base_url="http://localhost") as c:
         yield c
 
 
@@ -158,7 +164,7 @@ def test_a_reclassified_call_counts_under_the_reviewers_class(client: TestClient
 
 
 def test_a_schema_1_database_is_migrated(station_db: StationDB) -> None:
-    start = datetime.now(timezone.utc) - timedelta(minutes=5)
+    start, clock = one_shift(N, 300)
     with Recorder(station_db.url, conf=0.5, classes=DEEPPCB_CLASSES, images=station_db.images) as recorder:
         for record in _frames(start):
             recorder.record(record)
@@ -179,7 +185,7 @@ def test_a_schema_1_database_is_migrated(station_db: StationDB) -> None:
             assert conn.execute(text("SELECT value FROM station_meta WHERE key = 'schema_version'")).scalar() == str(SCHEMA_VERSION)
             versions = dict(conn.execute(text("SELECT id, version FROM calls")).all())
         assert versions[reviewed] == 1 and set(versions.values()) == {0, 1}  # a call with a verdict starts at version 1
-        with TestClient(create_app(store), base_url="http://localhost") as client:
+        with TestClient(create_app(store, clock=clock), base_url="http://localhost") as client:
             live = client.get("/api/live").json()
     assert (live["shift"]["frames"], live["shift"]["not_inspected"]) == (N, len(REFUSED))
     assert live["shift"]["reasons"] == {"reference does not match": 3, "blank frame": 2}
