@@ -55,16 +55,25 @@ def _callable(valid: np.ndarray) -> np.ndarray:
     return valid & (cv2.dilate(deep, np.ones((reach, reach), np.uint8)) == 0)
 
 
+CLIP_HIGH, CLIP_LOW = 250, 5
+"""A board pixel at or above (at or below) this level is clipped by the camera: the golden view reads it as a bound."""
+
+
 def warp_into_golden(frame: np.ndarray, golden: np.ndarray, mapping: Mapping, photometric: Photometric | None = None) -> GoldenView:
     """The :class:`GoldenView` of uint8 ``frame`` ``[H, W]`` against uint8 ``golden`` ``[gh, gw]`` registered by ``mapping``
     (golden -> frame pixels), bilinear as the frame view warps the golden image; ``photometric``: the golden image's
-    levels fitted to the frame's, whose inverse brings the warped board to the golden image's levels (None: as read)."""
+    levels fitted to the frame's, whose inverse brings the warped board to the golden image's levels (None: as read);
+    a board pixel the camera clipped (:data:`CLIP_HIGH`, :data:`CLIP_LOW`) is a bound, so where the golden image lies
+    beyond its inverse, the golden image's level is read: a pad a camera at a little more gain saturates is no
+    difference, a bright defect on a darker board still is."""
     board = mapping.frame_into_golden(frame, cv2.INTER_LINEAR, 0)
     ones = mapping.frame_into_golden(np.ones(frame.shape[:2], np.uint8), cv2.INTER_NEAREST, 0)
     side = 2 * _EDGE_PX + 1
     valid = cv2.erode(ones, np.ones((side, side), np.uint8), borderType=cv2.BORDER_REPLICATE) > 0
     if photometric is not None and not photometric.is_identity:
-        board = photometric.to_golden(board, mapping)
+        read, board = board, photometric.to_golden(board, mapping)
+        # a pixel the camera clipped is a bound, at least (at most) what it maps back to: the golden image's level beyond it
+        board = np.where(read >= CLIP_HIGH, np.maximum(board, golden), np.where(read <= CLIP_LOW, np.minimum(board, golden), board))
     board = np.where(valid, board, golden)
     return GoldenView(board, valid, mapping, (int(frame.shape[0]), int(frame.shape[1])), _callable(valid))
 

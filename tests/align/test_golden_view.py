@@ -63,3 +63,21 @@ def test_a_moved_board_with_a_gain_change_meets_its_fill_without_a_seam_and_no_c
     assert centres_valid(seam, matched).tolist() == [False, True]
     unmoved = warp_into_golden(golden, golden, identity_mapping(golden.shape))
     assert centres_valid(torch.tensor([[2.0, 100, 12, 110]]), unmoved).tolist() == [True]  # the frame's own edge: no margin
+
+
+def test_a_pad_the_camera_saturates_is_no_difference_and_a_bright_defect_still_is() -> None:
+    """A camera at gain 1.15, gamma 1.15 saturates a pad the golden image shows at 235: mapped back, its 255 reads
+    about 220, 15 levels darker than the pad, which the model sees as a difference over every bright pad. A clipped
+    pixel is a bound, so the golden view reads the pad's own level there; a bright defect clipped on a dark board (the
+    golden image darker than its inverse) stays bright."""
+    golden = np.full((120, 160), 60, np.uint8)
+    golden[20:60, 20:60] = 235  # a tinned pad
+    fit = Photometric(np.array([1.15, 0, 0, 0, 0, 0]), 1.15, 10.0, golden.shape, 1.15)
+    board = np.clip(fit.curve(golden.astype(np.float64)), 0, 255).astype(np.uint8)
+    board[80:100, 100:120] = 255  # a bright defect on the dark board
+    assert (board[20:60, 20:60] == 255).all()  # the pad saturates
+    view = warp_into_golden(board, golden, identity_mapping(golden.shape), fit)
+    assert np.abs(view.board[25:55, 25:55].astype(int) - 235).max() <= 1  # read at the pad's own level
+    assert np.abs(view.board[65:75, 65:155].astype(int) - 60).max() <= 2  # the rest at the golden image's levels
+    assert view.board[85:95, 105:115].min() > 200  # the defect still differs
+    assert fit.to_golden(board)[25:55, 25:55].max() < 225  # what the inverse alone read
