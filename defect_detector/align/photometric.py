@@ -264,6 +264,11 @@ def _met(residual: np.ndarray, clip: np.ndarray) -> np.ndarray:
     return ((clip > 0) & (residual <= 0)) | ((clip < 0) & (residual >= 0))
 
 
+def _short(residual: np.ndarray, clip: np.ndarray) -> np.ndarray:
+    """``residual`` as far as the fit falls short: 0 at the censored samples it reaches (:func:`_met`)."""
+    return np.where(_met(residual, clip), 0.0, residual)
+
+
 def _tukey(residual: np.ndarray) -> np.ndarray:
     scale = max(1.4826 * float(np.median(np.abs(residual))), 2.0)
     r = residual / (4.685 * scale)
@@ -280,7 +285,7 @@ def _reweighted(
     solution = np.zeros(7)
     for _ in range(rounds):
         solution, residual = _censored_solve(_tone(g, gamma), b, basis, clip, weights)
-        weights = _tukey(np.where(_met(residual, clip), 0.0, residual))  # a bound the fit reaches is no outlier
+        weights = _tukey(_short(residual, clip))  # a bound the fit reaches is no outlier
     return solution, weights
 
 
@@ -303,7 +308,7 @@ def _censored_solve(
 def _best_gamma(g: np.ndarray, b: np.ndarray, basis: np.ndarray, clip: np.ndarray, weights: np.ndarray) -> float:
     def loss(gamma: float) -> float:
         residual = _censored_solve(_tone(g, gamma), b, basis, clip, weights)[1]
-        return _loss(np.where(_met(residual, clip), 0.0, residual), weights) + _PULL * math.log(gamma) ** 2
+        return _loss(_short(residual, clip), weights) + _PULL * math.log(gamma) ** 2
 
     losses = np.array([loss(gamma) for gamma in GAMMAS])
     k = int(np.clip(np.argmin(losses), 1, len(GAMMAS) - 2))
