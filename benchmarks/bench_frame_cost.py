@@ -46,10 +46,10 @@ from benchmarks.bench_cached import runtime_calls
 from benchmarks.photo_frames import PHOTO_SCALE, photo_pairs, yolo_tiled
 from benchmarks.report import json_command
 from benchmarks.timing import measure_interleaved, paired_ratio
+from defect_detector.core.frame import Frame
 from defect_detector.data.dataset import CocoDetectionDataset
 from defect_detector.data.images import load_image_gray
 from defect_detector.inspect.designs import Designs
-from defect_detector.inspect.frame import Frame
 from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.inspect.prepare import Prepare, detect
 from defect_detector.inspect.runtime import PRECISIONS, Runtime, precision_half

@@ -19,10 +19,10 @@ import numpy as np
 from benchmarks.bench import paired_ratio
 from benchmarks.drift_streams import Board
 from defect_detector.core.config import MonitorConfig
+from defect_detector.core.frame import Frame
 from defect_detector.data.images import load_image_gray
 from defect_detector.inspect.designs import Designs
 from defect_detector.inspect.drift_inputs import golden_of
-from defect_detector.inspect.frame import Frame
 from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.inspect.prepare import Prepare
 from defect_detector.inspect.runtime import Runtime

@@ -27,13 +27,13 @@ import numpy as np
 from tqdm import tqdm
 
 from defect_detector.core.config import MonitorConfig
+from defect_detector.core.errors import ReferenceError
+from defect_detector.core.frame import Frame
 from defect_detector.core.io import atomic_write_json
 from defect_detector.data.images import load_image_gray
 from defect_detector.inspect.designs import Designs
-from defect_detector.inspect.frame import Frame
 from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.inspect.prepare import Prepare
-from defect_detector.inspect.references import ReferenceError
 from defect_detector.monitor.faults import apply_fault
 from defect_detector.screens.blank import image_levels
 

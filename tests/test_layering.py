@@ -1,5 +1,9 @@
 """The package's rooms import one way (../shared/DESIGN.md, Layout): a room imports only lower layers and itself.
 
+The layers are DESIGN's: ``core`` L0; ``data``, ``align``, ``screens``, ``looks``, ``model``, ``monitor`` L1; ``engine``,
+``export``, ``station`` L2; ``inspect`` L3; ``jobs`` L4; ``cli`` L5. Within L1, where one room needs another, DESIGN asks
+to declare the order with the reason: :data:`WITHIN` is that declaration, and nothing else at one layer may import.
+
 Every import is read from the AST, function-level and ``TYPE_CHECKING`` imports included, so a lazy import
 inside a function cannot hide an upward dependency.
 """
@@ -16,20 +20,31 @@ PACKAGE = Path(__file__).resolve().parents[1] / "defect_detector"
 NAME = "defect_detector"
 LAYERS = {
     "core": 0,
+    "data": 1,
+    "align": 1,
     "screens": 1,
+    "looks": 1,
     "model": 1,
-    "align": 2,
-    "monitor": 2,
-    "looks": 3,
-    "data": 4,
-    "engine": 5,
-    "export": 5,
-    "station": 5,
-    "inspect": 6,
-    "jobs": 7,
-    "cli": 8,
+    "monitor": 1,
+    "engine": 2,
+    "export": 2,
+    "station": 2,
+    "inspect": 3,
+    "jobs": 4,
+    "cli": 5,
 }
-"""The package root (``defect_detector/__init__.py``: the lazy ``Inspector`` export) stands above every room."""
+"""DESIGN's layers. The package root (``defect_detector/__init__.py``: the lazy ``Inspector`` export) stands above every
+room."""
+
+WITHIN = {
+    ("data", "align"): "the dataset registers a training pair's golden image with the one registration the runtime uses "
+    "(DESIGN, Reference inspection: 'the dataset, val, calibrate and the runtime all call it'), and the line captures fit "
+    "its levels as the frame path does",
+    ("data", "looks"): "training data covers the line's looks (DESIGN, Looks): the augmentation renders a board in a "
+    "photographic look and paints defects, and the photograph sets are built from the looks",
+}
+"""The declared order within L1, ``(importer, imported)``: the reason each is allowed. ``align``, ``looks``,
+``screens``, ``model`` and ``monitor`` import only ``core``."""
 
 
 def _room(module: str) -> str | None:
@@ -57,7 +72,7 @@ def _imports(path: Path) -> list[tuple[int, str]]:
     return found
 
 
-def _violations(layers: dict[str, int]) -> list[str]:
+def _violations(layers: dict[str, int], within: dict[tuple[str, str], str] = WITHIN) -> list[str]:
     out = []
     for path in sorted(PACKAGE.rglob("*.py")):
         relative = path.relative_to(PACKAGE)
@@ -74,7 +89,7 @@ def _violations(layers: dict[str, int]) -> list[str]:
                 continue
             if target not in layers:
                 out.append(f"{relative}:{line}: imports {module}, outside every room")
-            elif layers[target] >= layers[room]:
+            elif layers[target] > layers[room] or (layers[target] == layers[room] and (room, target) not in within):
                 out.append(f"{relative}:{line}: {room} (layer {layers[room]}) imports {module} (layer {layers[target]})")
     return out
 
@@ -86,6 +101,20 @@ def test_rooms_import_only_lower_layers() -> None:
 def test_the_check_catches_an_upward_import() -> None:
     """Moving ``inspect`` below ``export`` must make the (real) imports of ``inspect`` from ``export`` violations."""
     assert any(" inspect (layer 1) imports defect_detector.export" in v for v in _violations({**LAYERS, "inspect": 1}))
+
+
+def test_the_check_catches_an_undeclared_import_within_a_layer() -> None:
+    """Without its declaration, the dataset's (real) import of the registration is a violation at one layer."""
+    undeclared = {k: v for k, v in WITHIN.items() if k != ("data", "align")}
+    assert any(" data (layer 1) imports defect_detector.align" in v for v in _violations(LAYERS, undeclared))
+
+
+def test_the_declared_order_within_a_layer_has_no_circle() -> None:
+    graph: dict[str, set[str]] = {}
+    for room, target in WITHIN:
+        assert LAYERS[room] == LAYERS[target], f"{room} -> {target}: not one layer; no declaration needed"
+        graph.setdefault(room, set()).add(target)
+    graphlib.TopologicalSorter(graph).prepare()
 
 
 @pytest.mark.parametrize("room", ["core", "data"])

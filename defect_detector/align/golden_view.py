@@ -12,6 +12,7 @@ centre lies in that area or within :data:`SEAM_MARGIN` px of it (``GoldenView.ca
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import cv2
@@ -21,6 +22,7 @@ import torch
 from defect_detector.align.mapping import Mapping
 from defect_detector.align.photometric import Photometric
 from defect_detector.core.boxes import centres_inside
+from defect_detector.core.frame_record import Prepared, StageContext
 
 _EDGE_PX = 3
 """Pixels off the frame's edge not counted as data (interpolation there mixes in the border), as ``covered_area``."""
@@ -97,3 +99,12 @@ def centres_valid(boxes: torch.Tensor, view: GoldenView) -> torch.Tensor:
     """bool ``[K]``: whether each box's centre (golden-image pixels) lies where the frame has data, off the seam margin
     (``view.callable``)."""
     return centres_inside(boxes, view.callable if view.callable is not None else view.valid)
+
+
+def golden_view(context: StageContext, record: Prepared) -> Prepared:
+    """The golden-view stage: when the model sees frames in their golden image's pixels (``context.golden_view``), the
+    frame warped into its design's golden image (:func:`warp_into_golden`, at the golden image's levels); else handed on."""
+    if not context.golden_view or record.design is None:
+        return record
+    reg = record.registration
+    return dataclasses.replace(record, view=warp_into_golden(record.frame.image, record.design.image, reg.mapping, reg.photometric))

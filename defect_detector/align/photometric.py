@@ -30,7 +30,9 @@ import cv2
 import numpy as np
 
 from defect_detector.align.mapping import Mapping
+from defect_detector.core.frame_record import Prepared, StageContext
 from defect_detector.core.limits import PhotometricLimits
+from defect_detector.core.refusal import RefusalKind
 
 FIT_SIDE = 48
 """Longest side, in samples, of the area-averaged images the fit reads."""
@@ -413,3 +415,35 @@ def fit_photometric(golden: np.ndarray, board: np.ndarray, valid: np.ndarray | N
     shape = (int(board.shape[0]), int(board.shape[1]))
     fit = Photometric(coeffs, gamma, offset, shape, gain, light_range, float((weights > 0).mean()), span)
     return dataclasses.replace(fit, blur=relative_blur(fit.to_board(golden), board, valid))
+
+
+def photometric_fit(context: StageContext, record: Prepared) -> Prepared:
+    """The photometric-fit stage: ``record.matched``, its registered golden image at the frame's levels
+    (:meth:`Photometric.to_board`), and the fit kept in its registration. A negligible fit (:attr:`Photometric.negligible`)
+    is the identity, and so is the fit of a binarized design (:func:`is_binarized`, read once per design: a scan of two
+    clipped levels). A single-image model's frame is handed on as it is."""
+    if record.golden is None or record.registration is None:
+        return record
+    design, shape = record.design, record.frame.image.shape
+    if design is not None and design.binarized is None:
+        design.binarized = is_binarized(design.image)
+    binarized = design is not None and design.binarized
+    fit = Photometric.identity(shape) if binarized else fit_photometric(record.golden, record.frame.image, record.covered)
+    if fit.negligible:
+        fit = Photometric.identity(shape)
+    fitted = dataclasses.replace(record.registration, photometric=fit)
+    return dataclasses.replace(record, matched=fit.to_board(record.golden), registration=fitted)
+
+
+def light_range(context: StageContext, record: Prepared) -> Prepared:
+    """The light-range stage: the photometric fit within the range the weights (or the design) were validated for
+    (:func:`photometric_reason`), else refused (``light unlike``); then ``golden`` is the matched golden image and
+    ``captured`` the one as captured. A frame whose golden check refusal is pending (``record.mismatch``) is not judged
+    for its light: the hidden-area screen decides it."""
+    if record.matched is None:
+        return dataclasses.replace(record, captured=record.golden)
+    fit = record.registration.photometric
+    light = "" if record.mismatch is not None else photometric_reason(fit, context.limits_for(record.golden_key).photometric)
+    if light:
+        return record.refuse(RefusalKind.LIGHT_UNLIKE, light, {"gain": fit.gain, "gamma": fit.gamma, "offset": fit.offset})
+    return dataclasses.replace(record, golden=record.matched, captured=record.golden)

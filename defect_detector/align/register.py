@@ -43,11 +43,13 @@ from defect_detector.align.local_grid import LevelPair, Residual, fit_local, ref
 from defect_detector.align.mapping import Mapping, identity_mapping
 from defect_detector.align.photometric import Photometric
 from defect_detector.align.register_fit import FramePyramid, PreparedReference, Scored, blurred, estimate, residual_motion
+from defect_detector.align.sharpness import blur_words
 from defect_detector.core.config_register import RegisterConfig
 from defect_detector.core.constants import PAD_VALUE
 from defect_detector.core.devices import one_blas_thread
-from defect_detector.core.refusal import RefusalKind
-from defect_detector.screens.sharpness import blur_words
+from defect_detector.core.errors import ReferenceError
+from defect_detector.core.frame_record import Prepared, StageContext
+from defect_detector.core.refusal import Refusal, RefusalKind
 
 FILL_VALUE = PAD_VALUE  # the letterbox pad value: "no data"
 log = logging.getLogger(__name__)
@@ -219,7 +221,7 @@ def _size_reason(reference_shape: tuple[int, ...], image_shape: tuple[int, ...],
 
 
 def _with_blur(reason: str, image: np.ndarray, reference: np.ndarray) -> str:
-    """``reason`` led by the blur when the frame is blurred against its golden image (``screens/sharpness.py``): a
+    """``reason`` led by the blur when the frame is blurred against its golden image (``align/sharpness.py``): a
     blurred frame fails to match for that reason, not because it shows another board."""
     blur = blur_words(image, reference) if reason else ""
     return f"{blur}; {reason}" if blur else reason
@@ -495,3 +497,52 @@ class Registrar:
             return None
         motion = residual_motion(frame, reg.mapping, self.cfg)
         return score if motion <= self.cfg.reuse_shift else None
+
+
+SCALE_CHANGE = 0.1
+"""A golden image refused as not matching whose sides both differ from the frame's by this share or more, by one
+factor, is named as captured at another scale."""
+
+
+def registration(context: StageContext, record: Prepared) -> Prepared:
+    """The registration stage (golden-template models): ``record`` with its design's golden image registered into the
+    frame (``context.designs.register``: the design's :class:`Registrar`, then the golden check), its covered area
+    narrowed to the design's inspection area where the weights store one (``align/inspection_area.py``: the screens
+    judge the board only, and calls off it are dropped). Refused when no golden image fits; a golden check refusal of
+    a golden image registration found on the board is left pending (``record.mismatch``) for the hidden-area screen,
+    which decides whether hidden area explains it (``screens/hidden.py``)."""
+    if record.design is None:
+        return record
+    frame = record.frame
+    try:
+        golden, found = context.designs.register(record.design, frame.image, frame.file_name, context.align)
+    except ReferenceError as exc:
+        if exc.kind != RefusalKind.REFERENCE_MISMATCH:
+            return record.refuse(exc.kind, str(exc))
+        message = f"{exc}{_scale_hint(record.design.image.shape, frame.image.shape)}"
+        if exc.registered is None:
+            return record.refuse(exc.kind, message)
+        golden, found = exc.registered
+        record = dataclasses.replace(record, mismatch=Refusal(exc.kind, message, {}))
+    return _covered(context, dataclasses.replace(record, golden=golden, registration=found))
+
+
+def _covered(context: StageContext, record: Prepared) -> Prepared:
+    """``record`` (registered) with ``covered``: where its registered golden image has data, within ``area``, its
+    design's inspection area in the frame where the weights store one."""
+    shape, found = record.frame.image.shape[:2], record.registration
+    covered, area = found.covered(shape), context.area_of(record.design.key)
+    if area is None or area.shape != record.design.image.shape:
+        return dataclasses.replace(record, covered=covered, area=None)
+    inside = area.in_frame(found.mapping, shape)
+    return dataclasses.replace(record, covered=covered & inside, area=inside)
+
+
+def _scale_hint(golden: tuple[int, ...], shape: tuple[int, ...]) -> str:
+    """``"; the golden image is 1.50x the frame's size: captured at another scale?"`` when both sides of a golden image
+    of shape ``golden`` differ from a frame of ``shape`` ``(H, W)`` by one factor, :data:`SCALE_CHANGE` or more; else
+    ``""``."""
+    high, wide = golden[0] / shape[0], golden[1] / shape[1]
+    if abs(high / wide - 1.0) > SCALE_CHANGE / 2 or abs(high - 1.0) < SCALE_CHANGE:
+        return ""
+    return f"; the golden image is {(high * wide) ** 0.5:.2f}x the frame's size: captured at another scale?"

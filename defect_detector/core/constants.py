@@ -19,3 +19,8 @@ DEFAULT_LAYERS = (
 (``MonitorConfig.layers``). Stage 4 and the neck outputs (``backbone.stage4``, ``neck.out3``, ``neck.out4``,
 ``neck.out5``, or ``neck.out*``) can be added by name; they follow board content more than the camera,
 and every extra layer costs model time against the 3% the monitor is allowed on a CPU."""
+
+LEVELS = ("dark", "median", "bright", "detail")
+"""The entries of a frame's gray levels (``screens/blank.py`` ``image_levels``): gray levels 0-255 (1st percentile,
+median, 99th percentile), and the fraction of pixels more than ``FLAT_DEVIATION`` levels from the median; the drift
+baseline records them for the calibration frames."""

@@ -40,7 +40,7 @@ class RefusalKind(StrEnum):
     """The board moved so far that its golden image covers too little of the frame (``screens/frame.py``)."""
     UNDEREXPOSED = "underexposed"
     """Too dark for the range the weights were validated at; or a single-image model's frame at grey levels the
-    calibration frames never show, 10% or more darker than they are (``inspect/prepare.py`` ``LIGHT_CHANGE``)."""
+    calibration frames never show, 10% or more darker than they are (``screens/hidden.py`` ``LIGHT_CHANGE``)."""
     OVEREXPOSED = "overexposed"
     LOW_CONTRAST = "low contrast"
     CLIPPED = "overexposed or underexposed"

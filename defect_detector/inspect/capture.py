@@ -21,7 +21,7 @@ import cv2
 import numpy as np
 
 if TYPE_CHECKING:
-    from defect_detector.inspect.frame import Frame
+    from defect_detector.core.frame import Frame
 
 log = logging.getLogger("defect_detector.inspect")
 

@@ -28,9 +28,10 @@ import numpy as np
 from defect_detector.align.photometric import blur_golden
 from defect_detector.align.register import Registrar, Registration
 from defect_detector.core.config_register import RegisterConfig
+from defect_detector.core.errors import ReferenceError
 from defect_detector.core.refusal import RefusalKind
 from defect_detector.data.images import pixel_fingerprint
-from defect_detector.inspect.references import ReferenceError, References
+from defect_detector.inspect.references import References
 from defect_detector.screens.frame import too_small
 
 log = logging.getLogger("defect_detector.inspect")

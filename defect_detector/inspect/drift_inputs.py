@@ -16,8 +16,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from defect_detector.core.frame_record import Prepared
 from defect_detector.inspect.pipeline import Pipeline
-from defect_detector.inspect.prepare import Prepared
 from defect_detector.monitor.golden import Golden
 from defect_detector.screens.blank import image_levels
 

@@ -39,19 +39,21 @@ import numpy as np
 
 from defect_detector.core.board_yield import BoardYield
 from defect_detector.core.devices import AdaptiveThreads, default_threads
+from defect_detector.core.errors import ReferenceError
+from defect_detector.core.frame import Frame
+from defect_detector.core.frame_record import Prepared
 from defect_detector.core.types import Detections
 from defect_detector.data.images import ConversionNotice
 from defect_detector.inspect.consumers import Callback, Consumer, Progress, consume
 from defect_detector.inspect.design_check import DesignCheck
 from defect_detector.inspect.drift_inputs import golden_of
-from defect_detector.inspect.frame import Frame
 from defect_detector.inspect.options import InspectOptions
 from defect_detector.inspect.outputs import Outputs
 from defect_detector.inspect.panel import BoardOutline, check_inside, load_outlines, outlines_of
 from defect_detector.inspect.pipeline import Pipeline, gray_frame
-from defect_detector.inspect.prepare import Prepare, Prepared, detect
+from defect_detector.inspect.prepare import Prepare, detect
 from defect_detector.inspect.record import Inspection
-from defect_detector.inspect.references import ReferenceError, References
+from defect_detector.inspect.references import References
 from defect_detector.inspect.run_guard import RunGuard, check_database
 from defect_detector.inspect.run_summary import Tally
 from defect_detector.inspect.runtime import Runtime, precision_half

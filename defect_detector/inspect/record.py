@@ -17,10 +17,10 @@ import numpy as np
 from torchvision.ops import box_convert
 
 from defect_detector.align.register import Registration
+from defect_detector.core.frame_record import Prepared
 from defect_detector.core.types import Detections
 from defect_detector.core.verdict import Verdict, verdict_of
 from defect_detector.inspect.panel import BoardOutline, BoardVerdict, board_verdicts, boards_holding, to_outline_pixels
-from defect_detector.inspect.prepare import Prepared
 from defect_detector.inspect.tolerance import in_golden
 from defect_detector.inspect.trace import NO_TRACE, Trace
 from defect_detector.monitor.drift import DriftEvent
@@ -29,7 +29,7 @@ from defect_detector.station.records import REGISTRATION_KEYS, BoardRecord, Call
 
 @dataclass(frozen=True)
 class Inspection(Prepared):
-    """The record of one frame: what the prepare stage made of it (:class:`~defect_detector.inspect.prepare.Prepared`:
+    """The record of one frame: what the prepare stage made of it (:class:`~defect_detector.core.frame_record.Prepared`:
     its frame, design, registration, refusal ...), the model's ``detections`` (boxes in the frame's original pixels;
     None when not inspected), the drift ``events`` it raised, the monitor's ``drift`` flag after it
     (``DriftDetector.flag``; ``"off"`` without monitoring) and ``score`` (None without monitoring), and the file name of

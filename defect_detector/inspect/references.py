@@ -12,27 +12,14 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from defect_detector.core.errors import DatasetError
+from defect_detector.core.errors import DatasetError, ReferenceError
 from defect_detector.core.refusal import RefusalKind
 from defect_detector.data.images import IMAGE_SUFFIXES, load_image_gray, pixel_fingerprint
 
 _MAX_KEYS = 4096  # golden files whose pixel fingerprint is kept
-
-
-class ReferenceError(ValueError):
-    """A frame cannot be inspected against a reference; the message says which file and why, ``kind`` how it is counted
-    (``no golden image``, ``no reference``, ``unreadable reference``, ``reference does not match``, ``occluded or not this board``).
-    ``registered``: the golden image registered into the frame and its ``Registration`` when the registration found
-    the board but the golden check refused it (the prepare stage asks whether hidden area explains that), else None."""
-
-    def __init__(self, message: str, kind: RefusalKind, registered: tuple[Any, Any] | None = None) -> None:
-        super().__init__(message)
-        self.kind = RefusalKind(kind)
-        self.registered = registered
 
 
 class References:

@@ -30,9 +30,9 @@ from typing import Any
 
 import cv2
 
+from defect_detector.core.frame_record import Prepared
 from defect_detector.core.io import atomic_write_bytes, atomic_write_json
 from defect_detector.inspect.inspector import Inspector
-from defect_detector.inspect.prepare import Prepared
 from defect_detector.inspect.record import registration_json
 from defect_detector.inspect.sources import FrameSource, open_source, reads_back, source_kind
 

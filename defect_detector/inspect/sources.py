@@ -44,10 +44,10 @@ import cv2
 import numpy as np
 
 from defect_detector.core.errors import DatasetError
+from defect_detector.core.frame import Frame
 from defect_detector.core.safe_text import mask_secrets
 from defect_detector.data.images import IMAGE_SUFFIXES, ConversionNotice, gray_from_file, image_files, read_pages, to_gray_uint8
 from defect_detector.inspect.capture import Capture, CaptureFactory, CaptureReading, ReconnectPolicy, SourceStats
-from defect_detector.inspect.frame import Frame
 
 __all__ = [
     "VIDEO_SUFFIXES",

@@ -22,15 +22,16 @@ from pathlib import Path
 
 import numpy as np
 
+from defect_detector.core.frame import Frame
+from defect_detector.core.frame_record import Prepared
 from defect_detector.core.progress import progress as progress_bar
 from defect_detector.data.coco_json import read_json
 from defect_detector.data.dataset import CocoDetectionDataset, evenly_spaced
 from defect_detector.engine.budget import MIN_BASELINE_FRAMES, Budget
 from defect_detector.inspect.annotated import AnnotatedFrame, annotated_frames
 from defect_detector.inspect.drift_inputs import golden_of
-from defect_detector.inspect.frame import Frame
 from defect_detector.inspect.pipeline import Pipeline
-from defect_detector.inspect.prepare import Prepare, Prepared, detect, reframed
+from defect_detector.inspect.prepare import Prepare, detect, reframed
 from defect_detector.inspect.references import References
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.inspect.sources import list_images, source_kind

@@ -20,9 +20,9 @@ import numpy as np
 import torch
 from pydantic import BaseModel, BeforeValidator, ConfigDict, StrictFloat, ValidationError, model_validator
 
+from defect_detector.core.constants import LEVELS
 from defect_detector.core.io import atomic_write_json, read_json_file
 from defect_detector.core.typed_yaml import Bool, Int, Invalid, Str, check, error_parts
-from defect_detector.screens.blank import LEVELS
 
 logger = logging.getLogger("defect_detector.monitor")
 

@@ -13,12 +13,13 @@ while black, 10%-brightness (bright level 25), white, saturated and flat grey fr
 
 from __future__ import annotations
 
+import dataclasses
+
 import cv2
 import numpy as np
 
-LEVELS = ("dark", "median", "bright", "detail")
-"""The entries of :func:`image_levels`: gray levels 0-255 (1st percentile, median, 99th percentile), and the
-fraction of pixels more than :data:`FLAT_DEVIATION` levels from the median."""
+from defect_detector.core.frame_record import Prepared, StageContext
+from defect_detector.core.refusal import RefusalKind
 
 SAMPLES = 16384
 """About this many pixels are read per frame (every pixel of a smaller frame): 64 rows of up to 256 columns."""
@@ -59,7 +60,7 @@ def _histogram(pixels: np.ndarray) -> np.ndarray:
 
 
 def image_levels(gray: np.ndarray) -> np.ndarray:
-    """float64 ``[4]`` (:data:`LEVELS`) of a uint8 ``[H, W]`` frame, read on about :data:`SAMPLES` of its pixels."""
+    """float64 ``[4]`` (``core/constants.py`` ``LEVELS``) of a uint8 ``[H, W]`` frame, read on about :data:`SAMPLES` of its pixels."""
     if not isinstance(gray, np.ndarray) or gray.ndim != 2 or gray.dtype != np.uint8 or gray.size == 0:
         raise ValueError(f"expected a non-empty uint8 [H, W] frame, got {getattr(gray, 'dtype', type(gray))} {getattr(gray, 'shape', '')}")
     height, width = gray.shape
@@ -84,3 +85,13 @@ def blank_reason(gray: np.ndarray, levels: np.ndarray | None = None) -> str | No
     if median >= WHITE_LEVEL:
         return "blank frame: white, saturated (no board detail): light too strong or exposure too long? check the light and the exposure"
     return f"blank frame: flat grey at {median:.0f} (no board detail): lens covered or no board in view? check the camera and the board"
+
+
+def blank(context: StageContext, record: Prepared) -> Prepared:
+    """The blank stage: ``record`` with its gray levels (``image_levels``), refused (``blank``) when the frame has nothing to
+    inspect (:func:`blank_reason`)."""
+    record = dataclasses.replace(record, levels=image_levels(record.frame.image))
+    reason = blank_reason(record.frame.image, record.levels)
+    if reason is None:
+        return record
+    return record.refuse(RefusalKind.BLANK, reason, dict(zip(("median", "bright", "detail"), record.levels[1:])))

@@ -11,11 +11,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 
 from defect_detector.core.boxes import centres_inside
+from defect_detector.core.frame_record import Prepared, StageContext
 from defect_detector.core.limits import ExposureLimits
 from defect_detector.core.refusal import Refusal, RefusalKind
 from defect_detector.core.types import Detections
@@ -99,6 +101,28 @@ def screen_reason(
     else:
         frame, reference, what = tones(histogram(gray)), calibration, "the calibration frames"
     return exposure_reason(frame, reference, limits, what)
+
+
+def frame_size(context: StageContext, record: Prepared) -> Prepared:
+    """The frame-size stage: a frame under :data:`MIN_SIDE` px on a side is refused (``too_small``)."""
+    small = too_small(record.frame.image.shape, f"{record.frame.file_name}: the frame")
+    return record if small is None else dataclasses.replace(record, refusal=small)
+
+
+def exposure(context: StageContext, record: Prepared) -> Prepared:
+    """The coverage and exposure stage (:func:`screen_reason`): the frame against its registered golden image over the
+    covered area, or against the calibration levels, at its design's ``limits.exposure``. A frame whose golden check
+    refusal is pending (``record.mismatch``) is left to the hidden-area screen, which decides it."""
+    if record.mismatch is not None:
+        return record
+    design = record.design
+    if design is not None and design.tones is None:
+        design.tones = tones(histogram(design.image))
+    own = design.tones if design is not None else None
+    limits = context.limits_for(record.golden_key).exposure
+    image, matched = record.frame.image, record.matched
+    refusal = screen_reason(image, record.golden, record.covered, limits, context.calibration, matched, own, record.area)
+    return record if refusal is None else dataclasses.replace(record, refusal=refusal)
 
 
 def mask_uncovered(detections: Detections, covered: np.ndarray | None) -> Detections:

@@ -33,11 +33,15 @@ glare spot or a hand over a defect covers it whole.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import cv2
 import numpy as np
+
+from defect_detector.core.frame_record import Prepared, StageContext
+from defect_detector.core.refusal import Refusal, RefusalKind
 
 SATURATED_SHARE = 0.3
 """Least share of a cell saturated beyond the golden image's for glare."""
@@ -66,6 +70,12 @@ WORK_CELL = 16
 """Cells are read at most this many pixels a side: larger frames are area-averaged first (a defect-sized cell keeps its
 mean and its solid areas; it costs a quarter at 640)."""
 KINDS = ("glare", "dark occluder or shadow", "unlike the golden image")
+EXPLAINED = 0.1
+"""The largest hidden region (a share of the frame) taken to explain a golden image the golden check called another
+design: more is a board unlike its golden image all over, not a spot over it."""
+LIGHT_CHANGE = 0.1
+"""A single-image model's frame refused for grey levels the calibration frames never show whose bright level lies this
+share or more off theirs is refused for the light (underexposed or overexposed), not as hidden area."""
 
 
 def cell_size(shape: tuple[int, ...]) -> int:
@@ -248,3 +258,77 @@ def _region(kinds: np.ndarray, hidden: np.ndarray, shape: tuple[int, ...], name:
     left, top, width, height = (int(stats[label, k]) * cell for k in spans)
     box = (left, top, min(left + width, int(shape[1])), min(top + height, int(shape[0])))
     return HiddenArea(name(kinds[labels == label]), cells * cell * cell / float(shape[0] * shape[1]), x, y, cells, box)
+
+
+def hidden_area(context: StageContext, record: Prepared) -> Prepared:
+    """The hidden-area stage: ``record`` with its largest hidden region, refused (``hidden``) when it hides too much:
+    against the matched golden image (``record.captured``: the registered golden image before matching), or for a
+    single-image model against the calibration frames' pixel levels (not screened when the baseline records none).
+
+    It also decides a golden check refusal that registration left pending (``record.mismatch``): the frame is refused
+    for its hidden area when that explains the refusal (glare anywhere, or a region of at most :data:`EXPLAINED` of the
+    frame: a glare spot's saturation reads as differences spread over the board), else for the golden image, its
+    registration dropped: an occluder the golden check names keeps its words, and a golden image of another design,
+    unlike the board all over, stays "reference does not match"."""
+    record = _screened(context, record)
+    if record.mismatch is None:
+        return record
+    if record.refused and (record.hidden.kind == KINDS[0] or record.hidden.share <= EXPLAINED):
+        return dataclasses.replace(record, mismatch=None)
+    unregistered = dict(registration=None, golden=None, covered=None, area=None, hidden=None)
+    return dataclasses.replace(record, refusal=record.mismatch, mismatch=None, **unregistered)
+
+
+def _screened(context: StageContext, record: Prepared) -> Prepared:
+    image = record.frame.image
+    calibration = context.calibration
+    if record.golden is not None:
+        kinds, unlike = golden_cells(image, record.golden, record.covered, record.captured), KINDS[2]
+    elif calibration is not None and calibration.get("pixel_levels") is not None:
+        kinds, unlike = level_cells(image, calibration["pixel_levels"], calibration["bright"]), "unlike the calibration frames"
+    else:
+        return record
+    hidden = largest_region(kinds, image.shape, unlike)
+    record = dataclasses.replace(record, hidden=hidden)
+    if not context.screen_hidden or hidden is None or not hidden.refused(context.limits_for(record.golden_key).hidden_max_area):
+        return record
+    light = _light(record, hidden, calibration)
+    if light is not None:
+        return dataclasses.replace(record, refusal=light)
+    message = f"{hidden.words()}: a defect there cannot be seen ({hidden_cause(hidden)})"
+    return record.refuse(RefusalKind.HIDDEN, message, {"share": hidden.share, "cells": hidden.cells})
+
+
+def _light(record: Prepared, hidden: HiddenArea, calibration: dict | None) -> Refusal | None:
+    """A single-image model's frame whose grey levels the calibration frames never show, read as the light it
+    measures: its bright level :data:`LIGHT_CHANGE` or more off the calibration frames' is underexposed (darker) or
+    overexposed (brighter), a camera refusal that raises a drift alert at once (``RefusalKind.camera``); else None
+    (the hidden area's own words)."""
+    if record.golden is not None or hidden.kind == KINDS[0] or record.levels is None:
+        return None
+    reference = float(calibration["bright"])
+    light = float(record.levels[2]) / max(reference, 1.0)
+    if abs(light - 1.0) < LIGHT_CHANGE:
+        return None
+    darker = light < 1.0
+    message = (
+        f"image {abs(light - 1.0):.0%} {'darker' if darker else 'brighter'} than the calibration frames (bright level "
+        f"{record.levels[2]:.0f} against {reference:.0f}), {hidden.share:.1%} of the board at grey levels they never "
+        "show: check the light and the camera's exposure"
+    )
+    kind = RefusalKind.UNDEREXPOSED if darker else RefusalKind.OVEREXPOSED
+    return Refusal(kind, message, {"light": light, "share": hidden.share})
+
+
+def hidden_cause(hidden: HiddenArea) -> str:
+    """What a hidden region's kind (:data:`KINDS`) and size say to do: the light only for glare; a region unlike the
+    golden image over more than :data:`EXPLAINED` of the frame is another design more likely than an object over it."""
+    if hidden.kind == KINDS[0]:
+        return "glare: shade the light or move it off the camera's axis"
+    if hidden.kind == KINDS[1]:
+        return "a hand, a cover or a shadow: clear the camera's view"
+    if hidden.kind == KINDS[2] and hidden.share > EXPLAINED:
+        return "another design, or a golden image that does not match this board: check the golden image"
+    if hidden.kind == KINDS[2]:
+        return "an object over the board: clear the camera's view"
+    return "an object over the board, or a board unlike the calibration frames: clear the camera's view"

@@ -24,6 +24,8 @@ from defect_detector.cli.main import main
 from defect_detector.cli.parser import build_parser
 from defect_detector.core.constants import DEEPPCB_CLASSES
 from defect_detector.core.errors import DatasetError
+from defect_detector.core.frame import Frame
+from defect_detector.core.frame_record import Prepared
 from defect_detector.core.types import Detections
 from defect_detector.data.collate import build_loader
 from defect_detector.data.dataset import CocoDetectionDataset
@@ -31,9 +33,7 @@ from defect_detector.data.synth import generate_board, write_synthetic_dataset
 from defect_detector.export import export_torchscript
 from defect_detector.inspect import inspector as inspector_module
 from defect_detector.inspect import outputs as outputs_module
-from defect_detector.inspect.frame import Frame
 from defect_detector.inspect.outputs import Outputs
-from defect_detector.inspect.prepare import Prepared
 from defect_detector.inspect.record import Inspection
 from defect_detector.inspect.run_guard import RUN_TOKEN
 from defect_detector.inspect.sources import open_source

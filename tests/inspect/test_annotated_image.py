@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from defect_detector.core.frame import Frame
+from defect_detector.core.frame_record import Prepared
 from defect_detector.core.refusal import Refusal, RefusalKind
 from defect_detector.core.types import Detections, LetterboxMeta
 from defect_detector.data.draw import HIDDEN_COLOR_BGR, STAMP_COLOR_BGR, VERDICT_COLORS_BGR
 from defect_detector.inspect.annotated_image import annotated_image
-from defect_detector.inspect.frame import Frame
-from defect_detector.inspect.prepare import Prepared
 from defect_detector.inspect.record import Inspection
 from defect_detector.screens.hidden import HiddenArea
 

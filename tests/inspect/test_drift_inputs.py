@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from defect_detector.core.frame import Frame
 from defect_detector.data.images import load_image_gray
 from defect_detector.inspect.designs import Designs
 from defect_detector.inspect.drift_inputs import golden_of
-from defect_detector.inspect.frame import Frame
 from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.inspect.prepare import Prepare
 from defect_detector.inspect.runtime import Runtime

@@ -12,12 +12,12 @@ import pytest
 from small_checkpoint import SPREAD, SPREAD_BIAS, assert_apart, write_small_checkpoint
 from torchvision.ops import box_iou
 
+from defect_detector.core.frame import Frame
 from defect_detector.core.refusal import RefusalKind
 from defect_detector.data.images import load_image_gray, pixel_fingerprint
 from defect_detector.data.synth import generate_board_pair
 from defect_detector.export import export_onnx, export_torchscript
 from defect_detector.inspect.designs import Designs
-from defect_detector.inspect.frame import Frame
 from defect_detector.inspect.inspector import Inspector
 from defect_detector.inspect.pipeline import FEATURES_KEPT, Pipeline
 from defect_detector.inspect.prepare import Prepare, detect
@@ -157,11 +157,12 @@ def test_a_pipeline_keeps_the_golden_features_of_its_most_recent_designs_only(si
 def test_the_prepare_stage_is_one_declared_list_and_a_new_screen_is_one_line_in_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 57 item 1: the prepare stage is :data:`STAGES`, in order; a screen added to the list refuses a frame with
     its own kind, and no stage after it runs (no plan)."""
+    from defect_detector.core.frame_record import Stage
     from defect_detector.inspect import prepare as prepare_module
-    from defect_detector.inspect.prepare import STAGES, Stage
+    from defect_detector.inspect.prepare import STAGES
 
     names = [s.name for s in STAGES]
-    assert names[:3] == ["frame size", "blank", "golden image"] and names[-1] == "plan"
+    assert names[:4] == ["frame size", "blank", "design", "registration"] and names[-1] == "plan"
     assert names.index("photometric fit") < names.index("coverage and exposure") < names.index("hidden area")
     name = sorted((SAMPLES / "deeppcb").glob("*.jpg"))[0].name
     board, golden = load_image_gray(SAMPLES / "deeppcb" / name), load_image_gray(SAMPLES / "golden" / name)
@@ -176,11 +177,60 @@ def test_the_prepare_stage_is_one_declared_list_and_a_new_screen_is_one_line_in_
         raise AssertionError("a stage after the refusing one ran")
 
     at = names.index("hidden area")
-    chosen = (*STAGES[:at], Stage("dust", "screens/dust.py", dusty), *STAGES[at:], Stage("after", "-", after))
+    chosen = (*STAGES[:at], Stage("dust", dusty), *STAGES[at:], Stage("after", after))
     monkeypatch.setattr(prepare_module, "STAGES", chosen)
     refused = prepare(Frame(1, board, "cam", name, 0.0), golden)
     assert refused.refusal.message.endswith("dust on the lens") and refused.hidden is None
     assert refused.registration is not None and refused.golden is not None  # the stages before it ran
+
+
+OWNERS = {
+    "frame size": "screens/frame.py",
+    "blank": "screens/blank.py",
+    "design": "inspect/prepare.py",
+    "registration": "align/register.py",
+    "photometric fit": "align/photometric.py",
+    "coverage and exposure": "screens/frame.py",
+    "light range": "align/photometric.py",
+    "hidden area": "screens/hidden.py",
+    "golden view": "align/golden_view.py",
+    "working scale": "inspect/prepare.py",
+    "plan": "inspect/prepare.py",
+}
+"""DESIGN.md, "The frame record, stages and consumers": each stage is owned by its room (screens in ``screens/``,
+registration and fits in ``align/``, the design and the plan with the frame path in ``inspect/``)."""
+
+
+def test_each_stage_lives_in_the_room_that_owns_its_measure() -> None:
+    from defect_detector.inspect.prepare import STAGES
+
+    assert {s.name: s.owner for s in STAGES} == OWNERS
+
+
+def _stage_functions() -> set[tuple[str, str]]:
+    """``(room/module.py, name)`` of every function in the package written as a stage: ``(context, record: Prepared)
+    -> Prepared``."""
+    import ast
+
+    found = set()
+    package = Path(__file__).resolve().parents[2] / "defect_detector"
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.FunctionDef) or len(node.args.args) != 2 or node.name.startswith("_"):
+                continue
+            annotations = [ast.unparse(a.annotation) if a.annotation else "" for a in node.args.args]
+            if annotations[1] == "Prepared" and node.returns is not None and ast.unparse(node.returns) == "Prepared":
+                found.add((str(path.relative_to(package)), node.name))
+    return found
+
+
+def test_every_stage_function_is_in_the_declared_list() -> None:
+    """A stage written but left out of :data:`STAGES` never runs: every function shaped as a stage is in the list, once."""
+    from defect_detector.inspect.prepare import STAGES
+
+    declared = [(s.owner, s.run.__name__) for s in STAGES]
+    assert len(set(declared)) == len(declared)
+    assert _stage_functions() == set(declared)
 
 
 def test_calls_off_the_inspection_area_are_dropped_and_counted() -> None:
@@ -189,8 +239,9 @@ def test_calls_off_the_inspection_area_are_dropped_and_counted() -> None:
     data alone (no area stored) are dropped uncounted, as before."""
     import torch
 
+    from defect_detector.core.frame_record import Prepared
     from defect_detector.core.types import Detections
-    from defect_detector.inspect.prepare import Prepared, _on_board
+    from defect_detector.inspect.prepare import _on_board
 
     boxes = torch.tensor([[10.0, 10.0, 30.0, 30.0], [70.0, 10.0, 90.0, 30.0], [10.0, 70.0, 30.0, 90.0]])
     found = Detections(boxes, torch.tensor([0.9, 0.8, 0.7]), torch.zeros(3, dtype=torch.int64), ["short"] * 3, torch.zeros(4, 2), {}, None)

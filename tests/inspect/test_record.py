@@ -16,13 +16,13 @@ import torch
 
 from defect_detector.align.mapping import Mapping
 from defect_detector.align.register import Registration
+from defect_detector.core.frame import Frame
+from defect_detector.core.frame_record import Prepared
 from defect_detector.core.refusal import Refusal, RefusalKind
 from defect_detector.core.types import Detections, LetterboxMeta
 from defect_detector.core.verdict import VERDICTS, verdict_of
-from defect_detector.inspect.frame import Frame
 from defect_detector.inspect.outputs import Outputs
 from defect_detector.inspect.panel import BoardOutline
-from defect_detector.inspect.prepare import Prepared
 from defect_detector.inspect.record import Inspection
 from defect_detector.inspect.sources import open_source
 from defect_detector.inspect.trace import Trace

@@ -9,9 +9,10 @@ import cv2
 import numpy as np
 import pytest
 
+from defect_detector.core.errors import ReferenceError
 from defect_detector.data.images import pixel_fingerprint
 from defect_detector.inspect.designs import Designs
-from defect_detector.inspect.references import ReferenceError, References
+from defect_detector.inspect.references import References
 
 
 def test_a_png_golden_image_serves_a_jpg_frame(tmp_path: Path) -> None:

@@ -12,8 +12,7 @@ from golden_pairs import CALIB, gray, textured
 
 from defect_detector.core.refusal import RefusalKind
 from defect_detector.inspect.inspector import Inspector
-from defect_detector.inspect.prepare import _hidden_cause
-from defect_detector.screens.hidden import KINDS, HiddenArea
+from defect_detector.screens.hidden import KINDS, HiddenArea, hidden_cause
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -62,7 +61,7 @@ def test_a_golden_image_of_the_frames_size_names_no_scale(golden_inspector: Insp
     ],
 )
 def test_only_glare_asks_for_the_light(kind: str, share: float, words: str) -> None:
-    cause = _hidden_cause(HiddenArea(kind, share, 10, 10, 4))
+    cause = hidden_cause(HiddenArea(kind, share, 10, 10, 4))
     assert words in cause
     assert (LIGHT in cause) == (kind == KINDS[0])
 

@@ -9,10 +9,10 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
+from defect_detector.core.frame import Frame
+from defect_detector.core.frame_record import Prepared
 from defect_detector.core.types import Detections
 from defect_detector.inspect.capture import SourceStats
-from defect_detector.inspect.frame import Frame
-from defect_detector.inspect.prepare import Prepared
 from defect_detector.inspect.record import Inspection
 from defect_detector.inspect.run_summary import Tally, summary_line
 from defect_detector.monitor.drift import DriftEvent

@@ -7,9 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from defect_detector.core.constants import LEVELS
 from defect_detector.data.images import load_image_gray
 from defect_detector.data.synth import generate_board_pair
-from defect_detector.screens.blank import LEVELS, blank_reason, image_levels
+from defect_detector.screens.blank import blank_reason, image_levels
 
 SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
 

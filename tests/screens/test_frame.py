@@ -17,11 +17,11 @@ import pytest
 import torch
 
 from defect_detector.cli.main import main
+from defect_detector.core.frame import Frame
 from defect_detector.core.limits import ExposureLimits
 from defect_detector.core.refusal import RefusalKind
 from defect_detector.core.types import Detections, LetterboxMeta
 from defect_detector.data.images import load_image_gray
-from defect_detector.inspect.frame import Frame
 from defect_detector.inspect.inspector import Inspector
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, DEFAULT_WEIGHTS
 from defect_detector.screens.frame import MIN_COVERED, calibration_levels, mask_uncovered, screen_reason

@@ -15,8 +15,8 @@ from sqlalchemy import text
 from station_data import back_to_schema_5, board_record
 
 from defect_detector.core.constants import DEEPPCB_CLASSES
-from defect_detector.inspect.frame import Frame
-from defect_detector.inspect.prepare import Prepared
+from defect_detector.core.frame import Frame
+from defect_detector.core.frame_record import Prepared
 from defect_detector.inspect.record import Inspection
 from defect_detector.station.app import create_app
 from defect_detector.station.recorder import Recorder

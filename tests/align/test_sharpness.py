@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from defect_detector.align.register import register
+from defect_detector.align.sharpness import BLURRED, blur_words, sharpness, sharpness_ratio
 from defect_detector.core.config_register import RegisterConfig
 from defect_detector.monitor.faults import defocus
-from defect_detector.screens.sharpness import BLURRED, blur_words, sharpness, sharpness_ratio
 
 CALIB = Path(__file__).resolve().parents[2] / "data" / "samples" / "calib"
 
