@@ -331,21 +331,11 @@ class Inspector:
     def _monitor(
         self, record: Prepared, detections: Detections | None, golden: Golden | None
     ) -> tuple[list[DriftEvent], str, float | None]:
-        """Drift: ``(events, flag, score)`` after the frame (``"off"`` and None without monitoring). An inspected
-        frame's statistics are read (against ``golden`` with a relative baseline); a frame refused for the light or the
-        camera (``RefusalKind.camera``: blank, exposure, light unlike the golden image) raises an alert at once."""
+        """Drift: ``(events, flag, score)`` after the frame, the monitor's stage (``AlertRouter.on_record``); ``"off"``
+        and None without monitoring."""
         if self.router is None:
             return [], "off", None
-        frame, events = record.frame, []
-        if detections is not None:
-            timings = {"decode": frame.decode_ms / 1000.0, **{k: v / 1000.0 for k, v in detections.timings.items()}}
-            stats, calls = detections.stats, len(detections)
-            events = self.router.on_frame(frame.index, frame.source_name, stats, timings, calls, golden=golden, levels=record.levels)
-        elif record.refusal is not None and record.refusal.kind.camera:
-            events = self.router.on_blank(frame.index, frame.source_name, record.refusal.message)
-        if not self.monitoring:
-            return events, "off", None
-        return events, self.router.detector.flag, self.router.detector.score
+        return self.router.on_record(record, detections, golden)
 
     def _check_open(self) -> None:
         if self._closed:

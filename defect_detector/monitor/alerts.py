@@ -23,7 +23,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from defect_detector.core.frame_record import Prepared
 from defect_detector.core.safe_text import mask_secrets, mask_url
+from defect_detector.core.types import Detections
 from defect_detector.core.verdict import VERDICTS, Verdict
 from defect_detector.monitor.baseline import STATISTICS
 from defect_detector.monitor.drift import DriftDetector, DriftEvent
@@ -471,6 +473,23 @@ class AlertRouter:
         """One frame record's verdict, and whether it was its board's first inspection, to every sink."""
         for sink in self.sinks:
             self._call(sink, "on_verdict", verdict, first)
+
+    def on_record(
+        self, record: Prepared, detections: Detections | None, golden: Golden | None = None
+    ) -> tuple[list[DriftEvent], str, float | None]:
+        """The drift stage of one frame: ``(events, flag, score)`` after it (``"off"`` and None without a detector).
+        An inspected frame's statistics (``detections.stats``) are read, against ``golden`` with a relative baseline; a
+        frame refused for the light or the camera (``RefusalKind.camera``: blank, exposure, light unlike the golden
+        image) raises an alert at once; any other refused frame leaves the detector as it was."""
+        frame, events = record.frame, []
+        if detections is not None:
+            timings = {"decode": frame.decode_ms / 1000.0, **{k: v / 1000.0 for k, v in detections.timings.items()}}
+            events = self.on_frame(frame.index, frame.source_name, detections.stats, timings, len(detections), golden, record.levels)
+        elif record.refusal is not None and record.refusal.kind.camera:
+            events = self.on_blank(frame.index, frame.source_name, record.refusal.message)
+        if self.detector is None:
+            return events, "off", None
+        return events, self.detector.flag, self.detector.score
 
     def on_blank(self, frame_index: int, source: str, reason: str) -> list[DriftEvent]:
         """A frame not inspected because it is blank (``screens/blank.py`` ``reason``): the detector alerts at once."""

@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 
 import cv2
 import numpy as np
@@ -69,7 +70,18 @@ MIN_COVERED = 0.9
 WORK_CELL = 16
 """Cells are read at most this many pixels a side: larger frames are area-averaged first (a defect-sized cell keeps its
 mean and its solid areas; it costs a quarter at 640)."""
-KINDS = ("glare", "dark occluder or shadow", "unlike the golden image")
+
+
+class HiddenKind(StrEnum):
+    """What a hidden region is: its words in the refusal. Cells are coded 0 (glare), 1 (dark) and 2 (unlike) by
+    :func:`golden_cells` and :func:`level_cells`; -1 is a cell not judged."""
+
+    GLARE = "glare"
+    DARK = "dark occluder or shadow"
+    UNLIKE = "unlike the golden image"
+    UNLIKE_CALIBRATION = "unlike the calibration frames"
+
+
 EXPLAINED = 0.1
 """The largest hidden region (a share of the frame) taken to explain a golden image the golden check called another
 design: more is a board unlike its golden image all over, not a spot over it."""
@@ -85,11 +97,11 @@ def cell_size(shape: tuple[int, ...]) -> int:
 
 @dataclass(frozen=True)
 class HiddenArea:
-    """The largest hidden region of a frame: ``kind`` (:data:`KINDS`, or ``"unlike the calibration frames"``),
+    """The largest hidden region of a frame: ``kind`` (:class:`HiddenKind`),
     ``share`` of the frame it covers, ``x``, ``y`` its centre in frame pixels, ``cells`` its cell count, ``box`` the
     ``(x1, y1, x2, y2)`` frame pixels its cells span (None when not known), for drawing where it is."""
 
-    kind: str
+    kind: HiddenKind
     share: float
     x: int
     y: int
@@ -103,7 +115,7 @@ class HiddenArea:
     def refused(self, max_area: float | None) -> bool:
         """Whether the frame is not inspected: glare of :data:`MIN_GLARE_CELLS` cells or more, whatever its share (a
         board cannot show it), or a region over ``max_area`` of the frame (None: only glare)."""
-        glare = self.kind == KINDS[0] and self.cells >= MIN_GLARE_CELLS
+        glare = self.kind == HiddenKind.GLARE and self.cells >= MIN_GLARE_CELLS
         return glare or (max_area is not None and self.share > max_area)
 
 
@@ -173,7 +185,7 @@ def golden_cells(
 ) -> np.ndarray:
     """int8 ``[gh, gw]`` per cell of uint8 ``board`` ``[H, W]`` against ``matched`` (its registered golden image at its
     levels, uint8 ``[H, W]``; ``covered`` bool ``[H, W]`` where that has data): -1 clear, else the index of its kind
-    in :data:`KINDS` (module docstring). ``golden``: the registered golden image as captured (None: ``matched``),
+    as :class:`HiddenKind` codes (module docstring). ``golden``: the registered golden image as captured (None: ``matched``),
     whose own saturation says where glare is no sign: a golden image clipped at 255 may hide levels a board at a
     lower gain still clips."""
     cell, grid = _grid(board.shape)
@@ -228,16 +240,16 @@ def level_cells(board: np.ndarray, pixel_levels: np.ndarray, bright: float) -> n
     return kinds
 
 
-def largest_region(kinds: np.ndarray, shape: tuple[int, ...], unlike: str = KINDS[2]) -> HiddenArea | None:
+def largest_region(kinds: np.ndarray, shape: tuple[int, ...], unlike: HiddenKind = HiddenKind.UNLIKE) -> HiddenArea | None:
     """The hidden region of ``kinds`` (:func:`golden_cells` or :func:`level_cells`) that says most about a frame of
     ``shape`` ``(H, W)``: the largest glare region when it has :data:`MIN_GLARE_CELLS` cells or more (refused whatever
     its share), else the largest region of dark and unlike cells, named by the kind most of its cells have, else a
-    glint; None when no cell is hidden. ``unlike``: the name of kind 2 (a single-image model:
-    ``"unlike the calibration frames"``)."""
-    glare = _region(kinds, kinds == 0, shape, lambda _: KINDS[0])
+    glint; None when no cell is hidden. ``unlike``: the kind of code 2 (a single-image model:
+    ``HiddenKind.UNLIKE_CALIBRATION``)."""
+    glare = _region(kinds, kinds == 0, shape, lambda _: HiddenKind.GLARE)
     if glare is not None and glare.cells >= MIN_GLARE_CELLS:
         return glare
-    other = _region(kinds, kinds >= 1, shape, lambda inside: KINDS[1] if (inside == 1).sum() > (inside == 2).sum() else unlike)
+    other = _region(kinds, kinds >= 1, shape, lambda inside: HiddenKind.DARK if (inside == 1).sum() > (inside == 2).sum() else unlike)
     return other if other is not None else glare
 
 
@@ -273,7 +285,7 @@ def hidden_area(context: StageContext, record: Prepared) -> Prepared:
     record = _screened(context, record)
     if record.mismatch is None:
         return record
-    if record.refused and (record.hidden.kind == KINDS[0] or record.hidden.share <= EXPLAINED):
+    if record.refused and (record.hidden.kind == HiddenKind.GLARE or record.hidden.share <= EXPLAINED):
         return dataclasses.replace(record, mismatch=None)
     unregistered = dict(registration=None, golden=None, covered=None, area=None, hidden=None)
     return dataclasses.replace(record, refusal=record.mismatch, mismatch=None, **unregistered)
@@ -283,9 +295,9 @@ def _screened(context: StageContext, record: Prepared) -> Prepared:
     image = record.frame.image
     calibration = context.calibration
     if record.golden is not None:
-        kinds, unlike = golden_cells(image, record.golden, record.covered, record.captured), KINDS[2]
+        kinds, unlike = golden_cells(image, record.golden, record.covered, record.captured), HiddenKind.UNLIKE
     elif calibration is not None and calibration.get("pixel_levels") is not None:
-        kinds, unlike = level_cells(image, calibration["pixel_levels"], calibration["bright"]), "unlike the calibration frames"
+        kinds, unlike = level_cells(image, calibration["pixel_levels"], calibration["bright"]), HiddenKind.UNLIKE_CALIBRATION
     else:
         return record
     hidden = largest_region(kinds, image.shape, unlike)
@@ -304,7 +316,7 @@ def _light(record: Prepared, hidden: HiddenArea, calibration: dict | None) -> Re
     measures: its bright level :data:`LIGHT_CHANGE` or more off the calibration frames' is underexposed (darker) or
     overexposed (brighter), a camera refusal that raises a drift alert at once (``RefusalKind.camera``); else None
     (the hidden area's own words)."""
-    if record.golden is not None or hidden.kind == KINDS[0] or record.levels is None:
+    if record.golden is not None or hidden.kind == HiddenKind.GLARE or record.levels is None:
         return None
     reference = float(calibration["bright"])
     light = float(record.levels[2]) / max(reference, 1.0)
@@ -321,14 +333,14 @@ def _light(record: Prepared, hidden: HiddenArea, calibration: dict | None) -> Re
 
 
 def hidden_cause(hidden: HiddenArea) -> str:
-    """What a hidden region's kind (:data:`KINDS`) and size say to do: the light only for glare; a region unlike the
+    """What a hidden region's kind and size say to do: the light only for glare; a region unlike the
     golden image over more than :data:`EXPLAINED` of the frame is another design more likely than an object over it."""
-    if hidden.kind == KINDS[0]:
+    if hidden.kind == HiddenKind.GLARE:
         return "glare: shade the light or move it off the camera's axis"
-    if hidden.kind == KINDS[1]:
+    if hidden.kind == HiddenKind.DARK:
         return "a hand, a cover or a shadow: clear the camera's view"
-    if hidden.kind == KINDS[2] and hidden.share > EXPLAINED:
+    if hidden.kind == HiddenKind.UNLIKE and hidden.share > EXPLAINED:
         return "another design, or a golden image that does not match this board: check the golden image"
-    if hidden.kind == KINDS[2]:
+    if hidden.kind == HiddenKind.UNLIKE:
         return "an object over the board: clear the camera's view"
     return "an object over the board, or a board unlike the calibration frames: clear the camera's view"

@@ -12,7 +12,7 @@ from golden_pairs import CALIB, gray, textured
 
 from defect_detector.core.refusal import RefusalKind
 from defect_detector.inspect.inspector import Inspector
-from defect_detector.screens.hidden import KINDS, HiddenArea, hidden_cause
+from defect_detector.screens.hidden import HiddenArea, HiddenKind, hidden_cause
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -53,17 +53,17 @@ def test_a_golden_image_of_the_frames_size_names_no_scale(golden_inspector: Insp
 @pytest.mark.parametrize(
     ("kind", "share", "words"),
     [
-        (KINDS[0], 0.03, LIGHT),
-        (KINDS[1], 0.3, "clear the camera's view"),
-        (KINDS[2], 0.4, "another design"),
-        (KINDS[2], 0.05, "an object over the board"),
+        (HiddenKind.GLARE, 0.03, LIGHT),
+        (HiddenKind.DARK, 0.3, "clear the camera's view"),
+        (HiddenKind.UNLIKE, 0.4, "another design"),
+        (HiddenKind.UNLIKE, 0.05, "an object over the board"),
         ("unlike the calibration frames", 0.2, "clear the camera's view"),
     ],
 )
 def test_only_glare_asks_for_the_light(kind: str, share: float, words: str) -> None:
     cause = hidden_cause(HiddenArea(kind, share, 10, 10, 4))
     assert words in cause
-    assert (LIGHT in cause) == (kind == KINDS[0])
+    assert (LIGHT in cause) == (kind == HiddenKind.GLARE)
 
 
 def test_a_darker_single_image_line_is_refused_as_darker_and_raises_a_drift_alert(tmp_path: Path) -> None:

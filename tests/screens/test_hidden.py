@@ -19,8 +19,8 @@ from defect_detector.inspect.inspector import Inspector
 from defect_detector.looks.render import render_pair, sample_look
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS, PHOTO_REFERENCE_WEIGHTS
 from defect_detector.screens.hidden import (
-    KINDS,
     HiddenArea,
+    HiddenKind,
     cell_size,
     golden_cells,
     largest_region,
@@ -59,7 +59,7 @@ def test_cells_are_a_twentieth_of_the_shorter_side_and_words_say_where() -> None
     area = HiddenArea("glare", 0.031, 1210, 400, 12)
     assert area.words() == "glare over 3.1% of the board at x 1210, y 400"
     assert area.refused(None) and not HiddenArea("glare", 0.0025, 5, 5, 1).refused(None)  # one cell: a glint
-    assert HiddenArea(KINDS[2], 0.02, 0, 0, 8).refused(0.01) and not HiddenArea(KINDS[2], 0.02, 0, 0, 8).refused(0.05)
+    assert HiddenArea(HiddenKind.UNLIKE, 0.02, 0, 0, 8).refused(0.01) and not HiddenArea(HiddenKind.UNLIKE, 0.02, 0, 0, 8).refused(0.05)
 
 
 def test_a_board_with_its_defects_and_a_capture_of_its_golden_image_show_no_hidden_area() -> None:
@@ -111,7 +111,7 @@ def test_glare_or_a_hand_over_a_defect_is_never_a_pass(weights: Path, photograph
         record = inspector.inspect(covered, name="covered.png")
         clean = inspector.inspect(board, name="board.png")
     assert record.verdict == "not_inspected" and record.refusal.kind == RefusalKind.HIDDEN
-    assert record.reason.split(" over ")[0] in KINDS and "of the board at x" in record.reason
+    assert record.reason.split(" over ")[0] in set(HiddenKind) and "of the board at x" in record.reason
     assert clean.verdict == "fail" and (clean.hidden is None or not clean.hidden.refused(0.005))
 
 
@@ -136,7 +136,7 @@ def test_a_glint_does_not_hide_a_hand_elsewhere() -> None:
     kinds[2, 2] = 0  # a glint
     kinds[10:14, 10:14] = 1  # a hand over 4% of the frame
     found = largest_region(kinds, (640, 640))
-    assert found is not None and found.kind == KINDS[1] and found.cells == 16 and found.refused(0.005)
+    assert found is not None and found.kind == HiddenKind.DARK and found.cells == 16 and found.refused(0.005)
     kinds[2:4, 2:4] = 0  # glare of four cells: refused whatever its size, named first
     assert largest_region(kinds, (640, 640)).kind == "glare"
     assert largest_region(np.full((20, 20), -1, np.int8), (640, 640)) is None
