@@ -21,6 +21,7 @@ import logging
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -119,8 +120,8 @@ class Designs:
             return self._keep(key, lambda k: Design(k, k, GIVEN, given, self._registrar(given, file_name, k))), key
         if self.references is None:
             raise ReferenceError(f"{file_name}: no golden image (this is a golden-template model)", RefusalKind.NO_GOLDEN)
-        path, key = self.references.lookup(file_name), self.references.key(file_name)
-        return self._keep(key, lambda k: self._from_file(k, file_name, path.name, str(path))), path.name
+        path = self.references.lookup(file_name)
+        return self._keep(self.references.key_at(path), lambda k: self._from_file(k, file_name, path)), path.name
 
     def register(self, design: Design, image: np.ndarray, file_name: str, align: bool = True) -> tuple[np.ndarray, Registration]:
         """``design``'s golden image registered into the frame ``image`` (uint8 ``[H, W]``; ``align`` False: used as given,
@@ -154,9 +155,9 @@ class Designs:
         """Drop design ``key`` (prepared again, at its registration settings, when next met)."""
         self._designs.pop(key, None)
 
-    def _from_file(self, key: str, file_name: str, name: str, path: str) -> Design:
-        image = self.references.image(file_name)
-        return Design(key, name, path, image, self._registrar(image, file_name, key))
+    def _from_file(self, key: str, file_name: str, path: Path) -> Design:
+        image = self.references.image_at(path)
+        return Design(key, path.name, str(path), image, self._registrar(image, file_name, key))
 
     def _registrar(self, golden: np.ndarray, file_name: str, key: str) -> Registrar:
         """The registration pyramid of the golden image of design ``key``, at its registration settings

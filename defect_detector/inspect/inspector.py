@@ -46,6 +46,7 @@ from defect_detector.core.types import Detections
 from defect_detector.data.images import ConversionNotice
 from defect_detector.inspect.consumers import Callback, Consumer, Progress, consume
 from defect_detector.inspect.design_check import DesignCheck
+from defect_detector.inspect.designs import Design
 from defect_detector.inspect.drift_inputs import golden_of
 from defect_detector.inspect.options import InspectOptions
 from defect_detector.inspect.outputs import Outputs
@@ -244,11 +245,13 @@ class Inspector:
             self.autothreads.tick()
         given = list(references) if references is not None else [None] * len(frames)
         traced = [self._trace(f, t) for f, t in zip(frames, traces if traces is not None else [None] * len(frames))]
-        owners = [self._owner(frame, golden) for frame, golden in zip(frames, given)]
+        routed = [self._owner(frame, golden) for frame, golden in zip(frames, given)]
+        owners, designs = [owner for owner, _ in routed], [design for _, design in routed]
         records: list[Inspection | None] = [None] * len(frames)
         for owner in dict.fromkeys(owners):
             mine = [i for i, o in enumerate(owners) if o is owner]
-            found = owner._inspect([frames[i] for i in mine], [given[i] for i in mine], [traced[i] for i in mine], self.outlines)
+            chosen = ([frames[i] for i in mine], [given[i] for i in mine], [traced[i] for i in mine], [designs[i] for i in mine])
+            found = owner._inspect(*chosen, self.outlines)
             for i, record in zip(mine, found):
                 records[i] = record
         for record in records:
@@ -261,8 +264,8 @@ class Inspector:
         inspect it (this inspector's, or the sibling chosen for its design; ``weights`` their file name), without running
         the model (``defect-detector align``: ``inspect/registered.py``). ``RuntimeError`` after :meth:`close`."""
         self._check_open()
-        owner = self._owner(frame, reference)
-        return owner.prepare(frame, reference), owner.runtime.path.name
+        owner, design = self._owner(frame, reference)
+        return owner.prepare(frame, reference, design), owner.runtime.path.name
 
     def _trace(self, frame: Frame, given: Trace | None) -> Trace:
         """A frame's trace: the one given, else the one the trace pattern reads from its name (a WARNING, once, for the
@@ -281,12 +284,14 @@ class Inspector:
         frames: Sequence[Frame],
         references: Sequence[np.ndarray | None],
         traces: Sequence[Trace],
+        designs: Sequence[tuple[Design, str] | None],
         outlines: tuple[BoardOutline, ...] = (),
     ) -> list[Inspection]:
         """Prepare, detect and monitor ``frames`` with this inspector's own weights; each record finished here, once,
         with the threshold that decided it (its design's, ``Pipeline.conf_for``, at these weights' operating point),
-        its ``traces`` and the panel's ``outlines``."""
-        prepared = [self.prepare(f, golden) for f, golden in zip(frames, references)]
+        its ``traces`` and the panel's ``outlines``. ``designs``: each frame's design and golden image name when
+        :meth:`_owner` already found it in this inspector's designs (None: the design stage finds it)."""
+        prepared = [self.prepare(f, golden, design) for f, golden, design in zip(frames, references, designs)]
         found = detect(self.pipeline, prepared)
         goldens: dict[int, Golden | None] = {}
         if self.router is not None and self.router.relative:
@@ -309,24 +314,26 @@ class Inspector:
         if self.recorder is not None:
             self.recorder.record(record.to_station(utc_now()))
 
-    def _owner(self, frame: Frame, given: np.ndarray | None) -> Inspector:
-        """The inspector of ``frame``: this one, or (weights chosen per design) the sibling on the bundled weights whose
-        domain lies nearer its design's look where this one's does not cover it (its design note's ``covering``)."""
+    def _owner(self, frame: Frame, given: np.ndarray | None) -> tuple[Inspector, tuple[Design, str] | None]:
+        """The inspector of ``frame`` and, when it is this one, the frame's design and golden image name as found here
+        (its one lookup; None: not looked up): this one, or (weights chosen per design) the sibling on the bundled
+        weights whose domain lies nearer its design's look where this one's does not cover it (its design note's
+        ``covering``), which finds the design in its own designs."""
         if self.options is None or frame.image is None or self.prepare.design_check is None:
-            return self
+            return self, None
         try:
             golden = None if given is None else gray_frame(given, f"golden image of {frame.file_name}")
-            design, _ = self.designs.find(frame.file_name, golden)
+            found = self.designs.find(frame.file_name, golden)
         except (ReferenceError, ValueError):
-            return self  # the prepare stage refuses it, in its words
-        covering = self.prepare.design_check.note(design, frame.file_name).covering
+            return self, None  # the prepare stage refuses it, in its words
+        covering = self.prepare.design_check.note(found[0], frame.file_name).covering
         if covering is None:
-            return self
+            return self, found
         if covering not in self.siblings:
             log.info("designs unlike %s's training images but like %s's are inspected with it", self.runtime.path.name, covering.name)
             sibling = self.options.for_weights(covering)
             self.siblings[covering] = Inspector.from_options(sibling, sinks_of=self.router)  # the sinks the user named
-        return self.siblings[covering]
+        return self.siblings[covering], None
 
     def _monitor(
         self, record: Prepared, detections: Detections | None, golden: Golden | None

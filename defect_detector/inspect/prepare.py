@@ -72,16 +72,17 @@ class Prepare:
         self.screen_hidden = True
         self.scale_check = ScaleCheck.of(pipeline)
 
-    def __call__(self, frame: Frame, given: Any = None) -> Prepared:
+    def __call__(self, frame: Frame, given: Any = None, found: tuple[Design, str] | None = None) -> Prepared:
         """The record of ``frame`` (gray uint8 ``[H, W]``, or an unreadable frame) through :data:`STAGES`, in order,
         until one refuses it: refused, or ready for the model. ``given``: this frame's golden image (any OpenCV image;
-        None: the one ``designs.references`` holds for it). ``ValueError`` when ``given`` is not an image, or is given to
-        a single-image model."""
+        None: the one ``designs.references`` holds for it). ``found``: its design and golden image name, when they were
+        already found in :attr:`designs` (``Inspector`` routing a frame by its design: one lookup per frame).
+        ``ValueError`` when ``given`` is not an image, or is given to a single-image model."""
         if frame.image is None:
             return Prepared(frame, refusal=Refusal(RefusalKind.UNREADABLE, frame.error or f"{frame.file_name}: unreadable"))
         check_channels(self.pipeline.runtime, given is not None, frame.file_name)
         golden = None if given is None else gray_frame(given, f"golden image of {frame.file_name}")
-        record = Prepared(frame, given=golden)
+        record = Prepared(frame, given=golden, design=found[0] if found else None, golden_name=found[1] if found else None)
         for stage in STAGES:
             record = stage.run(self, record)
             if record.refused:
@@ -130,12 +131,14 @@ class Prepare:
 
 def design(prepare: Prepare, record: Prepared) -> Prepared:
     """The design stage (golden-template models): the frame's design, its golden image found by its pixels
-    (``inspect/designs.py``), with the design check's note and its working scale; refused when it has no golden image."""
+    (``inspect/designs.py``; kept when the record comes with it), with the design check's note and its working scale;
+    refused when it has no golden image."""
     if prepare.pipeline.runtime.channels != 2:
         return record
-    frame = record.frame
+    frame, found, golden_name = record.frame, record.design, record.golden_name
     try:
-        found, golden_name = prepare.designs.of(frame.file_name, record.given)
+        if found is None:
+            found, golden_name = prepare.designs.of(frame.file_name, record.given)
     except ReferenceError as exc:
         return record.refuse(exc.kind, str(exc))
     note = prepare.design_check.note(found, frame.file_name) if prepare.design_check is not None else NO_NOTE

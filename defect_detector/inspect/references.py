@@ -76,7 +76,10 @@ class References:
         image under two names are one design. Cached per file by path and its :meth:`_tag` (one ``stat`` per frame); a
         file rewritten with new pixels gets a new key, even at the same size with its modification time put back.
         :class:`ReferenceError` as :meth:`lookup`, or when the file cannot be read."""
-        path = self.lookup(file_name)
+        return self.key_at(self.lookup(file_name))
+
+    def key_at(self, path: Path) -> str:
+        """:meth:`key` of the golden image file at ``path`` (a :meth:`lookup` result)."""
         tag = self._tag(path)
         cached = self._keys.get(path)
         if cached is None or cached[0] != tag:
@@ -88,7 +91,10 @@ class References:
     def image(self, file_name: str) -> np.ndarray:
         """The golden image of frame ``file_name`` as its file holds it (uint8 ``[H, W]``, not registered): the copy
         :meth:`key` just decoded, else read again. :class:`ReferenceError` as :meth:`key`."""
-        path = self.lookup(file_name)
+        return self.image_at(self.lookup(file_name))
+
+    def image_at(self, path: Path) -> np.ndarray:
+        """:meth:`image` of the golden image file at ``path`` (a :meth:`lookup` result)."""
         if self._last is not None and self._last[0] == path and self._last[1] == self._tag(path):
             return self._last[2]
         return self._read(path)

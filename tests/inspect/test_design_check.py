@@ -240,3 +240,18 @@ def test_deeppcb_boards_on_a_grey_frame_and_a_moved_golden_image_keep_the_deeppc
         assert not inspector.siblings
     assert record.weights == "deeppcb_ref.pt" and record.design_warning is None
     assert record.verdict.value in ("pass", "fail") and record.conf == inspector.pipeline.conf
+
+
+def test_a_frame_routed_by_its_design_looks_its_golden_image_up_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 57: routing a frame to the bundled weights of its look found its design, and the prepare stage looked it
+    up again. The design found for routing is the one the frame is inspected against: one lookup per frame."""
+    from defect_detector.inspect.references import References
+
+    names = sorted((SAMPLES / "deeppcb").glob("*.jpg"))[:3]
+    lookups: list[str] = []
+    lookup = References.lookup
+    monkeypatch.setattr(References, "lookup", lambda self, name: lookups.append(name) or lookup(self, name))
+    with Inspector.load(reference=SAMPLES / "golden", device="cpu", threads=1, monitor=False) as inspector:
+        records = [inspector.inspect(load_image_gray(p), name=p.name) for p in names]
+    assert [r.weights for r in records] == ["deeppcb_ref.pt"] * 3 and all(r.golden_name == p.name for r, p in zip(records, names))
+    assert lookups == [p.name for p in names]
