@@ -16,11 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import cv2
-
 from defect_detector.core.constants import DEEPPCB_CLASSES
 from defect_detector.core.errors import DatasetError
-from defect_detector.data.images import image_files
+from defect_detector.data.images import image_files, read_image
 
 
 def _image_size(path: Path) -> tuple[int, int]:
@@ -31,9 +29,7 @@ def _image_size(path: Path) -> tuple[int, int]:
         found = False
     if not found:
         raise DatasetError(f"{path}: missing image")
-    image = cv2.imread(str(path), cv2.IMREAD_UNCHANGED)
-    if image is None:
-        raise DatasetError(f"{path}: unreadable image")
+    image = read_image(path)  # the one decoder: a truncated, corrupt or too large file is one line naming why
     return int(image.shape[1]), int(image.shape[0])
 
 
