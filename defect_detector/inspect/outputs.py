@@ -38,7 +38,6 @@ import io
 import json
 import logging
 import os
-import textwrap
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -177,7 +176,7 @@ class Outputs:
 
     def add(self, inspection: Inspection) -> None:
         """Record one :class:`~defect_detector.inspect.inspector.Inspection` in every requested output still going."""
-        record = inspection.to_json() | {"timestamp": inspection.frame.timestamp}
+        record = inspection.to_json() | ({"timestamp": inspection.frame.timestamp} if self.per_frame else {})
         self.frames += 1
         lines = {"jsonl": lambda: json.dumps(record) + "\n", "report": lambda: _csv_line(inspection.csv_row(self.class_names))}
         for kind, stream in list(self.streams.items()):
@@ -305,24 +304,24 @@ class Outputs:
             self.video_tmp.unlink(missing_ok=True)
 
     def _json(self) -> Iterator[bytes]:
-        """What ``--save-json`` holds, as an indented JSON array written chunk by chunk from the run's JSONL (issue 44:
-        the records were held in memory, 2-4 KB a frame): the frame records, or (layout ``detections``) v0.8's flat
-        list of calls. ``OSError`` when the JSONL stopped (a full disk), so the JSON is not written either."""
+        """What ``--save-json`` holds, a JSON array written chunk by chunk from the run's JSONL (issue 44: the records
+        were held in memory, 2-4 KB a frame), one item a line: the frame records as the JSONL holds them, each
+        serialised once (a live source's keep their timestamp), or (layout ``detections``) v0.8's flat list of calls,
+        read back from them. ``OSError`` when the JSONL stopped (a full disk), so the JSON is not written either."""
         stream = self.streams.get("jsonl")
         if stream is None:
             raise OSError(errno.EIO, "its JSONL stopped earlier, so the frames it holds are not complete", str(self.save_json))
         first = True
         with stream.tmp.open(encoding="utf-8") as lines:
             for line in lines:
-                for item in self._json_items(json.loads(line)):
-                    yield (("[\n" if first else ",\n") + textwrap.indent(json.dumps(item, indent=2), "  ")).encode("utf-8")
+                items = [line.rstrip("\n")] if self.json_layout == "frames" else [json.dumps(i) for i in self._calls(json.loads(line))]
+                for item in items:
+                    yield (("[\n  " if first else ",\n  ") + item).encode("utf-8")
                     first = False
         yield b"[]\n" if first else b"\n]\n"
 
-    def _json_items(self, record: dict[str, Any]) -> list[dict[str, Any]]:
-        """The ``--save-json`` items of one JSONL record: the record (its timestamp kept for a live source) or its calls."""
-        if self.json_layout == "frames":
-            return [{k: v for k, v in record.items() if k != "timestamp" or self.per_frame}]
+    def _calls(self, record: dict[str, Any]) -> list[dict[str, Any]]:
+        """The ``--save-json`` items of one JSONL record in layout ``detections``: its calls, each with its file name."""
         extra = {"frame": record["frame"]} if self.per_frame else {}
         return [{"file_name": record["file_name"], **call, **extra} for call in record["calls"]]
 

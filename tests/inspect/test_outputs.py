@@ -176,3 +176,18 @@ def test_every_record_carries_its_registration(tmp_path: Path) -> None:
         assert reg["model"].split("+")[0] in {"rigid", "similarity", "affine", "homography"} and abs(reg["scale"] - 1) < 0.02
         assert set(reg["local"]) == {"largest", "median"} and reg["local"]["largest"] < 8
         assert set(reg["photometric"]) == {"gain", "offset", "gamma", "light_range", "blur"} and 0.7 < reg["photometric"]["gain"] < 1.3
+
+
+def test_a_frame_record_is_serialised_once_the_json_holds_the_jsonl_lines(boards: Path, checkpoint: Path, tmp_path: Path) -> None:
+    """Issue 57: each record went object -> dict -> JSONL -> parsed -> JSON. The JSON array's items are the JSONL's lines
+    as written, and a folder's records carry no timestamp in either (docs/inspection.md: video and streams only)."""
+    out = tmp_path / "out"
+    assert _predict(boards, checkpoint, "--save-json", str(out / "det.json")) == 0
+    lines = (out / "det.jsonl").read_text().splitlines()
+    text = (out / "det.json").read_text()
+    assert text == "[\n" + ",\n".join(f"  {line}" for line in lines) + "\n]\n"
+    records = json.loads(text)
+    assert [r["file_name"] for r in records] == [f"b{i}.png" for i in range(FRAMES)] and all("timestamp" not in r for r in records)
+    assert _predict(boards, checkpoint, "--save-json", str(out / "calls.json"), "--json-layout", "detections", "--conf", "0") == 0
+    calls = json.loads((out / "calls.json").read_text())
+    assert calls and {c["file_name"] for c in calls} <= {r["file_name"] for r in records} and all("bbox" in c for c in calls)
