@@ -4,6 +4,7 @@ hidden area."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -140,3 +141,39 @@ def test_a_glint_does_not_hide_a_hand_elsewhere() -> None:
     kinds[2:4, 2:4] = 0  # glare of four cells: refused whatever its size, named first
     assert largest_region(kinds, (640, 640)).kind == "glare"
     assert largest_region(np.full((20, 20), -1, np.int8), (640, 640)) is None
+
+
+def _pending(board: np.ndarray, golden: np.ndarray):  # noqa: ANN202 - a record whose golden check refusal is pending
+    from defect_detector.core.frame import Frame
+    from defect_detector.core.frame_record import Prepared
+    from defect_detector.core.refusal import Refusal
+
+    refusal = Refusal(RefusalKind.REFERENCE_MISMATCH, "board.png against golden image g.png: another design?", {})
+    covered = np.ones(board.shape, bool)
+    frame = Frame(0, board, "cam", "board.png", 0.0)
+    return Prepared(frame, golden=golden, captured=golden, covered=covered, registration="registered", mismatch=refusal)
+
+
+def test_the_hidden_area_stage_decides_a_golden_check_refusal_that_registration_left_pending() -> None:
+    """Issue 57: the golden check's refusal of a board that registration found is no longer reopened after the fact
+    (``_hidden_behind``): registration leaves it pending on the record and this stage decides it once. Glare explains
+    it (refused as hidden area, the registration kept for the record); a dark region over a third of the board does not
+    (refused as the golden image's mismatch, nothing registered kept)."""
+    from types import SimpleNamespace
+
+    from defect_detector.core.limits import Limits
+    from defect_detector.screens.hidden import hidden_area
+
+    board, golden, box = _photograph_pair()
+    context = SimpleNamespace(calibration=None, screen_hidden=True, limits_for=lambda key: Limits())
+    glared = faulted(board, "glare", 0.03, _centre(box), np.random.default_rng(0))
+    explained = hidden_area(context, _pending(glared, golden))
+    assert explained.refusal.kind == RefusalKind.HIDDEN and explained.mismatch is None
+    assert explained.hidden.kind == HiddenKind.GLARE and explained.registration == "registered"
+    covered = board.copy()
+    covered[:, : board.shape[1] // 2] = 5  # a dark cloth over half the board: more than EXPLAINED
+    unexplained = hidden_area(context, _pending(covered, golden))
+    assert unexplained.refusal.kind == RefusalKind.REFERENCE_MISMATCH and unexplained.refusal.message.endswith("another design?")
+    assert unexplained.registration is None and unexplained.golden is None and unexplained.hidden is None
+    plain = hidden_area(context, dataclasses.replace(_pending(board, golden), mismatch=None))
+    assert not plain.refused  # no refusal pending, nothing hidden: handed on
