@@ -22,6 +22,7 @@ import torch
 from defect_detector.align.mapping import Mapping
 from defect_detector.align.photometric import Photometric
 from defect_detector.core.boxes import centres_inside
+from defect_detector.core.constants import CRUSHED, SATURATED
 from defect_detector.core.frame_record import Prepared, StageContext
 
 _EDGE_PX = 3
@@ -57,15 +58,13 @@ def _callable(valid: np.ndarray) -> np.ndarray:
     return valid & (cv2.dilate(deep, np.ones((reach, reach), np.uint8)) == 0)
 
 
-CLIP_HIGH, CLIP_LOW = 250, 5
-"""A board pixel at or above (at or below) this level is clipped by the camera: the golden view reads it as a bound."""
 
 
 def warp_into_golden(frame: np.ndarray, golden: np.ndarray, mapping: Mapping, photometric: Photometric | None = None) -> GoldenView:
     """The :class:`GoldenView` of uint8 ``frame`` ``[H, W]`` against uint8 ``golden`` ``[gh, gw]`` registered by ``mapping``
     (golden -> frame pixels), bilinear as the frame view warps the golden image; ``photometric``: the golden image's
     levels fitted to the frame's, whose inverse brings the warped board to the golden image's levels (None: as read);
-    a board pixel the camera clipped (:data:`CLIP_HIGH`, :data:`CLIP_LOW`) is a bound, so where the golden image lies
+    a board pixel the camera clipped (``core/constants.py`` ``SATURATED``, ``CRUSHED``) is a bound, so where the golden image lies
     beyond its inverse, the golden image's level is read: a pad a camera at a little more gain saturates is no
     difference, a bright defect on a darker board still is."""
     board = mapping.frame_into_golden(frame, cv2.INTER_LINEAR, 0)
@@ -75,7 +74,7 @@ def warp_into_golden(frame: np.ndarray, golden: np.ndarray, mapping: Mapping, ph
     if photometric is not None and not photometric.is_identity:
         read, board = board, photometric.to_golden(board, mapping)
         # a pixel the camera clipped is a bound, at least (at most) what it maps back to: the golden image's level beyond it
-        board = np.where(read >= CLIP_HIGH, np.maximum(board, golden), np.where(read <= CLIP_LOW, np.minimum(board, golden), board))
+        board = np.where(read >= SATURATED, np.maximum(board, golden), np.where(read <= CRUSHED, np.minimum(board, golden), board))
     board = np.where(valid, board, golden)
     return GoldenView(board, valid, mapping, (int(frame.shape[0]), int(frame.shape[1])), _callable(valid))
 

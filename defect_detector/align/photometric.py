@@ -30,6 +30,7 @@ import cv2
 import numpy as np
 
 from defect_detector.align.mapping import Mapping
+from defect_detector.core.constants import CRUSHED, SATURATED
 from defect_detector.core.frame_record import Prepared, StageContext
 from defect_detector.core.limits import PhotometricLimits
 from defect_detector.core.refusal import RefusalKind
@@ -228,8 +229,8 @@ def _samples(golden: np.ndarray, board: np.ndarray, valid: np.ndarray | None) ->
     ok = np.ones(g.shape, bool)
     if valid is not None:
         ok = cv2.resize(valid[crop].view(np.uint8) * np.uint8(255), size, interpolation=cv2.INTER_AREA) >= 255
-    golden_bright, golden_dark = _share(golden[crop] >= 250, size), _share(golden[crop] <= 5, size)
-    board_bright, board_dark = _share(board[crop] >= 250, size), _share(board[crop] <= 5, size)
+    golden_bright, golden_dark = _share(golden[crop] >= SATURATED, size), _share(golden[crop] <= CRUSHED, size)
+    board_bright, board_dark = _share(board[crop] >= SATURATED, size), _share(board[crop] <= CRUSHED, size)
     clip = np.where(board_bright - golden_bright > _CLIPPED, 1.0, np.where(board_dark - golden_dark > _CLIPPED, -1.0, 0.0))
     flat = 1 - _CLIPPED
     both = ((golden_bright >= flat) & (board_bright >= flat)) | ((golden_dark >= flat) & (board_dark >= flat))

@@ -24,3 +24,10 @@ LEVELS = ("dark", "median", "bright", "detail")
 """The entries of a frame's gray levels (``screens/blank.py`` ``image_levels``): gray levels 0-255 (1st percentile,
 median, 99th percentile), and the fraction of pixels more than ``FLAT_DEVIATION`` levels from the median; the drift
 baseline records them for the calibration frames."""
+
+SATURATED = 250
+"""Gray levels at or above this are saturated: the camera clipped them (the exposure screen counts them, the hidden-area
+screen reads glare from them, the photometric fit and the golden view read such a pixel as a bound)."""
+
+CRUSHED = 5
+"""Gray levels at or below this are crushed: the camera clipped them (as :data:`SATURATED`, at the dark end)."""

@@ -27,15 +27,10 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
+from defect_detector.core.constants import CRUSHED, SATURATED
 from defect_detector.core.limits import ExposureLimits
 from defect_detector.core.refusal import Refusal, RefusalKind
 from defect_detector.screens.blank import quantile_levels
-
-SATURATED = 250
-"""Gray levels at or above this are saturated."""
-
-CRUSHED = 5
-"""Gray levels at or below this are crushed."""
 
 MIN_SPAN = 64
 """Mid-tones lie between the dark and bright levels; when these are closer than this (a board that is over 99% one

@@ -11,7 +11,7 @@ too: a light field the fit made up on a binarized pair whose whites clip is no h
 area of such pixels (an opening by a disk of a quarter cell: a track drawn thicker in the golden image, or a line it
 lacks, is slivers).
 
-- **glare**: over :data:`SATURATED_SHARE` of the cell saturated (>= 250) beyond the golden image's share, on a golden
+- **glare**: over :data:`SATURATED_SHARE` of the cell saturated (``SATURATED``) beyond the golden image's share, on a golden
   image whose 99th percentile stays under :data:`NEVER_BRIGHT` (no defect can saturate a board whose golden image
   nowhere does); on a golden image that saturates (a binarized board: missing copper is substrate, 255), saturation
   says nothing, and glare is read as unlike cells;
@@ -41,6 +41,7 @@ from enum import StrEnum
 import cv2
 import numpy as np
 
+from defect_detector.core.constants import SATURATED
 from defect_detector.core.frame_record import Prepared, StageContext
 from defect_detector.core.refusal import Refusal, RefusalKind
 
@@ -214,7 +215,7 @@ def golden_cells(
     kinds[unlike] = 2
     kinds[unlike & (mean_b < mean_g - shift)] = 1
     if top < NEVER_BRIGHT:
-        kinds[(_share(board >= 250, cell, grid) - _share(golden >= 250, cell, grid)) > SATURATED_SHARE] = 0
+        kinds[(_share(board >= SATURATED, cell, grid) - _share(golden >= SATURATED, cell, grid)) > SATURATED_SHARE] = 0
     kinds[_means(covered, cell, grid) < MIN_COVERED * 255] = -1
     return kinds
 
@@ -236,7 +237,7 @@ def level_cells(board: np.ndarray, pixel_levels: np.ndarray, bright: float) -> n
     kinds = np.full(grid, -1, np.int8)
     kinds[_share(_solid(rare, cell), cell, grid) > UNLIKE] = 2
     if bright < NEVER_BRIGHT:
-        kinds[_share(board >= 250, cell, grid) > SATURATED_SHARE] = 0
+        kinds[_share(board >= SATURATED, cell, grid) > SATURATED_SHARE] = 0
     return kinds
 
 
