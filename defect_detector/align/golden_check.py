@@ -208,13 +208,14 @@ def levels(image: np.ndarray, mask: np.ndarray) -> tuple[float, float]:
     """``(dark, bright)`` grey levels of uint8 ``image`` ``[H, W]`` within uint8 ``mask`` ``[H, W]`` (copper and
     substrate on a board): its :data:`LEVEL_SHARE` and ``1 - LEVEL_SHARE`` quantiles, which neither large defects nor
     a grey occluder move as they move a mean and a spread; where one level holds less than that share (a nearly empty
-    board), the means of the two classes Otsu's threshold splits the image into."""
+    board), the means of the two classes Otsu's threshold (``cv2.threshold``, on the pixels within ``mask``) splits the
+    image into."""
     hist = cv2.calcHist([image], [0], mask, [256], [0, 256]).ravel().astype(np.float64)
     p = hist / max(hist.sum(), 1.0)
     omega, mu = np.cumsum(p), np.cumsum(p * np.arange(256))
     dark, bright = float(np.searchsorted(omega, LEVEL_SHARE)), float(np.searchsorted(omega, 1.0 - LEVEL_SHARE))
-    between = (mu[-1] * omega - mu) ** 2 / np.maximum(omega * (1.0 - omega), 1e-12)
-    t = int(np.argmax(between[:-1]))
+    pixels = image[mask > 0] if mask is not None else image.ravel()
+    t = int(cv2.threshold(pixels.reshape(1, -1), 0, 255, cv2.THRESH_BINARY + cv2.THRESH_OTSU)[0]) if pixels.size else 0
     otsu = (mu[t] / max(omega[t], 1e-12), (mu[-1] - mu[t]) / max(1.0 - omega[t], 1e-12))
     if bright - dark < 0.5 * (otsu[1] - otsu[0]):
         return float(otsu[0]), float(otsu[1])
