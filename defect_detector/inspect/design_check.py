@@ -96,21 +96,24 @@ class DesignCheck:
     """The design-domain check of one inspector: ``domain`` (None: never warns) read from ``weights``' meta, and the
     pixel fingerprints of the golden images the weights were ``taught`` (never warned about)."""
 
-    def __init__(self, domain: DomainModel | None, weights: str | Path, taught: Sequence[str] = (), channels: int = 2) -> None:
+    def __init__(
+        self, domain: DomainModel | None, weights: str | Path, taught: Sequence[str] = (), channels: int = 2, routes: bool = False
+    ) -> None:
         self.domain = domain
         self.weights = weights
         self.channels = channels
         self.taught = frozenset(taught)
-        self.routes = False  # the inspector sends a design its weights do not cover to the covering bundled weights
+        self.routes = routes  # the inspector sends a design its weights do not cover to the covering bundled weights
         self._seen: OrderedDict[str, tuple[str | None, Path | None]] = OrderedDict()
 
     @classmethod
-    def from_meta(cls, meta: dict, weights: str | Path) -> DesignCheck:
-        """The check of weights whose ``meta.json`` is ``meta`` (checked already by ``parse_meta`` for an artifact)."""
+    def from_meta(cls, meta: dict, weights: str | Path, routes: bool = False) -> DesignCheck:
+        """The check of weights whose ``meta.json`` is ``meta`` (checked already by ``parse_meta`` for an artifact);
+        ``routes``: its inspector sends a design the weights do not cover to the covering bundled weights."""
         raw = meta.get("domain")
         taught = [d["key"] for d in meta.get("taught") or []]
         domain = DomainModel.from_dict(raw, where=f"{weights}: domain") if raw is not None else None
-        return cls(domain, weights, taught, int(meta.get("channels", 1)))
+        return cls(domain, weights, taught, int(meta.get("channels", 1)), routes)
 
     def check(self, key: str, name: str, golden: str, image: Callable[[], np.ndarray]) -> str | None:
         """The warning of the golden image ``key`` (its pixel fingerprint; ``name`` what to call it, ``golden`` its file),

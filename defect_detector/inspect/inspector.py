@@ -42,7 +42,6 @@ from defect_detector.core.devices import AdaptiveThreads, default_threads
 from defect_detector.core.errors import ReferenceError
 from defect_detector.core.frame import Frame
 from defect_detector.core.frame_record import Prepared
-from defect_detector.core.types import Detections
 from defect_detector.data.images import ConversionNotice
 from defect_detector.inspect.consumers import Callback, Consumer, Progress, consume
 from defect_detector.inspect.design_check import DesignCheck
@@ -96,7 +95,7 @@ class Inspector:
     autothreads: AdaptiveThreads | None = None  # load(threads=None) on a CPU: the thread count re-chosen as the run goes
     unmatched = False  # a frame name the trace pattern did not match was logged
 
-    def __init__(self, pipeline: Pipeline, router: AlertRouter | None = None) -> None:
+    def __init__(self, pipeline: Pipeline, router: AlertRouter | None = None, routes: bool = False) -> None:
         runtime = pipeline.runtime
         if runtime.channels == 2 and pipeline.references is None:
             raise ValueError(f"{runtime.path.name} is a golden-template model: give each frame's reference with --reference REF")
@@ -105,7 +104,7 @@ class Inspector:
         monitored = router.detector.baseline if router is not None and router.detector is not None else None
         self.prepare = Prepare(
             pipeline,
-            design_check=DesignCheck.from_meta(runtime.meta, runtime.path),  # unlike the training images (issue 34)
+            design_check=DesignCheck.from_meta(runtime.meta, runtime.path, routes),  # unlike the training images (issue 34)
             calibration=calibration_levels(monitored, runtime.meta.get("baseline")),  # --baseline's levels, else the weights'
         )
         self.designs = self.prepare.designs  # the golden images, prepared once each (None for a single-image model)
@@ -158,22 +157,22 @@ class Inspector:
             alerts=o.alerts, webhook=o.webhook, metrics_port=o.metrics_port, metrics_addr=o.metrics_addr,
             monitor_config=o.monitor_config, sinks_of=sinks_of,
         )  # fmt: skip
-        inspector = cls._composed(pipeline, router)
+        routes = chosen and bool(o.reference)  # the bundled weights, chosen per design from its look
+        inspector = cls._composed(pipeline, router, routes)
         inspector.autothreads = AdaptiveThreads.for_device(runtime.device) if adaptive else None  # follows the machine
         inspector._set_line(pattern, outlines)
-        if chosen and o.reference:  # the bundled weights, chosen per design from its look; one inspector adapts the threads
+        if routes:  # the siblings are loaded with these options; one inspector adapts the threads
             inspector.options = o.model_copy(update={"threads": threads})
-            if inspector.prepare.design_check is not None:
-                inspector.prepare.design_check.routes = True
         if o.db is not None:
             inspector._record_into(o.db)
         return inspector
 
     @classmethod
-    def _composed(cls, pipeline: Pipeline, router: AlertRouter | None) -> Inspector:
-        """The inspector of ``pipeline`` and ``router``; the router closed again when it cannot be built."""
+    def _composed(cls, pipeline: Pipeline, router: AlertRouter | None, routes: bool = False) -> Inspector:
+        """The inspector of ``pipeline`` and ``router`` (``routes``: it sends a design its weights do not cover to the
+        covering bundled weights); the router closed again when it cannot be built."""
         try:
-            return cls(pipeline, router)
+            return cls(pipeline, router, routes)
         except ValueError:
             if router is not None:
                 router.close()
@@ -299,7 +298,8 @@ class Inspector:
             goldens = dict(zip(map(id, inspected), golden_of(self.pipeline, inspected)))
         records = []
         for record, detections, trace in zip(prepared, found, traces):
-            events, drift, score = self._monitor(record, detections, goldens.get(id(record)))
+            golden = goldens.get(id(record))  # drift, the monitor's stage ("off" without monitoring)
+            events, drift, score = self.router.on_record(record, detections, golden) if self.router is not None else ([], "off", None)
             conf = None if detections is None else self.pipeline.conf_for(record.golden_key)
             outcome = {"events": events, "drift": drift, "score": score, "weights": self.runtime.path.name, "conf": conf}
             records.append(Inspection.finish(record, detections, trace=trace, outlines=outlines, **outcome))
@@ -334,15 +334,6 @@ class Inspector:
             sibling = self.options.for_weights(covering)
             self.siblings[covering] = Inspector.from_options(sibling, sinks_of=self.router)  # the sinks the user named
         return self.siblings[covering], None
-
-    def _monitor(
-        self, record: Prepared, detections: Detections | None, golden: Golden | None
-    ) -> tuple[list[DriftEvent], str, float | None]:
-        """Drift: ``(events, flag, score)`` after the frame, the monitor's stage (``AlertRouter.on_record``); ``"off"``
-        and None without monitoring."""
-        if self.router is None:
-            return [], "off", None
-        return self.router.on_record(record, detections, golden)
 
     def _check_open(self) -> None:
         if self._closed:
