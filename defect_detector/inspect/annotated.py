@@ -1,8 +1,8 @@
 """Frames of a COCO json, read ahead in a thread: what ``val`` and ``calibrate`` feed the frame pipeline.
 
 Each frame is decoded as ``predict`` decodes a file (``data/images.py``, the one conversion to 8-bit gray) with its
-golden image file decoded beside it; registration is the prepare stage's (``inspect/prepare.py``: the design's
-``Registrar``), as in ``predict``.
+golden image file decoded beside it; registration is the frame path's registration stage (``align/register.py``:
+the design's ``Registrar``), as in ``predict``.
 """
 
 from __future__ import annotations
