@@ -28,13 +28,13 @@ from defect_detector.core.progress import progress as progress_bar
 from defect_detector.data.coco_json import read_json
 from defect_detector.data.dataset import CocoDetectionDataset, evenly_spaced
 from defect_detector.engine.budget import MIN_BASELINE_FRAMES, Budget
-from defect_detector.inspect.annotated import AnnotatedFrame, annotated_frames
 from defect_detector.inspect.drift_inputs import golden_of
 from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.inspect.prepare import Prepare, detect, reframed
 from defect_detector.inspect.references import References
 from defect_detector.inspect.runtime import Runtime
 from defect_detector.inspect.sources import list_images, source_kind
+from defect_detector.jobs.annotated_frames import AnnotatedFrame, annotated_frames
 from defect_detector.model.checkpoint import attach_baseline, load_checkpoint, weights_digest
 from defect_detector.monitor.baseline import FAULT_FRAMES, Baseline, calibrate
 from defect_detector.monitor.faults import CALIBRATION_STRENGTHS, apply_fault

@@ -24,11 +24,11 @@ from defect_detector.core.frame_record import Prepared
 from defect_detector.core.progress import progress as progress_bar
 from defect_detector.data.dataset import CocoDetectionDataset
 from defect_detector.data.evaluate import Predictions, evaluate_predictions, per_group_map
-from defect_detector.inspect.annotated import annotated_frames
 from defect_detector.inspect.designs import Designs
 from defect_detector.inspect.pipeline import Pipeline
 from defect_detector.inspect.prepare import Prepare, detect
 from defect_detector.inspect.runtime import Runtime, precision_half
+from defect_detector.jobs.annotated_frames import annotated_frames
 from defect_detector.model.checkpoint import LoadedModel
 from defect_detector.screens.frame import calibration_levels
 
