@@ -1,5 +1,5 @@
 """``defect-detector align BOARD --reference GOLDEN --out DIR``: the golden image registered into each board's pixels,
-as ``predict --reference`` gives it to the model, for callers that run the model themselves (``inspect/registered.py``)."""
+as ``predict --reference`` gives it to the model, for callers that run the model themselves (``jobs/registered.py``)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> None:
     """Align every board; ``NotInspected`` (exit 3) after writing every record when some pair was refused."""
     from defect_detector.cli.errors import NotInspected
     from defect_detector.inspect.inspector import Inspector
-    from defect_detector.inspect.registered import align_boards, open_boards
+    from defect_detector.jobs.registered import align_boards, open_boards
 
     refused: Counter[str] = Counter()
     total = 0

@@ -261,7 +261,7 @@ class Inspector:
         """``(record, weights)``: the prepare stage's record of ``frame`` as :meth:`inspect_frames` makes it (its golden
         image registered, checked, fitted to its levels and screened; ``reference`` as there), by the weights that would
         inspect it (this inspector's, or the sibling chosen for its design; ``weights`` their file name), without running
-        the model (``defect-detector align``: ``inspect/registered.py``). ``RuntimeError`` after :meth:`close`."""
+        the model (``defect-detector align``: ``jobs/registered.py``). ``RuntimeError`` after :meth:`close`."""
         self._check_open()
         owner, design = self._owner(frame, reference)
         return owner.prepare(frame, reference, design), owner.runtime.path.name
