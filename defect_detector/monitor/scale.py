@@ -75,9 +75,10 @@ def _crop(image: np.ndarray) -> np.ndarray:
     return image[top : top + CROP_SIDE, left : left + CROP_SIDE]
 
 
-def _ridge_widths(mask: np.ndarray) -> np.ndarray:
-    """float32 ``[K]`` widths (px) of the ridge points of the foreground of uint8 ``mask`` ``[H, W]``."""
-    distance = cv2.distanceTransform(mask, cv2.DIST_L2, cv2.DIST_MASK_5)
+def ridge_widths(mask: np.ndarray, precision: int = cv2.DIST_MASK_5) -> np.ndarray:
+    """float32 ``[K]`` widths (px) of the ridge points of the foreground of uint8 ``mask`` ``[H, W]``: twice the
+    distance transform (``cv2.DIST_L2`` with the ``precision`` mask, 3 or 5) where it peaks among its neighbours."""
+    distance = cv2.distanceTransform(mask, cv2.DIST_L2, precision)
     ridge = (distance > 0) & (distance >= cv2.dilate(distance, np.ones((3, 3), np.uint8)))
     return 2.0 * distance[ridge]
 
@@ -116,7 +117,7 @@ def image_scale(image: np.ndarray) -> ImageScale:
     contrast = float(np.median(crop[bright])) - float(np.median(crop[~bright]))
     if contrast < 8:
         return FLAT
-    widths = np.concatenate([_ridge_widths(mask), _ridge_widths(1 - mask)])
+    widths = np.concatenate([ridge_widths(mask), ridge_widths(1 - mask)])
     widths = widths[widths >= MIN_RIDGE]
     fine = float(np.percentile(widths, FINE_PERCENTILE)) if widths.size else 0.0
     return ImageScale(_detail(crop, contrast), fine)
