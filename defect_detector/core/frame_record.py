@@ -46,9 +46,10 @@ class Prepared:
 
     Between stages only (cleared once the frame is prepared): ``given``, the golden image given with the frame (gray;
     None: its references' one); ``matched``, the registered golden image at the frame's levels (the photometric fit);
-    ``captured``, the registered golden image as captured, once ``golden`` is the matched one; ``mismatch``, the golden
-    check's refusal of a golden image registration found on the board, which the hidden-area screen decides (hidden area
-    may explain it: ``screens/hidden.py``)."""
+    ``captured``, the registered golden image as captured, once ``golden`` is the matched one; ``found``, the frame's
+    design and golden image name when the caller already found them (the design stage then looks nothing up);
+    ``mismatch``, the golden check's refusal of a golden image registration found on the board, which the hidden-area
+    screen decides (hidden area may explain it: ``screens/hidden.py``)."""
 
     frame: Frame
     levels: np.ndarray | None = field(default=None, repr=False)
@@ -69,6 +70,7 @@ class Prepared:
     given: np.ndarray | None = field(default=None, repr=False, compare=False)
     matched: np.ndarray | None = field(default=None, repr=False, compare=False)
     captured: np.ndarray | None = field(default=None, repr=False, compare=False)
+    found: Any = field(default=None, repr=False, compare=False)
     mismatch: Refusal | None = field(default=None, repr=False, compare=False)
 
     @property

@@ -82,14 +82,14 @@ class Prepare:
             return Prepared(frame, refusal=Refusal(RefusalKind.UNREADABLE, frame.error or f"{frame.file_name}: unreadable"))
         check_channels(self.pipeline.runtime, given is not None, frame.file_name)
         golden = None if given is None else gray_frame(given, f"golden image of {frame.file_name}")
-        record = Prepared(frame, given=golden, design=found[0] if found else None, golden_name=found[1] if found else None)
+        record = Prepared(frame, given=golden, found=found)
         for stage in STAGES:
             record = stage.run(self, record)
             if record.refused:
                 break
         if record.mismatch is not None and not record.refused:  # no stage decided the golden check's refusal
             record = dataclasses.replace(record, refusal=record.mismatch)
-        return dataclasses.replace(record, given=None, matched=None, captured=None, mismatch=None)
+        return dataclasses.replace(record, given=None, matched=None, captured=None, found=None, mismatch=None)
 
     @property
     def align(self) -> bool:
@@ -131,14 +131,13 @@ class Prepare:
 
 def design(prepare: Prepare, record: Prepared) -> Prepared:
     """The design stage (golden-template models): the frame's design, its golden image found by its pixels
-    (``inspect/designs.py``; kept when the record comes with it), with the design check's note and its working scale;
+    (``inspect/designs.py``; ``record.found`` when the caller found it already), with the design check's note and its working scale;
     refused when it has no golden image."""
     if prepare.pipeline.runtime.channels != 2:
         return record
-    frame, found, golden_name = record.frame, record.design, record.golden_name
+    frame = record.frame
     try:
-        if found is None:
-            found, golden_name = prepare.designs.of(frame.file_name, record.given)
+        found, golden_name = record.found or prepare.designs.of(frame.file_name, record.given)
     except ReferenceError as exc:
         return record.refuse(exc.kind, str(exc))
     note = prepare.design_check.note(found, frame.file_name) if prepare.design_check is not None else NO_NOTE
