@@ -3,8 +3,9 @@
 ``Inspector.stream`` (``inspect/inspector.py``) is the one producer of finished records. ``Inspector.run`` hands each
 record, in order, to its consumers through :func:`consume`: the outputs (``inspect/outputs.py``: JSON, CSV, annotated
 images, video), the run's tally (``inspect/run_summary.py``), the progress bar and the caller's ``on_result``. A new
-output is one class with ``add``, ``close`` and ``discard``. (The station recorder and the yield are consumers of every
-record the inspector finishes, single frames included: ``Inspector._hand_over``.)
+output is one class with ``add``, ``close`` and ``discard``. The inspector's own consumers take every record it
+finishes, single frames (``Inspector.inspect``) included, for as long as it is open: the line's yield to the metrics
+sinks (:class:`LineYield`) and the station recorder (:class:`StationRows`); ``Inspector.close`` closes them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ from typing import Any, Protocol
 
 from tqdm import tqdm
 
+from defect_detector.core.board_yield import BoardYield
 from defect_detector.inspect.record import Inspection
+from defect_detector.monitor.alerts import AlertRouter
+from defect_detector.station.records import utc_now
 
 log = logging.getLogger("defect_detector.inspect")
 
@@ -66,6 +70,43 @@ class Progress:
         self.bar.close()
 
 
+class LineYield:
+    """Each record's verdict, and whether it was its board's first inspection (``BoardYield``, by serial), to the
+    ``router``'s sinks (the metrics port); nothing to send without a router."""
+
+    def __init__(self, router: AlertRouter | None) -> None:
+        self.router, self.yields = router, BoardYield()
+
+    def add(self, inspection: Inspection) -> None:
+        first = self.yields.add(inspection.verdict.value, inspection.trace.serial)
+        if self.router is not None:
+            self.router.on_verdict(inspection.verdict.value, first)
+
+    def close(self) -> None:
+        return None
+
+    def discard(self) -> None:
+        return None
+
+
+class StationRows:
+    """The station recorder (``station/recorder.py`` ``Recorder``, ``db=``): each record's station row, stamped now,
+    queued (it never blocks the line); closed, it writes what it holds. A failed run's rows stay: those frames were
+    inspected."""
+
+    def __init__(self, recorder: Any) -> None:
+        self.recorder = recorder
+
+    def add(self, inspection: Inspection) -> None:
+        self.recorder.record(inspection.to_station(utc_now()))
+
+    def close(self) -> None:
+        self.recorder.close()
+
+    def discard(self) -> None:
+        self.recorder.close()
+
+
 def consume(records: Iterator[Inspection], consumers: Sequence[Consumer]) -> str | None:
     """Hand every record to every consumer, in order, then close them all; returns the signal that stopped the run
     (``SIGINT`` for Ctrl-C, or a stop signal's name, ``core.errors.Stopped``), None when the records ended. Any other
@@ -92,4 +133,4 @@ def consume(records: Iterator[Inspection], consumers: Sequence[Consumer]) -> str
     return stopped_by
 
 
-__all__ = ["Callback", "Consumer", "Progress", "consume"]
+__all__ = ["Callback", "Consumer", "LineYield", "Progress", "StationRows", "consume"]

@@ -37,13 +37,12 @@ from typing import Any
 
 import numpy as np
 
-from defect_detector.core.board_yield import BoardYield
 from defect_detector.core.devices import AdaptiveThreads, default_threads
 from defect_detector.core.errors import ReferenceError
 from defect_detector.core.frame import Frame
 from defect_detector.core.frame_record import Prepared
 from defect_detector.data.images import ConversionNotice
-from defect_detector.inspect.consumers import Callback, Consumer, Progress, consume
+from defect_detector.inspect.consumers import Callback, Consumer, LineYield, Progress, StationRows, consume
 from defect_detector.inspect.design_check import DesignCheck
 from defect_detector.inspect.designs import Design
 from defect_detector.inspect.drift_inputs import golden_of
@@ -66,7 +65,6 @@ from defect_detector.monitor.drift import DriftEvent
 from defect_detector.monitor.golden import Golden
 from defect_detector.monitor.setup import build_monitoring
 from defect_detector.screens.frame import calibration_levels
-from defect_detector.station.records import utc_now
 
 log = logging.getLogger("defect_detector.inspect")
 
@@ -114,7 +112,7 @@ class Inspector:
         self.siblings: dict[Path, Inspector] = {}  # the bundled weights chosen for some designs, loaded on first use
         self.trace_pattern: TracePattern | None = None  # load(trace_pattern=): serial, lot, order from each frame's name
         self.outlines: tuple[BoardOutline, ...] = ()  # load(boards=): the board outlines of a panel design
-        self.yields = BoardYield()  # boards by verdict and first-pass yield of every frame handed over (Prometheus)
+        self.handed: list[Consumer] = [LineYield(router)]  # the inspector's own consumers (inspect/consumers.py)
 
     @property
     def runtime(self) -> Runtime:
@@ -198,6 +196,7 @@ class Inspector:
         try:
             check_database(db)
             self.recorder = Recorder(db, conf=self.pipeline.conf, classes=self.runtime.class_names)
+            self.handed.append(StationRows(self.recorder))
         except ValueError:
             self.close()
             raise
@@ -306,13 +305,10 @@ class Inspector:
         return records
 
     def _hand_over(self, record: Inspection) -> None:
-        """The inspector's own consumers of every finished record: its yield (to the metrics sink, if any) and the
-        station recorder (``db=``), which never blocks."""
-        first = self.yields.add(record.verdict.value, record.trace.serial)
-        if self.router is not None:
-            self.router.on_verdict(record.verdict.value, first)
-        if self.recorder is not None:
-            self.recorder.record(record.to_station(utc_now()))
+        """Every finished record to the inspector's own consumers (``inspect/consumers.py``): the line's yield to the
+        metrics sinks and, with ``db=``, the station recorder, which never blocks."""
+        for consumer in self.handed:
+            consumer.add(record)
 
     def _owner(self, frame: Frame, given: np.ndarray | None) -> tuple[Inspector, tuple[Design, str] | None]:
         """The inspector of ``frame`` and, when it is this one, the frame's design and golden image name as found here
@@ -440,8 +436,10 @@ class Inspector:
             self.router.close()
             self.undelivered_at_close = self.router.undelivered  # the webhook's last tries and what was left in flight
             self.router = None
-        if self.recorder is not None:  # station recording
-            self.recorder.close()
+        for consumer in self.handed:  # the station recorder writes what it holds
+            consumer.close()
+        self.handed = []
+        if self.recorder is not None:
             self.unrecorded_at_close = self.recorder.unrecorded  # what was queued is written (or counted) by close()
             self.recorder = None
 
