@@ -18,6 +18,7 @@ import dataclasses
 import cv2
 import numpy as np
 
+from defect_detector.core.constants import LEVELS
 from defect_detector.core.frame_record import Prepared, StageContext
 from defect_detector.core.refusal import RefusalKind
 
@@ -60,7 +61,7 @@ def _histogram(pixels: np.ndarray) -> np.ndarray:
 
 
 def image_levels(gray: np.ndarray) -> np.ndarray:
-    """float64 ``[4]`` (``core/constants.py`` ``LEVELS``) of a uint8 ``[H, W]`` frame, read on about :data:`SAMPLES` of its pixels."""
+    """float64 ``[4]`` (:data:`LEVELS`) of a uint8 ``[H, W]`` frame, read on about :data:`SAMPLES` of its pixels."""
     if not isinstance(gray, np.ndarray) or gray.ndim != 2 or gray.dtype != np.uint8 or gray.size == 0:
         raise ValueError(f"expected a non-empty uint8 [H, W] frame, got {getattr(gray, 'dtype', type(gray))} {getattr(gray, 'shape', '')}")
     height, width = gray.shape
@@ -94,4 +95,4 @@ def blank(context: StageContext, record: Prepared) -> Prepared:
     reason = blank_reason(record.frame.image, record.levels)
     if reason is None:
         return record
-    return record.refuse(RefusalKind.BLANK, reason, dict(zip(("median", "bright", "detail"), record.levels[1:])))
+    return record.refuse(RefusalKind.BLANK, reason, dict(zip(LEVELS[1:], record.levels[1:])))
