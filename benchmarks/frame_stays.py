@@ -16,7 +16,6 @@ arguments too counts more.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
@@ -26,6 +25,7 @@ from types import FrameType
 from typing import Any
 
 import defect_detector
+from defect_detector.core.io import atomic_write_json
 from defect_detector.inspect.inspector import Inspector
 from defect_detector.model.checkpoint import DEFAULT_REFERENCE_WEIGHTS
 
@@ -80,6 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.frame_stays", description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", help="write the count and the way here")
     args = parser.parse_args(argv)
+    if args.json and not Path(args.json).resolve().parent.is_dir():
+        parser.error(f"--json {args.json}: its folder does not exist")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "boards"
         folder.mkdir()
@@ -94,7 +96,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for where, function in stays:
         print(f"  {where} {function}")
     if args.json:
-        Path(args.json).write_text(json.dumps({**counted, "way": [list(s) for s in stays]}, indent=1) + "\n", encoding="utf-8")
+        try:
+            atomic_write_json(args.json, {**counted, "way": [list(s) for s in stays]})
+        except OSError as exc:
+            print(f"frame_stays: error: --json {args.json}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     return 0
 
 
